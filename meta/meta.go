@@ -1,0 +1,113 @@
+// Package meta is warren's metadata store: the durable record of which
+// threads are bound, where their workspaces live and which host serves them.
+//
+// The Store interface is small on purpose. It is shaped for two real
+// engines: Badger, embedded, the default for one server; and a distributed
+// engine (etcd) for several servers, which comes later. Every write is a
+// compare-and-set on a record's Revision, so two servers (or two goroutines)
+// racing to bind one thread cannot both win: the loser gets ErrConflict or
+// ErrExists and reads again.
+//
+// Errors: lookups of missing records return an error matching ErrNotFound;
+// failed compare-and-sets return ErrExists or ErrConflict. Callers branch
+// with errors.Is.
+package meta
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Callers branch on them with errors.Is.
+var (
+	// ErrNotFound means no record exists under the key.
+	ErrNotFound = errors.New("meta: not found")
+	// ErrExists means a create found a record already there.
+	ErrExists = errors.New("meta: already exists")
+	// ErrConflict means an update or delete saw a different revision than
+	// the caller read: someone else wrote the record in between.
+	ErrConflict = errors.New("meta: revision conflict")
+	// ErrClosed means the store was used after Close.
+	ErrClosed = errors.New("meta: store closed")
+)
+
+// Kind says what backs a thread's workspace.
+type Kind string
+
+// KindHost is a folder on the disk of one host.
+const KindHost Kind = "host"
+
+// State is where a binding is in its life.
+type State string
+
+const (
+	// StateBound means the workspace is mounted and serving.
+	StateBound State = "bound"
+	// StateClosed means the thread was closed: its folder and record stay,
+	// its mount is gone; the next call that needs it binds it again.
+	StateClosed State = "closed"
+)
+
+// ThreadKey names a thread. Tenant and Thread are the client's ids as given
+// (after the tenant default is applied); they are never used as paths.
+type ThreadKey struct {
+	Tenant string `json:"tenant"`
+	Thread string `json:"thread"`
+}
+
+// Binding is the record of one thread's workspace.
+type Binding struct {
+	ThreadKey
+	Kind      Kind      `json:"kind"`
+	HostID    string    `json:"hostId,omitempty"`
+	Root      string    `json:"root"`      // backing folder on HostID's disk
+	MountPath string    `json:"mountPath"` // where the FUSE mount serves Root
+	BoundAt   time.Time `json:"boundAt"`
+	State     State     `json:"state"`
+	ClosedAt  time.Time `json:"closedAt,omitzero"`
+
+	// Revision is set by the store on every read and write. Updates and
+	// deletes must pass the revision they read; zero is never a valid
+	// revision of a stored record.
+	Revision uint64 `json:"revision"`
+}
+
+// InspectionMount records a mount that the gateway serves for a person to
+// look at a thread's workspace (warren mount). It is kept so a restarted
+// gateway can serve it again, or clean it up.
+type InspectionMount struct {
+	ThreadKey
+	Path     string    `json:"path"`
+	Writable bool      `json:"writable"`
+	MadeAt   time.Time `json:"madeAt"`
+	Revision uint64    `json:"revision"`
+}
+
+// Store is the metadata store. Implementations are safe for concurrent use.
+type Store interface {
+	// CreateBinding stores b if no binding exists for its key; otherwise it
+	// returns ErrExists. It returns b with its new Revision.
+	CreateBinding(ctx context.Context, b Binding) (Binding, error)
+	// UpdateBinding replaces the binding if its stored revision equals
+	// b.Revision; otherwise ErrConflict (or ErrNotFound if it is gone).
+	UpdateBinding(ctx context.Context, b Binding) (Binding, error)
+	// GetBinding returns the binding for k, or ErrNotFound.
+	GetBinding(ctx context.Context, k ThreadKey) (Binding, error)
+	// ListBindings returns every binding, ordered by tenant then thread.
+	ListBindings(ctx context.Context) ([]Binding, error)
+	// DeleteBinding removes the binding if its revision equals rev;
+	// ErrConflict if it changed, ErrNotFound if it is gone.
+	DeleteBinding(ctx context.Context, k ThreadKey, rev uint64) error
+
+	// PutInspectionMount creates or replaces the record for m.Path.
+	PutInspectionMount(ctx context.Context, m InspectionMount) (InspectionMount, error)
+	// ListInspectionMounts returns every inspection mount, ordered by path.
+	ListInspectionMounts(ctx context.Context) ([]InspectionMount, error)
+	// DeleteInspectionMount removes the record for path; deleting a
+	// missing record is not an error.
+	DeleteInspectionMount(ctx context.Context, path string) error
+
+	// Close releases the store. Calls after Close return ErrClosed.
+	Close() error
+}
