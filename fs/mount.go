@@ -1,54 +1,317 @@
 package fs
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
 
+	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 )
 
-// Options configures one mount.
+// Options configures one mount. The zero value is a writable mount with
+// passthrough where the kernel offers it and the default cache timeouts.
 type Options struct {
 	// Name labels the mount in /proc/mounts ("warren:<Name>") and in logs,
-	// e.g. "tenant/thread".
+	// e.g. "tenant/thread". Characters that could be read as mount options
+	// are replaced.
 	Name string
-	// ReadOnly refuses every modifying operation with EROFS.
+	// ReadOnly refuses every modifying operation with EROFS (and mounts
+	// read-only, so the kernel refuses them first).
 	ReadOnly bool
-	// Logger receives structured logs; nil means hclog.NewNullLogger().
+	// Logger receives structured logs; nil means no logs.
 	Logger hclog.Logger
 	// OnRefusal, if set, is called for every refused escape attempt, after
 	// it is logged. It must not block.
 	OnRefusal func(Refusal)
 	// NoPassthrough turns off FUSE passthrough even where the kernel offers it.
 	NoPassthrough bool
+	// EntryTimeout, AttrTimeout and NegativeTimeout say how long the kernel
+	// may trust a name, the attributes of an inode and a missing name.
+	// Zero means the defaults (DefaultEntryTimeout and so on); a negative
+	// value means no caching.
+	EntryTimeout, AttrTimeout, NegativeTimeout time.Duration
 }
+
+// Default cache timeouts. This daemon sees every change made through its
+// mounts, so the kernel may trust what it was told for a while; a change
+// made to a backing folder directly is seen within these bounds.
+const (
+	DefaultEntryTimeout    = 5 * time.Second
+	DefaultAttrTimeout     = 5 * time.Second
+	DefaultNegativeTimeout = 1 * time.Second
+)
 
 // Refusal describes an operation the boundary refused.
 type Refusal struct {
 	Mount  string // Options.Name
-	Op     string // "symlink", "readlink", "lookup", "link", ...
+	Op     string // "symlink", "readlink", "lookup", "link", "rename", "mknod"
 	Path   string // path inside the root, "/"-separated, starting with "/"
 	Target string // link target, when there is one
 	Reason string
 }
 
+// root is what every node of one mount shares. All fields are set before
+// the mount serves and never change.
+type root struct {
+	name          string
+	fd            int    // O_PATH descriptor of the backing folder
+	dev           uint64 // its device: a lookup never crosses to another
+	readOnly      bool
+	noPassthrough bool
+	uid, gid      int // the daemon's own ids
+	log           hclog.Logger
+	onRefusal     func(Refusal)
+}
+
+// refuse logs a refused escape attempt and reports it.
+func (r *root) refuse(op, path, target, reason string) {
+	r.log.Warn("refused", "op", op, "path", path, "target", target, "reason", reason)
+	if r.onRefusal != nil {
+		r.onRefusal(Refusal{Mount: r.name, Op: op, Path: path, Target: target, Reason: reason})
+	}
+}
+
 // Mount is a served workspace mount. Call Close when finished.
 type Mount struct {
 	mountpoint string
+	server     *fuse.Server
+	root       *root
+	done       chan struct{} // closed when the server stopped serving
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
-// Serve mounts backing at mountpoint and serves it until Close.
+// Serve mounts the folder backing at mountpoint and serves it until Close.
+// backing is trusted (the gateway made it); everything below it is not.
 func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Mount, error) {
-	return nil, errors.New("fs: not implemented yet")
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	fd, err := unix.Open(backing, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("fs: open backing folder %s: %w", backing, err)
+	}
+	var st syscall.Stat_t
+	if err := fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("fs: stat backing folder %s: %w", backing, err)
+	}
+	rootFd, err := unix.Dup(fd)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("fs: dup backing folder descriptor: %w", err)
+	}
+	r := &root{
+		name:          opts.Name,
+		fd:            fd,
+		dev:           st.Dev,
+		readOnly:      opts.ReadOnly,
+		noPassthrough: opts.NoPassthrough,
+		uid:           os.Geteuid(),
+		gid:           os.Getegid(),
+		log:           logger.With("mount", opts.Name),
+		onRefusal:     opts.OnRefusal,
+	}
+	rootNode := r.newNode(rootFd)
+
+	entry := timeout(opts.EntryTimeout, DefaultEntryTimeout)
+	attr := timeout(opts.AttrTimeout, DefaultAttrTimeout)
+	negative := timeout(opts.NegativeTimeout, DefaultNegativeTimeout)
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+	if opts.ReadOnly {
+		flags |= unix.MS_RDONLY
+	}
+	mo := fuse.MountOptions{
+		FsName:      "warren:" + mountLabel(opts.Name),
+		Name:        "warren",
+		MaxWrite:    1 << 20,
+		DirectMount: true,
+		// Posix and BSD locks go to the backing file (as OFD locks), so
+		// two mounts of one folder see each other's locks.
+		EnableLocks:       true,
+		DirectMountFlags:  flags,
+		ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
+		Logger:            hclog.NewNullLogger().StandardLogger(nil),
+	}
+	if os.Geteuid() == 0 {
+		// Other users (the jail's) may use the mount; the kernel checks
+		// their permissions against the files' modes.
+		mo.AllowOther = true
+		mo.Options = append(mo.Options, "default_permissions")
+	}
+	server, err := fusefs.Mount(mountpoint, rootNode, &fusefs.Options{
+		MountOptions:    mo,
+		EntryTimeout:    &entry,
+		AttrTimeout:     &attr,
+		NegativeTimeout: &negative,
+		RootStableAttr:  &fusefs.StableAttr{Ino: st.Ino, Gen: 1},
+	})
+	if err != nil {
+		rootNode.fd.close()
+		unix.Close(fd)
+		return nil, fmt.Errorf("fs: mount %s at %s: %w", backing, mountpoint, err)
+	}
+	m := &Mount{mountpoint: mountpoint, server: server, root: r, done: make(chan struct{})}
+	go func() {
+		server.Wait()
+		unix.Close(fd)
+		close(m.done)
+	}()
+	r.log.Debug("mounted", "backing", backing, "mountpoint", mountpoint, "readonly", opts.ReadOnly)
+	return m, nil
+}
+
+func timeout(v, def time.Duration) time.Duration {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
+
+// mountLabel keeps a name safe inside a mount option string.
+func mountLabel(name string) string {
+	if name == "" {
+		return "workspace"
+	}
+	return strings.Map(func(c rune) rune {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+			return c
+		case strings.ContainsRune("%._-/~", c):
+			return c
+		}
+		return '_'
+	}, name)
 }
 
 // Mountpoint returns where the mount is.
 func (m *Mount) Mountpoint() string { return m.mountpoint }
 
-// Close unmounts and waits for the server to stop.
-func (m *Mount) Close() error { return nil }
+// Done is closed once the mount stopped serving.
+func (m *Mount) Done() <-chan struct{} { return m.done }
 
-// DetachStale lazily unmounts whatever is mounted at mountpoint (a mount
-// left by a crashed daemon answers ENOTCONN). It is not an error if nothing
-// is mounted there.
-func DetachStale(mountpoint string) error { return nil }
+// Close unmounts. If the mount is busy (a process still has a file open or
+// its cwd there), it is detached lazily: it disappears from the tree at
+// once and stops serving when its last user lets go. Close does not wait
+// for that; Done does.
+func (m *Mount) Close() error {
+	m.closeOnce.Do(func() {
+		err := m.server.Unmount()
+		if err == nil {
+			<-m.done
+			return
+		}
+		if derr := unix.Unmount(m.mountpoint, unix.MNT_DETACH); derr != nil && !errors.Is(derr, unix.EINVAL) {
+			m.closeErr = fmt.Errorf("fs: unmount %s: %w (lazy detach: %v)", m.mountpoint, err, derr)
+			return
+		}
+		m.root.log.Info("mount busy, detached lazily", "mountpoint", m.mountpoint)
+	})
+	return m.closeErr
+}
+
+// DetachStale lazily unmounts whatever is mounted at mountpoint: a mount
+// left by a crashed daemon answers "transport endpoint is not connected"
+// until it is detached. It is not an error if nothing is mounted there.
+func DetachStale(mountpoint string) error {
+	mountpoint = filepath.Clean(mountpoint)
+	for range 16 { // mounts may be stacked
+		mounted, err := IsMountpoint(mountpoint)
+		if err != nil || !mounted {
+			return err
+		}
+		if err := unix.Unmount(mountpoint, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("fs: detach stale mount %s: %w", mountpoint, err)
+		}
+	}
+	return fmt.Errorf("fs: detach stale mount %s: still mounted after 16 detaches", mountpoint)
+}
+
+// IsMountpoint reports whether something is mounted at path, by reading
+// the mount table (a stat of a dead FUSE mount would fail).
+func IsMountpoint(path string) (bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, fmt.Errorf("fs: read mount table: %w", err)
+	}
+	defer f.Close()
+	path = filepath.Clean(path)
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && unescapeMountinfo(fields[4]) == path {
+			return true, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return false, fmt.Errorf("fs: read mount table: %w", err)
+	}
+	return false, nil
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space...) of
+// /proc/self/mountinfo.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1:i+4]) {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOctal(s string) bool {
+	if len(s) != 3 {
+		return false
+	}
+	for i := 0; i < 3; i++ {
+		if s[i] < '0' || s[i] > '7' {
+			return false
+		}
+	}
+	return true
+}
+
+// RaiseFileLimit lifts the soft limit on open files to the hard limit. A
+// mount keeps one descriptor per inode the kernel knows, so a daemon that
+// serves many busy workspaces needs far more than the usual 1024.
+func RaiseFileLimit() error {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("fs: read open-file limit: %w", err)
+	}
+	if lim.Cur >= lim.Max {
+		return nil
+	}
+	lim.Cur = lim.Max
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("fs: raise open-file limit: %w", err)
+	}
+	return nil
+}

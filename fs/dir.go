@@ -1,0 +1,177 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// Directory operations. Each acts on the directory's own O_PATH descriptor
+// and one name below it; a new entry is opened (O_PATH, no follow) right
+// after it is made, and undone if that fails, so a half-made entry is never
+// left behind.
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
+	if errno := n.mayModify(name); errno != 0 {
+		return nil, errno
+	}
+	dfd := n.fd.get()
+	if err := unix.Mkdirat(dfd, name, mode); err != nil {
+		return nil, fusefs.ToErrno(err)
+	}
+	fd, err := openChild(dfd, name)
+	if err != nil {
+		unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
+		return nil, fusefs.ToErrno(err)
+	}
+	n.ownByCaller(ctx, fd)
+	return n.addChild(ctx, fd, name, out)
+}
+
+// Mknod makes FIFOs, sockets and empty regular files. Device nodes are
+// refused: a workspace has no business holding a door to a device.
+func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
+	if errno := n.mayModify(name); errno != 0 {
+		return nil, errno
+	}
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFCHR, syscall.S_IFBLK:
+		n.root.refuse("mknod", n.child(name), "", "device nodes are not allowed in a workspace")
+		return nil, syscall.EPERM
+	}
+	dfd := n.fd.get()
+	if err := unix.Mknodat(dfd, name, mode, int(rdev)); err != nil {
+		return nil, fusefs.ToErrno(err)
+	}
+	fd, err := openChild(dfd, name)
+	if err != nil {
+		unix.Unlinkat(dfd, name, 0)
+		return nil, fusefs.ToErrno(err)
+	}
+	n.ownByCaller(ctx, fd)
+	return n.addChild(ctx, fd, name, out)
+}
+
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fusefs.Inode, fusefs.FileHandle, uint32, syscall.Errno) {
+	if errno := n.mayModify(name); errno != 0 {
+		return nil, nil, 0, errno
+	}
+	dfd := n.fd.get()
+	// O_NOFOLLOW: a link planted under this name is never written through.
+	ofd, err := unix.Openat(dfd, name, daemonFlags(flags)|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	if err != nil {
+		return nil, nil, 0, fusefs.ToErrno(err)
+	}
+	pfd, err := unix.Open(procFdPath(ofd), unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(ofd)
+		if flags&unix.O_EXCL != 0 {
+			unix.Unlinkat(dfd, name, 0)
+		}
+		return nil, nil, 0, fusefs.ToErrno(err)
+	}
+	n.ownByCaller(ctx, pfd)
+	ch, errno := n.addChild(ctx, pfd, name, out)
+	if errno != 0 {
+		unix.Close(ofd)
+		return nil, nil, 0, errno
+	}
+	return ch, n.root.newHandle(ofd), n.root.openFlags(flags), 0
+}
+
+// Tmpfile serves O_TMPFILE: an unnamed file in this directory.
+func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*fusefs.Inode, fusefs.FileHandle, uint32, syscall.Errno) {
+	if n.root.readOnly {
+		return nil, nil, 0, syscall.EROFS
+	}
+	ofd, err := reopen(n.fd.get(), daemonFlags(flags)|unix.O_TMPFILE)
+	if err != nil {
+		return nil, nil, 0, fusefs.ToErrno(err)
+	}
+	pfd, err := unix.Open(procFdPath(ofd), unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(ofd)
+		return nil, nil, 0, fusefs.ToErrno(err)
+	}
+	n.ownByCaller(ctx, pfd)
+	var st syscall.Stat_t
+	if err := fstat(pfd, &st); err != nil {
+		unix.Close(pfd)
+		unix.Close(ofd)
+		return nil, nil, 0, fusefs.ToErrno(err)
+	}
+	out.Attr.FromStat(&st)
+	ch := n.NewInode(ctx, n.root.newNode(pfd), fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: 1})
+	return ch, n.root.newHandle(ofd), n.root.openFlags(flags), 0
+}
+
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	if errno := n.mayModify(name); errno != 0 {
+		return errno
+	}
+	return fusefs.ToErrno(unix.Unlinkat(n.fd.get(), name, 0))
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if errno := n.mayModify(name); errno != 0 {
+		return errno
+	}
+	return fusefs.ToErrno(unix.Unlinkat(n.fd.get(), name, unix.AT_REMOVEDIR))
+}
+
+// Rename moves an entry. A symlink moved to another directory means
+// something else there (its target is relative to where it sits), so it is
+// checked against the boundary again before it moves.
+func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*node)
+	if !ok || np.root != n.root {
+		return syscall.EXDEV
+	}
+	if errno := n.mayModify(name); errno != 0 {
+		return errno
+	}
+	if errno := np.mayModify(newName); errno != 0 {
+		return errno
+	}
+	if np != n {
+		if errno := n.checkMovedLink(name, np, "rename"); errno != 0 {
+			return errno
+		}
+		if flags&unix.RENAME_EXCHANGE != 0 {
+			if errno := np.checkMovedLink(newName, n, "rename"); errno != 0 {
+				return errno
+			}
+		}
+	}
+	return fusefs.ToErrno(unix.Renameat2(n.fd.get(), name, np.fd.get(), newName, uint(flags)))
+}
+
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHandle, uint32, syscall.Errno) {
+	ds, errno := n.Readdir(ctx)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	return ds, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_CACHE_DIR, 0
+}
+
+func (n *node) Readdir(ctx context.Context) (fusefs.DirStream, syscall.Errno) {
+	fd, err := reopen(n.fd.get(), unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, fusefs.ToErrno(err)
+	}
+	return fusefs.NewLoopbackDirStreamFd(fd)
+}
+
+// mayModify is the common gate of every operation that changes an entry.
+func (n *node) mayModify(name string) syscall.Errno {
+	if n.root.readOnly {
+		return syscall.EROFS
+	}
+	if !validName(name) {
+		return syscall.EINVAL
+	}
+	return 0
+}

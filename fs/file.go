@@ -1,0 +1,114 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// handle is an open file. Data I/O, locks, fsync and fallocate go straight
+// to the backing descriptor (go-fuse's LoopbackFile does exactly that).
+// Where the kernel offers FUSE passthrough, reads and writes never reach
+// the daemon at all: the kernel does them on the backing file.
+type handle struct {
+	*fusefs.LoopbackFile
+}
+
+func (r *root) newHandle(fd int) fusefs.FileHandle {
+	h := &handle{LoopbackFile: fusefs.NewLoopbackFile(fd).(*fusefs.LoopbackFile)}
+	if r.noPassthrough {
+		// Hide PassthroughFd: a handle without it is served by the daemon.
+		return &plainHandle{h.LoopbackFile}
+	}
+	return h
+}
+
+// plainHandle is a handle that go-fuse cannot pass through, because it
+// lacks the PassthroughFd method.
+type plainHandle struct {
+	f *fusefs.LoopbackFile
+}
+
+var (
+	_ fusefs.FileReader    = (*plainHandle)(nil)
+	_ fusefs.FileWriter    = (*plainHandle)(nil)
+	_ fusefs.FileReleaser  = (*plainHandle)(nil)
+	_ fusefs.FileFlusher   = (*plainHandle)(nil)
+	_ fusefs.FileFsyncer   = (*plainHandle)(nil)
+	_ fusefs.FileGetattrer = (*plainHandle)(nil)
+	_ fusefs.FileSetattrer = (*plainHandle)(nil)
+	_ fusefs.FileAllocater = (*plainHandle)(nil)
+	_ fusefs.FileLseeker   = (*plainHandle)(nil)
+	_ fusefs.FileGetlker   = (*plainHandle)(nil)
+	_ fusefs.FileSetlker   = (*plainHandle)(nil)
+	_ fusefs.FileSetlkwer  = (*plainHandle)(nil)
+)
+
+func (h *plainHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	return h.f.Read(ctx, dest, off)
+}
+func (h *plainHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	return h.f.Write(ctx, data, off)
+}
+func (h *plainHandle) Release(ctx context.Context) syscall.Errno { return h.f.Release(ctx) }
+func (h *plainHandle) Flush(ctx context.Context) syscall.Errno   { return h.f.Flush(ctx) }
+func (h *plainHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	return h.f.Fsync(ctx, flags)
+}
+func (h *plainHandle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	return h.f.Getattr(ctx, out)
+}
+func (h *plainHandle) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	return h.f.Setattr(ctx, in, out)
+}
+func (h *plainHandle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	return h.f.Allocate(ctx, off, size, mode)
+}
+func (h *plainHandle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	return h.f.Lseek(ctx, off, whence)
+}
+func (h *plainHandle) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
+	return h.f.Getlk(ctx, owner, lk, flags, out)
+}
+func (h *plainHandle) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	return h.f.Setlk(ctx, owner, lk, flags)
+}
+func (h *plainHandle) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	return h.f.Setlkw(ctx, owner, lk, flags)
+}
+
+// Open opens the node's inode itself (through its O_PATH descriptor), so a
+// name swapped for a link after the lookup changes nothing.
+func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint32, syscall.Errno) {
+	if n.root.readOnly && flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC) != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	if n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		return nil, 0, syscall.ELOOP
+	}
+	fd, err := reopen(n.fd.get(), daemonFlags(flags))
+	if err != nil {
+		return nil, 0, fusefs.ToErrno(err)
+	}
+	return n.root.newHandle(fd), n.root.openFlags(flags), 0
+}
+
+// openFlags are the FOPEN flags for a file opened with flags. The kernel
+// page cache is kept across opens: this daemon and the kernel see every
+// change made through the mount, and a change made to the backing folder
+// directly shows up as a new size or mtime, which drops the cache
+// (AUTO_INVAL_DATA).
+func (r *root) openFlags(flags uint32) uint32 {
+	return fuse.FOPEN_KEEP_CACHE
+}
+
+// daemonFlags are the open flags for the daemon's own descriptor of a file
+// opened with flags. The kernel sends every write with its offset, so
+// O_APPEND would move the write; with passthrough the kernel opens its own
+// backing file with the caller's flags, O_APPEND included.
+func daemonFlags(flags uint32) int {
+	return int(flags &^ (syscall.O_APPEND | fuse.FMODE_EXEC))
+}

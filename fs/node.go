@@ -1,0 +1,226 @@
+package fs
+
+import (
+	"context"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+
+	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// node is one inode of a workspace mount. It holds an O_PATH descriptor of
+// the backing inode, opened when the kernel first looked the inode up. Every
+// operation on the node works through that descriptor (or one component
+// below it), so the daemon never resolves a backing path as a string.
+//
+// Holding the descriptor also pins the backing inode: its number cannot be
+// reused while the kernel knows the node, so the inode number alone is a
+// stable identity (Gen stays 1).
+type node struct {
+	fusefs.Inode
+
+	// root is shared by every node of the mount; immutable.
+	root *root
+	// fd is the O_PATH descriptor; set at creation, closed on forget.
+	fd *pathFd
+}
+
+// pathFd owns one O_PATH descriptor. It is closed either when the kernel
+// forgets the node or, for a node that go-fuse dropped because another
+// lookup registered the same inode first, when the node is collected.
+type pathFd struct {
+	n atomic.Int64
+}
+
+func newPathFd(fd int) *pathFd {
+	p := &pathFd{}
+	p.n.Store(int64(fd))
+	return p
+}
+
+func (p *pathFd) get() int { return int(p.n.Load()) }
+
+func (p *pathFd) close() {
+	if fd := p.n.Swap(-1); fd >= 0 {
+		unix.Close(int(fd))
+	}
+}
+
+// Compile-time checks: every operation the filesystem serves.
+var (
+	_ fusefs.InodeEmbedder      = (*node)(nil)
+	_ fusefs.NodeOnForgetter    = (*node)(nil)
+	_ fusefs.NodeStatfser       = (*node)(nil)
+	_ fusefs.NodeLookuper       = (*node)(nil)
+	_ fusefs.NodeGetattrer      = (*node)(nil)
+	_ fusefs.NodeSetattrer      = (*node)(nil)
+	_ fusefs.NodeOpener         = (*node)(nil)
+	_ fusefs.NodeCreater        = (*node)(nil)
+	_ fusefs.NodeTmpfiler       = (*node)(nil)
+	_ fusefs.NodeMkdirer        = (*node)(nil)
+	_ fusefs.NodeMknoder        = (*node)(nil)
+	_ fusefs.NodeUnlinker       = (*node)(nil)
+	_ fusefs.NodeRmdirer        = (*node)(nil)
+	_ fusefs.NodeRenamer        = (*node)(nil)
+	_ fusefs.NodeSymlinker      = (*node)(nil)
+	_ fusefs.NodeReadlinker     = (*node)(nil)
+	_ fusefs.NodeLinker         = (*node)(nil)
+	_ fusefs.NodeOpendirHandler = (*node)(nil)
+	_ fusefs.NodeReaddirer      = (*node)(nil)
+	_ fusefs.NodeGetxattrer     = (*node)(nil)
+	_ fusefs.NodeSetxattrer     = (*node)(nil)
+	_ fusefs.NodeRemovexattrer  = (*node)(nil)
+	_ fusefs.NodeListxattrer    = (*node)(nil)
+)
+
+// newNode wraps an O_PATH descriptor in a node; the node owns fd from now on.
+func (r *root) newNode(fd int) *node {
+	p := newPathFd(fd)
+	n := &node{root: r, fd: p}
+	runtime.AddCleanup(n, func(p *pathFd) { p.close() }, p)
+	return n
+}
+
+// OnForget closes the descriptor as soon as the kernel no longer needs the
+// node, instead of waiting for the garbage collector.
+func (n *node) OnForget() { n.fd.close() }
+
+// rel returns the node's path inside the root, "/"-separated, for logs,
+// refusals and link checks.
+func (n *node) rel() string {
+	return "/" + n.Path(nil)
+}
+
+// child returns the path of name below n, for logs.
+func (n *node) child(name string) string {
+	p := n.Path(nil)
+	if p == "" {
+		return "/" + name
+	}
+	return "/" + p + "/" + name
+}
+
+// addChild turns a freshly opened O_PATH descriptor for name into a child
+// inode and fills out. On error the descriptor is closed.
+func (n *node) addChild(ctx context.Context, fd int, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
+	var st syscall.Stat_t
+	if err := fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fusefs.ToErrno(err)
+	}
+	if st.Dev != n.root.dev {
+		unix.Close(fd)
+		n.root.refuse("lookup", n.child(name), "", "crosses into another filesystem")
+		return nil, syscall.EACCES
+	}
+	out.Attr.FromStat(&st)
+	ch := n.root.newNode(fd)
+	return n.NewInode(ctx, ch, fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: 1}), 0
+}
+
+// Lookup finds name in the directory without following a link in its place.
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
+	fd, err := openChild(n.fd.get(), name)
+	if err == unix.EXDEV {
+		n.root.refuse("lookup", n.child(name), "", "crosses into another filesystem")
+		return nil, syscall.EACCES
+	}
+	if err != nil {
+		return nil, fusefs.ToErrno(err)
+	}
+	return n.addChild(ctx, fd, name, out)
+}
+
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	var s unix.Statfs_t
+	if err := unix.Fstatfs(n.fd.get(), &s); err != nil {
+		return fusefs.ToErrno(err)
+	}
+	out.Blocks, out.Bfree, out.Bavail = s.Blocks, s.Bfree, s.Bavail
+	out.Files, out.Ffree = s.Files, s.Ffree
+	out.Bsize, out.Frsize = uint32(s.Bsize), uint32(s.Frsize)
+	out.NameLen = uint32(s.Namelen)
+	return 0
+}
+
+func (n *node) Getattr(ctx context.Context, fh fusefs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if g, ok := fh.(fusefs.FileGetattrer); ok && fh != nil {
+		return g.Getattr(ctx, out)
+	}
+	var st syscall.Stat_t
+	if err := fstat(n.fd.get(), &st); err != nil {
+		return fusefs.ToErrno(err)
+	}
+	out.FromStat(&st)
+	return 0
+}
+
+func (n *node) Setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if n.root.readOnly {
+		return syscall.EROFS
+	}
+	if s, ok := fh.(fusefs.FileSetattrer); ok && fh != nil {
+		return s.Setattr(ctx, in, out)
+	}
+	fd := n.fd.get()
+	if mode, ok := in.GetMode(); ok {
+		if err := fchmod(fd, mode&07777); err != nil {
+			return fusefs.ToErrno(err)
+		}
+	}
+	uid, uok := in.GetUID()
+	gid, gok := in.GetGID()
+	if uok || gok {
+		u, g := -1, -1
+		if uok {
+			u = int(uid)
+		}
+		if gok {
+			g = int(gid)
+		}
+		if err := fchown(fd, u, g); err != nil {
+			return fusefs.ToErrno(err)
+		}
+	}
+	if size, ok := in.GetSize(); ok {
+		if err := unix.Truncate(procFdPath(fd), int64(size)); err != nil {
+			return fusefs.ToErrno(err)
+		}
+	}
+	if in.Valid&(fuse.FATTR_ATIME|fuse.FATTR_MTIME) != 0 {
+		ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+		if in.Valid&fuse.FATTR_ATIME != 0 {
+			ts[0] = timespec(in.Valid&fuse.FATTR_ATIME_NOW != 0, in.Atime, in.Atimensec)
+		}
+		if in.Valid&fuse.FATTR_MTIME != 0 {
+			ts[1] = timespec(in.Valid&fuse.FATTR_MTIME_NOW != 0, in.Mtime, in.Mtimensec)
+		}
+		if err := futimes(fd, ts); err != nil {
+			return fusefs.ToErrno(err)
+		}
+	}
+	return n.Getattr(ctx, nil, out)
+}
+
+func timespec(now bool, sec uint64, nsec uint32) unix.Timespec {
+	if now {
+		return unix.Timespec{Nsec: unix.UTIME_NOW}
+	}
+	return unix.Timespec{Sec: int64(sec), Nsec: int64(nsec)}
+}
+
+// ownByCaller gives a new entry to the process that made it. The daemon
+// creates everything as root; with allow_other and default_permissions the
+// kernel then checks the caller's permissions against these owners.
+func (n *node) ownByCaller(ctx context.Context, fd int) {
+	caller, ok := fuse.FromContext(ctx)
+	if !ok || (int(caller.Uid) == n.root.uid && int(caller.Gid) == n.root.gid) {
+		return
+	}
+	if err := fchown(fd, int(caller.Uid), int(caller.Gid)); err != nil {
+		n.root.log.Warn("cannot give a new entry to its creator", "uid", caller.Uid, "err", err)
+	}
+}

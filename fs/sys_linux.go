@@ -1,0 +1,136 @@
+package fs
+
+import (
+	"strconv"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// This file holds the few raw system calls the filesystem makes on the
+// O_PATH descriptors it keeps per inode. Each works on a descriptor and, at
+// most, one path component: none of them walks a path, so none can be led
+// somewhere else by a symlink swapped in behind our back.
+
+// openChild opens name in the directory dirfd as an O_PATH descriptor
+// without following a symlink in its place and without crossing into
+// another mount. name is one component, as the kernel hands it to us.
+func openChild(dirfd int, name string) (int, error) {
+	if !validName(name) {
+		return -1, syscall.EINVAL
+	}
+	how := unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	}
+	for {
+		fd, err := unix.Openat2(dirfd, name, &how)
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		// With O_PATH|O_NOFOLLOW a trailing symlink is opened itself,
+		// not refused: that is the node we want for it.
+		return fd, err
+	}
+}
+
+// validName reports whether name is a single, real directory entry name.
+func validName(name string) bool {
+	if name == "" || name == "." || name == ".." || len(name) > 255 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] == '/' || name[i] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// fstat stats the inode behind an O_PATH descriptor itself (a symlink is
+// not followed).
+func fstat(fd int, st *syscall.Stat_t) error {
+	var ust unix.Stat_t
+	for {
+		err := unix.Fstatat(fd, "", &ust, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
+	}
+	*st = syscall.Stat_t{
+		Dev: ust.Dev, Ino: ust.Ino, Nlink: ust.Nlink, Mode: ust.Mode,
+		Uid: ust.Uid, Gid: ust.Gid, Rdev: ust.Rdev, Size: ust.Size,
+		Blksize: ust.Blksize, Blocks: ust.Blocks,
+		Atim: syscall.Timespec(ust.Atim), Mtim: syscall.Timespec(ust.Mtim), Ctim: syscall.Timespec(ust.Ctim),
+	}
+	return nil
+}
+
+// procFdPath names an O_PATH descriptor in /proc/self/fd. Opening or
+// changing that name acts on exactly the inode the descriptor holds (it is
+// a "magic link" to it), never on whatever now sits at the inode's old path.
+func procFdPath(fd int) string {
+	return "/proc/self/fd/" + strconv.Itoa(fd)
+}
+
+// reopen opens the inode behind an O_PATH descriptor for I/O.
+func reopen(fd int, flags int) (int, error) {
+	flags &^= unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_NOCTTY
+	for {
+		nfd, err := unix.Open(procFdPath(fd), flags|unix.O_CLOEXEC, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		return nfd, err
+	}
+}
+
+// fchmod changes the mode of the inode behind an O_PATH descriptor.
+func fchmod(fd int, mode uint32) error {
+	// fchmodat2 (Linux 6.6) takes AT_EMPTY_PATH on an O_PATH descriptor.
+	empty, err := unix.BytePtrFromString("")
+	if err != nil {
+		return err
+	}
+	_, _, e := unix.Syscall6(unix.SYS_FCHMODAT2, uintptr(fd), uintptr(unsafe.Pointer(empty)), uintptr(mode), unix.AT_EMPTY_PATH, 0, 0)
+	if e == 0 {
+		return nil
+	}
+	if e != unix.ENOSYS && e != unix.EINVAL {
+		return e
+	}
+	return unix.Chmod(procFdPath(fd), mode)
+}
+
+// fchown changes the owner of the inode behind an O_PATH descriptor.
+func fchown(fd int, uid, gid int) error {
+	return unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// futimes sets the times of the inode behind an O_PATH descriptor.
+func futimes(fd int, ts []unix.Timespec) error {
+	return unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// readlinkFd reads the target of the symlink behind an O_PATH descriptor.
+func readlinkFd(fd int) (string, error) {
+	buf := make([]byte, 256)
+	for {
+		n, err := unix.Readlinkat(fd, "", buf)
+		if err != nil {
+			return "", err
+		}
+		if n < len(buf) {
+			return string(buf[:n]), nil
+		}
+		if len(buf) >= 1<<16 {
+			return "", unix.ENAMETOOLONG
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}

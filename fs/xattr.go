@@ -1,0 +1,53 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sys/unix"
+)
+
+// Extended attributes act on the node's own inode through /proc/self/fd,
+// which names exactly that inode. A symlink's own attributes are not
+// served: Linux allows user attributes only on files and directories.
+
+func (n *node) isSymlink() bool {
+	return n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFLNK
+}
+
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if n.isSymlink() {
+		return 0, syscall.ENODATA
+	}
+	sz, err := unix.Getxattr(procFdPath(n.fd.get()), attr, dest)
+	return uint32(sz), fusefs.ToErrno(err)
+}
+
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if n.root.readOnly {
+		return syscall.EROFS
+	}
+	if n.isSymlink() {
+		return syscall.EPERM
+	}
+	return fusefs.ToErrno(unix.Setxattr(procFdPath(n.fd.get()), attr, data, int(flags)))
+}
+
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if n.root.readOnly {
+		return syscall.EROFS
+	}
+	if n.isSymlink() {
+		return syscall.EPERM
+	}
+	return fusefs.ToErrno(unix.Removexattr(procFdPath(n.fd.get()), attr))
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	if n.isSymlink() {
+		return 0, 0
+	}
+	sz, err := unix.Listxattr(procFdPath(n.fd.get()), dest)
+	return uint32(sz), fusefs.ToErrno(err)
+}
