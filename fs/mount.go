@@ -145,7 +145,13 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		// two mounts of one folder see each other's locks.
 		EnableLocks:       true,
 		DirectMountFlags:  flags,
-		ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
+		// ATOMIC_O_TRUNC: an open with O_TRUNC arrives as one OPEN, not
+		// OPEN then SETATTR, so the truncation is seen at the open.
+		// HANDLE_KILLPRIV_V2: the kernel stops asking for
+		// security.capability before every write (one round trip per
+		// write otherwise, passthrough or not); the mount is nosuid, and
+		// the backing filesystem drops set-id bits on its own writes.
+		ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2,
 		Logger:            hclog.NewNullLogger().StandardLogger(nil),
 	}
 	if os.Geteuid() == 0 {
