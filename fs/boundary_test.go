@@ -65,7 +65,7 @@ func TestSymlinkBoundary(t *testing.T) {
 		{"d", "../.."},
 		{"d/e", "../../../x"},
 		{"", "d/../../x"},
-		{"", "here/.."},        // through a link to the root
+		{"", "here/.."},         // through a link to the root
 		{"", "d/ok-..-link/.."}, // d/ok-..-link is d/.. = the root
 		{"d", "../here/../x"},
 	} {

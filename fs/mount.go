@@ -143,8 +143,8 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		DirectMount: true,
 		// Posix and BSD locks go to the backing file (as OFD locks), so
 		// two mounts of one folder see each other's locks.
-		EnableLocks:       true,
-		DirectMountFlags:  flags,
+		EnableLocks:      true,
+		DirectMountFlags: flags,
 		// ATOMIC_O_TRUNC: an open with O_TRUNC arrives as one OPEN, not
 		// OPEN then SETATTR, so the truncation is seen at the open.
 		// HANDLE_KILLPRIV_V2: the kernel stops asking for
