@@ -1,0 +1,395 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"warren/meta"
+)
+
+// maxBodyBytes bounds a request body; a larger one is answered 413.
+const maxBodyBytes = 1 << 20
+
+// Answers of the API. The Client decodes into the same types.
+type (
+	// BindResponse answers POST .../bind.
+	BindResponse struct {
+		Binding   ThreadInfo `json:"binding"`
+		MountPath string     `json:"mountPath"`
+	}
+	// ThreadResponse answers GET and POST .../close of one thread.
+	ThreadResponse struct {
+		Binding ThreadInfo `json:"binding"`
+	}
+	// ThreadsResponse answers GET /v1/threads.
+	ThreadsResponse struct {
+		Bindings []ThreadInfo `json:"bindings"`
+	}
+	// DeleteResponse answers DELETE of a thread.
+	DeleteResponse struct {
+		Deleted meta.ThreadKey `json:"deleted"`
+	}
+	// MountResponse answers POST /v1/mounts.
+	MountResponse struct {
+		Mount MountInfo `json:"mount"`
+	}
+	// MountsResponse answers GET /v1/mounts.
+	MountsResponse struct {
+		Mounts []MountInfo `json:"mounts"`
+	}
+	// UnmountResponse answers DELETE /v1/mounts.
+	UnmountResponse struct {
+		Unmounted string `json:"unmounted"`
+	}
+)
+
+// route is one entry of the API's route table. Pattern segments in braces
+// are ids: they match any one escaped segment, which is unescaped on its
+// own, so "..", "." and "a%2Fb" arrive as the ids "..", "." and "a/b".
+type route struct {
+	method  string
+	pattern string
+	handle  func(g *Gateway, r *http.Request, p params) (any, error)
+}
+
+// params are the ids taken from a request's path.
+type params struct {
+	tenant, thread string
+}
+
+// routes is the API: the one place every call is listed.
+func routes() []route {
+	return []route{
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/bind", (*Gateway).handleBind},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}", (*Gateway).handleThread},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/close", (*Gateway).handleClose},
+		{http.MethodDelete, "/v1/tenants/{tenant}/threads/{thread}", (*Gateway).handleDelete},
+		{http.MethodGet, "/v1/threads", (*Gateway).handleThreads},
+		{http.MethodPost, "/v1/mounts", (*Gateway).handleMount},
+		{http.MethodGet, "/v1/mounts", (*Gateway).handleMounts},
+		{http.MethodDelete, "/v1/mounts", (*Gateway).handleUnmount},
+	}
+}
+
+// router matches requests against the route table on the escaped path,
+// segment by segment. It replaces http.ServeMux on purpose: ServeMux cleans
+// paths and redirects "/a/../b" to "/b", which would turn a thread id ".."
+// into another route.
+type router struct {
+	g      *Gateway
+	routes []compiledRoute // never changed after handler()
+}
+
+type compiledRoute struct {
+	route
+	segs []string
+}
+
+func (g *Gateway) handler() http.Handler {
+	rt := &router{g: g}
+	for _, r := range routes() {
+		rt.routes = append(rt.routes, compiledRoute{r, strings.Split(strings.TrimPrefix(r.pattern, "/"), "/")})
+	}
+	return rt
+}
+
+func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g := rt.g
+	path := r.URL.EscapedPath()
+
+	p := peerFrom(r.Context())
+	if p.err != nil || !g.allowed(p.uid) {
+		g.log.Warn("refused: peer not allowed", "peer_uid", p.uid, "peer_pid", p.pid,
+			"method", r.Method, "path", clip(path), "error", p.err)
+		// Close the connection: a refused peer gets one answer, no more.
+		w.Header().Set("Connection", "close")
+		writeJSON(w, http.StatusForbidden, errorBody{&APIError{
+			Code:    codeForbidden,
+			Message: fmt.Sprintf("uid %d may not use this gateway", p.uid),
+		}})
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+
+	var allow []string
+	if strings.HasPrefix(path, "/") {
+		segs := strings.Split(path[1:], "/")
+		for _, cr := range rt.routes {
+			raw, ok := matchSegs(cr.segs, segs)
+			if !ok {
+				continue
+			}
+			if cr.method != r.Method {
+				allow = append(allow, cr.method)
+				continue
+			}
+			ps, err := unescapeParams(raw)
+			if err != nil {
+				g.writeError(w, r, ps, err)
+				return
+			}
+			resp, err := cr.handle(g, r, ps)
+			if err != nil {
+				g.writeError(w, r, ps, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, resp)
+			return
+		}
+	}
+	if len(allow) > 0 {
+		slices.Sort(allow)
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		g.writeErrorCode(w, r, params{}, http.StatusMethodNotAllowed, codeMethodNotAllowed,
+			fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, path, strings.Join(allow, ", ")))
+		return
+	}
+	g.writeErrorCode(w, r, params{}, http.StatusNotFound, codeNotFound, fmt.Sprintf("no API call at %s", path))
+}
+
+// matchSegs matches a request's escaped segments against a pattern and
+// returns the raw (still escaped) values of its parameters.
+func matchSegs(pattern, segs []string) (map[string]string, bool) {
+	if len(pattern) != len(segs) {
+		return nil, false
+	}
+	var raw map[string]string
+	for i, ps := range pattern {
+		if strings.HasPrefix(ps, "{") && strings.HasSuffix(ps, "}") {
+			if raw == nil {
+				raw = make(map[string]string, 2)
+			}
+			raw[ps[1:len(ps)-1]] = segs[i]
+			continue
+		}
+		if ps != segs[i] {
+			return nil, false
+		}
+	}
+	return raw, true
+}
+
+// unescapeParams unescapes each id segment on its own.
+func unescapeParams(raw map[string]string) (params, error) {
+	var p params
+	for name, v := range raw {
+		u, err := url.PathUnescape(v)
+		if err != nil {
+			return p, fmt.Errorf("%w: %s id %q is not a valid escaped path segment", ErrInvalid, name, v)
+		}
+		switch name {
+		case "tenant":
+			p.tenant = u
+		case "thread":
+			p.thread = u
+		}
+	}
+	return p, nil
+}
+
+func (g *Gateway) handleBind(r *http.Request, p params) (any, error) {
+	if err := decodeBody(r, &struct{}{}, true); err != nil {
+		return nil, err
+	}
+	ti, err := g.Bind(r.Context(), p.tenant, p.thread)
+	if err != nil {
+		return nil, err
+	}
+	return BindResponse{Binding: ti, MountPath: ti.MountPath}, nil
+}
+
+func (g *Gateway) handleThread(r *http.Request, p params) (any, error) {
+	if err := noQuery(r); err != nil {
+		return nil, err
+	}
+	ti, err := g.Thread(r.Context(), p.tenant, p.thread)
+	if err != nil {
+		return nil, err
+	}
+	return ThreadResponse{Binding: ti}, nil
+}
+
+func (g *Gateway) handleClose(r *http.Request, p params) (any, error) {
+	if err := decodeBody(r, &struct{}{}, true); err != nil {
+		return nil, err
+	}
+	ti, err := g.CloseThread(r.Context(), p.tenant, p.thread)
+	if err != nil {
+		return nil, err
+	}
+	return ThreadResponse{Binding: ti}, nil
+}
+
+func (g *Gateway) handleDelete(r *http.Request, p params) (any, error) {
+	if err := noQuery(r); err != nil {
+		return nil, err
+	}
+	k, err := threadKey(p.tenant, p.thread)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.DeleteThread(r.Context(), k.Tenant, k.Thread); err != nil {
+		return nil, err
+	}
+	return DeleteResponse{Deleted: k}, nil
+}
+
+func (g *Gateway) handleThreads(r *http.Request, _ params) (any, error) {
+	q, err := query(r, "tenant")
+	if err != nil {
+		return nil, err
+	}
+	var tenant *string
+	if vs, ok := q["tenant"]; ok {
+		tenant = &vs[0]
+	}
+	tis, err := g.Threads(r.Context(), tenant)
+	if err != nil {
+		return nil, err
+	}
+	return ThreadsResponse{Bindings: tis}, nil
+}
+
+func (g *Gateway) handleMount(r *http.Request, _ params) (any, error) {
+	var req MountRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return nil, err
+	}
+	mi, err := g.MountInspection(r.Context(), req, peerFrom(r.Context()).uid)
+	if err != nil {
+		return nil, err
+	}
+	return MountResponse{Mount: mi}, nil
+}
+
+func (g *Gateway) handleMounts(r *http.Request, _ params) (any, error) {
+	if err := noQuery(r); err != nil {
+		return nil, err
+	}
+	ms, err := g.Mounts(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	return MountsResponse{Mounts: ms}, nil
+}
+
+func (g *Gateway) handleUnmount(r *http.Request, _ params) (any, error) {
+	q, err := query(r, "path")
+	if err != nil {
+		return nil, err
+	}
+	vs, ok := q["path"]
+	if !ok || vs[0] == "" {
+		return nil, fmt.Errorf("%w: the query parameter path is required", ErrInvalid)
+	}
+	if err := g.Unmount(r.Context(), vs[0]); err != nil {
+		return nil, err
+	}
+	return UnmountResponse{Unmounted: vs[0]}, nil
+}
+
+// decodeBody decodes the request body as one JSON value into v, refusing
+// unknown fields and trailing data. An empty body is accepted if
+// emptyOK.
+func decodeBody(r *http.Request, v any, emptyOK bool) error {
+	if err := noQuery(r); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if errors.Is(err, io.EOF) {
+		if emptyOK {
+			return nil
+		}
+		return fmt.Errorf("%w: the request needs a JSON body", ErrInvalid)
+	}
+	if err != nil {
+		return bodyError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return bodyError(err)
+		}
+		return fmt.Errorf("%w: data after the JSON body", ErrInvalid)
+	}
+	return nil
+}
+
+func bodyError(err error) error {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return fmt.Errorf("request body larger than %d bytes: %w", maxBodyBytes, err)
+	}
+	return fmt.Errorf("%w: malformed JSON body: %w", ErrInvalid, err)
+}
+
+// query parses the query string, allowing only the named keys, each once.
+func query(r *http.Request, allowed ...string) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("%w: malformed query: %w", ErrInvalid, err)
+	}
+	for k, vs := range q {
+		if !slices.Contains(allowed, k) {
+			return nil, fmt.Errorf("%w: unknown query parameter %q", ErrInvalid, k)
+		}
+		if len(vs) > 1 {
+			return nil, fmt.Errorf("%w: query parameter %q given %d times", ErrInvalid, k, len(vs))
+		}
+	}
+	return q, nil
+}
+
+func noQuery(r *http.Request) error {
+	_, err := query(r)
+	return err
+}
+
+// writeError answers err as JSON with the status of its class, and logs
+// the refusal with the thread and the path.
+func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, p params, err error) {
+	status, code := classify(err)
+	g.writeErrorCode(w, r, p, status, code, err.Error())
+}
+
+func (g *Gateway) writeErrorCode(w http.ResponseWriter, r *http.Request, p params, status int, code, msg string) {
+	args := []any{"method", r.Method, "path", clip(r.URL.EscapedPath()), "tenant", clip(p.tenant), "thread", clip(p.thread),
+		"status", status, "code", code, "error", clip(msg)}
+	if status >= 500 {
+		g.log.Error("request failed", args...)
+	} else {
+		g.log.Warn("refused: request", args...)
+	}
+	if status == http.StatusRequestEntityTooLarge {
+		// The rest of the body was not read; do not reuse the connection.
+		w.Header().Set("Connection", "close")
+	}
+	writeJSON(w, status, errorBody{&APIError{Code: code, Message: msg}})
+}
+
+// clip shortens what a client sent before it goes into a log line: a
+// refused 60 KiB path is noise, its first bytes are enough to find it.
+func clip(s string) string {
+	const max = 256
+	if len(s) <= max {
+		return s
+	}
+	return fmt.Sprintf("%s...(%d bytes)", s[:max], len(s))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	// Paths and ids are data: keep "<", ">" and "&" as they are.
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // the client went away; nothing left to tell it
+}

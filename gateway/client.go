@@ -1,0 +1,171 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Client speaks the gateway's API over its Unix socket. The zero value is
+// not usable; make one with NewClient. It is safe for concurrent use.
+type Client struct {
+	socket string
+	hc     *http.Client
+}
+
+// NewClient returns a client of the gateway listening at socketPath. It
+// connects on first use.
+func NewClient(socketPath string) *Client {
+	var d net.Dialer
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", socketPath)
+		},
+		MaxIdleConns:    4,
+		IdleConnTimeout: 30 * time.Second,
+	}
+	return &Client{socket: socketPath, hc: &http.Client{Transport: tr}}
+}
+
+// CloseIdleConnections closes the client's idle connections.
+func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+
+// Bind binds a thread (or returns its binding if it is bound).
+func (c *Client) Bind(ctx context.Context, tenant, thread string) (BindResponse, error) {
+	var out BindResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/bind", nil, nil, &out)
+	return out, err
+}
+
+// Thread returns a thread's binding; an error matching ErrNotFound if it
+// has none.
+func (c *Client) Thread(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+	var out ThreadResponse
+	err := c.do(ctx, http.MethodGet, threadPath(tenant, thread), nil, nil, &out)
+	return out.Binding, err
+}
+
+// Threads lists the bindings of every tenant.
+func (c *Client) Threads(ctx context.Context) ([]ThreadInfo, error) {
+	var out ThreadsResponse
+	err := c.do(ctx, http.MethodGet, "/v1/threads", nil, nil, &out)
+	return out.Bindings, err
+}
+
+// TenantThreads lists the bindings of one tenant ("" is the default one).
+func (c *Client) TenantThreads(ctx context.Context, tenant string) ([]ThreadInfo, error) {
+	var out ThreadsResponse
+	err := c.do(ctx, http.MethodGet, "/v1/threads", url.Values{"tenant": {tenant}}, nil, &out)
+	return out.Bindings, err
+}
+
+// CloseThread unmounts a thread and records it as closed.
+func (c *Client) CloseThread(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+	var out ThreadResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/close", nil, nil, &out)
+	return out.Binding, err
+}
+
+// DeleteThread unmounts a thread, removes its folder and its record.
+func (c *Client) DeleteThread(ctx context.Context, tenant, thread string) error {
+	return c.do(ctx, http.MethodDelete, threadPath(tenant, thread), nil, nil, &DeleteResponse{})
+}
+
+// Mount makes an inspection mount.
+func (c *Client) Mount(ctx context.Context, req MountRequest) (MountInfo, error) {
+	var out MountResponse
+	err := c.do(ctx, http.MethodPost, "/v1/mounts", nil, req, &out)
+	return out.Mount, err
+}
+
+// Mounts lists the inspection mounts.
+func (c *Client) Mounts(ctx context.Context) ([]MountInfo, error) {
+	var out MountsResponse
+	err := c.do(ctx, http.MethodGet, "/v1/mounts", nil, nil, &out)
+	return out.Mounts, err
+}
+
+// Unmount takes down the inspection mount at path.
+func (c *Client) Unmount(ctx context.Context, path string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/mounts", url.Values{"path": {path}}, nil, &UnmountResponse{})
+}
+
+// threadPath is the escaped API path of a thread.
+func threadPath(tenant, thread string) string {
+	return "/v1/tenants/" + escapeID(tenant) + "/threads/" + escapeID(thread)
+}
+
+// escapeID escapes one id as one path segment. Unlike url.PathEscape it
+// escapes '.' too, so "." and ".." never appear as segments that a proxy
+// or a client library might clean away.
+func escapeID(id string) string {
+	const hexdigits = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '~':
+			b.WriteByte(c)
+		default:
+			b.WriteByte('%')
+			b.WriteByte(hexdigits[c>>4])
+			b.WriteByte(hexdigits[c&0xf])
+		}
+	}
+	return b.String()
+}
+
+// do sends one request and decodes a 200 answer into out, or an error
+// answer into an *APIError.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("%s %s: encode request: %w", method, path, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	// The host is a placeholder: the transport dials the socket. Parsing
+	// keeps path as escaped here (url.URL.RawPath), ids intact.
+	target := "http://warren" + path
+	if q != nil {
+		target += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s on %s: %w", method, path, c.socket, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var eb errorBody
+		if err := json.Unmarshal(data, &eb); err != nil || eb.Error == nil {
+			return &APIError{Status: resp.StatusCode, Code: codeInternal,
+				Message: fmt.Sprintf("%s %s: status %s: %s", method, path, resp.Status, bytes.TrimSpace(data))}
+		}
+		eb.Error.Status = resp.StatusCode
+		return eb.Error
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}

@@ -1,0 +1,99 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/hashicorp/go-hclog"
+
+	"warren/fs"
+	"warren/meta"
+)
+
+// Config configures a gateway. DataDir and Store are required; every other
+// zero value works.
+type Config struct {
+	// DataDir holds the workspaces, the mount points and, by default, the
+	// socket and the metadata store (see the package doc's Layout). It must
+	// be an absolute path; Start creates it if it is missing.
+	DataDir string
+	// SocketPath is where the API listens; "" means DataDir/warren.sock.
+	SocketPath string
+	// HostID is this host's stable id, written into every binding it makes.
+	// A binding made by another host id is refused with ErrPinned. "" means
+	// threads are not pinned (every host may bind them, e.g. a shared disk).
+	HostID string
+	// AllowUIDs are the peer uids allowed on the socket besides this
+	// process's own uid and root.
+	AllowUIDs []uint32
+	// Logger receives structured logs; nil means no logs.
+	Logger hclog.Logger
+	// Store keeps bindings and inspection mounts. The caller opens it (see
+	// MetaDir) and closes it after the gateway's Close.
+	Store meta.Store
+	// Mounter serves workspace mounts; nil means the FUSE filesystem of
+	// package fs. Tests and tools that cannot mount pass their own.
+	Mounter Mounter
+}
+
+// MetaDir is where the metadata store of a gateway with dataDir lives.
+func MetaDir(dataDir string) string { return filepath.Join(dataDir, "meta") }
+
+// DefaultSocket is the socket of a gateway with dataDir when
+// Config.SocketPath is empty.
+func DefaultSocket(dataDir string) string { return filepath.Join(dataDir, "warren.sock") }
+
+// withDefaults checks c and fills in its defaults.
+func (c Config) withDefaults() (Config, error) {
+	if c.DataDir == "" || !filepath.IsAbs(c.DataDir) {
+		return c, fmt.Errorf("config: data dir %q must be an absolute path", c.DataDir)
+	}
+	c.DataDir = filepath.Clean(c.DataDir)
+	if c.Store == nil {
+		return c, errors.New("config: no metadata store")
+	}
+	if c.SocketPath == "" {
+		c.SocketPath = DefaultSocket(c.DataDir)
+	}
+	if !filepath.IsAbs(c.SocketPath) {
+		return c, fmt.Errorf("config: socket path %q must be absolute", c.SocketPath)
+	}
+	c.SocketPath = filepath.Clean(c.SocketPath)
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	if c.Mounter == nil {
+		c.Mounter = FUSEMounter{}
+	}
+	return c, nil
+}
+
+// Mounter serves a backing folder at a mount point. The gateway owns the
+// returned closer: Close unmounts and waits until serving stopped.
+type Mounter interface {
+	Mount(ctx context.Context, backing, mountpoint string, opts fs.Options) (io.Closer, error)
+	// DetachStale lazily unmounts whatever is left at mountpoint by a
+	// crashed daemon; nothing mounted there is not an error.
+	DetachStale(mountpoint string) error
+}
+
+// FUSEMounter mounts with package fs: the real workspace filesystem.
+type FUSEMounter struct{}
+
+var _ Mounter = FUSEMounter{}
+
+// Mount implements Mounter.
+func (FUSEMounter) Mount(ctx context.Context, backing, mountpoint string, opts fs.Options) (io.Closer, error) {
+	m, err := fs.Serve(ctx, backing, mountpoint, opts)
+	if err != nil {
+		// A nil *fs.Mount in an io.Closer would not compare equal to nil.
+		return nil, err
+	}
+	return m, nil
+}
+
+// DetachStale implements Mounter.
+func (FUSEMounter) DetachStale(mountpoint string) error { return fs.DetachStale(mountpoint) }

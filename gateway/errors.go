@@ -1,0 +1,123 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+
+	"warren/meta"
+)
+
+// Sentinel errors. The API maps each to one status and code (see
+// classify); the Client maps them back, so callers on either side of the
+// socket branch with errors.Is.
+var (
+	// ErrInvalid means the request itself is wrong: a malformed id, body or
+	// path. Retrying it unchanged cannot succeed.
+	ErrInvalid = errors.New("gateway: invalid request")
+	// ErrNotFound means no binding or inspection mount exists for the key.
+	ErrNotFound = errors.New("gateway: not found")
+	// ErrConflict means the request contradicts the current state, e.g. an
+	// inspection mount at a path that is already served.
+	ErrConflict = errors.New("gateway: conflict")
+	// ErrPinned means another host owns the thread's workspace.
+	ErrPinned = errors.New("gateway: pinned to another host")
+	// ErrBusy means an unmount failed because the mount is in use.
+	ErrBusy = errors.New("gateway: mount busy")
+	// ErrClosed means the gateway is shutting down.
+	ErrClosed = errors.New("gateway: closed")
+	// ErrForbidden means the caller may not do this.
+	ErrForbidden = errors.New("gateway: forbidden")
+)
+
+// Error codes of the API, one per class of failure.
+const (
+	codeInvalid          = "invalid"
+	codeNotFound         = "not_found"
+	codeConflict         = "conflict"
+	codePinned           = "pinned"
+	codeBusy             = "busy"
+	codeClosed           = "unavailable"
+	codeForbidden        = "forbidden"
+	codeTooLarge         = "too_large"
+	codeMethodNotAllowed = "method_not_allowed"
+	codeInternal         = "internal"
+)
+
+// errorClasses is the one table from errors to statuses and codes; it is
+// never written. The first entry whose sentinel matches wins.
+var errorClasses = []struct {
+	sentinel error
+	status   int
+	code     string
+}{
+	{ErrInvalid, http.StatusBadRequest, codeInvalid},
+	{ErrNotFound, http.StatusNotFound, codeNotFound},
+	{meta.ErrNotFound, http.StatusNotFound, codeNotFound},
+	{ErrPinned, http.StatusConflict, codePinned},
+	{ErrBusy, http.StatusConflict, codeBusy},
+	{ErrConflict, http.StatusConflict, codeConflict},
+	{meta.ErrConflict, http.StatusConflict, codeConflict},
+	{meta.ErrExists, http.StatusConflict, codeConflict},
+	{ErrForbidden, http.StatusForbidden, codeForbidden},
+	{ErrClosed, http.StatusServiceUnavailable, codeClosed},
+	{meta.ErrClosed, http.StatusServiceUnavailable, codeClosed},
+}
+
+// classify returns the status and code for err.
+func classify(err error) (int, string) {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return http.StatusRequestEntityTooLarge, codeTooLarge
+	}
+	for _, c := range errorClasses {
+		if errors.Is(err, c.sentinel) {
+			return c.status, c.code
+		}
+	}
+	return http.StatusInternalServerError, codeInternal
+}
+
+// sentinelFor maps an API error code back to the package's sentinel, for
+// the Client.
+func sentinelFor(code string) error {
+	switch code {
+	case codeInvalid, codeTooLarge, codeMethodNotAllowed:
+		return ErrInvalid
+	case codeNotFound:
+		return ErrNotFound
+	case codeConflict:
+		return ErrConflict
+	case codePinned:
+		return ErrPinned
+	case codeBusy:
+		return ErrBusy
+	case codeClosed:
+		return ErrClosed
+	case codeForbidden:
+		return ErrForbidden
+	}
+	return nil
+}
+
+// APIError is an error answer of the API, as the Client sees it. It matches
+// the gateway's sentinel of its code with errors.Is.
+type APIError struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *APIError) Error() string {
+	return e.Message + " (" + e.Code + ")"
+}
+
+// Is lets errors.Is(err, gateway.ErrNotFound) work on the client side.
+func (e *APIError) Is(target error) bool {
+	s := sentinelFor(e.Code)
+	return s != nil && s == target
+}
+
+// errorBody is the JSON shape of every error answer.
+type errorBody struct {
+	Error *APIError `json:"error"`
+}

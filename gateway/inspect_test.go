@@ -1,0 +1,193 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"warren/meta"
+)
+
+func TestInspectionMountChecks(t *testing.T) {
+	env := startEnv(t, Config{})
+	ctx := context.Background()
+	base := t.TempDir()
+	mk := func(name string) string {
+		p := filepath.Join(base, name)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	nonEmpty := mk("full")
+	if err := os.WriteFile(filepath.Join(nonEmpty, "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(base, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inData := filepath.Join(env.cfg.DataDir, "inside")
+	if err := os.Mkdir(inData, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	linkToData := filepath.Join(base, "link")
+	if err := os.Symlink(inData, linkToData); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name  string
+		path  string
+		owner uint32
+		want  error
+	}{
+		{"relative", "rel/dir", 0, ErrInvalid},
+		{"missing", filepath.Join(base, "missing"), 0, ErrInvalid},
+		{"a file", file, 0, ErrInvalid},
+		{"not empty", nonEmpty, 0, ErrInvalid},
+		{"the data dir", env.cfg.DataDir, 0, ErrInvalid},
+		{"inside the data dir", inData, 0, ErrInvalid},
+		{"a link into the data dir", linkToData, 0, ErrInvalid},
+		{"a workspace mount point", filepath.Join(env.g.mntBase), 0, ErrInvalid},
+		{"owned by someone else", mk("theirs"), 4242, ErrForbidden},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := env.g.MountInspection(ctx, MountRequest{Thread: "t", Path: tt.path}, tt.owner)
+			if !errors.Is(err, tt.want) {
+				t.Errorf("got %v, want %v", err, tt.want)
+			}
+		})
+	}
+	if _, err := env.c.Thread(ctx, "", "t"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a refused inspection mount bound the thread: %v", err)
+	}
+
+	if os.Geteuid() == 0 {
+		t.Run("a mount point", func(t *testing.T) {
+			dir := mk("tmpfs")
+			if err := unix.Mount("tmpfs", dir, "tmpfs", 0, ""); err != nil {
+				t.Skipf("mount tmpfs: %v", err)
+			}
+			defer unix.Unmount(dir, unix.MNT_DETACH)
+			_, err := env.g.MountInspection(ctx, MountRequest{Thread: "t", Path: dir}, 0)
+			if !errors.Is(err, ErrConflict) {
+				t.Errorf("got %v, want ErrConflict", err)
+			}
+		})
+	}
+}
+
+func TestInspectionMountLifecycle(t *testing.T) {
+	env := startEnv(t, Config{})
+	ctx := context.Background()
+	ro, rw := t.TempDir(), t.TempDir()
+
+	mi, err := env.c.Mount(ctx, MountRequest{Tenant: "acme", Thread: "t-1", Path: ro})
+	if err != nil {
+		t.Fatalf("mount: %v", err)
+	}
+	if !mi.Mounted || mi.Writable || mi.Path != ro || mi.Thread != "t-1" {
+		t.Errorf("got %+v, want a mounted read-only mount of t-1 at %s", mi, ro)
+	}
+	// The inspection mount bound the thread lazily.
+	ti, err := env.c.Thread(ctx, "acme", "t-1")
+	if err != nil || !ti.Mounted {
+		t.Fatalf("thread after an inspection mount: %+v, %v; want bound and mounted", ti, err)
+	}
+	env.m.mu.Lock()
+	opts := env.m.mounted[ro]
+	env.m.mu.Unlock()
+	if !opts.ReadOnly {
+		t.Errorf("inspection mount without writable is not read-only")
+	}
+
+	if _, err := env.c.Mount(ctx, MountRequest{Tenant: "acme", Thread: "t-1", Path: rw, Writable: true}); err != nil {
+		t.Fatalf("writable mount: %v", err)
+	}
+	env.m.mu.Lock()
+	opts = env.m.mounted[rw]
+	env.m.mu.Unlock()
+	if opts.ReadOnly {
+		t.Errorf("writable inspection mount is read-only")
+	}
+
+	// The same path again, for any thread, is a conflict.
+	if _, err := env.c.Mount(ctx, MountRequest{Thread: "other", Path: ro}); !errors.Is(err, ErrConflict) {
+		t.Errorf("second mount at %s: got %v, want ErrConflict", ro, err)
+	}
+	ms, err := env.c.Mounts(ctx)
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("got %d mounts (%v), want 2", len(ms), err)
+	}
+
+	if err := env.c.Unmount(ctx, ro); err != nil {
+		t.Fatalf("unmount: %v", err)
+	}
+	if env.m.isMounted(ro) {
+		t.Errorf("%s still mounted", ro)
+	}
+	if err := env.c.Unmount(ctx, ro); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second unmount: got %v, want ErrNotFound", err)
+	}
+
+	// Deleting the thread takes its inspection mounts down first.
+	if err := env.c.DeleteThread(ctx, "acme", "t-1"); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if env.m.isMounted(rw) {
+		t.Errorf("inspection mount %s survived the delete of its thread", rw)
+	}
+	ms, err = env.c.Mounts(ctx)
+	if err != nil || len(ms) != 0 {
+		t.Errorf("got mounts %+v (%v) after delete, want none", ms, err)
+	}
+}
+
+func TestInspectionMountRestored(t *testing.T) {
+	store := newStore(t)
+	dataDir := filepath.Join(t.TempDir(), "data")
+	ctx := context.Background()
+	dir := t.TempDir()
+
+	env1 := startEnv(t, Config{DataDir: dataDir, Store: store})
+	if _, err := env1.c.Mount(ctx, MountRequest{Thread: "t", Path: dir, Writable: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env1.g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A record of a thread that no longer exists is dropped at start.
+	if _, err := store.PutInspectionMount(ctx, meta.InspectionMount{
+		ThreadKey: meta.ThreadKey{Tenant: "x", Thread: "gone"}, Path: t.TempDir(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	env2 := startEnv(t, Config{DataDir: dataDir, Store: store})
+	if !env2.m.isMounted(dir) {
+		t.Errorf("inspection mount %s not restored", dir)
+	}
+	env2.m.mu.Lock()
+	opts, detached := env2.m.mounted[dir], env2.m.detached
+	env2.m.mu.Unlock()
+	if opts.ReadOnly {
+		t.Errorf("restored writable mount is read-only")
+	}
+	found := false
+	for _, d := range detached {
+		found = found || d == dir
+	}
+	if !found {
+		t.Errorf("DetachStale not called on %s before mounting it again (called on %v)", dir, detached)
+	}
+	ms, err := env2.c.Mounts(ctx)
+	if err != nil || len(ms) != 1 || !ms[0].Mounted {
+		t.Errorf("got mounts %+v (%v), want one, mounted", ms, err)
+	}
+}

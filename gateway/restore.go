@@ -1,0 +1,119 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"warren/meta"
+)
+
+// restore mounts again what the store says this host served: every thread
+// in state bound, then every inspection mount. A crashed daemon leaves dead
+// FUSE mounts that answer ENOTCONN, so each path is detached first. A
+// failure is logged and kept for ThreadInfo/MountInfo; it does not stop the
+// start, and the next call that needs the thread tries again.
+//
+// It runs before the API serves, so it takes no thread locks.
+func (g *Gateway) restore(ctx context.Context) {
+	bs, err := g.store.ListBindings(ctx)
+	if err != nil {
+		g.log.Error("restore: list bindings", "error", err)
+		return
+	}
+	var mounted, failed int
+	for _, b := range bs {
+		if b.State != meta.StateBound {
+			continue
+		}
+		if b.HostID != "" && b.HostID != g.cfg.HostID {
+			g.log.Debug("restore: thread belongs to another host", "tenant", b.Tenant, "thread", b.Thread, "owner", b.HostID)
+			continue
+		}
+		if err := g.restoreThread(ctx, b.ThreadKey); err != nil {
+			failed++
+			g.log.Error("restore: mount thread", "tenant", b.Tenant, "thread", b.Thread, "path", b.MountPath, "error", err)
+			g.setMountErr(b.ThreadKey, err)
+			continue
+		}
+		mounted++
+	}
+
+	ms, err := g.store.ListInspectionMounts(ctx)
+	if err != nil {
+		g.log.Error("restore: list inspection mounts", "error", err)
+		return
+	}
+	for _, m := range ms {
+		mount, err := g.restoreInspection(ctx, m)
+		if errors.Is(err, meta.ErrNotFound) {
+			// Its thread was deleted while the mount could not be taken
+			// down; nothing is left to serve.
+			g.log.Warn("restore: dropping inspection mount of a deleted thread", "tenant", m.Tenant, "thread", m.Thread, "path", m.Path)
+			if err := g.store.DeleteInspectionMount(ctx, m.Path); err != nil {
+				g.log.Error("restore: forget inspection mount", "path", m.Path, "error", err)
+			}
+			continue
+		}
+		g.mu.Lock()
+		g.inspections[m.Path] = &inspectionMount{key: m.ThreadKey, mount: mount, err: err}
+		g.mu.Unlock()
+		if err != nil {
+			failed++
+			g.log.Error("restore: inspection mount", "tenant", m.Tenant, "thread", m.Thread, "path", m.Path, "error", err)
+			continue
+		}
+		mounted++
+	}
+	g.log.Info("restored mounts", "mounted", mounted, "failed", failed)
+}
+
+// restoreThread mounts a bound thread again at its mount point.
+func (g *Gateway) restoreThread(ctx context.Context, k meta.ThreadKey) error {
+	root, mountPath, err := g.threadPaths(k)
+	if err != nil {
+		return err
+	}
+	if err := g.mounter.DetachStale(mountPath); err != nil {
+		return fmt.Errorf("detach stale mount %s: %w", mountPath, err)
+	}
+	// A missing backing folder is an error, not something to create:
+	// mounting an empty new one would pass for the thread's workspace.
+	if fi, err := os.Lstat(root); err != nil || !fi.IsDir() {
+		return fmt.Errorf("workspace %s is missing or not a folder (%v)", root, err)
+	}
+	if err := os.MkdirAll(mountPath, 0o755); err != nil {
+		return fmt.Errorf("create mount point: %w", err)
+	}
+	m, err := g.mount(ctx, k, root, mountPath, false)
+	if err != nil {
+		return err
+	}
+	g.putMount(k, m)
+	return nil
+}
+
+// restoreInspection serves an inspection mount again. It returns an error
+// matching meta.ErrNotFound when the thread has no binding any more.
+func (g *Gateway) restoreInspection(ctx context.Context, m meta.InspectionMount) (io.Closer, error) {
+	if _, err := g.store.GetBinding(ctx, m.ThreadKey); err != nil {
+		return nil, fmt.Errorf("read binding: %w", err)
+	}
+	if err := g.mounter.DetachStale(m.Path); err != nil {
+		return nil, fmt.Errorf("detach stale mount %s: %w", m.Path, err)
+	}
+	root, _, err := g.threadPaths(m.ThreadKey)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Lstat(root); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("workspace %s is missing or not a folder (%v)", root, err)
+	}
+	c, err := g.mount(ctx, m.ThreadKey, root, m.Path, !m.Writable)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}

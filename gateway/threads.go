@@ -1,0 +1,465 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"warren/fs"
+	"warren/meta"
+)
+
+// MaxIDBytes bounds a tenant or thread id. Longer ids are refused rather
+// than hashed: no client needs them, and they would bloat every log line.
+const MaxIDBytes = 1024
+
+// ThreadInfo is a binding as the API shows it: the stored record plus what
+// this gateway knows about its mount.
+type ThreadInfo struct {
+	meta.Binding
+	// Mounted says whether this gateway serves the thread's mount now.
+	Mounted bool `json:"mounted"`
+	// Error is why the last attempt to mount the thread failed, while it is
+	// not mounted. The next call that needs the thread tries again.
+	Error string `json:"error,omitempty"`
+}
+
+// threadKey checks a client's ids and applies the tenant default.
+func threadKey(tenant, thread string) (meta.ThreadKey, error) {
+	if tenant == "" {
+		tenant = DefaultTenant
+	}
+	if thread == "" {
+		return meta.ThreadKey{}, fmt.Errorf("%w: empty thread id", ErrInvalid)
+	}
+	for _, id := range []struct{ name, v string }{{"tenant", tenant}, {"thread", thread}} {
+		if len(id.v) > MaxIDBytes {
+			return meta.ThreadKey{}, fmt.Errorf("%w: %s id is %d bytes, more than %d", ErrInvalid, id.name, len(id.v), MaxIDBytes)
+		}
+		// JSON replaces invalid UTF-8 with U+FFFD: a client could not read
+		// its own id back, and two ids could look alike in every answer.
+		if !utf8.ValidString(id.v) {
+			return meta.ThreadKey{}, fmt.Errorf("%w: %s id is not valid UTF-8", ErrInvalid, id.name)
+		}
+	}
+	return meta.ThreadKey{Tenant: tenant, Thread: thread}, nil
+}
+
+// threadPaths returns the backing root and the mount point of k.
+func (g *Gateway) threadPaths(k meta.ThreadKey) (root, mountPath string, err error) {
+	root, err = WorkspaceRoot(g.wsBase, k.Tenant, k.Thread)
+	if err != nil {
+		return "", "", fmt.Errorf("workspace root: %w", err)
+	}
+	mountPath, err = WorkspaceRoot(g.mntBase, k.Tenant, k.Thread)
+	if err != nil {
+		return "", "", fmt.Errorf("mount path: %w", err)
+	}
+	return root, mountPath, nil
+}
+
+// Bind binds thread k (lazily, idempotently) and returns its binding.
+func (g *Gateway) Bind(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+	k, err := threadKey(tenant, thread)
+	if err != nil {
+		return ThreadInfo{}, err
+	}
+	unlock, err := g.threadLocks.lock(ctx, k)
+	if err != nil {
+		return ThreadInfo{}, fmt.Errorf("bind %s: %w", keyName(k), err)
+	}
+	defer unlock()
+	b, err := g.bindLocked(ctx, k)
+	if err != nil {
+		return ThreadInfo{}, err
+	}
+	return g.info(b), nil
+}
+
+// bindLocked returns k's binding, binding and mounting it first if needed.
+// On failure nothing of this attempt is left: no record, no mount, no
+// folder it created. The thread lock of k must be held.
+func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey) (meta.Binding, error) {
+	old, err := g.store.GetBinding(ctx, k)
+	found := err == nil
+	if err != nil && !errors.Is(err, meta.ErrNotFound) {
+		return meta.Binding{}, fmt.Errorf("bind %s: read binding: %w", keyName(k), err)
+	}
+	if found {
+		if err := g.checkOwner(old); err != nil {
+			return meta.Binding{}, err
+		}
+	}
+	if found && old.State == meta.StateBound && g.mounted(k) {
+		return old, nil
+	}
+
+	root, mountPath, err := g.threadPaths(k)
+	if err != nil {
+		return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
+	}
+	var undo undoStack
+	defer undo.run(g.log)
+
+	if found {
+		// A record means this gateway (or a crashed one) mounted here
+		// before; a dead FUSE mount would make every step below fail with
+		// ENOTCONN.
+		if err := g.mounter.DetachStale(mountPath); err != nil {
+			return meta.Binding{}, fmt.Errorf("bind %s: detach stale mount %s: %w", keyName(k), mountPath, err)
+		}
+	}
+	if err := makeLeaf(&undo, root, 0o755); err != nil {
+		return meta.Binding{}, fmt.Errorf("bind %s: create workspace: %w", keyName(k), err)
+	}
+	if err := makeLeaf(&undo, mountPath, 0o755); err != nil {
+		return meta.Binding{}, fmt.Errorf("bind %s: create mount point: %w", keyName(k), err)
+	}
+	m, err := g.mount(ctx, k, root, mountPath, false)
+	if err != nil {
+		if found {
+			g.setMountErr(k, err)
+		}
+		return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
+	}
+	undo.push("unmount "+mountPath, m.Close)
+
+	b := meta.Binding{
+		ThreadKey: k,
+		Kind:      meta.KindHost,
+		HostID:    g.cfg.HostID,
+		Root:      root,
+		MountPath: mountPath,
+		BoundAt:   time.Now().UTC(),
+		State:     meta.StateBound,
+	}
+	if found {
+		b.Revision = old.Revision
+		b, err = g.store.UpdateBinding(ctx, b)
+	} else {
+		b, err = g.store.CreateBinding(ctx, b)
+	}
+	if err != nil {
+		return meta.Binding{}, fmt.Errorf("bind %s: write binding: %w", keyName(k), err)
+	}
+
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		// The record stays "bound": the next start mounts it again.
+		return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), ErrClosed)
+	}
+	g.threads[k] = &threadMount{mount: m}
+	g.mu.Unlock()
+	undo.done()
+	g.log.Info("thread bound", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
+	return b, nil
+}
+
+// keyName names a thread in errors: both ids quoted, so hostile ids stay
+// readable and unambiguous.
+func keyName(k meta.ThreadKey) string {
+	return strconv.Quote(k.Tenant) + "/" + strconv.Quote(k.Thread)
+}
+
+// checkOwner refuses a binding that another host owns: its folder is on
+// that host's disk.
+func (g *Gateway) checkOwner(b meta.Binding) error {
+	if b.HostID == "" || b.HostID == g.cfg.HostID {
+		return nil
+	}
+	g.log.Warn("refused: thread pinned to another host", "tenant", b.Tenant, "thread", b.Thread,
+		"path", b.Root, "owner", b.HostID)
+	return fmt.Errorf("%w: The workspace of this thread is %s on the host %s. Only that host can continue the thread.",
+		ErrPinned, b.Root, b.HostID)
+}
+
+// mount serves root at mountPath for thread k.
+func (g *Gateway) mount(ctx context.Context, k meta.ThreadKey, root, mountPath string, readOnly bool) (io.Closer, error) {
+	log := g.log.Named("fs").With("tenant", k.Tenant, "thread", k.Thread, "path", mountPath)
+	m, err := g.mounter.Mount(ctx, root, mountPath, fs.Options{
+		Name:     k.Tenant + "/" + k.Thread,
+		ReadOnly: readOnly,
+		Logger:   log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mount %s at %s: %w", root, mountPath, err)
+	}
+	return m, nil
+}
+
+// mounted reports whether this gateway serves k's mount.
+func (g *Gateway) mounted(k meta.ThreadKey) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.threads[k]
+	return t != nil && t.mount != nil
+}
+
+// setMountErr remembers why k could not be mounted, for ThreadInfo.
+func (g *Gateway) setMountErr(k meta.ThreadKey, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if t := g.threads[k]; t != nil && t.mount != nil {
+		return
+	}
+	g.threads[k] = &threadMount{err: err}
+}
+
+// takeMount removes k's mount from the map and returns it (nil if none).
+// The caller unmounts it, or puts it back with putMount if that fails.
+func (g *Gateway) takeMount(k meta.ThreadKey) io.Closer {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.threads[k]
+	delete(g.threads, k)
+	if t == nil {
+		return nil
+	}
+	return t.mount
+}
+
+func (g *Gateway) putMount(k meta.ThreadKey, m io.Closer) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.threads[k] = &threadMount{mount: m}
+}
+
+// unmountThread unmounts k's mount, if it has one, putting it back into the
+// map if that fails. The thread lock of k must be held.
+func (g *Gateway) unmountThread(k meta.ThreadKey, mountPath string) error {
+	m := g.takeMount(k)
+	if m == nil {
+		return nil
+	}
+	if err := m.Close(); err != nil {
+		g.putMount(k, m)
+		g.log.Warn("refused: unmount failed", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "error", err)
+		return fmt.Errorf("unmount %s: %w", mountPath, busy(err))
+	}
+	return nil
+}
+
+// busy marks an unmount failure caused by a mount in use as ErrBusy.
+func busy(err error) error {
+	if errors.Is(err, syscall.EBUSY) {
+		return fmt.Errorf("%w: %w", ErrBusy, err)
+	}
+	return err
+}
+
+// info adds the in-memory mount state to b.
+func (g *Gateway) info(b meta.Binding) ThreadInfo {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ti := ThreadInfo{Binding: b}
+	if t := g.threads[b.ThreadKey]; t != nil {
+		ti.Mounted = t.mount != nil
+		if t.mount == nil && t.err != nil {
+			ti.Error = t.err.Error()
+		}
+	}
+	return ti
+}
+
+// Thread returns k's binding without binding it.
+func (g *Gateway) Thread(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+	k, err := threadKey(tenant, thread)
+	if err != nil {
+		return ThreadInfo{}, err
+	}
+	b, err := g.store.GetBinding(ctx, k)
+	if errors.Is(err, meta.ErrNotFound) {
+		return ThreadInfo{}, fmt.Errorf("%w: thread %s is not bound", ErrNotFound, keyName(k))
+	}
+	if err != nil {
+		return ThreadInfo{}, fmt.Errorf("read binding of %s: %w", keyName(k), err)
+	}
+	return g.info(b), nil
+}
+
+// Threads lists the bindings, of one tenant if tenant is not nil.
+func (g *Gateway) Threads(ctx context.Context, tenant *string) ([]ThreadInfo, error) {
+	var want string
+	if tenant != nil {
+		want = *tenant
+		if want == "" {
+			want = DefaultTenant
+		}
+	}
+	bs, err := g.store.ListBindings(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list bindings: %w", err)
+	}
+	out := make([]ThreadInfo, 0, len(bs))
+	for _, b := range bs {
+		if tenant != nil && b.Tenant != want {
+			continue
+		}
+		out = append(out, g.info(b))
+	}
+	return out, nil
+}
+
+// CloseThread unmounts k and records it as closed, keeping its folder. A
+// closed thread is bound again by the next call that needs it.
+func (g *Gateway) CloseThread(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+	k, err := threadKey(tenant, thread)
+	if err != nil {
+		return ThreadInfo{}, err
+	}
+	unlock, err := g.threadLocks.lock(ctx, k)
+	if err != nil {
+		return ThreadInfo{}, fmt.Errorf("close %s: %w", keyName(k), err)
+	}
+	defer unlock()
+
+	b, err := g.store.GetBinding(ctx, k)
+	if errors.Is(err, meta.ErrNotFound) {
+		return ThreadInfo{}, fmt.Errorf("close %s: %w: thread is not bound", keyName(k), ErrNotFound)
+	}
+	if err != nil {
+		return ThreadInfo{}, fmt.Errorf("close %s: read binding: %w", keyName(k), err)
+	}
+	if err := g.checkOwner(b); err != nil {
+		return ThreadInfo{}, err
+	}
+	if err := g.unmountThread(k, b.MountPath); err != nil {
+		return ThreadInfo{}, fmt.Errorf("close %s: %w", keyName(k), err)
+	}
+	if b.State != meta.StateClosed {
+		b.State = meta.StateClosed
+		b.ClosedAt = time.Now().UTC()
+		// If this write fails the record still says bound with no mount,
+		// which the next call repairs by mounting again.
+		if b, err = g.store.UpdateBinding(ctx, b); err != nil {
+			return ThreadInfo{}, fmt.Errorf("close %s: write binding: %w", keyName(k), err)
+		}
+	}
+	g.log.Info("thread closed", "tenant", k.Tenant, "thread", k.Thread, "path", b.MountPath)
+	return g.info(b), nil
+}
+
+// DeleteThread unmounts k and its inspection mounts, removes its folder and
+// then its records. If an unmount fails nothing is removed. The steps run in
+// an order that a retry can finish: the record goes last.
+func (g *Gateway) DeleteThread(ctx context.Context, tenant, thread string) error {
+	k, err := threadKey(tenant, thread)
+	if err != nil {
+		return err
+	}
+	unlock, err := g.threadLocks.lock(ctx, k)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", keyName(k), err)
+	}
+	defer unlock()
+
+	b, err := g.store.GetBinding(ctx, k)
+	if errors.Is(err, meta.ErrNotFound) {
+		return fmt.Errorf("delete %s: %w: thread is not bound", keyName(k), ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("delete %s: read binding: %w", keyName(k), err)
+	}
+	if err := g.checkOwner(b); err != nil {
+		return err
+	}
+	// Never remove a path read from the store: recompute it from the ids.
+	root, mountPath, err := g.threadPaths(k)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", keyName(k), err)
+	}
+
+	inspections, err := g.unmountInspectionsOf(ctx, k)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", keyName(k), err)
+	}
+	if err := g.unmountThread(k, mountPath); err != nil {
+		return fmt.Errorf("delete %s: %w", keyName(k), err)
+	}
+	// os.RemoveAll works fd-relative and does not follow links, so a link
+	// planted in the workspace cannot make it remove anything outside.
+	if err := os.RemoveAll(root); err != nil {
+		return fmt.Errorf("delete %s: remove workspace %s: %w", keyName(k), root, err)
+	}
+	if err := os.Remove(mountPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("delete %s: remove mount point %s: %w", keyName(k), mountPath, err)
+	}
+	for _, p := range inspections {
+		if err := g.store.DeleteInspectionMount(ctx, p); err != nil {
+			return fmt.Errorf("delete %s: forget inspection mount %s: %w", keyName(k), p, err)
+		}
+	}
+	if err := g.store.DeleteBinding(ctx, k, b.Revision); err != nil {
+		return fmt.Errorf("delete %s: delete binding: %w", keyName(k), err)
+	}
+	g.mu.Lock()
+	delete(g.threads, k)
+	g.mu.Unlock()
+	g.log.Info("thread deleted", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
+	return nil
+}
+
+// makeLeaf creates path (its parent is created as needed and kept) and, if
+// it made it, registers its removal on undo. Only the leaf is undone: a
+// tenant folder may be shared by a concurrent bind of another thread.
+func makeLeaf(undo *undoStack, path string, perm os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+	}
+	err := os.Mkdir(path, perm)
+	if errors.Is(err, os.ErrExist) {
+		fi, statErr := os.Lstat(path)
+		if statErr != nil {
+			return fmt.Errorf("check %s: %w", path, statErr)
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s exists and is not a folder", path)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	undo.push("remove "+path, func() error { return os.Remove(path) })
+	return nil
+}
+
+// undoStack collects the steps that take back a half-done operation. run
+// performs them in reverse unless done was called.
+type undoStack struct {
+	steps []undoStep
+	ok    bool
+}
+
+type undoStep struct {
+	what string
+	fn   func() error
+}
+
+func (u *undoStack) push(what string, fn func() error) {
+	u.steps = append(u.steps, undoStep{what, fn})
+}
+
+// done keeps the work: run does nothing after it.
+func (u *undoStack) done() { u.ok = true }
+
+func (u *undoStack) run(log interface {
+	Warn(msg string, args ...any)
+}) {
+	if u.ok {
+		return
+	}
+	for i := len(u.steps) - 1; i >= 0; i-- {
+		if err := u.steps[i].fn(); err != nil {
+			log.Warn("undo failed", "step", u.steps[i].what, "error", err)
+		}
+	}
+}
