@@ -50,7 +50,9 @@ const (
 )
 
 // ThreadKey names a thread. Tenant and Thread are the client's ids as given
-// (after the tenant default is applied); they are never used as paths.
+// (after the tenant default is applied); they are never used as paths. They
+// may hold any bytes ("/", "..", NUL, empty, not UTF-8): a store keeps every
+// pair apart and gives it back exactly.
 type ThreadKey struct {
 	Tenant string `json:"tenant"`
 	Thread string `json:"thread"`
@@ -69,7 +71,10 @@ type Binding struct {
 
 	// Revision is set by the store on every read and write. Updates and
 	// deletes must pass the revision they read; zero is never a valid
-	// revision of a stored record.
+	// revision of a stored record. Each write to the store gets a revision
+	// above every earlier one and revisions are never reused, so a revision
+	// read before a record was deleted never matches the record created
+	// after it.
 	Revision uint64 `json:"revision"`
 }
 

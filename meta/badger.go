@@ -1,0 +1,474 @@
+package meta
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+	"github.com/hashicorp/go-hclog"
+)
+
+var _ Store = (*Badger)(nil)
+
+// conflictRetries is how many times a write transaction is tried when
+// Badger reports a conflict between transactions. Writes are serialized
+// (see Badger.writeSem), so a conflict is not expected at all; the retry is
+// a safety net, and it never turns into ErrConflict, which is reserved for
+// a revision mismatch the caller must handle.
+const conflictRetries = 4
+
+// Badger is the embedded Store: one Badger database in a folder on the
+// local disk. Records are JSON values under the keys described in keys.go;
+// revisions come from one counter stored beside them and bumped in the same
+// transaction as the write, so a revision is never handed out twice, even
+// across restarts or crashes.
+//
+// Every write is synced to disk before it returns: a binding that was
+// acknowledged survives kill -9.
+//
+// Only one process may open a folder at a time (Badger locks it). Create
+// one with OpenBadger and call Close when finished.
+type Badger struct {
+	db *badger.DB // set at open, never changes
+
+	// writeSem (capacity 1) serializes write transactions. Every write
+	// reads and bumps the revision counter, so two concurrent writes
+	// would always conflict in Badger; taking turns up front is cheaper
+	// than failing at commit and retrying, and a channel, unlike a mutex,
+	// lets a waiting caller give up when its ctx is done. Badger's folder
+	// lock makes this process the only writer, so the semaphore is the
+	// whole story.
+	writeSem chan struct{}
+
+	// mu guards closed. Every operation holds it for reading while it
+	// uses db, so Close (which holds it for writing) waits for them and
+	// no operation ever touches a closed database.
+	mu     sync.RWMutex
+	closed bool
+}
+
+// OpenBadger opens (creating if needed) the store in dir. Badger's own
+// messages go to logger, named "badger", one level quieter than Badger
+// ranks them: its routine info lines are debug lines here. A nil logger
+// discards them.
+//
+// The options suit a long-lived daemon on a small machine: records are a
+// few hundred bytes, so memtables and value-log files are small, values stay
+// in the LSM tree (no value-log garbage to collect), and there is no block
+// cache (compression is off, so none is needed; the OS page cache serves
+// the tables).
+func OpenBadger(ctx context.Context, dir string, logger hclog.Logger) (*Badger, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("meta: open badger in %s: %w", dir, err)
+	}
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	opts := badger.DefaultOptions(dir).
+		WithLogger(badgerLogger{logger.Named("badger")}).
+		WithSyncWrites(true).
+		WithMetricsEnabled(false).
+		WithMemTableSize(8 << 20).
+		WithNumMemtables(2).
+		WithValueThreshold(64 << 10).
+		WithValueLogFileSize(16 << 20).
+		WithCompression(options.None).
+		WithBlockCacheSize(0).
+		WithIndexCacheSize(0).
+		WithNumCompactors(2).
+		WithNumGoroutines(2)
+	db, err := badger.Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("meta: open badger in %s: %w", dir, err)
+	}
+	// Opening replays the log and may take a while; a caller that gave up
+	// meanwhile gets no half-owned database.
+	if err := ctx.Err(); err != nil {
+		if cerr := db.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		return nil, fmt.Errorf("meta: open badger in %s: %w", dir, err)
+	}
+	return &Badger{db: db, writeSem: make(chan struct{}, 1)}, nil
+}
+
+// Close waits for the calls in flight, then closes the database. Calling
+// it again does nothing; other calls after Close return ErrClosed.
+func (s *Badger) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("meta: close badger: %w", err)
+	}
+	return nil
+}
+
+// CreateBinding implements Store.
+func (s *Badger) CreateBinding(ctx context.Context, b Binding) (Binding, error) {
+	if err := checkText(b); err != nil {
+		return Binding{}, fmt.Errorf("meta: create binding %q/%q: %w", b.Tenant, b.Thread, err)
+	}
+	key := bindingKey(b.ThreadKey)
+	err := s.update(ctx, func(txn *badger.Txn) error {
+		switch _, err := txn.Get(key); {
+		case err == nil:
+			return ErrExists
+		case !errors.Is(err, badger.ErrKeyNotFound):
+			return fmt.Errorf("read: %w", err)
+		}
+		rev, err := nextRevision(txn)
+		if err != nil {
+			return err
+		}
+		b.Revision = rev
+		return setJSON(txn, key, b)
+	})
+	if err != nil {
+		return Binding{}, fmt.Errorf("meta: create binding %q/%q: %w", b.Tenant, b.Thread, err)
+	}
+	return b, nil
+}
+
+// UpdateBinding implements Store.
+func (s *Badger) UpdateBinding(ctx context.Context, b Binding) (Binding, error) {
+	if err := checkText(b); err != nil {
+		return Binding{}, fmt.Errorf("meta: update binding %q/%q: %w", b.Tenant, b.Thread, err)
+	}
+	key := bindingKey(b.ThreadKey)
+	err := s.update(ctx, func(txn *badger.Txn) error {
+		if err := checkRevision(txn, key, b.Revision); err != nil {
+			return err
+		}
+		rev, err := nextRevision(txn)
+		if err != nil {
+			return err
+		}
+		b.Revision = rev
+		return setJSON(txn, key, b)
+	})
+	if err != nil {
+		return Binding{}, fmt.Errorf("meta: update binding %q/%q: %w", b.Tenant, b.Thread, err)
+	}
+	return b, nil
+}
+
+// GetBinding implements Store.
+func (s *Badger) GetBinding(ctx context.Context, k ThreadKey) (Binding, error) {
+	var b Binding
+	err := s.view(ctx, func(txn *badger.Txn) error {
+		item, err := txn.Get(bindingKey(k))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
+		return getJSON(item, &b)
+	})
+	if err != nil {
+		return Binding{}, fmt.Errorf("meta: get binding %q/%q: %w", k.Tenant, k.Thread, err)
+	}
+	// The key is the identity; JSON cannot carry ids that are not UTF-8.
+	b.ThreadKey = k
+	return b, nil
+}
+
+// ListBindings implements Store. The key layout makes Badger's own order
+// the promised one (tenant, then thread).
+func (s *Badger) ListBindings(ctx context.Context) ([]Binding, error) {
+	list := []Binding{}
+	err := s.view(ctx, func(txn *badger.Txn) error {
+		return scan(ctx, txn, bindingPrefix, func(item *badger.Item) error {
+			k, err := parseBindingKey(item.Key())
+			if err != nil {
+				return err
+			}
+			var b Binding
+			if err := getJSON(item, &b); err != nil {
+				return fmt.Errorf("binding %q/%q: %w", k.Tenant, k.Thread, err)
+			}
+			b.ThreadKey = k
+			list = append(list, b)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: list bindings: %w", err)
+	}
+	return list, nil
+}
+
+// DeleteBinding implements Store.
+func (s *Badger) DeleteBinding(ctx context.Context, k ThreadKey, rev uint64) error {
+	key := bindingKey(k)
+	err := s.update(ctx, func(txn *badger.Txn) error {
+		if err := checkRevision(txn, key, rev); err != nil {
+			return err
+		}
+		if err := txn.Delete(key); err != nil {
+			return fmt.Errorf("delete: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("meta: delete binding %q/%q: %w", k.Tenant, k.Thread, err)
+	}
+	return nil
+}
+
+// PutInspectionMount implements Store.
+func (s *Badger) PutInspectionMount(ctx context.Context, m InspectionMount) (InspectionMount, error) {
+	err := s.update(ctx, func(txn *badger.Txn) error {
+		rev, err := nextRevision(txn)
+		if err != nil {
+			return err
+		}
+		m.Revision = rev
+		return setJSON(txn, mountKey(m.Path), mountRecord{
+			InspectionMount: m,
+			RawThreadKey:    appendThreadKey(nil, m.ThreadKey),
+		})
+	})
+	if err != nil {
+		return InspectionMount{}, fmt.Errorf("meta: put inspection mount %q: %w", m.Path, err)
+	}
+	return m, nil
+}
+
+// ListInspectionMounts implements Store.
+func (s *Badger) ListInspectionMounts(ctx context.Context) ([]InspectionMount, error) {
+	list := []InspectionMount{}
+	err := s.view(ctx, func(txn *badger.Txn) error {
+		return scan(ctx, txn, mountPrefix, func(item *badger.Item) error {
+			path, err := parseMountKey(item.Key())
+			if err != nil {
+				return err
+			}
+			var rec mountRecord
+			if err := getJSON(item, &rec); err != nil {
+				return fmt.Errorf("inspection mount %q: %w", path, err)
+			}
+			k, err := parseThreadKey(rec.RawThreadKey)
+			if err != nil {
+				return fmt.Errorf("inspection mount %q: thread key: %w", path, err)
+			}
+			m := rec.InspectionMount
+			m.Path, m.ThreadKey = path, k
+			list = append(list, m)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: list inspection mounts: %w", err)
+	}
+	return list, nil
+}
+
+// DeleteInspectionMount implements Store.
+func (s *Badger) DeleteInspectionMount(ctx context.Context, path string) error {
+	err := s.update(ctx, func(txn *badger.Txn) error {
+		if err := txn.Delete(mountKey(path)); err != nil {
+			return fmt.Errorf("delete: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("meta: delete inspection mount %q: %w", path, err)
+	}
+	return nil
+}
+
+// view runs fn in a read-only transaction, unless the store is closed or
+// ctx is done.
+func (s *Badger) view(ctx context.Context, fn func(txn *badger.Txn) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.db.View(fn)
+}
+
+// update runs fn in a write transaction and commits it, once it is this
+// caller's turn to write (see writeSem). fn may run more than once, so it
+// must set everything it writes afresh on each run.
+func (s *Badger) update(ctx context.Context, fn func(txn *badger.Txn) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	select {
+	case s.writeSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.writeSem }()
+
+	for attempt := 1; ; attempt++ {
+		// Checked before each attempt, never after a commit: a write
+		// that committed is reported as done.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := s.db.Update(fn)
+		if !errors.Is(err, badger.ErrConflict) || attempt == conflictRetries {
+			return err
+		}
+	}
+}
+
+// nextRevision bumps the revision counter in txn and returns its new
+// value. The first revision is 1, so zero never names a stored record.
+func nextRevision(txn *badger.Txn) (uint64, error) {
+	var rev uint64
+	item, err := txn.Get([]byte(revKey))
+	switch {
+	case errors.Is(err, badger.ErrKeyNotFound):
+	case err != nil:
+		return 0, fmt.Errorf("read revision counter: %w", err)
+	default:
+		err := item.Value(func(v []byte) error {
+			if len(v) != 8 {
+				return fmt.Errorf("counter is %d bytes, want 8", len(v))
+			}
+			rev = binary.BigEndian.Uint64(v)
+			return nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("read revision counter: %w", err)
+		}
+	}
+	rev++
+	if err := txn.Set([]byte(revKey), binary.BigEndian.AppendUint64(nil, rev)); err != nil {
+		return 0, fmt.Errorf("bump revision counter: %w", err)
+	}
+	return rev, nil
+}
+
+// checkRevision returns nil if the record under key is stored with
+// revision want, ErrConflict if it has another, ErrNotFound if it is gone.
+func checkRevision(txn *badger.Txn, key []byte, want uint64) error {
+	item, err := txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("read: %w", err)
+	}
+	var stored struct {
+		Revision uint64 `json:"revision"`
+	}
+	if err := getJSON(item, &stored); err != nil {
+		return err
+	}
+	if stored.Revision != want {
+		return fmt.Errorf("%w: stored revision %d, caller has %d", ErrConflict, stored.Revision, want)
+	}
+	return nil
+}
+
+// scan calls fn for each item whose key starts with prefix, in key order.
+func scan(ctx context.Context, txn *badger.Txn, prefix string, fn func(*badger.Item) error) error {
+	opts := badger.DefaultIteratorOptions
+	opts.Prefix = []byte(prefix)
+	it := txn.NewIterator(opts)
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(it.Item()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func setJSON(txn *badger.Txn, key []byte, v any) error {
+	val, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode: %w", err)
+	}
+	if err := txn.Set(key, val); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	return nil
+}
+
+func getJSON(item *badger.Item, v any) error {
+	err := item.Value(func(val []byte) error {
+		return json.Unmarshal(val, v)
+	})
+	if err != nil {
+		return fmt.Errorf("decode: %w", err)
+	}
+	return nil
+}
+
+// mountRecord is an InspectionMount as stored. JSON strings cannot carry
+// ids that are not UTF-8, so the thread key also travels in the encoding of
+// keys.go, which is what is read back; the path is read back from the key.
+type mountRecord struct {
+	InspectionMount
+	RawThreadKey []byte `json:"rawThreadKey"`
+}
+
+// checkText refuses string fields that JSON would silently rewrite (bytes
+// that are not UTF-8 become U+FFFD): a root or mount path read back must be
+// the one that was written. Tenant and thread need no check, the key
+// carries them.
+func checkText(b Binding) error {
+	for _, f := range []struct{ name, val string }{
+		{"host id", b.HostID},
+		{"root", b.Root},
+		{"mount path", b.MountPath},
+	} {
+		if !utf8.ValidString(f.val) {
+			return fmt.Errorf("%s %q is not valid UTF-8", f.name, f.val)
+		}
+	}
+	return nil
+}
+
+// badgerLogger passes Badger's messages to hclog one level down: Badger
+// reports routine work (tables opened, compactions) as info, which is
+// noise in a daemon's log.
+type badgerLogger struct{ l hclog.Logger }
+
+var _ badger.Logger = badgerLogger{}
+
+func (b badgerLogger) Errorf(f string, v ...any) { b.l.Error(line(f, v)) }
+
+func (b badgerLogger) Warningf(f string, v ...any) { b.l.Warn(line(f, v)) }
+
+func (b badgerLogger) Infof(f string, v ...any) {
+	if b.l.IsDebug() {
+		b.l.Debug(line(f, v))
+	}
+}
+
+func (b badgerLogger) Debugf(f string, v ...any) {
+	if b.l.IsTrace() {
+		b.l.Trace(line(f, v))
+	}
+}
+
+// line formats a Badger message, which often ends in a newline of its own.
+func line(f string, v []any) string {
+	return strings.TrimSpace(fmt.Sprintf(f, v...))
+}

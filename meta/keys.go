@@ -1,0 +1,138 @@
+package meta
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+)
+
+// Key layout, shared by every byte-ordered engine (Badger now; etcd ranges
+// order keys the same way):
+//
+//	binding/<component(tenant)><component(thread)>   a Binding, as JSON
+//	imount/<path>                                     an InspectionMount, as JSON (with its
+//	                                                  thread key also encoded as two components)
+//	sys/rev                                           the revision counter, uint64 big-endian
+//
+// Tenant and thread ids come from clients and may hold any bytes, so they
+// cannot simply be joined with a separator: ("a/b", "c") and ("a", "b/c")
+// must stay apart, and so must ids with NUL, empty ids and ids that are not
+// UTF-8. Each id is written as a component: every 0x00 byte becomes
+// 0x00 0xFF and the component ends with 0x00 0x01. This is injective, and it
+// keeps order: the terminator sorts below every byte that can follow inside
+// an id (an escaped NUL or any non-zero byte), so comparing two keys byte by
+// byte compares (tenant, thread) pairs the way Go compares strings. A range
+// scan over binding/ therefore yields bindings ordered by tenant then
+// thread, with no sorting in memory. A length prefix would also be
+// injective, but it orders by length first.
+//
+// An inspection mount key has a single component, the path, so the raw
+// bytes are enough and the order is the path's.
+const (
+	bindingPrefix = "binding/"
+	mountPrefix   = "imount/"
+	revKey        = "sys/rev"
+)
+
+const (
+	escByte  = 0x00
+	escNUL   = 0xFF // escByte escNUL stands for a NUL inside an id
+	escEnd   = 0x01 // escByte escEnd ends a component
+	endBytes = 2
+)
+
+// errBadKey means a stored key does not follow the layout; it points at a
+// corrupt store or a bug, never at a client's input.
+var errBadKey = errors.New("malformed key")
+
+// appendComponent appends s to dst as one escaped, terminated component.
+func appendComponent(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if s[i] == escByte {
+			dst = append(dst, escByte, escNUL)
+			continue
+		}
+		dst = append(dst, s[i])
+	}
+	return append(dst, escByte, escEnd)
+}
+
+// readComponent decodes the component at the start of b and returns it with
+// the bytes that follow it.
+func readComponent(b []byte) (s string, rest []byte, err error) {
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] != escByte {
+			out = append(out, b[i])
+			continue
+		}
+		if i+1 == len(b) {
+			return "", nil, fmt.Errorf("%w: escape at end of key", errBadKey)
+		}
+		switch b[i+1] {
+		case escNUL:
+			out = append(out, escByte)
+			i++
+		case escEnd:
+			return string(out), b[i+endBytes:], nil
+		default:
+			return "", nil, fmt.Errorf("%w: bad escape 0x%02x", errBadKey, b[i+1])
+		}
+	}
+	return "", nil, fmt.Errorf("%w: unterminated component", errBadKey)
+}
+
+// appendThreadKey appends k to dst as two components, tenant then thread.
+func appendThreadKey(dst []byte, k ThreadKey) []byte {
+	return appendComponent(appendComponent(dst, k.Tenant), k.Thread)
+}
+
+// parseThreadKey is the inverse of appendThreadKey; b must hold nothing
+// else.
+func parseThreadKey(b []byte) (ThreadKey, error) {
+	tenant, rest, err := readComponent(b)
+	if err != nil {
+		return ThreadKey{}, fmt.Errorf("tenant: %w", err)
+	}
+	thread, rest, err := readComponent(rest)
+	if err != nil {
+		return ThreadKey{}, fmt.Errorf("thread: %w", err)
+	}
+	if len(rest) != 0 {
+		return ThreadKey{}, fmt.Errorf("%w: %d trailing bytes", errBadKey, len(rest))
+	}
+	return ThreadKey{Tenant: tenant, Thread: thread}, nil
+}
+
+// bindingKey returns the store key of the binding for k.
+func bindingKey(k ThreadKey) []byte {
+	key := make([]byte, 0, len(bindingPrefix)+len(k.Tenant)+len(k.Thread)+2*endBytes)
+	return appendThreadKey(append(key, bindingPrefix...), k)
+}
+
+// parseBindingKey is the inverse of bindingKey.
+func parseBindingKey(key []byte) (ThreadKey, error) {
+	rest, ok := bytes.CutPrefix(key, []byte(bindingPrefix))
+	if !ok {
+		return ThreadKey{}, fmt.Errorf("%w: %q has no %q prefix", errBadKey, key, bindingPrefix)
+	}
+	k, err := parseThreadKey(rest)
+	if err != nil {
+		return ThreadKey{}, fmt.Errorf("key %q: %w", key, err)
+	}
+	return k, nil
+}
+
+// mountKey returns the store key of the inspection mount at path.
+func mountKey(path string) []byte {
+	return append([]byte(mountPrefix), path...)
+}
+
+// parseMountKey is the inverse of mountKey.
+func parseMountKey(key []byte) (string, error) {
+	path, ok := bytes.CutPrefix(key, []byte(mountPrefix))
+	if !ok {
+		return "", fmt.Errorf("%w: %q has no %q prefix", errBadKey, key, mountPrefix)
+	}
+	return string(path), nil
+}
