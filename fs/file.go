@@ -101,8 +101,16 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 // change made through the mount, and a change made to the backing folder
 // directly shows up as a new size or mtime, which drops the cache
 // (AUTO_INVAL_DATA).
+//
+// A file opened read-only needs no FLUSH at close: there is nothing to
+// write back, and POSIX locks are released by their own unlock request.
+// That saves one round trip per open for readers such as grep.
 func (r *root) openFlags(flags uint32) uint32 {
-	return fuse.FOPEN_KEEP_CACHE
+	out := uint32(fuse.FOPEN_KEEP_CACHE)
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		out |= fuse.FOPEN_NOFLUSH
+	}
+	return out
 }
 
 // daemonFlags are the open flags for the daemon's own descriptor of a file

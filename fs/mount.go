@@ -40,6 +40,8 @@ type Options struct {
 	// Zero means the defaults (DefaultEntryTimeout and so on); a negative
 	// value means no caching.
 	EntryTimeout, AttrTimeout, NegativeTimeout time.Duration
+	// Debug logs every FUSE request and reply to Logger (very verbose).
+	Debug bool
 }
 
 // Default cache timeouts. This daemon sees every change made through its
@@ -152,7 +154,8 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		// write otherwise, passthrough or not); the mount is nosuid, and
 		// the backing filesystem drops set-id bits on its own writes.
 		ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2,
-		Logger:            hclog.NewNullLogger().StandardLogger(nil),
+		Logger:            logger.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
+		Debug:             opts.Debug,
 	}
 	if os.Geteuid() == 0 {
 		// Other users (the jail's) may use the mount; the kernel checks
@@ -304,13 +307,23 @@ func isOctal(s string) bool {
 	return true
 }
 
-// RaiseFileLimit lifts the soft limit on open files to the hard limit. A
-// mount keeps one descriptor per inode the kernel knows, so a daemon that
-// serves many busy workspaces needs far more than the usual 1024.
+// RaiseFileLimit lifts the limit on open files as far as it may go: to
+// the system's per-process ceiling (fs.nr_open) where the process may
+// raise its hard limit (root), to the hard limit otherwise. A mount keeps
+// one descriptor per inode the kernel knows, so a daemon serving many busy
+// workspaces needs far more than the usual 1024.
 func RaiseFileLimit() error {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 		return fmt.Errorf("fs: read open-file limit: %w", err)
+	}
+	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
+		var ceiling uint64
+		if _, err := fmt.Sscan(string(b), &ceiling); err == nil && ceiling > lim.Max {
+			if unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: ceiling, Max: ceiling}) == nil {
+				return nil
+			}
+		}
 	}
 	if lim.Cur >= lim.Max {
 		return nil
