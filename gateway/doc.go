@@ -34,6 +34,39 @@
 //	mnt/<tenant>/<thread>          FUSE mount points of bound threads
 //	warren.sock                    the API socket, unless Config.SocketPath says otherwise
 //
+// # API
+//
+// HTTP/1.1 + JSON on the Unix socket; the routes are the table in api.go.
+// Ids travel as single escaped path segments and are unescaped segment by
+// segment, so "..", "." and "a/b" are ids like any other (send them
+// escaped: %2E%2E, %2E, a%2Fb). An empty tenant segment is the default
+// tenant; an empty thread, an id over MaxIDBytes or not UTF-8 is a 400.
+//
+//	POST   /v1/tenants/{tenant}/threads/{thread}/bind   {"binding":{...},"mountPath":"..."}
+//	GET    /v1/tenants/{tenant}/threads/{thread}        {"binding":{...}}
+//	POST   /v1/tenants/{tenant}/threads/{thread}/close  {"binding":{...}}
+//	DELETE /v1/tenants/{tenant}/threads/{thread}        {"deleted":{"tenant":..,"thread":..}}
+//	GET    /v1/threads[?tenant=T]                       {"bindings":[...]}
+//	POST   /v1/mounts  {"tenant","thread","path","writable"}  {"mount":{...}}
+//	GET    /v1/mounts                                   {"mounts":[...]}
+//	DELETE /v1/mounts?path=DIR                          {"unmounted":"DIR"}
+//
+// For example:
+//
+//	curl --unix-socket /var/lib/warren/warren.sock -X POST \
+//	    http://warren/v1/tenants/acme/threads/fix-login/bind
+//	curl --unix-socket /var/lib/warren/warren.sock -X DELETE \
+//	    'http://warren/v1/mounts?path=%2Fsrv%2Finspect'
+//
+// Every error is {"error":{"code":"...","message":"..."}}: 400 invalid
+// (malformed ids, JSON, unknown fields or query parameters), 403
+// forbidden (peer uid, a DIR the caller does not own), 404 not_found, 405
+// method_not_allowed (with Allow), 409 conflict, pinned or busy, 413
+// too_large (bodies over 1 MiB), 503 unavailable (shutting down), 500
+// internal. A request line that net/http cannot parse, or headers over
+// 64 KiB, are refused by net/http itself before the route table, in plain
+// text. A refused request changes nothing.
+//
 // # Lock order
 //
 // A thread lock (one per ThreadKey, see keyedLocks) is taken first and held
