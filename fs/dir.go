@@ -28,6 +28,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, fusefs.ToErrno(err)
 	}
 	n.ownByCaller(ctx, fd)
+	n.root.changedEntry(n, name)
 	return n.addChild(ctx, fd, name, out)
 }
 
@@ -52,6 +53,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 		return nil, fusefs.ToErrno(err)
 	}
 	n.ownByCaller(ctx, fd)
+	n.root.changedEntry(n, name)
 	return n.addChild(ctx, fd, name, out)
 }
 
@@ -74,12 +76,13 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}
 	n.ownByCaller(ctx, pfd)
+	n.root.changedEntry(n, name)
 	ch, errno := n.addChild(ctx, pfd, name, out)
 	if errno != 0 {
 		unix.Close(ofd)
 		return nil, nil, 0, errno
 	}
-	return ch, n.root.newHandle(ofd), n.root.openFlags(flags), 0
+	return ch, n.root.newHandle(ofd, ch.Operations().(*node), flags), n.root.openFlags(flags), 0
 }
 
 // Tmpfile serves O_TMPFILE: an unnamed file in this directory.
@@ -104,22 +107,31 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}
 	out.Attr.FromStat(&st)
-	ch := n.NewInode(ctx, n.root.newNode(pfd), fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: 1})
-	return ch, n.root.newHandle(ofd), n.root.openFlags(flags), 0
+	nd := n.root.newNode(pfd, st.Ino)
+	ch := n.NewInode(ctx, nd, fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: 1})
+	return ch, n.root.newHandle(ofd, nd, flags), n.root.openFlags(flags), 0
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if errno := n.mayModify(name); errno != 0 {
 		return errno
 	}
-	return fusefs.ToErrno(unix.Unlinkat(n.fd.get(), name, 0))
+	if err := unix.Unlinkat(n.fd.get(), name, 0); err != nil {
+		return fusefs.ToErrno(err)
+	}
+	n.root.changedEntry(n, name)
+	return 0
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if errno := n.mayModify(name); errno != 0 {
 		return errno
 	}
-	return fusefs.ToErrno(unix.Unlinkat(n.fd.get(), name, unix.AT_REMOVEDIR))
+	if err := unix.Unlinkat(n.fd.get(), name, unix.AT_REMOVEDIR); err != nil {
+		return fusefs.ToErrno(err)
+	}
+	n.root.changedEntry(n, name)
+	return 0
 }
 
 // Rename moves an entry. A symlink moved to another directory means
@@ -146,7 +158,12 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 			}
 		}
 	}
-	return fusefs.ToErrno(unix.Renameat2(n.fd.get(), name, np.fd.get(), newName, uint(flags)))
+	if err := unix.Renameat2(n.fd.get(), name, np.fd.get(), newName, uint(flags)); err != nil {
+		return fusefs.ToErrno(err)
+	}
+	n.root.changedEntry(n, name)
+	n.root.changedEntry(np, newName)
+	return 0
 }
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHandle, uint32, syscall.Errno) {

@@ -15,13 +15,31 @@ import (
 // the daemon at all: the kernel does them on the backing file.
 type handle struct {
 	*fusefs.LoopbackFile
+	// released, if set, runs after the file is closed; set for handles
+	// that may have written, so other mounts drop what they cached.
+	released func()
 }
 
-func (r *root) newHandle(fd int) fusefs.FileHandle {
+var _ fusefs.FileReleaser = (*handle)(nil)
+
+// Release closes the backing descriptor.
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	errno := h.LoopbackFile.Release(ctx)
+	if h.released != nil {
+		h.released()
+	}
+	return errno
+}
+
+// newHandle wraps fd, opened with flags for node n.
+func (r *root) newHandle(fd int, n *node, flags uint32) fusefs.FileHandle {
 	h := &handle{LoopbackFile: fusefs.NewLoopbackFile(fd).(*fusefs.LoopbackFile)}
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
+		h.released = func() { r.changedInode(n) }
+	}
 	if r.noPassthrough {
 		// Hide PassthroughFd: a handle without it is served by the daemon.
-		return &plainHandle{h.LoopbackFile}
+		return &plainHandle{h}
 	}
 	return h
 }
@@ -29,7 +47,7 @@ func (r *root) newHandle(fd int) fusefs.FileHandle {
 // plainHandle is a handle that go-fuse cannot pass through, because it
 // lacks the PassthroughFd method.
 type plainHandle struct {
-	f *fusefs.LoopbackFile
+	f *handle
 }
 
 var (
@@ -93,7 +111,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 	if err != nil {
 		return nil, 0, fusefs.ToErrno(err)
 	}
-	return n.root.newHandle(fd), n.root.openFlags(flags), 0
+	if flags&syscall.O_TRUNC != 0 {
+		n.root.changedInode(n)
+	}
+	return n.root.newHandle(fd, n, flags), n.root.openFlags(flags), 0
 }
 
 // openFlags are the FOPEN flags for a file opened with flags. The kernel

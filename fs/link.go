@@ -38,6 +38,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 		return nil, fusefs.ToErrno(err)
 	}
 	n.ownByCaller(ctx, fd)
+	n.root.changedEntry(n, name)
 	return n.addChild(ctx, fd, name, out)
 }
 
@@ -93,6 +94,8 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 		unix.Unlinkat(dfd, name, 0)
 		return nil, fusefs.ToErrno(err)
 	}
+	n.root.changedEntry(n, name)
+	n.root.changedInode(t) // its link count
 	return n.addChild(ctx, fd, name, out)
 }
 

@@ -42,6 +42,9 @@ type Options struct {
 	EntryTimeout, AttrTimeout, NegativeTimeout time.Duration
 	// Debug logs every FUSE request and reply to Logger (very verbose).
 	Debug bool
+	// Hub, if set, joins this mount to the other mounts of the gateway,
+	// so changes made through one are seen at once through the others.
+	Hub *Hub
 }
 
 // Default cache timeouts. This daemon sees every change made through its
@@ -73,6 +76,55 @@ type root struct {
 	uid, gid      int // the daemon's own ids
 	log           hclog.Logger
 	onRefusal     func(Refusal)
+	hub           *Hub // nil when the mount is on its own
+
+	mu    sync.Mutex
+	nodes map[uint64]*node // the nodes the kernel knows, by inode; guarded by mu
+}
+
+// remember records n as the node the kernel knows for its inode.
+func (r *root) remember(n *node) {
+	if r.hub == nil {
+		return
+	}
+	r.mu.Lock()
+	r.nodes[n.ino] = n
+	r.mu.Unlock()
+}
+
+// forget drops n once the kernel forgot it.
+func (r *root) forget(n *node) {
+	if r.hub == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.nodes[n.ino] == n {
+		delete(r.nodes, n.ino)
+	}
+	r.mu.Unlock()
+}
+
+// known returns the node the kernel knows for inode ino, or nil.
+func (r *root) known(ino uint64) *node {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.nodes[ino]
+}
+
+// changedEntry tells the other mounts of this folder that the name in dir
+// changed (made, removed, renamed).
+func (r *root) changedEntry(dir *node, name string) {
+	if r.hub != nil {
+		r.hub.post(notice{from: r, dev: r.dev, ino: dir.ino, name: name})
+	}
+}
+
+// changedInode tells the other mounts of this folder that the attributes
+// or content of n changed.
+func (r *root) changedInode(n *node) {
+	if r.hub != nil {
+		r.hub.post(notice{from: r, dev: r.dev, ino: n.ino})
+	}
 }
 
 // refuse logs a refused escape attempt and reports it.
@@ -128,8 +180,11 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		gid:           os.Getegid(),
 		log:           logger.With("mount", opts.Name),
 		onRefusal:     opts.OnRefusal,
+		hub:           opts.Hub,
+		nodes:         make(map[uint64]*node),
 	}
-	rootNode := r.newNode(rootFd)
+	rootNode := r.newNode(rootFd, st.Ino)
+	r.remember(rootNode)
 
 	entry := timeout(opts.EntryTimeout, DefaultEntryTimeout)
 	attr := timeout(opts.AttrTimeout, DefaultAttrTimeout)
@@ -176,8 +231,14 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		return nil, fmt.Errorf("fs: mount %s at %s: %w", backing, mountpoint, err)
 	}
 	m := &Mount{mountpoint: mountpoint, server: server, root: r, done: make(chan struct{})}
+	if r.hub != nil {
+		r.hub.add(r)
+	}
 	go func() {
 		server.Wait()
+		if r.hub != nil {
+			r.hub.remove(r)
+		}
 		unix.Close(fd)
 		close(m.done)
 	}()

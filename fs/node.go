@@ -26,6 +26,8 @@ type node struct {
 	root *root
 	// fd is the O_PATH descriptor; set at creation, closed on forget.
 	fd *pathFd
+	// ino is the backing inode number; immutable.
+	ino uint64
 }
 
 // pathFd owns one O_PATH descriptor. It is closed either when the kernel
@@ -77,16 +79,19 @@ var (
 )
 
 // newNode wraps an O_PATH descriptor in a node; the node owns fd from now on.
-func (r *root) newNode(fd int) *node {
+func (r *root) newNode(fd int, ino uint64) *node {
 	p := newPathFd(fd)
-	n := &node{root: r, fd: p}
+	n := &node{root: r, fd: p, ino: ino}
 	runtime.AddCleanup(n, func(p *pathFd) { p.close() }, p)
 	return n
 }
 
 // OnForget closes the descriptor as soon as the kernel no longer needs the
 // node, instead of waiting for the garbage collector.
-func (n *node) OnForget() { n.fd.close() }
+func (n *node) OnForget() {
+	n.root.forget(n)
+	n.fd.close()
+}
 
 // rel returns the node's path inside the root, "/"-separated, for logs,
 // refusals and link checks.
@@ -117,8 +122,11 @@ func (n *node) addChild(ctx context.Context, fd int, name string, out *fuse.Entr
 		return nil, syscall.EACCES
 	}
 	out.Attr.FromStat(&st)
-	ch := n.root.newNode(fd)
-	return n.NewInode(ctx, ch, fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: 1}), 0
+	ch := n.NewInode(ctx, n.root.newNode(fd, st.Ino), fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: 1})
+	if winner, ok := ch.Operations().(*node); ok {
+		n.root.remember(winner)
+	}
+	return ch, 0
 }
 
 // Lookup finds name in the directory without following a link in its place.
@@ -162,6 +170,7 @@ func (n *node) Setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAt
 	if n.root.readOnly {
 		return syscall.EROFS
 	}
+	defer n.root.changedInode(n)
 	if s, ok := fh.(fusefs.FileSetattrer); ok && fh != nil {
 		return s.Setattr(ctx, in, out)
 	}

@@ -31,6 +31,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if n.isSymlink() {
 		return syscall.EPERM
 	}
+	defer n.root.changedInode(n)
 	return fusefs.ToErrno(unix.Setxattr(procFdPath(n.fd.get()), attr, data, int(flags)))
 }
 
@@ -41,6 +42,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if n.isSymlink() {
 		return syscall.EPERM
 	}
+	defer n.root.changedInode(n)
 	return fusefs.ToErrno(unix.Removexattr(procFdPath(n.fd.get()), attr))
 }
 

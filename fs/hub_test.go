@@ -1,0 +1,71 @@
+package fs
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestHubTwoMounts serves one folder twice with long cache timeouts. With
+// a hub, what one mount changes shows through the other at once; without
+// one, the second mount's caches would hide it for a minute.
+func TestHubTwoMounts(t *testing.T) {
+	requireFUSE(t)
+	long := Options{EntryTimeout: time.Minute, AttrTimeout: time.Minute, NegativeTimeout: time.Minute}
+	for _, c := range []struct {
+		name    string
+		withHub bool
+	}{{"hub", true}, {"no hub", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			opts := long
+			if c.withHub {
+				hub := NewHub(nil)
+				t.Cleanup(hub.Close)
+				opts.Hub = hub
+			}
+			backing, a := mountTemp(t, opts)
+			b := filepath.Join(t.TempDir(), "b")
+			must(t, os.Mkdir(b, 0o755))
+			mb, err := Serve(context.Background(), backing, b, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { mb.Close() })
+
+			must(t, os.WriteFile(filepath.Join(a, "f"), []byte("old"), 0o644))
+			// b caches the name, the size and the missing name "g".
+			if got, err := os.ReadFile(filepath.Join(b, "f")); err != nil || string(got) != "old" {
+				t.Fatalf("b reads %q, %v; want old", got, err)
+			}
+			if _, err := os.Stat(filepath.Join(b, "g")); !os.IsNotExist(err) {
+				t.Fatalf("g exists before it was made: %v", err)
+			}
+			must(t, os.WriteFile(filepath.Join(a, "f"), []byte("newer content"), 0o644))
+			must(t, os.WriteFile(filepath.Join(a, "g"), []byte("g"), 0o644))
+
+			stale := false
+			deadline := time.Now().Add(2 * time.Second)
+			for {
+				got, err := os.ReadFile(filepath.Join(b, "f"))
+				_, gerr := os.Stat(filepath.Join(b, "g"))
+				if err == nil && string(got) == "newer content" && gerr == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					stale = true
+					t.Logf("b still shows f=%q (%v), g: %v", got, err, gerr)
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if c.withHub && stale {
+				t.Errorf("with a hub, b did not see a's changes")
+			}
+			if !c.withHub && !stale {
+				t.Errorf("without a hub, b saw a's changes at once: this test cannot tell the hub works")
+			}
+		})
+	}
+}
