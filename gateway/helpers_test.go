@@ -177,10 +177,13 @@ func startEnv(t testing.TB, cfg Config) *testEnv {
 	return env
 }
 
-// newStore returns an empty metadata store closed when the test ends.
+// newStore returns an empty Badger store closed when the test ends.
 func newStore(t testing.TB) meta.Store {
 	t.Helper()
-	s := newMemStore()
+	s, err := meta.OpenBadger(context.Background(), filepath.Join(t.TempDir(), "meta"), hclog.NewNullLogger())
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
 	t.Cleanup(func() { s.Close() })
 	return s
 }
