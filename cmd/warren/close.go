@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"warren/gateway"
+)
+
+func closeCmd(ctx context.Context, e *cliEnv, args []string) error {
+	var tf threadFlags
+	fs := newFlags(e, "close", "--thread ID [--tenant T]")
+	addThreadFlags(e, fs, &tf)
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return usagef("unexpected arguments %q", rest)
+	}
+	if err := tf.check(); err != nil {
+		return err
+	}
+	return closeThread(ctx, e, gateway.NewClient(tf.socket), tf)
+}
+
+// closeThread unmounts a thread, keeping its folder and its record.
+func closeThread(ctx context.Context, e *cliEnv, c *gateway.Client, tf threadFlags) error {
+	if _, err := c.CloseThread(ctx, tf.tenant, tf.thread); err != nil {
+		return callError(tf.socket, fmt.Sprintf("close %s", showThread(tf.tenant, tf.thread)), err)
+	}
+	_, err := fmt.Fprintf(e.stdout, "closed %s\n", showThread(tf.tenant, tf.thread))
+	return err
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"unicode"
+
+	"warren/gateway"
+)
+
+// newFlags returns a flag set for verb whose errors and help go to e.stderr
+// and come back as errors (never os.Exit).
+func newFlags(e *cliEnv, verb, args string) *flag.FlagSet {
+	fs := flag.NewFlagSet("warren "+verb, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: warren %s %s\n", verb, args)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args, letting flags and arguments come in any order
+// ("warren mount DIR --thread t" and "warren mount --thread t DIR"), and
+// returns the arguments. A flag error is a usage error.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			// The flag package has printed the error and the usage.
+			return nil, &usageError{msg: err.Error(), shown: true}
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// defaultDataDir is where warren keeps its data when --data is not given:
+// /var/lib/warren for root, else the user's state folder.
+func defaultDataDir(getenv func(string) string) string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/warren"
+	}
+	if s := getenv("XDG_STATE_HOME"); s != "" && filepath.IsAbs(s) {
+		return filepath.Join(s, "warren")
+	}
+	if h := getenv("HOME"); h != "" {
+		return filepath.Join(h, ".local", "state", "warren")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "state", "warren")
+	}
+	return filepath.Join(os.TempDir(), "warren-"+strconv.Itoa(os.Geteuid()))
+}
+
+// threadFlags are the flags that name a thread and the socket.
+type threadFlags struct {
+	socket, tenant, thread string
+}
+
+// clientFlags adds --socket to fs.
+func clientFlags(e *cliEnv, fs *flag.FlagSet, socket *string) {
+	def := e.getenv("WARREN_SOCKET")
+	if def == "" {
+		def = gateway.DefaultSocket(defaultDataDir(e.getenv))
+	}
+	fs.StringVar(socket, "socket", def, "gateway socket (default from WARREN_SOCKET, else the default data folder's)")
+}
+
+// addThreadFlags adds --socket, --tenant and --thread to fs.
+func addThreadFlags(e *cliEnv, fs *flag.FlagSet, tf *threadFlags) {
+	clientFlags(e, fs, &tf.socket)
+	fs.StringVar(&tf.tenant, "tenant", "", "tenant id (default \"default\")")
+	fs.StringVar(&tf.thread, "thread", "", "thread id (required)")
+}
+
+// check reports a missing --thread as a usage error.
+func (tf *threadFlags) check() error {
+	if tf.thread == "" {
+		return usagef("--thread is required")
+	}
+	return nil
+}
+
+// callError words the error of a call to the gateway for a person. The
+// gateway's own answers already name the thread and the step; other
+// errors (the socket) get what was being done and a hint.
+func callError(socket, doing string, err error) error {
+	var apiErr *gateway.APIError
+	switch {
+	case errors.As(err, &apiErr):
+		return err
+	case errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("%s: no gateway answers on %s (is 'warren serve' running? set --socket or WARREN_SOCKET): %w", doing, socket, err)
+	case errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("%s: no permission to use the gateway socket %s: %w", doing, socket, err)
+	}
+	return fmt.Errorf("%s: %w", doing, err)
+}
+
+// showID prints an id for a terminal: as it is if it is plain, else
+// quoted, so that control characters or escape sequences in a client's id
+// can neither garble the output nor drive the terminal.
+func showID(id string) string {
+	if id == "" {
+		return `""`
+	}
+	for _, r := range id {
+		if !unicode.IsGraphic(r) || unicode.IsSpace(r) || r == '"' || r == '\\' {
+			return strconv.Quote(id)
+		}
+	}
+	return id
+}
+
+// showThread names a thread in messages.
+func showThread(tenant, thread string) string {
+	if tenant == "" {
+		tenant = gateway.DefaultTenant
+	}
+	return showID(tenant) + "/" + showID(thread)
+}
+
+// absDir makes a client's folder argument absolute: the gateway runs
+// elsewhere and needs a full path.
+func absDir(dir string) (string, error) {
+	if strings.TrimSpace(dir) == "" {
+		return "", usagef("DIR is empty")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("resolve %s: %w", dir, err)
+	}
+	return abs, nil
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+
+	"warren/gateway"
+)
+
+func lsCmd(ctx context.Context, e *cliEnv, args []string) error {
+	var socket, tenant string
+	fs := newFlags(e, "ls", "[--tenant T] [--json]")
+	clientFlags(e, fs, &socket)
+	fs.StringVar(&tenant, "tenant", "", "list only this tenant's threads")
+	asJSON := fs.Bool("json", false, "print the bindings as JSON")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return usagef("unexpected arguments %q", rest)
+	}
+	var only *string
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "tenant" {
+			only = &tenant
+		}
+	})
+	return ls(ctx, e, gateway.NewClient(socket), socket, only, *asJSON)
+}
+
+// ls prints the bindings, of one tenant if tenant is not nil, as a table
+// or as JSON.
+func ls(ctx context.Context, e *cliEnv, c *gateway.Client, socket string, tenant *string, asJSON bool) error {
+	var tis []gateway.ThreadInfo
+	var err error
+	if tenant != nil {
+		tis, err = c.TenantThreads(ctx, *tenant)
+	} else {
+		tis, err = c.Threads(ctx)
+	}
+	if err != nil {
+		return callError(socket, "list threads", err)
+	}
+	if asJSON {
+		if tis == nil {
+			tis = []gateway.ThreadInfo{}
+		}
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		return enc.Encode(tis)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tTHREAD\tSTATE\tMOUNT")
+	for _, ti := range tis {
+		state := string(ti.State)
+		if ti.State == "bound" && !ti.Mounted {
+			state = "bound (not mounted)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", showID(ti.Tenant), showID(ti.Thread), state, ti.MountPath)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,108 @@
+// Command warren runs the warren gateway (warren serve) and talks to it
+// (every other verb). Each verb lives in its own file: it parses its flags
+// and calls an unexported function that the tests call too.
+//
+// Exit status: 0 on success, 1 when the call failed, 2 on a usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// verb is one subcommand.
+type verb struct {
+	summary string
+	run     func(ctx context.Context, e *cliEnv, args []string) error
+}
+
+// verbs is the table of subcommands.
+func verbs() map[string]verb {
+	return map[string]verb{
+		"serve":  {"run the gateway daemon", serveCmd},
+		"bind":   {"bind a thread and print its mount path", bindCmd},
+		"ls":     {"list bound threads", lsCmd},
+		"close":  {"unmount a thread, keep its folder", closeCmd},
+		"delete": {"unmount a thread and remove its folder and record", deleteCmd},
+		"mount":  {"mount a thread's workspace at DIR for inspection", mountCmd},
+		"umount": {"take down an inspection mount", umountCmd},
+	}
+}
+
+// cliEnv is what a verb may touch of the outside world; tests fill it in.
+type cliEnv struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// usageError marks a mistake in how warren was called (exit status 2).
+type usageError struct {
+	msg   string
+	shown bool // already printed, with the usage
+}
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+func main() {
+	e := &cliEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	os.Exit(run(context.Background(), e, os.Args[1:]))
+}
+
+// run runs one warren command line and returns its exit status.
+func run(ctx context.Context, e *cliEnv, args []string) int {
+	vs := verbs()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		printUsage(e.stderr, vs)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	v, ok := vs[args[0]]
+	if !ok {
+		fmt.Fprintf(e.stderr, "warren: unknown command %q\n", args[0])
+		printUsage(e.stderr, vs)
+		return 2
+	}
+	err := v.run(ctx, e, args[1:])
+	var ue *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		if !ue.shown {
+			fmt.Fprintf(e.stderr, "warren %s: %v\n", args[0], err)
+		}
+		return 2
+	default:
+		fmt.Fprintf(e.stderr, "warren %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+func printUsage(w io.Writer, vs map[string]verb) {
+	names := make([]string, 0, len(vs))
+	for n := range vs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("usage: warren <command> [flags] [args]\n\ncommands:\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-8s %s\n", n, vs[n].summary)
+	}
+	b.WriteString("\nRun 'warren <command> -h' for the flags of a command.\n")
+	io.WriteString(w, b.String())
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"warren/gateway"
+)
+
+func mountCmd(ctx context.Context, e *cliEnv, args []string) error {
+	var tf threadFlags
+	fs := newFlags(e, "mount", "--thread ID [--tenant T] [--rw] DIR")
+	addThreadFlags(e, fs, &tf)
+	rw := fs.Bool("rw", false, "allow writes (the mount is read-only otherwise)")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usagef("want exactly one DIR, got %d arguments", len(rest))
+	}
+	if err := tf.check(); err != nil {
+		return err
+	}
+	dir, err := absDir(rest[0])
+	if err != nil {
+		return err
+	}
+	return mount(ctx, e, gateway.NewClient(tf.socket), tf, dir, *rw)
+}
+
+// mount asks the gateway to serve a thread's workspace at dir, and prints
+// where it is.
+func mount(ctx context.Context, e *cliEnv, c *gateway.Client, tf threadFlags, dir string, writable bool) error {
+	mi, err := c.Mount(ctx, gateway.MountRequest{Tenant: tf.tenant, Thread: tf.thread, Path: dir, Writable: writable})
+	if err != nil {
+		return callError(tf.socket, fmt.Sprintf("mount %s at %s", showThread(tf.tenant, tf.thread), dir), err)
+	}
+	mode := "read-only"
+	if mi.Writable {
+		mode = "read-write"
+	}
+	_, err = fmt.Fprintf(e.stdout, "%s (%s)\n", mi.Path, mode)
+	return err
+}

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"warren/gateway"
+)
+
+func umountCmd(ctx context.Context, e *cliEnv, args []string) error {
+	var socket string
+	fs := newFlags(e, "umount", "DIR")
+	clientFlags(e, fs, &socket)
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usagef("want exactly one DIR, got %d arguments", len(rest))
+	}
+	dir, err := absDir(rest[0])
+	if err != nil {
+		return err
+	}
+	return umount(ctx, gateway.NewClient(socket), socket, dir)
+}
+
+// umount takes down the inspection mount at dir.
+func umount(ctx context.Context, c *gateway.Client, socket, dir string) error {
+	if err := c.Unmount(ctx, dir); err != nil {
+		return callError(socket, fmt.Sprintf("unmount %s", dir), err)
+	}
+	return nil
+}
