@@ -6,9 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
+	"sync/atomic"
 
 	"warren/meta"
 )
+
+// restoreParallel bounds the mounts made at once at start.
+const restoreParallel = 16
 
 // restore mounts again what the store says this host served: every thread
 // in state bound, then every inspection mount. A crashed daemon leaves dead
@@ -23,7 +28,14 @@ func (g *Gateway) restore(ctx context.Context) {
 		g.log.Error("restore: list bindings", "error", err)
 		return
 	}
-	var mounted, failed int
+	// Mount in parallel, a few at a time: a host with a thousand threads
+	// should not wait for them one by one. Each mount touches only its own
+	// thread's entry (under g.mu).
+	var (
+		wg              sync.WaitGroup
+		sem             = make(chan struct{}, restoreParallel)
+		mounted, failed atomic.Int64
+	)
 	for _, b := range bs {
 		if b.State != meta.StateBound {
 			continue
@@ -32,14 +44,19 @@ func (g *Gateway) restore(ctx context.Context) {
 			g.log.Debug("restore: thread belongs to another host", "tenant", b.Tenant, "thread", b.Thread, "owner", b.HostID)
 			continue
 		}
-		if err := g.restoreThread(ctx, b.ThreadKey); err != nil {
-			failed++
-			g.log.Error("restore: mount thread", "tenant", b.Tenant, "thread", b.Thread, "path", b.MountPath, "error", err)
-			g.setMountErr(b.ThreadKey, err)
-			continue
-		}
-		mounted++
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := g.restoreThread(ctx, b.ThreadKey); err != nil {
+				failed.Add(1)
+				g.log.Error("restore: mount thread", "tenant", b.Tenant, "thread", b.Thread, "path", b.MountPath, "error", err)
+				g.setMountErr(b.ThreadKey, err)
+				return
+			}
+			mounted.Add(1)
+		})
 	}
+	wg.Wait()
 
 	ms, err := g.store.ListInspectionMounts(ctx)
 	if err != nil {
@@ -61,13 +78,13 @@ func (g *Gateway) restore(ctx context.Context) {
 		g.inspections[m.Path] = &inspectionMount{key: m.ThreadKey, mount: mount, err: err}
 		g.mu.Unlock()
 		if err != nil {
-			failed++
+			failed.Add(1)
 			g.log.Error("restore: inspection mount", "tenant", m.Tenant, "thread", m.Thread, "path", m.Path, "error", err)
 			continue
 		}
-		mounted++
+		mounted.Add(1)
 	}
-	g.log.Info("restored mounts", "mounted", mounted, "failed", failed)
+	g.log.Info("restored mounts", "mounted", mounted.Load(), "failed", failed.Load())
 }
 
 // restoreThread mounts a bound thread again at its mount point.

@@ -368,3 +368,32 @@ func TestKeyedLocksCancel(t *testing.T) {
 		t.Errorf("got %d locks left, want 0", got)
 	}
 }
+
+func TestRestartMany(t *testing.T) {
+	store := newStore(t)
+	dataDir := t.TempDir() + "/data"
+	ctx := context.Background()
+	env1 := startEnv(t, Config{DataDir: dataDir, Store: store})
+	const n = 100
+	for i := range n {
+		if _, err := env1.c.Bind(ctx, fmt.Sprintf("tenant-%d", i%7), fmt.Sprintf("t-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := env1.g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	env2 := startEnv(t, Config{DataDir: dataDir, Store: store})
+	if live, made := env2.m.count(); live != n || made != n {
+		t.Errorf("after restart: got %d live mounts from %d mounts, want %d", live, made, n)
+	}
+	tis, err := env2.c.Threads(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ti := range tis {
+		if !ti.Mounted {
+			t.Errorf("%s/%s not mounted after restart: %s", ti.Tenant, ti.Thread, ti.Error)
+		}
+	}
+}
