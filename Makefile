@@ -1,0 +1,69 @@
+# warren: build, run, test and benchmark.
+#
+#   make run    build and start the daemon on its defaults (ARGS="..." adds flags)
+#   make test   go vet, then every test, unit and integration
+#   make bench  filesystem benchmark: native ext4, go-fuse loopback, warren
+#
+# `make test` installs the Debian packages the tests need when they are
+# missing (as root), so it works on a fresh Debian machine with Go.
+
+GO   ?= go
+BIN  := bin/warren
+ARGS ?=
+
+# The concurrent parts run under the race detector: the metadata store and
+# the daemon (whose tests drive real mounts, so the fs code they call is
+# checked too). The rest runs without it: the FUSE and integration suites
+# push many kernel round trips, which -race makes several times slower.
+RACE_PKGS := ./meta/... ./gateway/...
+RACE_RE   := ^warren/(meta|gateway)(/|$$)
+
+# Debian packages the tests need, as package:probe, where the probe is a
+# command on PATH or an absolute path: gcc and the libc headers for -race
+# (it needs cgo), fuse3 for fusermount3, git for the git-facing tests.
+DEPS := gcc:gcc libc6-dev:/usr/include/stdio.h fuse3:fusermount3 git:git
+
+.PHONY: all build run test deps bench fmt vet help
+
+all: build
+
+help:
+	@sed -n 's/^#   make/make/p' Makefile
+
+build:
+	$(GO) build -o $(BIN) ./cmd/warren
+
+run: build
+	exec $(BIN) serve $(ARGS)
+
+test: deps vet
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
+	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -Ev '$(RACE_RE)')
+
+# deps installs what DEPS lists and the machine lacks; it does nothing when
+# everything is there.
+deps:
+	@missing=""; \
+	for d in $(DEPS); do \
+		pkg=$${d%%:*}; probe=$${d#*:}; \
+		case $$probe in \
+		/*) [ -e "$$probe" ] ;; \
+		*) command -v "$$probe" >/dev/null ;; \
+		esac || missing="$$missing $$pkg"; \
+	done; \
+	[ -z "$$missing" ] && exit 0; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+		echo "deps: missing:$$missing; install them (apt-get install$$missing) or run as root" >&2; \
+		exit 1; \
+	fi; \
+	echo "deps: installing$$missing"; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing
+
+bench:
+	bench/fs.sh
+
+fmt:
+	$(GO) fmt ./...
+
+vet:
+	$(GO) vet ./...

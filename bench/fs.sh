@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Filesystem benchmark: native ext4, go-fuse's stock loopback and warren,
+# side by side in one run. See bench/README.md.
+#
+# Environment:
+#   BENCH_RUNS     timed runs per workload and system (default 5)
+#   BENCH_DIR      where the work folder goes; must be the disk under test,
+#                  not tmpfs (default /var/tmp)
+#   BENCH_SEQ_MIB  size of the sequential file in MiB (default 1024)
+#   BENCH_ONLY     comma-separated subset of workloads (see bin/fsbench -h)
+#   BENCH_KEEP=1   keep the work folder afterwards
+#
+# Everything this script starts is stopped by its pid on exit, and every
+# mount under the work folder is detached, whether the run succeeds or not.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GO=${GO:-go}
+runs=${BENCH_RUNS:-5}
+seq_mib=${BENCH_SEQ_MIB:-1024}
+base=${BENCH_DIR:-/var/tmp}
+
+say() { echo "bench: $*" >&2; }
+
+work=$(mktemp -d "$base/warren-bench.XXXXXX")
+loop_pid=
+warren_pid=
+warren_mnt=
+
+# stop_pid PID NAME: SIGTERM, up to 10 s to exit, then SIGKILL.
+stop_pid() {
+	local pid=$1 name=$2
+	kill -TERM "$pid" 2>/dev/null || return 0
+	for _ in $(seq 100); do
+		kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+		sleep 0.1
+	done
+	say "$name (pid $pid) did not stop within 10 s; killing it"
+	kill -KILL "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+}
+
+# mounts_under DIR: mount points at or below DIR, deepest first.
+mounts_under() {
+	awk -v d="$1" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r
+}
+
+cleanup() {
+	local status=$?
+	set +e
+	[[ -n $warren_pid ]] && stop_pid "$warren_pid" "warren daemon"
+	[[ -n $loop_pid ]] && stop_pid "$loop_pid" "loopback"
+	if [[ -n $warren_mnt && $warren_mnt != "$work"/* ]] && mountpoint -q "$warren_mnt" 2>/dev/null; then
+		umount -l "$warren_mnt"
+	fi
+	for m in $(mounts_under "$work"); do
+		say "detaching leftover mount $m"
+		umount -l "$m"
+	done
+	if [[ -n $(mounts_under "$work") ]]; then
+		say "mounts remain under $work; not removing it"
+	elif [[ ${BENCH_KEEP:-} == 1 ]]; then
+		say "kept $work"
+	else
+		rm -rf "$work"
+	fi
+	exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# The native root must be a real disk: the whole point is to compare with it.
+fstype=$(findmnt -n -o FSTYPE -T "$work")
+source=$(findmnt -n -o SOURCE -T "$work")
+if [[ $fstype == tmpfs || $fstype == ramfs ]]; then
+	say "$work is on $fstype; set BENCH_DIR to a folder on the disk under test"
+	exit 1
+fi
+say "work folder $work ($fstype on $source)"
+if [[ $source != "$(findmnt -n -o SOURCE -T .)" ]]; then
+	say "note: the repository is on $(findmnt -n -o SOURCE -T .), the work folder on $source"
+fi
+if [[ $(id -u) != 0 ]]; then
+	say "note: not root: caches cannot be dropped and mounts need fusermount3"
+fi
+
+say "building"
+"$GO" build -o bin/fsbench ./bench/fsbench
+"$GO" build -o bin/bench-loopback ./bench/loopback
+
+say "making the source tarball"
+tar -C "$("$GO" env GOROOT)" -cf "$work/gosrc.tar" src
+
+mkdir "$work/native" "$work/loop-backing" "$work/loop-mnt"
+
+# (b) go-fuse's stock loopback.
+loop_args=(-loopback "$work/loop-mnt")
+bin/bench-loopback "$work/loop-backing" "$work/loop-mnt" </dev/null >"$work/loopback.log" 2>&1 &
+loop_pid=$!
+for _ in $(seq 100); do
+	grep -q '^mounted$' "$work/loopback.log" && break
+	kill -0 "$loop_pid" 2>/dev/null || break
+	sleep 0.1
+done
+if ! grep -q '^mounted$' "$work/loopback.log"; then
+	why=$(tail -n 1 "$work/loopback.log")
+	say "loopback: unavailable (${why:-no mount within 10 s})"
+	loop_args=(-loopback-unavailable "${why:-no mount within 10 s}")
+fi
+
+# (c) warren: a daemon of our own, one bound thread, the workload in its mount.
+warren_args=()
+warren_unavailable() {
+	say "warren: unavailable ($1)"
+	warren_args=(-warren-unavailable "$1")
+}
+start_warren() {
+	local data=$work/warren-data sock=$work/warren-data/warren.sock out
+	if ! "$GO" build -o bin/warren ./cmd/warren 2>"$work/warren-build.log"; then
+		warren_unavailable "build failed: $(grep -v '^#' "$work/warren-build.log" | head -n 1)"
+		return
+	fi
+	bin/warren serve --data "$data" --socket "$sock" </dev/null >"$work/warren.log" 2>&1 &
+	warren_pid=$!
+	for _ in $(seq 150); do
+		[[ -S $sock ]] && break
+		kill -0 "$warren_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if ! kill -0 "$warren_pid" 2>/dev/null; then
+		warren_unavailable "daemon exited: $(tail -n 1 "$work/warren.log")"
+		return
+	fi
+	if [[ ! -S $sock ]]; then
+		warren_unavailable "no socket at $sock within 15 s"
+		return
+	fi
+	if ! out=$(WARREN_SOCKET=$sock bin/warren bind --thread bench 2>"$work/warren-bind.err"); then
+		warren_unavailable "bind failed: $(tail -n 1 "$work/warren-bind.err")"
+		return
+	fi
+	warren_mnt=$(tail -n 1 <<<"$out")
+	if [[ -z $warren_mnt ]] || ! mountpoint -q "$warren_mnt"; then
+		warren_unavailable "bind printed '$warren_mnt', which is not a mount point"
+		return
+	fi
+	say "warren: daemon pid $warren_pid, thread mounted at $warren_mnt"
+	warren_args=(-warren "$warren_mnt")
+}
+start_warren
+
+mkdir -p bench/out
+report=bench/out/fs-$(date +%Y%m%d-%H%M%S).txt
+bin/fsbench -tar "$work/gosrc.tar" -runs "$runs" -seq-mib "$seq_mib" ${BENCH_ONLY:+-only "$BENCH_ONLY"} \
+	-native "$work/native" "${loop_args[@]}" "${warren_args[@]}" -out "$report"

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// bench is one run of the suite over every system.
+type bench struct {
+	cfg     config
+	tree    treeInfo
+	systems []*system
+	started time.Time
+	// cacheNote, if set, says the page cache could not be dropped before
+	// the sequential read, so its figures are warm-cache.
+	cacheNote string
+}
+
+// measure runs one workload on every measured system: its set-up once,
+// one untimed warm-up if the workload asks for it, then cfg.runs timed
+// repetitions in which the systems take turns.
+func (b *bench) measure(w workload) {
+	var live []*system
+	for _, s := range b.systems {
+		if !s.measured() {
+			continue
+		}
+		r := s.result(w.name)
+		if w.setup != nil {
+			d, err := b.guard(s, w.name+" set-up", func() error { return w.setup(b, s) })
+			if err != nil {
+				r.err = err
+				log.Printf("%s: %s: %v", s.name, w.name, err)
+				continue
+			}
+			if d > time.Second {
+				log.Printf("%-8s %-10s set-up (untimed) took %.1f s", s.name, w.name, d.Seconds())
+			}
+		}
+		live = append(live, s)
+	}
+	if w.warm {
+		live = b.each(live, w, "warm-up", func(s *system) error {
+			_, err := b.guard(s, w.name+" warm-up", func() error { return w.run(b, s, -1) })
+			return err
+		})
+	}
+	for rep := 0; rep < b.cfg.runs; rep++ {
+		live = b.each(live, w, fmt.Sprintf("run %d/%d", rep+1, b.cfg.runs), func(s *system) error {
+			r := s.result(w.name)
+			if w.before != nil {
+				if _, err := b.guard(s, w.name+" preparation", func() error { return w.before(b, s) }); err != nil {
+					return err
+				}
+			}
+			d, err := b.guard(s, w.name, func() error { return w.run(b, s, rep) })
+			if err != nil {
+				return err
+			}
+			r.samples = append(r.samples, d)
+			extra := ""
+			if w.after != nil {
+				d, err := b.guard(s, w.name+" clean-up", func() error { return w.after(b, s, rep) })
+				if err != nil {
+					return err
+				}
+				if d > time.Second {
+					extra = fmt.Sprintf(" (clean-up, untimed: %.1f s)", d.Seconds())
+				}
+			}
+			log.Printf("%-8s %-10s run %d/%d: %s%s", s.name, w.name, rep+1, b.cfg.runs, w.format(b, d), extra)
+			return nil
+		})
+	}
+}
+
+// each calls fn for every system in live and returns those it did not
+// fail on; a failure is recorded as the workload's error on that system.
+func (b *bench) each(live []*system, w workload, what string, fn func(*system) error) []*system {
+	var ok []*system
+	for _, s := range live {
+		if !s.measured() {
+			continue
+		}
+		if err := fn(s); err != nil {
+			s.result(w.name).err = err
+			log.Printf("%s: %s %s: %v", s.name, w.name, what, err)
+			continue
+		}
+		ok = append(ok, s)
+	}
+	return ok
+}
+
+// command runs an external program in dir with a fixed, minimal set of
+// environment changes (C locale, no user or system git config) and returns
+// its standard output. okCodes lists exit codes other than 0 that are not
+// failures (grep exits 1 when nothing matches).
+func (b *bench) command(dir string, okCodes []int, name string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"LC_ALL=C",
+		"GIT_CONFIG_NOSYSTEM=1",
+		"GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_TERMINAL_PROMPT=0",
+	)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if exit, ok := err.(*exec.ExitError); ok && exit.Exited() {
+		for _, c := range okCodes {
+			if exit.ExitCode() == c {
+				err = nil
+			}
+		}
+	}
+	if err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if len(msg) > 300 {
+			msg = msg[:300] + "..."
+		}
+		return stdout.Bytes(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, msg)
+	}
+	return stdout.Bytes(), nil
+}
+
+// git runs git with the settings that keep the measurement about the
+// filesystem: no fsmonitor, no untracked cache, no automatic gc, and any
+// owner accepted (a FUSE mount may report another one).
+func (b *bench) git(dir string, args ...string) ([]byte, error) {
+	base := []string{
+		"-c", "core.fsmonitor=false",
+		"-c", "core.untrackedCache=false",
+		"-c", "gc.auto=0",
+		"-c", "safe.directory=*",
+		"-c", "user.name=fsbench",
+		"-c", "user.email=fsbench@localhost",
+	}
+	return b.command(dir, nil, "git", append(base, args...)...)
+}
+
+// dropCaches writes dirty pages out and drops the page, dentry and inode
+// caches, so that the next read comes from the disk. Without root it
+// cannot; the report then says the read figures are warm-cache.
+func (b *bench) dropCaches() {
+	syscall.Sync()
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0); err != nil && b.cacheNote == "" {
+		b.cacheNote = fmt.Sprintf("page cache not dropped (%v): sequential read figures are warm-cache", err)
+		log.Print(b.cacheNote)
+	}
+}

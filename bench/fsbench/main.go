@@ -1,0 +1,118 @@
+// Command fsbench measures filesystem work side by side on up to three
+// roots — native ext4, go-fuse's stock loopback and a warren mount — and
+// prints the median of each workload with its ratio to native.
+//
+// Usage:
+//
+//	fsbench -tar gosrc.tar -native DIR [-loopback DIR] [-warren DIR] [flags]
+//
+// Every root must be an empty folder on the filesystem it stands for.
+// Each workload runs -runs times per root; the roots take turns within a
+// repetition, so drift over time (page cache, disk state) hits every root
+// alike. A root that is not available is named with -loopback-unavailable
+// or -warren-unavailable and shows as such in the report. A workload that
+// fails on one root is reported as failed there; the others go on.
+//
+// bench/fs.sh sets up the mounts and runs this; see bench/README.md for what
+// is measured and how to read the ratios.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"strings"
+	"time"
+)
+
+// Targets from DESIGN.md: metadata-heavy work at most 1.5× native time,
+// sequential I/O at least 0.9× native throughput.
+const (
+	metadataTarget   = 1.5
+	sequentialTarget = 0.9
+)
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("fsbench: ")
+
+	var cfg config
+	flag.StringVar(&cfg.tarball, "tar", "", "tarball of the source tree to untar (required)")
+	flag.StringVar(&cfg.native, "native", "", "empty folder on native ext4 (required)")
+	flag.StringVar(&cfg.loopback, "loopback", "", "empty folder on go-fuse's stock loopback mount")
+	flag.StringVar(&cfg.warren, "warren", "", "empty folder on a warren mount")
+	flag.StringVar(&cfg.loopbackWhy, "loopback-unavailable", "", "why the loopback root is missing, for the report")
+	flag.StringVar(&cfg.warrenWhy, "warren-unavailable", "", "why the warren root is missing, for the report")
+	flag.IntVar(&cfg.runs, "runs", 5, "timed repetitions of each workload per root")
+	flag.Int64Var(&cfg.seqMiB, "seq-mib", 1024, "size of the sequential write/read file in MiB")
+	flag.StringVar(&cfg.grep, "grep", "ENOTCONN", "fixed string that grep -r looks for")
+	flag.StringVar(&cfg.only, "only", "", "comma-separated workloads to run (default all: "+strings.Join(workloadNames(), ",")+")")
+	flag.DurationVar(&cfg.timeout, "timeout", 5*time.Minute, "longest one timed step may take before its root is given up")
+	flag.StringVar(&cfg.out, "out", "", "also write the report to this file")
+	flag.Parse()
+
+	if err := run(cfg); err != nil {
+		log.Fatal(err)
+	}
+}
+
+type config struct {
+	tarball, native, loopback, warren string
+	loopbackWhy, warrenWhy            string
+	runs                              int
+	seqMiB                            int64
+	grep, only, out                   string
+	timeout                           time.Duration
+}
+
+func run(cfg config) error {
+	if cfg.tarball == "" || cfg.native == "" {
+		return fmt.Errorf("-tar and -native are required")
+	}
+	if cfg.runs < 1 || cfg.seqMiB < 1 {
+		return fmt.Errorf("-runs and -seq-mib must be at least 1")
+	}
+	works, err := selectWorkloads(cfg.only)
+	if err != nil {
+		return err
+	}
+	tree, err := readTarIndex(cfg.tarball)
+	if err != nil {
+		return err
+	}
+
+	systems := []*system{newSystem("native", cfg.native, "")}
+	systems = append(systems, newSystem("loopback", cfg.loopback, cfg.loopbackWhy))
+	systems = append(systems, newSystem("warren", cfg.warren, cfg.warrenWhy))
+	for _, s := range systems {
+		if s.root != "" {
+			if err := s.check(); err != nil {
+				return err
+			}
+		}
+	}
+
+	b := &bench{cfg: cfg, tree: tree, systems: systems, started: time.Now()}
+	for _, w := range works {
+		b.measure(w)
+	}
+
+	var out io.Writer = os.Stdout
+	var file *os.File
+	if cfg.out != "" {
+		if file, err = os.Create(cfg.out); err != nil {
+			return fmt.Errorf("create report: %w", err)
+		}
+		out = io.MultiWriter(os.Stdout, file)
+	}
+	b.report(out, works)
+	if file != nil {
+		if err := file.Close(); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+		log.Printf("report written to %s", cfg.out)
+	}
+	return nil
+}

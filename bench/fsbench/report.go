@@ -1,0 +1,250 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// median returns the middle sample (the mean of the two middle ones for an
+// even count), or 0 when there are none.
+func median(samples []time.Duration) time.Duration {
+	if len(samples) == 0 {
+		return 0
+	}
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// complete reports whether r holds every run of a workload that did not fail.
+func (b *bench) complete(r *result) bool {
+	return r != nil && r.err == nil && len(r.samples) == b.cfg.runs
+}
+
+// ratio compares s to native on w: time over native time for metadata
+// work, throughput over native throughput for sequential I/O. ok is false
+// if either side is missing.
+func (b *bench) ratio(w workload, s *system) (ratio float64, ok bool) {
+	native, other := b.systems[0].results[w.name], s.results[w.name]
+	if !b.complete(native) || !b.complete(other) {
+		return 0, false
+	}
+	n, o := median(native.samples).Seconds(), median(other.samples).Seconds()
+	if w.kind == sequential {
+		return n / o, true
+	}
+	return o / n, true
+}
+
+// cell shows s's median on w, or why there is none.
+func (b *bench) cell(w workload, s *system) string {
+	if s.root == "" {
+		return "n/a"
+	}
+	r := s.results[w.name]
+	switch {
+	case r == nil:
+		return "-"
+	case r.err != nil:
+		return "failed"
+	case len(r.samples) == 0:
+		return "-"
+	}
+	return w.format(b, median(r.samples))
+}
+
+func (b *bench) report(out io.Writer, works []workload) {
+	p := func(format string, args ...any) { fmt.Fprintf(out, format, args...) }
+	native := b.systems[0]
+
+	var uts syscall.Utsname
+	_ = syscall.Uname(&uts)
+	release := utsString(uts.Release[:])
+	p("warren filesystem benchmark, %s\n", b.started.UTC().Format("2006-01-02 15:04:05 UTC"))
+	p("host: %d CPUs, Linux %s, %s; %d runs per workload, median shown, roots take turns\n",
+		runtime.NumCPU(), release, runtime.Version(), b.cfg.runs)
+	p("tree: %s/, %d entries (%d files, %.0f MiB)\n", b.tree.top, b.tree.entries, b.tree.files, float64(b.tree.bytes)/(1<<20))
+	for _, s := range b.systems {
+		if s.root == "" {
+			p("  %-9s unavailable (%s)\n", s.name+":", s.unavailable)
+			continue
+		}
+		p("  %-9s %s (%s)\n", s.name+":", s.root, s.fsType)
+	}
+	p("\n")
+
+	// The table.
+	headers := []string{"workload", "native", "loopback", "warren", "loopback/native", "warren/native"}
+	rows := [][]string{headers}
+	for _, w := range works {
+		row := []string{w.label(b)}
+		for _, s := range b.systems {
+			row = append(row, b.cell(w, s))
+		}
+		for _, s := range b.systems[1:] {
+			if r, ok := b.ratio(w, s); ok {
+				row = append(row, fmt.Sprintf("%.2fx", r))
+			} else {
+				row = append(row, "-")
+			}
+		}
+		rows = append(rows, row)
+	}
+	widths := make([]int, len(headers))
+	for _, row := range rows {
+		for i, c := range row {
+			widths[i] = max(widths[i], len(c))
+		}
+	}
+	for i, row := range rows {
+		var line strings.Builder
+		for j, c := range row {
+			if j == 0 {
+				fmt.Fprintf(&line, "%-*s", widths[j], c)
+			} else {
+				fmt.Fprintf(&line, "   %*s", widths[j], c)
+			}
+		}
+		p("%s\n", line.String())
+		if i == 0 {
+			p("%s\n", strings.Repeat("-", line.Len()))
+		}
+	}
+	p("\nratios: metadata rows are time / native time (lower is better, target <= %.2fx);\n", metadataTarget)
+	p("        sequential rows are throughput / native throughput (higher is better, target >= %.2fx).\n\n", sequentialTarget)
+
+	// The verdict against the targets.
+	for _, s := range b.systems[1:] {
+		p("verdict %-9s %s\n", s.name+":", b.verdict(works, s))
+	}
+
+	// Correctness remarks and failures.
+	var notes []string
+	for _, w := range works {
+		nr := native.results[w.name]
+		for _, s := range b.systems {
+			r := s.results[w.name]
+			if r == nil {
+				continue
+			}
+			if r.err != nil {
+				notes = append(notes, fmt.Sprintf("%s %s failed: %v", s.name, w.name, r.err))
+			}
+			for _, n := range r.notes {
+				notes = append(notes, fmt.Sprintf("%s %s: %s", s.name, w.name, n))
+			}
+			if w.name == "grep" && s != native && b.complete(r) && b.complete(nr) && r.hits != nr.hits {
+				notes = append(notes, fmt.Sprintf("%s grep: %d files matched, native %d", s.name, r.hits, nr.hits))
+			}
+		}
+	}
+	for _, s := range b.systems {
+		if s.broken != "" {
+			notes = append(notes, fmt.Sprintf("%s given up: %s", s.name, s.broken))
+		}
+	}
+	if b.cacheNote != "" {
+		notes = append(notes, b.cacheNote)
+	}
+	if native.fsType != "ext4" {
+		notes = append(notes, fmt.Sprintf("native root is %s, not ext4", native.fsType))
+	}
+	for _, s := range b.systems[1:] {
+		if s.root != "" && s.fsType != "fuse" {
+			notes = append(notes, fmt.Sprintf("%s root is %s, not a FUSE mount", s.name, s.fsType))
+		}
+	}
+	if len(notes) > 0 {
+		p("\nnotes:\n")
+		for _, n := range notes {
+			p("  %s\n", n)
+		}
+	}
+
+	// Every sample, for whoever doubts a median.
+	p("\nsamples:\n")
+	for _, w := range works {
+		for _, s := range b.systems {
+			r := s.results[w.name]
+			if r == nil || len(r.samples) == 0 {
+				continue
+			}
+			var f []string
+			for _, d := range r.samples {
+				f = append(f, w.format(b, d))
+			}
+			p("  %-10s %-9s %s\n", w.name, s.name, strings.Join(f, ", "))
+		}
+	}
+}
+
+// verdict judges s against the targets: the worst metadata ratio and the
+// worst sequential ratio, each with the workload that set it.
+func (b *bench) verdict(works []workload, s *system) string {
+	if s.root == "" {
+		return "not measured: unavailable (" + s.unavailable + ")"
+	}
+	var parts []string
+	for _, k := range []kind{metadata, sequential} {
+		worst, worstName, missing, seen := 0.0, "", 0, false
+		for _, w := range works {
+			if w.kind != k {
+				continue
+			}
+			seen = true
+			r, ok := b.ratio(w, s)
+			if !ok {
+				missing++
+				continue
+			}
+			if worstName == "" || (k == metadata && r > worst) || (k == sequential && r < worst) {
+				worst, worstName = r, w.name
+			}
+		}
+		if !seen {
+			continue
+		}
+		name := map[kind]string{metadata: "metadata", sequential: "sequential"}[k]
+		if worstName == "" {
+			parts = append(parts, name+" not measured")
+			continue
+		}
+		var met bool
+		var target string
+		if k == metadata {
+			met, target = worst <= metadataTarget, fmt.Sprintf("<= %.2fx", metadataTarget)
+		} else {
+			met, target = worst >= sequentialTarget, fmt.Sprintf(">= %.2fx", sequentialTarget)
+		}
+		mark := "MISSED"
+		switch {
+		case met && missing > 0:
+			mark = fmt.Sprintf("INCOMPLETE (%d not measured)", missing)
+		case met:
+			mark = "MET"
+		case missing > 0:
+			mark = fmt.Sprintf("MISSED (and %d not measured)", missing)
+		}
+		parts = append(parts, fmt.Sprintf("%s worst %.2fx (%s), target %s: %s", name, worst, worstName, target, mark))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func utsString(b []int8) string {
+	var s strings.Builder
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		s.WriteByte(byte(c))
+	}
+	return s.String()
+}
