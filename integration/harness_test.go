@@ -1,0 +1,285 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"warren/gateway"
+)
+
+// warrenBin is the binary under test, built once by TestMain.
+var warrenBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "warren-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	warrenBin = filepath.Join(dir, "warren")
+	build := exec.Command("go", "build", "-o", warrenBin, "warren/cmd/warren")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build warren:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// requireRootFUSE stops a test that needs root and /dev/fuse where they are
+// missing: a failure under CI, a skip elsewhere.
+func requireRootFUSE(t testing.TB) {
+	t.Helper()
+	why := ""
+	if os.Geteuid() != 0 {
+		why = "needs root"
+	} else if _, err := os.Stat("/dev/fuse"); err != nil {
+		why = "needs /dev/fuse"
+	}
+	if why == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("integration test %s, and CI must run it", why)
+	}
+	t.Skip(why)
+}
+
+// daemon is one `warren serve` process under test.
+type daemon struct {
+	t      testing.TB
+	data   string
+	socket string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	done chan struct{}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// newDaemon prepares a data folder and starts a daemon on it. Whatever
+// happens, the test's cleanup ends the daemon (by its pid) and detaches
+// every mount left under the data folder.
+func newDaemon(t testing.TB) *daemon {
+	t.Helper()
+	requireRootFUSE(t)
+	data := filepath.Join(t.TempDir(), "data")
+	d := &daemon{t: t, data: data, socket: filepath.Join(data, "warren.sock")}
+	t.Cleanup(func() {
+		d.stop()
+		detachAllUnder(t, data)
+		if t.Failed() {
+			t.Logf("daemon logs:\n%s", d.allLogs())
+		}
+	})
+	d.start()
+	return d
+}
+
+func (d *daemon) allLogs() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.logs == nil {
+		return ""
+	}
+	return d.logs.String()
+}
+
+// start runs `warren serve` and waits until its socket answers.
+func (d *daemon) start() {
+	d.t.Helper()
+	d.mu.Lock()
+	if d.logs == nil {
+		d.logs = &syncBuffer{}
+	}
+	cmd := exec.Command(warrenBin, "serve", "--data", d.data, "--log-level", "debug")
+	cmd.Stdout, cmd.Stderr = d.logs, d.logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		d.mu.Unlock()
+		d.t.Fatalf("start warren serve: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	d.cmd, d.done = cmd, done
+	d.mu.Unlock()
+
+	c := gateway.NewClient(d.socket)
+	defer c.CloseIdleConnections()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.Threads(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		select {
+		case <-done:
+			d.t.Fatalf("warren serve exited at start: %v\n%s", cmd.ProcessState, d.allLogs())
+		default:
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("warren serve did not answer within 20s: %v\n%s", err, d.allLogs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop ends the daemon with SIGTERM (SIGKILL after 20 s) and waits.
+func (d *daemon) stop() {
+	d.signal(syscall.SIGTERM, 20*time.Second)
+}
+
+// kill9 ends the daemon with SIGKILL, as a crash would, and waits.
+func (d *daemon) kill9() {
+	d.signal(syscall.SIGKILL, 10*time.Second)
+}
+
+func (d *daemon) signal(sig syscall.Signal, grace time.Duration) {
+	d.mu.Lock()
+	cmd, done := d.cmd, d.done
+	d.cmd = nil
+	d.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		cmd.Process.Kill()
+		<-done
+		d.t.Errorf("warren serve (pid %d) did not stop within %v of %v", cmd.Process.Pid, grace, sig)
+	}
+}
+
+// warren runs the CLI against this daemon and returns its stdout.
+func (d *daemon) warren(args ...string) (string, error) {
+	d.t.Helper()
+	cmd := exec.Command(warrenBin, args...)
+	cmd.Env = append(os.Environ(), "WARREN_SOCKET="+d.socket)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return stdout.String(), fmt.Errorf("warren %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// mustWarren is warren that fails the test on error.
+func (d *daemon) mustWarren(args ...string) string {
+	d.t.Helper()
+	out, err := d.warren(args...)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return out
+}
+
+// bind binds a thread through the CLI and returns its mount path.
+func (d *daemon) bind(tenant, thread string) string {
+	d.t.Helper()
+	return strings.TrimSpace(d.mustWarren("bind", "--tenant", tenant, "--thread", thread))
+}
+
+// mountsUnder lists the mount points below dir, from the mount table.
+func mountsUnder(t testing.TB, dir string) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 {
+			mp := unescapeOctal(fields[4])
+			if mp == dir || strings.HasPrefix(mp, dir+"/") {
+				out = append(out, mp)
+			}
+		}
+	}
+	return out
+}
+
+func unescapeOctal(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			v := 0
+			ok := true
+			for _, c := range s[i+1 : i+4] {
+				if c < '0' || c > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + int(c-'0')
+			}
+			if ok {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// detachAllUnder lazily unmounts every mount below dir, deepest first.
+func detachAllUnder(t testing.TB, dir string) {
+	for range 4 {
+		mps := mountsUnder(t, dir)
+		if len(mps) == 0 {
+			return
+		}
+		for i := len(mps) - 1; i >= 0; i-- {
+			unix.Unmount(mps[i], unix.MNT_DETACH)
+		}
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
