@@ -48,12 +48,15 @@ type Options struct {
 }
 
 // Default cache timeouts. This daemon sees every change made through its
-// mounts, so the kernel may trust what it was told for a while; a change
-// made to a backing folder directly is seen within these bounds.
+// mounts, and a Hub pushes each to the other mounts of the same folder, so
+// the kernel may trust what it was told for a long while: most metadata
+// work (git status, builds) then costs no round trip at all. A change made
+// to a backing folder directly, behind the filesystem's back, shows within
+// these bounds.
 const (
-	DefaultEntryTimeout    = 5 * time.Second
-	DefaultAttrTimeout     = 5 * time.Second
-	DefaultNegativeTimeout = 1 * time.Second
+	DefaultEntryTimeout    = 30 * time.Second
+	DefaultAttrTimeout     = 30 * time.Second
+	DefaultNegativeTimeout = 5 * time.Second
 )
 
 // Refusal describes an operation the boundary refused.

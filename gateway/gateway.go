@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"warren/fs"
 	"warren/meta"
 )
 
@@ -35,6 +36,9 @@ type Gateway struct {
 	allow   map[uint32]bool
 	srv     *http.Server
 	ln      net.Listener
+	// hub joins every mount this gateway serves, so a change made through
+	// one mount shows at once through the others of the same folder.
+	hub *fs.Hub
 
 	threadLocks keyedLocks[meta.ThreadKey]
 
@@ -89,11 +93,13 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		serveDone:   make(chan struct{}),
 		threads:     make(map[meta.ThreadKey]*threadMount),
 		inspections: make(map[string]*inspectionMount),
+		hub:         fs.NewHub(cfg.Logger.Named("fs")),
 	}
 	for _, u := range cfg.AllowUIDs {
 		g.allow[u] = true
 	}
 	if err := g.makeLayout(); err != nil {
+		g.hub.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	g.restore(ctx)
@@ -101,6 +107,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	ln, err := listenSocket(cfg.SocketPath)
 	if err != nil {
 		g.unmountAll()
+		g.hub.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	g.ln = ln
@@ -172,6 +179,7 @@ func (g *Gateway) Close() error {
 			g.log.Warn("remove socket", "socket", g.cfg.SocketPath, "error", rmErr)
 		}
 		g.closeErr = errors.Join(g.serveErr, err, g.unmountAll())
+		g.hub.Close()
 		g.log.Info("gateway stopped", "socket", g.cfg.SocketPath)
 	})
 	return g.closeErr

@@ -188,6 +188,7 @@ func (g *Gateway) mount(ctx context.Context, k meta.ThreadKey, root, mountPath s
 		Name:     k.Tenant + "/" + k.Thread,
 		ReadOnly: readOnly,
 		Logger:   log,
+		Hub:      g.hub,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mount %s at %s: %w", root, mountPath, err)
