@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"warren/fs"
 	"warren/gateway"
 	"warren/meta"
 )
@@ -92,6 +93,10 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	}
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return fmt.Errorf("create data folder: %w", err)
+	}
+	// Each mount holds a descriptor per inode the kernel knows.
+	if err := fs.RaiseFileLimit(); err != nil {
+		log.Warn("cannot raise the open-file limit; busy workspaces may run out", "error", err)
 	}
 	metaDir := gateway.MetaDir(dataDir)
 	log.Info("data folder", "data", dataDir, "meta", metaDir)
