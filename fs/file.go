@@ -123,15 +123,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 // directly shows up as a new size or mtime, which drops the cache
 // (AUTO_INVAL_DATA).
 //
-// A file opened read-only needs no FLUSH at close: there is nothing to
-// write back, and POSIX locks are released by their own unlock request.
-// That saves one round trip per open for readers such as grep.
+// No open needs a FLUSH at close: writes reach the backing file when they
+// are made (passthrough, or a synchronous WRITE; there is no writeback
+// cache to push out), and POSIX locks are released by their own unlock
+// request. That saves a round trip on every close.
 func (r *root) openFlags(flags uint32) uint32 {
-	out := uint32(fuse.FOPEN_KEEP_CACHE)
-	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
-		out |= fuse.FOPEN_NOFLUSH
-	}
-	return out
+	return fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH
 }
 
 // daemonFlags are the open flags for the daemon's own descriptor of a file

@@ -130,7 +130,24 @@ func (n *node) addChild(ctx context.Context, fd int, name string, out *fuse.Entr
 }
 
 // Lookup finds name in the directory without following a link in its place.
+//
+// The kernel looks a name up again whenever its entry timed out. If the
+// name still holds the inode the kernel already knows, that node is
+// returned as it is: one fstatat, and no new descriptor.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
+	if !validName(name) {
+		return nil, syscall.EINVAL
+	}
+	if ch := n.GetChild(name); ch != nil {
+		if known, ok := ch.Operations().(*node); ok {
+			var st syscall.Stat_t
+			if err := fstatat(n.fd.get(), name, &st); err == nil && st.Ino == known.ino && st.Dev == n.root.dev &&
+				st.Mode&syscall.S_IFMT == ch.StableAttr().Mode&syscall.S_IFMT {
+				out.Attr.FromStat(&st)
+				return ch, 0
+			}
+		}
+	}
 	fd, err := openChild(n.fd.get(), name)
 	if err == unix.EXDEV {
 		n.root.refuse("lookup", n.child(name), "", "crosses into another filesystem")

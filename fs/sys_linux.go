@@ -51,9 +51,21 @@ func validName(name string) bool {
 // fstat stats the inode behind an O_PATH descriptor itself (a symlink is
 // not followed).
 func fstat(fd int, st *syscall.Stat_t) error {
+	return fstatat(fd, "", st)
+}
+
+// fstatat stats name, one component below the directory dirfd, without
+// following a symlink in its place; "" stats dirfd itself.
+func fstatat(dirfd int, name string, st *syscall.Stat_t) error {
+	flags := unix.AT_SYMLINK_NOFOLLOW
+	if name == "" {
+		flags |= unix.AT_EMPTY_PATH
+	} else if !validName(name) {
+		return syscall.EINVAL
+	}
 	var ust unix.Stat_t
 	for {
-		err := unix.Fstatat(fd, "", &ust, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW)
+		err := unix.Fstatat(dirfd, name, &ust, flags)
 		if err == unix.EINTR {
 			continue
 		}
