@@ -67,7 +67,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}
-	pfd, err := unix.Open(procFdPath(ofd), unix.O_PATH|unix.O_CLOEXEC, 0)
+	// The node's own descriptor: the same one-component, no-follow open
+	// as a lookup (cheaper than reopening through /proc). Should the name
+	// be swapped in between, the node is whatever now holds the name,
+	// opened without following it, and judged as such.
+	pfd, err := openChild(dfd, name)
 	if err != nil {
 		unix.Close(ofd)
 		if flags&unix.O_EXCL != 0 {
