@@ -11,6 +11,7 @@ import (
 )
 
 func TestRoutingHostileIDs(t *testing.T) {
+	requireFUSE(t)
 	env := startEnv(t, Config{})
 	tests := []struct {
 		name         string
@@ -53,7 +54,7 @@ func TestRoutingHostileIDs(t *testing.T) {
 			if br.MountPath != wantMount || br.Binding.MountPath != wantMount {
 				t.Errorf("got mount path %q, want %q", br.MountPath, wantMount)
 			}
-			if !env.m.isMounted(wantMount) {
+			if !isMounted(t, wantMount) {
 				t.Errorf("%s is not mounted", wantMount)
 			}
 			id := tt.tenant + "\x00" + tt.want
@@ -143,8 +144,8 @@ func TestRoutingErrors(t *testing.T) {
 	if len(tis) != 0 {
 		t.Errorf("got %d bindings after refused requests, want 0: %+v", len(tis), tis)
 	}
-	if live, _ := env.m.count(); live != 0 {
-		t.Errorf("got %d mounts after refused requests, want 0", live)
+	if live := env.live(t, mountDir); len(live) != 0 {
+		t.Errorf("got %d mounts after refused requests, want 0: %v", len(live), live)
 	}
 	if !strings.Contains(env.logBuf.String(), "refused") {
 		t.Errorf("refusals were not logged")
@@ -160,8 +161,8 @@ func TestMalformedRequestLine(t *testing.T) {
 	if resp.status != http.StatusBadRequest {
 		t.Errorf("got status %d, want 400", resp.status)
 	}
-	if live, _ := env.m.count(); live != 0 {
-		t.Errorf("got %d mounts, want 0", live)
+	if live := env.live(t); len(live) != 0 {
+		t.Errorf("got %d mounts, want 0: %v", len(live), live)
 	}
 }
 
@@ -185,6 +186,7 @@ func TestClientErrorsMatchSentinels(t *testing.T) {
 }
 
 func TestListThreads(t *testing.T) {
+	requireFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	for _, k := range [][2]string{{"b", "t2"}, {"a", "t1"}, {"", "t0"}, {"b", "t1"}} {
@@ -223,6 +225,7 @@ func TestListThreads(t *testing.T) {
 }
 
 func TestEmptyBindBodies(t *testing.T) {
+	requireFUSE(t)
 	env := startEnv(t, Config{})
 	for _, body := range [][]byte{nil, []byte("{}"), []byte(" {} \n")} {
 		resp := rawRequest(t, env.g.SocketPath(), "POST", "/v1/tenants/a/threads/t/bind", body)

@@ -34,9 +34,12 @@ type Config struct {
 	// Store keeps bindings and inspection mounts. The caller opens it (see
 	// MetaDir) and closes it after the gateway's Close.
 	Store meta.Store
-	// Mounter serves workspace mounts; nil means the FUSE filesystem of
-	// package fs. Tests and tools that cannot mount pass their own.
-	Mounter Mounter
+
+	// mounter serves the mounts; nil means fuseMounter, the FUSE filesystem
+	// of package fs, which is the only implementation. It is a seam for
+	// this package's tests alone: they wrap fuseMounter to count its mounts
+	// or to make one fail, and every mount they get is a real one.
+	mounter mounter
 }
 
 // MetaDir is where the metadata store of a gateway with dataDir lives.
@@ -65,28 +68,28 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
-	if c.Mounter == nil {
-		c.Mounter = FUSEMounter{}
+	if c.mounter == nil {
+		c.mounter = fuseMounter{}
 	}
 	return c, nil
 }
 
-// Mounter serves a backing folder at a mount point. The gateway owns the
+// mounter serves a backing folder at a mount point. The gateway owns the
 // returned closer: Close unmounts and waits until serving stopped.
-type Mounter interface {
+type mounter interface {
 	Mount(ctx context.Context, backing, mountpoint string, opts fs.Options) (io.Closer, error)
 	// DetachStale lazily unmounts whatever is left at mountpoint by a
 	// crashed daemon; nothing mounted there is not an error.
 	DetachStale(mountpoint string) error
 }
 
-// FUSEMounter mounts with package fs: the real workspace filesystem.
-type FUSEMounter struct{}
+// fuseMounter mounts with package fs: the real workspace filesystem.
+type fuseMounter struct{}
 
-var _ Mounter = FUSEMounter{}
+var _ mounter = fuseMounter{}
 
-// Mount implements Mounter.
-func (FUSEMounter) Mount(ctx context.Context, backing, mountpoint string, opts fs.Options) (io.Closer, error) {
+// Mount implements mounter.
+func (fuseMounter) Mount(ctx context.Context, backing, mountpoint string, opts fs.Options) (io.Closer, error) {
 	m, err := fs.Serve(ctx, backing, mountpoint, opts)
 	if err != nil {
 		// A nil *fs.Mount in an io.Closer would not compare equal to nil.
@@ -95,5 +98,5 @@ func (FUSEMounter) Mount(ctx context.Context, backing, mountpoint string, opts f
 	return m, nil
 }
 
-// DetachStale implements Mounter.
-func (FUSEMounter) DetachStale(mountpoint string) error { return fs.DetachStale(mountpoint) }
+// DetachStale implements mounter.
+func (fuseMounter) DetachStale(mountpoint string) error { return fs.DetachStale(mountpoint) }

@@ -6,31 +6,22 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 
 	"warren/fs"
 )
 
-// These tests run the gateway with the real FUSE filesystem.
-
-func mustMounted(t *testing.T, p string, want bool) {
-	t.Helper()
-	got, err := fs.IsMountpoint(p)
-	if err != nil {
-		t.Fatalf("IsMountpoint(%s): %v", p, err)
-	}
-	if got != want {
-		t.Errorf("%s: got mounted %v, want %v", p, got, want)
-	}
-}
+// These tests follow a thread's life through the mounts themselves: files
+// written and read through them, and the mount table.
 
 func TestFUSEThreadLifecycle(t *testing.T) {
 	requireFUSE(t)
 	store := newStore(t)
 	dataDir := filepath.Join(t.TempDir(), "data")
 	ctx := context.Background()
-	env := startEnv(t, Config{DataDir: dataDir, Store: store, Mounter: FUSEMounter{}})
+	env := startEnv(t, Config{DataDir: dataDir, Store: store})
 
 	br, err := env.c.Bind(ctx, "acme", "../other-tenant/t-1")
 	if err != nil {
@@ -75,7 +66,7 @@ func TestFUSEThreadLifecycle(t *testing.T) {
 	}
 	mustMounted(t, mnt, false)
 	mustMounted(t, rwDir, false)
-	env = startEnv(t, Config{DataDir: dataDir, Store: store, Mounter: FUSEMounter{}})
+	env = startEnv(t, Config{DataDir: dataDir, Store: store})
 	mustMounted(t, mnt, true)
 	mustMounted(t, rwDir, true)
 	if got, err := os.ReadFile(filepath.Join(mnt, "via-rw.txt")); err != nil || string(got) != "rw" {
@@ -118,7 +109,10 @@ func TestFUSEStaleMountAtStart(t *testing.T) {
 	// A mounter whose mounts are never closed by the gateway: Close of the
 	// gateway then leaves them behind, still mounted.
 	leaky := &leakyMounter{}
-	env := startEnv(t, Config{DataDir: dataDir, Store: store, Mounter: leaky})
+	env := startEnv(t, Config{DataDir: dataDir, Store: store, mounter: leaky})
+	// Registered after startEnv, so it runs before the check that no mount
+	// is left: the leaked mounts go even if the test stops early.
+	t.Cleanup(leaky.closeAll)
 	br, err := env.c.Bind(ctx, "acme", "t-1")
 	if err != nil {
 		t.Fatal(err)
@@ -130,9 +124,8 @@ func TestFUSEStaleMountAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustMounted(t, br.MountPath, true)
-	t.Cleanup(leaky.closeAll)
 
-	env = startEnv(t, Config{DataDir: dataDir, Store: store, Mounter: FUSEMounter{}})
+	env = startEnv(t, Config{DataDir: dataDir, Store: store})
 	ti, err := env.c.Thread(ctx, "acme", "t-1")
 	if err != nil || !ti.Mounted || ti.Error != "" {
 		t.Fatalf("after start over a stale mount: got %+v, %v; want mounted", ti, err)
@@ -145,20 +138,27 @@ func TestFUSEStaleMountAtStart(t *testing.T) {
 // leakyMounter mounts with FUSE but hands the gateway closers that do
 // nothing, keeping the real ones for the test's cleanup.
 type leakyMounter struct {
-	FUSEMounter
+	fuseMounter
+	mu   sync.Mutex
 	real []io.Closer
 }
 
 func (l *leakyMounter) Mount(ctx context.Context, backing, mountpoint string, opts fs.Options) (io.Closer, error) {
-	m, err := l.FUSEMounter.Mount(ctx, backing, mountpoint, opts)
+	m, err := l.fuseMounter.Mount(ctx, backing, mountpoint, opts)
 	if err != nil {
 		return nil, err
 	}
+	l.mu.Lock()
 	l.real = append(l.real, m)
+	l.mu.Unlock()
 	return nopCloser{}, nil
 }
 
+// closeAll unmounts what it leaked. A leaked mount that the next start
+// detached is not mounted any more, which Close does not mind.
 func (l *leakyMounter) closeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	for _, m := range l.real {
 		m.Close()
 	}

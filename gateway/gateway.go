@@ -28,7 +28,7 @@ type Gateway struct {
 	cfg     Config
 	log     hclog.Logger
 	store   meta.Store
-	mounter Mounter
+	mounter mounter
 	wsBase  string // DataDir/workspaces: backing roots
 	mntBase string // DataDir/mnt: mount points
 	dataDir string // DataDir with symlinks resolved, to refuse inspection mounts in it
@@ -85,7 +85,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		cfg:         cfg,
 		log:         cfg.Logger,
 		store:       cfg.Store,
-		mounter:     cfg.Mounter,
+		mounter:     cfg.mounter,
 		wsBase:      filepath.Join(cfg.DataDir, "workspaces"),
 		mntBase:     filepath.Join(cfg.DataDir, "mnt"),
 		uid:         uint32(os.Getuid()),

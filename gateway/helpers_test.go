@@ -8,99 +8,261 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 
 	"warren/fs"
 	"warren/meta"
 )
 
-// fakeMounter stands in for FUSE where a test is about the gateway's own
-// bookkeeping. It records what is mounted and can be told to fail.
-type fakeMounter struct {
+// tapMounter is the real filesystem with a tap on it: every mount it
+// reports is a real FUSE mount made by inner (fuseMounter unless a test
+// wraps another real one, like leakyMounter). The tap counts the mounts
+// made, records the DetachStale calls and every mount point, and can be
+// told to fail a mount or an unmount, for the failures a healthy kernel
+// does not produce on demand.
+type tapMounter struct {
+	inner mounter // nil means fuseMounter{}
+
 	mu       sync.Mutex
-	mounted  map[string]fs.Options // by mount point
-	mounts   int                   // Mount calls that succeeded
-	detached []string              // DetachStale calls
+	mounts   int             // Mount calls that succeeded
+	detached []string        // DetachStale calls
+	paths    map[string]bool // every mount point it mounted at
 	// failMount and failClose, if set, decide per mount point whether the
-	// operation fails.
+	// operation fails. A failed Close leaves the real mount in place, as a
+	// busy mount that cannot be detached would.
 	failMount func(mountpoint string) error
 	failClose func(mountpoint string) error
 }
 
-var _ Mounter = (*fakeMounter)(nil)
+var _ mounter = (*tapMounter)(nil)
 
-func newFakeMounter() *fakeMounter {
-	return &fakeMounter{mounted: make(map[string]fs.Options)}
+func (m *tapMounter) real() mounter {
+	if m.inner == nil {
+		return fuseMounter{}
+	}
+	return m.inner
 }
 
-func (f *fakeMounter) Mount(ctx context.Context, backing, mountpoint string, opts fs.Options) (io.Closer, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.failMount != nil {
-		if err := f.failMount(mountpoint); err != nil {
+func (m *tapMounter) Mount(ctx context.Context, backing, mountpoint string, opts fs.Options) (io.Closer, error) {
+	m.mu.Lock()
+	fail := m.failMount
+	m.mu.Unlock()
+	if fail != nil {
+		if err := fail(mountpoint); err != nil {
 			return nil, err
 		}
 	}
-	if fi, err := os.Stat(backing); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("fake mount: backing %s: %v", backing, err)
+	c, err := m.real().Mount(ctx, backing, mountpoint, opts)
+	if err != nil {
+		return nil, err
 	}
-	if fi, err := os.Stat(mountpoint); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("fake mount: mount point %s: %v", mountpoint, err)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mounts++
+	if m.paths == nil {
+		m.paths = make(map[string]bool)
 	}
-	if _, ok := f.mounted[mountpoint]; ok {
-		return nil, fmt.Errorf("fake mount: %s is mounted already", mountpoint)
-	}
-	f.mounted[mountpoint] = opts
-	f.mounts++
-	return &fakeMount{f: f, path: mountpoint}, nil
+	m.paths[mountpoint] = true
+	return &tapMount{Closer: c, m: m, path: mountpoint}, nil
 }
 
-func (f *fakeMounter) DetachStale(mountpoint string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.detached = append(f.detached, mountpoint)
-	return nil
+func (m *tapMounter) DetachStale(mountpoint string) error {
+	m.mu.Lock()
+	m.detached = append(m.detached, mountpoint)
+	m.mu.Unlock()
+	return m.real().DetachStale(mountpoint)
 }
 
-func (f *fakeMounter) isMounted(p string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	_, ok := f.mounted[p]
-	return ok
+// setFailMount and setFailClose set (or, with nil, clear) the faults.
+func (m *tapMounter) setFailMount(f func(string) error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failMount = f
 }
 
-func (f *fakeMounter) count() (live, made int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.mounted), f.mounts
+func (m *tapMounter) setFailClose(f func(string) error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failClose = f
 }
 
-type fakeMount struct {
-	f    *fakeMounter
+// made returns how many mounts it made.
+func (m *tapMounter) made() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mounts
+}
+
+func (m *tapMounter) detachedPaths() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.detached)
+}
+
+func (m *tapMounter) mountpoints() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Sorted(maps.Keys(m.paths))
+}
+
+// tapMount is a real mount whose Close may be told to fail.
+type tapMount struct {
+	io.Closer
+	m    *tapMounter
 	path string
 }
 
-func (m *fakeMount) Close() error {
-	m.f.mu.Lock()
-	defer m.f.mu.Unlock()
-	if m.f.failClose != nil {
-		if err := m.f.failClose(m.path); err != nil {
+func (t *tapMount) Close() error {
+	t.m.mu.Lock()
+	fail := t.m.failClose
+	t.m.mu.Unlock()
+	if fail != nil {
+		if err := fail(t.path); err != nil {
 			return err
 		}
 	}
-	if _, ok := m.f.mounted[m.path]; !ok {
-		return fmt.Errorf("fake unmount: %s is not mounted", m.path)
+	return t.Closer.Close()
+}
+
+// mountEntry is one line of /proc/self/mountinfo.
+type mountEntry struct {
+	path string
+	opts []string // per-mount options: rw or ro, nosuid...
+	typ  string   // filesystem type, "fuse.warren" for ours
+}
+
+// mountTable reads this process's mount table.
+func mountTable(t testing.TB) []mountEntry {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatalf("read mount table: %v", err)
 	}
-	delete(m.f.mounted, m.path)
-	return nil
+	var out []mountEntry
+	for line := range strings.Lines(string(data)) {
+		before, after, ok := strings.Cut(line, " - ")
+		fields, post := strings.Fields(before), strings.Fields(after)
+		if !ok || len(fields) < 6 || len(post) < 1 {
+			t.Fatalf("mount table line %q: unexpected format", line)
+		}
+		out = append(out, mountEntry{path: unescapeOctal(fields[4]), opts: strings.Split(fields[5], ","), typ: post[0]})
+	}
+	return out
+}
+
+// unescapeOctal undoes the \ooo escapes of the mount table.
+func unescapeOctal(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// mountsUnder lists the mounts at or below any of roots, one entry per
+// mount (a path mounted twice is listed twice).
+func mountsUnder(t testing.TB, roots ...string) []string {
+	t.Helper()
+	var out []string
+	for _, e := range mountTable(t) {
+		for _, r := range roots {
+			if e.path == r || within(r, e.path) {
+				out = append(out, e.path)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// mountAt returns the mount on top at p, failing the test if there is none.
+func mountAt(t testing.TB, p string) mountEntry {
+	t.Helper()
+	var top *mountEntry
+	for _, e := range mountTable(t) {
+		if e.path == p {
+			top = &e
+		}
+	}
+	if top == nil {
+		t.Fatalf("nothing is mounted at %s", p)
+	}
+	return *top
+}
+
+// isMounted reports whether the mount table lists a mount at p.
+func isMounted(t testing.TB, p string) bool {
+	t.Helper()
+	got, err := fs.IsMountpoint(p)
+	if err != nil {
+		t.Fatalf("IsMountpoint(%s): %v", p, err)
+	}
+	return got
+}
+
+func mustMounted(t testing.TB, p string, want bool) {
+	t.Helper()
+	if got := isMounted(t, p); got != want {
+		t.Errorf("%s: got mounted %v, want %v", p, got, want)
+	}
+}
+
+// checkReadOnly checks that the mount at p is a warren mount, read-only
+// or writable as wanted, in the mount table and to a write.
+func checkReadOnly(t testing.TB, p string, want bool) {
+	t.Helper()
+	e := mountAt(t, p)
+	if e.typ != "fuse.warren" {
+		t.Errorf("%s: got filesystem type %q, want fuse.warren", p, e.typ)
+	}
+	if got := slices.Contains(e.opts, "ro"); got != want {
+		t.Errorf("%s: got mount options %v, want read-only %v", p, e.opts, want)
+	}
+	probe := filepath.Join(p, ".write-probe")
+	err := os.WriteFile(probe, []byte("x"), 0o644)
+	switch {
+	case want && !errors.Is(err, syscall.EROFS):
+		t.Errorf("write to read-only %s: got %v, want EROFS", p, err)
+	case !want && err != nil:
+		t.Errorf("write to writable %s: %v", p, err)
+	case !want:
+		if err := os.Remove(probe); err != nil {
+			t.Errorf("remove %s: %v", probe, err)
+		}
+	}
+}
+
+// checkNoMountsLeft fails the test for every mount still at or below
+// roots, and detaches it so that no test leaves a mount behind.
+func checkNoMountsLeft(t testing.TB, roots ...string) {
+	t.Helper()
+	for _, p := range mountsUnder(t, roots...) {
+		t.Errorf("mount left at %s after the test", p)
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
+			t.Errorf("detach %s: %v", p, err)
+		}
+	}
 }
 
 // testLogger logs into the test's output.
@@ -113,7 +275,7 @@ type testEnv struct {
 	g      *Gateway
 	c      *Client
 	cfg    Config
-	m      *fakeMounter // nil with real FUSE
+	m      *tapMounter // the real mounts, tapped
 	logBuf *syncBuffer
 }
 
@@ -135,9 +297,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// startEnv starts a gateway with a fake mounter (or the real one if
-// mounter is FUSEMounter{}) and stops it when the test ends. cfg's zero
-// fields get test defaults.
+// startEnv starts a gateway that mounts with FUSE and stops it when the
+// test ends, then checks that no mount it made is left. cfg's zero fields
+// get test defaults. cfg.mounter is tapped (see tapMounter) unless it is a
+// tap already; nil means the real fuseMounter.
 func startEnv(t testing.TB, cfg Config) *testEnv {
 	t.Helper()
 	env := &testEnv{logBuf: &syncBuffer{}}
@@ -147,12 +310,12 @@ func startEnv(t testing.TB, cfg Config) *testEnv {
 	if cfg.Store == nil {
 		cfg.Store = newStore(t)
 	}
-	if cfg.Mounter == nil {
-		env.m = newFakeMounter()
-		cfg.Mounter = env.m
-	} else if fm, ok := cfg.Mounter.(*fakeMounter); ok {
-		env.m = fm
+	if tm, ok := cfg.mounter.(*tapMounter); ok {
+		env.m = tm
+	} else {
+		env.m = &tapMounter{inner: cfg.mounter}
 	}
+	cfg.mounter = env.m
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{
 			Name:   "gateway",
@@ -162,6 +325,8 @@ func startEnv(t testing.TB, cfg Config) *testEnv {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// Registered before Close, so it runs after it.
+	t.Cleanup(func() { checkNoMountsLeft(t, append(env.m.mountpoints(), cfg.DataDir)...) })
 	g, err := Start(ctx, cfg)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
@@ -175,6 +340,14 @@ func startEnv(t testing.TB, cfg Config) *testEnv {
 	env.c = NewClient(g.SocketPath())
 	t.Cleanup(env.c.CloseIdleConnections)
 	return env
+}
+
+// live lists the mounts at or below the data folder, any mount point the
+// env's mounter mounted at, and extra: what the gateway has mounted (or
+// left mounted).
+func (e *testEnv) live(t testing.TB, extra ...string) []string {
+	t.Helper()
+	return mountsUnder(t, append(append(e.m.mountpoints(), e.cfg.DataDir), extra...)...)
 }
 
 // newStore returns an empty Badger store closed when the test ends.

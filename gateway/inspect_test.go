@@ -84,6 +84,7 @@ func TestInspectionMountChecks(t *testing.T) {
 }
 
 func TestInspectionMountLifecycle(t *testing.T) {
+	requireFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	ro, rw := t.TempDir(), t.TempDir()
@@ -100,22 +101,13 @@ func TestInspectionMountLifecycle(t *testing.T) {
 	if err != nil || !ti.Mounted {
 		t.Fatalf("thread after an inspection mount: %+v, %v; want bound and mounted", ti, err)
 	}
-	env.m.mu.Lock()
-	opts := env.m.mounted[ro]
-	env.m.mu.Unlock()
-	if !opts.ReadOnly {
-		t.Errorf("inspection mount without writable is not read-only")
-	}
+	// Read-only in the mount table and to a write.
+	checkReadOnly(t, ro, true)
 
 	if _, err := env.c.Mount(ctx, MountRequest{Tenant: "acme", Thread: "t-1", Path: rw, Writable: true}); err != nil {
 		t.Fatalf("writable mount: %v", err)
 	}
-	env.m.mu.Lock()
-	opts = env.m.mounted[rw]
-	env.m.mu.Unlock()
-	if opts.ReadOnly {
-		t.Errorf("writable inspection mount is read-only")
-	}
+	checkReadOnly(t, rw, false)
 
 	// The same path again, for any thread, is a conflict.
 	if _, err := env.c.Mount(ctx, MountRequest{Thread: "other", Path: ro}); !errors.Is(err, ErrConflict) {
@@ -129,7 +121,7 @@ func TestInspectionMountLifecycle(t *testing.T) {
 	if err := env.c.Unmount(ctx, ro); err != nil {
 		t.Fatalf("unmount: %v", err)
 	}
-	if env.m.isMounted(ro) {
+	if isMounted(t, ro) {
 		t.Errorf("%s still mounted", ro)
 	}
 	if err := env.c.Unmount(ctx, ro); !errors.Is(err, ErrNotFound) {
@@ -140,7 +132,7 @@ func TestInspectionMountLifecycle(t *testing.T) {
 	if err := env.c.DeleteThread(ctx, "acme", "t-1"); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
-	if env.m.isMounted(rw) {
+	if isMounted(t, rw) {
 		t.Errorf("inspection mount %s survived the delete of its thread", rw)
 	}
 	ms, err = env.c.Mounts(ctx)
@@ -150,6 +142,7 @@ func TestInspectionMountLifecycle(t *testing.T) {
 }
 
 func TestInspectionMountRestored(t *testing.T) {
+	requireFUSE(t)
 	store := newStore(t)
 	dataDir := filepath.Join(t.TempDir(), "data")
 	ctx := context.Background()
@@ -170,15 +163,12 @@ func TestInspectionMountRestored(t *testing.T) {
 	}
 
 	env2 := startEnv(t, Config{DataDir: dataDir, Store: store})
-	if !env2.m.isMounted(dir) {
+	if !isMounted(t, dir) {
 		t.Errorf("inspection mount %s not restored", dir)
+	} else {
+		checkReadOnly(t, dir, false)
 	}
-	env2.m.mu.Lock()
-	opts, detached := env2.m.mounted[dir], env2.m.detached
-	env2.m.mu.Unlock()
-	if opts.ReadOnly {
-		t.Errorf("restored writable mount is read-only")
-	}
+	detached := env2.m.detachedPaths()
 	found := false
 	for _, d := range detached {
 		found = found || d == dir

@@ -190,7 +190,7 @@ func TestSocketPathInUse(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "w.sock")
 			tt.prepare(t, path)
-			cfg := Config{DataDir: filepath.Join(t.TempDir(), "data"), SocketPath: path, Store: newStore(t), Mounter: newFakeMounter()}
+			cfg := Config{DataDir: filepath.Join(t.TempDir(), "data"), SocketPath: path, Store: newStore(t)}
 			g, err := Start(context.Background(), cfg)
 			if tt.wantErr == "" {
 				if err != nil {

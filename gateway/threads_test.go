@@ -44,6 +44,7 @@ func exists(t *testing.T, p string) bool {
 }
 
 func TestBindIdempotent(t *testing.T) {
+	requireFUSE(t)
 	env := startEnv(t, Config{HostID: "host-a"})
 	ctx := context.Background()
 
@@ -78,8 +79,8 @@ func TestBindIdempotent(t *testing.T) {
 				results[i].Binding.Revision, results[i].Binding.BoundAt, first.Binding.Revision, first.Binding.BoundAt)
 		}
 	}
-	if live, made := env.m.count(); live != 1 || made != 1 {
-		t.Errorf("got %d live mounts from %d mounts, want 1 from 1", live, made)
+	if live, made := env.live(t), env.m.made(); len(live) != 1 || made != 1 {
+		t.Errorf("got %d live mounts (%v) from %d mounts, want 1 from 1", len(live), live, made)
 	}
 	if n := env.g.threadLocks.size(); n != 0 {
 		t.Errorf("got %d thread locks left, want 0", n)
@@ -87,6 +88,7 @@ func TestBindIdempotent(t *testing.T) {
 }
 
 func TestBindConcurrentThreads(t *testing.T) {
+	requireFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -102,30 +104,31 @@ func TestBindConcurrentThreads(t *testing.T) {
 			t.Errorf("bind %d: %v", i, err)
 		}
 	}
-	if live, _ := env.m.count(); live != len(errs) {
-		t.Errorf("got %d mounts, want %d", live, len(errs))
+	if live := env.live(t); len(live) != len(errs) {
+		t.Errorf("got %d mounts, want %d: %v", len(live), len(errs), live)
 	}
 }
 
 func TestFailedBindLeavesNothing(t *testing.T) {
+	requireFUSE(t)
 	mountErr := errors.New("no mount today")
 	storeErr := errors.New("store is down")
 	tests := []struct {
 		name  string
-		setup func(m *fakeMounter, s *failingStore)
+		setup func(m *tapMounter, s *failingStore)
 	}{
-		{"mount fails", func(m *fakeMounter, _ *failingStore) {
-			m.failMount = func(string) error { return mountErr }
+		{"mount fails", func(m *tapMounter, _ *failingStore) {
+			m.setFailMount(func(string) error { return mountErr })
 		}},
-		{"record fails", func(_ *fakeMounter, s *failingStore) { s.failCreate = storeErr }},
+		// The mount is made, for real, and must be undone.
+		{"record fails", func(_ *tapMounter, s *failingStore) { s.failCreate = storeErr }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := newFakeMounter()
 			s := &failingStore{Store: newStore(t)}
-			env := startEnv(t, Config{Mounter: m, Store: s})
+			env := startEnv(t, Config{Store: s})
 			ctx := context.Background()
-			tt.setup(m, s)
+			tt.setup(env.m, s)
 
 			_, err := env.c.Bind(ctx, "acme", "t-1")
 			if err == nil {
@@ -138,17 +141,15 @@ func TestFailedBindLeavesNothing(t *testing.T) {
 			if exists(t, root) || exists(t, mnt) {
 				t.Errorf("after a failed bind: root exists %v, mount point exists %v; want neither", exists(t, root), exists(t, mnt))
 			}
-			if live, _ := m.count(); live != 0 {
-				t.Errorf("got %d live mounts after a failed bind, want 0", live)
+			if live := env.live(t); len(live) != 0 {
+				t.Errorf("got %d live mounts after a failed bind, want 0: %v", len(live), live)
 			}
 			if _, err := env.c.Thread(ctx, "acme", "t-1"); !errors.Is(err, ErrNotFound) {
 				t.Errorf("Thread after a failed bind: got %v, want ErrNotFound", err)
 			}
 
 			// Not remembered: the next call tries again and succeeds.
-			m.mu.Lock()
-			m.failMount = nil
-			m.mu.Unlock()
+			env.m.setFailMount(nil)
 			s.failCreate = nil
 			br, err := env.c.Bind(ctx, "acme", "t-1")
 			if err != nil {
@@ -162,6 +163,7 @@ func TestFailedBindLeavesNothing(t *testing.T) {
 }
 
 func TestCloseAndDelete(t *testing.T) {
+	requireFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	br, err := env.c.Bind(ctx, "acme", "t-1")
@@ -180,7 +182,7 @@ func TestCloseAndDelete(t *testing.T) {
 	if closed.State != meta.StateClosed || closed.Mounted || closed.ClosedAt.IsZero() {
 		t.Errorf("after close: got state %q mounted %v closedAt %v, want closed, unmounted, a time", closed.State, closed.Mounted, closed.ClosedAt)
 	}
-	if env.m.isMounted(mnt) {
+	if isMounted(t, mnt) {
 		t.Errorf("%s still mounted after close", mnt)
 	}
 	if !exists(t, root+"/kept.txt") {
@@ -203,8 +205,8 @@ func TestCloseAndDelete(t *testing.T) {
 	if err := env.c.DeleteThread(ctx, "acme", "t-1"); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
-	if exists(t, root) || exists(t, mnt) || env.m.isMounted(mnt) {
-		t.Errorf("after delete: root exists %v, mount point exists %v, mounted %v; want none", exists(t, root), exists(t, mnt), env.m.isMounted(mnt))
+	if exists(t, root) || exists(t, mnt) || isMounted(t, mnt) {
+		t.Errorf("after delete: root exists %v, mount point exists %v, mounted %v; want none", exists(t, root), exists(t, mnt), isMounted(t, mnt))
 	}
 	if _, err := env.c.Thread(ctx, "acme", "t-1"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Thread after delete: got %v, want ErrNotFound", err)
@@ -214,32 +216,32 @@ func TestCloseAndDelete(t *testing.T) {
 	}
 }
 
+// TestDeleteRefusedWhenUnmountFails makes the unmount fail with EBUSY. A
+// real busy mount does not: fs.Mount.Close detaches it lazily. The fault is
+// for an unmount that fails outright.
 func TestDeleteRefusedWhenUnmountFails(t *testing.T) {
+	requireFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	br, err := env.c.Bind(ctx, "acme", "t-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.m.mu.Lock()
-	env.m.failClose = func(string) error { return fmt.Errorf("unmount: %w", syscall.EBUSY) }
-	env.m.mu.Unlock()
+	env.m.setFailClose(func(string) error { return fmt.Errorf("unmount: %w", syscall.EBUSY) })
 
 	err = env.c.DeleteThread(ctx, "acme", "t-1")
 	if !errors.Is(err, ErrBusy) {
 		t.Fatalf("delete with a busy mount: got %v, want ErrBusy", err)
 	}
-	if !exists(t, br.Binding.Root) || !env.m.isMounted(br.MountPath) {
-		t.Errorf("refused delete removed the root (%v) or the mount (%v)", !exists(t, br.Binding.Root), !env.m.isMounted(br.MountPath))
+	if !exists(t, br.Binding.Root) || !isMounted(t, br.MountPath) {
+		t.Errorf("refused delete removed the root (%v) or the mount (%v)", !exists(t, br.Binding.Root), !isMounted(t, br.MountPath))
 	}
 	ti, err := env.c.Thread(ctx, "acme", "t-1")
 	if err != nil || !ti.Mounted {
 		t.Errorf("after a refused delete: got %+v, %v; want the thread bound and mounted", ti, err)
 	}
 
-	env.m.mu.Lock()
-	env.m.failClose = nil
-	env.m.mu.Unlock()
+	env.m.setFailClose(nil)
 	if err := env.c.DeleteThread(ctx, "acme", "t-1"); err != nil {
 		t.Errorf("delete once the mount is free: %v", err)
 	}
@@ -276,8 +278,8 @@ func TestPinnedToAnotherHost(t *testing.T) {
 			}
 		})
 	}
-	if live, _ := env.m.count(); live != 0 {
-		t.Errorf("got %d mounts of a pinned thread, want 0", live)
+	if live := env.live(t, "/srv/elsewhere-mnt"); len(live) != 0 {
+		t.Errorf("got %d mounts of a pinned thread, want 0: %v", len(live), live)
 	}
 	if !env.g.allowed(0) {
 		t.Errorf("root not allowed")
@@ -285,12 +287,12 @@ func TestPinnedToAnotherHost(t *testing.T) {
 }
 
 func TestRestart(t *testing.T) {
+	requireFUSE(t)
 	store := newStore(t)
 	dataDir := t.TempDir() + "/data"
 	ctx := context.Background()
 
-	m1 := newFakeMounter()
-	env1 := startEnv(t, Config{DataDir: dataDir, Store: store, Mounter: m1})
+	env1 := startEnv(t, Config{DataDir: dataDir, Store: store})
 	var mounts []string
 	for _, th := range []string{"t-1", "t-2", "t-3"} {
 		br, err := env1.c.Bind(ctx, "acme", th)
@@ -305,26 +307,25 @@ func TestRestart(t *testing.T) {
 	if err := env1.g.Close(); err != nil {
 		t.Fatalf("close gateway: %v", err)
 	}
-	if live, _ := m1.count(); live != 0 {
-		t.Errorf("got %d mounts after shutdown, want 0", live)
+	if live := env1.live(t); len(live) != 0 {
+		t.Errorf("got %d mounts after shutdown, want 0: %v", len(live), live)
 	}
 
 	// t-2 cannot be mounted at the next start: logged and marked, and the
 	// others are served anyway.
-	m2 := newFakeMounter()
-	m2.failMount = func(p string) error {
+	m2 := &tapMounter{failMount: func(p string) error {
 		if p == mounts[1] {
 			return errors.New("transport endpoint is not connected")
 		}
 		return nil
-	}
-	env2 := startEnv(t, Config{DataDir: dataDir, Store: store, Mounter: m2})
-	if !m2.isMounted(mounts[0]) || m2.isMounted(mounts[1]) || m2.isMounted(mounts[2]) {
+	}}
+	env2 := startEnv(t, Config{DataDir: dataDir, Store: store, mounter: m2})
+	if !isMounted(t, mounts[0]) || isMounted(t, mounts[1]) || isMounted(t, mounts[2]) {
 		t.Errorf("after restart: got mounted %v %v %v, want true false false",
-			m2.isMounted(mounts[0]), m2.isMounted(mounts[1]), m2.isMounted(mounts[2]))
+			isMounted(t, mounts[0]), isMounted(t, mounts[1]), isMounted(t, mounts[2]))
 	}
-	if len(m2.detached) != 2 {
-		t.Errorf("got DetachStale on %v, want on the two bound threads", m2.detached)
+	if d := m2.detachedPaths(); len(d) != 2 {
+		t.Errorf("got DetachStale on %v, want on the two bound threads", d)
 	}
 	ti, err := env2.c.Thread(ctx, "acme", "t-2")
 	if err != nil {
@@ -334,13 +335,12 @@ func TestRestart(t *testing.T) {
 		t.Errorf("t-2 after a failed restore: got mounted=%v error=%q state=%q, want unmounted with an error, still bound", ti.Mounted, ti.Error, ti.State)
 	}
 	// The next call mounts it.
-	m2.mu.Lock()
-	m2.failMount = nil
-	m2.mu.Unlock()
+	m2.setFailMount(nil)
 	br, err := env2.c.Bind(ctx, "acme", "t-2")
 	if err != nil || !br.Binding.Mounted || br.Binding.Error != "" {
 		t.Errorf("bind after a failed restore: got %+v, %v; want mounted", br.Binding, err)
 	}
+	mustMounted(t, mounts[1], true)
 	tis, err := env2.c.Threads(ctx)
 	if err != nil || len(tis) != 3 {
 		t.Errorf("got %d bindings (%v) after restart, want 3", len(tis), err)
@@ -370,6 +370,7 @@ func TestKeyedLocksCancel(t *testing.T) {
 }
 
 func TestRestartMany(t *testing.T) {
+	requireFUSE(t)
 	store := newStore(t)
 	dataDir := t.TempDir() + "/data"
 	ctx := context.Background()
@@ -384,8 +385,8 @@ func TestRestartMany(t *testing.T) {
 		t.Fatal(err)
 	}
 	env2 := startEnv(t, Config{DataDir: dataDir, Store: store})
-	if live, made := env2.m.count(); live != n || made != n {
-		t.Errorf("after restart: got %d live mounts from %d mounts, want %d", live, made, n)
+	if live, made := env2.live(t), env2.m.made(); len(live) != n || made != n {
+		t.Errorf("after restart: got %d live mounts from %d mounts, want %d", len(live), made, n)
 	}
 	tis, err := env2.c.Threads(ctx)
 	if err != nil {

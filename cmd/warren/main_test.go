@@ -4,65 +4,127 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 
 	"warren/fs"
 	"warren/gateway"
 	"warren/meta"
 )
 
-// fakeMounter lets the CLI tests run without FUSE: the gateway's own
-// tests cover real mounts.
-type fakeMounter struct {
-	mu      sync.Mutex
-	mounted map[string]bool
+// requireFUSE skips a test that needs real FUSE mounts where they cannot
+// be made, except in CI, where a missing /dev/fuse or root is a failure:
+// the suite must not pass there by skipping its real tests.
+func requireFUSE(t testing.TB) {
+	t.Helper()
+	var missing string
+	if os.Geteuid() != 0 {
+		missing = "root"
+	} else if _, err := os.Stat("/dev/fuse"); err != nil {
+		missing = "/dev/fuse"
+	}
+	if missing == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("this test needs FUSE mounts, and %s is missing in CI", missing)
+	}
+	t.Skipf("this test needs FUSE mounts; %s is missing", missing)
 }
 
-func (f *fakeMounter) Mount(ctx context.Context, backing, mountpoint string, opts fs.Options) (io.Closer, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.mounted[mountpoint] = true
-	return closerFunc(func() error {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		delete(f.mounted, mountpoint)
-		return nil
-	}), nil
+// mountsUnder lists the mount points at or below any of roots in this
+// process's mount table.
+func mountsUnder(t testing.TB, roots ...string) []string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatalf("read mount table: %v", err)
+	}
+	var out []string
+	for line := range strings.Lines(string(data)) {
+		fields := strings.Fields(line)
+		if len(fields) < 5 {
+			t.Fatalf("mount table line %q: unexpected format", line)
+		}
+		p := unescapeOctal(fields[4])
+		for _, r := range roots {
+			if p == r || strings.HasPrefix(p, r+"/") {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
 }
 
-func (f *fakeMounter) DetachStale(string) error { return nil }
+// unescapeOctal undoes the \ooo escapes of the mount table.
+func unescapeOctal(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
 
-type closerFunc func() error
-
-func (c closerFunc) Close() error { return c() }
-
-// startGateway serves a gateway on a socket in a temporary folder.
+// startGateway serves a gateway, with its real FUSE mounts, on a socket in
+// a temporary folder. When the test ends it closes the gateway and checks
+// that nothing it mounted is left: nothing below its data folder, nothing
+// at an inspection mount it still has a record of.
 func startGateway(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
 	store, err := meta.OpenBadger(context.Background(), filepath.Join(dir, "meta"), hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
+	// Registered before Close, so it runs after it (and before the store
+	// closes).
+	t.Cleanup(func() {
+		roots := []string{data}
+		ms, err := store.ListInspectionMounts(context.Background())
+		if err != nil {
+			t.Errorf("list inspection mounts: %v", err)
+		}
+		for _, m := range ms {
+			roots = append(roots, m.Path)
+		}
+		for _, p := range mountsUnder(t, roots...) {
+			t.Errorf("mount left at %s after the test", p)
+			if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
+				t.Errorf("detach %s: %v", p, err)
+			}
+		}
+	})
 	g, err := gateway.Start(context.Background(), gateway.Config{
-		DataDir: filepath.Join(dir, "data"),
+		DataDir: data,
 		Store:   store,
-		Mounter: &fakeMounter{mounted: make(map[string]bool)},
 		Logger:  hclog.New(&hclog.LoggerOptions{Output: t.Output(), Level: hclog.Debug}),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { g.Close() })
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Errorf("close gateway: %v", err)
+		}
+	})
 	return g.SocketPath()
 }
 
@@ -84,42 +146,59 @@ func runCLI(t *testing.T, socket string, args ...string) (code int, stdout, stde
 }
 
 func TestClientVerbs(t *testing.T) {
+	requireFUSE(t)
 	sock := startGateway(t)
-	dir := t.TempDir()
+	dir, rwDir := t.TempDir(), t.TempDir()
+	// mounted returns a check that the mount table lists (or does not
+	// list) a mount at *p.
+	var bindPath string
+	mounted := func(p *string, want bool) func(t *testing.T) {
+		return func(t *testing.T) {
+			t.Helper()
+			got, err := fs.IsMountpoint(*p)
+			if err != nil || got != want {
+				t.Errorf("%s: got mounted %v (%v), want %v", *p, got, err, want)
+			}
+		}
+	}
 	tests := []struct {
 		name       string
 		args       []string
 		wantCode   int
 		wantOut    string // substring of stdout
 		wantErrOut string // substring of stderr
+		after      func(t *testing.T)
 	}{
-		{"bind", []string{"bind", "--tenant", "acme", "--thread", "../other-tenant/t-1"}, 0, "/mnt/acme/%2e.%2fother-tenant%2ft-1\n", ""},
-		{"bind again", []string{"bind", "--tenant", "acme", "--thread", "../other-tenant/t-1"}, 0, "/mnt/acme/%2e.%2fother-tenant%2ft-1\n", ""},
-		{"bind json", []string{"bind", "--thread", "t-2", "--json"}, 0, `"thread": "t-2"`, ""},
-		{"bind escape sequence", []string{"bind", "--thread", "a\x1b[31m"}, 0, "/mnt/default/a%1b%5b31m", ""},
-		{"ls", []string{"ls"}, 0, "acme     ../other-tenant/t-1  bound", ""},
-		{"ls quotes odd ids", []string{"ls", "--tenant", ""}, 0, `"a\x1b[31m"`, ""},
-		{"ls one tenant", []string{"ls", "--tenant", "acme", "--json"}, 0, `"tenant": "acme"`, ""},
-		{"mount", []string{"mount", "--thread", "t-2", dir}, 0, dir + " (read-only)", ""},
-		{"mount flags after DIR", []string{"mount", t.TempDir(), "--thread", "t-2", "--rw"}, 0, "(read-write)", ""},
-		{"umount", []string{"umount", dir}, 0, "", ""},
-		{"umount again", []string{"umount", dir}, 1, "", "no inspection mount"},
-		{"close", []string{"close", "--thread", "t-2"}, 0, "closed default/t-2", ""},
-		{"close unknown", []string{"close", "--thread", "nobody"}, 1, "", "not bound"},
-		{"delete", []string{"delete", "--tenant", "acme", "--thread", "../other-tenant/t-1"}, 0, "deleted acme/../other-tenant/t-1", ""},
-		{"delete again", []string{"delete", "--tenant", "acme", "--thread", "../other-tenant/t-1"}, 1, "", "not bound"},
-		{"no thread", []string{"bind"}, 2, "", "--thread is required"},
-		{"unknown flag", []string{"ls", "--bogus"}, 2, "", "flag provided but not defined"},
-		{"stray argument", []string{"close", "--thread", "t", "extra"}, 2, "", "unexpected arguments"},
-		{"mount without DIR", []string{"mount", "--thread", "t"}, 2, "", "exactly one DIR"},
-		{"unknown verb", []string{"frobnicate"}, 2, "", "unknown command"},
-		{"no verb", nil, 2, "", "usage: warren"},
-		{"help", []string{"bind", "-h"}, 0, "", "usage: warren bind"},
-		{"no gateway", []string{"ls", "--socket", filepath.Join(t.TempDir(), "none.sock")}, 1, "", "is 'warren serve' running?"},
+		{"bind", []string{"bind", "--tenant", "acme", "--thread", "../other-tenant/t-1"}, 0, "/mnt/acme/%2e.%2fother-tenant%2ft-1\n", "", mounted(&bindPath, true)},
+		{"bind again", []string{"bind", "--tenant", "acme", "--thread", "../other-tenant/t-1"}, 0, "/mnt/acme/%2e.%2fother-tenant%2ft-1\n", "", nil},
+		{"bind json", []string{"bind", "--thread", "t-2", "--json"}, 0, `"thread": "t-2"`, "", nil},
+		{"bind escape sequence", []string{"bind", "--thread", "a\x1b[31m"}, 0, "/mnt/default/a%1b%5b31m", "", nil},
+		{"ls", []string{"ls"}, 0, "acme     ../other-tenant/t-1  bound", "", nil},
+		{"ls quotes odd ids", []string{"ls", "--tenant", ""}, 0, `"a\x1b[31m"`, "", nil},
+		{"ls one tenant", []string{"ls", "--tenant", "acme", "--json"}, 0, `"tenant": "acme"`, "", nil},
+		{"mount", []string{"mount", "--thread", "t-2", dir}, 0, dir + " (read-only)", "", mounted(&dir, true)},
+		{"mount flags after DIR", []string{"mount", rwDir, "--thread", "t-2", "--rw"}, 0, "(read-write)", "", mounted(&rwDir, true)},
+		{"umount", []string{"umount", dir}, 0, "", "", mounted(&dir, false)},
+		{"umount again", []string{"umount", dir}, 1, "", "no inspection mount", nil},
+		{"close", []string{"close", "--thread", "t-2"}, 0, "closed default/t-2", "", nil},
+		{"close unknown", []string{"close", "--thread", "nobody"}, 1, "", "not bound", nil},
+		{"delete", []string{"delete", "--tenant", "acme", "--thread", "../other-tenant/t-1"}, 0, "deleted acme/../other-tenant/t-1", "", mounted(&bindPath, false)},
+		{"delete again", []string{"delete", "--tenant", "acme", "--thread", "../other-tenant/t-1"}, 1, "", "not bound", nil},
+		{"no thread", []string{"bind"}, 2, "", "--thread is required", nil},
+		{"unknown flag", []string{"ls", "--bogus"}, 2, "", "flag provided but not defined", nil},
+		{"stray argument", []string{"close", "--thread", "t", "extra"}, 2, "", "unexpected arguments", nil},
+		{"mount without DIR", []string{"mount", "--thread", "t"}, 2, "", "exactly one DIR", nil},
+		{"unknown verb", []string{"frobnicate"}, 2, "", "unknown command", nil},
+		{"no verb", nil, 2, "", "usage: warren", nil},
+		{"help", []string{"bind", "-h"}, 0, "", "usage: warren bind", nil},
+		{"no gateway", []string{"ls", "--socket", filepath.Join(t.TempDir(), "none.sock")}, 1, "", "is 'warren serve' running?", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			code, out, errOut := runCLI(t, sock, tt.args...)
+			if tt.name == "bind" {
+				bindPath = strings.TrimSuffix(out, "\n")
+			}
 			if code != tt.wantCode {
 				t.Errorf("got exit %d, want %d (stdout %q, stderr %q)", code, tt.wantCode, out, errOut)
 			}
@@ -128,6 +207,9 @@ func TestClientVerbs(t *testing.T) {
 			}
 			if !strings.Contains(errOut, tt.wantErrOut) {
 				t.Errorf("got stderr %q, want it to contain %q", errOut, tt.wantErrOut)
+			}
+			if tt.after != nil {
+				tt.after(t)
 			}
 		})
 	}
