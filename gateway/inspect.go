@@ -146,15 +146,17 @@ func (g *Gateway) checkInspectionDir(dir string, owner uint32) (string, error) {
 	if owner != 0 && st.Uid != owner {
 		return "", fmt.Errorf("%w: %s belongs to uid %d, not to the caller (uid %d)", ErrForbidden, real, st.Uid, owner)
 	}
-	if err := checkEmpty(real); err != nil {
-		return "", err
-	}
+	// A mount first: a mount's own files would make it "not empty", and
+	// a folder already served is a conflict, not a bad request.
 	mounted, err := isMountPoint(real, &st)
 	if err != nil {
 		return "", fmt.Errorf("check whether %s is a mount: %w", real, err)
 	}
 	if mounted {
 		return "", fmt.Errorf("%w: %s is a mount point already", ErrConflict, real)
+	}
+	if err := checkEmpty(real); err != nil {
+		return "", err
 	}
 	return real, nil
 }

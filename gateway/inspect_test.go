@@ -109,7 +109,16 @@ func TestInspectionMountLifecycle(t *testing.T) {
 	}
 	checkReadOnly(t, rw, false)
 
-	// The same path again, for any thread, is a conflict.
+	// A file written through the writable mount shows through the other.
+	if err := os.WriteFile(filepath.Join(rw, "seen.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatalf("write through the writable mount: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(ro, "seen.txt")); err != nil || string(got) != "x" {
+		t.Errorf("read through the read-only mount: got %q, %v; want %q", got, err, "x")
+	}
+
+	// The same path again, for any thread, is a conflict, also when the
+	// mount there shows files.
 	if _, err := env.c.Mount(ctx, MountRequest{Thread: "other", Path: ro}); !errors.Is(err, ErrConflict) {
 		t.Errorf("second mount at %s: got %v, want ErrConflict", ro, err)
 	}
