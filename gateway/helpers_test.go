@@ -417,17 +417,27 @@ func rawRequest(t testing.TB, socket, method, target string, body []byte) rawRes
 // the suite must not pass there by skipping its real tests.
 func requireFUSE(t testing.TB) {
 	t.Helper()
-	var missing string
 	if os.Geteuid() != 0 {
-		missing = "root"
+		cannotRun(t, "this test needs FUSE mounts; root is missing")
 	} else if _, err := os.Stat("/dev/fuse"); err != nil {
-		missing = "/dev/fuse"
+		cannotRun(t, "this test needs FUSE mounts; /dev/fuse is missing")
 	}
-	if missing == "" {
-		return
+}
+
+// requireRoot is requireFUSE for a test that needs root for another reason.
+func requireRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		cannotRun(t, "this test needs root to %s", why)
 	}
+}
+
+// cannotRun stops a test that cannot run here: a failure when CI=true,
+// a skip otherwise.
+func cannotRun(t testing.TB, format string, args ...any) {
+	t.Helper()
 	if os.Getenv("CI") == "true" {
-		t.Fatalf("this test needs FUSE mounts, and %s is missing in CI", missing)
+		t.Fatalf("CI: "+format, args...)
 	}
-	t.Skipf("this test needs FUSE mounts; %s is missing", missing)
+	t.Skipf(format, args...)
 }

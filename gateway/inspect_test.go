@@ -68,19 +68,18 @@ func TestInspectionMountChecks(t *testing.T) {
 		t.Errorf("a refused inspection mount bound the thread: %v", err)
 	}
 
-	if os.Geteuid() == 0 {
-		t.Run("a mount point", func(t *testing.T) {
-			dir := mk("tmpfs")
-			if err := unix.Mount("tmpfs", dir, "tmpfs", 0, ""); err != nil {
-				t.Skipf("mount tmpfs: %v", err)
-			}
-			defer unix.Unmount(dir, unix.MNT_DETACH)
-			_, err := env.g.MountInspection(ctx, MountRequest{Thread: "t", Path: dir}, 0)
-			if !errors.Is(err, ErrConflict) {
-				t.Errorf("got %v, want ErrConflict", err)
-			}
-		})
-	}
+	t.Run("a mount point", func(t *testing.T) {
+		requireRoot(t, "mount a tmpfs")
+		dir := mk("tmpfs")
+		if err := unix.Mount("tmpfs", dir, "tmpfs", 0, ""); err != nil {
+			cannotRun(t, "mount tmpfs: %v", err)
+		}
+		defer unix.Unmount(dir, unix.MNT_DETACH)
+		_, err := env.g.MountInspection(ctx, MountRequest{Thread: "t", Path: dir}, 0)
+		if !errors.Is(err, ErrConflict) {
+			t.Errorf("got %v, want ErrConflict", err)
+		}
+	})
 }
 
 func TestInspectionMountLifecycle(t *testing.T) {

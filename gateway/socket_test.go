@@ -59,9 +59,7 @@ func sharedDir(t *testing.T) string {
 // TestPeerUIDRefused connects as uid 65534 (nobody). The socket mode is
 // widened for the test so that only the peer-uid check stands in the way.
 func TestPeerUIDRefused(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run a client as another uid")
-	}
+	requireRoot(t, "run a client as another uid")
 	dir := sharedDir(t)
 	bin := filepath.Join(dir, "client")
 	self, err := os.Executable()
@@ -123,17 +121,22 @@ func TestPeerUIDRefused(t *testing.T) {
 
 func TestAllowed(t *testing.T) {
 	env := startEnv(t, Config{AllowUIDs: []uint32{1234}})
+	self := uint32(os.Getuid())
 	tests := []struct {
 		uid  uint32
 		want bool
 	}{
-		{uint32(os.Getuid()), true},
+		{self, true},
 		{0, true},
 		{1234, true},
 		{1235, false},
 		{65534, false},
 	}
 	for _, tt := range tests {
+		if tt.uid == self && !tt.want {
+			// This process's own uid is always allowed.
+			continue
+		}
 		t.Run(fmt.Sprint(tt.uid), func(t *testing.T) {
 			if got := env.g.allowed(tt.uid); got != tt.want {
 				t.Errorf("allowed(%d) = %v, want %v", tt.uid, got, tt.want)
