@@ -18,7 +18,11 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if errno := n.mayModify(name); errno != 0 {
 		return nil, errno
 	}
-	dfd := n.fd.get()
+	dfd, done, errno := n.use()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer done()
 	if err := unix.Mkdirat(dfd, name, mode); err != nil {
 		return nil, fusefs.ToErrno(err)
 	}
@@ -43,7 +47,11 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 		n.root.refuse("mknod", n.child(name), "", "device nodes are not allowed in a workspace")
 		return nil, syscall.EPERM
 	}
-	dfd := n.fd.get()
+	dfd, done, errno := n.use()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer done()
 	if err := unix.Mknodat(dfd, name, mode, int(rdev)); err != nil {
 		return nil, fusefs.ToErrno(err)
 	}
@@ -61,7 +69,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if errno := n.mayModify(name); errno != 0 {
 		return nil, nil, 0, errno
 	}
-	dfd := n.fd.get()
+	dfd, done, errno := n.use()
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	defer done()
 	// O_NOFOLLOW: a link planted under this name is never written through.
 	ofd, err := unix.Openat(dfd, name, daemonFlags(flags)|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	if err != nil {
@@ -94,7 +106,12 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	if n.root.readOnly {
 		return nil, nil, 0, syscall.EROFS
 	}
-	ofd, err := reopen(n.fd.get(), daemonFlags(flags)|unix.O_TMPFILE)
+	dfd, done, errno := n.use()
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	defer done()
+	ofd, err := reopen(dfd, daemonFlags(flags)|unix.O_TMPFILE)
 	if err != nil {
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}
@@ -120,7 +137,12 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if errno := n.mayModify(name); errno != 0 {
 		return errno
 	}
-	if err := unix.Unlinkat(n.fd.get(), name, 0); err != nil {
+	dfd, done, errno := n.use()
+	if errno != 0 {
+		return errno
+	}
+	defer done()
+	if err := unix.Unlinkat(dfd, name, 0); err != nil {
 		return fusefs.ToErrno(err)
 	}
 	n.root.changedEntry(n, name)
@@ -131,7 +153,12 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if errno := n.mayModify(name); errno != 0 {
 		return errno
 	}
-	if err := unix.Unlinkat(n.fd.get(), name, unix.AT_REMOVEDIR); err != nil {
+	dfd, done, errno := n.use()
+	if errno != 0 {
+		return errno
+	}
+	defer done()
+	if err := unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR); err != nil {
 		return fusefs.ToErrno(err)
 	}
 	n.root.changedEntry(n, name)
@@ -162,7 +189,17 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 			}
 		}
 	}
-	if err := unix.Renameat2(n.fd.get(), name, np.fd.get(), newName, uint(flags)); err != nil {
+	ofd, odone, errno := n.use()
+	if errno != 0 {
+		return errno
+	}
+	defer odone()
+	nfd, ndone, errno := np.use()
+	if errno != 0 {
+		return errno
+	}
+	defer ndone()
+	if err := unix.Renameat2(ofd, name, nfd, newName, uint(flags)); err != nil {
 		return fusefs.ToErrno(err)
 	}
 	n.root.changedEntry(n, name)
@@ -179,7 +216,12 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHand
 }
 
 func (n *node) Readdir(ctx context.Context) (fusefs.DirStream, syscall.Errno) {
-	fd, err := reopen(n.fd.get(), unix.O_RDONLY|unix.O_DIRECTORY)
+	dfd, done, errno := n.use()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer done()
+	fd, err := reopen(dfd, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return nil, fusefs.ToErrno(err)
 	}

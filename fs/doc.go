@@ -47,10 +47,21 @@
 // in one place, go-fuse's ToErrno. Serve and Close return wrapped errors
 // that say which step failed.
 //
+// # Descriptors
+//
+// The node descriptors are a cache with one budget per Hub (half the
+// open-file limit by default, fdcache.go): idle ones are closed least
+// recently used first and reopened with open_by_handle_at, which names the
+// same inode exactly. So the kernel may know any number of inodes, and a
+// container's open-file cap is never hit by a big tree. Descriptors are
+// closed for good when the kernel forgets an inode, or when a node that
+// go-fuse dropped is collected.
+//
 // # Locks
 //
-// The package keeps no lock of its own on the data path: go-fuse
-// serializes what must be, and every backing operation is one system call
-// on descriptors the node owns. Descriptors are closed when the kernel
-// forgets an inode, or when a node that go-fuse dropped is collected.
+// Lock order, outermost first: a pathFd's mu, then the fdCache's mu; a
+// Hub's mu and a root's mu are leaves. No lock is held across a FUSE
+// notification (the Hub delivers them from its own goroutine). The data
+// path takes no lock of this package: with passthrough, reads and writes
+// never reach it, and without it they go to the open file's descriptor.
 package fs

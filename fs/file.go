@@ -107,7 +107,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 	if n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFLNK {
 		return nil, 0, syscall.ELOOP
 	}
-	fd, err := reopen(n.fd.get(), daemonFlags(flags))
+	pfd, done, errno := n.use()
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	defer done()
+	fd, err := reopen(pfd, daemonFlags(flags))
 	if err != nil {
 		return nil, 0, fusefs.ToErrno(err)
 	}

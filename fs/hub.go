@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 )
 
 // Hub joins the mounts that one gateway serves. Two mounts may serve one
@@ -24,6 +25,7 @@ type Hub struct {
 	log   hclog.Logger
 	queue chan notice
 	done  chan struct{}
+	fds   *fdCache // the node descriptors of every mount of the hub
 
 	mu     sync.Mutex
 	mounts map[*root]struct{} // guarded by mu
@@ -45,11 +47,27 @@ type notice struct {
 const hubQueue = 4096
 
 // NewHub starts a hub. Call Close when finished.
+//
+// The hub also holds the budget of node descriptors for all its mounts:
+// half of the process's open-file limit (read when the hub is made; raise
+// the limit first, see RaiseFileLimit), leaving the rest to open files,
+// sockets and the store.
 func NewHub(logger hclog.Logger) *Hub {
+	budget := 1024
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil && lim.Cur/2 > uint64(budget) {
+		budget = int(min(lim.Cur/2, 1<<30))
+	}
+	return newHub(logger, budget)
+}
+
+// newHub starts a hub with a descriptor budget.
+func newHub(logger hclog.Logger, fdBudget int) *Hub {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
 	h := &Hub{
+		fds:    newFDCache(fdBudget),
 		log:    logger,
 		queue:  make(chan notice, hubQueue),
 		done:   make(chan struct{}),

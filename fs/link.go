@@ -28,7 +28,11 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 		n.root.refuse("symlink", n.child(name), target, why)
 		return nil, syscall.EPERM
 	}
-	dfd := n.fd.get()
+	dfd, done, errno := n.use()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer done()
 	if err := unix.Symlinkat(target, dfd, name); err != nil {
 		return nil, fusefs.ToErrno(err)
 	}
@@ -46,7 +50,12 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 // root. The kernel follows a link by asking for its target here, so
 // refusing the read refuses the walk.
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	target, err := readlinkFd(n.fd.get())
+	fd, done, errno := n.use()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer done()
+	target, err := readlinkFd(fd)
 	if err != nil {
 		return nil, fusefs.ToErrno(err)
 	}
@@ -75,8 +84,13 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 	if t.IsDir() {
 		return nil, syscall.EPERM
 	}
+	tfd, tdone, errno := t.use()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer tdone()
 	if t.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFLNK {
-		linkTarget, err := readlinkFd(t.fd.get())
+		linkTarget, err := readlinkFd(tfd)
 		if err != nil {
 			return nil, fusefs.ToErrno(err)
 		}
@@ -85,8 +99,12 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 			return nil, syscall.EPERM
 		}
 	}
-	dfd := n.fd.get()
-	if err := unix.Linkat(t.fd.get(), "", dfd, name, unix.AT_EMPTY_PATH); err != nil {
+	dfd, done, errno := n.use()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer done()
+	if err := unix.Linkat(tfd, "", dfd, name, unix.AT_EMPTY_PATH); err != nil {
 		return nil, fusefs.ToErrno(err)
 	}
 	fd, err := openChild(dfd, name)
@@ -102,7 +120,12 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 // checkMovedLink refuses to move the entry name of n into the directory
 // dst if it is a symlink that would lead out of the root from there.
 func (n *node) checkMovedLink(name string, dst *node, op string) syscall.Errno {
-	fd, err := openChild(n.fd.get(), name)
+	dfd, done, errno := n.use()
+	if errno != 0 {
+		return errno
+	}
+	defer done()
+	fd, err := openChild(dfd, name)
 	if err != nil {
 		return 0 // the move itself reports a missing entry
 	}

@@ -73,13 +73,16 @@ type Refusal struct {
 type root struct {
 	name          string
 	fd            int    // O_PATH descriptor of the backing folder
+	handleFd      int    // the backing folder opened for reading: open_by_handle_at takes no O_PATH descriptor
 	dev           uint64 // its device: a lookup never crosses to another
 	readOnly      bool
 	noPassthrough bool
 	uid, gid      int // the daemon's own ids
 	log           hclog.Logger
 	onRefusal     func(Refusal)
-	hub           *Hub // nil when the mount is on its own
+	hub           *Hub     // the mount's own when Options.Hub is nil
+	ownHub        bool     // hub was made for this mount alone
+	fds           *fdCache // hub.fds
 
 	mu    sync.Mutex
 	nodes map[uint64]*node // the nodes the kernel knows, by inode; guarded by mu
@@ -87,9 +90,6 @@ type root struct {
 
 // remember records n as the node the kernel knows for its inode.
 func (r *root) remember(n *node) {
-	if r.hub == nil {
-		return
-	}
 	r.mu.Lock()
 	r.nodes[n.ino] = n
 	r.mu.Unlock()
@@ -97,9 +97,6 @@ func (r *root) remember(n *node) {
 
 // forget drops n once the kernel forgot it.
 func (r *root) forget(n *node) {
-	if r.hub == nil {
-		return
-	}
 	r.mu.Lock()
 	if r.nodes[n.ino] == n {
 		delete(r.nodes, n.ino)
@@ -117,17 +114,13 @@ func (r *root) known(ino uint64) *node {
 // changedEntry tells the other mounts of this folder that the name in dir
 // changed (made, removed, renamed).
 func (r *root) changedEntry(dir *node, name string) {
-	if r.hub != nil {
-		r.hub.post(notice{from: r, dev: r.dev, ino: dir.ino, name: name})
-	}
+	r.hub.post(notice{from: r, dev: r.dev, ino: dir.ino, name: name})
 }
 
 // changedInode tells the other mounts of this folder that the attributes
 // or content of n changed.
 func (r *root) changedInode(n *node) {
-	if r.hub != nil {
-		r.hub.post(notice{from: r, dev: r.dev, ino: n.ino})
-	}
+	r.hub.post(notice{from: r, dev: r.dev, ino: n.ino})
 }
 
 // refuse logs a refused escape attempt and reports it.
@@ -173,9 +166,16 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		unix.Close(fd)
 		return nil, fmt.Errorf("fs: dup backing folder descriptor: %w", err)
 	}
+	handleFd, err := reopen(fd, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		unix.Close(fd)
+		unix.Close(rootFd)
+		return nil, fmt.Errorf("fs: open backing folder %s: %w", backing, err)
+	}
 	r := &root{
 		name:          opts.Name,
 		fd:            fd,
+		handleFd:      handleFd,
 		dev:           st.Dev,
 		readOnly:      opts.ReadOnly,
 		noPassthrough: opts.NoPassthrough,
@@ -186,7 +186,12 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		hub:           opts.Hub,
 		nodes:         make(map[uint64]*node),
 	}
-	rootNode := r.newNode(rootFd, st.Ino)
+	if r.hub == nil {
+		r.hub, r.ownHub = NewHub(r.log), true
+	}
+	r.fds = r.hub.fds
+	// The root's descriptor is pinned: never evicted, closed with the mount.
+	rootNode := &node{root: r, fd: &pathFd{fd: rootFd, mountFd: handleFd}, ino: st.Ino}
 	r.remember(rootNode)
 
 	entry := timeout(opts.EntryTimeout, DefaultEntryTimeout)
@@ -231,18 +236,23 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 	if err != nil {
 		rootNode.fd.close()
 		unix.Close(fd)
+		unix.Close(handleFd)
+		if r.ownHub {
+			r.hub.Close()
+		}
 		return nil, fmt.Errorf("fs: mount %s at %s: %w", backing, mountpoint, err)
 	}
 	m := &Mount{mountpoint: mountpoint, server: server, root: r, done: make(chan struct{})}
-	if r.hub != nil {
-		r.hub.add(r)
-	}
+	r.hub.add(r)
 	go func() {
 		server.Wait()
-		if r.hub != nil {
-			r.hub.remove(r)
+		r.hub.remove(r)
+		if r.ownHub {
+			r.hub.Close()
 		}
+		rootNode.fd.close()
 		unix.Close(fd)
+		unix.Close(handleFd)
 		close(m.done)
 	}()
 	r.log.Debug("mounted", "backing", backing, "mountpoint", mountpoint, "readonly", opts.ReadOnly)

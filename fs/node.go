@@ -3,7 +3,6 @@ package fs
 import (
 	"context"
 	"runtime"
-	"sync/atomic"
 	"syscall"
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
@@ -28,27 +27,6 @@ type node struct {
 	fd *pathFd
 	// ino is the backing inode number; immutable.
 	ino uint64
-}
-
-// pathFd owns one O_PATH descriptor. It is closed either when the kernel
-// forgets the node or, for a node that go-fuse dropped because another
-// lookup registered the same inode first, when the node is collected.
-type pathFd struct {
-	n atomic.Int64
-}
-
-func newPathFd(fd int) *pathFd {
-	p := &pathFd{}
-	p.n.Store(int64(fd))
-	return p
-}
-
-func (p *pathFd) get() int { return int(p.n.Load()) }
-
-func (p *pathFd) close() {
-	if fd := p.n.Swap(-1); fd >= 0 {
-		unix.Close(int(fd))
-	}
 }
 
 // Compile-time checks: every operation the filesystem serves.
@@ -80,10 +58,20 @@ var (
 
 // newNode wraps an O_PATH descriptor in a node; the node owns fd from now on.
 func (r *root) newNode(fd int, ino uint64) *node {
-	p := newPathFd(fd)
+	p := r.fds.newPathFd(fd, r.handleFd)
 	n := &node{root: r, fd: p, ino: ino}
 	runtime.AddCleanup(n, func(p *pathFd) { p.close() }, p)
 	return n
+}
+
+// use gives the node's descriptor to one operation; call done when the
+// operation no longer needs it.
+func (n *node) use() (fd int, done func(), errno syscall.Errno) {
+	fd, err := n.fd.acquire()
+	if err != nil {
+		return -1, nil, fusefs.ToErrno(err)
+	}
+	return fd, n.fd.release, 0
 }
 
 // OnForget closes the descriptor as soon as the kernel no longer needs the
@@ -138,17 +126,22 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fu
 	if !validName(name) {
 		return nil, syscall.EINVAL
 	}
+	dfd, done, errno := n.use()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer done()
 	if ch := n.GetChild(name); ch != nil {
 		if known, ok := ch.Operations().(*node); ok {
 			var st syscall.Stat_t
-			if err := fstatat(n.fd.get(), name, &st); err == nil && st.Ino == known.ino && st.Dev == n.root.dev &&
+			if err := fstatat(dfd, name, &st); err == nil && st.Ino == known.ino && st.Dev == n.root.dev &&
 				st.Mode&syscall.S_IFMT == ch.StableAttr().Mode&syscall.S_IFMT {
 				out.Attr.FromStat(&st)
 				return ch, 0
 			}
 		}
 	}
-	fd, err := openChild(n.fd.get(), name)
+	fd, err := openChild(dfd, name)
 	if err == unix.EXDEV {
 		n.root.refuse("lookup", n.child(name), "", "crosses into another filesystem")
 		return nil, syscall.EACCES
@@ -161,7 +154,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fu
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	var s unix.Statfs_t
-	if err := unix.Fstatfs(n.fd.get(), &s); err != nil {
+	if err := unix.Fstatfs(n.root.fd, &s); err != nil {
 		return fusefs.ToErrno(err)
 	}
 	out.Blocks, out.Bfree, out.Bavail = s.Blocks, s.Bfree, s.Bavail
@@ -175,8 +168,13 @@ func (n *node) Getattr(ctx context.Context, fh fusefs.FileHandle, out *fuse.Attr
 	if g, ok := fh.(fusefs.FileGetattrer); ok && fh != nil {
 		return g.Getattr(ctx, out)
 	}
+	fd, done, errno := n.use()
+	if errno != 0 {
+		return errno
+	}
+	defer done()
 	var st syscall.Stat_t
-	if err := fstat(n.fd.get(), &st); err != nil {
+	if err := fstat(fd, &st); err != nil {
 		return fusefs.ToErrno(err)
 	}
 	out.FromStat(&st)
@@ -191,7 +189,11 @@ func (n *node) Setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAt
 	if s, ok := fh.(fusefs.FileSetattrer); ok && fh != nil {
 		return s.Setattr(ctx, in, out)
 	}
-	fd := n.fd.get()
+	fd, done, errno := n.use()
+	if errno != 0 {
+		return errno
+	}
+	defer done()
 	if mode, ok := in.GetMode(); ok {
 		if err := fchmod(fd, mode&07777); err != nil {
 			return fusefs.ToErrno(err)
@@ -228,7 +230,12 @@ func (n *node) Setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAt
 			return fusefs.ToErrno(err)
 		}
 	}
-	return n.Getattr(ctx, nil, out)
+	var st syscall.Stat_t
+	if err := fstat(fd, &st); err != nil {
+		return fusefs.ToErrno(err)
+	}
+	out.FromStat(&st)
+	return 0
 }
 
 func timespec(now bool, sec uint64, nsec uint32) unix.Timespec {

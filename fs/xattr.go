@@ -20,7 +20,12 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	if n.isSymlink() {
 		return 0, syscall.ENODATA
 	}
-	sz, err := unix.Getxattr(procFdPath(n.fd.get()), attr, dest)
+	fd, done, errno := n.use()
+	if errno != 0 {
+		return 0, errno
+	}
+	defer done()
+	sz, err := unix.Getxattr(procFdPath(fd), attr, dest)
 	return uint32(sz), fusefs.ToErrno(err)
 }
 
@@ -31,8 +36,13 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if n.isSymlink() {
 		return syscall.EPERM
 	}
+	fd, done, errno := n.use()
+	if errno != 0 {
+		return errno
+	}
+	defer done()
 	defer n.root.changedInode(n)
-	return fusefs.ToErrno(unix.Setxattr(procFdPath(n.fd.get()), attr, data, int(flags)))
+	return fusefs.ToErrno(unix.Setxattr(procFdPath(fd), attr, data, int(flags)))
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
@@ -42,14 +52,24 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if n.isSymlink() {
 		return syscall.EPERM
 	}
+	fd, done, errno := n.use()
+	if errno != 0 {
+		return errno
+	}
+	defer done()
 	defer n.root.changedInode(n)
-	return fusefs.ToErrno(unix.Removexattr(procFdPath(n.fd.get()), attr))
+	return fusefs.ToErrno(unix.Removexattr(procFdPath(fd), attr))
 }
 
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
 	if n.isSymlink() {
 		return 0, 0
 	}
-	sz, err := unix.Listxattr(procFdPath(n.fd.get()), dest)
+	fd, done, errno := n.use()
+	if errno != 0 {
+		return 0, errno
+	}
+	defer done()
+	sz, err := unix.Listxattr(procFdPath(fd), dest)
 	return uint32(sz), fusefs.ToErrno(err)
 }
