@@ -221,6 +221,9 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		Debug:             opts.Debug,
 	}
 	if os.Geteuid() == 0 {
+		// mount(2) directly, and say why it failed if it does, rather
+		// than fall back to fusermount and its exit code.
+		mo.DirectMountStrict = true
 		// Other users (the jail's) may use the mount; the kernel checks
 		// their permissions against the files' modes.
 		mo.AllowOther = true

@@ -27,6 +27,10 @@ var (
 	ErrClosed = errors.New("gateway: closed")
 	// ErrForbidden means the caller may not do this.
 	ErrForbidden = errors.New("gateway: forbidden")
+	// ErrGone means the thread's workspace folder no longer exists: the
+	// tools cannot work on it, and a new empty folder is not made in its
+	// place (that would look like a workspace whose files were lost).
+	ErrGone = errors.New("gateway: workspace gone")
 )
 
 // Error codes of the API, one per class of failure.
@@ -38,6 +42,7 @@ const (
 	codeBusy             = "busy"
 	codeClosed           = "unavailable"
 	codeForbidden        = "forbidden"
+	codeGone             = "gone"
 	codeTooLarge         = "too_large"
 	codeMethodNotAllowed = "method_not_allowed"
 	codeInternal         = "internal"
@@ -59,6 +64,7 @@ var errorClasses = []struct {
 	{meta.ErrConflict, http.StatusConflict, codeConflict},
 	{meta.ErrExists, http.StatusConflict, codeConflict},
 	{ErrForbidden, http.StatusForbidden, codeForbidden},
+	{ErrGone, http.StatusGone, codeGone},
 	{ErrClosed, http.StatusServiceUnavailable, codeClosed},
 	{meta.ErrClosed, http.StatusServiceUnavailable, codeClosed},
 }
@@ -95,6 +101,8 @@ func sentinelFor(code string) error {
 		return ErrClosed
 	case codeForbidden:
 		return ErrForbidden
+	case codeGone:
+		return ErrGone
 	}
 	return nil
 }

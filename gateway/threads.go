@@ -115,6 +115,13 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey) (meta.Bindin
 		if err := g.mounter.DetachStale(mountPath); err != nil {
 			return meta.Binding{}, fmt.Errorf("bind %s: detach stale mount %s: %w", keyName(k), mountPath, err)
 		}
+		// The thread had a workspace: if its folder vanished, say so
+		// rather than serve an empty one in its place.
+		if _, err := os.Lstat(root); errors.Is(err, os.ErrNotExist) {
+			g.log.Warn("refused: workspace folder is gone", "tenant", k.Tenant, "thread", k.Thread, "path", root)
+			return meta.Binding{}, fmt.Errorf("%w: The workspace of this thread, %s on the host %s, is gone, so the tools cannot work on it.",
+				ErrGone, root, hostName(old.HostID))
+		}
 	}
 	if err := makeLeaf(&undo, root, 0o755); err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: create workspace: %w", keyName(k), err)
@@ -183,7 +190,7 @@ func (g *Gateway) checkOwner(b meta.Binding) error {
 
 // mount serves root at mountPath for thread k.
 func (g *Gateway) mount(ctx context.Context, k meta.ThreadKey, root, mountPath string, readOnly bool) (io.Closer, error) {
-	log := g.log.Named("fs").With("tenant", k.Tenant, "thread", k.Thread, "path", mountPath)
+	log := g.log.Named("fs").With("tenant", k.Tenant, "thread", k.Thread, "mount_path", mountPath)
 	m, err := g.mounter.Mount(ctx, root, mountPath, fs.Options{
 		Name:     k.Tenant + "/" + k.Thread,
 		ReadOnly: readOnly,
@@ -463,4 +470,13 @@ func (u *undoStack) run(log interface {
 			log.Warn("undo failed", "step", u.steps[i].what, "error", err)
 		}
 	}
+}
+
+// hostName names a host in messages; a binding without a host id was made
+// by a server that does not pin its threads.
+func hostName(id string) string {
+	if id == "" {
+		return "(unpinned)"
+	}
+	return id
 }

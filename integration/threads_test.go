@@ -219,3 +219,28 @@ func TestCloseAndDelete(t *testing.T) {
 		t.Errorf("ls after delete still lists the thread:\n%s", out)
 	}
 }
+
+// TestVanishedFolderIsGone: a bound thread whose folder was removed behind
+// the gateway's back is refused as gone, not given a new empty folder.
+func TestVanishedFolderIsGone(t *testing.T) {
+	d := newDaemon(t)
+	mp := d.bind("default", "vanish")
+	var b struct{ Root string }
+	must(t, json.Unmarshal([]byte(d.mustWarren("bind", "--thread", "vanish", "--json")), &b))
+	must(t, os.WriteFile(filepath.Join(mp, "work"), []byte("x"), 0o644))
+	d.stop()
+	must(t, os.RemoveAll(b.Root))
+	d.start()
+	c := gateway.NewClient(d.socket)
+	defer c.CloseIdleConnections()
+	_, err := c.Bind(context.Background(), "default", "vanish")
+	if !errors.Is(err, gateway.ErrGone) {
+		t.Fatalf("bind of a thread whose folder vanished: got %v, want ErrGone", err)
+	}
+	if !strings.Contains(err.Error(), "is gone, so the tools cannot work on it.") {
+		t.Errorf("message %q does not say the workspace is gone", err)
+	}
+	if _, err := os.Stat(b.Root); !os.IsNotExist(err) {
+		t.Errorf("an empty folder was made in place of the vanished one: %v", err)
+	}
+}
