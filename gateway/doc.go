@@ -16,7 +16,12 @@
 //     did not): the next call that needs the thread mounts it again.
 //   - Destructive steps never trust a stored path: the folder that delete
 //     removes is recomputed from the ids, and it is removed only after every
-//     mount of it is gone.
+//     mount of it is unmounted or detached. A busy mount (a process still
+//     has a file open or its cwd there) is detached lazily: it leaves the
+//     tree at once and stops serving when its last user lets go.
+//   - A thread whose record exists but whose folder vanished is gone
+//     (ErrGone, 410): the gateway does not serve an empty folder in its
+//     place.
 //   - Only allowed peers talk to the API: the socket is mode 0660, and every
 //     connection's peer uid (SO_PEERCRED) must be this process's uid, root,
 //     or listed in Config.AllowUIDs.
@@ -61,7 +66,7 @@
 // Every error is {"error":{"code":"...","message":"..."}}: 400 invalid
 // (malformed ids, JSON, unknown fields or query parameters), 403
 // forbidden (peer uid, a DIR the caller does not own), 404 not_found, 405
-// method_not_allowed (with Allow), 409 conflict, pinned or busy, 413
+// method_not_allowed (with Allow), 409 conflict, pinned or busy, 410 gone, 413
 // too_large (bodies over 1 MiB), 503 unavailable (shutting down), 500
 // internal. A request line that net/http cannot parse, or headers over
 // 64 KiB, are refused by net/http itself before the route table, in plain
