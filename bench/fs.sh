@@ -9,6 +9,7 @@
 #   BENCH_SEQ_MIB  size of the sequential file in MiB (default 1024)
 #   BENCH_ONLY     comma-separated subset of workloads (see bin/fsbench -h)
 #   BENCH_KEEP=1   keep the work folder afterwards
+#   BENCH_WARREN   a warren binary to measure instead of building ./cmd/warren
 #
 # Everything this script starts is stopped by its pid on exit, and every
 # mount under the work folder is detached, whether the run succeeds or not.
@@ -117,11 +118,12 @@ warren_unavailable() {
 }
 start_warren() {
 	local data=$work/warren-data sock=$work/warren-data/warren.sock out
-	if ! "$GO" build -o bin/warren ./cmd/warren 2>"$work/warren-build.log"; then
+	local warren=${BENCH_WARREN:-bin/warren}
+	if [[ -z ${BENCH_WARREN:-} ]] && ! "$GO" build -o bin/warren ./cmd/warren 2>"$work/warren-build.log"; then
 		warren_unavailable "build failed: $(grep -v '^#' "$work/warren-build.log" | head -n 1)"
 		return
 	fi
-	bin/warren serve --data "$data" --socket "$sock" </dev/null >"$work/warren.log" 2>&1 &
+	"$warren" serve --data "$data" --socket "$sock" </dev/null >"$work/warren.log" 2>&1 &
 	warren_pid=$!
 	for _ in $(seq 150); do
 		[[ -S $sock ]] && break
@@ -136,7 +138,7 @@ start_warren() {
 		warren_unavailable "no socket at $sock within 15 s"
 		return
 	fi
-	if ! out=$(WARREN_SOCKET=$sock bin/warren bind --thread bench 2>"$work/warren-bind.err"); then
+	if ! out=$(WARREN_SOCKET=$sock "$warren" bind --thread bench 2>"$work/warren-bind.err"); then
 		warren_unavailable "bind failed: $(tail -n 1 "$work/warren-bind.err")"
 		return
 	fi

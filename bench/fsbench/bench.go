@@ -65,17 +65,16 @@ func (b *bench) measure(w workload) {
 				return err
 			}
 			r.samples = append(r.samples, d)
-			extra := ""
+			log.Printf("%-8s %-10s run %d/%d: %s", s.name, w.name, rep+1, b.cfg.runs, w.format(b, d))
 			if w.after != nil {
 				d, err := b.guard(s, w.name+" clean-up", func() error { return w.after(b, s, rep) })
 				if err != nil {
 					return err
 				}
 				if d > time.Second {
-					extra = fmt.Sprintf(" (clean-up, untimed: %.1f s)", d.Seconds())
+					log.Printf("%-8s %-10s clean-up (untimed) took %.1f s", s.name, w.name, d.Seconds())
 				}
 			}
-			log.Printf("%-8s %-10s run %d/%d: %s%s", s.name, w.name, rep+1, b.cfg.runs, w.format(b, d), extra)
 			return nil
 		})
 	}
@@ -126,7 +125,7 @@ func (b *bench) command(dir string, okCodes []int, name string, args ...string) 
 		}
 	}
 	if err != nil {
-		msg := strings.TrimSpace(stderr.String())
+		msg := strings.Join(strings.Fields(strings.ReplaceAll(stderr.String(), "\n", " | ")), " ")
 		if len(msg) > 300 {
 			msg = msg[:300] + "..."
 		}

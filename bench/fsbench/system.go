@@ -22,9 +22,13 @@ type system struct {
 	// hung past the timeout and may still hold the mount.
 	broken string
 
-	treeReady bool // dir/tree holds the untarred source tree
-	gitReady  bool // ... committed to git
-	seqReady  bool // dir/seq.bin holds the sequential file
+	// The shared set-up, made once; a failed one is not tried again, its
+	// error stands for every workload that needs it.
+	treeReady bool  // dir/tree holds the untarred source tree
+	treeErr   error // ... or why it does not
+	gitReady  bool  // dir/tree is a git repository, everything committed
+	gitErr    error // ... or why it is not
+	seqReady  bool  // dir/seq.bin holds the sequential file
 
 	results map[string]*result // by workload name
 }

@@ -106,9 +106,15 @@ func (b *bench) checkTree(dir string) error {
 // ensureTree unpacks the tree once into s.dir/tree (untimed) for the
 // workloads that read it.
 func (b *bench) ensureTree(s *system) error {
-	if s.treeReady {
-		return nil
+	if s.treeReady || s.treeErr != nil {
+		return s.treeErr
 	}
+	s.treeErr = b.makeTree(s)
+	s.treeReady = s.treeErr == nil
+	return s.treeErr
+}
+
+func (b *bench) makeTree(s *system) error {
 	dir := filepath.Join(s.dir, "tree")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return err
@@ -116,11 +122,7 @@ func (b *bench) ensureTree(s *system) error {
 	if err := b.untar(dir); err != nil {
 		return err
 	}
-	if err := b.checkTree(dir); err != nil {
-		return err
-	}
-	s.treeReady = true
-	return nil
+	return b.checkTree(dir)
 }
 
 // ensureGit makes s.dir/tree a git repository with the whole tree
@@ -131,9 +133,15 @@ func (b *bench) ensureTree(s *system) error {
 // refreshed index: the same repository and a clean status, without the
 // minutes that writing 11k loose objects through a slow FUSE mount takes.
 func (b *bench) ensureGit(s *system) error {
-	if s.gitReady {
-		return nil
+	if s.gitReady || s.gitErr != nil {
+		return s.gitErr
 	}
+	s.gitErr = b.makeGit(s)
+	s.gitReady = s.gitErr == nil
+	return s.gitErr
+}
+
+func (b *bench) makeGit(s *system) error {
 	if err := b.ensureTree(s); err != nil {
 		return err
 	}
@@ -162,6 +170,5 @@ func (b *bench) ensureGit(s *system) error {
 			return err
 		}
 	}
-	s.gitReady = true
 	return nil
 }
