@@ -24,16 +24,26 @@ base=${BENCH_DIR:-/var/tmp}
 say() { echo "bench: $*" >&2; }
 
 work=$(mktemp -d "$base/warren-bench.XXXXXX")
+fsbench_pid=
 loop_pid=
 warren_pid=
 warren_mnt=
 
+# is_child PID: PID is still a running child of this script (not exited,
+# and not a pid reused by someone else after our child exited).
+is_child() {
+	local stat
+	stat=$(awk '{ print $3, $4 }' "/proc/$1/stat" 2>/dev/null) || return 1
+	[[ $stat != Z* && ${stat#* } == "$$" ]]
+}
+
 # stop_pid PID NAME: SIGTERM, up to 10 s to exit, then SIGKILL.
 stop_pid() {
 	local pid=$1 name=$2
+	is_child "$pid" || return 0
 	kill -TERM "$pid" 2>/dev/null || return 0
 	for _ in $(seq 100); do
-		kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+		is_child "$pid" || { wait "$pid" 2>/dev/null || true; return 0; }
 		sleep 0.1
 	done
 	say "$name (pid $pid) did not stop within 10 s; killing it"
@@ -49,6 +59,7 @@ mounts_under() {
 cleanup() {
 	local status=$?
 	set +e
+	[[ -n $fsbench_pid ]] && stop_pid "$fsbench_pid" "fsbench"
 	[[ -n $warren_pid ]] && stop_pid "$warren_pid" "warren daemon"
 	[[ -n $loop_pid ]] && stop_pid "$loop_pid" "loopback"
 	if [[ -n $warren_mnt && $warren_mnt != "$work"/* ]] && mountpoint -q "$warren_mnt" 2>/dev/null; then
@@ -154,5 +165,12 @@ start_warren
 
 mkdir -p bench/out
 report=bench/out/fs-$(date +%Y%m%d-%H%M%S).txt
+# In the background and waited for, so that a signal to this script is
+# handled at once (the trap stops fsbench too) rather than after the run.
 bin/fsbench -tar "$work/gosrc.tar" -runs "$runs" -seq-mib "$seq_mib" ${BENCH_ONLY:+-only "$BENCH_ONLY"} \
-	-native "$work/native" "${loop_args[@]}" "${warren_args[@]}" -out "$report"
+	-native "$work/native" "${loop_args[@]}" "${warren_args[@]}" -out "$report" &
+fsbench_pid=$!
+rc=0
+wait "$fsbench_pid" || rc=$?
+fsbench_pid=
+exit "$rc"
