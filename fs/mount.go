@@ -300,6 +300,13 @@ func (m *Mount) Done() <-chan struct{} { return m.done }
 // for that; Done does.
 func (m *Mount) Close() error {
 	m.closeOnce.Do(func() {
+		select {
+		case <-m.done:
+			// Already stopped (unmounted from outside): the path may hold
+			// another mount by now, which is not ours to take down.
+			return
+		default:
+		}
 		err := m.server.Unmount()
 		if err == nil {
 			<-m.done
