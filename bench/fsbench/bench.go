@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -24,8 +25,11 @@ type bench struct {
 }
 
 // measure runs one workload on every measured system: its set-up once,
-// one untimed warm-up if the workload asks for it, then cfg.runs timed
-// repetitions in which the systems take turns.
+// one untimed warm-up repetition if the workload asks for it, then
+// cfg.runs timed repetitions. Within a repetition the systems take turns,
+// and the turn order rotates from one repetition to the next, so that no
+// system always follows the same neighbour (whose clean-up, say, leaves the
+// disk busy).
 func (b *bench) measure(w workload) {
 	var live []*system
 	for _, s := range b.systems {
@@ -46,54 +50,84 @@ func (b *bench) measure(w workload) {
 		}
 		live = append(live, s)
 	}
+	first := 0
 	if w.warm {
-		live = b.each(live, w, "warm-up", func(s *system) error {
-			_, err := b.guard(s, w.name+" warm-up", func() error { return w.run(b, s, -1) })
-			return err
-		})
+		first = -1
 	}
-	for rep := 0; rep < b.cfg.runs; rep++ {
-		live = b.each(live, w, fmt.Sprintf("run %d/%d", rep+1, b.cfg.runs), func(s *system) error {
-			r := s.result(w.name)
-			if w.before != nil {
-				if _, err := b.guard(s, w.name+" preparation", func() error { return w.before(b, s) }); err != nil {
-					return err
-				}
-			}
-			d, err := b.guard(s, w.name, func() error { return w.run(b, s, rep) })
+	for rep := first; rep < b.cfg.runs; rep++ {
+		what := "warm-up"
+		if rep >= 0 {
+			what = fmt.Sprintf("run %d/%d", rep+1, b.cfg.runs)
+		}
+		live = b.each(rotate(live, rep+1), w, what, func(s *system) error {
+			d, err := b.repeat(w, s, rep)
 			if err != nil {
 				return err
 			}
-			r.samples = append(r.samples, d)
-			log.Printf("%-8s %-10s run %d/%d: %s", s.name, w.name, rep+1, b.cfg.runs, w.format(b, d))
-			if w.after != nil {
-				d, err := b.guard(s, w.name+" clean-up", func() error { return w.after(b, s, rep) })
-				if err != nil {
-					return err
-				}
-				if d > time.Second {
-					log.Printf("%-8s %-10s clean-up (untimed) took %.1f s", s.name, w.name, d.Seconds())
-				}
+			if rep >= 0 {
+				s.result(w.name).samples = append(s.result(w.name).samples, d)
 			}
+			log.Printf("%-8s %-10s %s: %s", s.name, w.name, what, w.format(b, d))
 			return nil
 		})
 	}
 }
 
+// repeat runs one repetition of w on s: its preparation and clean-up
+// untimed, and returns how long the timed part took.
+func (b *bench) repeat(w workload, s *system, rep int) (time.Duration, error) {
+	if w.before != nil {
+		if _, err := b.guard(s, w.name+" preparation", func() error { return w.before(b, s) }); err != nil {
+			return 0, err
+		}
+	}
+	d, err := b.guard(s, w.name, func() error { return w.run(b, s, rep) })
+	if err != nil {
+		return 0, err
+	}
+	if w.after != nil {
+		c, err := b.guard(s, w.name+" clean-up", func() error { return w.after(b, s, rep) })
+		if err != nil {
+			return 0, err
+		}
+		if c > time.Second {
+			log.Printf("%-8s %-10s clean-up (untimed) took %.1f s", s.name, w.name, c.Seconds())
+		}
+	}
+	return d, nil
+}
+
+// rotate returns the systems in turn order for a repetition: the slice
+// rotated left by n.
+func rotate(systems []*system, n int) []*system {
+	if len(systems) == 0 {
+		return nil
+	}
+	n %= len(systems)
+	return append(slices.Clone(systems[n:]), systems[:n]...)
+}
+
 // each calls fn for every system in live and returns those it did not
-// fail on; a failure is recorded as the workload's error on that system.
+// fail on, in their original order; a failure is recorded as the
+// workload's error on that system.
 func (b *bench) each(live []*system, w workload, what string, fn func(*system) error) []*system {
-	var ok []*system
+	failed := map[*system]bool{}
 	for _, s := range live {
 		if !s.measured() {
+			failed[s] = true
 			continue
 		}
 		if err := fn(s); err != nil {
 			s.result(w.name).err = err
 			log.Printf("%s: %s %s: %v", s.name, w.name, what, err)
-			continue
+			failed[s] = true
 		}
-		ok = append(ok, s)
+	}
+	var ok []*system
+	for _, s := range b.systems {
+		if slices.Contains(live, s) && !failed[s] {
+			ok = append(ok, s)
+		}
 	}
 	return ok
 }
