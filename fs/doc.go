@@ -34,7 +34,9 @@
 // DefaultAttrTimeout, missing names DefaultNegativeTimeout. Open files keep
 // the page cache (FOPEN_KEEP_CACHE, directories FOPEN_CACHE_DIR), and the
 // kernel drops it when a file's size or mtime changed (AUTO_INVAL_DATA).
-// Symlink targets are never cached: whether a link leads out depends on
+// Directories are served without OPENDIR where the kernel allows it
+// (dirs.go), so the kernel keeps their listings and a repeated walk of a
+// tree costs no round trip. Symlink targets are never cached: whether a link leads out depends on
 // other links, which may change, so each follow is checked again. Where the
 // kernel offers FUSE passthrough (root, Linux 6.9+), reads and writes of
 // regular files go straight from the kernel to the backing file and never

@@ -216,7 +216,8 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		// security.capability before every write (one round trip per
 		// write otherwise, passthrough or not); the mount is nosuid, and
 		// the backing filesystem drops set-id bits on its own writes.
-		ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2,
+		// NO_OPENDIR_SUPPORT: see dirs.go.
+		ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_NO_OPENDIR_SUPPORT,
 		Logger:            logger.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
 		Debug:             opts.Debug,
 	}
@@ -229,7 +230,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		mo.AllowOther = true
 		mo.Options = append(mo.Options, "default_permissions")
 	}
-	server, err := fusefs.Mount(mountpoint, rootNode, &fusefs.Options{
+	server, err := serveNodes(rootNode, mountpoint, &fusefs.Options{
 		MountOptions:    mo,
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
@@ -260,6 +261,25 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 	}()
 	r.log.Debug("mounted", "backing", backing, "mountpoint", mountpoint, "readonly", opts.ReadOnly)
 	return m, nil
+}
+
+// serveNodes mounts the node tree at mountpoint and serves it, with
+// directories served without OPENDIR where the kernel allows (dirs.go).
+func serveNodes(root fusefs.InodeEmbedder, mountpoint string, opts *fusefs.Options) (*fuse.Server, error) {
+	raw := &dirsWithoutOpen{RawFileSystem: fusefs.NewNodeFS(root, opts)}
+	server, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
+	if err != nil {
+		return nil, err
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		// The serve loop ends by itself once the mount is gone.
+		return nil, err
+	}
+	if server.KernelSettings().Flags64()&fuse.CAP_NO_OPENDIR_SUPPORT != 0 {
+		raw.handleless.Store(true)
+	}
+	return server, nil
 }
 
 func timeout(v, def time.Duration) time.Duration {
