@@ -98,7 +98,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		unix.Close(ofd)
 		return nil, nil, 0, errno
 	}
-	return ch, n.root.newHandle(ofd, ch.Operations().(*node), flags), n.root.openFlags(flags), 0
+	fh, fopen := ch.Operations().(*node).openHandle(ofd, flags)
+	return ch, fh, fopen, 0
 }
 
 // Tmpfile serves O_TMPFILE: an unnamed file in this directory.
@@ -130,7 +131,8 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	out.Attr.FromStat(&st)
 	nd := n.root.newNode(pfd, st.Ino)
 	ch := n.NewInode(ctx, nd, fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: 1})
-	return ch, n.root.newHandle(ofd, nd, flags), n.root.openFlags(flags), 0
+	fh, fopen := nd.openHandle(ofd, flags)
+	return ch, fh, fopen, 0
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {

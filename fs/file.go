@@ -15,8 +15,9 @@ import (
 // the daemon at all: the kernel does them on the backing file.
 type handle struct {
 	*fusefs.LoopbackFile
-	// released, if set, runs after the file is closed; set for handles
-	// that may have written, so other mounts drop what they cached.
+	// released runs after the file is closed: it ends the open in the
+	// inode's I/O mode and, for a handle that may have written, tells the
+	// other mounts to drop what they cached.
 	released func()
 }
 
@@ -29,19 +30,6 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		h.released()
 	}
 	return errno
-}
-
-// newHandle wraps fd, opened with flags for node n.
-func (r *root) newHandle(fd int, n *node, flags uint32) fusefs.FileHandle {
-	h := &handle{LoopbackFile: fusefs.NewLoopbackFile(fd).(*fusefs.LoopbackFile)}
-	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
-		h.released = func() { r.changedInode(n) }
-	}
-	if r.noPassthrough {
-		// Hide PassthroughFd: a handle without it is served by the daemon.
-		return &plainHandle{h}
-	}
-	return h
 }
 
 // plainHandle is a handle that go-fuse cannot pass through, because it
@@ -119,21 +107,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 	if flags&syscall.O_TRUNC != 0 {
 		n.root.changedInode(n)
 	}
-	return n.root.newHandle(fd, n, flags), n.root.openFlags(flags), 0
-}
-
-// openFlags are the FOPEN flags for a file opened with flags. The kernel
-// page cache is kept across opens: this daemon and the kernel see every
-// change made through the mount, and a change made to the backing folder
-// directly shows up as a new size or mtime, which drops the cache
-// (AUTO_INVAL_DATA).
-//
-// No open needs a FLUSH at close: writes reach the backing file when they
-// are made (passthrough, or a synchronous WRITE; there is no writeback
-// cache to push out), and POSIX locks are released by their own unlock
-// request. That saves a round trip on every close.
-func (r *root) openFlags(flags uint32) uint32 {
-	return fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH
+	fh, fopen := n.openHandle(fd, flags)
+	return fh, fopen, 0
 }
 
 // daemonFlags are the open flags for the daemon's own descriptor of a file

@@ -27,6 +27,8 @@ type node struct {
 	fd *pathFd
 	// ino is the backing inode number; immutable.
 	ino uint64
+	// io is how the inode's open files are served (iomode.go).
+	io ioMode
 }
 
 // Compile-time checks: every operation the filesystem serves.
