@@ -6,13 +6,15 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"warren/internal/testenv"
 )
 
 // TestHubTwoMounts serves one folder twice with long cache timeouts. With
 // a hub, what one mount changes shows through the other at once; without
 // one, the second mount's caches would hide it for a minute.
 func TestHubTwoMounts(t *testing.T) {
-	requireFUSE(t)
+	testenv.RequireRootFUSE(t)
 	long := Options{EntryTimeout: time.Minute, AttrTimeout: time.Minute, NegativeTimeout: time.Minute}
 	for _, c := range []struct {
 		name    string

@@ -9,32 +9,15 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
 	"github.com/hashicorp/go-hclog"
-)
 
-// requireFUSE stops a test that needs root and /dev/fuse where they are
-// missing: a failure under CI, where they must be there, a skip elsewhere.
-func requireFUSE(t testing.TB) {
-	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "needs root"
-	} else if _, err := os.Stat("/dev/fuse"); err != nil {
-		why = "needs /dev/fuse"
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("FUSE test %s, and CI must run it", why)
-	}
-	t.Skip(why)
-}
+	"warren/internal/testenv"
+)
 
 // mountTemp serves a fresh backing folder and returns (backing, mountpoint).
 // The mount is closed when the test ends, also on failure.
 func mountTemp(t testing.TB, opts Options) (string, string) {
 	t.Helper()
-	requireFUSE(t)
+	testenv.RequireRootFUSE(t)
 	dir := t.TempDir()
 	backing := filepath.Join(dir, "backing")
 	mnt := filepath.Join(dir, "mnt")

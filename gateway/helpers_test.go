@@ -14,8 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -25,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/fs"
+	"warren/internal/testenv"
 	"warren/meta"
 )
 
@@ -138,70 +137,12 @@ func (t *tapMount) Close() error {
 	return t.Closer.Close()
 }
 
-// mountEntry is one line of /proc/self/mountinfo.
-type mountEntry struct {
-	path string
-	opts []string // per-mount options: rw or ro, nosuid...
-	typ  string   // filesystem type, "fuse.warren" for ours
-}
-
-// mountTable reads this process's mount table.
-func mountTable(t testing.TB) []mountEntry {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatalf("read mount table: %v", err)
-	}
-	var out []mountEntry
-	for line := range strings.Lines(string(data)) {
-		before, after, ok := strings.Cut(line, " - ")
-		fields, post := strings.Fields(before), strings.Fields(after)
-		if !ok || len(fields) < 6 || len(post) < 1 {
-			t.Fatalf("mount table line %q: unexpected format", line)
-		}
-		out = append(out, mountEntry{path: unescapeOctal(fields[4]), opts: strings.Split(fields[5], ","), typ: post[0]})
-	}
-	return out
-}
-
-// unescapeOctal undoes the \ooo escapes of the mount table.
-func unescapeOctal(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// mountsUnder lists the mounts at or below any of roots, one entry per
-// mount (a path mounted twice is listed twice).
-func mountsUnder(t testing.TB, roots ...string) []string {
-	t.Helper()
-	var out []string
-	for _, e := range mountTable(t) {
-		for _, r := range roots {
-			if e.path == r || within(r, e.path) {
-				out = append(out, e.path)
-				break
-			}
-		}
-	}
-	return out
-}
-
 // mountAt returns the mount on top at p, failing the test if there is none.
-func mountAt(t testing.TB, p string) mountEntry {
+func mountAt(t testing.TB, p string) testenv.Mount {
 	t.Helper()
-	var top *mountEntry
-	for _, e := range mountTable(t) {
-		if e.path == p {
+	var top *testenv.Mount
+	for _, e := range testenv.Mounts(t) {
+		if e.Path == p {
 			top = &e
 		}
 	}
@@ -233,11 +174,11 @@ func mustMounted(t testing.TB, p string, want bool) {
 func checkReadOnly(t testing.TB, p string, want bool) {
 	t.Helper()
 	e := mountAt(t, p)
-	if e.typ != "fuse.warren" {
-		t.Errorf("%s: got filesystem type %q, want fuse.warren", p, e.typ)
+	if e.Type != "fuse.warren" {
+		t.Errorf("%s: got filesystem type %q, want fuse.warren", p, e.Type)
 	}
-	if got := slices.Contains(e.opts, "ro"); got != want {
-		t.Errorf("%s: got mount options %v, want read-only %v", p, e.opts, want)
+	if got := slices.Contains(e.Options, "ro"); got != want {
+		t.Errorf("%s: got mount options %v, want read-only %v", p, e.Options, want)
 	}
 	probe := filepath.Join(p, ".write-probe")
 	err := os.WriteFile(probe, []byte("x"), 0o644)
@@ -257,7 +198,7 @@ func checkReadOnly(t testing.TB, p string, want bool) {
 // roots, and detaches it so that no test leaves a mount behind.
 func checkNoMountsLeft(t testing.TB, roots ...string) {
 	t.Helper()
-	for _, p := range mountsUnder(t, roots...) {
+	for _, p := range testenv.MountsUnder(t, roots...) {
 		t.Errorf("mount left at %s after the test", p)
 		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
 			t.Errorf("detach %s: %v", p, err)
@@ -276,25 +217,7 @@ type testEnv struct {
 	c      *Client
 	cfg    Config
 	m      *tapMounter // the real mounts, tapped
-	logBuf *syncBuffer
-}
-
-// syncBuffer is a bytes.Buffer safe for the gateway's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logBuf *testenv.SyncBuffer
 }
 
 // startEnv starts a gateway that mounts with FUSE and stops it when the
@@ -303,7 +226,7 @@ func (s *syncBuffer) String() string {
 // tap already; nil means the real fuseMounter.
 func startEnv(t testing.TB, cfg Config) *testEnv {
 	t.Helper()
-	env := &testEnv{logBuf: &syncBuffer{}}
+	env := &testEnv{logBuf: &testenv.SyncBuffer{}}
 	if cfg.DataDir == "" {
 		cfg.DataDir = filepath.Join(t.TempDir(), "data")
 	}
@@ -347,7 +270,7 @@ func startEnv(t testing.TB, cfg Config) *testEnv {
 // left mounted).
 func (e *testEnv) live(t testing.TB, extra ...string) []string {
 	t.Helper()
-	return mountsUnder(t, append(append(e.m.mountpoints(), e.cfg.DataDir), extra...)...)
+	return testenv.MountsUnder(t, append(append(e.m.mountpoints(), e.cfg.DataDir), extra...)...)
 }
 
 // newStore returns an empty Badger store closed when the test ends.
@@ -410,26 +333,6 @@ func rawRequest(t testing.TB, socket, method, target string, body []byte) rawRes
 		t.Fatalf("%s %s: read body: %v", method, target, err)
 	}
 	return rawResponse{status: resp.StatusCode, header: resp.Header, body: data}
-}
-
-// requireFUSE skips a test that needs real FUSE mounts where they cannot
-// be made, except in CI, where a missing /dev/fuse or root is a failure:
-// the suite must not pass there by skipping its real tests.
-func requireFUSE(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		cannotRun(t, "this test needs FUSE mounts; root is missing")
-	} else if _, err := os.Stat("/dev/fuse"); err != nil {
-		cannotRun(t, "this test needs FUSE mounts; /dev/fuse is missing")
-	}
-}
-
-// requireRoot is requireFUSE for a test that needs root for another reason.
-func requireRoot(t testing.TB, why string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		cannotRun(t, "this test needs root to %s", why)
-	}
 }
 
 // cannotRun stops a test that cannot run here: a failure when CI=true,

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/internal/testenv"
 	"warren/meta"
 )
 
@@ -69,7 +70,7 @@ func TestInspectionMountChecks(t *testing.T) {
 	}
 
 	t.Run("a mount point", func(t *testing.T) {
-		requireRoot(t, "mount a tmpfs")
+		testenv.RequireRoot(t) // needed to mount a tmpfs
 		dir := mk("tmpfs")
 		if err := unix.Mount("tmpfs", dir, "tmpfs", 0, ""); err != nil {
 			cannotRun(t, "mount tmpfs: %v", err)
@@ -83,7 +84,7 @@ func TestInspectionMountChecks(t *testing.T) {
 }
 
 func TestInspectionMountLifecycle(t *testing.T) {
-	requireFUSE(t)
+	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	ro, rw := t.TempDir(), t.TempDir()
@@ -150,7 +151,7 @@ func TestInspectionMountLifecycle(t *testing.T) {
 }
 
 func TestInspectionMountRestored(t *testing.T) {
-	requireFUSE(t)
+	testenv.RequireRootFUSE(t)
 	store := newStore(t)
 	dataDir := filepath.Join(t.TempDir(), "data")
 	ctx := context.Background()

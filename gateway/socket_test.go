@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"warren/internal/testenv"
 )
 
 // peerClientEnv makes the test binary act as a tiny API client (see
@@ -59,7 +61,7 @@ func sharedDir(t *testing.T) string {
 // TestPeerUIDRefused connects as uid 65534 (nobody). The socket mode is
 // widened for the test so that only the peer-uid check stands in the way.
 func TestPeerUIDRefused(t *testing.T) {
-	requireRoot(t, "run a client as another uid")
+	testenv.RequireRoot(t) // needed to run a client as another uid
 	dir := sharedDir(t)
 	bin := filepath.Join(dir, "client")
 	self, err := os.Executable()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"warren/internal/testenv"
 	"warren/meta"
 )
 
@@ -44,7 +45,7 @@ func exists(t *testing.T, p string) bool {
 }
 
 func TestBindIdempotent(t *testing.T) {
-	requireFUSE(t)
+	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{HostID: "host-a"})
 	ctx := context.Background()
 
@@ -88,7 +89,7 @@ func TestBindIdempotent(t *testing.T) {
 }
 
 func TestBindConcurrentThreads(t *testing.T) {
-	requireFUSE(t)
+	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -110,7 +111,7 @@ func TestBindConcurrentThreads(t *testing.T) {
 }
 
 func TestFailedBindLeavesNothing(t *testing.T) {
-	requireFUSE(t)
+	testenv.RequireRootFUSE(t)
 	mountErr := errors.New("no mount today")
 	storeErr := errors.New("store is down")
 	tests := []struct {
@@ -163,7 +164,7 @@ func TestFailedBindLeavesNothing(t *testing.T) {
 }
 
 func TestCloseAndDelete(t *testing.T) {
-	requireFUSE(t)
+	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	br, err := env.c.Bind(ctx, "acme", "t-1")
@@ -220,7 +221,7 @@ func TestCloseAndDelete(t *testing.T) {
 // real busy mount does not: fs.Mount.Close detaches it lazily. The fault is
 // for an unmount that fails outright.
 func TestDeleteRefusedWhenUnmountFails(t *testing.T) {
-	requireFUSE(t)
+	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	br, err := env.c.Bind(ctx, "acme", "t-1")
@@ -287,7 +288,7 @@ func TestPinnedToAnotherHost(t *testing.T) {
 }
 
 func TestRestart(t *testing.T) {
-	requireFUSE(t)
+	testenv.RequireRootFUSE(t)
 	store := newStore(t)
 	dataDir := t.TempDir() + "/data"
 	ctx := context.Background()
@@ -370,7 +371,7 @@ func TestKeyedLocksCancel(t *testing.T) {
 }
 
 func TestRestartMany(t *testing.T) {
-	requireFUSE(t)
+	testenv.RequireRootFUSE(t)
 	store := newStore(t)
 	dataDir := t.TempDir() + "/data"
 	ctx := context.Background()

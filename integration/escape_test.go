@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"warren/internal/testenv"
 )
 
 // escapeWorld is two threads of two tenants and a server secret beside the
@@ -234,7 +236,7 @@ func TestEscapesThroughInspectionMount(t *testing.T) {
 	}
 	w.d.mustWarren("umount", rw)
 	w.d.mustWarren("umount", ro)
-	if len(mountsUnder(t, ro)) != 0 || len(mountsUnder(t, rw)) != 0 {
+	if len(testenv.MountsUnder(t, ro)) != 0 || len(testenv.MountsUnder(t, rw)) != 0 {
 		t.Errorf("inspection mounts left after umount")
 	}
 	w.sameOutside(t)

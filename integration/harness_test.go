@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/gateway"
+	"warren/internal/testenv"
 )
 
 // warrenBin is the binary under test, built once by TestMain.
@@ -43,25 +43,6 @@ func runMain(m *testing.M) int {
 	return m.Run()
 }
 
-// requireRootFUSE stops a test that needs root and /dev/fuse where they are
-// missing: a failure under CI, a skip elsewhere.
-func requireRootFUSE(t testing.TB) {
-	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "needs root"
-	} else if _, err := os.Stat("/dev/fuse"); err != nil {
-		why = "needs /dev/fuse"
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("integration test %s, and CI must run it", why)
-	}
-	t.Skip(why)
-}
-
 // daemon is one `warren serve` process under test.
 type daemon struct {
 	t      testing.TB
@@ -70,25 +51,8 @@ type daemon struct {
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *testenv.SyncBuffer
 	done chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // newDaemon prepares a data folder and starts a daemon on it. Whatever
@@ -96,7 +60,7 @@ func (s *syncBuffer) String() string {
 // every mount left under the data folder.
 func newDaemon(t testing.TB) *daemon {
 	t.Helper()
-	requireRootFUSE(t)
+	testenv.RequireRootFUSE(t)
 	data := filepath.Join(t.TempDir(), "data")
 	d := &daemon{t: t, data: data, socket: filepath.Join(data, "warren.sock")}
 	t.Cleanup(func() {
@@ -124,7 +88,7 @@ func (d *daemon) start() {
 	d.t.Helper()
 	d.mu.Lock()
 	if d.logs == nil {
-		d.logs = &syncBuffer{}
+		d.logs = &testenv.SyncBuffer{}
 	}
 	cmd := exec.Command(warrenBin, "serve", "--data", d.data, "--log-level", "debug")
 	cmd.Stdout, cmd.Stderr = d.logs, d.logs
@@ -218,56 +182,10 @@ func (d *daemon) bind(tenant, thread string) string {
 	return strings.TrimSpace(d.mustWarren("bind", "--tenant", tenant, "--thread", thread))
 }
 
-// mountsUnder lists the mount points below dir, from the mount table.
-func mountsUnder(t testing.TB, dir string) []string {
-	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 {
-			mp := unescapeOctal(fields[4])
-			if mp == dir || strings.HasPrefix(mp, dir+"/") {
-				out = append(out, mp)
-			}
-		}
-	}
-	return out
-}
-
-func unescapeOctal(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			v := 0
-			ok := true
-			for _, c := range s[i+1 : i+4] {
-				if c < '0' || c > '7' {
-					ok = false
-					break
-				}
-				v = v*8 + int(c-'0')
-			}
-			if ok {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // detachAllUnder lazily unmounts every mount below dir, deepest first.
 func detachAllUnder(t testing.TB, dir string) {
 	for range 4 {
-		mps := mountsUnder(t, dir)
+		mps := testenv.MountsUnder(t, dir)
 		if len(mps) == 0 {
 			return
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"warren/gateway"
+	"warren/internal/testenv"
 )
 
 // hostileIDs are thread ids a client might send to walk out of its folder
@@ -133,7 +134,7 @@ func TestRestartKeepsBindings(t *testing.T) {
 		must(t, os.WriteFile(filepath.Join(mp, "notes.txt"), []byte("kept "+th), 0o644))
 	}
 	d.stop()
-	if got := mountsUnder(t, d.data); len(got) != 0 {
+	if got := testenv.MountsUnder(t, d.data); len(got) != 0 {
 		t.Errorf("mounts left after a clean stop: %v", got)
 	}
 	d.start()
@@ -146,7 +147,7 @@ func TestRestartKeepsBindings(t *testing.T) {
 			t.Errorf("after restart, bind %s gives %q, want %q", th, mp, mounts[th])
 		}
 	}
-	if got := mountsUnder(t, filepath.Join(d.data, "mnt")); len(got) != len(threads) {
+	if got := testenv.MountsUnder(t, filepath.Join(d.data, "mnt")); len(got) != len(threads) {
 		t.Errorf("after restart, %d mounts under mnt, want %d: %v", len(got), len(threads), got)
 	}
 }
@@ -173,7 +174,7 @@ func TestKill9LeavesNoStaleMount(t *testing.T) {
 		}
 		must(t, os.WriteFile(filepath.Join(mp, "g"), []byte("new"), 0o644))
 		n := 0
-		for _, m := range mountsUnder(t, d.data) {
+		for _, m := range testenv.MountsUnder(t, d.data) {
 			if m == mp {
 				n++
 			}
@@ -193,7 +194,7 @@ func TestCloseAndDelete(t *testing.T) {
 	var b struct{ Root string }
 	must(t, json.Unmarshal([]byte(d.mustWarren("bind", "--thread", "lifecycle", "--json")), &b))
 	d.mustWarren("close", "--thread", "lifecycle")
-	if len(mountsUnder(t, mp)) != 0 {
+	if len(testenv.MountsUnder(t, mp)) != 0 {
 		t.Errorf("closed thread still mounted")
 	}
 	if _, err := os.Stat(filepath.Join(b.Root, "keep")); err != nil {
@@ -212,7 +213,7 @@ func TestCloseAndDelete(t *testing.T) {
 	if _, err := os.Stat(b.Root); !os.IsNotExist(err) {
 		t.Errorf("delete left the folder: %v", err)
 	}
-	if len(mountsUnder(t, mp)) != 0 {
+	if len(testenv.MountsUnder(t, mp)) != 0 {
 		t.Errorf("deleted thread still mounted")
 	}
 	if out := d.mustWarren("ls"); strings.Contains(out, "lifecycle") {

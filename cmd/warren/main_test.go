@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,69 +15,9 @@ import (
 
 	"warren/fs"
 	"warren/gateway"
+	"warren/internal/testenv"
 	"warren/meta"
 )
-
-// requireFUSE skips a test that needs real FUSE mounts where they cannot
-// be made, except in CI, where a missing /dev/fuse or root is a failure:
-// the suite must not pass there by skipping its real tests.
-func requireFUSE(t testing.TB) {
-	t.Helper()
-	var missing string
-	if os.Geteuid() != 0 {
-		missing = "root"
-	} else if _, err := os.Stat("/dev/fuse"); err != nil {
-		missing = "/dev/fuse"
-	}
-	if missing == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("this test needs FUSE mounts, and %s is missing in CI", missing)
-	}
-	t.Skipf("this test needs FUSE mounts; %s is missing", missing)
-}
-
-// mountsUnder lists the mount points at or below any of roots in this
-// process's mount table.
-func mountsUnder(t testing.TB, roots ...string) []string {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatalf("read mount table: %v", err)
-	}
-	var out []string
-	for line := range strings.Lines(string(data)) {
-		fields := strings.Fields(line)
-		if len(fields) < 5 {
-			t.Fatalf("mount table line %q: unexpected format", line)
-		}
-		p := unescapeOctal(fields[4])
-		for _, r := range roots {
-			if p == r || strings.HasPrefix(p, r+"/") {
-				out = append(out, p)
-				break
-			}
-		}
-	}
-	return out
-}
-
-// unescapeOctal undoes the \ooo escapes of the mount table.
-func unescapeOctal(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
 
 // startGateway serves a gateway, with its real FUSE mounts, on a socket in
 // a temporary folder. When the test ends it closes the gateway and checks
@@ -105,7 +43,7 @@ func startGateway(t *testing.T) string {
 		for _, m := range ms {
 			roots = append(roots, m.Path)
 		}
-		for _, p := range mountsUnder(t, roots...) {
+		for _, p := range testenv.MountsUnder(t, roots...) {
 			t.Errorf("mount left at %s after the test", p)
 			if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
 				t.Errorf("detach %s: %v", p, err)
@@ -146,7 +84,7 @@ func runCLI(t *testing.T, socket string, args ...string) (code int, stdout, stde
 }
 
 func TestClientVerbs(t *testing.T) {
-	requireFUSE(t)
+	testenv.RequireRootFUSE(t)
 	sock := startGateway(t)
 	dir, rwDir := t.TempDir(), t.TempDir()
 	// mounted returns a check that the mount table lists (or does not
@@ -231,7 +169,7 @@ func TestLsJSONEmpty(t *testing.T) {
 // ends, and checks that it said where everything is.
 func TestServe(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -288,21 +226,4 @@ func TestDefaultDataDir(t *testing.T) {
 	if got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,0 +1,146 @@
+// Package testenv holds what warren's tests share: capability checks that
+// fail under CI and skip elsewhere, a reader of the mount table, and a
+// goroutine-safe buffer.
+package testenv
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// RequireRootFUSE stops a test that needs root and /dev/fuse where either
+// is missing: a failure when CI=true, where the suite must not pass by
+// skipping its real tests, a skip elsewhere.
+func RequireRootFUSE(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		cannotRun(t, "this test needs root and /dev/fuse; root is missing")
+	} else if _, err := os.Stat("/dev/fuse"); err != nil {
+		cannotRun(t, "this test needs root and /dev/fuse; /dev/fuse is missing: %v", err)
+	}
+}
+
+// RequireRoot stops a test that needs root where it is missing, by the
+// same rule as RequireRootFUSE.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		cannotRun(t, "this test needs root; root is missing")
+	}
+}
+
+// cannotRun stops a test that cannot run here: a failure when CI=true, a
+// skip otherwise.
+func cannotRun(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true: "+format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// Mount is one line of /proc/self/mountinfo.
+type Mount struct {
+	Path    string   // mount point, unescaped
+	Options []string // per-mount options: rw or ro, nosuid...
+	Type    string   // filesystem type, "fuse.warren" for warren's
+}
+
+// Mounts reads this process's mount table, failing the test if it cannot.
+func Mounts(t testing.TB) []Mount {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatalf("read mount table: %v", err)
+	}
+	var out []Mount
+	for line := range strings.Lines(string(data)) {
+		before, after, ok := strings.Cut(line, " - ")
+		fields, post := strings.Fields(before), strings.Fields(after)
+		if !ok || len(fields) < 6 || len(post) < 1 {
+			t.Fatalf("mount table line %q: unexpected format", line)
+		}
+		out = append(out, Mount{
+			Path:    unescapeOctal(fields[4]),
+			Options: strings.Split(fields[5], ","),
+			Type:    post[0],
+		})
+	}
+	return out
+}
+
+// MountsUnder lists the mount points at or below any of roots, in mount
+// table order, one entry per mount: a path mounted twice is listed twice.
+func MountsUnder(t testing.TB, roots ...string) []string {
+	t.Helper()
+	var out []string
+	for _, m := range Mounts(t) {
+		for _, r := range roots {
+			if atOrBelow(r, m.Path) {
+				out = append(out, m.Path)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// atOrBelow reports whether path is root or lies below it.
+func atOrBelow(root, path string) bool {
+	root = filepath.Clean(root)
+	return path == root || root == "/" || strings.HasPrefix(path, root+"/")
+}
+
+// unescapeOctal undoes the \ooo escapes of the mount table.
+func unescapeOctal(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, ok := octalByte(s[i+1 : i+4]); ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// octalByte parses three octal digits that fit in a byte.
+func octalByte(d string) (byte, bool) {
+	v := 0
+	for i := 0; i < len(d); i++ {
+		if d[i] < '0' || d[i] > '7' {
+			return 0, false
+		}
+		v = v*8 + int(d[i]-'0')
+	}
+	if v > 0xff {
+		return 0, false
+	}
+	return byte(v), true
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent Write and String. The
+// zero value is an empty buffer ready to use.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
