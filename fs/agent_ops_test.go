@@ -45,14 +45,9 @@ func TestMmapSharedWrite(t *testing.T) {
 	forBothModes(t, func(t *testing.T, mnt string) {
 		p := filepath.Join(mnt, "mapped")
 		must(t, os.WriteFile(p, bytes.Repeat([]byte{'a'}, 8192), 0o644))
-		f, err := os.OpenFile(p, os.O_RDWR, 0)
-		must(t, err)
-		defer f.Close()
-		mem, err := unix.Mmap(int(f.Fd()), 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-		must(t, err)
-		copy(mem[4096:], "written through mmap")
-		must(t, unix.Msync(mem, unix.MS_SYNC))
-		must(t, unix.Munmap(mem))
+		if out, err := inChild("mmap-write", p); err != nil {
+			t.Fatalf("mmap write in a child: %v\n%s", err, out)
+		}
 		got, err := os.ReadFile(p)
 		must(t, err)
 		if !bytes.Equal(got[4096:4096+20], []byte("written through mmap")) {

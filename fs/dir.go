@@ -18,22 +18,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if errno := n.mayModify(name); errno != 0 {
 		return nil, errno
 	}
-	dfd, done, errno := n.use()
-	if errno != 0 {
-		return nil, errno
-	}
-	defer done()
-	if err := unix.Mkdirat(dfd, name, mode); err != nil {
-		return nil, fusefs.ToErrno(err)
-	}
-	fd, err := openChild(dfd, name)
-	if err != nil {
-		unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
-		return nil, fusefs.ToErrno(err)
-	}
-	n.ownByCaller(ctx, fd)
-	n.root.changedEntry(n, name)
-	return n.addChild(ctx, fd, name, out)
+	return n.makeEntry(ctx, name, out, unix.AT_REMOVEDIR, true, func(dfd int) error {
+		return unix.Mkdirat(dfd, name, mode)
+	})
 }
 
 // Mknod makes FIFOs, sockets and empty regular files. Device nodes are
@@ -47,22 +34,9 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 		n.root.refuse("mknod", n.child(name), "", "device nodes are not allowed in a workspace")
 		return nil, syscall.EPERM
 	}
-	dfd, done, errno := n.use()
-	if errno != 0 {
-		return nil, errno
-	}
-	defer done()
-	if err := unix.Mknodat(dfd, name, mode, int(rdev)); err != nil {
-		return nil, fusefs.ToErrno(err)
-	}
-	fd, err := openChild(dfd, name)
-	if err != nil {
-		unix.Unlinkat(dfd, name, 0)
-		return nil, fusefs.ToErrno(err)
-	}
-	n.ownByCaller(ctx, fd)
-	n.root.changedEntry(n, name)
-	return n.addChild(ctx, fd, name, out)
+	return n.makeEntry(ctx, name, out, 0, true, func(dfd int) error {
+		return unix.Mknodat(dfd, name, mode, int(rdev))
+	})
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fusefs.Inode, fusefs.FileHandle, uint32, syscall.Errno) {
@@ -136,22 +110,15 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	if errno := n.mayModify(name); errno != 0 {
-		return errno
-	}
-	dfd, done, errno := n.use()
-	if errno != 0 {
-		return errno
-	}
-	defer done()
-	if err := unix.Unlinkat(dfd, name, 0); err != nil {
-		return fusefs.ToErrno(err)
-	}
-	n.root.changedEntry(n, name)
-	return 0
+	return n.remove(name, 0)
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return n.remove(name, unix.AT_REMOVEDIR)
+}
+
+// remove unlinks the entry name (flags as for unlinkat).
+func (n *node) remove(name string, flags int) syscall.Errno {
 	if errno := n.mayModify(name); errno != 0 {
 		return errno
 	}
@@ -160,7 +127,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		return errno
 	}
 	defer done()
-	if err := unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR); err != nil {
+	if err := unix.Unlinkat(dfd, name, flags); err != nil {
 		return fusefs.ToErrno(err)
 	}
 	n.root.changedEntry(n, name)
@@ -239,4 +206,29 @@ func (n *node) mayModify(name string) syscall.Errno {
 		return syscall.EINVAL
 	}
 	return 0
+}
+
+// makeEntry makes the entry name in this directory with mk, opens it as a
+// lookup would, and returns it as a child. If the open fails, the entry is
+// removed again (unlinkat with rmFlags). own gives the new entry to the
+// caller; a hard link keeps its file's owner.
+func (n *node) makeEntry(ctx context.Context, name string, out *fuse.EntryOut, rmFlags int, own bool, mk func(dfd int) error) (*fusefs.Inode, syscall.Errno) {
+	dfd, done, errno := n.use()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer done()
+	if err := mk(dfd); err != nil {
+		return nil, fusefs.ToErrno(err)
+	}
+	fd, err := openChild(dfd, name)
+	if err != nil {
+		unix.Unlinkat(dfd, name, rmFlags)
+		return nil, fusefs.ToErrno(err)
+	}
+	if own {
+		n.ownByCaller(ctx, fd)
+	}
+	n.root.changedEntry(n, name)
+	return n.addChild(ctx, fd, name, out)
 }

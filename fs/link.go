@@ -28,22 +28,9 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 		n.root.refuse("symlink", n.child(name), target, why)
 		return nil, syscall.EPERM
 	}
-	dfd, done, errno := n.use()
-	if errno != 0 {
-		return nil, errno
-	}
-	defer done()
-	if err := unix.Symlinkat(target, dfd, name); err != nil {
-		return nil, fusefs.ToErrno(err)
-	}
-	fd, err := openChild(dfd, name)
-	if err != nil {
-		unix.Unlinkat(dfd, name, 0)
-		return nil, fusefs.ToErrno(err)
-	}
-	n.ownByCaller(ctx, fd)
-	n.root.changedEntry(n, name)
-	return n.addChild(ctx, fd, name, out)
+	return n.makeEntry(ctx, name, out, 0, true, func(dfd int) error {
+		return unix.Symlinkat(target, dfd, name)
+	})
 }
 
 // Readlink returns a link's target only if following it stays inside the
@@ -99,22 +86,13 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 			return nil, syscall.EPERM
 		}
 	}
-	dfd, done, errno := n.use()
-	if errno != 0 {
-		return nil, errno
+	ch, errno := n.makeEntry(ctx, name, out, 0, false, func(dfd int) error {
+		return unix.Linkat(tfd, "", dfd, name, unix.AT_EMPTY_PATH)
+	})
+	if errno == 0 {
+		n.root.changedInode(t) // its link count
 	}
-	defer done()
-	if err := unix.Linkat(tfd, "", dfd, name, unix.AT_EMPTY_PATH); err != nil {
-		return nil, fusefs.ToErrno(err)
-	}
-	fd, err := openChild(dfd, name)
-	if err != nil {
-		unix.Unlinkat(dfd, name, 0)
-		return nil, fusefs.ToErrno(err)
-	}
-	n.root.changedEntry(n, name)
-	n.root.changedInode(t) // its link count
-	return n.addChild(ctx, fd, name, out)
+	return ch, errno
 }
 
 // checkMovedLink refuses to move the entry name of n into the directory
