@@ -97,14 +97,15 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	}
 	n.ownByCaller(ctx, pfd)
 	var st syscall.Stat_t
-	if err := fstat(pfd, &st); err != nil {
+	gen, err := statGen(pfd, "", &st)
+	if err != nil {
 		unix.Close(pfd)
 		unix.Close(ofd)
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}
 	out.Attr.FromStat(&st)
-	nd := n.root.newNode(pfd, st.Ino)
-	ch := n.NewInode(ctx, nd, fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: 1})
+	nd := n.root.newNode(pfd, st.Ino, gen)
+	ch := n.NewInode(ctx, nd, fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: gen})
 	fh, fopen := nd.openHandle(ofd, flags)
 	return ch, fh, fopen, 0
 }

@@ -157,7 +157,8 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		return nil, fmt.Errorf("fs: open backing folder %s: %w", backing, err)
 	}
 	var st syscall.Stat_t
-	if err := fstat(fd, &st); err != nil {
+	gen, err := statGen(fd, "", &st)
+	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("fs: stat backing folder %s: %w", backing, err)
 	}
@@ -191,7 +192,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 	}
 	r.fds = r.hub.fds
 	// The root's descriptor is pinned: never evicted, closed with the mount.
-	rootNode := &node{root: r, fd: &pathFd{fd: rootFd, mountFd: handleFd}, ino: st.Ino}
+	rootNode := &node{root: r, fd: &pathFd{fd: rootFd, mountFd: handleFd}, ino: st.Ino, gen: gen}
 	r.remember(rootNode)
 
 	entry := timeout(opts.EntryTimeout, DefaultEntryTimeout)
@@ -235,7 +236,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
 		NegativeTimeout: &negative,
-		RootStableAttr:  &fusefs.StableAttr{Ino: st.Ino, Gen: 1},
+		RootStableAttr:  &fusefs.StableAttr{Ino: st.Ino, Gen: gen},
 	})
 	if err != nil {
 		rootNode.fd.close()

@@ -15,9 +15,9 @@ import (
 // operation on the node works through that descriptor (or one component
 // below it), so the daemon never resolves a backing path as a string.
 //
-// Holding the descriptor also pins the backing inode: its number cannot be
-// reused while the kernel knows the node, so the inode number alone is a
-// stable identity (Gen stays 1).
+// Its identity for go-fuse is the inode number with the inode's birth time
+// as generation: an evicted descriptor no longer pins the inode, so its
+// number may come back for another file.
 type node struct {
 	fusefs.Inode
 
@@ -25,8 +25,9 @@ type node struct {
 	root *root
 	// fd is the O_PATH descriptor; set at creation, closed on forget.
 	fd *pathFd
-	// ino is the backing inode number; immutable.
-	ino uint64
+	// ino is the backing inode number, gen its generation (statGen);
+	// immutable.
+	ino, gen uint64
 	// io is how the inode's open files are served (iomode.go).
 	io ioMode
 }
@@ -59,9 +60,9 @@ var (
 )
 
 // newNode wraps an O_PATH descriptor in a node; the node owns fd from now on.
-func (r *root) newNode(fd int, ino uint64) *node {
+func (r *root) newNode(fd int, ino, gen uint64) *node {
 	p := r.fds.newPathFd(fd, r.handleFd)
-	n := &node{root: r, fd: p, ino: ino}
+	n := &node{root: r, fd: p, ino: ino, gen: gen}
 	runtime.AddCleanup(n, func(p *pathFd) { p.close() }, p)
 	return n
 }
@@ -102,7 +103,8 @@ func (n *node) child(name string) string {
 // inode and fills out. On error the descriptor is closed.
 func (n *node) addChild(ctx context.Context, fd int, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
 	var st syscall.Stat_t
-	if err := fstat(fd, &st); err != nil {
+	gen, err := statGen(fd, "", &st)
+	if err != nil {
 		unix.Close(fd)
 		return nil, fusefs.ToErrno(err)
 	}
@@ -112,7 +114,7 @@ func (n *node) addChild(ctx context.Context, fd int, name string, out *fuse.Entr
 		return nil, syscall.EACCES
 	}
 	out.Attr.FromStat(&st)
-	ch := n.NewInode(ctx, n.root.newNode(fd, st.Ino), fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: 1})
+	ch := n.NewInode(ctx, n.root.newNode(fd, st.Ino, gen), fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: gen})
 	if winner, ok := ch.Operations().(*node); ok {
 		n.root.remember(winner)
 	}
@@ -136,7 +138,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fu
 	if ch := n.GetChild(name); ch != nil {
 		if known, ok := ch.Operations().(*node); ok {
 			var st syscall.Stat_t
-			if err := fstatat(dfd, name, &st); err == nil && st.Ino == known.ino && st.Dev == n.root.dev &&
+			if gen, err := statGen(dfd, name, &st); err == nil && st.Ino == known.ino && gen == known.gen && st.Dev == n.root.dev &&
 				st.Mode&syscall.S_IFMT == ch.StableAttr().Mode&syscall.S_IFMT {
 				out.Attr.FromStat(&st)
 				return ch, 0

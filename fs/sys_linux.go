@@ -146,3 +146,42 @@ func readlinkFd(fd int) (string, error) {
 		buf = make([]byte, 2*len(buf))
 	}
 }
+
+// statGen stats name below dirfd ("" for dirfd itself) without following a
+// link, and returns the inode's generation for go-fuse: its birth time.
+// Node descriptors may be evicted (fdcache.go), and an inode whose last
+// descriptor is closed and whose file is deleted may have its number
+// reused; the birth time tells the new file from the old one.
+func statGen(dirfd int, name string, st *syscall.Stat_t) (uint64, error) {
+	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_STATX_SYNC_AS_STAT
+	if name == "" {
+		flags |= unix.AT_EMPTY_PATH
+	} else if !validName(name) {
+		return 0, syscall.EINVAL
+	}
+	var x unix.Statx_t
+	for {
+		err := unix.Statx(dirfd, name, flags, unix.STATX_BASIC_STATS|unix.STATX_BTIME, &x)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		break
+	}
+	*st = syscall.Stat_t{
+		Dev: unix.Mkdev(x.Dev_major, x.Dev_minor), Ino: x.Ino, Nlink: uint64(x.Nlink),
+		Mode: uint32(x.Mode), Uid: x.Uid, Gid: x.Gid,
+		Rdev: unix.Mkdev(x.Rdev_major, x.Rdev_minor), Size: int64(x.Size),
+		Blksize: int64(x.Blksize), Blocks: int64(x.Blocks),
+		Atim: syscall.Timespec{Sec: x.Atime.Sec, Nsec: int64(x.Atime.Nsec)},
+		Mtim: syscall.Timespec{Sec: x.Mtime.Sec, Nsec: int64(x.Mtime.Nsec)},
+		Ctim: syscall.Timespec{Sec: x.Ctime.Sec, Nsec: int64(x.Ctime.Nsec)},
+	}
+	gen := uint64(1)
+	if x.Mask&unix.STATX_BTIME != 0 {
+		gen = uint64(x.Btime.Sec)*1e9 + uint64(x.Btime.Nsec) + 1
+	}
+	return gen, nil
+}
