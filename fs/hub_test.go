@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,6 +45,9 @@ func TestHubTwoMounts(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(b, "g")); !os.IsNotExist(err) {
 				t.Fatalf("g exists before it was made: %v", err)
 			}
+			if names := listNames(t, b); names != "f" {
+				t.Fatalf("b lists %q before g was made, want f", names)
+			}
 			must(t, os.WriteFile(filepath.Join(a, "f"), []byte("newer content"), 0o644))
 			must(t, os.WriteFile(filepath.Join(a, "g"), []byte("g"), 0o644))
 
@@ -52,7 +56,7 @@ func TestHubTwoMounts(t *testing.T) {
 			for {
 				got, err := os.ReadFile(filepath.Join(b, "f"))
 				_, gerr := os.Stat(filepath.Join(b, "g"))
-				if err == nil && string(got) == "newer content" && gerr == nil {
+				if err == nil && string(got) == "newer content" && gerr == nil && listNames(t, b) == "f g" {
 					break
 				}
 				if time.Now().After(deadline) {
@@ -70,4 +74,18 @@ func TestHubTwoMounts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// listNames lists dir's entries, sorted and joined by spaces.
+func listNames(t *testing.T, dir string) string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("list %s: %v", dir, err)
+	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
+	return strings.Join(names, " ")
 }
