@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/testenv"
 )
 
 // These cover what agents do that go-fuse's posixtest does not: mmap,
@@ -105,12 +107,7 @@ func TestChmodAndExec(t *testing.T) {
 }
 
 func TestGitWorkflow(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("git is missing, and CI must run this test")
-		}
-		t.Skip("git is missing")
-	}
+	testenv.RequireCommand(t, "git")
 	forBothModes(t, func(t *testing.T, mnt string) {
 		git := func(args ...string) string {
 			t.Helper()

@@ -335,12 +335,3 @@ func rawRequest(t testing.TB, socket, method, target string, body []byte) rawRes
 	return rawResponse{status: resp.StatusCode, header: resp.Header, body: data}
 }
 
-// cannotRun stops a test that cannot run here: a failure when CI=true,
-// a skip otherwise.
-func cannotRun(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI: "+format, args...)
-	}
-	t.Skipf(format, args...)
-}

@@ -73,7 +73,7 @@ func TestInspectionMountChecks(t *testing.T) {
 		testenv.RequireRoot(t) // needed to mount a tmpfs
 		dir := mk("tmpfs")
 		if err := unix.Mount("tmpfs", dir, "tmpfs", 0, ""); err != nil {
-			cannotRun(t, "mount tmpfs: %v", err)
+			testenv.CannotRun(t, "mount tmpfs: %v", err)
 		}
 		defer unix.Unmount(dir, unix.MNT_DETACH)
 		_, err := env.g.MountInspection(ctx, MountRequest{Thread: "t", Path: dir}, 0)

@@ -6,6 +6,7 @@ package testenv
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,9 +19,9 @@ import (
 func RequireRootFUSE(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		cannotRun(t, "this test needs root and /dev/fuse; root is missing")
+		CannotRun(t, "this test needs root and /dev/fuse; root is missing")
 	} else if _, err := os.Stat("/dev/fuse"); err != nil {
-		cannotRun(t, "this test needs root and /dev/fuse; /dev/fuse is missing: %v", err)
+		CannotRun(t, "this test needs root and /dev/fuse; /dev/fuse is missing: %v", err)
 	}
 }
 
@@ -29,18 +30,27 @@ func RequireRootFUSE(t testing.TB) {
 func RequireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		cannotRun(t, "this test needs root; root is missing")
+		CannotRun(t, "this test needs root; root is missing")
 	}
 }
 
-// cannotRun stops a test that cannot run here: a failure when CI=true, a
-// skip otherwise.
-func cannotRun(t testing.TB, format string, args ...any) {
+// CannotRun stops a test that cannot run here: a failure when CI=true, a
+// skip otherwise. Every capability check of the tests goes through it.
+func CannotRun(t testing.TB, format string, args ...any) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatalf("CI=true: "+format, args...)
 	}
 	t.Skipf(format, args...)
+}
+
+// RequireCommand stops a test that needs the program name on PATH where it
+// is missing, by the same rule as RequireRootFUSE.
+func RequireCommand(t testing.TB, name string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		CannotRun(t, "this test needs %s: %v", name, err)
+	}
 }
 
 // Mount is one line of /proc/self/mountinfo.
