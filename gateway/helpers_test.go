@@ -334,4 +334,3 @@ func rawRequest(t testing.TB, socket, method, target string, body []byte) rawRes
 	}
 	return rawResponse{status: resp.StatusCode, header: resp.Header, body: data}
 }
-
