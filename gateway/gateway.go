@@ -195,7 +195,10 @@ func (g *Gateway) makeLayout() error {
 		// Only the daemon reaches the backing folders: a host user who could
 		// plant a link there would walk around the mount's boundary checks.
 		{g.wsBase, 0o700},
-		{g.mntBase, 0o755},
+		// Mount paths are for the daemon's own user and its group (the
+		// same as the socket's): another local user must not browse every
+		// tenant's workspace by walking mnt/.
+		{g.mntBase, 0o750},
 	} {
 		if err := os.MkdirAll(d.path, d.perm); err != nil {
 			return fmt.Errorf("create %s: %w", d.path, err)
