@@ -31,17 +31,24 @@
 //
 // Timeouts are set explicitly (go-fuse turns caching off for a nil
 // timeout): entries and attributes DefaultEntryTimeout and
-// DefaultAttrTimeout, missing names DefaultNegativeTimeout. Open files keep
-// the page cache (FOPEN_KEEP_CACHE, directories FOPEN_CACHE_DIR), and the
-// kernel drops it when a file's size or mtime changed (AUTO_INVAL_DATA).
+// DefaultAttrTimeout, missing names DefaultNegativeTimeout. They are long
+// because this daemon sees every change made through its mounts and a Hub
+// pushes each change to the other mounts of the same folder (hub.go).
+//
 // Directories are served without OPENDIR where the kernel allows it
 // (dirs.go), so the kernel keeps their listings and a repeated walk of a
-// tree costs no round trip. Symlink targets are never cached: whether a link leads out depends on
-// other links, which may change, so each follow is checked again. Where the
-// kernel offers FUSE passthrough (root, Linux 6.9+), reads and writes of
-// regular files go straight from the kernel to the backing file and never
-// reach the daemon; Options.NoPassthrough turns that off. Writes are up to
-// 1 MiB per request.
+// tree costs no round trip. Symlink targets are never cached: whether a
+// link leads out depends on other links, which may change, so each follow
+// is checked again.
+//
+// Each inode's open files are served one way at a time (iomode.go): where
+// the kernel offers FUSE passthrough (root, Linux 6.9+), opens that may
+// write and reads of big files are passed through, so reads and writes go
+// from the kernel to the backing file and never reach the daemon; small
+// files opened only to be read are served by the daemon once and then from
+// the kernel's page cache (FOPEN_KEEP_CACHE), kept only while the file is
+// unchanged. No close sends a FLUSH. Options.NoPassthrough turns
+// passthrough off. Writes are up to 1 MiB per request.
 //
 // # Errors
 //
