@@ -36,7 +36,8 @@
 //	meta/                          the metadata store (Badger), opened by the caller
 //	workspaces/<tenant>/<thread>   backing folders (mode 0700 above them: only
 //	                               the daemon reaches them, agents use the mount)
-//	mnt/<tenant>/<thread>          FUSE mount points of bound threads
+//	mnt/<tenant>/<thread>          FUSE mount points of bound threads (mode 0750
+//	                               above them: root and the daemon's group)
 //	warren.sock                    the API socket, unless Config.SocketPath says otherwise
 //
 // # API
