@@ -13,14 +13,7 @@ func bindCmd(ctx context.Context, e *cliEnv, args []string) error {
 	fs := newFlags(e, "bind", "--thread ID [--tenant T] [--json]")
 	addThreadFlags(e, fs, &tf)
 	asJSON := fs.Bool("json", false, "print the binding record as JSON")
-	rest, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(rest) > 0 {
-		return usagef("unexpected arguments %q", rest)
-	}
-	if err := tf.check(); err != nil {
+	if err := parseThreadOnly(fs, &tf, args); err != nil {
 		return err
 	}
 	return bind(ctx, e, gateway.NewClient(tf.socket), tf, *asJSON)

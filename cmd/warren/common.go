@@ -95,6 +95,19 @@ func (tf *threadFlags) check() error {
 	return nil
 }
 
+// parseThreadOnly parses the args of a verb that takes flags and no
+// arguments and names a thread (bind, close, delete).
+func parseThreadOnly(fs *flag.FlagSet, tf *threadFlags, args []string) error {
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return usagef("unexpected arguments %q", rest)
+	}
+	return tf.check()
+}
+
 // callError words the error of a call to the gateway for a person. The
 // gateway's own answers already name the thread and the step; other
 // errors (the socket) get what was being done and a hint.

@@ -11,14 +11,7 @@ func deleteCmd(ctx context.Context, e *cliEnv, args []string) error {
 	var tf threadFlags
 	fs := newFlags(e, "delete", "--thread ID [--tenant T]")
 	addThreadFlags(e, fs, &tf)
-	rest, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(rest) > 0 {
-		return usagef("unexpected arguments %q", rest)
-	}
-	if err := tf.check(); err != nil {
+	if err := parseThreadOnly(fs, &tf, args); err != nil {
 		return err
 	}
 	return deleteThread(ctx, e, gateway.NewClient(tf.socket), tf)
