@@ -92,7 +92,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 	if n.root.readOnly && flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC) != 0 {
 		return nil, 0, syscall.EROFS
 	}
-	if n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFLNK {
+	if n.isSymlink() {
 		return nil, 0, syscall.ELOOP
 	}
 	pfd, done, errno := n.use()

@@ -76,7 +76,7 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 		return nil, errno
 	}
 	defer tdone()
-	if t.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFLNK {
+	if t.isSymlink() {
 		linkTarget, err := readlinkFd(tfd)
 		if err != nil {
 			return nil, fusefs.ToErrno(err)

@@ -30,22 +30,16 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	if n.root.readOnly {
-		return syscall.EROFS
-	}
-	if n.isSymlink() {
-		return syscall.EPERM
-	}
-	fd, done, errno := n.use()
-	if errno != 0 {
-		return errno
-	}
-	defer done()
-	defer n.root.changedInode(n)
-	return fusefs.ToErrno(unix.Setxattr(procFdPath(fd), attr, data, int(flags)))
+	return n.changeXattr(func(path string) error { return unix.Setxattr(path, attr, data, int(flags)) })
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return n.changeXattr(func(path string) error { return unix.Removexattr(path, attr) })
+}
+
+// changeXattr runs change on the /proc/self/fd name of the node's inode,
+// and tells the other mounts that the inode changed.
+func (n *node) changeXattr(change func(path string) error) syscall.Errno {
 	if n.root.readOnly {
 		return syscall.EROFS
 	}
@@ -58,9 +52,8 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	}
 	defer done()
 	defer n.root.changedInode(n)
-	return fusefs.ToErrno(unix.Removexattr(procFdPath(fd), attr))
+	return fusefs.ToErrno(change(procFdPath(fd)))
 }
-
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
 	if n.isSymlink() {
 		return 0, 0
