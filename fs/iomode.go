@@ -50,18 +50,26 @@ type fileKey struct {
 // cache to push out), and POSIX locks are released by their own unlock
 // request. That saves a round trip on every close.
 func (n *node) openHandle(fd int, flags uint32) (fusefs.FileHandle, uint32) {
-	var st unix.Stat_t
-	statErr := unix.Fstat(fd, &st)
 	writes := flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
+	// The file is stat'ed only when the answer depends on it: a write
+	// passed through needs neither its size nor its times.
+	var st unix.Stat_t
+	statted, statOK := false, false
+	stat := func() bool {
+		if !statted {
+			statted, statOK = true, unix.Fstat(fd, &st) == nil
+		}
+		return statOK
+	}
 
 	n.io.mu.Lock()
 	if n.io.open == 0 {
-		n.io.passthrough = !n.root.noPassthrough && (writes || statErr != nil || st.Size >= passthroughMinSize)
+		n.io.passthrough = !n.root.noPassthrough && (writes || !stat() || st.Size >= passthroughMinSize)
 	}
 	n.io.open++
 	passthrough := n.io.passthrough
 	fopen := uint32(fuse.FOPEN_NOFLUSH)
-	if !passthrough && statErr == nil {
+	if !passthrough && stat() {
 		// Keep the pages the kernel has only if the file is as the last
 		// cached open left it; a passthrough write, or one made behind
 		// our back, went around those pages.
