@@ -48,6 +48,16 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno
 	}
 	defer done()
+	a := n.root.actorOf(ctx)
+	g, unlock, errno := n.take(dfd, name)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	defer unlock()
+	// A name the actor read and someone else removed or replaced since.
+	if errno := n.root.refuseIfStale("create", n.child(name), a, g); errno != 0 {
+		return nil, nil, 0, errno
+	}
 	// O_NOFOLLOW: a link planted under this name is never written through.
 	ofd, err := unix.Openat(dfd, name, daemonFlags(flags)|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	if err != nil {
@@ -72,7 +82,14 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		unix.Close(ofd)
 		return nil, nil, 0, errno
 	}
-	fh, fopen := ch.Operations().(*node).openHandle(ofd, flags)
+	n.root.modified(a, g, fingerprintFd(ofd))
+	ch.Operations().(*node).told(g.state.version)
+	var closing func(int)
+	if opensForWriting(flags) {
+		n.root.hub.ledger.openWriter(a, g.state)
+		closing = n.root.writerClosed(ch.Operations().(*node), a, g.key)
+	}
+	fh, fopen := ch.Operations().(*node).openHandle(ofd, flags, closing, 0)
 	return ch, fh, fopen, 0
 }
 
@@ -106,20 +123,21 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	out.Attr.FromStat(&st)
 	nd := n.root.newNode(pfd, st.Ino, gen)
 	ch := n.NewInode(ctx, nd, fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: gen})
-	fh, fopen := nd.openHandle(ofd, flags)
+	fh, fopen := nd.openHandle(ofd, flags, nil, 0)
 	return ch, fh, fopen, 0
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	return n.remove(name, 0)
+	return n.remove(ctx, "unlink", name, 0)
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	return n.remove(name, unix.AT_REMOVEDIR)
+	return n.remove(ctx, "rmdir", name, unix.AT_REMOVEDIR)
 }
 
-// remove unlinks the entry name (flags as for unlinkat).
-func (n *node) remove(name string, flags int) syscall.Errno {
+// remove unlinks the entry name (flags as for unlinkat). Removing a file
+// read before its last change would throw that change away: refused.
+func (n *node) remove(ctx context.Context, op, name string, flags int) syscall.Errno {
 	if errno := n.mayModify(name); errno != 0 {
 		return errno
 	}
@@ -128,9 +146,19 @@ func (n *node) remove(name string, flags int) syscall.Errno {
 		return errno
 	}
 	defer done()
+	a := n.root.actorOf(ctx)
+	g, unlock, errno := n.take(dfd, name)
+	if errno != 0 {
+		return errno
+	}
+	defer unlock()
+	if errno := n.root.refuseIfStale(op, n.child(name), a, g); errno != 0 {
+		return errno
+	}
 	if err := unix.Unlinkat(dfd, name, flags); err != nil {
 		return fusefs.ToErrno(err)
 	}
+	n.root.modified(a, g, fingerprint{})
 	n.root.changedEntry(n, name)
 	return 0
 }
@@ -169,8 +197,44 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 		return errno
 	}
 	defer ndone()
+
+	// Both names are locked, in the ledger's one order. Renaming over a
+	// file read before its last change would throw that change away
+	// (the editor's pattern: write a copy, rename it over the original);
+	// with RENAME_EXCHANGE, both names are written over.
+	a := n.root.actorOf(ctx)
+	l := n.root.hub.ledger
+	from, to := n.key(name), np.key(newName)
+	fromState, toState, unlock := l.lock(from, to)
+	defer unlock()
+	src, dst := guarded{from, fromState}, guarded{to, toState}
+	for _, e := range []struct {
+		g    guarded
+		dfd  int
+		name string
+	}{{src, ofd, name}, {dst, nfd, newName}} {
+		fp, err := fingerprintAt(e.dfd, e.name)
+		if err != nil {
+			return fusefs.ToErrno(err)
+		}
+		l.current(e.g.key, e.g.state, fp)
+	}
+	if errno := n.root.refuseIfStale("rename", np.child(newName), a, dst); errno != 0 {
+		return errno
+	}
+	if flags&unix.RENAME_EXCHANGE != 0 {
+		if errno := n.root.refuseIfStale("rename", n.child(name), a, src); errno != 0 {
+			return errno
+		}
+	}
 	if err := unix.Renameat2(ofd, name, nfd, newName, uint(flags)); err != nil {
 		return fusefs.ToErrno(err)
+	}
+	srcFp, _ := fingerprintAt(ofd, name)
+	dstFp, _ := fingerprintAt(nfd, newName)
+	n.root.modified(a, src, srcFp)
+	if from != to {
+		n.root.modified(a, dst, dstFp)
 	}
 	n.root.changedEntry(n, name)
 	n.root.changedEntry(np, newName)
@@ -219,6 +283,12 @@ func (n *node) makeEntry(ctx context.Context, name string, out *fuse.EntryOut, r
 		return nil, errno
 	}
 	defer done()
+	a := n.root.actorOf(ctx)
+	g, unlock, errno := n.take(dfd, name)
+	if errno != 0 {
+		return nil, errno
+	}
+	defer unlock()
 	if err := mk(dfd); err != nil {
 		return nil, fusefs.ToErrno(err)
 	}
@@ -230,6 +300,7 @@ func (n *node) makeEntry(ctx context.Context, name string, out *fuse.EntryOut, r
 	if own {
 		n.ownByCaller(ctx, fd)
 	}
+	n.root.modified(a, g, fingerprintFd(fd))
 	n.root.changedEntry(n, name)
 	return n.addChild(ctx, fd, name, out)
 }

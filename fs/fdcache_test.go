@@ -12,7 +12,7 @@ import (
 // process never holds more node descriptors than the budget allows.
 func TestDescriptorBudget(t *testing.T) {
 	const budget = 16
-	hub := newHub(nil, budget)
+	hub := newHub(HubConfig{}, budget)
 	t.Cleanup(hub.Close)
 	backing, mnt := mountTemp(t, Options{Hub: hub, EntryTimeout: -1, AttrTimeout: -1})
 	for d := 0; d < 10; d++ {

@@ -6,7 +6,6 @@ import (
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"golang.org/x/sys/unix"
 )
 
 // handle is an open file. Data I/O, locks, fsync and fallocate go straight
@@ -15,6 +14,10 @@ import (
 // the daemon at all: the kernel does them on the backing file.
 type handle struct {
 	*fusefs.LoopbackFile
+	fd int // the descriptor LoopbackFile wraps
+	// closing, if set, runs just before the file is closed (the ledger
+	// notes the end of a write).
+	closing func(fd int)
 	// released runs after the file is closed: it ends the open in the
 	// inode's I/O mode and, for a handle that may have written, tells the
 	// other mounts to drop what they cached.
@@ -25,6 +28,9 @@ var _ fusefs.FileReleaser = (*handle)(nil)
 
 // Release closes the backing descriptor.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
+	if h.closing != nil {
+		h.closing(h.fd)
+	}
 	errno := h.LoopbackFile.Release(ctx)
 	if h.released != nil {
 		h.released()
@@ -88,27 +94,84 @@ func (h *plainHandle) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLoc
 
 // Open opens the node's inode itself (through its O_PATH descriptor), so a
 // name swapped for a link after the lookup changes nothing.
+//
+// An open that may write is a modification of the file's path: refused if
+// the caller's read is stale, recorded otherwise (guard.go). An open for
+// reading records the version read.
 func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint32, syscall.Errno) {
-	if n.root.readOnly && flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC) != 0 {
+	writes := opensForWriting(flags)
+	if n.root.readOnly && writes {
 		return nil, 0, syscall.EROFS
 	}
 	if n.isSymlink() {
 		return nil, 0, syscall.ELOOP
 	}
-	pfd, done, errno := n.use()
+	name, dir := n.entryOf()
+	if dir == nil {
+		// The root, or a file without a name: no path to guard.
+		fh, fopen, _, errno := n.open(flags, nil, 0)
+		return fh, fopen, errno
+	}
+	dfd, ddone, errno := dir.use()
 	if errno != 0 {
 		return nil, 0, errno
+	}
+	defer ddone()
+	a := n.root.actorOf(ctx)
+	g, unlock, errno := dir.take(dfd, name)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	defer unlock()
+	if g.state.fp.ino != n.ino && g.state.fp.ino != 0 {
+		// The name holds another file now, put there behind our back;
+		// the kernel, told ESTALE, looks the name up again and retries.
+		return nil, 0, syscall.ESTALE
+	}
+	n.syncKernel(g.state.version)
+	if !writes {
+		fh, fopen, _, errno := n.open(flags, nil, g.state.version)
+		if errno == 0 {
+			n.root.hub.ledger.read(a, g.key, g.state)
+		}
+		return fh, fopen, errno
+	}
+	if errno := n.root.refuseIfStale("open", dir.child(name), a, g); errno != 0 {
+		return nil, 0, errno
+	}
+	fh, fopen, fd, errno := n.open(flags, n.root.writerClosed(n, a, g.key), 0)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	n.root.modified(a, g, fingerprintFd(fd))
+	n.told(g.state.version) // it truncated, or will write, itself
+	n.root.hub.ledger.openWriter(a, g.state)
+	return fh, fopen, 0
+}
+
+// open opens the node's inode with flags and returns the handle, its FOPEN
+// flags and its backing descriptor; closing, if set, runs before the
+// handle is closed. version is the path's, for the page cache (iomode.go).
+func (n *node) open(flags uint32, closing func(fd int), version uint64) (fusefs.FileHandle, uint32, int, syscall.Errno) {
+	pfd, done, errno := n.use()
+	if errno != 0 {
+		return nil, 0, -1, errno
 	}
 	defer done()
 	fd, err := reopen(pfd, daemonFlags(flags))
 	if err != nil {
-		return nil, 0, fusefs.ToErrno(err)
+		return nil, 0, -1, fusefs.ToErrno(err)
 	}
 	if flags&syscall.O_TRUNC != 0 {
 		n.root.changedInode(n)
 	}
-	fh, fopen := n.openHandle(fd, flags)
-	return fh, fopen, 0
+	fh, fopen := n.openHandle(fd, flags, closing, version)
+	return fh, fopen, fd, 0
+}
+
+// opensForWriting reports whether an open with flags may change the file.
+func opensForWriting(flags uint32) bool {
+	return flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
 }
 
 // daemonFlags are the open flags for the daemon's own descriptor of a file

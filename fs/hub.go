@@ -2,6 +2,7 @@ package fs
 
 import (
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
@@ -22,10 +23,14 @@ import (
 //
 // A zero Hub is not usable; call NewHub, and Close when finished.
 type Hub struct {
-	log   hclog.Logger
-	queue chan notice
-	done  chan struct{}
-	fds   *fdCache // the node descriptors of every mount of the hub
+	log    hclog.Logger
+	queue  chan notice
+	done   chan struct{}
+	stop   chan struct{} // closed by Close: ends the sweeper
+	swept  chan struct{} // closed when the sweeper ended
+	fds    *fdCache      // the node descriptors of every mount of the hub
+	ledger *ledger       // versions, locks and read records (ledger.go)
+	actors *actors       // who makes a request (actors.go)
 
 	mu     sync.Mutex
 	mounts map[*root]struct{} // guarded by mu
@@ -46,35 +51,82 @@ type notice struct {
 // than stalling the request that made the change.
 const hubQueue = 4096
 
+// HubConfig configures a hub. The zero value is ready to use.
+type HubConfig struct {
+	// Logger receives structured logs; nil means no logs.
+	Logger hclog.Logger
+	// MaxReads bounds the read records kept; 0 means DefaultMaxReads.
+	MaxReads int
+	// NoEditChecks switches the refusal of stale modifications off
+	// (versions and records are still kept). It exists to show, in tests
+	// and benchmarks, what the checks do and cost; never in production.
+	NoEditChecks bool
+}
+
+// sweepEvery is how often the records of actors that are gone are
+// dropped.
+const sweepEvery = 10 * time.Second
+
 // NewHub starts a hub. Call Close when finished.
 //
 // The hub also holds the budget of node descriptors for all its mounts:
 // half of the process's open-file limit (read when the hub is made; raise
 // the limit first, see RaiseFileLimit), leaving the rest to open files,
 // sockets and the store.
-func NewHub(logger hclog.Logger) *Hub {
+func NewHub(cfg HubConfig) *Hub {
 	budget := 1024
 	var lim unix.Rlimit
 	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil && lim.Cur/2 > uint64(budget) {
 		budget = int(min(lim.Cur/2, 1<<30))
 	}
-	return newHub(logger, budget)
+	return newHub(cfg, budget)
 }
 
 // newHub starts a hub with a descriptor budget.
-func newHub(logger hclog.Logger, fdBudget int) *Hub {
+func newHub(cfg HubConfig, fdBudget int) *Hub {
+	logger := cfg.Logger
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
 	h := &Hub{
 		fds:    newFDCache(fdBudget),
+		ledger: newLedger(cfg.MaxReads, cfg.NoEditChecks),
+		actors: newActors(),
 		log:    logger,
 		queue:  make(chan notice, hubQueue),
 		done:   make(chan struct{}),
+		stop:   make(chan struct{}),
+		swept:  make(chan struct{}),
 		mounts: make(map[*root]struct{}),
 	}
 	go h.deliver()
+	go h.sweeper()
 	return h
+}
+
+// sweeper drops, now and then, the read records of actors that are gone
+// and the registrations of processes that ended.
+func (h *Hub) sweeper() {
+	defer close(h.swept)
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+			h.Sweep()
+		}
+	}
+}
+
+// Sweep drops at once what the sweeper drops every few seconds: the read
+// records of processes that ended, and registrations of ended processes.
+func (h *Hub) Sweep() {
+	h.actors.sweep()
+	if n := h.ledger.forgetActors(h.actors.gone); n > 0 {
+		h.log.Debug("dropped the read records of ended processes", "records", n)
+	}
 }
 
 // Close stops delivery and waits for the delivering goroutine.
@@ -87,8 +139,11 @@ func (h *Hub) Close() {
 	}
 	h.closed = true
 	close(h.queue)
+	close(h.stop)
 	h.mu.Unlock()
 	<-h.done
+	<-h.swept
+	h.actors.close()
 }
 
 func (h *Hub) add(r *root) {
@@ -107,7 +162,9 @@ func (h *Hub) remove(r *root) {
 func (h *Hub) post(n notice) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed || len(h.mounts) < 2 {
+	// A change made through a mount needs telling only to the others; one
+	// made beside the mounts (from == nil: the file API) to all of them.
+	if h.closed || len(h.mounts) == 0 || n.from != nil && len(h.mounts) < 2 {
 		return
 	}
 	select {
@@ -115,6 +172,13 @@ func (h *Hub) post(n notice) {
 	default:
 		h.log.Debug("change notice dropped: queue full")
 	}
+}
+
+// changed tells the mounts of the folder on dev that the file ino, the
+// entry name in the directory dir, was changed beside them.
+func (h *Hub) changed(dev, ino, dir uint64, name string) {
+	h.post(notice{dev: dev, ino: dir, name: name})
+	h.post(notice{dev: dev, ino: ino})
 }
 
 func (h *Hub) deliver() {

@@ -24,7 +24,7 @@ func TestHubTwoMounts(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			opts := long
 			if c.withHub {
-				hub := NewHub(nil)
+				hub := NewHub(HubConfig{})
 				t.Cleanup(hub.Close)
 				opts.Hub = hub
 			}

@@ -2,7 +2,6 @@ package fs
 
 import (
 	"sync"
-	"syscall"
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -36,21 +35,27 @@ type ioMode struct {
 }
 
 // fileKey tells whether a file changed: any write, through any mount or
-// behind the filesystem's back, moves its size, mtime or ctime.
+// behind the filesystem's back, moves its size, mtime or ctime, and the
+// ledger's version of its path. The version is what makes it exact: two
+// writes of the same size can share a ctime on a filesystem with coarse
+// timestamps, but never a version.
 type fileKey struct {
 	size         int64
 	mtime, ctime unix.Timespec
+	version      uint64
 }
 
 // openHandle wraps fd, just opened with flags for n, in a file handle and
-// returns it with its FOPEN flags.
+// returns it with its FOPEN flags. closing, if set, runs just before the
+// handle is closed. version is the ledger's version of the file's path as
+// the open found it (0 if it has no path).
 //
 // No open needs a FLUSH at close: writes reach the backing file when they
 // are made (passthrough, or a synchronous WRITE; there is no writeback
 // cache to push out), and POSIX locks are released by their own unlock
 // request. That saves a round trip on every close.
-func (n *node) openHandle(fd int, flags uint32) (fusefs.FileHandle, uint32) {
-	writes := flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
+func (n *node) openHandle(fd int, flags uint32, closing func(fd int), version uint64) (fusefs.FileHandle, uint32) {
+	writes := opensForWriting(flags)
 	// The file is stat'ed only when the answer depends on it: a write
 	// passed through needs neither its size nor its times.
 	var st unix.Stat_t
@@ -73,7 +78,7 @@ func (n *node) openHandle(fd int, flags uint32) (fusefs.FileHandle, uint32) {
 		// Keep the pages the kernel has only if the file is as the last
 		// cached open left it; a passthrough write, or one made behind
 		// our back, went around those pages.
-		key := fileKey{size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+		key := fileKey{size: st.Size, mtime: st.Mtim, ctime: st.Ctim, version: version}
 		if key == n.io.cachedAs {
 			fopen |= fuse.FOPEN_KEEP_CACHE
 		}
@@ -83,6 +88,8 @@ func (n *node) openHandle(fd int, flags uint32) (fusefs.FileHandle, uint32) {
 
 	h := &handle{
 		LoopbackFile: fusefs.NewLoopbackFile(fd).(*fusefs.LoopbackFile),
+		fd:           fd,
+		closing:      closing,
 		released: func() {
 			n.io.mu.Lock()
 			n.io.open--

@@ -91,8 +91,30 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 	})
 	if errno == 0 {
 		n.root.changedInode(t) // its link count
+		t.relinked()
 	}
 	return ch, errno
+}
+
+// relinked tells the ledger that the file n, reached through its name,
+// got another name: its ctime moved, its content did not.
+func (n *node) relinked() {
+	name, dir := n.entryOf()
+	if dir == nil {
+		return
+	}
+	dfd, done, errno := dir.use()
+	if errno != 0 {
+		return
+	}
+	defer done()
+	k := dir.key(name)
+	l := n.root.hub.ledger
+	st, _, unlock := l.lock(k)
+	defer unlock()
+	if fp, err := fingerprintAt(dfd, name); err == nil && fp.ino == st.fp.ino && fp.size == st.fp.size {
+		l.touched(st, fp)
+	}
 }
 
 // checkMovedLink refuses to move the entry name of n into the directory

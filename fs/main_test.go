@@ -2,10 +2,16 @@ package fs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -19,6 +25,12 @@ func TestMain(m *testing.M) {
 	case "":
 	case "mmap-write":
 		if err := mmapWrite(os.Args[len(os.Args)-1]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	case "increment":
+		if err := increment(os.Args[len(os.Args)-2], os.Args[len(os.Args)-1]); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -45,6 +57,58 @@ func inChild(helper string, args ...string) ([]byte, error) {
 	cmd.Env = append(os.Environ(), childEnv+"="+helper)
 	cmd.Dir = "/"
 	return cmd.CombinedOutput()
+}
+
+// startChild starts helper in a new process of this test binary, outside
+// every mount, and returns it running.
+func startChild(helper string, args ...string) (*exec.Cmd, *bytes.Buffer, error) {
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$"}, args...)...)
+	cmd.Env = append(os.Environ(), childEnv+"="+helper)
+	cmd.Dir = "/"
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	return cmd, &out, cmd.Start()
+}
+
+// increment adds one to the number in path, times times, the way a naive
+// program does: read it, add one, write it back. A write refused as stale
+// (ESTALE) starts that step again from the read; it prints how many were.
+func increment(path, times string) error {
+	m, err := strconv.Atoi(times)
+	if err != nil {
+		return err
+	}
+	retries := 0
+	for done := 0; done < m; {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		// A read that saw the file truncated by another writer reads ""
+		// here; a naive program takes that as 0.
+		v, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		// Think a little, as a program between its read and its write
+		// does; this is what lets two writers overlap.
+		time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+		if errors.Is(err, syscall.ESTALE) {
+			retries++
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		_, werr := f.WriteString(strconv.Itoa(v + 1))
+		if err := f.Close(); werr == nil {
+			werr = err
+		}
+		if werr != nil {
+			return werr
+		}
+		done++
+	}
+	fmt.Println("retries", retries)
+	return nil
 }
 
 // mmapWrite maps the first 8 KiB of path shared, writes into its second

@@ -33,6 +33,10 @@ type Options struct {
 	// OnRefusal, if set, is called for every refused escape attempt, after
 	// it is logged. It must not block.
 	OnRefusal func(Refusal)
+	// OnStale, if set, is called once for every modification refused
+	// because its actor's read of the file is older than the file (see
+	// ledger.go), after it is logged. It must not block.
+	OnStale func(Stale)
 	// NoPassthrough turns off FUSE passthrough even where the kernel offers it.
 	NoPassthrough bool
 	// EntryTimeout, AttrTimeout and NegativeTimeout say how long the kernel
@@ -80,6 +84,7 @@ type root struct {
 	uid, gid      int // the daemon's own ids
 	log           hclog.Logger
 	onRefusal     func(Refusal)
+	onStale       func(Stale)
 	hub           *Hub     // the mount's own when Options.Hub is nil
 	ownHub        bool     // hub was made for this mount alone
 	fds           *fdCache // hub.fds
@@ -184,11 +189,12 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		gid:           os.Getegid(),
 		log:           logger.With("mount", opts.Name),
 		onRefusal:     opts.OnRefusal,
+		onStale:       opts.OnStale,
 		hub:           opts.Hub,
 		nodes:         make(map[uint64]*node),
 	}
 	if r.hub == nil {
-		r.hub, r.ownHub = NewHub(r.log), true
+		r.hub, r.ownHub = NewHub(HubConfig{Logger: r.log}), true
 	}
 	r.fds = r.hub.fds
 	// The root's descriptor is pinned: never evicted, closed with the mount.

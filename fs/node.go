@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
@@ -30,6 +31,12 @@ type node struct {
 	ino, gen uint64
 	// io is how the inode's open files are served (iomode.go).
 	io ioMode
+	// synced is a ledger time (ledger.now) at which this mount's kernel
+	// was last told the inode's attributes: a change of its path with a
+	// greater version was made beside this mount (through another mount,
+	// the file API, or behind the filesystem's back), so the kernel's
+	// cached size and pages may be stale (guard.go).
+	synced atomic.Uint64
 }
 
 // Compile-time checks: every operation the filesystem serves.
@@ -102,6 +109,7 @@ func (n *node) child(name string) string {
 // addChild turns a freshly opened O_PATH descriptor for name into a child
 // inode and fills out. On error the descriptor is closed.
 func (n *node) addChild(ctx context.Context, fd int, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
+	now := n.root.hub.ledger.now()
 	var st syscall.Stat_t
 	gen, err := statGen(fd, "", &st)
 	if err != nil {
@@ -114,9 +122,17 @@ func (n *node) addChild(ctx context.Context, fd int, name string, out *fuse.Entr
 		return nil, syscall.EACCES
 	}
 	out.Attr.FromStat(&st)
-	ch := n.NewInode(ctx, n.root.newNode(fd, st.Ino, gen), fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: gen})
+	nd := n.root.newNode(fd, st.Ino, gen)
+	ch := n.NewInode(ctx, nd, fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: gen})
 	if winner, ok := ch.Operations().(*node); ok {
 		n.root.remember(winner)
+		if winner == nd {
+			// A new inode for the kernel too, which takes these
+			// attributes as they are. (A known inode may drop the
+			// attributes of a reply that raced with a change; only a
+			// notification is sure to reach it.)
+			nd.told(now)
+		}
 	}
 	return ch, 0
 }
@@ -185,11 +201,78 @@ func (n *node) Getattr(ctx context.Context, fh fusefs.FileHandle, out *fuse.Attr
 	return 0
 }
 
+// told notes that the kernel has the inode's attributes and pages as they
+// were at ledger time t (or later): it was notified, it made the change
+// itself, or it learnt of a new inode.
+func (n *node) told(t uint64) {
+	for {
+		cur := n.synced.Load()
+		if cur >= t || n.synced.CompareAndSwap(cur, t) {
+			return
+		}
+	}
+}
+
+// syncKernel makes sure this mount's kernel does not serve the file from
+// attributes or pages older than version v of its path: if it was last
+// told before v, its caches of the inode are dropped now, before the open
+// that needs them is answered. Changes made through this mount keep the
+// kernel told; only a change made beside it costs this notification.
+func (n *node) syncKernel(v uint64) {
+	if v <= n.synced.Load() {
+		return
+	}
+	now := n.root.hub.ledger.now()
+	n.NotifyContent(0, 0)
+	n.told(now)
+}
+
+// Setattr changes mode, owner, size or times. A change of size (truncate)
+// is a modification of the file's path: refused if the caller's read is
+// stale. The other changes leave the content, and so the version, alone.
 func (n *node) Setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if n.root.readOnly {
 		return syscall.EROFS
 	}
 	defer n.root.changedInode(n)
+	name, dir := n.entryOf()
+	if dir == nil {
+		return n.setattr(ctx, fh, in, out)
+	}
+	dfd, ddone, errno := dir.use()
+	if errno != 0 {
+		return errno
+	}
+	defer ddone()
+	a := n.root.actorOf(ctx)
+	g, unlock, errno := dir.take(dfd, name)
+	if errno != 0 {
+		return errno
+	}
+	defer unlock()
+	_, resizes := in.GetSize()
+	if resizes {
+		if errno := n.root.refuseIfStale("truncate", dir.child(name), a, g); errno != 0 {
+			return errno
+		}
+	}
+	if errno := n.setattr(ctx, fh, in, out); errno != 0 {
+		return errno
+	}
+	fp, err := fingerprintAt(dfd, name)
+	if err != nil {
+		return 0
+	}
+	if resizes {
+		n.root.modified(a, g, fp)
+		n.told(g.state.version)
+	} else {
+		n.root.hub.ledger.touched(g.state, fp)
+	}
+	return 0
+}
+
+func (n *node) setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if s, ok := fh.(fusefs.FileSetattrer); ok && fh != nil {
 		return s.Setattr(ctx, in, out)
 	}

@@ -131,9 +131,18 @@ func futimes(fd int, ts []unix.Timespec) error {
 
 // readlinkFd reads the target of the symlink behind an O_PATH descriptor.
 func readlinkFd(fd int) (string, error) {
+	return readlinkAt(fd, "")
+}
+
+// readlinkAt reads the target of the symlink name, one component below the
+// directory dirfd ("" for the symlink behind dirfd itself).
+func readlinkAt(dirfd int, name string) (string, error) {
+	if name != "" && !validName(name) {
+		return "", syscall.EINVAL
+	}
 	buf := make([]byte, 256)
 	for {
-		n, err := unix.Readlinkat(fd, "", buf)
+		n, err := unix.Readlinkat(dirfd, name, buf)
 		if err != nil {
 			return "", err
 		}

@@ -93,7 +93,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		serveDone:   make(chan struct{}),
 		threads:     make(map[meta.ThreadKey]*threadMount),
 		inspections: make(map[string]*inspectionMount),
-		hub:         fs.NewHub(cfg.Logger.Named("fs")),
+		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs")}),
 	}
 	for _, u := range cfg.AllowUIDs {
 		g.allow[u] = true

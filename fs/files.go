@@ -1,0 +1,430 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	iofs "io/fs"
+	"path"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The file API: read, write and edit for a harness that serves many agent
+// runs from one process, so the caller's pid says nothing about the run;
+// each call names its run instead. It works on the backing folder itself,
+// never through a mount (a process must not use a mount it serves), and
+// through the same ledger as the mounts of the hub: the same locks, the
+// same versions, the same read records. A run that reads a file here and
+// writes it through a mount (or the other way round) is one actor.
+
+// MaxFileBytes bounds a file the file API reads, edits or writes.
+const MaxFileBytes = 16 << 20
+
+// OutsideError: a path that leads out of the workspace.
+type OutsideError struct{ Path string }
+
+func (e *OutsideError) Error() string {
+	return fmt.Sprintf("%s is outside the workspace.", e.Path)
+}
+
+// TooLargeError: a file over MaxFileBytes.
+type TooLargeError struct {
+	Path string
+	Size int64
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%s is %d bytes; the file API handles files up to %d bytes.", e.Path, e.Size, MaxFileBytes)
+}
+
+// NotFileError: the path holds something other than a regular file.
+type NotFileError struct{ Path string }
+
+func (e *NotFileError) Error() string { return fmt.Sprintf("%s is not a regular file.", e.Path) }
+
+// Files reaches one workspace folder for the file API. Call Close when
+// finished.
+type Files struct {
+	hub     *Hub
+	label   string // for logs and Stale reports, e.g. "tenant/thread"
+	fd      int    // O_PATH descriptor of the folder
+	dev     uint64
+	onStale func(Stale)
+}
+
+// Files opens the workspace folder dir for the file API. label names it
+// in logs; onStale, if set, is told of every refused stale write.
+func (h *Hub) Files(dir, label string, onStale func(Stale)) (*Files, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("fs: open workspace folder %s: %w", dir, err)
+	}
+	var st syscall.Stat_t
+	if err := fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("fs: stat workspace folder %s: %w", dir, err)
+	}
+	return &Files{hub: h, label: label, fd: fd, dev: st.Dev, onStale: onStale}, nil
+}
+
+// Close releases the folder.
+func (f *Files) Close() error { return unix.Close(f.fd) }
+
+// RegisterRun makes the process pid and its descendants act as run in
+// every mount of the hub, from their next open on. The gateway does this
+// for the commands it starts; a harness may do it for its own processes.
+func (h *Hub) RegisterRun(pid int, run string) error {
+	return h.actors.register(pid, run)
+}
+
+// EndRun forgets run: its registered processes and its read records.
+func (h *Hub) EndRun(run string) {
+	h.actors.endRun(run)
+	h.ledger.forgetActors(func(a Actor) bool { return a.Run == run })
+}
+
+// ReadStats tells how many read records and path states the hub holds.
+func (h *Hub) ReadStats() ReadStats { return h.ledger.stats() }
+
+// ActorOfPid returns the actor of a process, as its requests to a mount
+// would be judged.
+func (h *Hub) ActorOfPid(pid int) Actor { return h.actors.of(uint32(pid)) }
+
+// target is a resolved path: a name in an open directory.
+type target struct {
+	dirFd int
+	name  string
+	rel   string // the path as reported, inside the workspace
+	key   pathKey
+	dirSt syscall.Stat_t
+}
+
+func (t *target) close() { unix.Close(t.dirFd) }
+
+// maxLinks bounds the symlinks followed to reach one file.
+const maxLinks = 40
+
+// resolve finds the file p names: a path inside the workspace, relative
+// to its root. Links in the directories are followed as the kernel would,
+// never out of the folder; a link as the last component is followed
+// inside the folder too, so that the key is the real file's. With mkdir,
+// missing directories are made.
+func (f *Files) resolve(p string, mkdir bool) (*target, error) {
+	shown := p
+	for range maxLinks {
+		if strings.IndexByte(p, 0) >= 0 || path.IsAbs(p) {
+			return nil, &OutsideError{Path: shown}
+		}
+		clean := path.Clean(p)
+		if clean == ".." || strings.HasPrefix(clean, "../") {
+			return nil, &OutsideError{Path: shown}
+		}
+		if clean == "." {
+			return nil, &NotFileError{Path: shown}
+		}
+		dir, name := path.Split(clean)
+		dirFd, err := f.openDir(dir, mkdir)
+		if err != nil {
+			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ELOOP) {
+				return nil, &OutsideError{Path: shown}
+			}
+			return nil, fmt.Errorf("%s: %w", shown, err)
+		}
+		var st syscall.Stat_t
+		err = fstatat(dirFd, name, &st)
+		if err == nil && st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+			link, rerr := readlinkAt(dirFd, name)
+			unix.Close(dirFd)
+			if rerr != nil {
+				return nil, fmt.Errorf("%s: %w", shown, rerr)
+			}
+			if path.IsAbs(link) {
+				return nil, &OutsideError{Path: shown}
+			}
+			p = path.Join(dir, link)
+			continue
+		}
+		if err != nil && err != unix.ENOENT {
+			unix.Close(dirFd)
+			return nil, fmt.Errorf("%s: %w", shown, err)
+		}
+		t := &target{dirFd: dirFd, name: name, rel: clean}
+		if err := fstat(dirFd, &t.dirSt); err != nil {
+			unix.Close(dirFd)
+			return nil, fmt.Errorf("%s: %w", shown, err)
+		}
+		t.key = pathKey{dev: t.dirSt.Dev, dir: t.dirSt.Ino, name: name}
+		return t, nil
+	}
+	return nil, fmt.Errorf("%s: %w", shown, unix.ELOOP)
+}
+
+// openDir opens the directory dir (relative, "/"-separated, maybe "")
+// below the folder, making what is missing if mkdir is set.
+func (f *Files) openDir(dir string, mkdir bool) (int, error) {
+	how := unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	}
+	dir = strings.Trim(dir, "/")
+	if dir == "" {
+		dir = "."
+	}
+	fd, err := openat2Retry(f.fd, dir, &how)
+	if err != unix.ENOENT || !mkdir {
+		return fd, err
+	}
+	// Make the missing directories one by one, each below the last one
+	// opened, owned like the directory it is made in.
+	cur, err := unix.Dup(f.fd)
+	if err != nil {
+		return -1, err
+	}
+	for _, c := range strings.Split(dir, "/") {
+		next, err := openat2Retry(cur, c, &how)
+		if err == unix.ENOENT {
+			var st syscall.Stat_t
+			if err = fstat(cur, &st); err == nil {
+				if err = unix.Mkdirat(cur, c, 0o755); err == nil || err == unix.EEXIST {
+					next, err = openat2Retry(cur, c, &how)
+					if err == nil {
+						chownLike(next, &st)
+					}
+				}
+			}
+		}
+		unix.Close(cur)
+		if err != nil {
+			return -1, err
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+func openat2Retry(dirfd int, p string, how *unix.OpenHow) (int, error) {
+	for {
+		fd, err := unix.Openat2(dirfd, p, how)
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		return fd, err
+	}
+}
+
+// chownLike gives fd the owner of the directory it was made in (st): the
+// daemon runs as root, the workspace belongs to its user.
+func chownLike(fd int, dir *syscall.Stat_t) {
+	if int(dir.Uid) != unix.Geteuid() || int(dir.Gid) != unix.Getegid() {
+		fchown(fd, int(dir.Uid), int(dir.Gid))
+	}
+}
+
+// lockTarget takes the lock of t and brings its version up to date.
+func (f *Files) lockTarget(t *target) (guarded, func(), error) {
+	l := f.hub.ledger
+	st, _, unlock := l.lock(t.key)
+	fp, err := fingerprintAt(t.dirFd, t.name)
+	if err != nil {
+		unlock()
+		return guarded{}, nil, fmt.Errorf("%s: %w", t.rel, err)
+	}
+	l.current(t.key, st, fp)
+	return guarded{key: t.key, state: st}, unlock, nil
+}
+
+// refuseIfStale is the file API's refusal: an error, logged and reported
+// once per stale version.
+func (f *Files) refuseIfStale(op string, a Actor, t *target, g guarded) error {
+	stale, first := f.hub.ledger.stale(a, g.key, g.state)
+	if !stale {
+		return nil
+	}
+	if first {
+		f.hub.log.Warn("refused a write based on a stale read", "workspace", f.label, "op", op, "path", t.rel, "actor", a.String())
+		if f.onStale != nil {
+			f.onStale(Stale{Mount: f.label, Op: op, Path: t.rel, Actor: a})
+		}
+	}
+	return &StaleError{Path: t.rel, Actor: a}
+}
+
+// Read returns the content of the file at p and its version, and records
+// that a read it.
+func (f *Files) Read(ctx context.Context, a Actor, p string) ([]byte, uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	t, err := f.resolve(p, false)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer t.close()
+	g, unlock, err := f.lockTarget(t)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer unlock()
+	data, err := f.readAll(t, unix.O_RDONLY)
+	if err != nil {
+		return nil, 0, err
+	}
+	f.hub.ledger.read(a, g.key, g.state)
+	return data, g.state.version, nil
+}
+
+// readAll reads the regular file t; a missing file is an iofs.ErrNotExist.
+func (f *Files) readAll(t *target, flags int) ([]byte, error) {
+	fd, err := unix.Openat(t.dirFd, t.name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		if err == unix.ENOENT {
+			return nil, fmt.Errorf("%s: %w", t.rel, iofs.ErrNotExist)
+		}
+		return nil, fmt.Errorf("%s: %w", t.rel, err)
+	}
+	defer unix.Close(fd)
+	var st syscall.Stat_t
+	if err := fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", t.rel, err)
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return nil, &NotFileError{Path: t.rel}
+	}
+	if st.Size > MaxFileBytes {
+		return nil, &TooLargeError{Path: t.rel, Size: st.Size}
+	}
+	data := make([]byte, 0, st.Size)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := unix.Read(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", t.rel, err)
+		}
+		if n == 0 {
+			return data, nil
+		}
+		if len(data)+n > MaxFileBytes {
+			return nil, &TooLargeError{Path: t.rel, Size: int64(len(data) + n)}
+		}
+		data = append(data, buf[:n]...)
+	}
+}
+
+// Write replaces the content of the file at p (made, with its missing
+// directories, if need be) and returns its new version. Over an existing
+// file, text keeps the file's line endings and BOM. Refused with a
+// *StaleError if a read the file before its last change.
+func (f *Files) Write(ctx context.Context, a Actor, p string, content []byte) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if len(content) > MaxFileBytes {
+		return 0, &TooLargeError{Path: p, Size: int64(len(content))}
+	}
+	t, err := f.resolve(p, true)
+	if err != nil {
+		return 0, err
+	}
+	defer t.close()
+	g, unlock, err := f.lockTarget(t)
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	if err := f.refuseIfStale("write", a, t, g); err != nil {
+		return 0, err
+	}
+	created := g.state.fp.ino == 0
+	if !created {
+		old, err := f.readAll(t, unix.O_RDONLY)
+		if err != nil {
+			return 0, err
+		}
+		content = restyle(old, content)
+	}
+	return f.store(a, t, g, content, created)
+}
+
+// Edit replaces old with new in the file at p: its one occurrence, or all
+// of them if all is set. It returns the new version and how many
+// occurrences it replaced.
+func (f *Files) Edit(ctx context.Context, a Actor, p, old, new string, all bool) (uint64, int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	if old == "" {
+		return 0, 0, errors.New("the text to replace is empty")
+	}
+	if old == new {
+		return 0, 0, errors.New("the text to replace and its replacement are the same")
+	}
+	t, err := f.resolve(p, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer t.close()
+	g, unlock, err := f.lockTarget(t)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer unlock()
+	if err := f.refuseIfStale("edit", a, t, g); err != nil {
+		return 0, 0, err
+	}
+	content, err := f.readAll(t, unix.O_RDONLY)
+	if err != nil {
+		return 0, 0, err
+	}
+	edited, n, err := replaceText(t.rel, content, old, new, all)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(edited) > MaxFileBytes {
+		return 0, 0, &TooLargeError{Path: t.rel, Size: int64(len(edited))}
+	}
+	v, err := f.store(a, t, g, edited, false)
+	return v, n, err
+}
+
+// store writes content as the file t in place (keeping its inode, mode,
+// owner and links), records the modification by a and tells the mounts.
+// t's lock is held.
+func (f *Files) store(a Actor, t *target, g guarded, content []byte, created bool) (uint64, error) {
+	fd, err := unix.Openat(t.dirFd, t.name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0o644)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", t.rel, err)
+	}
+	defer unix.Close(fd)
+	var st syscall.Stat_t
+	if err := fstat(fd, &st); err != nil {
+		return 0, fmt.Errorf("%s: %w", t.rel, err)
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return 0, &NotFileError{Path: t.rel}
+	}
+	if created {
+		chownLike(fd, &t.dirSt)
+	}
+	for b := content; len(b) > 0; {
+		n, err := unix.Write(fd, b)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			// The old content is gone already: the version moves.
+			f.hub.ledger.modified(a, g.key, g.state, fingerprintFd(fd))
+			f.hub.changed(t.dirSt.Dev, st.Ino, t.dirSt.Ino, t.name)
+			return 0, fmt.Errorf("%s: %w", t.rel, err)
+		}
+		b = b[n:]
+	}
+	v := f.hub.ledger.modified(a, g.key, g.state, fingerprintFd(fd))
+	f.hub.changed(t.dirSt.Dev, st.Ino, t.dirSt.Ino, t.name)
+	return v, nil
+}

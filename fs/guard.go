@@ -1,0 +1,140 @@
+package fs
+
+import (
+	"context"
+	"strings"
+	"syscall"
+
+	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// How the mounts use the ledger (ledger.go). Every operation that changes
+// a path takes the path's lock, brings its version up to date, refuses an
+// actor whose read is older, does the change, and records the new version
+// as seen by that actor. An open for reading records the version read.
+// The actor is resolved here, at open, create, setattr, rename and
+// unlink; an open file carries its actor and path to its release, so
+// reads and writes in between cost nothing.
+
+// Stale describes a modification refused because its actor read the file
+// before its last change.
+type Stale struct {
+	Mount string // Options.Name, or the file API's label
+	Op    string // "open", "create", "truncate", "rename", "unlink", "link", ...
+	Path  string // inside the root, "/"-separated, without a leading "/"
+	Actor Actor
+}
+
+// Message is what the agent is told.
+func (s Stale) Message() string {
+	return (&StaleError{Path: s.Path, Actor: s.Actor}).Error()
+}
+
+// guarded is one path taken for an operation: its key and locked state.
+type guarded struct {
+	key   pathKey
+	state *pathState
+}
+
+// actorOf returns the actor of the request in ctx.
+func (r *root) actorOf(ctx context.Context) Actor {
+	c, ok := fuse.FromContext(ctx)
+	if !ok {
+		return Actor{}
+	}
+	return r.hub.actors.of(c.Pid)
+}
+
+// entryOf returns the directory and name through which the kernel reached
+// n, or nil for the root and for a file with no name left.
+func (n *node) entryOf() (string, *node) {
+	name, p := n.Parent()
+	if p == nil {
+		return "", nil
+	}
+	dir, ok := p.Operations().(*node)
+	if !ok {
+		return "", nil
+	}
+	return name, dir
+}
+
+// key is the ledger's key of name in the directory n.
+func (n *node) key(name string) pathKey {
+	return pathKey{dev: n.root.dev, dir: n.ino, name: name}
+}
+
+// fingerprintAt returns what name in the directory dfd holds now; the
+// zero fingerprint if nothing.
+func fingerprintAt(dfd int, name string) (fingerprint, error) {
+	var st syscall.Stat_t
+	if err := fstatat(dfd, name, &st); err != nil {
+		if err == unix.ENOENT {
+			return fingerprint{}, nil
+		}
+		return fingerprint{}, err
+	}
+	return fingerprintOf(&st), nil
+}
+
+// fingerprintFd returns what the open file fd holds now.
+func fingerprintFd(fd int) fingerprint {
+	var st syscall.Stat_t
+	if fstat(fd, &st) != nil {
+		return fingerprint{}
+	}
+	return fingerprintOf(&st)
+}
+
+// take locks name in the directory n (dfd is n's descriptor) and brings
+// its version up to date. Call the returned unlock when done.
+func (n *node) take(dfd int, name string) (guarded, func(), syscall.Errno) {
+	k := n.key(name)
+	st, _, unlock := n.root.hub.ledger.lock(k)
+	fp, err := fingerprintAt(dfd, name)
+	if err != nil {
+		unlock()
+		return guarded{}, nil, fusefs.ToErrno(err)
+	}
+	n.root.hub.ledger.current(k, st, fp)
+	return guarded{key: k, state: st}, unlock, 0
+}
+
+// refuseIfStale refuses a modification of g by actor a that read it
+// before its last change.
+func (r *root) refuseIfStale(op, path string, a Actor, g guarded) syscall.Errno {
+	stale, first := r.hub.ledger.stale(a, g.key, g.state)
+	if !stale {
+		return 0
+	}
+	if first {
+		s := Stale{Mount: r.name, Op: op, Path: strings.TrimPrefix(path, "/"), Actor: a}
+		r.log.Warn("refused a write based on a stale read", "op", op, "path", s.Path, "actor", a.String())
+		if r.onStale != nil {
+			r.onStale(s)
+		}
+	}
+	return syscall.ESTALE
+}
+
+// modified records a change of g by a; the path now holds fp.
+func (r *root) modified(a Actor, g guarded, fp fingerprint) {
+	r.hub.ledger.modified(a, g.key, g.state, fp)
+}
+
+// writerClosed is the release hook of a handle that may have written: the
+// path's version moves again (the daemon did not see the writes), and the
+// writer's record with it.
+// The kernel of the handle's mount saw those writes (passthrough updates
+// its size), so it stays told.
+func (r *root) writerClosed(n *node, a Actor, k pathKey) func(fd int) {
+	return func(fd int) {
+		l := r.hub.ledger
+		st, _, unlock := l.lock(k)
+		l.closeWriter(a, k, st, fingerprintFd(fd))
+		n.told(st.version)
+		unlock()
+	}
+}
