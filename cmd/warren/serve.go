@@ -25,6 +25,9 @@ type serveOptions struct {
 	allowUIDs uidList
 	logLevel  string
 	logJSON   bool
+	// noEditChecks switches off the refusal of stale writes; benchmarks
+	// set it to measure what the checks cost.
+	noEditChecks bool
 }
 
 // uidList is a repeatable --allow-uid flag.
@@ -49,13 +52,14 @@ func (u *uidList) Set(v string) error {
 
 func serveCmd(ctx context.Context, e *cliEnv, args []string) error {
 	var o serveOptions
-	fs := newFlags(e, "serve", "[--data DIR] [--socket PATH] [--host-id ID] [--allow-uid N]... [--log-level L] [--log-json]")
+	fs := newFlags(e, "serve", "[--data DIR] [--socket PATH] [--host-id ID] [--allow-uid N]... [--log-level L] [--log-json] [--no-edit-checks]")
 	fs.StringVar(&o.dataDir, "data", defaultDataDir(e.getenv), "data folder: metadata, workspaces, mounts")
 	fs.StringVar(&o.socket, "socket", "", "API socket (default DATA/warren.sock)")
 	fs.StringVar(&o.hostID, "host-id", "", "stable id of this host; pins its threads to it (default: not pinned)")
 	fs.Var(&o.allowUIDs, "allow-uid", "uid allowed on the socket besides root and the server's own (repeatable)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON lines")
+	fs.BoolVar(&o.noEditChecks, "no-edit-checks", false, "for benchmarks only: do not refuse writes based on stale reads")
 	rest, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -98,6 +102,9 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	if err := fs.RaiseFileLimit(); err != nil {
 		log.Warn("cannot raise the open-file limit; busy workspaces may run out", "error", err)
 	}
+	if o.noEditChecks {
+		log.Warn("edit checks are off: writes based on stale reads are not refused (for benchmarks only)")
+	}
 	metaDir := gateway.MetaDir(dataDir)
 	log.Info("data folder", "data", dataDir, "meta", metaDir)
 	store, err := meta.OpenBadger(ctx, metaDir, log.Named("meta"))
@@ -105,12 +112,13 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 		return fmt.Errorf("open metadata store: %w", err)
 	}
 	err = gateway.Run(ctx, gateway.Config{
-		DataDir:    dataDir,
-		SocketPath: socket,
-		HostID:     o.hostID,
-		AllowUIDs:  o.allowUIDs,
-		Logger:     log,
-		Store:      store,
+		DataDir:      dataDir,
+		SocketPath:   socket,
+		HostID:       o.hostID,
+		AllowUIDs:    o.allowUIDs,
+		Logger:       log,
+		Store:        store,
+		NoEditChecks: o.noEditChecks,
 	})
 	if cerr := store.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("close metadata store: %w", cerr)
