@@ -2,7 +2,7 @@
 #
 #   make run    build and start the daemon on its defaults (ARGS="..." adds flags)
 #   make test   go vet, then every test, unit and integration
-#   make bench  filesystem benchmark: native ext4, go-fuse loopback, warren
+#   make bench  filesystem benchmark: native ext4, go-fuse loopback, warren (edit checks on and off)
 #
 # `make test` installs the Debian packages the tests need when they are
 # missing (as root), so it works on a fresh Debian machine with Go.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Filesystem benchmark: native ext4, go-fuse's stock loopback and warren,
+# Filesystem benchmark: native ext4, go-fuse's stock loopback, warren, and
+# warren with its edit checks off (a second daemon, serve --no-edit-checks),
 # side by side in one run. See bench/README.md.
 #
 # Environment:
@@ -10,6 +11,7 @@
 #   BENCH_ONLY     comma-separated subset of workloads (see bin/fsbench -h)
 #   BENCH_KEEP=1   keep the work folder afterwards
 #   BENCH_WARREN   a warren binary to measure instead of building ./cmd/warren
+#                  (without --no-edit-checks, the checks-off root is unavailable)
 #
 # Everything this script starts is stopped by its pid on exit, and every
 # mount under the work folder is detached, whether the run succeeds or not.
@@ -28,6 +30,8 @@ fsbench_pid=
 loop_pid=
 warren_pid=
 warren_mnt=
+warren_off_pid=
+warren_off_mnt=
 
 # is_child PID: PID is still a running child of this script (not exited,
 # and not a pid reused by someone else after our child exited).
@@ -61,10 +65,13 @@ cleanup() {
 	set +e
 	[[ -n $fsbench_pid ]] && stop_pid "$fsbench_pid" "fsbench"
 	[[ -n $warren_pid ]] && stop_pid "$warren_pid" "warren daemon"
+	[[ -n $warren_off_pid ]] && stop_pid "$warren_off_pid" "warren daemon (checks off)"
 	[[ -n $loop_pid ]] && stop_pid "$loop_pid" "loopback"
-	if [[ -n $warren_mnt && $warren_mnt != "$work"/* ]] && mountpoint -q "$warren_mnt" 2>/dev/null; then
-		umount -l "$warren_mnt"
-	fi
+	for m in "$warren_mnt" "$warren_off_mnt"; do
+		if [[ -n $m && $m != "$work"/* ]] && mountpoint -q "$m" 2>/dev/null; then
+			umount -l "$m"
+		fi
+	done
 	for m in $(mounts_under "$work"); do
 		say "detaching leftover mount $m"
 		umount -l "$m"
@@ -122,53 +129,81 @@ if ! grep -q '^mounted$' "$work/loopback.log"; then
 fi
 
 # (c) warren: a daemon of our own, one bound thread, the workload in its mount.
+# (d) the same with the edit checks off: a second daemon, started with
+# --no-edit-checks, with its own data folder and socket. The two differ in
+# that flag alone, so their ratio is what the checks cost.
 warren_args=()
+warren_off_args=()
+warren=${BENCH_WARREN:-bin/warren}
+# warren_unavailable SIDE WHY: the report says why SIDE (on, off) is not measured.
 warren_unavailable() {
-	say "warren: unavailable ($1)"
-	warren_args=(-warren-unavailable "$1")
-}
-start_warren() {
-	local data=$work/warren-data sock=$work/warren-data/warren.sock out
-	local warren=${BENCH_WARREN:-bin/warren}
-	if [[ -z ${BENCH_WARREN:-} ]] && ! "$GO" build -o bin/warren ./cmd/warren 2>"$work/warren-build.log"; then
-		warren_unavailable "build failed: $(grep -v '^#' "$work/warren-build.log" | head -n 1)"
-		return
+	if [[ $1 == on ]]; then
+		say "warren: unavailable ($2)"
+		warren_args=(-warren-unavailable "$2")
+	else
+		say "warren (checks off): unavailable ($2)"
+		warren_off_args=(-warren-off-unavailable "$2")
 	fi
-	"$warren" serve --data "$data" --socket "$sock" </dev/null >"$work/warren.log" 2>&1 &
-	warren_pid=$!
+}
+# start_warren SIDE: start the daemon for SIDE (on: as shipped; off: with
+# --no-edit-checks), bind a thread in it and pass its mount to fsbench. Its
+# pid and mount are recorded at once, for cleanup.
+start_warren() {
+	local side=$1 name=warren tag=warren pidvar=warren_pid mntvar=warren_mnt
+	local serve_args=() data sock out pid mnt
+	if [[ $side == off ]]; then
+		name="warren (checks off)" tag=warren-off pidvar=warren_off_pid mntvar=warren_off_mnt
+		serve_args=(--no-edit-checks)
+	fi
+	data=$work/$tag-data sock=$work/$tag-data/warren.sock
+	"$warren" serve --data "$data" --socket "$sock" "${serve_args[@]}" </dev/null >"$work/$tag.log" 2>&1 &
+	pid=$!
+	printf -v "$pidvar" %s "$pid"
 	for _ in $(seq 150); do
 		[[ -S $sock ]] && break
-		kill -0 "$warren_pid" 2>/dev/null || break
+		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.1
 	done
-	if ! kill -0 "$warren_pid" 2>/dev/null; then
-		warren_unavailable "daemon exited: $(tail -n 1 "$work/warren.log")"
+	if ! kill -0 "$pid" 2>/dev/null; then
+		warren_unavailable "$side" "daemon exited: $(tail -n 1 "$work/$tag.log")"
 		return
 	fi
 	if [[ ! -S $sock ]]; then
-		warren_unavailable "no socket at $sock within 15 s"
+		warren_unavailable "$side" "no socket at $sock within 15 s"
 		return
 	fi
-	if ! out=$(WARREN_SOCKET=$sock "$warren" bind --thread bench 2>"$work/warren-bind.err"); then
-		warren_unavailable "bind failed: $(tail -n 1 "$work/warren-bind.err")"
+	if ! out=$(WARREN_SOCKET=$sock "$warren" bind --thread bench 2>"$work/$tag-bind.err"); then
+		warren_unavailable "$side" "bind failed: $(tail -n 1 "$work/$tag-bind.err")"
 		return
 	fi
-	warren_mnt=$(tail -n 1 <<<"$out")
-	if [[ -z $warren_mnt ]] || ! mountpoint -q "$warren_mnt"; then
-		warren_unavailable "bind printed '$warren_mnt', which is not a mount point"
+	mnt=$(tail -n 1 <<<"$out")
+	printf -v "$mntvar" %s "$mnt"
+	if [[ -z $mnt ]] || ! mountpoint -q "$mnt"; then
+		warren_unavailable "$side" "bind printed '$mnt', which is not a mount point"
 		return
 	fi
-	say "warren: daemon pid $warren_pid, thread mounted at $warren_mnt"
-	warren_args=(-warren "$warren_mnt")
+	say "$name: daemon pid $pid, thread mounted at $mnt"
+	if [[ $side == on ]]; then
+		warren_args=(-warren "$mnt")
+	else
+		warren_off_args=(-warren-off "$mnt")
+	fi
 }
-start_warren
+if [[ -z ${BENCH_WARREN:-} ]] && ! "$GO" build -o bin/warren ./cmd/warren 2>"$work/warren-build.log"; then
+	why="build failed: $(grep -v '^#' "$work/warren-build.log" | head -n 1)"
+	warren_unavailable on "$why"
+	warren_unavailable off "$why"
+else
+	start_warren on
+	start_warren off
+fi
 
 mkdir -p bench/out
 report=bench/out/fs-$(date +%Y%m%d-%H%M%S).txt
 # In the background and waited for, so that a signal to this script is
 # handled at once (the trap stops fsbench too) rather than after the run.
 bin/fsbench -tar "$work/gosrc.tar" -runs "$runs" -seq-mib "$seq_mib" ${BENCH_ONLY:+-only "$BENCH_ONLY"} \
-	-native "$work/native" "${loop_args[@]}" "${warren_args[@]}" -out "$report" &
+	-native "$work/native" "${loop_args[@]}" "${warren_args[@]}" "${warren_off_args[@]}" -out "$report" &
 fsbench_pid=$!
 rc=0
 wait "$fsbench_pid" || rc=$?

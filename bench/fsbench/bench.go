@@ -45,7 +45,7 @@ func (b *bench) measure(w workload) {
 				continue
 			}
 			if d > time.Second {
-				log.Printf("%-8s %-10s set-up (untimed) took %.1f s", s.name, w.name, d.Seconds())
+				log.Printf("%-*s %-10s set-up (untimed) took %.1f s", nameWidth, s.name, w.name, d.Seconds())
 			}
 		}
 		live = append(live, s)
@@ -67,7 +67,7 @@ func (b *bench) measure(w workload) {
 			if rep >= 0 {
 				s.result(w.name).samples = append(s.result(w.name).samples, d)
 			}
-			log.Printf("%-8s %-10s %s: %s", s.name, w.name, what, w.format(b, d))
+			log.Printf("%-*s %-10s %s: %s", nameWidth, s.name, w.name, what, w.format(b, d))
 			return nil
 		})
 	}
@@ -91,7 +91,7 @@ func (b *bench) repeat(w workload, s *system, rep int) (time.Duration, error) {
 			return 0, err
 		}
 		if c > time.Second {
-			log.Printf("%-8s %-10s clean-up (untimed) took %.1f s", s.name, w.name, c.Seconds())
+			log.Printf("%-*s %-10s clean-up (untimed) took %.1f s", nameWidth, s.name, w.name, c.Seconds())
 		}
 	}
 	return d, nil

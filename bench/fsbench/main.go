@@ -1,17 +1,23 @@
-// Command fsbench measures filesystem work side by side on up to three
-// roots — native ext4, go-fuse's stock loopback and a warren mount — and
-// prints the median of each workload with its ratio to native.
+// Command fsbench measures filesystem work side by side on up to four
+// roots — native ext4, go-fuse's stock loopback, a warren mount and a
+// warren mount with its edit checks off — and prints the median of each
+// workload with its ratio to native, and warren's cost of the edit checks:
+// its median with the checks on over its median with them off.
 //
 // Usage:
 //
-//	fsbench -tar gosrc.tar -native DIR [-loopback DIR] [-warren DIR] [flags]
+//	fsbench -tar gosrc.tar -native DIR [-loopback DIR] [-warren DIR] [-warren-off DIR] [flags]
 //
 // Every root must be an empty folder on the filesystem it stands for.
+// -warren-off is a mount of a daemon started with `warren serve
+// --no-edit-checks`: the same filesystem without per-path locks, versions,
+// read records or the refusal of stale writes.
 // Each workload runs -runs times per root; the roots take turns within a
 // repetition, so drift over time (page cache, disk state) hits every root
-// alike. A root that is not available is named with -loopback-unavailable
-// or -warren-unavailable and shows as such in the report. A workload that
-// fails on one root is reported as failed there; the others go on.
+// alike. A root that is not available is named with -loopback-unavailable,
+// -warren-unavailable or -warren-off-unavailable and shows as such in the
+// report. A workload that fails on one root is reported as failed there;
+// the others go on.
 //
 // bench/fs.sh sets up the mounts and runs this; see bench/README.md for what
 // is measured and how to read the ratios.
@@ -28,10 +34,20 @@ import (
 )
 
 // Targets from DESIGN.md: metadata-heavy work at most 1.5× native time,
-// sequential I/O at least 0.9× native throughput.
+// sequential I/O at least 0.9× native throughput. The edit checks may cost
+// warren at most 1.1× its own time without them, on every workload.
 const (
 	metadataTarget   = 1.5
 	sequentialTarget = 0.9
+	editChecksTarget = 1.1
+)
+
+// The roots, in the order they take turns and appear in the report.
+const (
+	nativeName    = "native"
+	loopbackName  = "loopback"
+	warrenName    = "warren"
+	warrenOffName = "warren (checks off)"
 )
 
 func main() {
@@ -43,8 +59,10 @@ func main() {
 	flag.StringVar(&cfg.native, "native", "", "empty folder on native ext4 (required)")
 	flag.StringVar(&cfg.loopback, "loopback", "", "empty folder on go-fuse's stock loopback mount")
 	flag.StringVar(&cfg.warren, "warren", "", "empty folder on a warren mount")
+	flag.StringVar(&cfg.warrenOff, "warren-off", "", "empty folder on a mount of warren serve --no-edit-checks")
 	flag.StringVar(&cfg.loopbackWhy, "loopback-unavailable", "", "why the loopback root is missing, for the report")
 	flag.StringVar(&cfg.warrenWhy, "warren-unavailable", "", "why the warren root is missing, for the report")
+	flag.StringVar(&cfg.warrenOffWhy, "warren-off-unavailable", "", "why the warren root with checks off is missing, for the report")
 	flag.IntVar(&cfg.runs, "runs", 5, "timed repetitions of each workload per root")
 	flag.Int64Var(&cfg.seqMiB, "seq-mib", 1024, "size of the sequential write/read file in MiB")
 	flag.StringVar(&cfg.grep, "grep", "ENOTCONN", "fixed string that grep -r looks for")
@@ -59,12 +77,12 @@ func main() {
 }
 
 type config struct {
-	tarball, native, loopback, warren string
-	loopbackWhy, warrenWhy            string
-	runs                              int
-	seqMiB                            int64
-	grep, only, out                   string
-	timeout                           time.Duration
+	tarball, native, loopback, warren, warrenOff string
+	loopbackWhy, warrenWhy, warrenOffWhy         string
+	runs                                         int
+	seqMiB                                       int64
+	grep, only, out                              string
+	timeout                                      time.Duration
 }
 
 func run(cfg config) error {
@@ -83,9 +101,12 @@ func run(cfg config) error {
 		return err
 	}
 
-	systems := []*system{newSystem("native", cfg.native, "")}
-	systems = append(systems, newSystem("loopback", cfg.loopback, cfg.loopbackWhy))
-	systems = append(systems, newSystem("warren", cfg.warren, cfg.warrenWhy))
+	systems := []*system{
+		newSystem(nativeName, cfg.native, ""),
+		newSystem(loopbackName, cfg.loopback, cfg.loopbackWhy),
+		newSystem(warrenName, cfg.warren, cfg.warrenWhy),
+		newSystem(warrenOffName, cfg.warrenOff, cfg.warrenOffWhy),
+	}
 	for _, s := range systems {
 		if s.root != "" {
 			if err := s.check(); err != nil {

@@ -61,9 +61,99 @@ func (b *bench) cell(w workload, s *system) string {
 	return w.format(b, median(r.samples))
 }
 
+// system returns the system with the given name.
+func (b *bench) system(name string) *system {
+	for _, s := range b.systems {
+		if s.name == name {
+			return s
+		}
+	}
+	panic("fsbench: no system " + name)
+}
+
+// checksRatio is what the edit checks cost warren on w: its median time
+// with the checks over its median time without them (for sequential rows
+// that is throughput off / throughput on). ok is false if either side is
+// missing.
+func (b *bench) checksRatio(w workload) (ratio float64, ok bool) {
+	on, off := b.system(warrenName).results[w.name], b.system(warrenOffName).results[w.name]
+	if !b.complete(on) || !b.complete(off) {
+		return 0, false
+	}
+	return median(on.samples).Seconds() / median(off.samples).Seconds(), true
+}
+
+// header is the column header of a system in the tables.
+func header(s *system) string {
+	if s.name == warrenOffName {
+		return "checks off"
+	}
+	return s.name
+}
+
+// span labels the columns first..last of a table on a line above its
+// header row.
+type span struct {
+	label       string
+	first, last int
+}
+
+// table prints rows as aligned columns, the first left-aligned and the
+// others right-aligned, with a rule under the first (header) row and the
+// spans, if any, on a line above it.
+func table(out io.Writer, spans []span, rows [][]string) {
+	const gap = "   "
+	var widths []int
+	for _, row := range rows {
+		for i, c := range row {
+			if i == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], len(c))
+		}
+	}
+	// start[i] is where column i begins.
+	start := make([]int, len(widths))
+	total := 0
+	for i, w := range widths {
+		if i > 0 {
+			total += len(gap)
+		}
+		start[i] = total
+		total += w
+	}
+	if len(spans) > 0 {
+		line := []byte(strings.Repeat(" ", total))
+		for _, sp := range spans {
+			from, to := start[sp.first], start[sp.last]+widths[sp.last]
+			label := " " + sp.label + " "
+			if pad := to - from - len(label); pad >= 0 {
+				label = strings.Repeat("-", pad/2) + label + strings.Repeat("-", pad-pad/2)
+			}
+			copy(line[from:], label)
+		}
+		fmt.Fprintf(out, "%s\n", strings.TrimRight(string(line), " "))
+	}
+	for i, row := range rows {
+		var line strings.Builder
+		for j, c := range row {
+			if j == 0 {
+				fmt.Fprintf(&line, "%-*s", widths[j], c)
+			} else {
+				fmt.Fprintf(&line, "%s%*s", gap, widths[j], c)
+			}
+		}
+		fmt.Fprintf(out, "%s\n", line.String())
+		if i == 0 {
+			fmt.Fprintf(out, "%s\n", strings.Repeat("-", line.Len()))
+		}
+	}
+}
+
 func (b *bench) report(out io.Writer, works []workload) {
 	p := func(format string, args ...any) { fmt.Fprintf(out, format, args...) }
 	native := b.systems[0]
+	on, off := b.system(warrenName), b.system(warrenOffName)
 
 	var uts syscall.Utsname
 	_ = syscall.Uname(&uts)
@@ -74,16 +164,23 @@ func (b *bench) report(out io.Writer, works []workload) {
 	p("tree: %s/, %d entries (%d files, %.0f MiB)\n", b.tree.top, b.tree.entries, b.tree.files, float64(b.tree.bytes)/(1<<20))
 	for _, s := range b.systems {
 		if s.root == "" {
-			p("  %-9s unavailable (%s)\n", s.name+":", s.unavailable)
+			p("  %-*s unavailable (%s)\n", nameWidth+1, s.name+":", s.unavailable)
 			continue
 		}
-		p("  %-9s %s (%s)\n", s.name+":", s.root, s.fsType)
+		p("  %-*s %s (%s)\n", nameWidth+1, s.name+":", s.root, s.fsType)
 	}
 	p("\n")
 
-	// The table.
-	headers := []string{"workload", "native", "loopback", "warren", "loopback/native", "warren/native"}
-	rows := [][]string{headers}
+	// The table: every system's median, then each FUSE system's ratio to
+	// native.
+	head := []string{"workload"}
+	for _, s := range b.systems {
+		head = append(head, header(s))
+	}
+	for _, s := range b.systems[1:] {
+		head = append(head, header(s))
+	}
+	rows := [][]string{head}
 	for _, w := range works {
 		row := []string{w.label(b)}
 		for _, s := range b.systems {
@@ -98,33 +195,35 @@ func (b *bench) report(out io.Writer, works []workload) {
 		}
 		rows = append(rows, row)
 	}
-	widths := make([]int, len(headers))
-	for _, row := range rows {
-		for i, c := range row {
-			widths[i] = max(widths[i], len(c))
-		}
-	}
-	for i, row := range rows {
-		var line strings.Builder
-		for j, c := range row {
-			if j == 0 {
-				fmt.Fprintf(&line, "%-*s", widths[j], c)
-			} else {
-				fmt.Fprintf(&line, "   %*s", widths[j], c)
+	n := len(b.systems)
+	table(out, []span{{"median", 1, n}, {"ratio to native", n + 1, 2*n - 1}}, rows)
+	p("\nratios to native: metadata rows are time / native time (lower is better, target <= %.2fx);\n", metadataTarget)
+	p("                  sequential rows are throughput / native throughput (higher is better, target >= %.2fx).\n", sequentialTarget)
+	p("checks off: warren serve --no-edit-checks, the same filesystem without its edit checks.\n\n")
+
+	// What the edit checks cost: warren against itself without them.
+	p("edit checks: warren with the checks on / off (median time / median time, target <= %.2fx)\n", editChecksTarget)
+	rows = [][]string{{"workload", "checks on", "checks off", "on/off", "target"}}
+	for _, w := range works {
+		row := []string{w.label(b), b.cell(w, on), b.cell(w, off), "-", "-"}
+		if r, ok := b.checksRatio(w); ok {
+			row[3] = fmt.Sprintf("%.2fx", r)
+			row[4] = "MISSED"
+			if r <= editChecksTarget {
+				row[4] = "MET"
 			}
 		}
-		p("%s\n", line.String())
-		if i == 0 {
-			p("%s\n", strings.Repeat("-", line.Len()))
-		}
+		rows = append(rows, row)
 	}
-	p("\nratios: metadata rows are time / native time (lower is better, target <= %.2fx);\n", metadataTarget)
-	p("        sequential rows are throughput / native throughput (higher is better, target >= %.2fx).\n\n", sequentialTarget)
+	table(out, nil, rows)
+	p("\non/off is time with the checks over time without them on every row (sequential rows: throughput\n")
+	p("off / throughput on): 1.00x means the checks cost nothing, 1.10x that they add 10%%.\n\n")
 
 	// The verdict against the targets.
 	for _, s := range b.systems[1:] {
-		p("verdict %-9s %s\n", s.name+":", b.verdict(works, s))
+		p("verdict %-*s %s\n", nameWidth+1, s.name+":", b.verdict(works, s))
 	}
+	p("verdict %-*s %s\n", nameWidth+1, "checks on/off:", b.checksVerdict(works))
 
 	// Correctness remarks and failures.
 	var notes []string
@@ -181,7 +280,7 @@ func (b *bench) report(out io.Writer, works []workload) {
 			for _, d := range r.samples {
 				f = append(f, w.format(b, d))
 			}
-			p("  %-10s %-9s %s\n", w.name, s.name, strings.Join(f, ", "))
+			p("  %-10s %-*s %s\n", w.name, nameWidth, s.name, strings.Join(f, ", "))
 		}
 	}
 }
@@ -236,6 +335,41 @@ func (b *bench) verdict(works []workload, s *system) string {
 		parts = append(parts, fmt.Sprintf("%s worst %.2fx (%s), target %s: %s", name, worst, worstName, target, mark))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// checksVerdict judges the edit checks against their target: the worst
+// on/off ratio over the workloads, and the workload that set it.
+func (b *bench) checksVerdict(works []workload) string {
+	for _, s := range []*system{b.system(warrenName), b.system(warrenOffName)} {
+		if s.root == "" {
+			return fmt.Sprintf("not measured: %s unavailable (%s)", s.name, s.unavailable)
+		}
+	}
+	worst, worstName, missing := 0.0, "", 0
+	for _, w := range works {
+		r, ok := b.checksRatio(w)
+		if !ok {
+			missing++
+			continue
+		}
+		if worstName == "" || r > worst {
+			worst, worstName = r, w.name
+		}
+	}
+	if worstName == "" {
+		return "not measured"
+	}
+	met := worst <= editChecksTarget
+	mark := "MISSED"
+	switch {
+	case met && missing > 0:
+		mark = fmt.Sprintf("INCOMPLETE (%d not measured)", missing)
+	case met:
+		mark = "MET"
+	case missing > 0:
+		mark = fmt.Sprintf("MISSED (and %d not measured)", missing)
+	}
+	return fmt.Sprintf("worst %.2fx (%s), target <= %.2fx: %s", worst, worstName, editChecksTarget, mark)
 }
 
 func utsString(b []int8) string {

@@ -11,7 +11,7 @@ import (
 
 // A system is one root under test and everything measured on it.
 type system struct {
-	name string // "native", "loopback", "warren"
+	name string // nativeName, loopbackName, warrenName or warrenOffName
 	root string // folder the caller gave; empty when not measured
 	// unavailable, if set, says why this system is not measured.
 	unavailable string
@@ -50,6 +50,9 @@ func newSystem(name, root, unavailable string) *system {
 	}
 	return &system{name: name, root: root, unavailable: unavailable, results: map[string]*result{}}
 }
+
+// nameWidth is the length of the longest system name, for aligned logs.
+const nameWidth = len(warrenOffName)
 
 // measured reports whether workloads still run on s.
 func (s *system) measured() bool { return s.root != "" && s.broken == "" }
