@@ -58,6 +58,16 @@ type route struct {
 	handle  func(g *Gateway, r *http.Request, p params) (any, error)
 }
 
+// streamer is an answer that writes itself instead of being encoded as one
+// JSON value: a stream that goes on after the headers (GET /v1/events). A
+// streaming route's handler checks the request and takes what the stream
+// needs before it returns one, so every refusal is still an error answered
+// by the router like any other; once serveStream runs the status is 200,
+// and a failure can only end the stream.
+type streamer interface {
+	serveStream(w http.ResponseWriter, r *http.Request)
+}
+
 // params are the ids taken from a request's path.
 type params struct {
 	tenant, thread string
@@ -74,6 +84,7 @@ func routes() []route {
 		{http.MethodPost, "/v1/mounts", (*Gateway).handleMount},
 		{http.MethodGet, "/v1/mounts", (*Gateway).handleMounts},
 		{http.MethodDelete, "/v1/mounts", (*Gateway).handleUnmount},
+		{http.MethodGet, "/v1/events", (*Gateway).handleEvents}, // answers a streamer
 	}
 }
 
@@ -137,6 +148,10 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			resp, err := cr.handle(g, r, ps)
 			if err != nil {
 				g.writeError(w, r, ps, err)
+				return
+			}
+			if s, ok := resp.(streamer); ok {
+				s.serveStream(w, r)
 				return
 			}
 			writeJSON(w, http.StatusOK, resp)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -97,6 +98,50 @@ func (c *Client) Unmount(ctx context.Context, path string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/mounts", url.Values{"path": {path}}, nil, &UnmountResponse{})
 }
 
+// Events streams the gateway's events to fn, one at a time, in the order
+// the gateway emitted them. thread "" means every thread; tenant "" means
+// every tenant, unless thread is set: then, as in every call, it is the
+// default tenant. A missed event (Type EventMissed) says how many events
+// this stream lost because it fell behind.
+//
+// It returns when ctx is done (ctx's error), when fn returns an error
+// (that error, as it is), or when the stream ends: an error matching
+// ErrClosed when the gateway ended it because it is shutting down,
+// another error when the connection broke.
+func (c *Client) Events(ctx context.Context, tenant, thread string, fn func(Event) error) error {
+	const path = "/v1/events"
+	q := url.Values{}
+	if tenant != "" {
+		q.Set("tenant", tenant)
+	}
+	if thread != "" {
+		q.Set("thread", thread)
+	}
+	resp, err := c.send(ctx, http.MethodGet, path, q, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	// One JSON value per line; the decoder needs no line length limit.
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev Event
+		err := dec.Decode(&ev)
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, io.EOF):
+			// The gateway ends a stream cleanly only when it closes.
+			return fmt.Errorf("GET %s: the gateway ended the event stream: %w", path, ErrClosed)
+		case err != nil:
+			return fmt.Errorf("GET %s: read event stream: %w", path, err)
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
+}
+
 // threadPath is the escaped API path of a thread.
 func threadPath(tenant, thread string) string {
 	return "/v1/tenants/" + escapeID(tenant) + "/threads/" + escapeID(thread)
@@ -125,47 +170,66 @@ func escapeID(id string) string {
 // do sends one request and decodes a 200 answer into out, or an error
 // answer into an *APIError.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body, out any) error {
+	resp, err := c.send(ctx, method, path, q, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err != nil {
+		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// maxAnswerBytes bounds how much of one answer the client reads.
+const maxAnswerBytes = 64 << 20
+
+// send sends one request and returns a 200 answer for the caller to read
+// and close. Any other answer is read, closed and returned as an error: an
+// *APIError.
+func (c *Client) send(ctx context.Context, method, path string, q url.Values, body any) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return fmt.Errorf("%s %s: encode request: %w", method, path, err)
+			return nil, fmt.Errorf("%s %s: encode request: %w", method, path, err)
 		}
 		rd = bytes.NewReader(b)
 	}
 	// The host is a placeholder: the transport dials the socket. Parsing
 	// keeps path as escaped here (url.URL.RawPath), ids intact.
 	target := "http://warren" + path
-	if q != nil {
+	if len(q) > 0 {
 		target += "?" + q.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s on %s: %w", method, path, c.socket, err)
+		return nil, fmt.Errorf("%s %s on %s: %w", method, path, c.socket, err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, nil
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
-		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: read answer: %w", method, path, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		var eb errorBody
-		if err := json.Unmarshal(data, &eb); err != nil || eb.Error == nil {
-			return &APIError{Status: resp.StatusCode, Code: codeInternal,
-				Message: fmt.Sprintf("%s %s: status %s: %s", method, path, resp.Status, bytes.TrimSpace(data))}
-		}
-		eb.Error.Status = resp.StatusCode
-		return eb.Error
+	var eb errorBody
+	if err := json.Unmarshal(data, &eb); err != nil || eb.Error == nil {
+		return nil, &APIError{Status: resp.StatusCode, Code: codeInternal,
+			Message: fmt.Sprintf("%s %s: status %s: %s", method, path, resp.Status, bytes.TrimSpace(data))}
 	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
-	}
-	return nil
+	eb.Error.Status = resp.StatusCode
+	return nil, eb.Error
 }

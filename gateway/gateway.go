@@ -39,6 +39,8 @@ type Gateway struct {
 	// hub joins every mount this gateway serves, so a change made through
 	// one mount shows at once through the others of the same folder.
 	hub *fs.Hub
+	// events fans the gateway's events out to GET /v1/events (events.go).
+	events *broker
 
 	threadLocks keyedLocks[meta.ThreadKey]
 
@@ -93,6 +95,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		serveDone:   make(chan struct{}),
 		threads:     make(map[meta.ThreadKey]*threadMount),
 		inspections: make(map[string]*inspectionMount),
+		events:      newBroker(eventBuffer),
 		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs")}),
 	}
 	for _, u := range cfg.AllowUIDs {
@@ -163,6 +166,9 @@ func (g *Gateway) Close() error {
 		g.mu.Lock()
 		g.closed = true
 		g.mu.Unlock()
+		// Event streams never go idle by themselves: end them first, so
+		// that Shutdown does not wait its whole grace for them.
+		g.events.close()
 
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		defer cancel()

@@ -167,6 +167,8 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey) (meta.Bindin
 	g.mu.Unlock()
 	undo.done()
 	g.log.Info("thread bound", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
+	g.emit(Event{Type: EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
+		Message: "mounted at " + mountPath})
 	return b, nil
 }
 
@@ -196,6 +198,8 @@ func (g *Gateway) mount(ctx context.Context, k meta.ThreadKey, root, mountPath s
 		ReadOnly: readOnly,
 		Logger:   log,
 		Hub:      g.hub,
+		// Inspection mounts too: an escape through them is the thread's.
+		OnRefusal: g.refusalEvents(k),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mount %s at %s: %w", root, mountPath, err)
@@ -350,6 +354,9 @@ func (g *Gateway) CloseThread(ctx context.Context, tenant, thread string) (Threa
 		if b, err = g.store.UpdateBinding(ctx, b); err != nil {
 			return ThreadInfo{}, fmt.Errorf("close %s: write binding: %w", keyName(k), err)
 		}
+		// Only here: closing a closed thread changes nothing.
+		g.emit(Event{Type: EventThreadClosed, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
+			Message: "closed; the folder is kept"})
 	}
 	g.log.Info("thread closed", "tenant", k.Tenant, "thread", k.Thread, "path", b.MountPath)
 	return g.info(b), nil
@@ -412,6 +419,8 @@ func (g *Gateway) DeleteThread(ctx context.Context, tenant, thread string) error
 	delete(g.threads, k)
 	g.mu.Unlock()
 	g.log.Info("thread deleted", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
+	g.emit(Event{Type: EventThreadDeleted, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
+		Message: "workspace folder and records removed"})
 	return nil
 }
 

@@ -1,0 +1,365 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"warren/fs"
+	"warren/meta"
+)
+
+// The event stream: what happens to threads, told to whoever listens on
+// GET /v1/events, as it happens.
+//
+// The gateway owns one broker. emit hands it an event; the broker numbers
+// it, stamps it and queues it for every subscriber whose filter it passes.
+// emit never waits for a subscriber: each has a bounded queue, and an event
+// that finds it full is dropped and counted. The next event that does fit
+// carries the count, and the stream writes one "missed" event before it,
+// so a slow reader learns that it lost events and how many, and the
+// threads never wait for it.
+//
+// Order: the broker numbers and queues under one mutex, so every
+// subscriber sees events in the order of their seq. The thread operations
+// emit while they hold their thread's lock, so the events of one thread
+// are in the order of its operations.
+//
+// To add a kind of event (jobs, files), add its EventType constant and call
+// g.emit where it happens; fields that apply to every event go into Event.
+
+// EventType names what an event tells.
+type EventType string
+
+// The kinds of events.
+const (
+	// EventThreadBound: a bind mounted the thread's workspace (a first
+	// bind, a bind after close, or a bind that mounted again a thread whose
+	// mount had failed). A bind of a mounted thread changes nothing and
+	// tells nothing.
+	EventThreadBound EventType = "thread.bound"
+	// EventThreadClosed: the thread went from bound to closed.
+	EventThreadClosed EventType = "thread.closed"
+	// EventThreadDeleted: the thread's folder and records were removed.
+	EventThreadDeleted EventType = "thread.deleted"
+	// EventEscapeRefused: a mount of the thread refused an operation that
+	// would have left the workspace (a link out of it, a device node...).
+	EventEscapeRefused EventType = "escape.refused"
+	// EventWriteStale: a write was made from an outdated view of a file.
+	EventWriteStale EventType = "write.stale"
+	// EventMissed is not something that happened to a thread: the stream
+	// writes it where it dropped events because its reader fell behind.
+	// Missed says how many; Tenant and Thread are the stream's filter.
+	EventMissed EventType = "missed"
+)
+
+// eventBuffer bounds the events queued for one subscriber. A reader that
+// falls this far behind loses events (and is told how many) rather than
+// making the gateway wait or grow without bound.
+const eventBuffer = 1024
+
+// streamCloseGrace is how long a stream may take to end once the gateway
+// closes. A reader ends at once; a client that stopped reading leaves its
+// handler stuck in a write, which only a write deadline ends.
+const streamCloseGrace = time.Second
+
+// Event is one line of the event stream.
+type Event struct {
+	// Seq numbers the events of this gateway: 1, 2, 3... in the order they
+	// were emitted, from the start of the process. A filtered stream sees
+	// gaps. A missed event has Seq 0: it is a note about one stream, not
+	// something the gateway emitted.
+	Seq uint64 `json:"seq"`
+	// Time is when the event was emitted (UTC); JSON gives it as RFC 3339
+	// with nanoseconds.
+	Time   time.Time `json:"time"`
+	Type   EventType `json:"type"`
+	Tenant string    `json:"tenant"`
+	Thread string    `json:"thread"`
+	// Actor is who caused the event, when the gateway knows: "uid:N" for
+	// the peer of an API call.
+	Actor string `json:"actor,omitempty"`
+	// Path is a path inside the thread's workspace, "/"-separated and
+	// starting with "/", for events about one file.
+	Path string `json:"path,omitempty"`
+	// Message says what happened, for a person.
+	Message string `json:"message,omitempty"`
+	// Missed is how many events a missed event stands for.
+	Missed uint64 `json:"missed,omitempty"`
+}
+
+// emit tells every interested subscriber about ev. It never blocks: a
+// subscriber that is behind loses the event (see broker.publish). The
+// broker sets Seq and Time.
+func (g *Gateway) emit(ev Event) {
+	g.events.publish(ev)
+}
+
+// actorOf names the caller of an API request for Event.Actor, or "" when
+// ctx does not come from one (a mount restored at start).
+func actorOf(ctx context.Context) string {
+	p := peerFrom(ctx)
+	if p.err != nil {
+		return ""
+	}
+	return "uid:" + strconv.FormatUint(uint64(p.uid), 10)
+}
+
+// refusalEvents returns the fs.Options.OnRefusal of a mount of thread k:
+// each refused escape becomes an escape.refused event of that thread.
+// fs calls it on its request goroutines; emit does not block them.
+func (g *Gateway) refusalEvents(k meta.ThreadKey) func(fs.Refusal) {
+	return func(r fs.Refusal) {
+		msg := fmt.Sprintf("%s of %s refused: %s", r.Op, r.Path, r.Reason)
+		if r.Target != "" {
+			msg += fmt.Sprintf(" (link target %q)", r.Target)
+		}
+		g.emit(Event{Type: EventEscapeRefused, Tenant: k.Tenant, Thread: k.Thread, Path: r.Path, Message: msg})
+	}
+}
+
+// eventFilter chooses the events of a subscription; an empty field
+// matches every value.
+type eventFilter struct {
+	tenant, thread string
+}
+
+func (f eventFilter) match(ev Event) bool {
+	return (f.tenant == "" || f.tenant == ev.Tenant) && (f.thread == "" || f.thread == ev.Thread)
+}
+
+// broker fans events out to subscribers. Start makes one per gateway;
+// Close closes it, which ends every subscription.
+type broker struct {
+	buffer int           // queue length of each subscriber
+	done   chan struct{} // closed by close
+
+	// mu is a leaf and is held only for non-blocking work: numbering an
+	// event and offering it to each queue, or adding and removing a
+	// subscriber.
+	mu     sync.Mutex
+	seq    uint64
+	closed bool
+	subs   map[*subscription]struct{}
+}
+
+// delivery is one queued event, with the number of events this subscriber
+// lost just before it.
+type delivery struct {
+	missed uint64
+	ev     Event
+}
+
+// subscription is one subscriber's queue. Only the broker sends on ch, and
+// only under its mutex, so a send that finds room never blocks; ch is
+// closed by cancel or by the broker's close.
+type subscription struct {
+	b      *broker
+	filter eventFilter
+	ch     chan delivery
+	missed uint64 // events dropped since the last delivery; guarded by b.mu
+}
+
+func newBroker(buffer int) *broker {
+	return &broker{
+		buffer: buffer,
+		done:   make(chan struct{}),
+		subs:   make(map[*subscription]struct{}),
+	}
+}
+
+// subscribe starts a subscription to the events that pass f. The caller
+// must cancel it. It fails with ErrClosed once the broker is closed.
+func (b *broker) subscribe(f eventFilter) (*subscription, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	s := &subscription{b: b, filter: f, ch: make(chan delivery, b.buffer)}
+	b.subs[s] = struct{}{}
+	return s, nil
+}
+
+// cancel ends the subscription and closes its queue. Calling it again, or
+// after the broker closed, does nothing.
+func (s *subscription) cancel() {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	if _, ok := s.b.subs[s]; ok {
+		delete(s.b.subs, s)
+		close(s.ch)
+	}
+}
+
+// missedEvent is the missed event that precedes d.
+func (s *subscription) missedEvent(d delivery) Event {
+	return Event{Time: d.ev.Time, Type: EventMissed, Tenant: s.filter.tenant, Thread: s.filter.thread, Missed: d.missed}
+}
+
+// publish numbers ev, stamps it and queues it for every subscriber whose
+// filter it passes. A full queue drops it and counts the loss, which the
+// next delivery to that subscriber carries. After close it does nothing.
+func (b *broker) publish(ev Event) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.seq++
+	ev.Seq = b.seq
+	// Stamped under the lock, so time order is seq order.
+	ev.Time = time.Now().UTC()
+	for s := range b.subs {
+		if !s.filter.match(ev) {
+			continue
+		}
+		// Only publish sends, under b.mu, and the reader only takes out:
+		// room seen here is still there for the send.
+		if len(s.ch) == cap(s.ch) {
+			s.missed++
+			continue
+		}
+		s.ch <- delivery{missed: s.missed, ev: ev}
+		s.missed = 0
+	}
+}
+
+// close ends every subscription (their queues are closed after the events
+// already in them) and refuses new ones. Calling it again does nothing.
+func (b *broker) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.closed = true
+	close(b.done)
+	for s := range b.subs {
+		delete(b.subs, s)
+		close(s.ch)
+	}
+}
+
+// handleEvents answers GET /v1/events[?tenant=T][&thread=ID]: it checks
+// the filter and subscribes, and the router then runs the stream it
+// returns. Subscribing before the answer starts means that a client that
+// has the response headers gets every event emitted after them.
+func (g *Gateway) handleEvents(r *http.Request, _ params) (any, error) {
+	q, err := query(r, "tenant", "thread")
+	if err != nil {
+		return nil, err
+	}
+	f, err := eventFilterOf(q)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := g.events.subscribe(f)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to events: %w", err)
+	}
+	return &eventStream{g: g, sub: sub}, nil
+}
+
+// eventFilterOf reads the filter of GET /v1/events. The ids follow the
+// rules of every other call: a thread without a tenant is a thread of the
+// default tenant, and an empty tenant is the default tenant. No parameter
+// means every event.
+func eventFilterOf(q url.Values) (eventFilter, error) {
+	_, hasTenant := q["tenant"]
+	thread, hasThread := q["thread"]
+	switch {
+	case hasThread:
+		k, err := threadKey(q.Get("tenant"), thread[0])
+		if err != nil {
+			return eventFilter{}, err
+		}
+		return eventFilter{tenant: k.Tenant, thread: k.Thread}, nil
+	case hasTenant:
+		// threadKey checks and defaults the tenant; the placeholder thread
+		// always passes, so any error is about the tenant.
+		k, err := threadKey(q.Get("tenant"), "-")
+		if err != nil {
+			return eventFilter{}, err
+		}
+		return eventFilter{tenant: k.Tenant}, nil
+	}
+	return eventFilter{}, nil
+}
+
+// eventStream is the answer of GET /v1/events: NDJSON, one event per
+// line, flushed after each, until the client goes away or the gateway
+// closes.
+type eventStream struct {
+	g   *Gateway
+	sub *subscription
+}
+
+func (s *eventStream) serveStream(w http.ResponseWriter, r *http.Request) {
+	defer s.sub.cancel()
+	log := s.g.log.With("tenant", s.sub.filter.tenant, "thread", s.sub.filter.thread, "peer_uid", peerFrom(r.Context()).uid)
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		log.Debug("event stream: send headers", "error", err)
+		return
+	}
+	log.Debug("event stream opened")
+
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		select {
+		case <-finished:
+			return
+		case <-s.g.events.done:
+		}
+		select {
+		case <-finished:
+		case <-time.After(streamCloseGrace):
+			// Stuck in a write to a client that does not read: cut it,
+			// so that Close does not wait for it.
+			_ = rc.SetWriteDeadline(time.Now())
+		}
+	}()
+
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // ids and paths are data
+	send := func(ev Event) error {
+		if err := enc.Encode(ev); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	for {
+		select {
+		case d, ok := <-s.sub.ch:
+			if !ok {
+				log.Debug("event stream ended: the gateway is closing")
+				return
+			}
+			var err error
+			if d.missed > 0 {
+				err = send(s.sub.missedEvent(d))
+			}
+			if err == nil {
+				err = send(d.ev)
+			}
+			if err != nil {
+				log.Debug("event stream ended: write failed", "error", err)
+				return
+			}
+		case <-r.Context().Done():
+			log.Debug("event stream ended: the client went away")
+			return
+		}
+	}
+}
