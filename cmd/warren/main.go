@@ -32,6 +32,7 @@ func verbs() map[string]verb {
 		"delete": {"unmount a thread and remove its folder and record", deleteCmd},
 		"mount":  {"mount a thread's workspace at DIR for inspection", mountCmd},
 		"umount": {"take down an inspection mount", umountCmd},
+		"events": {"print the gateway's events as JSON lines until interrupted", eventsCmd},
 	}
 }
 
