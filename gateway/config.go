@@ -34,6 +34,10 @@ type Config struct {
 	// Store keeps bindings and inspection mounts. The caller opens it (see
 	// MetaDir) and closes it after the gateway's Close.
 	Store meta.Store
+	// NoEditChecks switches off the refusal of writes based on stale
+	// reads (fs.HubConfig.NoEditChecks). It exists for benchmarks that
+	// measure what the checks cost; never set it in production.
+	NoEditChecks bool
 
 	// mounter serves the mounts; nil means fuseMounter, the FUSE filesystem
 	// of package fs, which is the only implementation. It is a seam for

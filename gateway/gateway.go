@@ -96,7 +96,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		threads:     make(map[meta.ThreadKey]*threadMount),
 		inspections: make(map[string]*inspectionMount),
 		events:      newBroker(eventBuffer),
-		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs")}),
+		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks}),
 	}
 	for _, u := range cfg.AllowUIDs {
 		g.allow[u] = true
