@@ -83,13 +83,13 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno
 	}
 	n.root.modified(a, g, fingerprintFd(ofd))
-	ch.Operations().(*node).told(g.state.version)
-	var closing func(int)
+	made := ch.Operations().(*node)
+	made.told(g.state.version)
+	var w *writer
 	if opensForWriting(flags) {
-		n.root.hub.ledger.openWriter(a, g.state)
-		closing = n.root.writerClosed(ch.Operations().(*node), a, g.key)
+		w = n.root.newWriter(made, a, g)
 	}
-	fh, fopen := ch.Operations().(*node).openHandle(ofd, flags, closing, 0)
+	fh, fopen := made.openHandle(ofd, flags, w, 0)
 	return ch, fh, fopen, 0
 }
 

@@ -46,11 +46,16 @@ func (l *staleLog) list() []Stale {
 // sharedMounts serves one backing folder twice on one hub.
 func sharedMounts(t *testing.T, cfg HubConfig) (hub *Hub, backing, a, b string, log *staleLog) {
 	t.Helper()
+	return sharedMountsWith(t, cfg, Options{})
+}
+
+func sharedMountsWith(t *testing.T, cfg HubConfig, opts Options) (hub *Hub, backing, a, b string, log *staleLog) {
+	t.Helper()
 	testenv.RequireRootFUSE(t)
 	hub = NewHub(cfg)
 	t.Cleanup(hub.Close)
 	log = &staleLog{}
-	opts := Options{Hub: hub, OnStale: log.add, Name: "A"}
+	opts.Hub, opts.OnStale, opts.Name = hub, log.add, "A"
 	backing, a = mountTemp(t, opts)
 	opts.Name = "B"
 	b = mountAgain(t, backing, opts)
@@ -73,11 +78,12 @@ func mountAgain(t *testing.T, backing string, opts Options) string {
 func TestNoLostUpdates(t *testing.T) {
 	const k, m = 4, 40
 	for _, c := range []struct {
-		name string
-		off  bool
-	}{{"checks on", false}, {"checks off", true}} {
+		name   string
+		off    bool
+		served bool
+	}{{"checks on", false, false}, {"checks on, served", false, true}, {"checks off", true, false}} {
 		t.Run(c.name, func(t *testing.T) {
-			_, _, a, b, _ := sharedMounts(t, HubConfig{NoEditChecks: c.off})
+			_, _, a, b, _ := sharedMountsWith(t, HubConfig{NoEditChecks: c.off}, Options{NoPassthrough: c.served})
 			must(t, os.WriteFile(filepath.Join(a, "counter"), []byte("0"), 0o666))
 			var cmds []*exec.Cmd
 			var outs []fmt.Stringer

@@ -18,13 +18,29 @@ type handle struct {
 	// closing, if set, runs just before the file is closed (the ledger
 	// notes the end of a write).
 	closing func(fd int)
+	// lockPath, if set, takes the lock of the file's path for one write
+	// the daemon serves (without passthrough, each WRITE comes here) and
+	// returns its unlock.
+	lockPath func() func()
 	// released runs after the file is closed: it ends the open in the
 	// inode's I/O mode and, for a handle that may have written, tells the
 	// other mounts to drop what they cached.
 	released func()
 }
 
-var _ fusefs.FileReleaser = (*handle)(nil)
+var (
+	_ fusefs.FileReleaser = (*handle)(nil)
+	_ fusefs.FileWriter   = (*handle)(nil)
+)
+
+// Write writes to the backing file, holding the path's lock: no other
+// modification of the path runs in the middle of it.
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if h.lockPath != nil {
+		defer h.lockPath()()
+	}
+	return h.LoopbackFile.Write(ctx, data, off)
+}
 
 // Release closes the backing descriptor.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
@@ -118,17 +134,33 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 	}
 	defer ddone()
 	a := n.root.actorOf(ctx)
-	g, unlock, errno := dir.take(dfd, name)
-	if errno != 0 {
-		return nil, 0, errno
+	var (
+		g      guarded
+		unlock func()
+	)
+	for tries := 0; ; tries++ {
+		g, unlock, errno = dir.take(dfd, name)
+		if errno != 0 {
+			return nil, 0, errno
+		}
+		if g.state.fp.ino != n.ino && g.state.fp.ino != 0 {
+			// The name holds another file now, put there behind our
+			// back; the kernel, told ESTALE, looks the name up again and
+			// retries.
+			unlock()
+			return nil, 0, syscall.ESTALE
+		}
+		v := g.state.version
+		if v <= n.synced.Load() || tries == maxSyncTries {
+			break
+		}
+		// The kernel must drop what it caches of the file before this
+		// open is answered, but never while the path is locked: a write
+		// waiting for the lock may hold the very pages it would drop.
+		unlock()
+		n.syncKernel(v)
 	}
 	defer unlock()
-	if g.state.fp.ino != n.ino && g.state.fp.ino != 0 {
-		// The name holds another file now, put there behind our back;
-		// the kernel, told ESTALE, looks the name up again and retries.
-		return nil, 0, syscall.ESTALE
-	}
-	n.syncKernel(g.state.version)
 	if !writes {
 		fh, fopen, _, errno := n.open(flags, nil, g.state.version)
 		if errno == 0 {
@@ -139,20 +171,26 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 	if errno := n.root.refuseIfStale("open", dir.child(name), a, g); errno != 0 {
 		return nil, 0, errno
 	}
-	fh, fopen, fd, errno := n.open(flags, n.root.writerClosed(n, a, g.key), 0)
+	w := n.root.newWriter(n, a, g)
+	fh, fopen, fd, errno := n.open(flags, w, 0)
 	if errno != 0 {
+		n.root.hub.ledger.dropWriter(a, g.state)
 		return nil, 0, errno
 	}
 	n.root.modified(a, g, fingerprintFd(fd))
 	n.told(g.state.version) // it truncated, or will write, itself
-	n.root.hub.ledger.openWriter(a, g.state)
 	return fh, fopen, 0
 }
 
+// maxSyncTries bounds how often an open drops the kernel's caches of a
+// file that keeps changing beside the mount meanwhile; after that it goes
+// on with what it has.
+const maxSyncTries = 3
+
 // open opens the node's inode with flags and returns the handle, its FOPEN
-// flags and its backing descriptor; closing, if set, runs before the
-// handle is closed. version is the path's, for the page cache (iomode.go).
-func (n *node) open(flags uint32, closing func(fd int), version uint64) (fusefs.FileHandle, uint32, int, syscall.Errno) {
+// flags and its backing descriptor; w guards a handle that may write.
+// version is the path's, for the page cache (iomode.go).
+func (n *node) open(flags uint32, w *writer, version uint64) (fusefs.FileHandle, uint32, int, syscall.Errno) {
 	pfd, done, errno := n.use()
 	if errno != 0 {
 		return nil, 0, -1, errno
@@ -165,7 +203,7 @@ func (n *node) open(flags uint32, closing func(fd int), version uint64) (fusefs.
 	if flags&syscall.O_TRUNC != 0 {
 		n.root.changedInode(n)
 	}
-	fh, fopen := n.openHandle(fd, flags, closing, version)
+	fh, fopen := n.openHandle(fd, flags, w, version)
 	return fh, fopen, fd, 0
 }
 

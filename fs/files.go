@@ -424,7 +424,8 @@ func (f *Files) store(a Actor, t *target, g guarded, content []byte, created boo
 		}
 		b = b[n:]
 	}
-	v := f.hub.ledger.modified(a, g.key, g.state, fingerprintFd(fd))
+	// The run knows the whole content it left: as good as a read.
+	v := f.hub.ledger.wrote(a, g.key, g.state, fingerprintFd(fd))
 	f.hub.changed(t.dirSt.Dev, st.Ino, t.dirSt.Ino, t.name)
 	return v, nil
 }

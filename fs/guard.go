@@ -119,22 +119,43 @@ func (r *root) refuseIfStale(op, path string, a Actor, g guarded) syscall.Errno 
 	return syscall.ESTALE
 }
 
-// modified records a change of g by a; the path now holds fp.
+// modified records a change of g by a; the path now holds fp (nothing:
+// removed).
 func (r *root) modified(a Actor, g guarded, fp fingerprint) {
+	if fp == (fingerprint{}) {
+		r.hub.ledger.removed(a, g.key, g.state)
+		return
+	}
 	r.hub.ledger.modified(a, g.key, g.state, fp)
 }
 
-// writerClosed is the release hook of a handle that may have written: the
-// path's version moves again (the daemon did not see the writes), and the
-// writer's record with it.
-// The kernel of the handle's mount saw those writes (passthrough updates
-// its size), so it stays told.
-func (r *root) writerClosed(n *node, a Actor, k pathKey) func(fd int) {
-	return func(fd int) {
-		l := r.hub.ledger
-		st, _, unlock := l.lock(k)
-		l.closeWriter(a, k, st, fingerprintFd(fd))
-		n.told(st.version)
-		unlock()
+// writer is what a handle that may write carries from its open: its
+// actor and path, resolved once.
+type writer struct {
+	closing  func(fd int)
+	lockPath func() func()
+}
+
+// newWriter notes an open handle of a on the path g of node n (the
+// ledger counts it until the handle's release) and returns its guard.
+//
+// At release the path's version moves again (the daemon did not see the
+// writes passed through), and the writer's record with it. The kernel of
+// the handle's mount saw those writes (passthrough updates its size), so
+// it stays told.
+func (r *root) newWriter(n *node, a Actor, g guarded) *writer {
+	l, k := r.hub.ledger, g.key
+	l.openWriter(a, g.state)
+	return &writer{
+		closing: func(fd int) {
+			st, _, unlock := l.lock(k)
+			l.closeWriter(a, k, st, fingerprintFd(fd))
+			n.told(st.version)
+			unlock()
+		},
+		lockPath: func() func() {
+			_, _, unlock := l.lock(k)
+			return unlock
+		},
 	}
 }

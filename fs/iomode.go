@@ -46,15 +46,16 @@ type fileKey struct {
 }
 
 // openHandle wraps fd, just opened with flags for n, in a file handle and
-// returns it with its FOPEN flags. closing, if set, runs just before the
-// handle is closed. version is the ledger's version of the file's path as
-// the open found it (0 if it has no path).
+// returns it with its FOPEN flags. w, if set, is the writer's guard: its
+// path's lock for each write and its release hook. version is the
+// ledger's version of the file's path as the open found it (0 if it has
+// no path).
 //
 // No open needs a FLUSH at close: writes reach the backing file when they
 // are made (passthrough, or a synchronous WRITE; there is no writeback
 // cache to push out), and POSIX locks are released by their own unlock
 // request. That saves a round trip on every close.
-func (n *node) openHandle(fd int, flags uint32, closing func(fd int), version uint64) (fusefs.FileHandle, uint32) {
+func (n *node) openHandle(fd int, flags uint32, w *writer, version uint64) (fusefs.FileHandle, uint32) {
 	writes := opensForWriting(flags)
 	// The file is stat'ed only when the answer depends on it: a write
 	// passed through needs neither its size nor its times.
@@ -89,7 +90,6 @@ func (n *node) openHandle(fd int, flags uint32, closing func(fd int), version ui
 	h := &handle{
 		LoopbackFile: fusefs.NewLoopbackFile(fd).(*fusefs.LoopbackFile),
 		fd:           fd,
-		closing:      closing,
 		released: func() {
 			n.io.mu.Lock()
 			n.io.open--
@@ -98,6 +98,9 @@ func (n *node) openHandle(fd int, flags uint32, closing func(fd int), version ui
 				n.root.changedInode(n)
 			}
 		},
+	}
+	if w != nil {
+		h.closing, h.lockPath = w.closing, w.lockPath
 	}
 	if !passthrough {
 		// Without PassthroughFd, go-fuse serves the handle itself.

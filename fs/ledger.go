@@ -24,7 +24,8 @@ import (
 //     read record per path: the version it last saw;
 //   - a modification of a path (open for writing, truncate, rename over,
 //     unlink, create) by an actor whose record is older than the path's
-//     version is refused with ESTALE;
+//     version is refused with ESTALE; its own modifications move its
+//     record along;
 //   - a modification holds the path's lock from its check to its record,
 //     so two actors cannot both pass the check on one version.
 //
@@ -268,11 +269,52 @@ func (l *ledger) read(a Actor, k pathKey, st *pathState) {
 }
 
 // modified records a modification of the path by actor, after which it
-// holds fp: a new version, which the actor has seen. st.mu is held.
+// holds fp: a new version. If the actor read the path, its record moves
+// to the new version (its own change does not make its read stale); an
+// actor that never read the path gets no record from changing it (it
+// may not know the content it changed: an append, a truncate, a tar).
+// st.mu is held.
 func (l *ledger) modified(a Actor, k pathKey, st *pathState, fp fingerprint) uint64 {
+	st.known, st.fp, st.version = true, fp, l.next()
+	l.keep(a, k, st.version)
+	return st.version
+}
+
+// wrote records a modification by an actor that knows the whole content
+// it left (the file API's write and edit): it is as good as a read.
+// st.mu is held.
+func (l *ledger) wrote(a Actor, k pathKey, st *pathState, fp fingerprint) uint64 {
 	st.known, st.fp, st.version = true, fp, l.next()
 	l.record(a, k, st, st.version)
 	return st.version
+}
+
+// removed records that actor removed the path (unlinked it, or renamed
+// it away): a new version, and the actor's own record goes, since there
+// is nothing left that it read. st.mu is held.
+func (l *ledger) removed(a Actor, k pathKey, st *pathState) {
+	st.known, st.fp, st.version = true, fingerprint{}, l.next()
+	if a.none() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.reads[readKey{a, k}]; r != nil {
+		l.dropRecord(r)
+	}
+}
+
+// keep moves actor's record of the path, if it has one, to version v.
+func (l *ledger) keep(a Actor, k pathKey, v uint64) {
+	if a.none() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.reads[readKey{a, k}]; r != nil {
+		r.version = v
+		l.lru.MoveToFront(r.elem)
+	}
 }
 
 // touched records a change of the path's attributes only (mode, owner,
@@ -296,19 +338,25 @@ func (l *ledger) openWriter(a Actor, st *pathState) {
 	l.mu.Unlock()
 }
 
-// closeWriter ends a handle of openWriter: the path, holding fp now, has
-// a new version, which the actor has seen (its own writes). The caller
-// holds the path's lock, taken by lock.
-func (l *ledger) closeWriter(a Actor, k pathKey, st *pathState, fp fingerprint) {
+// dropWriter undoes openWriter for a handle that failed to open. st.mu is
+// held.
+func (l *ledger) dropWriter(a Actor, st *pathState) {
 	if st.writers[a] <= 1 {
 		delete(st.writers, a)
 	} else {
 		st.writers[a]--
 	}
-	l.modified(a, k, st, fp)
 	l.mu.Lock()
 	st.refs--
 	l.mu.Unlock()
+}
+
+// closeWriter ends a handle of openWriter: the path, holding fp now, has
+// a new version, which the actor has seen (its own writes). The caller
+// holds the path's lock, taken by lock.
+func (l *ledger) closeWriter(a Actor, k pathKey, st *pathState, fp fingerprint) {
+	l.modified(a, k, st, fp)
+	l.dropWriter(a, st)
 }
 
 // record sets actor's record of the path to version v, making it the

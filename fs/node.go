@@ -218,6 +218,9 @@ func (n *node) told(t uint64) {
 // told before v, its caches of the inode are dropped now, before the open
 // that needs them is answered. Changes made through this mount keep the
 // kernel told; only a change made beside it costs this notification.
+//
+// The notification waits for the kernel's page locks: never call it with
+// a path locked (a WRITE holding a page may be waiting for that lock).
 func (n *node) syncKernel(v uint64) {
 	if v <= n.synced.Load() {
 		return
