@@ -85,7 +85,21 @@ func routes() []route {
 		{http.MethodGet, "/v1/mounts", (*Gateway).handleMounts},
 		{http.MethodDelete, "/v1/mounts", (*Gateway).handleUnmount},
 		{http.MethodGet, "/v1/events", (*Gateway).handleEvents}, // answers a streamer
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/read", (*Gateway).handleReadFile},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/write", (*Gateway).handleWriteFile},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/edit", (*Gateway).handleEditFile},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs", (*Gateway).handleRegisterRun},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs/end", (*Gateway).handleEndRun},
 	}
+}
+
+// bodyLimit is the largest request body a route takes: a file's content
+// for the file API, maxBodyBytes for every other call.
+func bodyLimit(pattern string) int64 {
+	if strings.Contains(pattern, "/files/") {
+		return maxFileBody
+	}
+	return maxBodyBytes
 }
 
 // router matches requests against the route table on the escaped path,
@@ -126,7 +140,8 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}})
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	body := r.Body
+	r.Body = http.MaxBytesReader(w, body, maxBodyBytes)
 
 	var allow []string
 	if strings.HasPrefix(path, "/") {
@@ -144,6 +159,9 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				g.writeError(w, r, ps, err)
 				return
+			}
+			if limit := bodyLimit(cr.pattern); limit != maxBodyBytes {
+				r.Body = http.MaxBytesReader(w, body, limit)
 			}
 			resp, err := cr.handle(g, r, ps)
 			if err != nil {
@@ -340,7 +358,7 @@ func decodeBody(r *http.Request, v any, emptyOK bool) error {
 func bodyError(err error) error {
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		return fmt.Errorf("request body larger than %d bytes: %w", maxBodyBytes, err)
+		return fmt.Errorf("request body larger than %d bytes: %w", tooLarge.Limit, err)
 	}
 	return fmt.Errorf("%w: malformed JSON body: %w", ErrInvalid, err)
 }

@@ -53,6 +53,37 @@ func (c *Client) Thread(ctx context.Context, tenant, thread string) (ThreadInfo,
 	return out.Binding, err
 }
 
+// ReadFile reads a file of a thread's workspace for a run.
+func (c *Client) ReadFile(ctx context.Context, tenant, thread string, req ReadFileRequest) (ReadFileResponse, error) {
+	var out ReadFileResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/read", nil, req, &out)
+	return out, err
+}
+
+// WriteFile writes a file of a thread's workspace for a run.
+func (c *Client) WriteFile(ctx context.Context, tenant, thread string, req WriteFileRequest) (WriteFileResponse, error) {
+	var out WriteFileResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/write", nil, req, &out)
+	return out, err
+}
+
+// EditFile edits a file of a thread's workspace for a run.
+func (c *Client) EditFile(ctx context.Context, tenant, thread string, req EditFileRequest) (EditFileResponse, error) {
+	var out EditFileResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/edit", nil, req, &out)
+	return out, err
+}
+
+// RegisterRun makes a process and its descendants act as a run.
+func (c *Client) RegisterRun(ctx context.Context, tenant, thread string, pid int, run string) error {
+	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/runs", nil, RunRequest{Pid: pid, Run: run}, &RunResponse{})
+}
+
+// EndRun forgets a run: its processes and read records.
+func (c *Client) EndRun(ctx context.Context, tenant, thread, run string) error {
+	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/runs/end", nil, RunRequest{Run: run}, &RunResponse{})
+}
+
 // Threads lists the bindings of every tenant.
 func (c *Client) Threads(ctx context.Context) ([]ThreadInfo, error) {
 	var out ThreadsResponse

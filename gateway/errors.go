@@ -31,6 +31,16 @@ var (
 	// tools cannot work on it, and a new empty folder is not made in its
 	// place (that would look like a workspace whose files were lost).
 	ErrGone = errors.New("gateway: workspace gone")
+	// ErrStale means a write based on a read older than the file: the
+	// agent must read the file again.
+	ErrStale = errors.New("gateway: stale read")
+	// ErrNoMatch means an edit's text is not in the file, or is there
+	// more than once and the edit asked for one.
+	ErrNoMatch = errors.New("gateway: edit text not matched")
+	// ErrOutside means a path leads out of the thread's workspace.
+	ErrOutside = errors.New("gateway: outside the workspace")
+	// ErrTooLarge means a file over the file API's bound.
+	ErrTooLarge = errors.New("gateway: file too large")
 )
 
 // Error codes of the API, one per class of failure.
@@ -44,6 +54,9 @@ const (
 	codeForbidden        = "forbidden"
 	codeGone             = "gone"
 	codeTooLarge         = "too_large"
+	codeStale            = "stale"
+	codeNoMatch          = "no_match"
+	codeOutside          = "outside"
 	codeMethodNotAllowed = "method_not_allowed"
 	codeInternal         = "internal"
 )
@@ -65,6 +78,10 @@ var errorClasses = []struct {
 	{meta.ErrExists, http.StatusConflict, codeConflict},
 	{ErrForbidden, http.StatusForbidden, codeForbidden},
 	{ErrGone, http.StatusGone, codeGone},
+	{ErrStale, http.StatusConflict, codeStale},
+	{ErrNoMatch, http.StatusUnprocessableEntity, codeNoMatch},
+	{ErrOutside, http.StatusForbidden, codeOutside},
+	{ErrTooLarge, http.StatusRequestEntityTooLarge, codeTooLarge},
 	{ErrClosed, http.StatusServiceUnavailable, codeClosed},
 	{meta.ErrClosed, http.StatusServiceUnavailable, codeClosed},
 }
@@ -89,6 +106,12 @@ func sentinelFor(code string) error {
 	switch code {
 	case codeInvalid, codeTooLarge, codeMethodNotAllowed:
 		return ErrInvalid
+	case codeStale:
+		return ErrStale
+	case codeNoMatch:
+		return ErrNoMatch
+	case codeOutside:
+		return ErrOutside
 	case codeNotFound:
 		return ErrNotFound
 	case codeConflict:

@@ -200,6 +200,7 @@ func (g *Gateway) mount(ctx context.Context, k meta.ThreadKey, root, mountPath s
 		Hub:      g.hub,
 		// Inspection mounts too: an escape through them is the thread's.
 		OnRefusal: g.refusalEvents(k),
+		OnStale:   g.staleEvents(k),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mount %s at %s: %w", root, mountPath, err)

@@ -1,0 +1,338 @@
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	iofs "io/fs"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+
+	"warren/fs"
+	"warren/meta"
+)
+
+// The file API: read, write and edit a file of a thread's workspace on
+// behalf of an agent run, for a harness that serves many runs from one
+// process. The work is done by the fs core on the backing folder, through
+// the same locks, versions and read records as the thread's mounts (never
+// through the gateway's own mount: a process must not use a mount it
+// serves). Registering a process for a run makes its requests on the
+// mount count as that run's too.
+
+// maxFileBody bounds the body of a file write: the largest file the API
+// writes, base64-encoded, plus room for the rest of the request.
+const maxFileBody = fs.MaxFileBytes*4/3 + 64<<10
+
+// Requests and answers of the file API.
+type (
+	// ReadFileRequest asks for a file's content.
+	ReadFileRequest struct {
+		Path string `json:"path"`
+		// Run is the agent run reading; empty means the calling process.
+		Run string `json:"run,omitempty"`
+	}
+	// ReadFileResponse is a file's content and version. Content is the
+	// file's bytes as text if they are UTF-8, else base64 (Encoding
+	// "base64").
+	ReadFileResponse struct {
+		Path     string `json:"path"`
+		Content  string `json:"content"`
+		Encoding string `json:"encoding,omitempty"`
+		Size     int    `json:"size"`
+		Version  uint64 `json:"version"`
+	}
+	// WriteFileRequest replaces a file's content (making it and its
+	// folders if need be).
+	WriteFileRequest struct {
+		Path     string `json:"path"`
+		Run      string `json:"run,omitempty"`
+		Content  string `json:"content"`
+		Encoding string `json:"encoding,omitempty"` // "" or "base64"
+	}
+	// WriteFileResponse is the file's new version.
+	WriteFileResponse struct {
+		Path    string `json:"path"`
+		Size    int    `json:"size"`
+		Version uint64 `json:"version"`
+	}
+	// EditFileRequest replaces an exact text in a file: its one
+	// occurrence, or every occurrence with All.
+	EditFileRequest struct {
+		Path string `json:"path"`
+		Run  string `json:"run,omitempty"`
+		Old  string `json:"old"`
+		New  string `json:"new"`
+		All  bool   `json:"all,omitempty"`
+	}
+	// EditFileResponse is the file's new version and how many
+	// occurrences were replaced.
+	EditFileResponse struct {
+		Path     string `json:"path"`
+		Replaced int    `json:"replaced"`
+		Version  uint64 `json:"version"`
+	}
+	// RunRequest registers a process for a run, or (Pid 0, on
+	// .../runs/end) ends a run.
+	RunRequest struct {
+		Pid int    `json:"pid,omitempty"`
+		Run string `json:"run"`
+	}
+	// RunResponse answers both.
+	RunResponse struct {
+		Run string `json:"run"`
+		Pid int    `json:"pid,omitempty"`
+	}
+)
+
+// toolError is a refusal whose message is meant for the agent as it is,
+// without the gateway's prefixes; it matches its sentinel.
+type toolError struct {
+	sentinel error
+	msg      string
+}
+
+func (e *toolError) Error() string        { return e.msg }
+func (e *toolError) Is(target error) bool { return target == e.sentinel }
+
+// fileError turns an error of the fs core into the API's.
+func fileError(err error) error {
+	var (
+		stale    *fs.StaleError
+		none     *fs.NoMatchError
+		many     *fs.ManyMatchesError
+		outside  *fs.OutsideError
+		tooLarge *fs.TooLargeError
+		notFile  *fs.NotFileError
+	)
+	switch {
+	case errors.As(err, &stale):
+		return &toolError{ErrStale, err.Error()}
+	case errors.As(err, &none), errors.As(err, &many):
+		return &toolError{ErrNoMatch, err.Error()}
+	case errors.As(err, &outside):
+		return &toolError{ErrOutside, err.Error()}
+	case errors.As(err, &tooLarge):
+		return &toolError{ErrTooLarge, err.Error()}
+	case errors.As(err, &notFile):
+		return &toolError{ErrInvalid, err.Error()}
+	case errors.Is(err, iofs.ErrNotExist):
+		return &toolError{ErrNotFound, strings.TrimSuffix(err.Error(), ": "+iofs.ErrNotExist.Error()) + ": no such file."}
+	}
+	return err
+}
+
+// withFiles binds the thread if need be and runs fn on its workspace.
+func (g *Gateway) withFiles(ctx context.Context, tenant, thread string, fn func(k meta.ThreadKey, f *fs.Files, mountPath string) error) error {
+	info, err := g.Bind(ctx, tenant, thread)
+	if err != nil {
+		return err
+	}
+	k := meta.ThreadKey{Tenant: info.Tenant, Thread: info.Thread}
+	root, mountPath, err := g.threadPaths(k)
+	if err != nil {
+		return err
+	}
+	f, err := g.hub.Files(root, k.Tenant+"/"+k.Thread, g.staleEvents(k))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return fn(k, f, mountPath)
+}
+
+// actorFor is the actor a file request acts as: its run, or else the
+// process at the other end of the socket.
+func (g *Gateway) actorFor(ctx context.Context, run string) (fs.Actor, error) {
+	if run != "" {
+		if err := validRun(run); err != nil {
+			return fs.Actor{}, err
+		}
+		return fs.RunActor(run), nil
+	}
+	p := peerFrom(ctx)
+	if p.err != nil || p.pid <= 0 {
+		return fs.Actor{}, fmt.Errorf("%w: no run given and the calling process is unknown", ErrInvalid)
+	}
+	return g.hub.ActorOfPid(int(p.pid)), nil
+}
+
+// validRun refuses run ids that could not be told apart in logs.
+func validRun(run string) error {
+	if len(run) > 256 || !utf8.ValidString(run) || strings.ContainsAny(run, "\x00\n\r") {
+		return fmt.Errorf("%w: run ids are up to 256 bytes of UTF-8 without NUL or line breaks", ErrInvalid)
+	}
+	return nil
+}
+
+// inWorkspace turns a path as an agent gives it (relative to the
+// workspace, or absolute under the thread's mount path) into one relative
+// to the workspace. Any other absolute path is left as it is, to be
+// refused by the core as outside.
+func inWorkspace(p, mountPath string) string {
+	if rest, ok := strings.CutPrefix(p, mountPath); ok && filepath.IsAbs(p) && (rest == "" || rest[0] == '/') {
+		return strings.TrimPrefix(rest, "/")
+	}
+	return p
+}
+
+// ReadFile reads a file of the thread's workspace for run.
+func (g *Gateway) ReadFile(ctx context.Context, tenant, thread string, req ReadFileRequest) (ReadFileResponse, error) {
+	a, err := g.actorFor(ctx, req.Run)
+	if err != nil {
+		return ReadFileResponse{}, err
+	}
+	var out ReadFileResponse
+	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
+		data, v, err := f.Read(ctx, a, inWorkspace(req.Path, mountPath))
+		if err != nil {
+			return fileError(err)
+		}
+		out = ReadFileResponse{Path: req.Path, Size: len(data), Version: v}
+		if utf8.Valid(data) {
+			out.Content = string(data)
+		} else {
+			out.Content, out.Encoding = base64.StdEncoding.EncodeToString(data), "base64"
+		}
+		return nil
+	})
+	return out, err
+}
+
+// WriteFile writes a file of the thread's workspace for run.
+func (g *Gateway) WriteFile(ctx context.Context, tenant, thread string, req WriteFileRequest) (WriteFileResponse, error) {
+	a, err := g.actorFor(ctx, req.Run)
+	if err != nil {
+		return WriteFileResponse{}, err
+	}
+	data := []byte(req.Content)
+	switch req.Encoding {
+	case "":
+	case "base64":
+		if data, err = base64.StdEncoding.DecodeString(req.Content); err != nil {
+			return WriteFileResponse{}, fmt.Errorf("%w: content is not base64: %v", ErrInvalid, err)
+		}
+	default:
+		return WriteFileResponse{}, fmt.Errorf("%w: encoding is \"\" or \"base64\", not %q", ErrInvalid, req.Encoding)
+	}
+	var out WriteFileResponse
+	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
+		v, err := f.Write(ctx, a, inWorkspace(req.Path, mountPath), data)
+		if err != nil {
+			return fileError(err)
+		}
+		out = WriteFileResponse{Path: req.Path, Size: len(data), Version: v}
+		return nil
+	})
+	return out, err
+}
+
+// EditFile edits a file of the thread's workspace for run.
+func (g *Gateway) EditFile(ctx context.Context, tenant, thread string, req EditFileRequest) (EditFileResponse, error) {
+	a, err := g.actorFor(ctx, req.Run)
+	if err != nil {
+		return EditFileResponse{}, err
+	}
+	var out EditFileResponse
+	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
+		v, n, err := f.Edit(ctx, a, inWorkspace(req.Path, mountPath), req.Old, req.New, req.All)
+		if err != nil {
+			if e := fileError(err); e != err {
+				return e
+			}
+			return fmt.Errorf("%w: %s", ErrInvalid, err)
+		}
+		out = EditFileResponse{Path: req.Path, Replaced: n, Version: v}
+		return nil
+	})
+	return out, err
+}
+
+// RegisterRun makes process pid and its descendants act as run in the
+// thread's workspace (and every other this gateway serves).
+func (g *Gateway) RegisterRun(ctx context.Context, tenant, thread string, req RunRequest) (RunResponse, error) {
+	if req.Run == "" || req.Pid <= 0 {
+		return RunResponse{}, fmt.Errorf("%w: a run and a pid are required", ErrInvalid)
+	}
+	if err := validRun(req.Run); err != nil {
+		return RunResponse{}, err
+	}
+	if _, err := g.Bind(ctx, tenant, thread); err != nil {
+		return RunResponse{}, err
+	}
+	if err := g.hub.RegisterRun(req.Pid, req.Run); err != nil {
+		return RunResponse{}, fmt.Errorf("%w: register process %d: %v", ErrNotFound, req.Pid, err)
+	}
+	g.log.Info("run registered", "tenant", tenant, "thread", thread, "run", req.Run, "pid", req.Pid)
+	return RunResponse{Run: req.Run, Pid: req.Pid}, nil
+}
+
+// EndRun forgets run: its registered processes and its read records.
+func (g *Gateway) EndRun(ctx context.Context, tenant, thread string, req RunRequest) (RunResponse, error) {
+	if req.Run == "" {
+		return RunResponse{}, fmt.Errorf("%w: a run is required", ErrInvalid)
+	}
+	if _, err := threadKey(tenant, thread); err != nil {
+		return RunResponse{}, err
+	}
+	g.hub.EndRun(req.Run)
+	return RunResponse{Run: req.Run}, nil
+}
+
+// staleEvents reports a refused stale write of thread k: logged by fs,
+// sent as an event here.
+func (g *Gateway) staleEvents(k meta.ThreadKey) func(fs.Stale) {
+	return func(s fs.Stale) {
+		g.emit(Event{
+			Type:    EventWriteStale,
+			Tenant:  k.Tenant,
+			Thread:  k.Thread,
+			Actor:   s.Actor.String(),
+			Path:    s.Path,
+			Message: s.Message(),
+		})
+	}
+}
+
+func (g *Gateway) handleReadFile(r *http.Request, p params) (any, error) {
+	var req ReadFileRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return nil, err
+	}
+	return g.ReadFile(r.Context(), p.tenant, p.thread, req)
+}
+
+func (g *Gateway) handleWriteFile(r *http.Request, p params) (any, error) {
+	var req WriteFileRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return nil, err
+	}
+	return g.WriteFile(r.Context(), p.tenant, p.thread, req)
+}
+
+func (g *Gateway) handleEditFile(r *http.Request, p params) (any, error) {
+	var req EditFileRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return nil, err
+	}
+	return g.EditFile(r.Context(), p.tenant, p.thread, req)
+}
+
+func (g *Gateway) handleRegisterRun(r *http.Request, p params) (any, error) {
+	var req RunRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return nil, err
+	}
+	return g.RegisterRun(r.Context(), p.tenant, p.thread, req)
+}
+
+func (g *Gateway) handleEndRun(r *http.Request, p params) (any, error) {
+	var req RunRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return nil, err
+	}
+	return g.EndRun(r.Context(), p.tenant, p.thread, req)
+}
