@@ -27,6 +27,28 @@
 //     path inside the root and the reason, and reported to
 //     Options.OnRefusal.
 //
+// # No lost edits
+//
+// Every mount of a Hub, and the file API (files.go), share one ledger
+// (ledger.go) of per-path locks, versions and read records, keyed by the
+// backing directory's (device, inode) and the entry name: the real path,
+// whatever mount or root reached it. Every modifying operation holds its
+// path's lock from its check to its record (guard.go); a version moves on
+// every change, and a change behind the filesystem's back is seen by the
+// path's fingerprint (inode, size, ctime in ns). A modification by an
+// actor (actors.go: a registered run and its processes' descendants, or a
+// process of its own, told apart from a later one with its pid) whose
+// read is older than the version fails with ESTALE, is logged and is
+// reported to Options.OnStale. Identity is resolved at open, create,
+// setattr, rename and unlink, and carried on the open file: reads and
+// writes pay nothing for it. Read records are bounded (HubConfig.MaxReads)
+// and dropped when their process ends or their run is ended.
+//
+// A mount whose kernel may hold a stale size or stale pages of a file
+// (changed through another mount, the file API, or behind the
+// filesystem's back) is notified before its next open of the file is
+// answered (node.syncKernel).
+//
 // # Caching
 //
 // Timeouts are set explicitly (go-fuse turns caching off for a nil
@@ -68,9 +90,13 @@
 //
 // # Locks
 //
-// Lock order, outermost first: a pathFd's mu, then the fdCache's mu; a
-// Hub's mu and a root's mu are leaves. No lock is held across a FUSE
-// notification (the Hub delivers them from its own goroutine). The data
-// path takes no lock of this package: with passthrough, reads and writes
-// never reach it, and without it they go to the open file's descriptor.
+// Lock order, outermost first: a ledger path lock (two for a rename,
+// taken in one global order), then a pathFd's mu, then the fdCache's mu;
+// the ledger's mu, a Hub's mu and a root's mu are leaves. No path lock is
+// held across a FUSE notification: a WRITE waiting for a path lock may
+// hold the pages a notification waits for (the Hub delivers its
+// notifications from its own goroutine; an open notifies with no path
+// locked). The data path takes no lock of this package with passthrough
+// (reads and writes never reach it); without it, a WRITE holds its path's
+// lock and nothing else.
 package fs

@@ -56,6 +56,17 @@
 //	POST   /v1/mounts  {"tenant","thread","path","writable"}  {"mount":{...}}
 //	GET    /v1/mounts                                   {"mounts":[...]}
 //	DELETE /v1/mounts?path=DIR                          {"unmounted":"DIR"}
+//	GET    /v1/events[?tenant=T][&thread=ID]            NDJSON stream of events
+//	POST   .../threads/{thread}/files/read   {"path","run"}                 {"content","version",...}
+//	POST   .../threads/{thread}/files/write  {"path","run","content"}       {"version",...}
+//	POST   .../threads/{thread}/files/edit   {"path","run","old","new","all"}  {"replaced","version"}
+//	POST   .../threads/{thread}/runs         {"pid","run"}                  {"run","pid"}
+//	POST   .../threads/{thread}/runs/end     {"run"}                        {"run"}
+//
+// The file API (files.go) works on the backing folder through the fs
+// core, with the same locks, versions and read records as the mounts
+// (never through the gateway's own mount); a modification based on a
+// stale read is a 409 stale and a write.stale event.
 //
 // For example:
 //
@@ -67,8 +78,9 @@
 // Every error is {"error":{"code":"...","message":"..."}}: 400 invalid
 // (malformed ids, JSON, unknown fields or query parameters), 403
 // forbidden (peer uid, a DIR the caller does not own), 404 not_found, 405
-// method_not_allowed (with Allow), 409 conflict, pinned or busy, 410 gone, 413
-// too_large (bodies over 1 MiB), 503 unavailable (shutting down), 500
+// method_not_allowed (with Allow), 409 conflict, pinned, busy or stale, 410
+// gone, 413 too_large (bodies over 1 MiB, files over the file API's
+// bound), 403 outside and 422 no_match (file API), 503 unavailable (shutting down), 500
 // internal. A request line that net/http cannot parse, or headers over
 // 64 KiB, are refused by net/http itself before the route table, in plain
 // text. A refused request changes nothing.
