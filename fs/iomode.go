@@ -18,9 +18,34 @@ import (
 // open (FOPEN_KEEP_CACHE), with no READ at all.
 //
 // The kernel allows one mode per inode at a time: an inode with a
-// passthrough open refuses a cached open, and the other way round, with
-// EIO. So the first open of an inode picks the mode and every open that
-// overlaps it takes the same one.
+// passthrough open refuses a cached open, and the other way round, and a
+// passthrough open must name the backing file the inode's other
+// passthrough opens use; it refuses any of that with EIO.
+//
+// So a node's mode is chosen once, at its first open, and kept for as
+// long as the node lives: every later open of it, overlapping or not,
+// takes the same mode. Switching between opens would be enough for the
+// kernel — it drops an open's hold on the inode's mode and backing file
+// before it sends the RELEASE — but not for go-fuse (v2.12.1). go-fuse
+// registers one backing id per node while its passthrough handles are
+// open and counts them, but at every RELEASE of the node it drops a
+// reference, also for a handle it served without passthrough. And it
+// does that after our Release returned, on the RELEASE's own goroutine,
+// while other requests run. A node that went from cached to passthrough
+// could thus see the late RELEASE of a cached handle take the reference
+// of a passthrough open: the id is unregistered while the kernel still
+// uses it, and the next passthrough open of the node, with a fresh id
+// and backing file, fails with EIO (EBUSY in the kernel), or fails
+// outright if its reply named the id just unregistered (ENOENT). A node
+// served one way only never mixes the two: a cached node never has a
+// backing id, and a passthrough node's references are exact.
+//
+// The price: a small file first opened to be read stays cached, and
+// writes to it are served by the daemon (each WRITE one round trip,
+// holding its path's lock) instead of passed through; a file first
+// opened to write, created, or big at its first open is passed through
+// for good, reads included. A file replaced by a new one (an editor's
+// rename) is a new node and chooses again.
 
 // passthroughMinSize is the size from which a read-only open is passed
 // through too.
@@ -29,8 +54,8 @@ const passthroughMinSize = 1 << 20
 // ioMode is the open-file state of one inode.
 type ioMode struct {
 	mu          sync.Mutex
-	open        int     // open handles; guarded by mu
-	passthrough bool    // the mode of the open handles; guarded by mu
+	chosen      bool    // the first open chose the mode; guarded by mu
+	passthrough bool    // the mode of every open of the node; guarded by mu
 	cachedAs    fileKey // the file as the last cached open saw it; guarded by mu
 }
 
@@ -69,16 +94,18 @@ func (n *node) openHandle(fd int, flags uint32, w *writer, version uint64) (fuse
 	}
 
 	n.io.mu.Lock()
-	if n.io.open == 0 {
+	if !n.io.chosen {
+		// For good: see above why the mode never changes.
+		n.io.chosen = true
 		n.io.passthrough = !n.root.noPassthrough && (writes || !stat() || st.Size >= passthroughMinSize)
 	}
-	n.io.open++
 	passthrough := n.io.passthrough
 	fopen := uint32(fuse.FOPEN_NOFLUSH)
 	if !passthrough && stat() {
 		// Keep the pages the kernel has only if the file is as the last
-		// cached open left it; a passthrough write, or one made behind
-		// our back, went around those pages.
+		// cached open left it; a write made beside this mount (through
+		// another mount, the file API, or behind our back) went around
+		// those pages.
 		key := fileKey{size: st.Size, mtime: st.Mtim, ctime: st.Ctim, version: version}
 		if key == n.io.cachedAs {
 			fopen |= fuse.FOPEN_KEEP_CACHE
@@ -90,14 +117,9 @@ func (n *node) openHandle(fd int, flags uint32, w *writer, version uint64) (fuse
 	h := &handle{
 		LoopbackFile: fusefs.NewLoopbackFile(fd).(*fusefs.LoopbackFile),
 		fd:           fd,
-		released: func() {
-			n.io.mu.Lock()
-			n.io.open--
-			n.io.mu.Unlock()
-			if writes {
-				n.root.changedInode(n)
-			}
-		},
+	}
+	if writes {
+		h.released = func() { n.root.changedInode(n) }
 	}
 	if w != nil {
 		h.closing, h.lockPath = w.closing, w.lockPath

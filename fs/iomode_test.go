@@ -10,13 +10,29 @@ import (
 // TestIOModesMix opens one file in every order of readers and writers. The
 // kernel refuses (EIO) an open whose mode differs from the inode's other
 // opens, and a cached reader must never see pages older than a write made
-// around them.
+// around them. A file made through the mount is passed through for good;
+// one found in the backing folder and first opened to be read is cached
+// for good, its writes served by the daemon (iomode.go).
 func TestIOModesMix(t *testing.T) {
-	_, mnt := mountTemp(t, Options{})
-	p := filepath.Join(mnt, "f")
-	must(t, os.WriteFile(p, []byte("one"), 0o644))
+	for _, made := range []bool{true, false} {
+		name := "found"
+		if made {
+			name = "made"
+		}
+		t.Run(name, func(t *testing.T) { testIOModesMix(t, made) })
+	}
+}
 
-	// A reader first (cached mode), then a writer while it is open.
+func testIOModesMix(t *testing.T, made bool) {
+	backing, mnt := mountTemp(t, Options{})
+	p := filepath.Join(mnt, "f")
+	if made {
+		must(t, os.WriteFile(p, []byte("one"), 0o644))
+	} else {
+		must(t, os.WriteFile(filepath.Join(backing, "f"), []byte("one"), 0o644))
+	}
+
+	// A reader first, then a writer while it is open.
 	r, err := os.Open(p)
 	must(t, err)
 	w, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
@@ -33,7 +49,7 @@ func TestIOModesMix(t *testing.T) {
 	}
 	must(t, r.Close())
 
-	// A writer first (passthrough), then a reader while it is open.
+	// A writer first, then a reader while it is open.
 	w, err = os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
 	must(t, err)
 	r, err = os.Open(p)
@@ -49,8 +65,8 @@ func TestIOModesMix(t *testing.T) {
 	}
 	must(t, r.Close())
 
-	// Cached reads, a passthrough write with no reader open, then a cached
-	// read again: the kept pages must not hide the write.
+	// Reads, a write with no reader open, then a read again: pages the
+	// kernel kept must not hide the write.
 	for i := 0; i < 3; i++ {
 		if got, _ := os.ReadFile(p); string(got) != "three" {
 			t.Fatalf("read %d: %q", i, got)
@@ -59,6 +75,6 @@ func TestIOModesMix(t *testing.T) {
 	big := bytes.Repeat([]byte("4"), 100)
 	must(t, os.WriteFile(p, big, 0o644))
 	if got, _ := os.ReadFile(p); !bytes.Equal(got, big) {
-		t.Errorf("cached read after a write: %q, want 100 fours", got)
+		t.Errorf("read after a write: %q, want 100 fours", got)
 	}
 }

@@ -29,6 +29,12 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		os.Exit(0)
+	case "flip-opens":
+		if err := flipOpens(os.Args[len(os.Args)-2], os.Args[len(os.Args)-1]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	case "increment":
 		if err := increment(os.Args[len(os.Args)-2], os.Args[len(os.Args)-1]); err != nil {
 			fmt.Fprintln(os.Stderr, err)
