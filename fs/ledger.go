@@ -92,6 +92,7 @@ type pathState struct {
 	writers map[Actor]int // open handles that may write, by actor
 	refs    int           // lock holders and waiters, open writers; ledger.mu
 	reads   int           // read records of this path; ledger.mu
+	idle    *list.Element // in ledger.idle while nobody holds or read it; ledger.mu
 }
 
 // readKey names one read record.
@@ -121,24 +122,37 @@ const DefaultMaxReads = 1 << 16
 type ledger struct {
 	off      bool // checks switched off: versions move, nothing is refused
 	maxReads int
+	maxIdle  int // idle path states kept (forgetIfIdle)
+	// forgotten is the greatest version of a path state forgotten; the
+	// version of a path the ledger knows nothing of.
+	forgotten atomic.Uint64
 
 	mu    sync.Mutex
 	seq   atomic.Uint64           // the last version given
 	paths map[pathKey]*pathState  // guarded by mu
 	reads map[readKey]*readRecord // guarded by mu
 	lru   list.List               // of *readRecord, newest first; guarded by mu
+	// idleList holds the states nobody holds or read, most recently
+	// used first; guarded by mu.
+	idleList list.List
 }
 
 func newLedger(maxReads int, off bool) *ledger {
 	if maxReads <= 0 {
 		maxReads = DefaultMaxReads
 	}
-	return &ledger{
+	l := &ledger{
 		off:      off,
 		maxReads: maxReads,
+		maxIdle:  maxReads,
 		paths:    make(map[pathKey]*pathState),
 		reads:    make(map[readKey]*readRecord),
 	}
+	// Versions start above tornRead and above the baseline of a path the
+	// ledger knows nothing of.
+	l.seq.Store(1)
+	l.forgotten.Store(1)
+	return l
 }
 
 // lock takes the locks of one or two paths, in one global order so that
@@ -176,13 +190,16 @@ func (l *ledger) hold(k pathKey) *pathState {
 		st = &pathState{}
 		l.paths[k] = st
 	}
+	if st.idle != nil {
+		l.idleList.Remove(st.idle)
+		st.idle = nil
+	}
 	st.refs++
 	return st
 }
 
 // release drops one reference to each path; a state nobody holds, reads
-// or writes is forgotten (it is made again, with a new version, when
-// next needed; no record can be older than that).
+// or writes becomes idle (forgetIfIdle).
 func (l *ledger) release(keys ...pathKey) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -196,10 +213,35 @@ func (l *ledger) release(keys ...pathKey) {
 	}
 }
 
+// forgetIfIdle keeps a state that nobody holds or read among the idle
+// ones, the least recently used of which are forgotten past maxIdle. A
+// state is kept a while after its last use because its version tells the
+// kernels of the mounts whether what they cache of the path is current
+// (node.syncKernel); a path the ledger forgot gets the greatest version
+// it forgot (forgotten) when it is next needed, which errs on the side of
+// telling a kernel once too often. l.mu is held.
 func (l *ledger) forgetIfIdle(k pathKey, st *pathState) {
-	if st.refs <= 0 && st.reads <= 0 {
-		delete(l.paths, k)
+	if st.refs > 0 || st.reads > 0 || st.idle != nil {
+		return
 	}
+	st.idle = l.idleList.PushFront(idleState{k, st})
+	for l.idleList.Len() > l.maxIdle {
+		old := l.idleList.Remove(l.idleList.Back()).(idleState)
+		old.st.idle = nil
+		delete(l.paths, old.key)
+		// Nobody holds or waits for old.st (refs is 0 under l.mu), and
+		// its last holder's unlock happened before: its version is
+		// safe to read.
+		if v := old.st.version; v > l.forgotten.Load() {
+			l.forgotten.Store(v)
+		}
+	}
+}
+
+// idleState is an entry of ledger.idle.
+type idleState struct {
+	key pathKey
+	st  *pathState
 }
 
 // next returns a new version. st.mu is held.
@@ -220,6 +262,12 @@ func (l *ledger) now() uint64 {
 // open for writing made it, so their records move along. st.mu is held.
 func (l *ledger) current(k pathKey, st *pathState, fp fingerprint) uint64 {
 	if st.known && st.fp == fp {
+		return st.version
+	}
+	if !st.known {
+		// Nothing is known of the path: it did not change through the
+		// ledger since the last version it forgot.
+		st.known, st.fp, st.version = true, fp, l.forgotten.Load()
 		return st.version
 	}
 	st.known, st.fp, st.version = true, fp, l.next()
@@ -432,7 +480,7 @@ func (l *ledger) actorsWithReads() []Actor {
 // ReadStats counts what the ledger holds, for tests and metrics.
 type ReadStats struct {
 	Records int // read records
-	Paths   int // paths with a state
+	Paths   int // paths with a state: held, read, or idle (at most as many as records)
 }
 
 func (l *ledger) stats() ReadStats {
