@@ -43,17 +43,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if errno := n.mayModify(name); errno != 0 {
 		return nil, nil, 0, errno
 	}
-	dfd, done, errno := n.use()
+	dfd, a, g, release, errno := n.takeEntry(ctx, name)
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	defer done()
-	a := n.root.actorOf(ctx)
-	g, unlock, errno := n.take(dfd, name)
-	if errno != 0 {
-		return nil, nil, 0, errno
-	}
-	defer unlock()
+	defer release()
 	// A name the actor read and someone else removed or replaced since.
 	if errno := n.root.refuseIfStale("create", n.child(name), a, g); errno != 0 {
 		return nil, nil, 0, errno
@@ -141,17 +135,11 @@ func (n *node) remove(ctx context.Context, op, name string, flags int) syscall.E
 	if errno := n.mayModify(name); errno != 0 {
 		return errno
 	}
-	dfd, done, errno := n.use()
+	dfd, a, g, release, errno := n.takeEntry(ctx, name)
 	if errno != 0 {
 		return errno
 	}
-	defer done()
-	a := n.root.actorOf(ctx)
-	g, unlock, errno := n.take(dfd, name)
-	if errno != 0 {
-		return errno
-	}
-	defer unlock()
+	defer release()
 	if errno := n.root.refuseIfStale(op, n.child(name), a, g); errno != 0 {
 		return errno
 	}
@@ -278,17 +266,11 @@ func (n *node) mayModify(name string) syscall.Errno {
 // removed again (unlinkat with rmFlags). own gives the new entry to the
 // caller; a hard link keeps its file's owner.
 func (n *node) makeEntry(ctx context.Context, name string, out *fuse.EntryOut, rmFlags int, own bool, mk func(dfd int) error) (*fusefs.Inode, syscall.Errno) {
-	dfd, done, errno := n.use()
+	dfd, a, g, release, errno := n.takeEntry(ctx, name)
 	if errno != 0 {
 		return nil, errno
 	}
-	defer done()
-	a := n.root.actorOf(ctx)
-	g, unlock, errno := n.take(dfd, name)
-	if errno != 0 {
-		return nil, errno
-	}
-	defer unlock()
+	defer release()
 	if err := mk(dfd); err != nil {
 		return nil, fusefs.ToErrno(err)
 	}

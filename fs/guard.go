@@ -102,6 +102,23 @@ func (n *node) take(dfd int, name string) (guarded, func(), syscall.Errno) {
 	return guarded{key: k, state: st}, unlock, 0
 }
 
+// takeEntry gets what a modification of name in the directory n needs:
+// the directory's descriptor, the request's actor, and the name taken
+// (take). Call release when done.
+func (n *node) takeEntry(ctx context.Context, name string) (dfd int, a Actor, g guarded, release func(), errno syscall.Errno) {
+	dfd, done, errno := n.use()
+	if errno != 0 {
+		return -1, Actor{}, guarded{}, nil, errno
+	}
+	a = n.root.actorOf(ctx)
+	g, unlock, errno := n.take(dfd, name)
+	if errno != 0 {
+		done()
+		return -1, Actor{}, guarded{}, nil, errno
+	}
+	return dfd, a, g, func() { unlock(); done() }, 0
+}
+
 // refuseIfStale refuses a modification of g by actor a that read it
 // before its last change.
 func (r *root) refuseIfStale(op, path string, a Actor, g guarded) syscall.Errno {

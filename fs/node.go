@@ -242,17 +242,11 @@ func (n *node) Setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAt
 	if dir == nil {
 		return n.setattr(ctx, fh, in, out)
 	}
-	dfd, ddone, errno := dir.use()
+	dfd, a, g, release, errno := dir.takeEntry(ctx, name)
 	if errno != 0 {
 		return errno
 	}
-	defer ddone()
-	a := n.root.actorOf(ctx)
-	g, unlock, errno := dir.take(dfd, name)
-	if errno != 0 {
-		return errno
-	}
-	defer unlock()
+	defer release()
 	_, resizes := in.GetSize()
 	if resizes {
 		if errno := n.root.refuseIfStale("truncate", dir.child(name), a, g); errno != 0 {

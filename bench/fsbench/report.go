@@ -323,18 +323,24 @@ func (b *bench) verdict(works []workload, s *system) string {
 		} else {
 			met, target = worst >= sequentialTarget, fmt.Sprintf(">= %.2fx", sequentialTarget)
 		}
-		mark := "MISSED"
-		switch {
-		case met && missing > 0:
-			mark = fmt.Sprintf("INCOMPLETE (%d not measured)", missing)
-		case met:
-			mark = "MET"
-		case missing > 0:
-			mark = fmt.Sprintf("MISSED (and %d not measured)", missing)
-		}
+		mark := verdictMark(met, missing)
 		parts = append(parts, fmt.Sprintf("%s worst %.2fx (%s), target %s: %s", name, worst, worstName, target, mark))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// verdictMark says whether a target was met, and whether some workloads
+// went unmeasured.
+func verdictMark(met bool, missing int) string {
+	switch {
+	case met && missing > 0:
+		return fmt.Sprintf("INCOMPLETE (%d not measured)", missing)
+	case met:
+		return "MET"
+	case missing > 0:
+		return fmt.Sprintf("MISSED (and %d not measured)", missing)
+	}
+	return "MISSED"
 }
 
 // checksVerdict judges the edit checks against their target: the worst
@@ -359,16 +365,7 @@ func (b *bench) checksVerdict(works []workload) string {
 	if worstName == "" {
 		return "not measured"
 	}
-	met := worst <= editChecksTarget
-	mark := "MISSED"
-	switch {
-	case met && missing > 0:
-		mark = fmt.Sprintf("INCOMPLETE (%d not measured)", missing)
-	case met:
-		mark = "MET"
-	case missing > 0:
-		mark = fmt.Sprintf("MISSED (and %d not measured)", missing)
-	}
+	mark := verdictMark(worst <= editChecksTarget, missing)
 	return fmt.Sprintf("worst %.2fx (%s), target <= %.2fx: %s", worst, worstName, editChecksTarget, mark)
 }
 
