@@ -63,14 +63,15 @@
 // link leads out depends on other links, which may change, so each follow
 // is checked again.
 //
-// Each inode's open files are served one way, chosen at its first open
-// and kept while the daemon knows the inode (iomode.go): where the kernel
-// offers FUSE passthrough (root, Linux 6.9+), an inode first opened to
-// write, or big at its first open, is passed through, so reads and writes
-// go from the kernel to the backing file and never reach the daemon; a
-// small file first opened only to be read is served by the daemon once and
-// then from the kernel's page cache (FOPEN_KEEP_CACHE), kept only while
-// the file and its version are unchanged. No close sends a FLUSH.
+// Each inode's open files are served one way at a time (iomode.go): where
+// the kernel offers FUSE passthrough (root, Linux 6.9+), opens that may
+// write and reads of big files are passed through, so reads and writes go
+// from the kernel to the backing file and never reach the daemon; small
+// files opened only to be read are served by the daemon once and then from
+// the kernel's page cache (FOPEN_KEEP_CACHE), kept only while the file
+// and its version are unchanged. An inode goes from cached to passed
+// through only a while after its last cached open closed (a go-fuse
+// release runs late); until then its writes are served by the daemon. No close sends a FLUSH.
 // Options.NoPassthrough turns passthrough off. Writes are up to 1 MiB per
 // request.
 //

@@ -22,9 +22,9 @@ type handle struct {
 	// the daemon serves (without passthrough, each WRITE comes here) and
 	// returns its unlock.
 	lockPath func() func()
-	// released, if set, runs after the file is closed: set for a handle
-	// that may have written, it tells the other mounts to drop what they
-	// cached.
+	// released runs after the file is closed: it ends the open in the
+	// inode's I/O mode and, for a handle that may have written, tells the
+	// other mounts to drop what they cached.
 	released func()
 }
 

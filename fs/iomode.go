@@ -2,6 +2,7 @@ package fs
 
 import (
 	"sync"
+	"time"
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -22,30 +23,35 @@ import (
 // passthrough open must name the backing file the inode's other
 // passthrough opens use; it refuses any of that with EIO.
 //
-// So a node's mode is chosen once, at its first open, and kept for as
-// long as the node lives: every later open of it, overlapping or not,
-// takes the same mode. Switching between opens would be enough for the
-// kernel — it drops an open's hold on the inode's mode and backing file
-// before it sends the RELEASE — but not for go-fuse (v2.12.1). go-fuse
-// registers one backing id per node while its passthrough handles are
-// open and counts them, but at every RELEASE of the node it drops a
-// reference, also for a handle it served without passthrough. And it
-// does that after our Release returned, on the RELEASE's own goroutine,
-// while other requests run. A node that went from cached to passthrough
-// could thus see the late RELEASE of a cached handle take the reference
-// of a passthrough open: the id is unregistered while the kernel still
-// uses it, and the next passthrough open of the node, with a fresh id
-// and backing file, fails with EIO (EBUSY in the kernel), or fails
-// outright if its reply named the id just unregistered (ENOENT). A node
-// served one way only never mixes the two: a cached node never has a
-// backing id, and a passthrough node's references are exact.
+// So the first open of an inode picks the mode, every open that overlaps
+// it takes the same one, and an open after the last release picks again —
+// with one exception. Switching between opens is enough for the kernel
+// (it drops an open's hold on the inode's mode and backing file before it
+// sends the RELEASE), but not for go-fuse (v2.12.1). go-fuse registers
+// one backing id per node while its passthrough handles are open and
+// counts them, but at every RELEASE of the node it drops a reference,
+// also for a handle it served without passthrough, and it does that after
+// our Release returned, on the RELEASE's own goroutine. A node going from
+// cached to passthrough could thus see the late RELEASE of a cached handle
+// take the reference of the new passthrough open: the id is unregistered
+// while the kernel still uses it, and the node's next passthrough open,
+// with a fresh id and backing file, fails with EIO. So a node goes from
+// cached to passthrough only once its last cached handle was released a
+// while ago (cachedReleaseGrace); until then an open that would pass
+// through is served by the daemon instead, which is always safe. The other
+// way, from passthrough to cached, is safe at once: a cached node takes
+// no reference, and a late passthrough RELEASE drops only its own.
 //
-// The price: a small file first opened to be read stays cached, and
-// writes to it are served by the daemon (each WRITE one round trip,
-// holding its path's lock) instead of passed through; a file first
-// opened to write, created, or big at its first open is passed through
-// for good, reads included. A file replaced by a new one (an editor's
-// rename) is a new node and chooses again.
+// An agent that reads a small file and writes it back at once thus writes
+// it through the daemon (one WRITE per MiB, holding the path's lock);
+// files it only writes, and big files, are passed through; small files
+// it reads are served from the page cache.
+
+// cachedReleaseGrace is how long after the release of its last cached
+// handle a node keeps being served by the daemon. go-fuse's part of a
+// RELEASE runs right after ours; the grace covers a goroutine that waits
+// for a CPU a very long while.
+const cachedReleaseGrace = time.Second
 
 // passthroughMinSize is the size from which a read-only open is passed
 // through too.
@@ -53,10 +59,11 @@ const passthroughMinSize = 1 << 20
 
 // ioMode is the open-file state of one inode.
 type ioMode struct {
-	mu          sync.Mutex
-	chosen      bool    // the first open chose the mode; guarded by mu
-	passthrough bool    // the mode of every open of the node; guarded by mu
-	cachedAs    fileKey // the file as the last cached open saw it; guarded by mu
+	mu           sync.Mutex
+	open         int       // open handles; guarded by mu
+	passthrough  bool      // the mode of the open handles; guarded by mu
+	cachedAs     fileKey   // the file as the last cached open saw it; guarded by mu
+	cachedClosed time.Time // when the last cached handle was released; guarded by mu
 }
 
 // fileKey tells whether a file changed: any write, through any mount or
@@ -94,11 +101,14 @@ func (n *node) openHandle(fd int, flags uint32, w *writer, version uint64) (fuse
 	}
 
 	n.io.mu.Lock()
-	if !n.io.chosen {
-		// For good: see above why the mode never changes.
-		n.io.chosen = true
-		n.io.passthrough = !n.root.noPassthrough && (writes || !stat() || st.Size >= passthroughMinSize)
+	if n.io.open == 0 {
+		want := !n.root.noPassthrough && (writes || !stat() || st.Size >= passthroughMinSize)
+		if want && !n.io.passthrough && time.Since(n.io.cachedClosed) < cachedReleaseGrace {
+			want = false // see above: go-fuse may not be done with a cached release
+		}
+		n.io.passthrough = want
 	}
+	n.io.open++
 	passthrough := n.io.passthrough
 	fopen := uint32(fuse.FOPEN_NOFLUSH)
 	if !passthrough && stat() {
@@ -118,8 +128,16 @@ func (n *node) openHandle(fd int, flags uint32, w *writer, version uint64) (fuse
 		LoopbackFile: fusefs.NewLoopbackFile(fd).(*fusefs.LoopbackFile),
 		fd:           fd,
 	}
-	if writes {
-		h.released = func() { n.root.changedInode(n) }
+	h.released = func() {
+		n.io.mu.Lock()
+		n.io.open--
+		if !passthrough {
+			n.io.cachedClosed = time.Now()
+		}
+		n.io.mu.Unlock()
+		if writes {
+			n.root.changedInode(n)
+		}
 	}
 	if w != nil {
 		h.closing, h.lockPath = w.closing, w.lockPath

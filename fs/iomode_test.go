@@ -10,9 +10,9 @@ import (
 // TestIOModesMix opens one file in every order of readers and writers. The
 // kernel refuses (EIO) an open whose mode differs from the inode's other
 // opens, and a cached reader must never see pages older than a write made
-// around them. A file made through the mount is passed through for good;
-// one found in the backing folder and first opened to be read is cached
-// for good, its writes served by the daemon (iomode.go).
+// around them. A file made through the mount starts passed through; one
+// found in the backing folder and first opened to be read starts cached
+// (iomode.go).
 func TestIOModesMix(t *testing.T) {
 	for _, made := range []bool{true, false} {
 		name := "found"
