@@ -3,7 +3,26 @@
 // no capabilities, seccomp and limits, with the thread's mount as the only
 // writable tree at /workspace.
 //
-// So far it holds the environment rule (env.go): what a command sees of
-// the world through its environment. The sandbox itself comes with the
-// exec issue.
+// What is here so far:
+//
+//   - env.go: the environment rule, what a command sees of the world
+//     through its environment.
+//   - jail.go, init_linux.go, protocol.go: the sandbox's first layer. Start
+//     re-executes the binary (which calls RunInit when IsInit) in new
+//     mount, pid, ipc, uts and (by default) network namespaces. That init
+//     builds a root of its own — read-only binds of the system folders
+//     (DefaultReadOnly), the thread's folder at /workspace, a private
+//     /tmp, a minimal /dev with its own devpts, a /proc of the jail's pid
+//     namespace — pivots into it, detaches the host's root, sets
+//     no_new_privs, and then starts each command it is sent over a
+//     SOCK_SEQPACKET socket pair (with its stdin, stdout and stderr as
+//     descriptors) in a session of its own, as an unprivileged uid. It
+//     reaps every process of the namespace; a command's session is killed
+//     when it ends or is cancelled; Close ends the init and the kernel the
+//     rest.
+//
+// Still to come (the exec issue): the gateway's exec API and CLI, seccomp,
+// Landlock, capability bounding, cgroup and rlimit limits, a PTY, the
+// loopback interface up in "none" networks, and commands acting as their
+// run in the filesystem.
 package jail

@@ -1,0 +1,371 @@
+package jail
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The init of a jail: the binary re-executed by Start in new mount, pid,
+// ipc, uts and network namespaces, as pid 1 of its pid namespace. It builds
+// the jail's root, pivots into it, and then starts the commands the
+// gateway sends it, each in a session of its own under the jail's uid,
+// and reaps every process of the namespace.
+
+// initFd is the descriptor of the gateway's end of the socket pair in the
+// init (ExtraFiles[0]).
+const initFd = 3
+
+// IsInit reports whether this process was started as a jail's init: the
+// binary's main (or a test's TestMain) calls RunInit then, before anything
+// else.
+func IsInit() bool {
+	return len(os.Args) > 1 && os.Args[1] == InitArg
+}
+
+// RunInit runs the init and never returns.
+func RunInit() {
+	var s setup
+	if _, err := receive(initFd, &s); err != nil {
+		initFail("read setup: %v", err)
+	}
+	if err := buildRoot(s); err != nil {
+		initFail("%v", err)
+	}
+	// Nothing the commands run can gain privileges (set-id bits, file
+	// capabilities), whatever the mounts say.
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		initFail("no_new_privs: %v", err)
+	}
+	in := &initState{setup: s, running: make(map[int]uint64), early: make(map[int]syscall.WaitStatus)}
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	go in.reap(sigs)
+	if err := send(initFd, reply{Ready: true}); err != nil {
+		os.Exit(1)
+	}
+	in.serve()
+}
+
+func initFail(format string, args ...any) {
+	send(initFd, reply{Err: fmt.Sprintf(format, args...)})
+	os.Exit(1)
+}
+
+type initState struct {
+	setup setup
+
+	mu      sync.Mutex
+	running map[int]uint64             // pid → request id; guarded by mu
+	early   map[int]syscall.WaitStatus // exits reaped before their start was recorded; guarded by mu
+	ids     map[uint64]int             // request id → pid; guarded by mu
+}
+
+// serve starts and stops commands until the gateway goes away, then ends
+// the jail (the kernel kills every process of the namespace with pid 1).
+func (in *initState) serve() {
+	in.ids = make(map[uint64]int)
+	for {
+		var req request
+		fds, err := receive(initFd, &req)
+		if err != nil {
+			os.Exit(0)
+		}
+		if req.Kill {
+			in.kill(req.ID)
+			closeAll(fds)
+			continue
+		}
+		in.start(req, fds)
+		closeAll(fds)
+	}
+}
+
+func closeAll(fds []int) {
+	for _, f := range fds {
+		unix.Close(f)
+	}
+}
+
+// start forks and execs one command with the given stdin, stdout and
+// stderr, in a new session, as the jail's uid.
+func (in *initState) start(req request, fds []int) {
+	if len(fds) != 3 || len(req.Argv) == 0 {
+		send(initFd, reply{ID: req.ID, Done: true, Exit: -1, Err: "a command needs argv and three descriptors"})
+		return
+	}
+	path, err := lookPath(req.Argv[0], req.Env)
+	if err != nil {
+		send(initFd, reply{ID: req.ID, Done: true, Exit: 127, Err: err.Error()})
+		return
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   req.Dir,
+		Env:   req.Env,
+		Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])},
+		Sys: &syscall.SysProcAttr{
+			Setsid:     true,
+			Credential: &syscall.Credential{Uid: in.setup.UID, Gid: in.setup.GID, Groups: []uint32{}},
+		},
+	}
+	in.mu.Lock()
+	pid, err := syscall.ForkExec(path, req.Argv, attr)
+	if err != nil {
+		in.mu.Unlock()
+		send(initFd, reply{ID: req.ID, Done: true, Exit: 126, Err: fmt.Sprintf("start %s: %v", req.Argv[0], err)})
+		return
+	}
+	send(initFd, reply{ID: req.ID, Started: true, Pid: pid})
+	if ws, ok := in.early[pid]; ok {
+		delete(in.early, pid)
+		in.mu.Unlock()
+		send(initFd, reply{ID: req.ID, Done: true, Exit: exitCode(ws)})
+		return
+	}
+	in.running[pid] = req.ID
+	in.ids[req.ID] = pid
+	in.mu.Unlock()
+}
+
+// kill stops a command's whole session.
+func (in *initState) kill(id uint64) {
+	in.mu.Lock()
+	pid, ok := in.ids[id]
+	in.mu.Unlock()
+	if ok {
+		unix.Kill(-pid, unix.SIGKILL)
+	}
+}
+
+// reap waits for every child of the namespace: the commands, whose exits
+// it reports, and orphans reparented to pid 1, which it just buries.
+func (in *initState) reap(sigs <-chan os.Signal) {
+	for range sigs {
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				break
+			}
+			in.mu.Lock()
+			id, ok := in.running[pid]
+			if ok {
+				delete(in.running, pid)
+				delete(in.ids, id)
+			} else {
+				in.early[pid] = ws
+			}
+			in.mu.Unlock()
+			if ok {
+				// A command's session may live on in its children; they
+				// die with it, as its process group.
+				unix.Kill(-pid, unix.SIGKILL)
+				send(initFd, reply{ID: id, Done: true, Exit: exitCode(ws)})
+			}
+		}
+	}
+}
+
+// exitCode is a shell's view of a wait status: the exit code, or 128 plus
+// the signal.
+func exitCode(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// lookPath finds a command in the PATH of its environment.
+func lookPath(name string, env []string) (string, error) {
+	if filepath.IsAbs(name) || filepath.Base(name) != name {
+		return name, nil
+	}
+	path := Path
+	for _, kv := range env {
+		if v, ok := cutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: command not found", name)
+}
+
+func cutPrefix(s, prefix string) (string, bool) {
+	if len(s) >= len(prefix) && s[:len(prefix)] == prefix {
+		return s[len(prefix):], true
+	}
+	return "", false
+}
+
+// buildRoot makes the jail's filesystem and pivots into it: a tmpfs root
+// holding read-only binds of the system folders, the workspace, a private
+// /tmp, a minimal /dev with its own devpts, and a /proc of the jail's pid
+// namespace. Nothing else of the host is reachable afterwards.
+func buildRoot(s setup) error {
+	// Mounts made here must not propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make / a slave: %w", err)
+	}
+	// The workspace is held open before the new root goes over /tmp, where
+	// it may live.
+	wsFd, err := unix.Open(s.Workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the workspace %s: %w", s.Workspace, err)
+	}
+	defer unix.Close(wsFd)
+	// The new root: a tmpfs over /tmp of this namespace (a mount point, as
+	// pivot_root wants).
+	root := "/tmp"
+	if err := unix.Mount("jail", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
+		return fmt.Errorf("mount the root tmpfs: %w", err)
+	}
+	for _, dir := range s.ReadOnly {
+		if err := bindReadOnly(root, dir); err != nil {
+			return err
+		}
+	}
+	ws := filepath.Join(root, Workspace)
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(wsFd), ws, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind the workspace: %w", err)
+	}
+	if err := unix.Mount("", ws, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("remount the workspace nosuid: %w", err)
+	}
+	tmp := filepath.Join(root, Tmp)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmp", tmp, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatInt(s.TmpBytes, 10)); err != nil {
+		return fmt.Errorf("mount /tmp: %w", err)
+	}
+	if err := buildDev(filepath.Join(root, "dev")); err != nil {
+		return err
+	}
+	proc := filepath.Join(root, "proc")
+	if err := os.MkdirAll(proc, 0o555); err != nil {
+		return err
+	}
+	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
+	}
+	old := filepath.Join(root, ".old")
+	if err := os.Mkdir(old, 0o700); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(root, old); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	if err := unix.Unmount("/.old", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach the host's root: %w", err)
+	}
+	if err := os.Remove("/.old"); err != nil {
+		return err
+	}
+	// The root tmpfs is read-only from now on: only /workspace and /tmp
+	// are written.
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("remount / read-only: %w", err)
+	}
+	if s.Hostname != "" {
+		if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
+			return fmt.Errorf("set hostname: %w", err)
+		}
+	}
+	return nil
+}
+
+// bindReadOnly makes the host folder dir appear read-only at the same path
+// under root. A symlink (/bin -> usr/bin on a merged /usr) is copied as a
+// symlink; a missing folder is skipped.
+func bindReadOnly(root, dir string) error {
+	st, err := os.Lstat(dir)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	dst := filepath.Join(root, dir)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	if st.Mode()&os.ModeSymlink != 0 {
+		target, err := os.Readlink(dir)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(target, dst)
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(dir, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", dir, err)
+	}
+	if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("remount %s read-only: %w", dir, err)
+	}
+	return nil
+}
+
+// buildDev makes a minimal /dev: the harmless character devices bound
+// from the host, a devpts of the jail's own, and the usual links.
+func buildDev(dev string) error {
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("dev", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return fmt.Errorf("mount /dev: %w", err)
+	}
+	for _, name := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		p := filepath.Join(dev, name)
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o666)
+		if err != nil {
+			return err
+		}
+		f.Close()
+		if err := unix.Mount("/dev/"+name, p, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind /dev/%s: %w", name, err)
+		}
+	}
+	pts := filepath.Join(dev, "pts")
+	if err := os.MkdirAll(pts, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return fmt.Errorf("mount devpts: %w", err)
+	}
+	for name, target := range map[string]string{
+		"ptmx": "pts/ptmx", "fd": "/proc/self/fd",
+		"stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
+	} {
+		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+			return err
+		}
+	}
+	shm := filepath.Join(dev, "shm")
+	if err := os.MkdirAll(shm, 0o1777); err != nil {
+		return err
+	}
+	return unix.Mount("shm", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size=16m")
+}

@@ -1,0 +1,290 @@
+package jail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultReadOnly are the host folders a jail sees, read-only, at the same
+// paths: the system's programs, libraries and configuration. Nothing of
+// the server's data, and no other thread's folder, is among them.
+var DefaultReadOnly = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
+
+// NobodyID is the default uid and gid of a jail's commands.
+const NobodyID = 65534
+
+// Config describes one thread's jail.
+type Config struct {
+	// Workspace is the host folder the jail sees at /workspace: the
+	// thread's mount. Required.
+	Workspace string
+	// ReadOnly are host folders bound read-only at the same paths; nil
+	// means DefaultReadOnly.
+	ReadOnly []string
+	// UID and GID run the commands; 0 means NobodyID. Never the server's.
+	UID, GID uint32
+	// Network is "none" (the default: a network namespace of its own,
+	// with only loopback) or "host".
+	Network string
+	// Hostname is the jail's host name; "" means "warren".
+	Hostname string
+	// TmpBytes bounds the jail's private /tmp; 0 means 512 MiB.
+	TmpBytes int64
+	// Binary is the program re-executed as the jail's init (it must call
+	// RunInit when IsInit); "" means this very binary.
+	Binary string
+}
+
+// Jail is a running per-thread sandbox: an init process in its own
+// namespaces that starts the commands it is sent. Close ends it and every
+// process in it.
+type Jail struct {
+	init *exec.Cmd
+	conn int // the gateway's end of the socket pair
+
+	sendMu sync.Mutex
+
+	mu      sync.Mutex
+	nextID  uint64
+	waiting map[uint64]chan reply // guarded by mu
+	dead    error                 // set once the init is gone; guarded by mu
+	done    chan struct{}         // closed when the reader ended
+}
+
+// Start builds a jail and waits until its init is ready.
+func Start(ctx context.Context, cfg Config) (*Jail, error) {
+	if cfg.Workspace == "" {
+		return nil, errors.New("jail: no workspace")
+	}
+	if cfg.UID == 0 {
+		cfg.UID = NobodyID
+	}
+	if cfg.GID == 0 {
+		cfg.GID = NobodyID
+	}
+	if cfg.ReadOnly == nil {
+		cfg.ReadOnly = DefaultReadOnly
+	}
+	if cfg.Hostname == "" {
+		cfg.Hostname = "warren"
+	}
+	if cfg.TmpBytes == 0 {
+		cfg.TmpBytes = 512 << 20
+	}
+	flags := uintptr(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS)
+	switch cfg.Network {
+	case "", "none":
+		flags |= unix.CLONE_NEWNET
+	case "host":
+	default:
+		return nil, fmt.Errorf("jail: network %q is neither none nor host", cfg.Network)
+	}
+	bin := cfg.Binary
+	if bin == "" {
+		bin = "/proc/self/exe"
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("jail: socket pair: %w", err)
+	}
+	theirs := os.NewFile(uintptr(pair[1]), "jail-init")
+	defer theirs.Close()
+
+	cmd := exec.Command(bin, InitArg)
+	// The init starts with the jail's environment, never the server's.
+	cmd.Env, _ = Env(nil, nil)
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: flags,
+		// The jail dies with the gateway, whatever way it goes.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if err := cmd.Start(); err != nil {
+		unix.Close(pair[0])
+		return nil, fmt.Errorf("jail: start init: %w", err)
+	}
+	j := &Jail{init: cmd, conn: pair[0], waiting: make(map[uint64]chan reply), done: make(chan struct{})}
+	err = send(j.conn, setup{
+		Workspace: cfg.Workspace, ReadOnly: cfg.ReadOnly,
+		UID: cfg.UID, GID: cfg.GID, Hostname: cfg.Hostname, TmpBytes: cfg.TmpBytes,
+	})
+	var ready reply
+	if err == nil {
+		_, err = receive(j.conn, &ready)
+	}
+	if err == nil && !ready.Ready {
+		err = errors.New(ready.Err)
+	}
+	if err != nil {
+		j.stop()
+		unix.Close(j.conn)
+		return nil, fmt.Errorf("jail: set up: %w", err)
+	}
+	go j.read()
+	return j, nil
+}
+
+// read hands the init's replies to the commands waiting for them.
+func (j *Jail) read() {
+	defer close(j.done)
+	for {
+		var r reply
+		fds, err := receive(j.conn, &r)
+		closeAll(fds)
+		if err != nil {
+			j.mu.Lock()
+			j.dead = fmt.Errorf("jail: init gone: %w", err)
+			for id, ch := range j.waiting {
+				close(ch)
+				delete(j.waiting, id)
+			}
+			j.mu.Unlock()
+			return
+		}
+		j.mu.Lock()
+		ch := j.waiting[r.ID]
+		if r.Done {
+			delete(j.waiting, r.ID)
+		}
+		j.mu.Unlock()
+		if ch != nil {
+			ch <- r
+			if r.Done {
+				close(ch)
+			}
+		}
+	}
+}
+
+// Cmd is one command to run in a jail.
+type Cmd struct {
+	Args   []string  // argv; Args[0] is looked up in the jail's PATH
+	Env    []string  // the whole environment (see Env)
+	Dir    string    // inside the jail; "" means /workspace
+	Stdin  io.Reader // nil means empty
+	Stdout io.Writer // nil means discarded
+	Stderr io.Writer // nil means discarded
+}
+
+// Run runs c in the jail and returns its exit code (128+n for a signal).
+// When ctx ends, the command's whole session is killed.
+func (j *Jail) Run(ctx context.Context, c Cmd) (int, error) {
+	if len(c.Args) == 0 {
+		return -1, errors.New("jail: no command")
+	}
+	dir := c.Dir
+	if dir == "" {
+		dir = Workspace
+	}
+	var pipes [3][2]*os.File // [i][0] the command's end, [i][1] ours
+	defer func() {
+		for _, p := range pipes {
+			for _, f := range p {
+				if f != nil {
+					f.Close()
+				}
+			}
+		}
+	}()
+	for i := range pipes {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return -1, fmt.Errorf("jail: pipe: %w", err)
+		}
+		if i == 0 {
+			pipes[i] = [2]*os.File{r, w}
+		} else {
+			pipes[i] = [2]*os.File{w, r}
+		}
+	}
+	ch := make(chan reply, 4)
+	j.mu.Lock()
+	if j.dead != nil {
+		j.mu.Unlock()
+		return -1, j.dead
+	}
+	j.nextID++
+	id := j.nextID
+	j.waiting[id] = ch
+	j.mu.Unlock()
+
+	j.sendMu.Lock()
+	err := send(j.conn, request{ID: id, Argv: c.Args, Env: c.Env, Dir: dir},
+		int(pipes[0][0].Fd()), int(pipes[1][0].Fd()), int(pipes[2][0].Fd()))
+	j.sendMu.Unlock()
+	if err != nil {
+		j.mu.Lock()
+		delete(j.waiting, id)
+		j.mu.Unlock()
+		return -1, fmt.Errorf("jail: send command: %w", err)
+	}
+	for i := range pipes {
+		pipes[i][0].Close()
+		pipes[i][0] = nil
+	}
+
+	var copies sync.WaitGroup
+	copyOut := func(dst io.Writer, src *os.File) {
+		defer copies.Done()
+		if dst == nil {
+			dst = io.Discard
+		}
+		io.Copy(dst, src)
+	}
+	copies.Add(2)
+	go copyOut(c.Stdout, pipes[1][1])
+	go copyOut(c.Stderr, pipes[2][1])
+	stdin := pipes[0][1]
+	pipes[0][1] = nil
+	go func() {
+		if c.Stdin != nil {
+			io.Copy(stdin, c.Stdin)
+		}
+		stdin.Close()
+	}()
+
+	exit, err := -1, error(nil)
+	for waiting := true; waiting; {
+		select {
+		case r, ok := <-ch:
+			switch {
+			case !ok:
+				err, waiting = errors.New("jail: init gone"), false
+			case r.Done:
+				exit, waiting = r.Exit, false
+				if r.Err != "" {
+					err = errors.New(r.Err)
+				}
+			}
+		case <-ctx.Done():
+			j.sendMu.Lock()
+			send(j.conn, request{ID: id, Kill: true})
+			j.sendMu.Unlock()
+			ctx = context.Background() // wait for its end now
+		}
+	}
+	copies.Wait()
+	return exit, err
+}
+
+// Close ends the jail: its init and, with it, every process in it (the
+// kernel kills a pid namespace whose init ends).
+func (j *Jail) Close() error {
+	j.stop()
+	<-j.done // the init's end of the socket closed with it
+	return unix.Close(j.conn)
+}
+
+func (j *Jail) stop() {
+	j.init.Process.Kill()
+	j.init.Wait()
+}

@@ -1,0 +1,171 @@
+package jail
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"warren/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	if IsInit() {
+		RunInit()
+	}
+	os.Exit(m.Run())
+}
+
+// startJail starts a jail over a fresh workspace, with a secret file and a
+// secret variable on the host side, and ends it when the test ends.
+func startJail(t *testing.T) (*Jail, string) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	t.Setenv("OPENAI_API_KEY", "sk-server-secret")
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "workspace")
+	// The workspace belongs to the jail's user, as the gateway will make
+	// it.
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(ws, NobodyID, NobodyID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".env"), []byte("OPENAI_API_KEY=sk-server-secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	j, err := Start(ctx, Config{Workspace: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	return j, ws
+}
+
+// run runs a shell line in j and returns its exit code and output.
+func run(t *testing.T, j *Jail, line string) (int, string, string) {
+	t.Helper()
+	env, err := Env(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code, err := j.Run(ctx, Cmd{Args: []string{"/bin/sh", "-c", line}, Env: env, Stdout: &out, Stderr: &errOut})
+	if err != nil {
+		t.Fatalf("run %q: %v", line, err)
+	}
+	return code, out.String(), errOut.String()
+}
+
+func TestJailRunsInWorkspace(t *testing.T) {
+	j, ws := startJail(t)
+	code, out, errOut := run(t, j, `pwd; id -u; id -g; hostname; echo made > here`)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if want := "/workspace\n65534\n65534\nwarren\n"; out != want {
+		t.Errorf("output %q, want %q", out, want)
+	}
+	if got, err := os.ReadFile(filepath.Join(ws, "here")); err != nil || string(got) != "made\n" {
+		t.Errorf("the workspace on the host holds %q, %v", got, err)
+	}
+	if code, _, _ := run(t, j, `exit 7`); code != 7 {
+		t.Errorf("exit code %d, want 7", code)
+	}
+	if code, _, _ := run(t, j, `kill -9 $$`); code != 128+9 {
+		t.Errorf("killed: exit code %d, want 137", code)
+	}
+}
+
+func TestJailEnvironment(t *testing.T) {
+	j, _ := startJail(t)
+	code, out, _ := run(t, j, `env`)
+	if code != 0 {
+		t.Fatal(code)
+	}
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		name, _, _ := strings.Cut(line, "=")
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	want := []string{"AGENT", "GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_KEY_1", "GIT_CONFIG_VALUE_0", "GIT_CONFIG_VALUE_1",
+		"HOME", "LANG", "LC_ALL", "PATH", "PWD", "TEMP", "TMP", "TMPDIR"}
+	if strings.Join(names, " ") != strings.Join(want, " ") {
+		t.Errorf("env names %v, want %v", names, want)
+	}
+	if strings.Contains(out, "sk-server-secret") {
+		t.Error("the server's secret is in the jail's environment")
+	}
+}
+
+// TestJailSeesNothingOfTheHost: the host's files outside the system
+// folders are not there, the system folders are read-only, /proc shows
+// only the jail's processes, and the network is loopback only.
+func TestJailSeesNothingOfTheHost(t *testing.T) {
+	j, ws := startJail(t)
+	host := filepath.Dir(ws)
+	for _, c := range []struct{ name, line string }{
+		{"the .env beside the workspace", "cat " + filepath.Join(host, ".env")},
+		{"the host's folder of the workspace", "ls " + host},
+		{"a write to /usr", "touch /usr/x"},
+		{"a write to /etc", "touch /etc/x"},
+		{"a write to /", "touch /x"},
+		{"the root's home", "ls /root"},
+		{"the host's /var", "ls /var/lib"},
+		{"/sys", "ls /sys/class"},
+		{"a mount", "mount -t tmpfs x /tmp"},
+	} {
+		if code, out, _ := run(t, j, c.line); code == 0 {
+			t.Errorf("%s: %q succeeded: %q", c.name, c.line, out)
+		}
+	}
+	if _, err := os.Stat("/usr/x"); err == nil {
+		t.Fatal("/usr/x exists on the host")
+	}
+	code, out, _ := run(t, j, `ls /proc | grep -E '^[0-9]+$' | sort -n | head -n 1`)
+	if code != 0 || strings.TrimSpace(out) != "1" {
+		t.Errorf("lowest pid in the jail's /proc: %q (exit %d), want 1", out, code)
+	}
+	if _, out, _ := run(t, j, `cat /proc/1/cmdline | tr '\0' ' '`); strings.Contains(out, "sk-") || !strings.Contains(out, InitArg) {
+		t.Errorf("pid 1 of the jail is %q", out)
+	}
+	if code, out, _ := run(t, j, `ls /sys/class/net 2>/dev/null || cat /proc/net/dev`); code != 0 || strings.Contains(out, "eth") {
+		t.Errorf("network devices: %q", out)
+	}
+	if code, _, errOut := run(t, j, `echo x > /tmp/t && cat /tmp/t >/dev/null`); code != 0 {
+		t.Errorf("the private /tmp is not writable: %s", errOut)
+	}
+}
+
+// TestJailCancel: a command whose context ends is killed with its whole
+// session, and the jail goes on.
+func TestJailCancel(t *testing.T) {
+	j, _ := startJail(t)
+	env, _ := Env(nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	code, err := j.Run(ctx, Cmd{Args: []string{"/bin/sh", "-c", "sleep 100 & sleep 100"}, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 128+9 || time.Since(start) > 10*time.Second {
+		t.Fatalf("cancelled command: exit %d after %v, want 137 at once", code, time.Since(start))
+	}
+	// The background sleep died with its session: only init, the shell
+	// and its children are left.
+	code, out, _ := run(t, j, `for p in /proc/[0-9]*; do cat $p/comm; done | grep -c '^sleep$'`)
+	if strings.TrimSpace(out) != "0" {
+		t.Errorf("sleeps left in the jail after the cancel: %q (exit %d)", out, code)
+	}
+}

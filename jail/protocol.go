@@ -1,0 +1,114 @@
+package jail
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// The gateway and a jail's init talk over a SOCK_SEQPACKET socket pair:
+// each message is one JSON object in one packet, so no framing is needed,
+// and a request passes the command's stdin, stdout and stderr as
+// descriptors (SCM_RIGHTS) with it.
+
+// InitArg is the first argument with which the binary is run as a jail's
+// init (see IsInit).
+const InitArg = "warren-jail-init"
+
+// maxPacket bounds one message.
+const maxPacket = 1 << 20
+
+// setup is the first message to an init: how to build the jail.
+type setup struct {
+	Workspace string   `json:"workspace"` // host folder bound at /workspace
+	ReadOnly  []string `json:"readOnly"`  // host folders bound read-only at the same paths
+	UID       uint32   `json:"uid"`
+	GID       uint32   `json:"gid"`
+	Hostname  string   `json:"hostname"`
+	TmpBytes  int64    `json:"tmpBytes"`
+}
+
+// request asks the init to start (or, with Kill, to stop) a command.
+type request struct {
+	ID   uint64   `json:"id"`
+	Argv []string `json:"argv,omitempty"`
+	Env  []string `json:"env,omitempty"`
+	Dir  string   `json:"dir,omitempty"`
+	Kill bool     `json:"kill,omitempty"`
+}
+
+// reply is the init's answer: ready after setup (ID 0), a command's pid
+// once it started, its exit once it ended, or an error.
+type reply struct {
+	ID      uint64 `json:"id"`
+	Ready   bool   `json:"ready,omitempty"`
+	Pid     int    `json:"pid,omitempty"`
+	Started bool   `json:"started,omitempty"`
+	Done    bool   `json:"done,omitempty"`
+	Exit    int    `json:"exit"`
+	Err     string `json:"err,omitempty"`
+}
+
+// send writes v as one packet on fd, with fds attached.
+func send(fd int, v any, fds ...int) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(b) > maxPacket {
+		return fmt.Errorf("message of %d bytes is over %d", len(b), maxPacket)
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	for {
+		err = unix.Sendmsg(fd, b, oob, nil, 0)
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// receive reads one packet from fd into v and returns the descriptors
+// that came with it (close-on-exec).
+func receive(fd int, v any) ([]int, error) {
+	buf := make([]byte, maxPacket)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	var n, oobn int
+	var err error
+	for {
+		n, oobn, _, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, errors.New("connection closed")
+	}
+	var fds []int
+	if oobn > 0 {
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return nil, fmt.Errorf("parse control message: %w", err)
+		}
+		for _, m := range msgs {
+			got, err := unix.ParseUnixRights(&m)
+			if err == nil {
+				fds = append(fds, got...)
+			}
+		}
+	}
+	if err := json.Unmarshal(buf[:n], v); err != nil {
+		for _, f := range fds {
+			unix.Close(f)
+		}
+		return nil, fmt.Errorf("decode message: %w", err)
+	}
+	return fds, nil
+}
