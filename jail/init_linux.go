@@ -31,8 +31,9 @@ func IsInit() bool {
 
 // RunInit runs the init and never returns.
 func RunInit() {
+	rc := newReceiver(initFd)
 	var s setup
-	if _, err := receive(initFd, &s); err != nil {
+	if _, err := rc.receive(&s); err != nil {
 		initFail("read setup: %v", err)
 	}
 	if err := buildRoot(s); err != nil {
@@ -50,7 +51,7 @@ func RunInit() {
 	if err := send(initFd, reply{Ready: true}); err != nil {
 		os.Exit(1)
 	}
-	in.serve()
+	in.serve(rc)
 }
 
 func initFail(format string, args ...any) {
@@ -69,11 +70,11 @@ type initState struct {
 
 // serve starts and stops commands until the gateway goes away, then ends
 // the jail (the kernel kills every process of the namespace with pid 1).
-func (in *initState) serve() {
+func (in *initState) serve(rc *receiver) {
 	in.ids = make(map[uint64]int)
 	for {
 		var req request
-		fds, err := receive(initFd, &req)
+		fds, err := rc.receive(&req)
 		if err != nil {
 			os.Exit(0)
 		}

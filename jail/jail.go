@@ -117,9 +117,10 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		Workspace: cfg.Workspace, ReadOnly: cfg.ReadOnly,
 		UID: cfg.UID, GID: cfg.GID, Hostname: cfg.Hostname, TmpBytes: cfg.TmpBytes,
 	})
+	rc := newReceiver(j.conn)
 	var ready reply
 	if err == nil {
-		_, err = receive(j.conn, &ready)
+		_, err = rc.receive(&ready)
 	}
 	if err == nil && !ready.Ready {
 		err = errors.New(ready.Err)
@@ -129,16 +130,16 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		unix.Close(j.conn)
 		return nil, fmt.Errorf("jail: set up: %w", err)
 	}
-	go j.read()
+	go j.read(rc)
 	return j, nil
 }
 
 // read hands the init's replies to the commands waiting for them.
-func (j *Jail) read() {
+func (j *Jail) read(rc *receiver) {
 	defer close(j.done)
 	for {
 		var r reply
-		fds, err := receive(j.conn, &r)
+		fds, err := rc.receive(&r)
 		closeAll(fds)
 		if err != nil {
 			j.mu.Lock()

@@ -72,11 +72,22 @@ func send(fd int, v any, fds ...int) error {
 	}
 }
 
-// receive reads one packet from fd into v and returns the descriptors
-// that came with it (close-on-exec).
-func receive(fd int, v any) ([]int, error) {
-	buf := make([]byte, maxPacket)
-	oob := make([]byte, unix.CmsgSpace(3*4))
+// receiver reads packets from one socket; it keeps its buffer, so a
+// packet costs no allocation of its size. Not for concurrent use.
+type receiver struct {
+	fd  int
+	buf []byte
+	oob []byte
+}
+
+func newReceiver(fd int) *receiver {
+	return &receiver{fd: fd, buf: make([]byte, maxPacket), oob: make([]byte, unix.CmsgSpace(3*4))}
+}
+
+// receive reads one packet into v and returns the descriptors that came
+// with it (close-on-exec).
+func (rc *receiver) receive(v any) ([]int, error) {
+	fd, buf, oob := rc.fd, rc.buf, rc.oob
 	var n, oobn int
 	var err error
 	for {
