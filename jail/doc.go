@@ -14,14 +14,16 @@
 //     (DefaultReadOnly), the thread's folder at /workspace, a private
 //     /tmp, a minimal /dev with its own devpts, a /proc of the jail's pid
 //     namespace — pivots into it, detaches the host's root, sets
-//     no_new_privs, and then starts each command it is sent over a
+//     no_new_privs and a seccomp filter (seccomp_linux.go: no new
+//     namespaces, no mounts, no ptrace, no io_uring, no TIOCSTI, ...), and
+//     then starts each command it is sent over a
 //     SOCK_SEQPACKET socket pair (with its stdin, stdout and stderr as
 //     descriptors) in a session of its own, as an unprivileged uid. It
 //     reaps every process of the namespace; a command's session is killed
 //     when it ends or is cancelled; Close ends the init and the kernel the
 //     rest.
 //
-// Still to come (the exec issue): the gateway's exec API and CLI, seccomp,
+// Still to come (the exec issue): the gateway's exec API and CLI,
 // Landlock, capability bounding, cgroup and rlimit limits, a PTY, the
 // loopback interface up in "none" networks, and commands acting as their
 // run in the filesystem.

@@ -44,6 +44,11 @@ func RunInit() {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		initFail("no_new_privs: %v", err)
 	}
+	// From here on, neither the init nor any command may make namespaces,
+	// mount, trace or fake terminal input (seccomp_linux.go).
+	if err := installFilter(); err != nil {
+		initFail("%v", err)
+	}
 	in := &initState{setup: s, running: make(map[int]uint64), early: make(map[int]syscall.WaitStatus)}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD)

@@ -169,3 +169,26 @@ func TestJailCancel(t *testing.T) {
 		t.Errorf("sleeps left in the jail after the cancel: %q (exit %d)", out, code)
 	}
 }
+
+// TestJailSeccomp: the calls the filter shuts fail, and ordinary work
+// still runs.
+func TestJailSeccomp(t *testing.T) {
+	j, _ := startJail(t)
+	for _, line := range []string{
+		"unshare -U true",
+		"unshare -r true",
+		"unshare -m true",
+		"unshare -n true",
+		"mount -t tmpfs x /tmp",
+	} {
+		code, _, errOut := run(t, j, line)
+		if code == 0 {
+			t.Errorf("%q succeeded in the jail", line)
+		} else {
+			t.Logf("%q: exit %d: %s", line, code, strings.TrimSpace(errOut))
+		}
+	}
+	if code, out, errOut := run(t, j, `mkdir -p d && cd d && echo hi > f && cat f | tr a-z A-Z && ls -la >/dev/null && (sleep 0.01 &) && wait`); code != 0 || out != "HI\n" {
+		t.Errorf("ordinary work: exit %d, %q, %s", code, out, errOut)
+	}
+}
