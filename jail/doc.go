@@ -19,12 +19,12 @@
 //     then starts each command it is sent over a
 //     SOCK_SEQPACKET socket pair (with its stdin, stdout and stderr as
 //     descriptors) in a session of its own, as an unprivileged uid. It
-//     reaps every process of the namespace; a command's session is killed
+//     reaps every process of the namespace; in a network of its own it
+//     brings up lo, the only interface; a command's session is killed
 //     when it ends or is cancelled; Close ends the init and the kernel the
 //     rest.
 //
 // Still to come (the exec issue): the gateway's exec API and CLI,
-// Landlock, capability bounding, cgroup and rlimit limits, a PTY, the
-// loopback interface up in "none" networks, and commands acting as their
-// run in the filesystem.
+// Landlock, capability bounding, cgroup and rlimit limits, a PTY, and
+// commands acting as their run in the filesystem.
 package jail

@@ -39,6 +39,11 @@ func RunInit() {
 	if err := buildRoot(s); err != nil {
 		initFail("%v", err)
 	}
+	if s.OwnNet {
+		if err := loopbackUp(); err != nil {
+			initFail("%v", err)
+		}
+	}
 	// Nothing the commands run can gain privileges (set-id bits, file
 	// capabilities), whatever the mounts say.
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
@@ -296,6 +301,26 @@ func buildRoot(s setup) error {
 		if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
 			return fmt.Errorf("set hostname: %w", err)
 		}
+	}
+	return nil
+}
+
+// loopbackUp brings up lo, the only interface of the jail's own network
+// namespace: programs that talk to themselves over 127.0.0.1 (test
+// servers, language servers) work, and nothing leaves the jail.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	ifr.SetUint16(unix.IFF_UP | unix.IFF_LOOPBACK | unix.IFF_RUNNING)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bring lo up: %w", err)
 	}
 	return nil
 }

@@ -116,6 +116,7 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	err = send(j.conn, setup{
 		Workspace: cfg.Workspace, ReadOnly: cfg.ReadOnly,
 		UID: cfg.UID, GID: cfg.GID, Hostname: cfg.Hostname, TmpBytes: cfg.TmpBytes,
+		OwnNet: flags&unix.CLONE_NEWNET != 0,
 	})
 	rc := newReceiver(j.conn)
 	var ready reply

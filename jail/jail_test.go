@@ -3,6 +3,8 @@ package jail
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -190,5 +192,35 @@ func TestJailSeccomp(t *testing.T) {
 	}
 	if code, out, errOut := run(t, j, `mkdir -p d && cd d && echo hi > f && cat f | tr a-z A-Z && ls -la >/dev/null && (sleep 0.01 &) && wait`); code != 0 || out != "HI\n" {
 		t.Errorf("ordinary work: exit %d, %q, %s", code, out, errOut)
+	}
+}
+
+// TestJailNetworkNone: the jail has a loopback of its own, and the host's
+// loopback listeners are out of its reach.
+func TestJailNetworkNone(t *testing.T) {
+	testenv.RequireCommand(t, "bash")
+	j, _ := startJail(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("host secret\n"))
+			c.Close()
+		}
+	}()
+	port := l.Addr().(*net.TCPAddr).Port
+	code, out, errOut := run(t, j, fmt.Sprintf(`exec bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d && cat <&3'`, port))
+	if code == 0 || strings.Contains(out, "host secret") {
+		t.Fatalf("the jail reached the host's listener: exit %d, %q", code, out)
+	}
+	if !strings.Contains(errOut, "refused") {
+		t.Errorf("connecting in the jail: %q; want connection refused (its own loopback, up)", errOut)
 	}
 }

@@ -28,6 +28,7 @@ type setup struct {
 	GID       uint32   `json:"gid"`
 	Hostname  string   `json:"hostname"`
 	TmpBytes  int64    `json:"tmpBytes"`
+	OwnNet    bool     `json:"ownNet"` // a network namespace of its own: bring its loopback up
 }
 
 // request asks the init to start (or, with Kill, to stop) a command.
