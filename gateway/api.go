@@ -90,6 +90,7 @@ func routes() []route {
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/edit", (*Gateway).handleEditFile},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs", (*Gateway).handleRegisterRun},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs/end", (*Gateway).handleEndRun},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec", (*Gateway).handleExec}, // answers a streamer
 	}
 }
 

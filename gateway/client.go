@@ -173,6 +173,39 @@ func (c *Client) Events(ctx context.Context, tenant, thread string, fn func(Even
 	}
 }
 
+// Exec runs a command in a thread's jail, writes its output to stdout and
+// stderr (either may be nil) as it comes, and returns the command's exit
+// code (124 when it ran out of time).
+func (c *Client) Exec(ctx context.Context, tenant, thread string, req ExecRequest, stdout, stderr io.Writer) (int, error) {
+	path := threadPath(tenant, thread) + "/exec"
+	resp, err := c.send(ctx, http.MethodPost, path, nil, req)
+	if err != nil {
+		return -1, err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var f ExecFrame
+		if err := dec.Decode(&f); err != nil {
+			if ctx.Err() != nil {
+				return -1, ctx.Err()
+			}
+			return -1, fmt.Errorf("POST %s: the answer ended before the command did: %w", path, err)
+		}
+		switch {
+		case f.Exit != nil:
+			if f.Error != "" {
+				return *f.Exit, fmt.Errorf("POST %s: %s", path, f.Error)
+			}
+			return *f.Exit, nil
+		case f.Stream == "stdout" && stdout != nil:
+			io.WriteString(stdout, f.Data)
+		case f.Stream == "stderr" && stderr != nil:
+			io.WriteString(stderr, f.Data)
+		}
+	}
+}
+
 // threadPath is the escaped API path of a thread.
 func threadPath(tenant, thread string) string {
 	return "/v1/tenants/" + escapeID(tenant) + "/threads/" + escapeID(thread)

@@ -38,6 +38,9 @@ type Config struct {
 	// reads (fs.HubConfig.NoEditChecks). It exists for benchmarks that
 	// measure what the checks cost; never set it in production.
 	NoEditChecks bool
+	// JailBinary is the program run as a jail's init (it calls
+	// jail.RunInit when jail.IsInit); "" means this very binary.
+	JailBinary string
 
 	// mounter serves the mounts; nil means fuseMounter, the FUSE filesystem
 	// of package fs, which is the only implementation. It is a seam for

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"warren/fs"
+	"warren/jail"
 	"warren/meta"
 )
 
@@ -41,6 +42,9 @@ type Gateway struct {
 	hub *fs.Hub
 	// events fans the gateway's events out to GET /v1/events (events.go).
 	events *broker
+	// jails are the threads' sandboxes, made at their first command
+	// (exec.go); guarded by mu.
+	jails map[meta.ThreadKey]*jail.Jail
 
 	threadLocks keyedLocks[meta.ThreadKey]
 
@@ -96,6 +100,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		threads:     make(map[meta.ThreadKey]*threadMount),
 		inspections: make(map[string]*inspectionMount),
 		events:      newBroker(eventBuffer),
+		jails:       make(map[meta.ThreadKey]*jail.Jail),
 		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks}),
 	}
 	for _, u := range cfg.AllowUIDs {
@@ -167,8 +172,10 @@ func (g *Gateway) Close() error {
 		g.closed = true
 		g.mu.Unlock()
 		// Event streams never go idle by themselves: end them first, so
-		// that Shutdown does not wait its whole grace for them.
+		// that Shutdown does not wait its whole grace for them. Commands
+		// end with their jails, and their streams with them.
 		g.events.close()
+		g.closeJails()
 
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		defer cancel()

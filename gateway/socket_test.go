@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"warren/internal/testenv"
+	"warren/jail"
 )
 
 // peerClientEnv makes the test binary act as a tiny API client (see
@@ -22,6 +23,9 @@ import (
 const peerClientEnv = "WARREN_TEST_PEER_CLIENT_SOCKET"
 
 func TestMain(m *testing.M) {
+	if jail.IsInit() {
+		jail.RunInit()
+	}
 	if sock := os.Getenv(peerClientEnv); sock != "" {
 		os.Exit(peerClient(sock))
 	}

@@ -248,6 +248,9 @@ func (g *Gateway) putMount(k meta.ThreadKey, m io.Closer) {
 // unmountThread unmounts k's mount, if it has one, putting it back into the
 // map if that fails. The thread lock of k must be held.
 func (g *Gateway) unmountThread(k meta.ThreadKey, mountPath string) error {
+	// The jail holds the mount (bound at /workspace in its namespace):
+	// it goes first, with every command in it.
+	g.closeJail(k)
 	m := g.takeMount(k)
 	if m == nil {
 		return nil

@@ -14,6 +14,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"warren/jail"
 )
 
 // verb is one subcommand.
@@ -55,6 +57,11 @@ func usagef(format string, args ...any) error {
 }
 
 func main() {
+	// Re-executed as a thread's jail init (package jail): that, and
+	// nothing else.
+	if jail.IsInit() {
+		jail.RunInit()
+	}
 	e := &cliEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
 	os.Exit(run(context.Background(), e, os.Args[1:]))
 }

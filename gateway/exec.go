@@ -1,0 +1,233 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"warren/jail"
+	"warren/meta"
+)
+
+// Commands run in the thread's jail (package jail): one per bound thread,
+// made at its first command and closed when the thread is closed or
+// deleted or the gateway stops. The answer streams the command's output as
+// NDJSON frames and ends with its exit code.
+
+// ExecRequest runs a command for a thread.
+type ExecRequest struct {
+	// Command is run with bash -c.
+	Command string `json:"command"`
+	// Cwd is where it runs: relative to /workspace, or absolute inside
+	// it; "" means /workspace.
+	Cwd string `json:"cwd,omitempty"`
+	// Env are extra variables for this call (see jail.Env for what may
+	// not be set).
+	Env map[string]string `json:"env,omitempty"`
+	// Stdin is the command's whole input; none means empty.
+	Stdin string `json:"stdin,omitempty"`
+	// TimeoutSeconds ends the command's whole session after so long, with
+	// exit code 124; 0 means DefaultExecTimeout.
+	TimeoutSeconds float64 `json:"timeoutSeconds,omitempty"`
+}
+
+// ExecFrame is one line of an exec answer: output (Stream "stdout" or
+// "stderr" with Data), or the end (Exit set).
+type ExecFrame struct {
+	Stream   string `json:"stream,omitempty"`
+	Data     string `json:"data,omitempty"`
+	Exit     *int   `json:"exit,omitempty"`
+	TimedOut bool   `json:"timedOut,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// DefaultExecTimeout bounds a command with no timeout of its own.
+const DefaultExecTimeout = 10 * time.Minute
+
+// maxExecTimeout bounds any command.
+const maxExecTimeout = 24 * time.Hour
+
+// timeoutExit is the exit code of a command that ran out of time, as
+// timeout(1) gives it.
+const timeoutExit = 124
+
+// jailFor returns k's jail, starting it at the thread's first command.
+// The workspace's root is given to the jail's user, whose commands
+// otherwise could not write it. The thread lock of k must be held.
+func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey) (*jail.Jail, error) {
+	g.mu.Lock()
+	j := g.jails[k]
+	g.mu.Unlock()
+	if j != nil {
+		return j, nil
+	}
+	root, mountPath, err := g.threadPaths(k)
+	if err != nil {
+		return nil, err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(root, &st); err != nil {
+		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
+	}
+	if st.Uid == 0 {
+		if err := os.Chown(root, jail.NobodyID, jail.NobodyID); err != nil {
+			return nil, fmt.Errorf("jail for %s: give the workspace to its user: %w", keyName(k), err)
+		}
+	}
+	j, err = jail.Start(ctx, jail.Config{Workspace: mountPath, Binary: g.cfg.JailBinary})
+	if err != nil {
+		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
+	}
+	g.mu.Lock()
+	g.jails[k] = j
+	g.mu.Unlock()
+	g.log.Info("jail started", "tenant", k.Tenant, "thread", k.Thread)
+	return j, nil
+}
+
+// closeJail ends k's jail, if it has one, and every command in it.
+func (g *Gateway) closeJail(k meta.ThreadKey) {
+	g.mu.Lock()
+	j := g.jails[k]
+	delete(g.jails, k)
+	g.mu.Unlock()
+	if j != nil {
+		j.Close()
+	}
+}
+
+// closeJails ends every jail, at shutdown.
+func (g *Gateway) closeJails() {
+	g.mu.Lock()
+	js := g.jails
+	g.jails = make(map[meta.ThreadKey]*jail.Jail)
+	g.mu.Unlock()
+	for _, j := range js {
+		j.Close()
+	}
+}
+
+// execCwd turns a request's cwd into a folder inside the jail's
+// workspace, or refuses it.
+func execCwd(cwd string) (string, error) {
+	if cwd == "" {
+		return jail.Workspace, nil
+	}
+	p := cwd
+	if !path.IsAbs(p) {
+		p = path.Join(jail.Workspace, p)
+	}
+	p = path.Clean(p)
+	if p != jail.Workspace && !strings.HasPrefix(p, jail.Workspace+"/") {
+		return "", &toolError{ErrOutside, fmt.Sprintf("cwd %s is outside the workspace.", cwd)}
+	}
+	return p, nil
+}
+
+// execStream runs one command and writes its frames.
+type execStream struct {
+	g       *Gateway
+	j       *jail.Jail
+	cmd     jail.Cmd
+	timeout time.Duration
+}
+
+func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
+	var req ExecRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return nil, err
+	}
+	if req.Command == "" {
+		return nil, fmt.Errorf("%w: command is required", ErrInvalid)
+	}
+	cwd, err := execCwd(req.Cwd)
+	if err != nil {
+		return nil, err
+	}
+	env, err := jail.Env(nil, req.Env)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	timeout := DefaultExecTimeout
+	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > maxExecTimeout.Seconds() {
+		return nil, fmt.Errorf("%w: timeoutSeconds must be between 0 and %v", ErrInvalid, maxExecTimeout.Seconds())
+	}
+	if req.TimeoutSeconds > 0 {
+		timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
+	}
+	info, err := g.Bind(r.Context(), p.tenant, p.thread)
+	if err != nil {
+		return nil, err
+	}
+	k := meta.ThreadKey{Tenant: info.Tenant, Thread: info.Thread}
+	unlock, err := g.threadLocks.lock(r.Context(), k)
+	if err != nil {
+		return nil, err
+	}
+	j, err := g.jailFor(r.Context(), k)
+	unlock()
+	if err != nil {
+		return nil, err
+	}
+	cmd := jail.Cmd{Args: []string{"/bin/bash", "-c", req.Command}, Env: env, Dir: cwd}
+	if req.Stdin != "" {
+		cmd.Stdin = strings.NewReader(req.Stdin)
+	}
+	return &execStream{g: g, j: j, cmd: cmd, timeout: timeout}, nil
+}
+
+// frameWriter writes the output of one stream as frames.
+type frameWriter struct {
+	mu     *sync.Mutex
+	enc    *json.Encoder
+	flush  func()
+	stream string
+}
+
+func (fw *frameWriter) Write(b []byte) (int, error) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if err := fw.enc.Encode(ExecFrame{Stream: fw.stream, Data: string(b)}); err != nil {
+		return 0, err
+	}
+	fw.flush()
+	return len(b), nil
+}
+
+func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	flush := func() {
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	var mu sync.Mutex
+	enc := json.NewEncoder(w)
+	s.cmd.Stdout = &frameWriter{mu: &mu, enc: enc, flush: flush, stream: "stdout"}
+	s.cmd.Stderr = &frameWriter{mu: &mu, enc: enc, flush: flush, stream: "stderr"}
+	// The command ends when the client goes away or its time is up.
+	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+	defer cancel()
+	code, err := s.j.Run(ctx, s.cmd)
+	end := ExecFrame{Exit: &code}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		code, end.TimedOut = timeoutExit, true
+	}
+	if err != nil {
+		end.Error = err.Error()
+	}
+	mu.Lock()
+	enc.Encode(end)
+	flush()
+	mu.Unlock()
+}
