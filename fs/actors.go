@@ -69,6 +69,10 @@ type actors struct {
 	mu      sync.Mutex
 	callers map[int]caller    // by thread id; guarded by mu
 	runs    map[procID]string // registered processes; guarded by mu
+	// jails are the inits of jails whose commands say their run
+	// themselves: a process whose parent is one is a command, and
+	// resolve tells its run; guarded by mu.
+	jails map[procID]func(cmdPid int) (string, bool)
 }
 
 type caller struct {
@@ -77,7 +81,7 @@ type caller struct {
 }
 
 func newActors() *actors {
-	return &actors{callers: make(map[int]caller), runs: make(map[procID]string)}
+	return &actors{callers: make(map[int]caller), runs: make(map[procID]string), jails: make(map[procID]func(int) (string, bool))}
 }
 
 // of returns the actor of the thread tid (a FUSE request's pid). A tid it
@@ -162,7 +166,7 @@ func (as *actors) resolve(tid int) (Actor, error) {
 		return Actor{}, err
 	}
 	as.mu.Lock()
-	noRuns := len(as.runs) == 0
+	noRuns := len(as.runs) == 0 && len(as.jails) == 0
 	as.mu.Unlock()
 	if !noRuns {
 		// Walk up the ancestors; a chain is short, and this runs once per
@@ -179,13 +183,44 @@ func (as *actors) resolve(tid int) (Actor, error) {
 			if err != nil {
 				break
 			}
-			if p.uid, err = procUID(st.ppid); err != nil {
+			parent, err := procUID(st.ppid)
+			if err != nil {
 				break
 			}
-			p.pid = st.ppid
+			as.mu.Lock()
+			runOf := as.jails[procID{st.ppid, parent}]
+			as.mu.Unlock()
+			if runOf != nil {
+				// p is a command of a jail (or a process orphaned into
+				// it, which runOf does not know).
+				if run, ok := runOf(p.pid); ok {
+					return RunActor(run), nil
+				}
+				break
+			}
+			p = procID{st.ppid, parent}
 		}
 	}
 	return Actor{Pid: pid, Proc: self}, nil
+}
+
+// registerJail makes the children of the process initPid (a jail's init)
+// act as the run that runOf names for each.
+func (as *actors) registerJail(initPid int, runOf func(cmdPid int) (string, bool)) (func(), error) {
+	uid, err := procUID(initPid)
+	if err != nil {
+		return nil, fmt.Errorf("look up process %d: %w", initPid, err)
+	}
+	id := procID{initPid, uid}
+	as.mu.Lock()
+	as.jails[id] = runOf
+	as.clearLocked()
+	as.mu.Unlock()
+	return func() {
+		as.mu.Lock()
+		delete(as.jails, id)
+		as.mu.Unlock()
+	}, nil
 }
 
 // register makes pid and its descendants act as run. Callers cached
@@ -224,6 +259,11 @@ func (as *actors) sweep() {
 	for p := range as.runs {
 		if !procAlive(p) {
 			delete(as.runs, p)
+		}
+	}
+	for p := range as.jails {
+		if !procAlive(p) {
+			delete(as.jails, p)
 		}
 	}
 	for id, c := range as.callers {

@@ -80,6 +80,16 @@ func (h *Hub) RegisterRun(pid int, run string) error {
 	return h.actors.register(pid, run)
 }
 
+// RegisterJail makes each child of the process initPid — a command
+// started by a jail's init — act in every mount of the hub as the run that
+// runOf(its pid) names; a child runOf does not know acts on its own.
+// runOf is called once per new thread of a command's process tree, from a
+// FUSE request, and may wait a little for a command that is being
+// started. Call the returned function when the jail ends.
+func (h *Hub) RegisterJail(initPid int, runOf func(cmdPid int) (string, bool)) (func(), error) {
+	return h.actors.registerJail(initPid, runOf)
+}
+
 // EndRun forgets run: its registered processes and its read records.
 func (h *Hub) EndRun(run string) {
 	h.actors.endRun(run)

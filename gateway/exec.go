@@ -32,6 +32,11 @@ type ExecRequest struct {
 	// Env are extra variables for this call (see jail.Env for what may
 	// not be set).
 	Env map[string]string `json:"env,omitempty"`
+	// Run is the agent run the command acts as in the filesystem: its
+	// processes' reads and writes on the workspace are checked against
+	// the run's reads (the file API's too). "" means each process acts on
+	// its own.
+	Run string `json:"run,omitempty"`
 	// Stdin is the command's whole input; none means empty.
 	Stdin string `json:"stdin,omitempty"`
 	// TimeoutSeconds ends the command's whole session after so long, with
@@ -64,10 +69,10 @@ const timeoutExit = 124
 // otherwise could not write it. The thread lock of k must be held.
 func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey) (*jail.Jail, error) {
 	g.mu.Lock()
-	j := g.jails[k]
+	tj := g.jails[k]
 	g.mu.Unlock()
-	if j != nil {
-		return j, nil
+	if tj != nil {
+		return tj.jail, nil
 	}
 	root, mountPath, err := g.threadPaths(k)
 	if err != nil {
@@ -82,25 +87,42 @@ func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey) (*jail.Jail, er
 			return nil, fmt.Errorf("jail for %s: give the workspace to its user: %w", keyName(k), err)
 		}
 	}
-	j, err = jail.Start(ctx, jail.Config{Workspace: mountPath, Binary: g.cfg.JailBinary})
+	j, err := jail.Start(ctx, jail.Config{Workspace: mountPath, Binary: g.cfg.JailBinary})
 	if err != nil {
 		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
 	}
+	// Its commands act as their runs in every mount of the gateway.
+	unregister, err := g.hub.RegisterJail(j.InitPid(), j.RunOf)
+	if err != nil {
+		j.Close()
+		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
+	}
 	g.mu.Lock()
-	g.jails[k] = j
+	g.jails[k] = &threadJail{jail: j, unregister: unregister}
 	g.mu.Unlock()
 	g.log.Info("jail started", "tenant", k.Tenant, "thread", k.Thread)
 	return j, nil
 }
 
+// threadJail is a thread's running jail.
+type threadJail struct {
+	jail       *jail.Jail
+	unregister func() // forgets it in the hub's actors
+}
+
+func (tj *threadJail) close() {
+	tj.unregister()
+	tj.jail.Close()
+}
+
 // closeJail ends k's jail, if it has one, and every command in it.
 func (g *Gateway) closeJail(k meta.ThreadKey) {
 	g.mu.Lock()
-	j := g.jails[k]
+	tj := g.jails[k]
 	delete(g.jails, k)
 	g.mu.Unlock()
-	if j != nil {
-		j.Close()
+	if tj != nil {
+		tj.close()
 	}
 }
 
@@ -108,10 +130,10 @@ func (g *Gateway) closeJail(k meta.ThreadKey) {
 func (g *Gateway) closeJails() {
 	g.mu.Lock()
 	js := g.jails
-	g.jails = make(map[meta.ThreadKey]*jail.Jail)
+	g.jails = make(map[meta.ThreadKey]*threadJail)
 	g.mu.Unlock()
-	for _, j := range js {
-		j.Close()
+	for _, tj := range js {
+		tj.close()
 	}
 }
 
@@ -148,6 +170,11 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 	if req.Command == "" {
 		return nil, fmt.Errorf("%w: command is required", ErrInvalid)
 	}
+	if req.Run != "" {
+		if err := validRun(req.Run); err != nil {
+			return nil, err
+		}
+	}
 	cwd, err := execCwd(req.Cwd)
 	if err != nil {
 		return nil, err
@@ -177,7 +204,7 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := jail.Cmd{Args: []string{"/bin/bash", "-c", req.Command}, Env: env, Dir: cwd}
+	cmd := jail.Cmd{Run: req.Run, Args: []string{"/bin/bash", "-c", req.Command}, Env: env, Dir: cwd}
 	if req.Stdin != "" {
 		cmd.Stdin = strings.NewReader(req.Stdin)
 	}

@@ -70,3 +70,46 @@ func TestExec(t *testing.T) {
 		t.Errorf("%d jails started, want 2", n)
 	}
 }
+
+// TestExecStaleWrite: commands act as their run in the filesystem. Run A
+// reads a file, run B edits it with sed -i, and A's write based on its
+// older read fails with ESTALE; after a fresh read it goes through.
+func TestExecStaleWrite(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	env := startEnv(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := env.c
+	events := follow(t, c, "acme", "t2")
+	waitSubscribers(t, env.g, 1)
+	exec := func(run, command string) (int, string) {
+		t.Helper()
+		var out bytes.Buffer
+		code, err := c.Exec(ctx, "acme", "t2", ExecRequest{Run: run, Command: command}, &out, &out)
+		if err != nil {
+			t.Fatalf("%s: %v", command, err)
+		}
+		return code, out.String()
+	}
+	if code, out := exec("A", `printf 'one\n' > notes.md && cat notes.md`); code != 0 || out != "one\n" {
+		t.Fatalf("A's first write and read: %d %q", code, out)
+	}
+	if code, out := exec("B", `sed -i s/one/two/ notes.md && cat notes.md`); code != 0 || out != "two\n" {
+		t.Fatalf("B's sed -i: %d %q", code, out)
+	}
+	code, out := exec("A", `cat > notes.md <<< mine`)
+	if code == 0 || !strings.Contains(out, "Stale file handle") {
+		t.Fatalf("A's write after B's edit: exit %d, %q; want ESTALE", code, out)
+	}
+	ev := nextOfType(t, events, EventWriteStale)
+	if ev.Actor != "run A" || ev.Path != "notes.md" {
+		t.Errorf("stale event %+v", ev)
+	}
+	if code, out := exec("A", `cat notes.md > /dev/null && cat > notes.md <<< mine && cat notes.md`); code != 0 || out != "mine\n" {
+		t.Fatalf("A's write after a fresh read: %d %q", code, out)
+	}
+	// The file API's run is the same actor: B has not read A's last write.
+	if _, err := c.EditFile(ctx, "acme", "t2", EditFileRequest{Path: "notes.md", Run: "B", Old: "mine", New: "b"}); !errors.Is(err, ErrStale) {
+		t.Errorf("B's edit through the file API after A's write: %v, want stale", err)
+	}
+}

@@ -15,7 +15,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"warren/fs"
-	"warren/jail"
 	"warren/meta"
 )
 
@@ -44,7 +43,7 @@ type Gateway struct {
 	events *broker
 	// jails are the threads' sandboxes, made at their first command
 	// (exec.go); guarded by mu.
-	jails map[meta.ThreadKey]*jail.Jail
+	jails map[meta.ThreadKey]*threadJail
 
 	threadLocks keyedLocks[meta.ThreadKey]
 
@@ -100,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		threads:     make(map[meta.ThreadKey]*threadMount),
 		inspections: make(map[string]*inspectionMount),
 		events:      newBroker(eventBuffer),
-		jails:       make(map[meta.ThreadKey]*jail.Jail),
+		jails:       make(map[meta.ThreadKey]*threadJail),
 		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks}),
 	}
 	for _, u := range cfg.AllowUIDs {

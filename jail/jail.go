@@ -7,8 +7,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -57,6 +60,13 @@ type Jail struct {
 	waiting map[uint64]chan reply // guarded by mu
 	dead    error                 // set once the init is gone; guarded by mu
 	done    chan struct{}         // closed when the reader ended
+
+	// The runs of the commands, for RunOf; guarded by mu.
+	runOfID  map[uint64]string // request id → run, until the command started
+	idPid    map[uint64]int    // request id → pid in the jail, while it runs
+	pidRun   map[int]string    // pid in the jail → run, while it runs
+	starting int               // commands sent whose start is not known yet
+	started  chan struct{}     // closed (and replaced) at every start
 }
 
 // Start builds a jail and waits until its init is ready.
@@ -112,7 +122,11 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		unix.Close(pair[0])
 		return nil, fmt.Errorf("jail: start init: %w", err)
 	}
-	j := &Jail{init: cmd, conn: pair[0], waiting: make(map[uint64]chan reply), done: make(chan struct{})}
+	j := &Jail{
+		init: cmd, conn: pair[0], waiting: make(map[uint64]chan reply), done: make(chan struct{}),
+		runOfID: make(map[uint64]string), idPid: make(map[uint64]int), pidRun: make(map[int]string),
+		started: make(chan struct{}),
+	}
 	err = send(j.conn, setup{
 		Workspace: cfg.Workspace, ReadOnly: cfg.ReadOnly,
 		UID: cfg.UID, GID: cfg.GID, Hostname: cfg.Hostname, TmpBytes: cfg.TmpBytes,
@@ -157,6 +171,7 @@ func (j *Jail) read(rc *receiver) {
 		if r.Done {
 			delete(j.waiting, r.ID)
 		}
+		j.noteStart(r)
 		j.mu.Unlock()
 		if ch != nil {
 			ch <- r
@@ -167,8 +182,88 @@ func (j *Jail) read(rc *receiver) {
 	}
 }
 
+// noteStart keeps the run of a command from its start to its end, for
+// RunOf. j.mu is held.
+func (j *Jail) noteStart(r reply) {
+	run, sent := j.runOfID[r.ID]
+	switch {
+	case r.Started:
+		if sent {
+			delete(j.runOfID, r.ID)
+			j.starting--
+			j.idPid[r.ID] = r.Pid
+			j.pidRun[r.Pid] = run
+			close(j.started)
+			j.started = make(chan struct{})
+		}
+	case r.Done:
+		if sent { // it never started
+			delete(j.runOfID, r.ID)
+			j.starting--
+		}
+		if pid, ok := j.idPid[r.ID]; ok {
+			delete(j.idPid, r.ID)
+			delete(j.pidRun, pid)
+		}
+	}
+}
+
+// InitPid is the host's pid of the jail's init: every command is its
+// child.
+func (j *Jail) InitPid() int { return j.init.Process.Pid }
+
+// maxStartWait bounds how long RunOf waits for a command being started.
+const maxStartWait = 2 * time.Second
+
+// RunOf returns the run of the command whose host pid is hostPid (a child
+// of the init), if it has one. A command may act before the init said it
+// started it: while a start is pending, RunOf waits for it.
+func (j *Jail) RunOf(hostPid int) (string, bool) {
+	nsPid, err := innerPid(hostPid)
+	if err != nil {
+		return "", false
+	}
+	deadline := time.NewTimer(maxStartWait)
+	defer deadline.Stop()
+	for {
+		j.mu.Lock()
+		run, ok := j.pidRun[nsPid]
+		pending, started := j.starting > 0, j.started
+		j.mu.Unlock()
+		if ok || !pending {
+			return run, ok && run != ""
+		}
+		select {
+		case <-started:
+		case <-deadline.C:
+			return "", false
+		}
+	}
+}
+
+// innerPid reads the pid of hostPid in its innermost pid namespace.
+func innerPid(hostPid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", hostPid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(v)
+			if len(f) == 0 {
+				break
+			}
+			return strconv.Atoi(f[len(f)-1])
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no NSpid", hostPid)
+}
+
 // Cmd is one command to run in a jail.
 type Cmd struct {
+	// Run is the agent run the command acts as in the workspace's
+	// filesystem (see RunOf); "" means none.
+	Run    string
 	Args   []string  // argv; Args[0] is looked up in the jail's PATH
 	Env    []string  // the whole environment (see Env)
 	Dir    string    // inside the jail; "" means /workspace
@@ -217,6 +312,8 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (int, error) {
 	j.nextID++
 	id := j.nextID
 	j.waiting[id] = ch
+	j.runOfID[id] = c.Run
+	j.starting++
 	j.mu.Unlock()
 
 	j.sendMu.Lock()
@@ -226,6 +323,10 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (int, error) {
 	if err != nil {
 		j.mu.Lock()
 		delete(j.waiting, id)
+		if _, ok := j.runOfID[id]; ok {
+			delete(j.runOfID, id)
+			j.starting--
+		}
 		j.mu.Unlock()
 		return -1, fmt.Errorf("jail: send command: %w", err)
 	}
