@@ -35,6 +35,7 @@ func verbs() map[string]verb {
 		"mount":  {"mount a thread's workspace at DIR for inspection", mountCmd},
 		"umount": {"take down an inspection mount", umountCmd},
 		"events": {"print the gateway's events as JSON lines until interrupted", eventsCmd},
+		"exec":   {"run a command in a thread's jail; exits with its exit code", execCmd},
 	}
 }
 
@@ -84,9 +85,12 @@ func run(ctx context.Context, e *cliEnv, args []string) int {
 	}
 	err := v.run(ctx, e, args[1:])
 	var ue *usageError
+	var ec *exitCodeError
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &ec):
+		return ec.code
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):

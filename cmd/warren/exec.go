@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"warren/gateway"
+)
+
+// exitCodeError makes warren exit with a command's own exit code.
+type exitCodeError struct{ code int }
+
+func (e *exitCodeError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// envList is a repeatable --env K=V flag.
+type envList map[string]string
+
+func (l envList) String() string { return "" }
+
+func (l envList) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("not K=V: %q", v)
+	}
+	l[k] = val
+	return nil
+}
+
+func execCmd(ctx context.Context, e *cliEnv, args []string) error {
+	var tf threadFlags
+	req := gateway.ExecRequest{Env: map[string]string{}}
+	var withStdin bool
+	fs := newFlags(e, "exec", "[--run R] [--cwd D] [--env K=V]... [--timeout S] [--stdin] --thread ID -- CMD [ARG...]")
+	addThreadFlags(e, fs, &tf)
+	fs.StringVar(&req.Run, "run", "", "the agent run the command acts as in the workspace")
+	fs.StringVar(&req.Cwd, "cwd", "", "folder to run in, inside /workspace (default /workspace)")
+	fs.Var(envList(req.Env), "env", "extra variable K=V (repeatable)")
+	fs.Float64Var(&req.TimeoutSeconds, "timeout", 0, "seconds before the command's whole session is killed (exit 124; default 600)")
+	fs.BoolVar(&withStdin, "stdin", false, "pass this program's standard input to the command")
+	// Flags first, then the command as it is: "--" ends the flags.
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{msg: err.Error(), shown: true}
+	}
+	if err := tf.check(); err != nil {
+		return err
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		return usagef("no command given")
+	}
+	req.Command = shellCommand(argv)
+	if withStdin {
+		b, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return fmt.Errorf("read stdin: %w", err)
+		}
+		req.Stdin = string(b)
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code, err := gateway.NewClient(tf.socket).Exec(ctx, tf.tenant, tf.thread, req, e.stdout, e.stderr)
+	if err != nil {
+		return callError(tf.socket, "run the command", err)
+	}
+	if code != 0 {
+		return &exitCodeError{code: code}
+	}
+	return nil
+}
+
+// shellCommand is the bash -c script for argv: one argument is a script
+// as it is ("warren exec -- 'make && make test'"); several are a command
+// and its arguments, each quoted.
+func shellCommand(argv []string) string {
+	if len(argv) == 1 {
+		return argv[0]
+	}
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
+}
