@@ -44,6 +44,10 @@ type Config struct {
 	// Binary is the program re-executed as the jail's init (it must call
 	// RunInit when IsInit); "" means this very binary.
 	Binary string
+	// MemoryBytes and MaxProcs bound all the jail's processes together
+	// (limits_linux.go); 0 means DefaultMemoryBytes and DefaultMaxProcs.
+	MemoryBytes int64
+	MaxProcs    int
 }
 
 // Jail is a running per-thread sandbox: an init process in its own
@@ -51,7 +55,10 @@ type Config struct {
 // process in it.
 type Jail struct {
 	init *exec.Cmd
-	conn int // the gateway's end of the socket pair
+	conn int     // the gateway's end of the socket pair
+	cg   *cgroup // nil if the host has no cgroup for limits
+	// Limits says how the jail is bounded, or why it is not.
+	Limits string
 
 	sendMu sync.Mutex
 
@@ -89,6 +96,12 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	if cfg.TmpBytes == 0 {
 		cfg.TmpBytes = 512 << 20
 	}
+	if cfg.MemoryBytes == 0 {
+		cfg.MemoryBytes = DefaultMemoryBytes
+	}
+	if cfg.MaxProcs == 0 {
+		cfg.MaxProcs = DefaultMaxProcs
+	}
 	flags := uintptr(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS)
 	switch cfg.Network {
 	case "", "none":
@@ -122,7 +135,24 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		unix.Close(pair[0])
 		return nil, fmt.Errorf("jail: start init: %w", err)
 	}
+	// The init waits for its setup: it runs nothing before it is in its
+	// cgroup.
+	cg, cgErr := newCgroup("jail-"+strconv.Itoa(cmd.Process.Pid), cfg.MemoryBytes, cfg.MaxProcs)
+	limits := "none: " + fmt.Sprint(cgErr)
+	if cgErr == nil {
+		if err := cg.add(cmd.Process.Pid); err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			cg.remove()
+			unix.Close(pair[0])
+			return nil, fmt.Errorf("jail: %w", err)
+		}
+		limits = fmt.Sprintf("cgroup %s: %d bytes of memory, %d processes", cg.kind, cfg.MemoryBytes, cfg.MaxProcs)
+	} else {
+		cg = nil
+	}
 	j := &Jail{
+		cg: cg, Limits: limits,
 		init: cmd, conn: pair[0], waiting: make(map[uint64]chan reply), done: make(chan struct{}),
 		runOfID: make(map[uint64]string), idPid: make(map[uint64]int), pidRun: make(map[int]string),
 		started: make(chan struct{}),
@@ -143,6 +173,9 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	if err != nil {
 		j.stop()
 		unix.Close(j.conn)
+		if j.cg != nil {
+			j.cg.remove()
+		}
 		return nil, fmt.Errorf("jail: set up: %w", err)
 	}
 	go j.read(rc)
@@ -384,7 +417,11 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (int, error) {
 func (j *Jail) Close() error {
 	j.stop()
 	<-j.done // the init's end of the socket closed with it
-	return unix.Close(j.conn)
+	err := unix.Close(j.conn)
+	if j.cg != nil {
+		err = errors.Join(err, j.cg.remove())
+	}
+	return err
 }
 
 func (j *Jail) stop() {

@@ -26,6 +26,11 @@ func TestMain(m *testing.M) {
 // secret variable on the host side, and ends it when the test ends.
 func startJail(t *testing.T) (*Jail, string) {
 	t.Helper()
+	return startJailWith(t, Config{})
+}
+
+func startJailWith(t *testing.T, cfg Config) (*Jail, string) {
+	t.Helper()
 	testenv.RequireRoot(t)
 	t.Setenv("OPENAI_API_KEY", "sk-server-secret")
 	dir := t.TempDir()
@@ -43,7 +48,8 @@ func startJail(t *testing.T) (*Jail, string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	j, err := Start(ctx, Config{Workspace: ws})
+	cfg.Workspace = ws
+	j, err := Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,5 +228,26 @@ func TestJailNetworkNone(t *testing.T) {
 	}
 	if !strings.Contains(errOut, "refused") {
 		t.Errorf("connecting in the jail: %q; want connection refused (its own loopback, up)", errOut)
+	}
+}
+
+// TestJailLimits: a fork bomb and a memory hog are stopped by the jail's
+// cgroup, and the jail goes on working.
+func TestJailLimits(t *testing.T) {
+	j, _ := startJailWith(t, Config{MemoryBytes: 64 << 20, MaxProcs: 48})
+	if !strings.HasPrefix(j.Limits, "cgroup") {
+		testenv.CannotRun(t, "no cgroup for limits: %s", j.Limits)
+	}
+	t.Log(j.Limits)
+	code, out, errOut := run(t, j, `n=0; for i in $(seq 200); do sleep 30 & n=$((n+1)); done; echo started`)
+	if !strings.Contains(errOut, "fork") {
+		t.Errorf("200 background sleeps under a limit of 48 processes: exit %d, %q, stderr %q", code, out, errOut)
+	}
+	code, _, _ = run(t, j, `x=$(head -c 200000000 /dev/zero | tr '\0' a); echo ${#x}`)
+	if code == 0 {
+		t.Errorf("a 200 MB string under a limit of 64 MiB: exit 0")
+	}
+	if code, out, _ := run(t, j, `echo still here`); code != 0 || out != "still here\n" {
+		t.Fatalf("the jail after the fork bomb and the hog: exit %d, %q", code, out)
 	}
 }

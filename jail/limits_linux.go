@@ -1,0 +1,142 @@
+package jail
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Limits of a jail: every process in it together may use at most so much
+// memory and so many processes (a memory hog is killed by the kernel, a
+// fork bomb gets EAGAIN), and the gateway beside it is not harmed.
+//
+// They are a cgroup of the jail's own, set up before its init runs any
+// command: on a unified (v2) hierarchy when its memory and pids
+// controllers are there, else on the v1 memory and pids hierarchies. A
+// host with neither gets no limits, and Start says so in Jail.Limits.
+
+// Default limits.
+const (
+	DefaultMemoryBytes = 2 << 30
+	DefaultMaxProcs    = 1024
+)
+
+// cgroupRoot is where the cgroup filesystems are mounted.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// cgroup is one jail's cgroup: a folder per hierarchy.
+type cgroup struct {
+	dirs []string
+	kind string // "v2", "v1"
+}
+
+// newCgroup makes the cgroup of a jail named name and sets its limits.
+func newCgroup(name string, memory int64, procs int) (*cgroup, error) {
+	if ctl, err := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil &&
+		hasWords(string(ctl), "memory", "pids") {
+		dir := filepath.Join(cgroupRoot, "warren", name)
+		// The parent hands both controllers down to its children.
+		parent := filepath.Dir(dir)
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(cgroupRoot, "cgroup.subtree_control"), []byte("+memory +pids"), 0); err != nil {
+			return nil, fmt.Errorf("enable memory and pids controllers: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+memory +pids"), 0); err != nil {
+			return nil, fmt.Errorf("enable memory and pids controllers: %w", err)
+		}
+		cg := &cgroup{dirs: []string{dir}, kind: "v2"}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, err
+		}
+		err := errors.Join(
+			os.WriteFile(filepath.Join(dir, "memory.max"), []byte(strconv.FormatInt(memory, 10)), 0),
+			os.WriteFile(filepath.Join(dir, "memory.swap.max"), []byte("0"), 0),
+			os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.Itoa(procs)), 0),
+		)
+		if err != nil {
+			cg.remove()
+			return nil, fmt.Errorf("set limits: %w", err)
+		}
+		return cg, nil
+	}
+	mem, pids := filepath.Join(cgroupRoot, "memory"), filepath.Join(cgroupRoot, "pids")
+	if isDir(mem) && isDir(pids) {
+		cg := &cgroup{kind: "v1"}
+		for _, d := range []string{filepath.Join(mem, "warren", name), filepath.Join(pids, "warren", name)} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				cg.remove()
+				return nil, err
+			}
+			cg.dirs = append(cg.dirs, d)
+		}
+		err := errors.Join(
+			os.WriteFile(filepath.Join(cg.dirs[0], "memory.limit_in_bytes"), []byte(strconv.FormatInt(memory, 10)), 0),
+			os.WriteFile(filepath.Join(cg.dirs[1], "pids.max"), []byte(strconv.Itoa(procs)), 0),
+		)
+		// Swap may be off (no memsw files); a limit on it is best effort.
+		os.WriteFile(filepath.Join(cg.dirs[0], "memory.memsw.limit_in_bytes"), []byte(strconv.FormatInt(memory, 10)), 0)
+		if err != nil {
+			cg.remove()
+			return nil, fmt.Errorf("set limits: %w", err)
+		}
+		return cg, nil
+	}
+	return nil, errors.New("no cgroup hierarchy with memory and pids controllers")
+}
+
+// add moves the process pid (and so its future children) into the cgroup.
+func (cg *cgroup) add(pid int) error {
+	for _, d := range cg.dirs {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("move process %d into %s: %w", pid, d, err)
+		}
+	}
+	return nil
+}
+
+// remove deletes the cgroup once its processes are gone (they may take a
+// moment to leave after being killed).
+func (cg *cgroup) remove() error {
+	var errs []error
+	for _, d := range cg.dirs {
+		var err error
+		for i := 0; i < 50; i++ {
+			if err = os.Remove(d); err == nil || os.IsNotExist(err) {
+				err = nil
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func hasWords(s string, words ...string) bool {
+	f := strings.Fields(s)
+	for _, w := range words {
+		found := false
+		for _, x := range f {
+			if x == w {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
