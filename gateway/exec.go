@@ -100,7 +100,7 @@ func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey) (*jail.Jail, er
 	g.mu.Lock()
 	g.jails[k] = &threadJail{jail: j, unregister: unregister}
 	g.mu.Unlock()
-	g.log.Info("jail started", "tenant", k.Tenant, "thread", k.Thread)
+	g.log.Info("jail started", "tenant", k.Tenant, "thread", k.Thread, "limits", j.Limits)
 	return j, nil
 }
 
