@@ -189,7 +189,7 @@ func (f *Files) openDir(dir string, mkdir bool) (int, error) {
 	}
 	// Make the missing directories one by one, each below the last one
 	// opened, owned like the directory it is made in.
-	cur, err := unix.Dup(f.fd)
+	cur, err := unix.FcntlInt(uintptr(f.fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
 	}

@@ -167,7 +167,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		unix.Close(fd)
 		return nil, fmt.Errorf("fs: stat backing folder %s: %w", backing, err)
 	}
-	rootFd, err := unix.Dup(fd)
+	rootFd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("fs: dup backing folder descriptor: %w", err)

@@ -31,6 +31,14 @@ func IsInit() bool {
 
 // RunInit runs the init and never returns.
 func RunInit() {
+	// The gateway's socket is the init's alone: no command inherits it.
+	unix.CloseOnExec(initFd)
+	// Descriptors the gateway leaked into this process (libraries open
+	// some without O_CLOEXEC: a FUSE device, a folder of another thread)
+	// must not reach any command: they are closed before anything else.
+	if err := closeInherited(); err != nil {
+		initFail("%v", err)
+	}
 	rc := newReceiver(initFd)
 	var s setup
 	if _, err := rc.receive(&s); err != nil {
@@ -62,6 +70,38 @@ func RunInit() {
 		os.Exit(1)
 	}
 	in.serve(rc)
+}
+
+// closeInherited closes every descriptor above stdio and the gateway's
+// socket that lacks close-on-exec: the Go runtime opens all of its own
+// with it, so the others came from the parent.
+func closeInherited() error {
+	dir, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("list descriptors: %w", err)
+	}
+	names, err := dir.Readdirnames(-1)
+	dirFd := int(dir.Fd())
+	if err != nil {
+		dir.Close()
+		return fmt.Errorf("list descriptors: %w", err)
+	}
+	var leaked []int
+	for _, n := range names {
+		fd, err := strconv.Atoi(n)
+		if err != nil || fd <= initFd || fd == dirFd {
+			continue
+		}
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err == nil && flags&unix.FD_CLOEXEC == 0 {
+			leaked = append(leaked, fd)
+		}
+	}
+	dir.Close()
+	for _, fd := range leaked {
+		unix.Close(fd)
+	}
+	return nil
 }
 
 func initFail(format string, args ...any) {

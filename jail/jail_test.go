@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"warren/internal/testenv"
 )
 
@@ -249,5 +251,21 @@ func TestJailLimits(t *testing.T) {
 	}
 	if code, out, _ := run(t, j, `echo still here`); code != 0 || out != "still here\n" {
 		t.Fatalf("the jail after the fork bomb and the hog: exit %d, %q", code, out)
+	}
+}
+
+// TestJailNoInheritedFds: a descriptor the gateway's process holds without
+// close-on-exec (as libraries leave some) never reaches a command.
+func TestJailNoInheritedFds(t *testing.T) {
+	testenv.RequireRoot(t)
+	leak, err := unix.Open(t.TempDir(), unix.O_PATH|unix.O_DIRECTORY, 0) // no O_CLOEXEC on purpose
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(leak)
+	j, _ := startJail(t)
+	if code, out, _ := run(t, j, `ls /proc/self/fd | wc -l`); code != 0 || strings.TrimSpace(out) != "4" {
+		_, list, _ := run(t, j, `ls -l /proc/self/fd`)
+		t.Fatalf("descriptors in a command: %q (exit %d), want 0, 1, 2 and ls's own:\n%s", out, code, list)
 	}
 }

@@ -1,0 +1,137 @@
+package integration
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// execIn runs a shell line in a thread's jail through the CLI and returns
+// its exit code and output (stdout and stderr together).
+func (d *daemon) execIn(thread, line string, extra ...string) (int, string) {
+	d.t.Helper()
+	args := append([]string{"exec", "--thread", thread}, extra...)
+	args = append(args, "--", line)
+	cmd := exec.Command(warrenBin, args...)
+	cmd.Env = append(os.Environ(), "WARREN_SOCKET="+d.socket)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), string(out)
+		}
+		d.t.Fatalf("warren exec: %v", err)
+	}
+	return 0, string(out)
+}
+
+// TestJailEscapes starts the daemon with secrets in its environment and an
+// .env beside its data folder, and tries, from a command in one thread's
+// jail, every way out the issue names. Each must fail and change nothing.
+func TestJailEscapes(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "sk-server-secret")
+	t.Setenv("DATABASE_URL", "postgres://server:secret@db/prod")
+	d := newDaemon(t)
+	dotEnv := filepath.Join(filepath.Dir(d.data), ".env")
+	must(t, os.WriteFile(dotEnv, []byte("OPENAI_API_KEY=sk-server-secret\n"), 0o644))
+	d.bind("default", "t1")
+	other := d.bind("default", "t2")
+	must(t, os.WriteFile(filepath.Join(other, "theirs.txt"), []byte("other thread's file"), 0o644))
+	pid := d.cmd.Process.Pid
+
+	// The environment: exactly the allowed names, no secret.
+	code, out := d.execIn("t1", "env")
+	if code != 0 {
+		t.Fatalf("env: %d %s", code, out)
+	}
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		name, _, _ := strings.Cut(line, "=")
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	want := "AGENT GIT_CONFIG_COUNT GIT_CONFIG_KEY_0 GIT_CONFIG_KEY_1 GIT_CONFIG_VALUE_0 GIT_CONFIG_VALUE_1 HOME LANG LC_ALL PATH PWD SHLVL TEMP TMP TMPDIR _"
+	if strings.Join(names, " ") != want || strings.Contains(out, "secret") {
+		t.Errorf("env in the jail: %v\nwant %s", names, want)
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("host listener\n"))
+			c.Close()
+		}
+	}()
+	port := l.Addr().(*net.TCPAddr).Port
+
+	for _, c := range []struct{ name, line string }{
+		{"read the server's .env", "cat " + dotEnv},
+		{"read the daemon's environ", fmt.Sprintf("cat /proc/%d/environ", pid)},
+		{"see the daemon's process", fmt.Sprintf("test -e /proc/%d/cmdline && grep -q serve /proc/%d/cmdline", pid, pid)},
+		{"signal the daemon", fmt.Sprintf("kill -9 %d", pid)},
+		{"list the other thread's mount", "ls " + other},
+		{"read the other thread's folder", "cat " + filepath.Join(d.data, "workspaces", "default", "t2", "theirs.txt")},
+		{"reach the daemon's socket", "test -S " + d.socket},
+		{"write a system folder", "touch /usr/bin/warren-escape"},
+		{"mount", "mount -t tmpfs x /tmp"},
+		{"a user namespace", "unshare -r id"},
+		{"a device node", "mknod /tmp/sda b 8 0"},
+		{"a setuid binary", "su root -c true </dev/null"},
+		{"the host's loopback", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && cat <&3", port)},
+	} {
+		code, out := d.execIn("t1", c.line)
+		if code == 0 || strings.Contains(out, "secret") || strings.Contains(out, "host listener") || strings.Contains(out, "other thread's file") {
+			t.Errorf("%s: %q: exit %d, %q", c.name, c.line, code, out)
+		}
+	}
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("the daemon is gone: %v", err)
+	}
+	if _, err := os.Stat("/usr/bin/warren-escape"); err == nil {
+		os.Remove("/usr/bin/warren-escape")
+		t.Fatal("a command wrote /usr/bin")
+	}
+
+	// Only its own descriptors: 0, 1, 2 and the one ls opens to list.
+	if code, out := d.execIn("t1", "ls /proc/self/fd | wc -l"); code != 0 || strings.TrimSpace(out) != "4" {
+		_, list := d.execIn("t1", "ls -l /proc/self/fd")
+		t.Errorf("descriptors in a command: %q (exit %d), want 4:\n%s", out, code, list)
+	}
+
+	// git runs no hook of the project, whether in .git/hooks or in a
+	// committed core.hooksPath.
+	code, out = d.execIn("t1", `set -e
+git init -q repo && cd repo
+git config user.email a@example.com && git config user.name agent
+mkdir -p .git/hooks .githooks
+printf '#!/bin/sh\ntouch /workspace/HOOK_RAN\n' > .git/hooks/pre-commit
+cp .git/hooks/pre-commit .githooks/pre-commit
+chmod +x .git/hooks/pre-commit .githooks/pre-commit
+git config core.hooksPath .githooks
+echo x > f && git add f && git commit -qm first
+test ! -e /workspace/HOOK_RAN && echo no-hook`)
+	if code != 0 || !strings.Contains(out, "no-hook") {
+		t.Errorf("git commit with hooks: exit %d, %q", code, out)
+	}
+
+	// A fork bomb meets the process limit; the daemon and the jail go on.
+	code, out = d.execIn("t1", `bomb() { bomb | bomb & }; bomb; sleep 2`, "--timeout", "4")
+	t.Logf("fork bomb: exit %d", code)
+	if code, out := d.execIn("t1", "echo alive"); code != 0 || out != "alive\n" {
+		t.Fatalf("the jail after the fork bomb: exit %d, %q", code, out)
+	}
+	if _, err := d.warren("ls"); err != nil {
+		t.Fatalf("the daemon after the fork bomb: %v", err)
+	}
+}
