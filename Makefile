@@ -2,7 +2,8 @@
 #
 #   make run    build and start the daemon on its defaults (ARGS="..." adds flags)
 #   make test   go vet, then every test, unit and integration
-#   make bench  filesystem benchmark: native ext4, go-fuse loopback, warren (edit checks on and off)
+#   make bench  filesystem benchmark: native ext4, go-fuse loopback, warren (edit checks on and off);
+#               then commands: plain fork+exec, warren's warm jail, bwrap, a new thread's first command
 #
 # `make test` installs the Debian packages the tests need when they are
 # missing (as root), so it works on a fresh Debian machine with Go.
@@ -61,6 +62,7 @@ deps:
 
 bench:
 	bench/fs.sh
+	bench/exec.sh
 
 fmt:
 	$(GO) fmt ./...

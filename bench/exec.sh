@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Command benchmark: /bin/true by plain fork+exec, through warren's API in
+# a warm jail, and by one bubblewrap call, side by side in one run; and the
+# first command of a new thread. See bench/README.md.
+#
+# Environment:
+#   BENCH_EXEC_RUNS  timed runs of each warm measure (default 200)
+#   BENCH_DIR        where the daemon's data folder goes (default /var/tmp)
+#   BENCH_WARREN     a warren binary to measure instead of building ./cmd/warren
+#
+# The daemon this script starts is stopped by its pid on exit and every
+# mount under its data folder is detached, whether the run succeeds or not.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GO=${GO:-go}
+runs=${BENCH_EXEC_RUNS:-200}
+base=${BENCH_DIR:-/var/tmp}
+
+say() { echo "bench: $*" >&2; }
+
+work=$(mktemp -d "$base/warren-execbench.XXXXXX")
+warren_pid=
+
+is_child() {
+	local stat
+	stat=$(awk '{ print $3, $4 }' "/proc/$1/stat" 2>/dev/null) || return 1
+	[[ $stat != Z* && ${stat#* } == "$$" ]]
+}
+
+cleanup() {
+	local status=$?
+	set +e
+	if [[ -n $warren_pid ]] && is_child "$warren_pid"; then
+		kill -TERM "$warren_pid"
+		for _ in $(seq 100); do is_child "$warren_pid" || break; sleep 0.1; done
+		is_child "$warren_pid" && kill -KILL "$warren_pid"
+		wait "$warren_pid" 2>/dev/null
+	fi
+	for m in $(awk -v d="$work" 'index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r); do
+		say "detaching leftover mount $m"
+		umount -l "$m"
+	done
+	rm -rf "$work"
+	exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if ! command -v bwrap >/dev/null; then
+	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+		say "installing bubblewrap"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1 ||
+			{ apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1; } ||
+			say "bubblewrap could not be installed; it is left out"
+	fi
+fi
+
+say "building"
+"$GO" build -o bin/execbench ./bench/execbench
+warren=${BENCH_WARREN:-bin/warren}
+[[ -n ${BENCH_WARREN:-} ]] || "$GO" build -o bin/warren ./cmd/warren
+
+sock=$work/data/warren.sock
+"$warren" serve --data "$work/data" --socket "$sock" </dev/null >"$work/warren.log" 2>&1 &
+warren_pid=$!
+for _ in $(seq 150); do
+	[[ -S $sock ]] && break
+	kill -0 "$warren_pid" 2>/dev/null || { say "daemon exited: $(tail -n 1 "$work/warren.log")"; exit 1; }
+	sleep 0.1
+done
+[[ -S $sock ]] || { say "no socket at $sock within 15 s"; exit 1; }
+
+mkdir -p bench/out
+report=bench/out/exec-$(date +%Y%m%d-%H%M%S).txt
+bin/execbench -socket "$sock" -runs "$runs" | tee "$report"
+say "report written to $report"
