@@ -194,6 +194,9 @@ func (c *Client) Exec(ctx context.Context, tenant, thread string, req ExecReques
 		}
 		switch {
 		case f.Exit != nil:
+			// Read the answer to its end, so that its connection is
+			// used again.
+			io.Copy(io.Discard, resp.Body)
 			if f.Error != "" {
 				return *f.Exit, fmt.Errorf("POST %s: %s", path, f.Error)
 			}

@@ -115,6 +115,34 @@ func (tj *threadJail) close() {
 	tj.jail.Close()
 }
 
+// threadJail returns the jail of a thread, binding the thread and
+// starting its jail if need be. A running jail means a bound, mounted
+// thread (closing or deleting it ends the jail first), so a warm command
+// costs no look-up in the store.
+func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (*jail.Jail, error) {
+	k, err := threadKey(tenant, thread)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	tj := g.jails[k]
+	g.mu.Unlock()
+	if tj != nil {
+		return tj.jail, nil
+	}
+	info, err := g.Bind(ctx, tenant, thread)
+	if err != nil {
+		return nil, err
+	}
+	k = meta.ThreadKey{Tenant: info.Tenant, Thread: info.Thread}
+	unlock, err := g.threadLocks.lock(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return g.jailFor(ctx, k)
+}
+
 // closeJail ends k's jail, if it has one, and every command in it.
 func (g *Gateway) closeJail(k meta.ThreadKey) {
 	g.mu.Lock()
@@ -190,17 +218,7 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 	if req.TimeoutSeconds > 0 {
 		timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
 	}
-	info, err := g.Bind(r.Context(), p.tenant, p.thread)
-	if err != nil {
-		return nil, err
-	}
-	k := meta.ThreadKey{Tenant: info.Tenant, Thread: info.Thread}
-	unlock, err := g.threadLocks.lock(r.Context(), k)
-	if err != nil {
-		return nil, err
-	}
-	j, err := g.jailFor(r.Context(), k)
-	unlock()
+	j, err := g.threadJail(r.Context(), p.tenant, p.thread)
 	if err != nil {
 		return nil, err
 	}
