@@ -5,7 +5,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -31,6 +33,10 @@ func IsInit() bool {
 
 // RunInit runs the init and never returns.
 func RunInit() {
+	// no_new_privs and the capability bounding set belong to one thread,
+	// and a command inherits those of the thread that forks it: the setup
+	// and every fork happen on this one.
+	runtime.LockOSThread()
 	// The gateway's socket is the init's alone: no command inherits it.
 	unix.CloseOnExec(initFd)
 	// Descriptors the gateway leaked into this process (libraries open
@@ -57,6 +63,9 @@ func RunInit() {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		initFail("no_new_privs: %v", err)
 	}
+	if err := dropBoundingSet(); err != nil {
+		initFail("%v", err)
+	}
 	// From here on, neither the init nor any command may make namespaces,
 	// mount, trace or fake terminal input (seccomp_linux.go).
 	if err := installFilter(); err != nil {
@@ -70,6 +79,27 @@ func RunInit() {
 		os.Exit(1)
 	}
 	in.serve(rc)
+}
+
+// dropBoundingSet empties the capability bounding set and the ambient
+// set: no program a command runs can ever hold a capability, whatever its
+// file says. (The init keeps its own, to start commands as another uid.)
+func dropBoundingSet() error {
+	last := 63
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			last = n
+		}
+	}
+	for c := 0; c <= last; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	return nil
 }
 
 // closeInherited closes every descriptor above stdio and the gateway's

@@ -269,3 +269,28 @@ func TestJailNoInheritedFds(t *testing.T) {
 		t.Fatalf("descriptors in a command: %q (exit %d), want 0, 1, 2 and ls's own:\n%s", out, code, list)
 	}
 }
+
+// TestJailCapabilities: a command holds no capability and could gain none.
+func TestJailCapabilities(t *testing.T) {
+	j, _ := startJail(t)
+	code, out, _ := run(t, j, `grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status`)
+	if code != 0 {
+		t.Fatal(code)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if !strings.HasSuffix(line, "0000000000000000") {
+			t.Errorf("capabilities of a command: %q", line)
+		}
+	}
+	if strings.Count(out, "\n") != 5 {
+		t.Errorf("capability lines: %q", out)
+	}
+	// And it runs with no_new_privs and the seccomp filter, whichever of
+	// the init's threads started it.
+	for range 5 {
+		_, out, _ := run(t, j, `grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\t ' ' '`)
+		if out != "NoNewPrivs: 1\nSeccomp: 2\n" {
+			t.Fatalf("a command's status: %q", out)
+		}
+	}
+}
