@@ -14,9 +14,13 @@
 //     (DefaultReadOnly), the thread's folder at /workspace, a private
 //     /tmp, a minimal /dev with its own devpts, a /proc of the jail's pid
 //     namespace — pivots into it, detaches the host's root, sets
-//     no_new_privs and a seccomp filter (seccomp_linux.go: no new
-//     namespaces, no mounts, no ptrace, no io_uring, no TIOCSTI, ...), and
-//     then starts each command it is sent over a
+//     no_new_privs, empties the capability bounding set, applies Landlock
+//     where the kernel has it (landlock_linux.go: writes only beneath
+//     /workspace, /tmp, /dev/shm; no abstract sockets or signals out of the
+//     jail) and a seccomp filter (seccomp_linux.go: no new namespaces, no
+//     mounts, no ptrace, no io_uring, no TIOCSTI, ...), joins a cgroup
+//     with memory and process limits (limits_linux.go), and then starts
+//     each command it is sent over a
 //     SOCK_SEQPACKET socket pair (with its stdin, stdout and stderr as
 //     descriptors) in a session of its own, as an unprivileged uid. It
 //     reaps every process of the namespace; in a network of its own it
@@ -24,7 +28,6 @@
 //     when it ends or is cancelled; Close ends the init and the kernel the
 //     rest.
 //
-// Still to come (the exec issue): the gateway's exec API and CLI,
-// Landlock, capability bounding, cgroup and rlimit limits, a PTY, and
-// commands acting as their run in the filesystem.
+// The gateway runs one jail per thread (gateway/exec.go). Still to come:
+// a PTY mode.
 package jail

@@ -66,6 +66,9 @@ func RunInit() {
 	if err := dropBoundingSet(); err != nil {
 		initFail("%v", err)
 	}
+	if _, err := applyLandlock(); err != nil {
+		initFail("%v", err)
+	}
 	// From here on, neither the init nor any command may make namespaces,
 	// mount, trace or fake terminal input (seccomp_linux.go).
 	if err := installFilter(); err != nil {

@@ -294,3 +294,15 @@ func TestJailCapabilities(t *testing.T) {
 		}
 	}
 }
+
+// TestJailLandlock: where a mount would let a command write, Landlock does
+// not, outside /workspace, /tmp, /dev/shm and the devices.
+func TestJailLandlock(t *testing.T) {
+	j, _ := startJail(t)
+	if code, _, _ := run(t, j, `echo renamed > /proc/self/comm`); code == 0 {
+		t.Error("a command rewrote /proc/self/comm: no Landlock")
+	}
+	if code, _, errOut := run(t, j, `echo x > /workspace/w && echo x > /tmp/t && echo x > /dev/shm/s && echo x > /dev/null && mkdir /tmp/d && rm -r /tmp/d /workspace/w`); code != 0 {
+		t.Errorf("writes where commands write: exit %d: %s", code, errOut)
+	}
+}
