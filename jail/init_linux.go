@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 )
 
@@ -180,8 +181,26 @@ func closeAll(fds []int) {
 // start forks and execs one command with the given stdin, stdout and
 // stderr, in a new session, as the jail's uid.
 func (in *initState) start(req request, fds []int) {
+	var master *os.File
+	if req.Tty && len(fds) == 0 && len(req.Argv) > 0 {
+		// A terminal of the jail's own devpts: the command's stdin,
+		// stdout and stderr, and its controlling terminal.
+		m, tty, err := pty.Open()
+		if err != nil {
+			send(initFd, reply{ID: req.ID, Done: true, Exit: -1, Err: fmt.Sprintf("open a terminal: %v", err)})
+			return
+		}
+		defer m.Close()
+		defer tty.Close()
+		if req.Rows > 0 && req.Cols > 0 {
+			pty.Setsize(m, &pty.Winsize{Rows: req.Rows, Cols: req.Cols})
+		}
+		master = m
+		t := int(tty.Fd())
+		fds = []int{t, t, t}
+	}
 	if len(fds) != 3 || len(req.Argv) == 0 {
-		send(initFd, reply{ID: req.ID, Done: true, Exit: -1, Err: "a command needs argv and three descriptors"})
+		send(initFd, reply{ID: req.ID, Done: true, Exit: -1, Err: "a command needs argv and three descriptors, or a terminal"})
 		return
 	}
 	path, err := lookPath(req.Argv[0], req.Env)
@@ -198,6 +217,9 @@ func (in *initState) start(req request, fds []int) {
 			Credential: &syscall.Credential{Uid: in.setup.UID, Gid: in.setup.GID, Groups: []uint32{}},
 		},
 	}
+	if master != nil {
+		attr.Sys.Setctty, attr.Sys.Ctty = true, 0
+	}
 	in.mu.Lock()
 	pid, err := syscall.ForkExec(path, req.Argv, attr)
 	if err != nil {
@@ -205,7 +227,11 @@ func (in *initState) start(req request, fds []int) {
 		send(initFd, reply{ID: req.ID, Done: true, Exit: 126, Err: fmt.Sprintf("start %s: %v", req.Argv[0], err)})
 		return
 	}
-	send(initFd, reply{ID: req.ID, Started: true, Pid: pid})
+	if master != nil {
+		send(initFd, reply{ID: req.ID, Started: true, Pid: pid}, int(master.Fd()))
+	} else {
+		send(initFd, reply{ID: req.ID, Started: true, Pid: pid})
+	}
 	if ws, ok := in.early[pid]; ok {
 		delete(in.early, pid)
 		in.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,9 +65,9 @@ type Jail struct {
 
 	mu      sync.Mutex
 	nextID  uint64
-	waiting map[uint64]chan reply // guarded by mu
-	dead    error                 // set once the init is gone; guarded by mu
-	done    chan struct{}         // closed when the reader ended
+	waiting map[uint64]chan replyMsg // guarded by mu
+	dead    error                    // set once the init is gone; guarded by mu
+	done    chan struct{}            // closed when the reader ended
 
 	// The runs of the commands, for RunOf; guarded by mu.
 	runOfID  map[uint64]string // request id → run, until the command started
@@ -153,7 +154,7 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	}
 	j := &Jail{
 		cg: cg, Limits: limits,
-		init: cmd, conn: pair[0], waiting: make(map[uint64]chan reply), done: make(chan struct{}),
+		init: cmd, conn: pair[0], waiting: make(map[uint64]chan replyMsg), done: make(chan struct{}),
 		runOfID: make(map[uint64]string), idPid: make(map[uint64]int), pidRun: make(map[int]string),
 		started: make(chan struct{}),
 	}
@@ -188,7 +189,6 @@ func (j *Jail) read(rc *receiver) {
 	for {
 		var r reply
 		fds, err := rc.receive(&r)
-		closeAll(fds)
 		if err != nil {
 			j.mu.Lock()
 			j.dead = fmt.Errorf("jail: init gone: %w", err)
@@ -206,14 +206,25 @@ func (j *Jail) read(rc *receiver) {
 		}
 		j.noteStart(r)
 		j.mu.Unlock()
-		if ch != nil {
-			ch <- r
-			if r.Done {
-				close(ch)
-			}
+		if ch == nil {
+			closeAll(fds)
+			continue
+		}
+		ch <- replyMsg{r, fds} // the receiver owns the descriptors now
+		if r.Done {
+			close(ch)
 		}
 	}
 }
+
+// replyMsg is a reply with the descriptors that came with it.
+type replyMsg struct {
+	reply
+	fds []int
+}
+
+// Winsize is a terminal's size.
+type Winsize struct{ Rows, Cols uint16 }
 
 // noteStart keeps the run of a command from its start to its end, for
 // RunOf. j.mu is held.
@@ -302,7 +313,13 @@ type Cmd struct {
 	Dir    string    // inside the jail; "" means /workspace
 	Stdin  io.Reader // nil means empty
 	Stdout io.Writer // nil means discarded
-	Stderr io.Writer // nil means discarded
+	Stderr io.Writer // nil means discarded (a terminal has none)
+	// Tty runs the command on a terminal of its own, of Size: its output
+	// comes as one stream on Stdout, and Resize changes its size while it
+	// runs.
+	Tty    bool
+	Size   Winsize
+	Resize <-chan Winsize
 }
 
 // Run runs c in the jail and returns its exit code (128+n for a signal).
@@ -315,6 +332,25 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (int, error) {
 	if dir == "" {
 		dir = Workspace
 	}
+	req := request{Argv: c.Args, Env: c.Env, Dir: dir, Tty: c.Tty, Rows: c.Size.Rows, Cols: c.Size.Cols}
+	var copies sync.WaitGroup
+	copyOut := func(dst io.Writer, src *os.File) {
+		defer copies.Done()
+		if dst == nil {
+			dst = io.Discard
+		}
+		io.Copy(dst, src)
+	}
+	feed := func(dst *os.File, closeAfter bool) {
+		if c.Stdin != nil {
+			io.Copy(dst, c.Stdin)
+		}
+		if closeAfter {
+			dst.Close()
+		}
+	}
+
+	var theirs []int
 	var pipes [3][2]*os.File // [i][0] the command's end, [i][1] ours
 	defer func() {
 		for _, p := range pipes {
@@ -325,33 +361,112 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (int, error) {
 			}
 		}
 	}()
-	for i := range pipes {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return -1, fmt.Errorf("jail: pipe: %w", err)
-		}
-		if i == 0 {
-			pipes[i] = [2]*os.File{r, w}
-		} else {
-			pipes[i] = [2]*os.File{w, r}
+	if !c.Tty {
+		for i := range pipes {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return -1, fmt.Errorf("jail: pipe: %w", err)
+			}
+			if i == 0 {
+				pipes[i] = [2]*os.File{r, w}
+			} else {
+				pipes[i] = [2]*os.File{w, r}
+			}
+			theirs = append(theirs, int(pipes[i][0].Fd()))
 		}
 	}
-	ch := make(chan reply, 4)
+	id, ch, err := j.submit(req, c.Run, theirs)
+	if err != nil {
+		return -1, err
+	}
+	if !c.Tty {
+		for i := range pipes {
+			pipes[i][0].Close()
+			pipes[i][0] = nil
+		}
+		copies.Add(2)
+		go copyOut(c.Stdout, pipes[1][1])
+		go copyOut(c.Stderr, pipes[2][1])
+		stdin := pipes[0][1]
+		pipes[0][1] = nil
+		go feed(stdin, true)
+	}
+
+	var master *os.File
+	ttyDone := make(chan struct{})
+	exit := -1
+	for waiting := true; waiting; {
+		select {
+		case m, ok := <-ch:
+			switch {
+			case !ok:
+				err, waiting = errors.New("jail: init gone"), false
+			case m.Started && c.Tty && len(m.fds) > 0 && master == nil:
+				// The terminal's master: the command's output, input
+				// and size.
+				master = os.NewFile(uintptr(m.fds[0]), "pty")
+				closeAll(m.fds[1:])
+				copies.Add(1)
+				go copyOut(c.Stdout, master)
+				go feed(master, false)
+				go func() {
+					for {
+						select {
+						case ws, ok := <-c.Resize:
+							if !ok {
+								return
+							}
+							pty.Setsize(master, &pty.Winsize{Rows: ws.Rows, Cols: ws.Cols})
+						case <-ttyDone:
+							return
+						}
+					}
+				}()
+			case m.Done:
+				closeAll(m.fds)
+				exit, waiting = m.Exit, false
+				if m.Err != "" {
+					err = errors.New(m.Err)
+				}
+			default:
+				closeAll(m.fds)
+			}
+		case <-ctx.Done():
+			j.sendMu.Lock()
+			send(j.conn, request{ID: id, Kill: true})
+			j.sendMu.Unlock()
+			ctx = context.Background() // wait for its end now
+		}
+	}
+	close(ttyDone)
+	if master != nil {
+		// The output ends when the terminal's last other end closes,
+		// which the end of the command's session brings.
+		waitTimeout(&copies, 2*time.Second)
+		master.Close()
+	}
+	copies.Wait()
+	return exit, err
+}
+
+// submit registers and sends one request with its descriptors.
+func (j *Jail) submit(req request, run string, fds []int) (uint64, chan replyMsg, error) {
+	ch := make(chan replyMsg, 4)
 	j.mu.Lock()
 	if j.dead != nil {
 		j.mu.Unlock()
-		return -1, j.dead
+		return 0, nil, j.dead
 	}
 	j.nextID++
 	id := j.nextID
+	req.ID = id
 	j.waiting[id] = ch
-	j.runOfID[id] = c.Run
+	j.runOfID[id] = run
 	j.starting++
 	j.mu.Unlock()
 
 	j.sendMu.Lock()
-	err := send(j.conn, request{ID: id, Argv: c.Args, Env: c.Env, Dir: dir},
-		int(pipes[0][0].Fd()), int(pipes[1][0].Fd()), int(pipes[2][0].Fd()))
+	err := send(j.conn, req, fds...)
 	j.sendMu.Unlock()
 	if err != nil {
 		j.mu.Lock()
@@ -361,55 +476,19 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (int, error) {
 			j.starting--
 		}
 		j.mu.Unlock()
-		return -1, fmt.Errorf("jail: send command: %w", err)
+		return 0, nil, fmt.Errorf("jail: send command: %w", err)
 	}
-	for i := range pipes {
-		pipes[i][0].Close()
-		pipes[i][0] = nil
-	}
+	return id, ch, nil
+}
 
-	var copies sync.WaitGroup
-	copyOut := func(dst io.Writer, src *os.File) {
-		defer copies.Done()
-		if dst == nil {
-			dst = io.Discard
-		}
-		io.Copy(dst, src)
+// waitTimeout waits for wg, at most d.
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
 	}
-	copies.Add(2)
-	go copyOut(c.Stdout, pipes[1][1])
-	go copyOut(c.Stderr, pipes[2][1])
-	stdin := pipes[0][1]
-	pipes[0][1] = nil
-	go func() {
-		if c.Stdin != nil {
-			io.Copy(stdin, c.Stdin)
-		}
-		stdin.Close()
-	}()
-
-	exit, err := -1, error(nil)
-	for waiting := true; waiting; {
-		select {
-		case r, ok := <-ch:
-			switch {
-			case !ok:
-				err, waiting = errors.New("jail: init gone"), false
-			case r.Done:
-				exit, waiting = r.Exit, false
-				if r.Err != "" {
-					err = errors.New(r.Err)
-				}
-			}
-		case <-ctx.Done():
-			j.sendMu.Lock()
-			send(j.conn, request{ID: id, Kill: true})
-			j.sendMu.Unlock()
-			ctx = context.Background() // wait for its end now
-		}
-	}
-	copies.Wait()
-	return exit, err
 }
 
 // Close ends the jail: its init and, with it, every process in it (the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -304,5 +305,68 @@ func TestJailLandlock(t *testing.T) {
 	}
 	if code, _, errOut := run(t, j, `echo x > /workspace/w && echo x > /tmp/t && echo x > /dev/shm/s && echo x > /dev/null && mkdir /tmp/d && rm -r /tmp/d /workspace/w`); code != 0 {
 		t.Errorf("writes where commands write: exit %d: %s", code, errOut)
+	}
+}
+
+// TestJailTty: a command on a terminal of its own sees a tty of the
+// jail's devpts with the size asked for, follows a resize, and cannot
+// push input into its terminal (TIOCSTI).
+func TestJailTty(t *testing.T) {
+	testenv.RequireCommand(t, "stty")
+	testenv.RequireCommand(t, "perl")
+	j, _ := startJail(t)
+	env, _ := Env(nil, nil)
+	stdinR, stdinW := io.Pipe()
+	resize := make(chan Winsize, 1)
+	var out testenv.SyncBuffer
+	done := make(chan int, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() {
+		code, err := j.Run(ctx, Cmd{
+			Args: []string{"/bin/sh", "-c", `tty; stty size; read line; stty size; echo "got $line"`},
+			Env:  env, Tty: true, Size: Winsize{Rows: 24, Cols: 80},
+			Stdin: stdinR, Stdout: &out, Resize: resize,
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- code
+	}()
+	waitFor(t, &out, "24 80")
+	resize <- Winsize{Rows: 50, Cols: 132}
+	time.Sleep(100 * time.Millisecond) // the ioctl is applied by Run's own goroutine
+	io.WriteString(stdinW, "hello\n")
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d: %q", code, out.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no end: %q", out.String())
+	}
+	got := strings.ReplaceAll(out.String(), "\r", "")
+	for _, want := range []string{"/dev/pts/0\n", "24 80\n", "50 132\n", "got hello\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("terminal output %q lacks %q", got, want)
+		}
+	}
+	// TIOCSTI (0x5412) into its own terminal is refused.
+	var o testenv.SyncBuffer
+	code, err := j.Run(ctx, Cmd{Args: []string{"/usr/bin/perl", "-e", `my $c = "x"; ioctl(STDIN, 0x5412, $c) or die "refused: $!\n"`}, Env: env, Tty: true, Stdout: &o})
+	if err != nil || code == 0 || !strings.Contains(o.String(), "refused") {
+		t.Errorf("TIOCSTI in the jail: exit %d, %v, %q", code, err, o.String())
+	}
+	t.Logf("TIOCSTI: %q", strings.TrimSpace(o.String()))
+}
+
+func waitFor(t *testing.T, b *testenv.SyncBuffer, s string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(b.String(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited for %q; have %q", s, b.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -38,6 +38,12 @@ type request struct {
 	Env  []string `json:"env,omitempty"`
 	Dir  string   `json:"dir,omitempty"`
 	Kill bool     `json:"kill,omitempty"`
+	// Tty runs the command on a new terminal of the jail's devpts, of
+	// Rows × Cols; its master comes back with the started reply, and the
+	// request carries no descriptors.
+	Tty  bool   `json:"tty,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
 }
 
 // reply is the init's answer: ready after setup (ID 0), a command's pid
