@@ -71,6 +71,7 @@ type streamer interface {
 // params are the ids taken from a request's path.
 type params struct {
 	tenant, thread string
+	exec           string // a running command's id, on .../exec/{exec}/...
 }
 
 // routes is the API: the one place every call is listed.
@@ -91,6 +92,8 @@ func routes() []route {
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs", (*Gateway).handleRegisterRun},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs/end", (*Gateway).handleEndRun},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec", (*Gateway).handleExec}, // answers a streamer
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/stdin", (*Gateway).handleExecStdin},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/resize", (*Gateway).handleExecResize},
 	}
 }
 
@@ -222,6 +225,8 @@ func unescapeParams(raw map[string]string) (params, error) {
 			p.tenant = u
 		case "thread":
 			p.thread = u
+		case "exec":
+			p.exec = u
 		}
 	}
 	return p, nil

@@ -177,6 +177,13 @@ func (c *Client) Events(ctx context.Context, tenant, thread string, fn func(Even
 // stderr (either may be nil) as it comes, and returns the command's exit
 // code (124 when it ran out of time).
 func (c *Client) Exec(ctx context.Context, tenant, thread string, req ExecRequest, stdout, stderr io.Writer) (int, error) {
+	return c.ExecStream(ctx, tenant, thread, req, nil, stdout, stderr)
+}
+
+// ExecStream is Exec that also tells onID, if set, the running command's
+// id as soon as it starts (for ExecStdin and ExecResize). A terminal's
+// output goes to stdout.
+func (c *Client) ExecStream(ctx context.Context, tenant, thread string, req ExecRequest, onID func(string), stdout, stderr io.Writer) (int, error) {
 	path := threadPath(tenant, thread) + "/exec"
 	resp, err := c.send(ctx, http.MethodPost, path, nil, req)
 	if err != nil {
@@ -201,12 +208,27 @@ func (c *Client) Exec(ctx context.Context, tenant, thread string, req ExecReques
 				return *f.Exit, fmt.Errorf("POST %s: %s", path, f.Error)
 			}
 			return *f.Exit, nil
-		case f.Stream == "stdout" && stdout != nil:
+		case f.ID != "" && onID != nil:
+			onID(f.ID)
+		case (f.Stream == "stdout" || f.Stream == "tty") && stdout != nil:
 			io.WriteString(stdout, f.Data)
 		case f.Stream == "stderr" && stderr != nil:
 			io.WriteString(stderr, f.Data)
 		}
 	}
+}
+
+// ExecStdin sends input to a running command (see ExecRequest.OpenStdin);
+// closeIt ends its input after data.
+func (c *Client) ExecStdin(ctx context.Context, tenant, thread, id, data string, closeIt bool) error {
+	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/exec/"+escapeID(id)+"/stdin", nil,
+		ExecStdinRequest{Data: data, Close: closeIt}, &ExecAck{})
+}
+
+// ExecResize resizes a running command's terminal.
+func (c *Client) ExecResize(ctx context.Context, tenant, thread, id string, rows, cols uint16) error {
+	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/exec/"+escapeID(id)+"/resize", nil,
+		ExecResizeRequest{Rows: rows, Cols: cols}, &ExecAck{})
 }
 
 // threadPath is the escaped API path of a thread.

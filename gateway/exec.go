@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -42,11 +44,39 @@ type ExecRequest struct {
 	// TimeoutSeconds ends the command's whole session after so long, with
 	// exit code 124; 0 means DefaultExecTimeout.
 	TimeoutSeconds float64 `json:"timeoutSeconds,omitempty"`
+	// OpenStdin keeps the command's input open after Stdin, for
+	// POST .../exec/{id}/stdin, until one of them closes it.
+	OpenStdin bool `json:"openStdin,omitempty"`
+	// Tty runs the command on a terminal of its own of Rows × Cols
+	// (default 24 × 80); output then comes as one "tty" stream, input is
+	// open (as with OpenStdin), and POST .../exec/{id}/resize resizes it.
+	Tty  bool   `json:"tty,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
 }
 
-// ExecFrame is one line of an exec answer: output (Stream "stdout" or
-// "stderr" with Data), or the end (Exit set).
+// ExecStdinRequest sends input to a running command.
+type ExecStdinRequest struct {
+	Data  string `json:"data,omitempty"`
+	Close bool   `json:"close,omitempty"` // end of input, after Data
+}
+
+// ExecResizeRequest resizes a running command's terminal.
+type ExecResizeRequest struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// ExecAck answers stdin and resize calls.
+type ExecAck struct {
+	ID string `json:"id"`
+}
+
+// ExecFrame is one line of an exec answer: first the command's id (ID),
+// then output (Stream "stdout", "stderr" or "tty" with Data), and last
+// the end (Exit set).
 type ExecFrame struct {
+	ID       string `json:"id,omitempty"`
 	Stream   string `json:"stream,omitempty"`
 	Data     string `json:"data,omitempty"`
 	Exit     *int   `json:"exit,omitempty"`
@@ -188,6 +218,104 @@ type execStream struct {
 	j       *jail.Jail
 	cmd     jail.Cmd
 	timeout time.Duration
+	run     *runningExec
+}
+
+// runningExec is a command that takes input or resizes while it runs.
+type runningExec struct {
+	key    meta.ThreadKey
+	stdin  *io.PipeWriter    // nil unless its input is open
+	resize chan jail.Winsize // nil unless it has a terminal
+	mu     sync.Mutex        // serializes writes to stdin
+}
+
+// startExec registers a running command and returns its id.
+func (g *Gateway) startExec(re *runningExec) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.execSeq++
+	id := "exec-" + strconv.FormatUint(g.execSeq, 10)
+	g.execs[id] = re
+	return id
+}
+
+func (g *Gateway) endExec(id string) {
+	g.mu.Lock()
+	re := g.execs[id]
+	delete(g.execs, id)
+	g.mu.Unlock()
+	if re != nil && re.stdin != nil {
+		re.stdin.Close()
+	}
+}
+
+// runningFor finds a running command of a thread.
+func (g *Gateway) runningFor(p params) (*runningExec, error) {
+	k, err := threadKey(p.tenant, p.thread)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	re := g.execs[p.exec]
+	g.mu.Unlock()
+	if re == nil || re.key != k {
+		return nil, fmt.Errorf("%w: no running command %q in thread %s", ErrNotFound, p.exec, keyName(k))
+	}
+	return re, nil
+}
+
+func (g *Gateway) handleExecStdin(r *http.Request, p params) (any, error) {
+	var req ExecStdinRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return nil, err
+	}
+	re, err := g.runningFor(p)
+	if err != nil {
+		return nil, err
+	}
+	if re.stdin == nil {
+		return nil, fmt.Errorf("%w: the input of %s is not open (ask for openStdin or tty)", ErrConflict, p.exec)
+	}
+	re.mu.Lock()
+	defer re.mu.Unlock()
+	if req.Data != "" {
+		if _, err := io.WriteString(re.stdin, req.Data); err != nil {
+			return nil, fmt.Errorf("%w: the input of %s is closed", ErrConflict, p.exec)
+		}
+	}
+	if req.Close {
+		re.stdin.Close()
+	}
+	return ExecAck{ID: p.exec}, nil
+}
+
+func (g *Gateway) handleExecResize(r *http.Request, p params) (any, error) {
+	var req ExecResizeRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return nil, err
+	}
+	if req.Rows == 0 || req.Cols == 0 {
+		return nil, fmt.Errorf("%w: rows and cols must be above 0", ErrInvalid)
+	}
+	re, err := g.runningFor(p)
+	if err != nil {
+		return nil, err
+	}
+	if re.resize == nil {
+		return nil, fmt.Errorf("%w: %s has no terminal", ErrConflict, p.exec)
+	}
+	// The newest size wins: a size not applied yet is replaced.
+	for {
+		select {
+		case re.resize <- jail.Winsize{Rows: req.Rows, Cols: req.Cols}:
+			return ExecAck{ID: p.exec}, nil
+		default:
+			select {
+			case <-re.resize:
+			default:
+			}
+		}
+	}
 }
 
 func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
@@ -222,11 +350,36 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := jail.Cmd{Run: req.Run, Args: []string{"/bin/bash", "-c", req.Command}, Env: env, Dir: cwd}
-	if req.Stdin != "" {
-		cmd.Stdin = strings.NewReader(req.Stdin)
+	k, err := threadKey(p.tenant, p.thread)
+	if err != nil {
+		return nil, err
 	}
-	return &execStream{g: g, j: j, cmd: cmd, timeout: timeout}, nil
+	cmd := jail.Cmd{Run: req.Run, Args: []string{"/bin/bash", "-c", req.Command}, Env: env, Dir: cwd}
+	re := &runningExec{key: k}
+	var stdin io.Reader
+	if req.Stdin != "" {
+		stdin = strings.NewReader(req.Stdin)
+	}
+	if req.OpenStdin || req.Tty {
+		pr, pw := io.Pipe()
+		re.stdin = pw
+		if stdin != nil {
+			stdin = io.MultiReader(stdin, pr)
+		} else {
+			stdin = pr
+		}
+	}
+	cmd.Stdin = stdin
+	if req.Tty {
+		cmd.Tty = true
+		cmd.Size = jail.Winsize{Rows: 24, Cols: 80}
+		if req.Rows > 0 && req.Cols > 0 {
+			cmd.Size = jail.Winsize{Rows: req.Rows, Cols: req.Cols}
+		}
+		re.resize = make(chan jail.Winsize, 1)
+		cmd.Resize = re.resize
+	}
+	return &execStream{g: g, j: j, cmd: cmd, timeout: timeout, run: re}, nil
 }
 
 // frameWriter writes the output of one stream as frames.
@@ -258,7 +411,17 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 	}
 	var mu sync.Mutex
 	enc := json.NewEncoder(w)
-	s.cmd.Stdout = &frameWriter{mu: &mu, enc: enc, flush: flush, stream: "stdout"}
+	id := s.g.startExec(s.run)
+	defer s.g.endExec(id)
+	mu.Lock()
+	enc.Encode(ExecFrame{ID: id})
+	flush()
+	mu.Unlock()
+	out := "stdout"
+	if s.cmd.Tty {
+		out = "tty"
+	}
+	s.cmd.Stdout = &frameWriter{mu: &mu, enc: enc, flush: flush, stream: out}
 	s.cmd.Stderr = &frameWriter{mu: &mu, enc: enc, flush: flush, stream: "stderr"}
 	// The command ends when the client goes away or its time is up.
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -111,5 +112,79 @@ func TestExecStaleWrite(t *testing.T) {
 	// The file API's run is the same actor: B has not read A's last write.
 	if _, err := c.EditFile(ctx, "acme", "t2", EditFileRequest{Path: "notes.md", Run: "B", Old: "mine", New: "b"}); !errors.Is(err, ErrStale) {
 		t.Errorf("B's edit through the file API after A's write: %v, want stale", err)
+	}
+}
+
+// TestExecTty: a command on a terminal, fed and resized while it runs
+// through its id; and open input without a terminal.
+func TestExecTty(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	testenv.RequireCommand(t, "stty")
+	env := startEnv(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := env.c
+	ids := make(chan string, 1)
+	var out testenv.SyncBuffer
+	done := make(chan error, 1)
+	go func() {
+		code, err := c.ExecStream(ctx, "acme", "tty", ExecRequest{Command: `tty; stty size; read line; stty size; echo "got $line"`,
+			Tty: true, Rows: 30, Cols: 100}, func(id string) { ids <- id }, &out, nil)
+		if err == nil && code != 0 {
+			err = fmt.Errorf("exit %d", code)
+		}
+		done <- err
+	}()
+	id := <-ids
+	for !strings.Contains(out.String(), "30 100") {
+		select {
+		case err := <-done:
+			t.Fatalf("ended early: %v, %q", err, out.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := c.ExecResize(ctx, "acme", "tty", id, 40, 120); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the resize is applied beside the input
+	if err := c.ExecStdin(ctx, "acme", "tty", id, "hi\n", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("%v: %q", err, out.String())
+	}
+	got := strings.ReplaceAll(out.String(), "\r", "")
+	for _, want := range []string{"/dev/pts/0\n", "30 100\n", "40 120\n", "got hi\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("terminal output %q lacks %q", got, want)
+		}
+	}
+	if err := c.ExecResize(ctx, "acme", "tty", id, 10, 10); !errors.Is(err, ErrNotFound) {
+		t.Errorf("resize of an ended command: %v", err)
+	}
+
+	// Open input, no terminal: cat echoes what is sent until it is closed.
+	var out2 testenv.SyncBuffer
+	go func() {
+		code, err := c.ExecStream(ctx, "acme", "tty", ExecRequest{Command: `cat`, OpenStdin: true}, func(id string) { ids <- id }, &out2, nil)
+		if err == nil && code != 0 {
+			err = fmt.Errorf("exit %d", code)
+		}
+		done <- err
+	}()
+	id = <-ids
+	for _, part := range []string{"one\n", "two\n"} {
+		if err := c.ExecStdin(ctx, "acme", "tty", id, part, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.ExecStdin(ctx, "acme", "tty", id, "", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil || out2.String() != "one\ntwo\n" {
+		t.Fatalf("cat with open input: %v, %q", err, out2.String())
+	}
+	if err := c.ExecResize(ctx, "other", "tty", id, 10, 10); !errors.Is(err, ErrNotFound) {
+		t.Errorf("resize through another thread: %v", err)
 	}
 }

@@ -44,6 +44,10 @@ type Gateway struct {
 	// jails are the threads' sandboxes, made at their first command
 	// (exec.go); guarded by mu.
 	jails map[meta.ThreadKey]*threadJail
+	// execs are the running commands by id, for their input and size;
+	// execSeq numbers them. Guarded by mu.
+	execs   map[string]*runningExec
+	execSeq uint64
 
 	threadLocks keyedLocks[meta.ThreadKey]
 
@@ -100,6 +104,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		inspections: make(map[string]*inspectionMount),
 		events:      newBroker(eventBuffer),
 		jails:       make(map[meta.ThreadKey]*threadJail),
+		execs:       make(map[string]*runningExec),
 		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks}),
 	}
 	for _, u := range cfg.AllowUIDs {
