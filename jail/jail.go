@@ -394,6 +394,7 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (int, error) {
 
 	var master *os.File
 	ttyDone := make(chan struct{})
+	var resizing sync.WaitGroup // the resizer must be done with master before it closes
 	exit := -1
 	for waiting := true; waiting; {
 		select {
@@ -409,7 +410,9 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (int, error) {
 				copies.Add(1)
 				go copyOut(c.Stdout, master)
 				go feed(master, false)
+				resizing.Add(1)
 				go func() {
+					defer resizing.Done()
 					for {
 						select {
 						case ws, ok := <-c.Resize:
@@ -439,6 +442,7 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (int, error) {
 		}
 	}
 	close(ttyDone)
+	resizing.Wait()
 	if master != nil {
 		// The output ends when the terminal's last other end closes,
 		// which the end of the command's session brings.
