@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -10,6 +12,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"warren/internal/testenv"
 )
 
 // execIn runs a shell line in a thread's jail through the CLI and returns
@@ -133,5 +138,39 @@ test ! -e /workspace/HOOK_RAN && echo no-hook`)
 	}
 	if _, err := d.warren("ls"); err != nil {
 		t.Fatalf("the daemon after the fork bomb: %v", err)
+	}
+}
+
+// TestExecTerminal: warren exec -t gives an interactive shell on a
+// terminal of the jail, through a real terminal here (script(1) makes
+// one), and exits with the shell's code.
+func TestExecTerminal(t *testing.T) {
+	testenv.RequireCommand(t, "script")
+	d := newDaemon(t)
+	cmd := exec.Command("script", "-qec", warrenBin+" exec -t --thread t1 -- bash", "/dev/null")
+	cmd.Env = append(os.Environ(), "WARREN_SOCKET="+d.socket)
+	in, err := cmd.StdinPipe()
+	must(t, err)
+	var out testenv.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	must(t, cmd.Start())
+	defer cmd.Process.Kill()
+	for _, line := range []string{"tty; stty size\n", "exit 3\n"} {
+		time.Sleep(500 * time.Millisecond)
+		io.WriteString(in, line)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+			t.Errorf("exit: %v, want 3; output %q", err, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no end: %q", out.String())
+	}
+	if got := out.String(); !strings.Contains(got, "/dev/pts/0") || !strings.Contains(got, "nobody@warren") {
+		t.Errorf("terminal output %q", got)
 	}
 }

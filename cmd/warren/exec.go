@@ -36,14 +36,15 @@ func (l envList) Set(v string) error {
 func execCmd(ctx context.Context, e *cliEnv, args []string) error {
 	var tf threadFlags
 	req := gateway.ExecRequest{Env: map[string]string{}}
-	var withStdin bool
-	fs := newFlags(e, "exec", "[--run R] [--cwd D] [--env K=V]... [--timeout S] [--stdin] --thread ID -- CMD [ARG...]")
+	var withStdin, tty bool
+	fs := newFlags(e, "exec", "[--run R] [--cwd D] [--env K=V]... [--timeout S] [--stdin] [-t] --thread ID -- CMD [ARG...]")
 	addThreadFlags(e, fs, &tf)
 	fs.StringVar(&req.Run, "run", "", "the agent run the command acts as in the workspace")
 	fs.StringVar(&req.Cwd, "cwd", "", "folder to run in, inside /workspace (default /workspace)")
 	fs.Var(envList(req.Env), "env", "extra variable K=V (repeatable)")
 	fs.Float64Var(&req.TimeoutSeconds, "timeout", 0, "seconds before the command's whole session is killed (exit 124; default 600)")
 	fs.BoolVar(&withStdin, "stdin", false, "pass this program's standard input to the command")
+	fs.BoolVar(&tty, "t", false, "run the command on a terminal, with this terminal's keys and size")
 	// Flags first, then the command as it is: "--" ends the flags.
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -59,7 +60,7 @@ func execCmd(ctx context.Context, e *cliEnv, args []string) error {
 		return usagef("no command given")
 	}
 	req.Command = shellCommand(argv)
-	if withStdin {
+	if withStdin && !tty {
 		b, err := io.ReadAll(os.Stdin)
 		if err != nil {
 			return fmt.Errorf("read stdin: %w", err)
@@ -68,7 +69,19 @@ func execCmd(ctx context.Context, e *cliEnv, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	code, err := gateway.NewClient(tf.socket).Exec(ctx, tf.tenant, tf.thread, req, e.stdout, e.stderr)
+	c := gateway.NewClient(tf.socket)
+	var onID func(string)
+	if tty {
+		// Keys go to the command as they are typed: ^C is the command's,
+		// not this program's.
+		req.Tty = true
+		req.Rows, req.Cols = terminalSize(int(os.Stdout.Fd()))
+		if restore, err := rawTerminal(int(os.Stdin.Fd())); err == nil {
+			defer restore()
+		}
+		onID = func(id string) { relayTerminal(ctx, c, tf.tenant, tf.thread, id) }
+	}
+	code, err := c.ExecStream(ctx, tf.tenant, tf.thread, req, onID, e.stdout, e.stderr)
 	if err != nil {
 		return callError(tf.socket, "run the command", err)
 	}
