@@ -62,7 +62,9 @@
 //	POST   .../threads/{thread}/files/edit   {"path","run","old","new","all"}  {"replaced","version"}
 //	POST   .../threads/{thread}/runs         {"pid","run"}                  {"run","pid"}
 //	POST   .../threads/{thread}/runs/end     {"run"}                        {"run"}
-//	POST   .../threads/{thread}/exec         {"command","run","cwd",...}    NDJSON output frames, then {"exit":N}
+//	POST   .../threads/{thread}/exec         {"command","run","cwd",...}    NDJSON: {"id"}, output frames, {"exit":N}
+//	POST   .../threads/{thread}/exec/{id}/stdin   {"data","close"}          {"id"}
+//	POST   .../threads/{thread}/exec/{id}/resize  {"rows","cols"}           {"id"}
 //
 // The file API (files.go) works on the backing folder through the fs
 // core, with the same locks, versions and read records as the mounts
