@@ -41,6 +41,12 @@ type Config struct {
 	// JailBinary is the program run as a jail's init (it calls
 	// jail.RunInit when jail.IsInit); "" means this very binary.
 	JailBinary string
+	// JailNetwork, JailMemoryBytes and JailMaxProcs set up every thread's
+	// jail (see jail.Config): "none" (the default) or "host"; 0 means the
+	// jail package's defaults.
+	JailNetwork     string
+	JailMemoryBytes int64
+	JailMaxProcs    int
 
 	// mounter serves the mounts; nil means fuseMounter, the FUSE filesystem
 	// of package fs, which is the only implementation. It is a seam for

@@ -117,7 +117,10 @@ func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey) (*jail.Jail, er
 			return nil, fmt.Errorf("jail for %s: give the workspace to its user: %w", keyName(k), err)
 		}
 	}
-	j, err := jail.Start(ctx, jail.Config{Workspace: mountPath, Binary: g.cfg.JailBinary})
+	j, err := jail.Start(ctx, jail.Config{
+		Workspace: mountPath, Binary: g.cfg.JailBinary, Network: g.cfg.JailNetwork,
+		MemoryBytes: g.cfg.JailMemoryBytes, MaxProcs: g.cfg.JailMaxProcs,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
 	}

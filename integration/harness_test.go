@@ -48,6 +48,7 @@ type daemon struct {
 	t      testing.TB
 	data   string
 	socket string
+	args   []string // more flags for warren serve
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -58,11 +59,11 @@ type daemon struct {
 // newDaemon prepares a data folder and starts a daemon on it. Whatever
 // happens, the test's cleanup ends the daemon (by its pid) and detaches
 // every mount left under the data folder.
-func newDaemon(t testing.TB) *daemon {
+func newDaemon(t testing.TB, serveArgs ...string) *daemon {
 	t.Helper()
 	testenv.RequireRootFUSE(t)
 	data := filepath.Join(t.TempDir(), "data")
-	d := &daemon{t: t, data: data, socket: filepath.Join(data, "warren.sock")}
+	d := &daemon{t: t, data: data, socket: filepath.Join(data, "warren.sock"), args: serveArgs}
 	t.Cleanup(func() {
 		d.stop()
 		detachAllUnder(t, data)
@@ -90,7 +91,7 @@ func (d *daemon) start() {
 	if d.logs == nil {
 		d.logs = &testenv.SyncBuffer{}
 	}
-	cmd := exec.Command(warrenBin, "serve", "--data", d.data, "--log-level", "debug")
+	cmd := exec.Command(warrenBin, append([]string{"serve", "--data", d.data, "--log-level", "debug"}, d.args...)...)
 	cmd.Stdout, cmd.Stderr = d.logs, d.logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

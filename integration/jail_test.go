@@ -41,7 +41,7 @@ func (d *daemon) execIn(thread, line string, extra ...string) (int, string) {
 func TestJailEscapes(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "sk-server-secret")
 	t.Setenv("DATABASE_URL", "postgres://server:secret@db/prod")
-	d := newDaemon(t)
+	d := newDaemon(t, "--jail-memory", "67108864", "--jail-procs", "128")
 	dotEnv := filepath.Join(filepath.Dir(d.data), ".env")
 	must(t, os.WriteFile(dotEnv, []byte("OPENAI_API_KEY=sk-server-secret\n"), 0o644))
 	d.bind("default", "t1")
@@ -94,6 +94,8 @@ func TestJailEscapes(t *testing.T) {
 		{"a device node", "mknod /tmp/sda b 8 0"},
 		{"a setuid binary", "su root -c true </dev/null"},
 		{"the host's loopback", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && cat <&3", port)},
+		{"ptrace pid 1 (the jail's init)", `perl -e 'syscall(101, 16, 1, 0, 0) == -1 and die "refused: $!\n"'`},
+		{"ptrace a process of its own", `sleep 5 & perl -e 'syscall(101, 16, $ARGV[0], 0, 0) == -1 and die "refused: $!\n"' $!`},
 	} {
 		code, out := d.execIn("t1", c.line)
 		if code == 0 || strings.Contains(out, "secret") || strings.Contains(out, "host listener") || strings.Contains(out, "other thread's file") {
@@ -128,6 +130,16 @@ echo x > f && git add f && git commit -qm first
 test ! -e /workspace/HOOK_RAN && echo no-hook`)
 	if code != 0 || !strings.Contains(out, "no-hook") {
 		t.Errorf("git commit with hooks: exit %d, %q", code, out)
+	}
+
+	// git's fsmonitor is off whatever the project says.
+	if code, out := d.execIn("t1", `cd repo && git config core.fsmonitor /bin/false-monitor && git config --get core.fsmonitor`); code != 0 || strings.TrimSpace(out) != "false" {
+		t.Errorf("core.fsmonitor in the jail: exit %d, %q; want false", code, out)
+	}
+
+	// A memory hog meets the memory limit (64 MiB here).
+	if code, out := d.execIn("t1", `x=$(head -c 200000000 /dev/zero | tr '\0' a); echo ${#x}`); code == 0 {
+		t.Errorf("a 200 MB string under 64 MiB: exit 0, %q", out)
 	}
 
 	// A fork bomb meets the process limit; the daemon and the jail go on.

@@ -28,6 +28,10 @@ type serveOptions struct {
 	// noEditChecks switches off the refusal of stale writes; benchmarks
 	// set it to measure what the checks cost.
 	noEditChecks bool
+	// The jails of the threads.
+	jailNetwork string
+	jailMemory  int64
+	jailProcs   int
 }
 
 // uidList is a repeatable --allow-uid flag.
@@ -60,6 +64,9 @@ func serveCmd(ctx context.Context, e *cliEnv, args []string) error {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON lines")
 	fs.BoolVar(&o.noEditChecks, "no-edit-checks", false, "for benchmarks only: do not refuse writes based on stale reads")
+	fs.StringVar(&o.jailNetwork, "jail-network", "none", "network of the threads' jails: none (loopback only) or host")
+	fs.Int64Var(&o.jailMemory, "jail-memory", 0, "memory of each thread's jail, in bytes (default 2 GiB)")
+	fs.IntVar(&o.jailProcs, "jail-procs", 0, "processes of each thread's jail (default 1024)")
 	rest, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -85,6 +92,9 @@ func serveCmd(ctx context.Context, e *cliEnv, args []string) error {
 // serve runs the gateway until ctx is done: it creates the data folder,
 // opens the metadata store in it and serves the API.
 func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
+	if o.jailNetwork != "none" && o.jailNetwork != "host" {
+		return usagef("--jail-network is none or host, not %q", o.jailNetwork)
+	}
 	dataDir, err := filepath.Abs(o.dataDir)
 	if err != nil {
 		return fmt.Errorf("data folder: %w", err)
@@ -112,13 +122,16 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 		return fmt.Errorf("open metadata store: %w", err)
 	}
 	err = gateway.Run(ctx, gateway.Config{
-		DataDir:      dataDir,
-		SocketPath:   socket,
-		HostID:       o.hostID,
-		AllowUIDs:    o.allowUIDs,
-		Logger:       log,
-		Store:        store,
-		NoEditChecks: o.noEditChecks,
+		DataDir:         dataDir,
+		SocketPath:      socket,
+		HostID:          o.hostID,
+		AllowUIDs:       o.allowUIDs,
+		Logger:          log,
+		Store:           store,
+		NoEditChecks:    o.noEditChecks,
+		JailNetwork:     o.jailNetwork,
+		JailMemoryBytes: o.jailMemory,
+		JailMaxProcs:    o.jailProcs,
 	})
 	if cerr := store.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("close metadata store: %w", cerr)
