@@ -210,6 +210,10 @@ func TestServeUsage(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, "unknown log level") {
 		t.Errorf("got exit %d, stderr %q; want 2 and the reason", code, errOut)
 	}
+	code, _, errOut = runCLI(t, "", "serve", "--jail-network", "bridge")
+	if code != 2 || !strings.Contains(errOut, "none or host") {
+		t.Errorf("--jail-network bridge: exit %d, stderr %q; want 2 and the reason", code, errOut)
+	}
 	code, _, errOut = runCLI(t, "", "serve", "--allow-uid", "x")
 	if code != 2 || !strings.Contains(errOut, "not a uid") {
 		t.Errorf("got exit %d, stderr %q; want 2 and the reason", code, errOut)

@@ -92,7 +92,7 @@ func serveCmd(ctx context.Context, e *cliEnv, args []string) error {
 // serve runs the gateway until ctx is done: it creates the data folder,
 // opens the metadata store in it and serves the API.
 func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
-	if o.jailNetwork != "none" && o.jailNetwork != "host" {
+	if o.jailNetwork != "" && o.jailNetwork != "none" && o.jailNetwork != "host" {
 		return usagef("--jail-network is none or host, not %q", o.jailNetwork)
 	}
 	dataDir, err := filepath.Abs(o.dataDir)
