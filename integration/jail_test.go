@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,20 +64,7 @@ func TestJailEscapes(t *testing.T) {
 		t.Errorf("env in the jail: %v\nwant %s", names, want)
 	}
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("host listener\n"))
-			c.Close()
-		}
-	}()
-	port := l.Addr().(*net.TCPAddr).Port
+	port := testenv.HostListener(t, "host listener\n")
 
 	for _, c := range []struct{ name, line string }{
 		{"read the server's .env", "cat " + dotEnv},

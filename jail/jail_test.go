@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -209,22 +208,7 @@ func TestJailSeccomp(t *testing.T) {
 func TestJailNetworkNone(t *testing.T) {
 	testenv.RequireCommand(t, "bash")
 	j, _ := startJail(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("host secret\n"))
-			c.Close()
-		}
-	}()
-	port := l.Addr().(*net.TCPAddr).Port
+	port := testenv.HostListener(t, "host secret\n")
 	code, out, errOut := run(t, j, fmt.Sprintf(`exec bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d && cat <&3'`, port))
 	if code == 0 || strings.Contains(out, "host secret") {
 		t.Fatalf("the jail reached the host's listener: exit %d, %q", code, out)

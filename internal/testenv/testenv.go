@@ -5,6 +5,7 @@ package testenv
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -153,4 +154,27 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// HostListener listens on the host's 127.0.0.1, answers every connection
+// with greeting and closes it, and stops when the test ends. It returns
+// the port: a jail must not reach it.
+func HostListener(t testing.TB, greeting string) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen on the host's loopback: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte(greeting))
+			c.Close()
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port
 }
