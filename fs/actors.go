@@ -137,12 +137,7 @@ func (as *actors) drop(id int, c caller) {
 // cache is full of the living, all of it (they are looked up again).
 // as.mu is held.
 func (as *actors) pruneLocked() {
-	for id, c := range as.callers {
-		if !alive(c.pidfd) {
-			delete(as.callers, id)
-			unix.Close(c.pidfd)
-		}
-	}
+	as.dropDeadCallersLocked()
 	if len(as.callers) >= callerCacheMax {
 		as.clearLocked()
 	}
@@ -266,6 +261,12 @@ func (as *actors) sweep() {
 			delete(as.jails, p)
 		}
 	}
+	as.dropDeadCallersLocked()
+}
+
+// dropDeadCallersLocked forgets the cached callers whose thread ended.
+// as.mu is held.
+func (as *actors) dropDeadCallersLocked() {
 	for id, c := range as.callers {
 		if !alive(c.pidfd) {
 			delete(as.callers, id)
@@ -324,7 +325,6 @@ func procUID(pid int) (uint64, error) {
 // procStat is what /proc/<pid>/stat tells about a process.
 type procStat struct {
 	pid, ppid int
-	state     byte
 }
 
 // readProcStat reads /proc/<pid>/stat.
@@ -349,7 +349,7 @@ func readProcStat(pid int) (procStat, error) {
 	if err != nil {
 		return procStat{}, fmt.Errorf("/proc/%d/stat: malformed", pid)
 	}
-	return procStat{pid: pid, ppid: ppid, state: f[0][0]}, nil
+	return procStat{pid: pid, ppid: ppid}, nil
 }
 
 // threadGroup returns the process (thread group) of thread tid.

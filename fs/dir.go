@@ -196,16 +196,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 	fromState, toState, unlock := l.lock(from, to)
 	defer unlock()
 	src, dst := guarded{from, fromState}, guarded{to, toState}
-	for _, e := range []struct {
-		g    guarded
-		dfd  int
-		name string
-	}{{src, ofd, name}, {dst, nfd, newName}} {
-		fp, err := fingerprintAt(e.dfd, e.name)
-		if err != nil {
-			return fusefs.ToErrno(err)
-		}
-		l.current(e.g.key, e.g.state, fp)
+	if err := l.refresh(src, ofd, name); err != nil {
+		return fusefs.ToErrno(err)
+	}
+	if err := l.refresh(dst, nfd, newName); err != nil {
+		return fusefs.ToErrno(err)
 	}
 	if errno := n.root.refuseIfStale("rename", np.child(newName), a, dst); errno != 0 {
 		return errno

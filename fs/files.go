@@ -235,31 +235,21 @@ func chownLike(fd int, dir *syscall.Stat_t) {
 
 // lockTarget takes the lock of t and brings its version up to date.
 func (f *Files) lockTarget(t *target) (guarded, func(), error) {
-	l := f.hub.ledger
-	st, _, unlock := l.lock(t.key)
-	fp, err := fingerprintAt(t.dirFd, t.name)
+	g, unlock, err := f.hub.ledger.take(t.key, t.dirFd, t.name)
 	if err != nil {
-		unlock()
 		return guarded{}, nil, fmt.Errorf("%s: %w", t.rel, err)
 	}
-	l.current(t.key, st, fp)
-	return guarded{key: t.key, state: st}, unlock, nil
+	return g, unlock, nil
 }
 
 // refuseIfStale is the file API's refusal: an error, logged and reported
 // once per stale version.
 func (f *Files) refuseIfStale(op string, a Actor, t *target, g guarded) error {
-	stale, first := f.hub.ledger.stale(a, g.key, g.state)
-	if !stale {
-		return nil
+	s := Stale{Mount: f.label, Op: op, Path: t.rel, Actor: a}
+	if f.hub.ledger.refuseStale(f.hub.log.With("workspace", f.label), f.onStale, s, g) {
+		return &StaleError{Path: t.rel, Actor: a}
 	}
-	if first {
-		f.hub.log.Warn("refused a write based on a stale read", "workspace", f.label, "op", op, "path", t.rel, "actor", a.String())
-		if f.onStale != nil {
-			f.onStale(Stale{Mount: f.label, Op: op, Path: t.rel, Actor: a})
-		}
-	}
-	return &StaleError{Path: t.rel, Actor: a}
+	return nil
 }
 
 // Read returns the content of the file at p and its version, and records

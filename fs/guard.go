@@ -7,6 +7,7 @@ import (
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
@@ -88,18 +89,37 @@ func fingerprintFd(fd int) fingerprint {
 	return fingerprintOf(&st)
 }
 
+// refresh brings the version of g, the entry name in the directory dfd,
+// up to date with what it holds now. g's lock is held.
+func (l *ledger) refresh(g guarded, dfd int, name string) error {
+	fp, err := fingerprintAt(dfd, name)
+	if err != nil {
+		return err
+	}
+	l.current(g.key, g.state, fp)
+	return nil
+}
+
+// take locks k, the entry name in the directory dfd, and brings its
+// version up to date. Call the returned unlock when done.
+func (l *ledger) take(k pathKey, dfd int, name string) (guarded, func(), error) {
+	st, _, unlock := l.lock(k)
+	g := guarded{key: k, state: st}
+	if err := l.refresh(g, dfd, name); err != nil {
+		unlock()
+		return guarded{}, nil, err
+	}
+	return g, unlock, nil
+}
+
 // take locks name in the directory n (dfd is n's descriptor) and brings
 // its version up to date. Call the returned unlock when done.
 func (n *node) take(dfd int, name string) (guarded, func(), syscall.Errno) {
-	k := n.key(name)
-	st, _, unlock := n.root.hub.ledger.lock(k)
-	fp, err := fingerprintAt(dfd, name)
+	g, unlock, err := n.root.hub.ledger.take(n.key(name), dfd, name)
 	if err != nil {
-		unlock()
 		return guarded{}, nil, fusefs.ToErrno(err)
 	}
-	n.root.hub.ledger.current(k, st, fp)
-	return guarded{key: k, state: st}, unlock, 0
+	return g, unlock, 0
 }
 
 // takeEntry gets what a modification of name in the directory n needs:
@@ -119,21 +139,28 @@ func (n *node) takeEntry(ctx context.Context, name string) (dfd int, a Actor, g 
 	return dfd, a, g, func() { unlock(); done() }, 0
 }
 
+// refuseStale reports whether a modification of g by actor a must be
+// refused because a read it before its last change; the first refusal
+// at a version is logged and told to onStale. s names the operation.
+func (l *ledger) refuseStale(log hclog.Logger, onStale func(Stale), s Stale, g guarded) bool {
+	stale, first := l.stale(s.Actor, g.key, g.state)
+	if stale && first {
+		log.Warn("refused a write based on a stale read", "op", s.Op, "path", s.Path, "actor", s.Actor.String())
+		if onStale != nil {
+			onStale(s)
+		}
+	}
+	return stale
+}
+
 // refuseIfStale refuses a modification of g by actor a that read it
 // before its last change.
 func (r *root) refuseIfStale(op, path string, a Actor, g guarded) syscall.Errno {
-	stale, first := r.hub.ledger.stale(a, g.key, g.state)
-	if !stale {
-		return 0
+	s := Stale{Mount: r.name, Op: op, Path: strings.TrimPrefix(path, "/"), Actor: a}
+	if r.hub.ledger.refuseStale(r.log, r.onStale, s, g) {
+		return syscall.ESTALE
 	}
-	if first {
-		s := Stale{Mount: r.name, Op: op, Path: strings.TrimPrefix(path, "/"), Actor: a}
-		r.log.Warn("refused a write based on a stale read", "op", op, "path", s.Path, "actor", a.String())
-		if r.onStale != nil {
-			r.onStale(s)
-		}
-	}
-	return syscall.ESTALE
+	return 0
 }
 
 // modified records a change of g by a; the path now holds fp (nothing:

@@ -462,21 +462,6 @@ func (l *ledger) forgetActors(gone func(Actor) bool) int {
 	return dropped
 }
 
-// actorsWithReads lists the actors that have records.
-func (l *ledger) actorsWithReads() []Actor {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	seen := make(map[Actor]struct{})
-	var out []Actor
-	for _, r := range l.reads {
-		if _, ok := seen[r.key.actor]; !ok {
-			seen[r.key.actor] = struct{}{}
-			out = append(out, r.key.actor)
-		}
-	}
-	return out
-}
-
 // ReadStats counts what the ledger holds, for tests and metrics.
 type ReadStats struct {
 	Records int // read records
