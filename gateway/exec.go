@@ -152,28 +152,27 @@ func (tj *threadJail) close() {
 // starting its jail if need be. A running jail means a bound, mounted
 // thread (closing or deleting it ends the jail first), so a warm command
 // costs no look-up in the store.
-func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (*jail.Jail, error) {
+func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (*jail.Jail, meta.ThreadKey, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
-		return nil, err
+		return nil, k, err
 	}
 	g.mu.Lock()
 	tj := g.jails[k]
 	g.mu.Unlock()
 	if tj != nil {
-		return tj.jail, nil
+		return tj.jail, k, nil
 	}
-	info, err := g.Bind(ctx, tenant, thread)
-	if err != nil {
-		return nil, err
+	if _, err := g.Bind(ctx, tenant, thread); err != nil {
+		return nil, k, err
 	}
-	k = meta.ThreadKey{Tenant: info.Tenant, Thread: info.Thread}
 	unlock, err := g.threadLocks.lock(ctx, k)
 	if err != nil {
-		return nil, err
+		return nil, k, err
 	}
 	defer unlock()
-	return g.jailFor(ctx, k)
+	j, err := g.jailFor(ctx, k)
+	return j, k, err
 }
 
 // closeJail ends k's jail, if it has one, and every command in it.
@@ -349,11 +348,7 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 	if req.TimeoutSeconds > 0 {
 		timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
 	}
-	j, err := g.threadJail(r.Context(), p.tenant, p.thread)
-	if err != nil {
-		return nil, err
-	}
-	k, err := threadKey(p.tenant, p.thread)
+	j, k, err := g.threadJail(r.Context(), p.tenant, p.thread)
 	if err != nil {
 		return nil, err
 	}

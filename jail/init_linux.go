@@ -301,7 +301,7 @@ func lookPath(name string, env []string) (string, error) {
 	}
 	path := Path
 	for _, kv := range env {
-		if v, ok := cutPrefix(kv, "PATH="); ok {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			path = v
 		}
 	}
@@ -312,13 +312,6 @@ func lookPath(name string, env []string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s: command not found", name)
-}
-
-func cutPrefix(s, prefix string) (string, bool) {
-	if len(s) >= len(prefix) && s[:len(prefix)] == prefix {
-		return s[len(prefix):], true
-	}
-	return "", false
 }
 
 // buildRoot makes the jail's filesystem and pivots into it: a tmpfs root

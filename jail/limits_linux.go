@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,8 +37,8 @@ type cgroup struct {
 
 // newCgroup makes the cgroup of a jail named name and sets its limits.
 func newCgroup(name string, memory int64, procs int) (*cgroup, error) {
-	if ctl, err := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil &&
-		hasWords(string(ctl), "memory", "pids") {
+	ctl, _ := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers"))
+	if controllers := strings.Fields(string(ctl)); slices.Contains(controllers, "memory") && slices.Contains(controllers, "pids") {
 		dir := filepath.Join(cgroupRoot, "warren", name)
 		// The parent hands both controllers down to its children.
 		parent := filepath.Dir(dir)
@@ -118,22 +119,6 @@ func (cg *cgroup) remove() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func hasWords(s string, words ...string) bool {
-	f := strings.Fields(s)
-	for _, w := range words {
-		found := false
-		for _, x := range f {
-			if x == w {
-				found = true
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
 }
 
 func isDir(p string) bool {
