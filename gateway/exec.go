@@ -380,21 +380,35 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 	return &execStream{g: g, j: j, cmd: cmd, timeout: timeout, run: re}, nil
 }
 
-// frameWriter writes the output of one stream as frames.
-type frameWriter struct {
-	mu     *sync.Mutex
-	enc    *json.Encoder
-	flush  func()
-	stream string
+// frames writes an exec answer's frames, one at a time, each flushed.
+type frames struct {
+	mu    sync.Mutex
+	enc   *json.Encoder
+	flush func()
 }
 
-func (fw *frameWriter) Write(b []byte) (int, error) {
-	fw.mu.Lock()
-	defer fw.mu.Unlock()
-	if err := fw.enc.Encode(ExecFrame{Stream: fw.stream, Data: string(b)}); err != nil {
+func (fr *frames) write(f ExecFrame) error {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	if err := fr.enc.Encode(f); err != nil {
+		return err
+	}
+	fr.flush()
+	return nil
+}
+
+// stream is an io.Writer of one output stream's frames.
+func (fr *frames) stream(name string) io.Writer { return streamWriter{fr, name} }
+
+type streamWriter struct {
+	fr   *frames
+	name string
+}
+
+func (w streamWriter) Write(b []byte) (int, error) {
+	if err := w.fr.write(ExecFrame{Stream: w.name, Data: string(b)}); err != nil {
 		return 0, err
 	}
-	fw.flush()
 	return len(b), nil
 }
 
@@ -402,25 +416,19 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
-	flush := func() {
+	out := &frames{enc: json.NewEncoder(w), flush: func() {
 		if flusher != nil {
 			flusher.Flush()
 		}
-	}
-	var mu sync.Mutex
-	enc := json.NewEncoder(w)
+	}}
 	id := s.g.startExec(s.run)
 	defer s.g.endExec(id)
-	mu.Lock()
-	enc.Encode(ExecFrame{ID: id})
-	flush()
-	mu.Unlock()
-	out := "stdout"
+	out.write(ExecFrame{ID: id})
+	stdout := "stdout"
 	if s.cmd.Tty {
-		out = "tty"
+		stdout = "tty"
 	}
-	s.cmd.Stdout = &frameWriter{mu: &mu, enc: enc, flush: flush, stream: out}
-	s.cmd.Stderr = &frameWriter{mu: &mu, enc: enc, flush: flush, stream: "stderr"}
+	s.cmd.Stdout, s.cmd.Stderr = out.stream(stdout), out.stream("stderr")
 	// The command ends when the client goes away or its time is up.
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 	defer cancel()
@@ -432,8 +440,5 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		end.Error = err.Error()
 	}
-	mu.Lock()
-	enc.Encode(end)
-	flush()
-	mu.Unlock()
+	out.write(end)
 }
