@@ -2,7 +2,6 @@ package meta
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -335,27 +334,9 @@ func (s *Badger) update(ctx context.Context, fn func(txn *badger.Txn) error) err
 // nextRevision bumps the revision counter in txn and returns its new
 // value. The first revision is 1, so zero never names a stored record.
 func nextRevision(txn *badger.Txn) (uint64, error) {
-	var rev uint64
-	item, err := txn.Get([]byte(revKey))
-	switch {
-	case errors.Is(err, badger.ErrKeyNotFound):
-	case err != nil:
-		return 0, fmt.Errorf("read revision counter: %w", err)
-	default:
-		err := item.Value(func(v []byte) error {
-			if len(v) != 8 {
-				return fmt.Errorf("counter is %d bytes, want 8", len(v))
-			}
-			rev = binary.BigEndian.Uint64(v)
-			return nil
-		})
-		if err != nil {
-			return 0, fmt.Errorf("read revision counter: %w", err)
-		}
-	}
-	rev++
-	if err := txn.Set([]byte(revKey), binary.BigEndian.AppendUint64(nil, rev)); err != nil {
-		return 0, fmt.Errorf("bump revision counter: %w", err)
+	rev, err := bumpCounter(txn, []byte(revKey))
+	if err != nil {
+		return 0, fmt.Errorf("revision: %w", err)
 	}
 	return rev, nil
 }

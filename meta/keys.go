@@ -2,6 +2,7 @@ package meta
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 )
@@ -12,6 +13,8 @@ import (
 //	binding/<component(tenant)><component(thread)>   a Binding, as JSON
 //	imount/<path>                                     an InspectionMount, as JSON (with its
 //	                                                  thread key also encoded as two components)
+//	job/<component(tenant)><component(thread)><seq>   a Job, as JSON; seq is uint64 big-endian
+//	jobseq/<component(tenant)><component(thread)>     a thread's job counter, uint64 big-endian
 //	sys/rev                                           the revision counter, uint64 big-endian
 //
 // Tenant and thread ids come from clients and may hold any bytes, so they
@@ -31,6 +34,8 @@ import (
 const (
 	bindingPrefix = "binding/"
 	mountPrefix   = "imount/"
+	jobPrefix     = "job/"
+	jobSeqPrefix  = "jobseq/"
 	revKey        = "sys/rev"
 )
 
@@ -135,4 +140,21 @@ func parseMountKey(key []byte) (string, error) {
 		return "", fmt.Errorf("%w: %q has no %q prefix", errBadKey, key, mountPrefix)
 	}
 	return string(path), nil
+}
+
+// jobsKey returns the prefix of every job key of thread k. Components are
+// terminated, so no other thread's keys share it.
+func jobsKey(k ThreadKey) []byte {
+	return appendThreadKey([]byte(jobPrefix), k)
+}
+
+// jobKey returns the store key of job seq of thread k. The number is
+// big-endian, so a scan yields a thread's jobs in order.
+func jobKey(k ThreadKey, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(jobsKey(k), seq)
+}
+
+// jobSeqKey returns the store key of thread k's job counter.
+func jobSeqKey(k ThreadKey) []byte {
+	return appendThreadKey([]byte(jobSeqPrefix), k)
 }

@@ -68,6 +68,8 @@ type Binding struct {
 	BoundAt   time.Time `json:"boundAt"`
 	State     State     `json:"state"`
 	ClosedAt  time.Time `json:"closedAt,omitzero"`
+	// Settings configure the thread's jail and jobs.
+	Settings Settings `json:"settings,omitzero"`
 
 	// Revision is set by the store on every read and write. Updates and
 	// deletes must pass the revision they read; zero is never a valid
@@ -75,6 +77,50 @@ type Binding struct {
 	// above every earlier one and revisions are never reused, so a revision
 	// read before a record was deleted never matches the record created
 	// after it.
+	Revision uint64 `json:"revision"`
+}
+
+// Settings configure one thread: its jail's network and limits, the
+// variables its commands get and how many jobs it may run at once. A zero
+// field means the gateway's default.
+type Settings struct {
+	// Network is "none" (a network of the jail's own, loopback only) or
+	// "host".
+	Network string `json:"network,omitempty"`
+	// MemoryBytes and MaxProcs bound the jail's processes together.
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	MaxProcs    int   `json:"maxProcs,omitempty"`
+	// Env are extra variables for every command of the thread; a call's
+	// own variables win over them.
+	Env map[string]string `json:"env,omitempty"`
+	// MaxJobs bounds the background jobs that run at once.
+	MaxJobs int `json:"maxJobs,omitempty"`
+}
+
+// Job records a background job of a thread. Jobs are numbered per thread
+// (NextJobSeq); the record is written when the job starts and again when
+// it ends, by the host that runs it.
+type Job struct {
+	ThreadKey
+	// Seq is the job's number in its thread; the job's id is "bash-<Seq>".
+	Seq   uint64 `json:"seq"`
+	Label string `json:"label"` // the command
+	User  string `json:"user,omitempty"`
+	// HostID is the host that runs it ("" for a gateway without a host
+	// id), and Instance the gateway process there, so a restarted host
+	// knows which jobs a former run of it left behind.
+	HostID    string    `json:"hostId,omitempty"`
+	Instance  string    `json:"instance,omitempty"`
+	BackendID string    `json:"backendId,omitempty"` // its process id on that host
+	StartedAt time.Time `json:"startedAt"`
+	// Running is true from its start until its end is recorded.
+	Running  bool      `json:"running"`
+	ExitCode *int      `json:"exitCode,omitempty"`
+	EndedAt  time.Time `json:"endedAt,omitzero"`
+	// Note says how the job ended when its host could not record it
+	// itself (a restart, a move to another host).
+	Note string `json:"note,omitempty"`
+
 	Revision uint64 `json:"revision"`
 }
 
@@ -112,6 +158,22 @@ type Store interface {
 	// DeleteInspectionMount removes the record for path; deleting a
 	// missing record is not an error.
 	DeleteInspectionMount(ctx context.Context, path string) error
+
+	// NextJobSeq returns the next job number of thread k: 1 first, then
+	// one more on each call, never the same twice for a thread, across
+	// restarts and hosts (until DeleteJobs).
+	NextJobSeq(ctx context.Context, k ThreadKey) (uint64, error)
+	// CreateJob stores j; ErrExists if (j.ThreadKey, j.Seq) has a record.
+	CreateJob(ctx context.Context, j Job) (Job, error)
+	// UpdateJob replaces the job if its stored revision equals j.Revision;
+	// otherwise ErrConflict (or ErrNotFound if it is gone).
+	UpdateJob(ctx context.Context, j Job) (Job, error)
+	// GetJob returns job seq of thread k, or ErrNotFound.
+	GetJob(ctx context.Context, k ThreadKey, seq uint64) (Job, error)
+	// ListJobs returns the jobs of thread k, ordered by Seq.
+	ListJobs(ctx context.Context, k ThreadKey) ([]Job, error)
+	// DeleteJobs removes every job record of thread k and its counter.
+	DeleteJobs(ctx context.Context, k ThreadKey) error
 
 	// Close releases the store. Calls after Close return ErrClosed.
 	Close() error

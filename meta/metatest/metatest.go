@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -50,6 +51,9 @@ func Run(t *testing.T, open func(t *testing.T) meta.Store) {
 		{"ConcurrentDelete", testConcurrentDelete},
 		{"InspectionMounts", testInspectionMounts},
 		{"CanceledContext", testCanceledContext},
+		{"JobNumbers", testJobNumbers},
+		{"JobRecords", testJobRecords},
+		{"ConcurrentJobNumbers", testConcurrentJobNumbers},
 		{"Closed", testClosed},
 	}
 	for _, tt := range tests {
@@ -78,6 +82,10 @@ func binding(tenant, thread, root string) meta.Binding {
 		MountPath: "/run/warren/mnt" + root,
 		BoundAt:   boundAt,
 		State:     meta.StateBound,
+		Settings: meta.Settings{
+			Network: "host", MemoryBytes: 1 << 30, MaxProcs: 64, MaxJobs: 3,
+			Env: map[string]string{"NODE_ENV": "test", "EMPTY": ""},
+		},
 	}
 }
 
@@ -112,6 +120,9 @@ func checkBinding(t testing.TB, what string, got, want meta.Binding) {
 	}
 	if !got.ClosedAt.Equal(want.ClosedAt) {
 		diff("ClosedAt", got.ClosedAt, want.ClosedAt)
+	}
+	if !reflect.DeepEqual(got.Settings, want.Settings) {
+		diff("Settings", fmt.Sprintf("%+v", got.Settings), fmt.Sprintf("%+v", want.Settings))
 	}
 	if len(diffs) > 0 {
 		t.Errorf("%s: %s", what, strings.Join(diffs, "; "))
