@@ -16,6 +16,12 @@ import (
 // maxBodyBytes bounds a request body; a larger one is answered 413.
 const maxBodyBytes = 1 << 20
 
+// BindRequest is the optional body of POST .../bind.
+type BindRequest struct {
+	// Settings, if given, replace the thread's settings.
+	Settings *meta.Settings `json:"settings,omitempty"`
+}
+
 // Answers of the API. The Client decodes into the same types.
 type (
 	// BindResponse answers POST .../bind.
@@ -233,10 +239,11 @@ func unescapeParams(raw map[string]string) (params, error) {
 }
 
 func (g *Gateway) handleBind(r *http.Request, p params) (any, error) {
-	if err := decodeBody(r, &struct{}{}, true); err != nil {
+	var req BindRequest
+	if err := decodeBody(r, &req, true); err != nil {
 		return nil, err
 	}
-	ti, err := g.Bind(r.Context(), p.tenant, p.thread)
+	ti, err := g.BindWith(r.Context(), p.tenant, p.thread, req.Settings)
 	if err != nil {
 		return nil, err
 	}

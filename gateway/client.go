@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"warren/meta"
 )
 
 // Client speaks the gateway's API over its Unix socket. The zero value is
@@ -42,6 +44,13 @@ func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 func (c *Client) Bind(ctx context.Context, tenant, thread string) (BindResponse, error) {
 	var out BindResponse
 	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/bind", nil, nil, &out)
+	return out, err
+}
+
+// BindWith binds a thread and gives it settings (Gateway.BindWith).
+func (c *Client) BindWith(ctx context.Context, tenant, thread string, s meta.Settings) (BindResponse, error) {
+	var out BindResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/bind", nil, BindRequest{Settings: &s}, &out)
 	return out, err
 }
 

@@ -44,9 +44,16 @@ type Config struct {
 	// JailNetwork, JailMemoryBytes and JailMaxProcs set up every thread's
 	// jail (see jail.Config): "none" (the default) or "host"; 0 means the
 	// jail package's defaults.
+	// These are defaults: a thread's settings (meta.Settings) win.
 	JailNetwork     string
 	JailMemoryBytes int64
 	JailMaxProcs    int
+	// JailRlimits bounds jails with rlimits even where cgroups could
+	// (jail.Config.Rlimits); for tests of hosts without cgroups.
+	JailRlimits bool
+	// MaxJobs is how many background jobs a thread runs at once unless
+	// its settings say otherwise; 0 means DefaultMaxJobs.
+	MaxJobs int
 
 	// mounter serves the mounts; nil means fuseMounter, the FUSE filesystem
 	// of package fs, which is the only implementation. It is a seam for

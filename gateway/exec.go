@@ -94,15 +94,16 @@ const maxExecTimeout = 24 * time.Hour
 // timeout(1) gives it.
 const timeoutExit = 124
 
-// jailFor returns k's jail, starting it at the thread's first command.
-// The workspace's root is given to the jail's user, whose commands
-// otherwise could not write it. The thread lock of k must be held.
-func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey) (*jail.Jail, error) {
+// jailFor returns k's jail, starting it at the thread's first command
+// with the thread's settings s. The workspace's root is given to the
+// jail's user, whose commands otherwise could not write it. The thread
+// lock of k must be held.
+func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey, s meta.Settings) (*threadJail, error) {
 	g.mu.Lock()
 	tj := g.jails[k]
 	g.mu.Unlock()
 	if tj != nil {
-		return tj.jail, nil
+		return tj, nil
 	}
 	root, mountPath, err := g.threadPaths(k)
 	if err != nil {
@@ -117,10 +118,7 @@ func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey) (*jail.Jail, er
 			return nil, fmt.Errorf("jail for %s: give the workspace to its user: %w", keyName(k), err)
 		}
 	}
-	j, err := jail.Start(ctx, jail.Config{
-		Workspace: mountPath, Binary: g.cfg.JailBinary, Network: g.cfg.JailNetwork,
-		MemoryBytes: g.cfg.JailMemoryBytes, MaxProcs: g.cfg.JailMaxProcs,
-	})
+	j, err := jail.Start(ctx, g.jailConfig(s, mountPath))
 	if err != nil {
 		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
 	}
@@ -130,17 +128,21 @@ func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey) (*jail.Jail, er
 		j.Close()
 		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
 	}
+	tj = &threadJail{jail: j, unregister: unregister, settings: cloneSettings(s)}
 	g.mu.Lock()
-	g.jails[k] = &threadJail{jail: j, unregister: unregister}
+	g.jails[k] = tj
 	g.mu.Unlock()
-	g.log.Info("jail started", "tenant", k.Tenant, "thread", k.Thread, "limits", j.Limits)
-	return j, nil
+	g.log.Info("jail started", "tenant", k.Tenant, "thread", k.Thread, "network", g.jailConfig(s, "").Network, "limits", j.Limits)
+	return tj, nil
 }
 
 // threadJail is a thread's running jail.
 type threadJail struct {
 	jail       *jail.Jail
 	unregister func() // forgets it in the hub's actors
+	// settings are the thread's, as its jail was started with them or
+	// last changed (resettle); guarded by Gateway.mu.
+	settings meta.Settings
 }
 
 func (tj *threadJail) close() {
@@ -148,31 +150,42 @@ func (tj *threadJail) close() {
 	tj.jail.Close()
 }
 
-// threadJail returns the jail of a thread, binding the thread and
-// starting its jail if need be. A running jail means a bound, mounted
-// thread (closing or deleting it ends the jail first), so a warm command
-// costs no look-up in the store.
-func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (*jail.Jail, meta.ThreadKey, error) {
+// threadJail returns the jail of a thread and the thread's variables,
+// binding the thread and starting its jail if need be. A running jail means
+// a bound, mounted thread (closing or deleting it ends the jail first), so
+// a warm command costs no look-up in the store.
+func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (*jail.Jail, map[string]string, meta.ThreadKey, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
-		return nil, k, err
+		return nil, nil, k, err
 	}
 	g.mu.Lock()
 	tj := g.jails[k]
+	var env map[string]string
+	if tj != nil {
+		env = tj.settings.Env
+	}
 	g.mu.Unlock()
 	if tj != nil {
-		return tj.jail, k, nil
-	}
-	if _, err := g.Bind(ctx, tenant, thread); err != nil {
-		return nil, k, err
+		return tj.jail, env, k, nil
 	}
 	unlock, err := g.threadLocks.lock(ctx, k)
 	if err != nil {
-		return nil, k, err
+		return nil, nil, k, fmt.Errorf("jail for %s: %w", keyName(k), err)
 	}
 	defer unlock()
-	j, err := g.jailFor(ctx, k)
-	return j, k, err
+	b, err := g.bindLocked(ctx, k, nil)
+	if err != nil {
+		return nil, nil, k, err
+	}
+	tj, err = g.jailFor(ctx, k, b.Settings)
+	if err != nil {
+		return nil, nil, k, err
+	}
+	g.mu.Lock()
+	env = tj.settings.Env
+	g.mu.Unlock()
+	return tj.jail, env, k, nil
 }
 
 // closeJail ends k's jail, if it has one, and every command in it.
@@ -337,8 +350,7 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	env, err := jail.Env(nil, req.Env)
-	if err != nil {
+	if _, err := jail.Env(nil, req.Env); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	timeout := DefaultExecTimeout
@@ -348,9 +360,14 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 	if req.TimeoutSeconds > 0 {
 		timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
 	}
-	j, k, err := g.threadJail(r.Context(), p.tenant, p.thread)
+	j, threadEnv, k, err := g.threadJail(r.Context(), p.tenant, p.thread)
 	if err != nil {
 		return nil, err
+	}
+	// The thread's variables were checked when they were set.
+	env, err := jail.Env(threadEnv, req.Env)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	cmd := jail.Cmd{Run: req.Run, Args: []string{"/bin/bash", "-c", req.Command}, Env: env, Dir: cwd}
 	re := &runningExec{key: k}

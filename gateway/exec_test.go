@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"warren/internal/testenv"
+	"warren/meta"
 )
 
 // TestExec runs commands in a thread's jail over the socket: output,
@@ -186,5 +188,91 @@ func TestExecTty(t *testing.T) {
 	}
 	if err := c.ExecResize(ctx, "other", "tty", id, 10, 10); !errors.Is(err, ErrNotFound) {
 		t.Errorf("resize through another thread: %v", err)
+	}
+}
+
+// TestExecSettings: a thread's settings (network, limits, variables) shape
+// its jail, are kept in its binding, change at once where they can and are
+// refused where they would restart a running jail.
+func TestExecSettings(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	env := startEnv(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := env.c
+	hostNet, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	output := func(req ExecRequest) string {
+		t.Helper()
+		var out bytes.Buffer
+		if code, err := c.Exec(ctx, "acme", "t1", req, &out, nil); err != nil || code != 0 {
+			t.Fatalf("exec %q: exit %d, %v", req.Command, code, err)
+		}
+		return out.String()
+	}
+
+	for _, bad := range []meta.Settings{
+		{Network: "bridge"},
+		{MemoryBytes: 1 << 20},
+		{MaxProcs: 2},
+		{MaxJobs: -1},
+		{Env: map[string]string{"AGENT": "0"}},
+		{Env: map[string]string{"GIT_CONFIG_COUNT": "0"}},
+		{Env: map[string]string{"A B": "x"}},
+	} {
+		if _, err := c.BindWith(ctx, "acme", "t1", bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("settings %+v: %v, want invalid", bad, err)
+		}
+	}
+
+	settings := meta.Settings{Network: "host", MemoryBytes: 96 << 20, MaxProcs: 64,
+		Env: map[string]string{"NODE_ENV": "test", "SHARED": "thread"}}
+	if _, err := c.BindWith(ctx, "acme", "t1", settings); err != nil {
+		t.Fatal(err)
+	}
+	got := output(ExecRequest{Command: `echo $NODE_ENV $SHARED; readlink /proc/self/ns/net`, Env: map[string]string{"SHARED": "call"}})
+	if want := "test call\n" + hostNet + "\n"; got != want {
+		t.Errorf("command of a thread on the host network: %q, want %q", got, want)
+	}
+	if !strings.Contains(env.logBuf.String(), "100663296 bytes of memory, 64 processes") {
+		t.Errorf("the jail's limits are not the thread's: %s", env.logBuf.String())
+	}
+
+	// New variables apply to the next command, in the same jail.
+	settings.Env = map[string]string{"NODE_ENV": "production"}
+	if _, err := c.BindWith(ctx, "acme", "t1", settings); err != nil {
+		t.Fatal(err)
+	}
+	if got := output(ExecRequest{Command: `echo $NODE_ENV-$SHARED`}); got != "production-\n" {
+		t.Errorf("after new variables: %q", got)
+	}
+	// Another network would need another jail: refused while it runs,
+	// and nothing changes.
+	if _, err := c.BindWith(ctx, "acme", "t1", meta.Settings{Network: "none"}); !errors.Is(err, ErrConflict) {
+		t.Errorf("a new network for a running jail: %v, want conflict", err)
+	}
+	ti, err := c.Thread(ctx, "acme", "t1")
+	if err != nil || !reflect.DeepEqual(ti.Settings, settings) {
+		t.Errorf("stored settings %+v (%v), want %+v", ti.Settings, err, settings)
+	}
+
+	// A closed thread keeps its settings when it is bound again...
+	if _, err := c.CloseThread(ctx, "acme", "t1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := output(ExecRequest{Command: `echo $NODE_ENV; readlink /proc/self/ns/net`}); got != "production\n"+hostNet+"\n" {
+		t.Errorf("after close and bind: %q", got)
+	}
+	// ...and takes new network settings once its jail is gone.
+	if _, err := c.CloseThread(ctx, "acme", "t1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.BindWith(ctx, "acme", "t1", meta.Settings{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := output(ExecRequest{Command: `echo "[$NODE_ENV]"; readlink /proc/self/ns/net`}); strings.Contains(got, hostNet) || !strings.HasPrefix(got, "[]\n") {
+		t.Errorf("with default settings: %q; want no variables and a network of its own", got)
 	}
 }

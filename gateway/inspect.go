@@ -66,7 +66,7 @@ func (g *Gateway) MountInspection(ctx context.Context, req MountRequest, owner u
 		return MountInfo{}, fmt.Errorf("mount %s for %s: %w", path, keyName(k), err)
 	}
 	defer unlock()
-	b, err := g.bindLocked(ctx, k)
+	b, err := g.bindLocked(ctx, k, nil)
 	if err != nil {
 		return MountInfo{}, fmt.Errorf("mount %s: %w", path, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"syscall"
 	"time"
@@ -67,26 +68,43 @@ func (g *Gateway) threadPaths(k meta.ThreadKey) (root, mountPath string, err err
 
 // Bind binds thread k (lazily, idempotently) and returns its binding.
 func (g *Gateway) Bind(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+	return g.BindWith(ctx, tenant, thread, nil)
+}
+
+// BindWith binds thread k like Bind and, unless settings is nil, gives it
+// those settings (replacing any it had). New variables and job limits
+// apply to the next command; a running jail whose network or limits would
+// change is not restarted behind its commands' backs: the call is refused
+// until the thread is closed.
+func (g *Gateway) BindWith(ctx context.Context, tenant, thread string, settings *meta.Settings) (ThreadInfo, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
 		return ThreadInfo{}, err
+	}
+	if settings != nil {
+		if err := checkSettings(*settings); err != nil {
+			return ThreadInfo{}, err
+		}
+		s := cloneSettings(*settings)
+		settings = &s
 	}
 	unlock, err := g.threadLocks.lock(ctx, k)
 	if err != nil {
 		return ThreadInfo{}, fmt.Errorf("bind %s: %w", keyName(k), err)
 	}
 	defer unlock()
-	b, err := g.bindLocked(ctx, k)
+	b, err := g.bindLocked(ctx, k, settings)
 	if err != nil {
 		return ThreadInfo{}, err
 	}
 	return g.info(b), nil
 }
 
-// bindLocked returns k's binding, binding and mounting it first if needed.
-// On failure nothing of this attempt is left: no record, no mount, no
-// folder it created. The thread lock of k must be held.
-func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey) (meta.Binding, error) {
+// bindLocked returns k's binding, binding and mounting it first if needed,
+// and gives it settings unless they are nil. On failure nothing of this
+// attempt is left: no record, no mount, no folder it created. The thread
+// lock of k must be held.
+func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *meta.Settings) (meta.Binding, error) {
 	old, err := g.store.GetBinding(ctx, k)
 	found := err == nil
 	if err != nil && !errors.Is(err, meta.ErrNotFound) {
@@ -98,7 +116,10 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey) (meta.Bindin
 		}
 	}
 	if found && old.State == meta.StateBound && g.mounted(k) {
-		return old, nil
+		if settings == nil || reflect.DeepEqual(*settings, old.Settings) {
+			return old, nil
+		}
+		return g.resettle(ctx, old, *settings)
 	}
 
 	root, mountPath, err := g.threadPaths(k)
@@ -147,6 +168,12 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey) (meta.Bindin
 		BoundAt:   time.Now().UTC(),
 		State:     meta.StateBound,
 	}
+	switch {
+	case settings != nil:
+		b.Settings = *settings
+	case found:
+		b.Settings = old.Settings
+	}
 	if found {
 		b.Revision = old.Revision
 		b, err = g.store.UpdateBinding(ctx, b)
@@ -169,6 +196,32 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey) (meta.Bindin
 	g.log.Info("thread bound", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
 	g.emit(Event{Type: EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
 		Message: "mounted at " + mountPath})
+	return b, nil
+}
+
+// resettle gives bound thread b new settings. The thread lock must be held.
+func (g *Gateway) resettle(ctx context.Context, b meta.Binding, s meta.Settings) (meta.Binding, error) {
+	g.mu.Lock()
+	tj := g.jails[b.ThreadKey]
+	g.mu.Unlock()
+	if tj != nil {
+		now, next := g.jailConfig(tj.settings, ""), g.jailConfig(s, "")
+		if !sameJail(now, next) {
+			return meta.Binding{}, fmt.Errorf("%w: the jail of thread %s runs with network %s, %d bytes of memory and %d processes; "+
+				"close the thread before you change its network or limits", ErrConflict, keyName(b.ThreadKey), now.Network, now.MemoryBytes, now.MaxProcs)
+		}
+	}
+	b.Settings = s
+	b, err := g.store.UpdateBinding(ctx, b)
+	if err != nil {
+		return meta.Binding{}, fmt.Errorf("settings of %s: write binding: %w", keyName(b.ThreadKey), err)
+	}
+	if tj != nil {
+		g.mu.Lock()
+		tj.settings = cloneSettings(s)
+		g.mu.Unlock()
+	}
+	g.log.Info("thread settings changed", "tenant", b.Tenant, "thread", b.Thread, "settings", fmt.Sprintf("%+v", s))
 	return b, nil
 }
 

@@ -54,6 +54,11 @@ func RunInit() {
 	if err := buildRoot(s); err != nil {
 		initFail("%v", err)
 	}
+	if s.Rlimits != nil {
+		if _, err := os.Stat(prlimitPath); err != nil {
+			initFail("no cgroup for limits, and no %s to set rlimits: %v", prlimitPath, err)
+		}
+	}
 	if s.OwnNet {
 		if err := loopbackUp(); err != nil {
 			initFail("%v", err)
@@ -208,6 +213,15 @@ func (in *initState) start(req request, fds []int) {
 		send(initFd, reply{ID: req.ID, Done: true, Exit: 127, Err: err.Error()})
 		return
 	}
+	argv := req.Argv
+	if rl := in.setup.Rlimits; rl != nil {
+		// prlimit sets soft and hard limits alike: a command cannot
+		// raise them again.
+		argv = append([]string{prlimitPath,
+			"--as=" + strconv.FormatInt(rl.AddressSpace, 10),
+			"--nproc=" + strconv.Itoa(rl.Procs), "--", path}, req.Argv[1:]...)
+		path = prlimitPath
+	}
 	attr := &syscall.ProcAttr{
 		Dir:   req.Dir,
 		Env:   req.Env,
@@ -221,7 +235,7 @@ func (in *initState) start(req request, fds []int) {
 		attr.Sys.Setctty, attr.Sys.Ctty = true, 0
 	}
 	in.mu.Lock()
-	pid, err := syscall.ForkExec(path, req.Argv, attr)
+	pid, err := syscall.ForkExec(path, argv, attr)
 	if err != nil {
 		in.mu.Unlock()
 		send(initFd, reply{ID: req.ID, Done: true, Exit: 126, Err: fmt.Sprintf("start %s: %v", req.Argv[0], err)})
@@ -293,6 +307,9 @@ func exitCode(ws syscall.WaitStatus) int {
 	}
 	return ws.ExitStatus()
 }
+
+// prlimitPath runs a command under rlimits when the jail has no cgroup.
+const prlimitPath = "/usr/bin/prlimit"
 
 // lookPath finds a command in the PATH of its environment.
 func lookPath(name string, env []string) (string, error) {

@@ -49,6 +49,10 @@ type Config struct {
 	// (limits_linux.go); 0 means DefaultMemoryBytes and DefaultMaxProcs.
 	MemoryBytes int64
 	MaxProcs    int
+	// Rlimits bounds the commands with rlimits even where a cgroup could
+	// bound the jail. Hosts without cgroups get rlimits anyway; this is
+	// for testing them on hosts with cgroups.
+	Rlimits bool
 }
 
 // Jail is a running per-thread sandbox: an init process in its own
@@ -138,8 +142,15 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	}
 	// The init waits for its setup: it runs nothing before it is in its
 	// cgroup.
-	cg, cgErr := newCgroup("jail-"+strconv.Itoa(cmd.Process.Pid), cfg.MemoryBytes, cfg.MaxProcs)
-	limits := "none: " + fmt.Sprint(cgErr)
+	var (
+		cg     *cgroup
+		cgErr  = errors.New("rlimits asked for")
+		limits string
+		rl     *rlimits
+	)
+	if !cfg.Rlimits {
+		cg, cgErr = newCgroup("jail-"+strconv.Itoa(cmd.Process.Pid), cfg.MemoryBytes, cfg.MaxProcs)
+	}
 	if cgErr == nil {
 		if err := cg.add(cmd.Process.Pid); err != nil {
 			cmd.Process.Kill()
@@ -150,7 +161,11 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		}
 		limits = fmt.Sprintf("cgroup %s: %d bytes of memory, %d processes", cg.kind, cfg.MemoryBytes, cfg.MaxProcs)
 	} else {
+		// Without a cgroup, each command is bounded on its own
+		// (limits_linux.go says what that does not cover).
 		cg = nil
+		rl = &rlimits{AddressSpace: cfg.MemoryBytes, Procs: cfg.MaxProcs}
+		limits = fmt.Sprintf("rlimits (no cgroup: %v): %d bytes of address space per process, %d processes of uid %d", cgErr, cfg.MemoryBytes, cfg.MaxProcs, cfg.UID)
 	}
 	j := &Jail{
 		cg: cg, Limits: limits,
@@ -161,7 +176,7 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	err = send(j.conn, setup{
 		Workspace: cfg.Workspace, ReadOnly: cfg.ReadOnly,
 		UID: cfg.UID, GID: cfg.GID, Hostname: cfg.Hostname, TmpBytes: cfg.TmpBytes,
-		OwnNet: flags&unix.CLONE_NEWNET != 0,
+		OwnNet: flags&unix.CLONE_NEWNET != 0, Rlimits: rl,
 	})
 	rc := newReceiver(j.conn)
 	var ready reply

@@ -239,6 +239,30 @@ func TestJailLimits(t *testing.T) {
 	}
 }
 
+// TestJailRlimits: without a cgroup (forced here), rlimits stop the fork
+// bomb and the memory hog, a command cannot raise them, and the jail goes
+// on working.
+func TestJailRlimits(t *testing.T) {
+	j, _ := startJailWith(t, Config{MemoryBytes: 64 << 20, MaxProcs: 48, Rlimits: true})
+	if !strings.HasPrefix(j.Limits, "rlimits") {
+		t.Fatalf("limits of a jail asked for rlimits: %s", j.Limits)
+	}
+	code, out, errOut := run(t, j, `for i in $(seq 200); do sleep 30 & done; echo started`)
+	if !strings.Contains(errOut, "fork") {
+		t.Errorf("200 background sleeps under a limit of 48 processes: exit %d, %q, stderr %q", code, out, errOut)
+	}
+	code, _, _ = run(t, j, `x=$(head -c 200000000 /dev/zero | tr '\0' a); echo ${#x}`)
+	if code == 0 {
+		t.Errorf("a 200 MB string under a limit of 64 MiB: exit 0")
+	}
+	if _, out, _ := run(t, j, `ulimit -v unlimited 2>/dev/null; echo $?; ulimit -Hv`); out == "0\n65536\n" || !strings.HasSuffix(out, "\n65536\n") {
+		t.Errorf("raising the address space limit: %q; want refused, hard limit 65536 KiB", out)
+	}
+	if code, out, _ := run(t, j, `echo still here`); code != 0 || out != "still here\n" {
+		t.Fatalf("the jail after the fork bomb and the hog: exit %d, %q", code, out)
+	}
+}
+
 // TestJailNoInheritedFds: a descriptor the gateway's process holds without
 // close-on-exec (as libraries leave some) never reaches a command.
 func TestJailNoInheritedFds(t *testing.T) {

@@ -17,8 +17,14 @@ import (
 //
 // They are a cgroup of the jail's own, set up before its init runs any
 // command: on a unified (v2) hierarchy when its memory and pids
-// controllers are there, else on the v1 memory and pids hierarchies. A
-// host with neither gets no limits, and Start says so in Jail.Limits.
+// controllers are there, else on the v1 memory and pids hierarchies.
+//
+// A host with neither gets rlimits, which bound less: each command starts
+// under prlimit(1) with RLIMIT_AS (the address space of each process, not
+// of the jail together) and RLIMIT_NPROC (the processes of the jail's uid,
+// counted over the whole host, so jails that share the uid share the
+// bound). A jail whose root lacks prlimit refuses to start rather than run
+// unbounded. Jail.Limits says which kind a jail got, and why.
 
 // Default limits.
 const (

@@ -29,6 +29,15 @@ type setup struct {
 	Hostname  string   `json:"hostname"`
 	TmpBytes  int64    `json:"tmpBytes"`
 	OwnNet    bool     `json:"ownNet"` // a network namespace of its own: bring its loopback up
+	// Rlimits, when set, bounds each command with rlimits (no cgroup).
+	Rlimits *rlimits `json:"rlimits,omitempty"`
+}
+
+// rlimits are the limits a command starts with when the jail has no
+// cgroup: its address space, and the processes of the jail's user.
+type rlimits struct {
+	AddressSpace int64 `json:"as"`
+	Procs        int   `json:"nproc"`
 }
 
 // request asks the init to start (or, with Kill, to stop) a command.

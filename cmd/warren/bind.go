@@ -3,25 +3,49 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 
 	"warren/gateway"
+	"warren/meta"
 )
 
 func bindCmd(ctx context.Context, e *cliEnv, args []string) error {
 	var tf threadFlags
-	fs := newFlags(e, "bind", "--thread ID [--tenant T] [--json]")
+	fs := newFlags(e, "bind", "--thread ID [--tenant T] [--network none|host] [--memory BYTES] [--procs N] [--max-jobs N] [--env K=V]... [--json]")
 	addThreadFlags(e, fs, &tf)
 	asJSON := fs.Bool("json", false, "print the binding record as JSON")
+	s := meta.Settings{Env: map[string]string{}}
+	fs.StringVar(&s.Network, "network", "", "the jail's network: none (its own loopback only) or host")
+	fs.Int64Var(&s.MemoryBytes, "memory", 0, "memory of the thread's jail, in bytes")
+	fs.IntVar(&s.MaxProcs, "procs", 0, "processes of the thread's jail")
+	fs.IntVar(&s.MaxJobs, "max-jobs", 0, "background jobs that run at once")
+	fs.Var(envList(s.Env), "env", "variable K=V for every command of the thread (repeatable)")
 	if err := parseThreadOnly(fs, &tf, args); err != nil {
 		return err
 	}
-	return bind(ctx, e, gateway.NewClient(tf.socket), tf, *asJSON)
+	// Any settings flag gives the thread these settings, all of them:
+	// flags left out go back to the gateway's defaults.
+	var settings *meta.Settings
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "network", "memory", "procs", "max-jobs", "env":
+			settings = &s
+		}
+	})
+	return bind(ctx, e, gateway.NewClient(tf.socket), tf, settings, *asJSON)
 }
 
-// bind binds a thread and prints its mount path, or its record as JSON.
-func bind(ctx context.Context, e *cliEnv, c *gateway.Client, tf threadFlags, asJSON bool) error {
-	br, err := c.Bind(ctx, tf.tenant, tf.thread)
+// bind binds a thread, with settings unless they are nil, and prints its
+// mount path, or its record as JSON.
+func bind(ctx context.Context, e *cliEnv, c *gateway.Client, tf threadFlags, settings *meta.Settings, asJSON bool) error {
+	var br gateway.BindResponse
+	var err error
+	if settings != nil {
+		br, err = c.BindWith(ctx, tf.tenant, tf.thread, *settings)
+	} else {
+		br, err = c.Bind(ctx, tf.tenant, tf.thread)
+	}
 	if err != nil {
 		return callError(tf.socket, fmt.Sprintf("bind %s", showThread(tf.tenant, tf.thread)), err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"warren/internal/testenv"
@@ -32,5 +33,19 @@ func TestExecVerb(t *testing.T) {
 	}
 	if code, _, _ := runCLI(t, sock, "exec", "--thread", "t1"); code != 2 {
 		t.Errorf("no command: exit %d, want 2", code)
+	}
+
+	// A thread's settings, given with bind.
+	if code, _, errOut := runCLI(t, sock, "bind", "--thread", "t2", "--env", "FOO=bar", "--network", "host", "--procs", "100"); code != 0 {
+		t.Fatalf("bind with settings: exit %d, %q", code, errOut)
+	}
+	if code, out, _ := runCLI(t, sock, "exec", "--thread", "t2", "--", `echo $FOO; ls /proc/net/dev >/dev/null && wc -l < /proc/net/dev`); code != 0 || !strings.HasPrefix(out, "bar\n") {
+		t.Errorf("a command of a thread with settings: exit %d, %q", code, out)
+	}
+	if code, _, errOut := runCLI(t, sock, "bind", "--thread", "t2", "--network", "none"); code != 1 || !strings.Contains(errOut, "close the thread before you change its network") {
+		t.Errorf("another network for a running jail: exit %d, %q", code, errOut)
+	}
+	if code, _, errOut := runCLI(t, sock, "bind", "--thread", "t2", "--network", "wifi"); code != 1 || !strings.Contains(errOut, "neither none nor host") {
+		t.Errorf("a bad network: exit %d, %q", code, errOut)
 	}
 }

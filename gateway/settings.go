@@ -1,0 +1,108 @@
+package gateway
+
+import (
+	"fmt"
+	"maps"
+
+	"warren/jail"
+	"warren/meta"
+)
+
+// A thread's settings (meta.Settings) are given when it is bound and kept
+// in its binding, so a gateway that binds it again, here or on another
+// host, sets it up the same way. A zero field means the gateway's default
+// (Config). The socket is the trust boundary: only the server's own
+// processes reach it, so they may give a thread the host's network.
+
+// Bounds of settings. Below them a jail cannot run its own init and a
+// shell pipeline; above MaxJobsLimit a thread is not bounded at all.
+const (
+	minMemoryBytes = 32 << 20
+	minMaxProcs    = 16
+	maxMaxProcs    = 1 << 22
+	// DefaultMaxJobs is how many background jobs a thread runs at once
+	// unless its settings or Config.MaxJobs say otherwise.
+	DefaultMaxJobs = 8
+	maxMaxJobs     = 1024
+)
+
+// checkSettings refuses settings a jail could not run with.
+func checkSettings(s meta.Settings) error {
+	switch s.Network {
+	case "", "none", "host":
+	default:
+		return fmt.Errorf("%w: settings: network %q is neither none nor host", ErrInvalid, s.Network)
+	}
+	if s.MemoryBytes != 0 && s.MemoryBytes < minMemoryBytes {
+		return fmt.Errorf("%w: settings: memoryBytes %d is below %d", ErrInvalid, s.MemoryBytes, minMemoryBytes)
+	}
+	if s.MemoryBytes < 0 {
+		return fmt.Errorf("%w: settings: memoryBytes is negative", ErrInvalid)
+	}
+	if s.MaxProcs != 0 && (s.MaxProcs < minMaxProcs || s.MaxProcs > maxMaxProcs) {
+		return fmt.Errorf("%w: settings: maxProcs %d is not between %d and %d", ErrInvalid, s.MaxProcs, minMaxProcs, maxMaxProcs)
+	}
+	if s.MaxJobs != 0 && (s.MaxJobs < 1 || s.MaxJobs > maxMaxJobs) {
+		return fmt.Errorf("%w: settings: maxJobs %d is not between 1 and %d", ErrInvalid, s.MaxJobs, maxMaxJobs)
+	}
+	if _, err := jail.Env(s.Env, nil); err != nil {
+		return fmt.Errorf("%w: settings: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
+// jailConfig is the jail a thread with settings s gets on this gateway.
+func (g *Gateway) jailConfig(s meta.Settings, workspace string) jail.Config {
+	c := jail.Config{
+		Workspace: workspace, Binary: g.cfg.JailBinary,
+		Network: s.Network, MemoryBytes: s.MemoryBytes, MaxProcs: s.MaxProcs,
+		Rlimits: g.cfg.JailRlimits,
+	}
+	if c.Network == "" {
+		c.Network = g.cfg.JailNetwork
+	}
+	if c.Network == "" {
+		c.Network = "none"
+	}
+	if c.MemoryBytes == 0 {
+		c.MemoryBytes = g.cfg.JailMemoryBytes
+	}
+	if c.MemoryBytes == 0 {
+		c.MemoryBytes = jail.DefaultMemoryBytes
+	}
+	if c.MaxProcs == 0 {
+		c.MaxProcs = g.cfg.JailMaxProcs
+	}
+	if c.MaxProcs == 0 {
+		c.MaxProcs = jail.DefaultMaxProcs
+	}
+	return c
+}
+
+// sameJail says whether two jail configurations make the same sandbox, so
+// that new settings can apply without restarting a running jail.
+func sameJail(a, b jail.Config) bool {
+	return a.Network == b.Network && a.MemoryBytes == b.MemoryBytes && a.MaxProcs == b.MaxProcs
+}
+
+// maxJobs is how many jobs a thread with settings s runs at once.
+func (g *Gateway) maxJobs(s meta.Settings) int {
+	switch {
+	case s.MaxJobs > 0:
+		return s.MaxJobs
+	case g.cfg.MaxJobs > 0:
+		return g.cfg.MaxJobs
+	}
+	return DefaultMaxJobs
+}
+
+// cloneSettings copies s, so a running jail's copy never shares its map
+// with a request. No variables is always a nil map, so that settings
+// compare equal however a client wrote them.
+func cloneSettings(s meta.Settings) meta.Settings {
+	if len(s.Env) == 0 {
+		s.Env = nil
+	}
+	s.Env = maps.Clone(s.Env)
+	return s
+}
