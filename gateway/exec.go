@@ -369,7 +369,7 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	cmd := jail.Cmd{Run: req.Run, Args: []string{"/bin/bash", "-c", req.Command}, Env: env, Dir: cwd}
+	cmd := jail.Cmd{Run: req.Run, Script: req.Command, Env: env, Dir: cwd}
 	re := &runningExec{key: k}
 	var stdin io.Reader
 	if req.Stdin != "" {
@@ -405,12 +405,20 @@ type frames struct {
 }
 
 func (fr *frames) write(f ExecFrame) error {
+	return fr.writeFlush(f, true)
+}
+
+// writeFlush writes f, and sends it at once if flush is set; otherwise it
+// goes with the next frame that is flushed.
+func (fr *frames) writeFlush(f ExecFrame, flush bool) error {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	if err := fr.enc.Encode(f); err != nil {
 		return err
 	}
-	fr.flush()
+	if flush {
+		fr.flush()
+	}
 	return nil
 }
 
@@ -440,7 +448,10 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 	}}
 	id := s.g.startExec(s.run)
 	defer s.g.endExec(id)
-	out.write(ExecFrame{ID: id})
+	// A client needs the id at once only to send input or resize; for
+	// the others it rides with the first output or the end, which saves
+	// a wake-up per command.
+	out.writeFlush(ExecFrame{ID: id}, s.run.stdin != nil || s.run.resize != nil)
 	stdout := "stdout"
 	if s.cmd.Tty {
 		stdout = "tty"

@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -208,23 +209,8 @@ func (in *initState) start(req request, fds []int) {
 		send(initFd, reply{ID: req.ID, Done: true, Exit: -1, Err: "a command needs argv and three descriptors, or a terminal"})
 		return
 	}
-	path, err := lookPath(req.Argv[0], req.Env)
-	if err != nil {
-		send(initFd, reply{ID: req.ID, Done: true, Exit: 127, Err: err.Error()})
-		return
-	}
-	argv := req.Argv
-	if rl := in.setup.Rlimits; rl != nil {
-		// prlimit sets soft and hard limits alike: a command cannot
-		// raise them again.
-		argv = append([]string{prlimitPath,
-			"--as=" + strconv.FormatInt(rl.AddressSpace, 10),
-			"--nproc=" + strconv.Itoa(rl.Procs), "--", path}, req.Argv[1:]...)
-		path = prlimitPath
-	}
 	attr := &syscall.ProcAttr{
 		Dir:   req.Dir,
-		Env:   req.Env,
 		Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])},
 		Sys: &syscall.SysProcAttr{
 			Setsid:     true,
@@ -234,11 +220,28 @@ func (in *initState) start(req request, fds []int) {
 	if master != nil {
 		attr.Sys.Setctty, attr.Sys.Ctty = true, 0
 	}
+	if req.Script != "" && in.setup.Rlimits != nil {
+		// prlimit would start the program after the fork, too late to
+		// fall back on bash.
+		req.Argv, req.Script = ShellArgv(req.Script), ""
+	}
 	in.mu.Lock()
-	pid, err := syscall.ForkExec(path, argv, attr)
+	pid, err := in.forkExec(req, attr)
+	if err != nil && req.Script != "" {
+		// Not a program found, or not one the kernel runs as it is (a
+		// script without a #! line, a file the jail's user may not
+		// execute): bash -c does what bash does with it, and says what
+		// is wrong in its own words.
+		req.Argv, req.Script = ShellArgv(req.Script), ""
+		pid, err = in.forkExec(req, attr)
+	}
 	if err != nil {
 		in.mu.Unlock()
-		send(initFd, reply{ID: req.ID, Done: true, Exit: 126, Err: fmt.Sprintf("start %s: %v", req.Argv[0], err)})
+		code := 126
+		if errors.Is(err, errNotFound) {
+			code = 127
+		}
+		send(initFd, reply{ID: req.ID, Done: true, Exit: code, Err: err.Error()})
 		return
 	}
 	if master != nil {
@@ -255,6 +258,37 @@ func (in *initState) start(req request, fds []int) {
 	in.running[pid] = req.ID
 	in.ids[req.ID] = pid
 	in.mu.Unlock()
+}
+
+// errNotFound means a command's program is not in its PATH.
+var errNotFound = errors.New("command not found")
+
+// forkExec starts req's program with attr: under prlimit when the jail is
+// bounded by rlimits, and, for the plain words of a script, with the
+// variables bash would have added.
+func (in *initState) forkExec(req request, attr *syscall.ProcAttr) (int, error) {
+	path, err := lookPath(req.Argv[0], req.Env)
+	if err != nil {
+		return 0, err
+	}
+	attr.Env = req.Env
+	if req.Script != "" {
+		attr.Env = asBashWould(req.Env, req.Dir, path)
+	}
+	argv := req.Argv
+	if rl := in.setup.Rlimits; rl != nil {
+		// prlimit sets soft and hard limits alike: a command cannot
+		// raise them again.
+		argv = append([]string{prlimitPath,
+			"--as=" + strconv.FormatInt(rl.AddressSpace, 10),
+			"--nproc=" + strconv.Itoa(rl.Procs), "--", path}, req.Argv[1:]...)
+		path = prlimitPath
+	}
+	pid, err := syscall.ForkExec(path, argv, attr)
+	if err != nil {
+		return 0, fmt.Errorf("start %s: %w", req.Argv[0], err)
+	}
+	return pid, nil
 }
 
 // kill stops a command's whole session.
@@ -308,6 +342,26 @@ func exitCode(ws syscall.WaitStatus) int {
 	return ws.ExitStatus()
 }
 
+// asBashWould adds to env what bash -c adds when it execs a lone command
+// in its own place: the working folder, the shell level it had (0 when
+// unset) and the program's path.
+func asBashWould(env []string, dir, path string) []string {
+	out := make([]string, 0, len(env)+3)
+	out = append(out, "PWD="+dir)
+	level := "0"
+	for _, kv := range env {
+		switch {
+		case strings.HasPrefix(kv, "PWD="), strings.HasPrefix(kv, "_="):
+			continue
+		case strings.HasPrefix(kv, "SHLVL="):
+			level = kv[len("SHLVL="):]
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, "SHLVL="+level, "_="+path)
+}
+
 // prlimitPath runs a command under rlimits when the jail has no cgroup.
 const prlimitPath = "/usr/bin/prlimit"
 
@@ -328,7 +382,7 @@ func lookPath(name string, env []string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%s: command not found", name)
+	return "", fmt.Errorf("%s: %w", name, errNotFound)
 }
 
 // buildRoot makes the jail's filesystem and pivots into it: a tmpfs root

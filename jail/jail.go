@@ -322,8 +322,11 @@ func innerPid(hostPid int) (int, error) {
 type Cmd struct {
 	// Run is the agent run the command acts as in the workspace's
 	// filesystem (see RunOf); "" means none.
-	Run    string
-	Args   []string  // argv; Args[0] is looked up in the jail's PATH
+	Run  string
+	Args []string // argv; Args[0] is looked up in the jail's PATH
+	// Script, when Args is empty, is a command line run as bash -c
+	// Script does (script.go).
+	Script string
 	Env    []string  // the whole environment (see Env)
 	Dir    string    // inside the jail; "" means /workspace
 	Stdin  io.Reader // nil means empty
@@ -340,14 +343,21 @@ type Cmd struct {
 // Run runs c in the jail and returns its exit code (128+n for a signal).
 // When ctx ends, the command's whole session is killed.
 func (j *Jail) Run(ctx context.Context, c Cmd) (int, error) {
-	if len(c.Args) == 0 {
-		return -1, errors.New("jail: no command")
-	}
 	dir := c.Dir
 	if dir == "" {
 		dir = Workspace
 	}
 	req := request{Argv: c.Args, Env: c.Env, Dir: dir, Tty: c.Tty, Rows: c.Size.Rows, Cols: c.Size.Cols}
+	if len(c.Args) == 0 && c.Script != "" {
+		if words, ok := plainWords(c.Script); ok {
+			req.Argv, req.Script = words, c.Script
+		} else {
+			req.Argv = ShellArgv(c.Script)
+		}
+	}
+	if len(req.Argv) == 0 {
+		return -1, errors.New("jail: no command")
+	}
 	var copies sync.WaitGroup
 	copyOut := func(dst io.Writer, src *os.File) {
 		defer copies.Done()

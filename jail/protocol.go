@@ -47,6 +47,9 @@ type request struct {
 	Env  []string `json:"env,omitempty"`
 	Dir  string   `json:"dir,omitempty"`
 	Kill bool     `json:"kill,omitempty"`
+	// Script is the command line Argv are the plain words of: Argv runs
+	// as bash would run it, and bash -c Script runs if Argv cannot start.
+	Script string `json:"script,omitempty"`
 	// Tty runs the command on a new terminal of the jail's devpts, of
 	// Rows × Cols; its master comes back with the started reply, and the
 	// request carries no descriptors.
