@@ -17,10 +17,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DefaultReadOnly are the host folders a jail sees, read-only, at the same
+// DefaultReadOnly returns the host folders a jail sees, read-only, at the same
 // paths: the system's programs, libraries and configuration. Nothing of
 // the server's data, and no other thread's folder, is among them.
-var DefaultReadOnly = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
+func DefaultReadOnly() []string {
+	return []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
+}
 
 // NobodyID is the default uid and gid of a jail's commands.
 const NobodyID = 65534
@@ -31,7 +33,7 @@ type Config struct {
 	// thread's mount. Required.
 	Workspace string
 	// ReadOnly are host folders bound read-only at the same paths; nil
-	// means DefaultReadOnly.
+	// means DefaultReadOnly().
 	ReadOnly []string
 	// UID and GID run the commands; 0 means NobodyID. Never the server's.
 	UID, GID uint32
@@ -93,7 +95,7 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		cfg.GID = NobodyID
 	}
 	if cfg.ReadOnly == nil {
-		cfg.ReadOnly = DefaultReadOnly
+		cfg.ReadOnly = DefaultReadOnly()
 	}
 	if cfg.Hostname == "" {
 		cfg.Hostname = "warren"
