@@ -49,8 +49,16 @@ func RunInit() {
 	}
 	rc := newReceiver(initFd)
 	var s setup
-	if _, err := rc.receive(&s); err != nil {
+	setupFds, err := rc.receive(&s)
+	if err != nil {
 		initFail("read setup: %v", err)
+	}
+	home := -1
+	if s.Trees {
+		if len(setupFds) != 1 {
+			initFail("setup: a jail with trees needs its cgroup's descriptor")
+		}
+		home = setupFds[0]
 	}
 	if err := buildRoot(s); err != nil {
 		initFail("%v", err)
@@ -81,7 +89,7 @@ func RunInit() {
 	if err := installFilter(); err != nil {
 		initFail("%v", err)
 	}
-	in := &initState{setup: s, running: make(map[int]uint64), early: make(map[int]syscall.WaitStatus)}
+	in := &initState{setup: s, home: home, running: make(map[int]uint64), early: make(map[int]syscall.WaitStatus)}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD)
 	go in.reap(sigs)
@@ -151,6 +159,7 @@ func initFail(format string, args ...any) {
 
 type initState struct {
 	setup setup
+	home  int // moves the forking thread back into the jail's cgroup; -1 without trees
 
 	mu      sync.Mutex
 	running map[int]uint64             // pid → request id; guarded by mu
@@ -169,7 +178,7 @@ func (in *initState) serve(rc *receiver) {
 			os.Exit(0)
 		}
 		if req.Kill {
-			in.kill(req.ID)
+			in.kill(req.ID, syscall.Signal(req.Signal))
 			closeAll(fds)
 			continue
 		}
@@ -187,6 +196,14 @@ func closeAll(fds []int) {
 // start forks and execs one command with the given stdin, stdout and
 // stderr, in a new session, as the jail's uid.
 func (in *initState) start(req request, fds []int) {
+	treeFd := -1
+	if req.Tree {
+		if len(fds) == 0 || in.home < 0 {
+			send(initFd, reply{ID: req.ID, Done: true, Exit: -1, Err: "a command's tree needs its cgroup's descriptor"})
+			return
+		}
+		treeFd, fds = fds[len(fds)-1], fds[:len(fds)-1]
+	}
 	var master *os.File
 	if req.Tty && len(fds) == 0 && len(req.Argv) > 0 {
 		// A terminal of the jail's own devpts: the command's stdin,
@@ -226,6 +243,15 @@ func (in *initState) start(req request, fds []int) {
 		req.Argv, req.Script = ShellArgv(req.Script), ""
 	}
 	in.mu.Lock()
+	if treeFd >= 0 {
+		// Born in its tree (tree_linux.go): this thread goes in for the
+		// fork and comes back after it.
+		if _, err := unix.Write(treeFd, []byte("0")); err != nil {
+			in.mu.Unlock()
+			send(initFd, reply{ID: req.ID, Done: true, Exit: -1, Err: fmt.Sprintf("enter the command's cgroup: %v", err)})
+			return
+		}
+	}
 	pid, err := in.forkExec(req, attr)
 	if err != nil && req.Script != "" {
 		// Not a program found, or not one the kernel runs as it is (a
@@ -234,6 +260,13 @@ func (in *initState) start(req request, fds []int) {
 		// is wrong in its own words.
 		req.Argv, req.Script = ShellArgv(req.Script), ""
 		pid, err = in.forkExec(req, attr)
+	}
+	if treeFd >= 0 {
+		if _, err := unix.Write(in.home, []byte("0")); err != nil {
+			// Left in a command's cgroup, the init's next commands
+			// would be born there too: the jail cannot go on.
+			initFail("leave a command's cgroup: %v", err)
+		}
 	}
 	if err != nil {
 		in.mu.Unlock()
@@ -291,13 +324,17 @@ func (in *initState) forkExec(req request, attr *syscall.ProcAttr) (int, error) 
 	return pid, nil
 }
 
-// kill stops a command's whole session.
-func (in *initState) kill(id uint64) {
+// kill signals a command's process group: its session, as far as a jail
+// without trees can tell its processes (see tree_linux.go).
+func (in *initState) kill(id uint64, sig syscall.Signal) {
+	if sig == 0 {
+		sig = unix.SIGKILL
+	}
 	in.mu.Lock()
 	pid, ok := in.ids[id]
 	in.mu.Unlock()
 	if ok {
-		unix.Kill(-pid, unix.SIGKILL)
+		unix.Kill(-pid, sig)
 	}
 }
 

@@ -175,11 +175,20 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		runOfID: make(map[uint64]string), idPid: make(map[uint64]int), pidRun: make(map[int]string),
 		started: make(chan struct{}),
 	}
-	err = send(j.conn, setup{
+	s := setup{
 		Workspace: cfg.Workspace, ReadOnly: cfg.ReadOnly,
 		UID: cfg.UID, GID: cfg.GID, Hostname: cfg.Hostname, TmpBytes: cfg.TmpBytes,
-		OwnNet: flags&unix.CLONE_NEWNET != 0, Rlimits: rl,
-	})
+		OwnNet: flags&unix.CLONE_NEWNET != 0, Rlimits: rl, Trees: cg != nil,
+	}
+	if cg != nil {
+		var home *os.File
+		if home, err = cg.homeFile(); err == nil {
+			err = send(j.conn, s, int(home.Fd()))
+			home.Close()
+		}
+	} else {
+		err = send(j.conn, s)
+	}
 	rc := newReceiver(j.conn)
 	var ready reply
 	if err == nil {
@@ -340,11 +349,17 @@ type Cmd struct {
 	Tty    bool
 	Size   Winsize
 	Resize <-chan Winsize
+	// Signals sends signals to the command's whole process tree while it
+	// runs (SIGTERM to ask a job to stop, say).
+	Signals <-chan syscall.Signal
+	// Started, if set, is called with the command's pid in the jail once
+	// it runs.
+	Started func(pid int)
 }
 
 // Run runs c in the jail and returns its exit code (128+n for a signal).
 // When ctx ends, the command's whole session is killed.
-func (j *Jail) Run(ctx context.Context, c Cmd) (int, error) {
+func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 	dir := c.Dir
 	if dir == "" {
 		dir = Workspace
@@ -402,6 +417,23 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (int, error) {
 			theirs = append(theirs, int(pipes[i][0].Fd()))
 		}
 	}
+	// The command's tree: every process it starts, to signal and to end
+	// with it (tree_linux.go).
+	var tr *tree
+	if j.cg != nil {
+		t, move, treeErr := j.cg.newTree()
+		if treeErr != nil {
+			return -1, fmt.Errorf("jail: %w", treeErr)
+		}
+		defer move.Close()
+		defer func() {
+			if rmErr := t.remove(); rmErr != nil && err == nil {
+				err = fmt.Errorf("jail: end the command's processes: %w", rmErr)
+			}
+		}()
+		tr, req.Tree = t, true
+		theirs = append(theirs, int(move.Fd()))
+	}
 	id, ch, err := j.submit(req, c.Run, theirs)
 	if err != nil {
 		return -1, err
@@ -422,10 +454,13 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (int, error) {
 	var master *os.File
 	ttyDone := make(chan struct{})
 	var resizing sync.WaitGroup // the resizer must be done with master before it closes
-	exit := -1
+	exit = -1
 	for waiting := true; waiting; {
 		select {
 		case m, ok := <-ch:
+			if ok && m.Started && c.Started != nil {
+				c.Started(m.Pid)
+			}
 			switch {
 			case !ok:
 				err, waiting = errors.New("jail: init gone"), false
@@ -461,7 +496,18 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (int, error) {
 			default:
 				closeAll(m.fds)
 			}
+		case sig := <-c.Signals:
+			if tr != nil {
+				tr.signal(sig)
+			} else {
+				j.sendMu.Lock()
+				send(j.conn, request{ID: id, Kill: true, Signal: int(sig)})
+				j.sendMu.Unlock()
+			}
 		case <-ctx.Done():
+			if tr != nil {
+				tr.signal(unix.SIGKILL)
+			}
 			j.sendMu.Lock()
 			send(j.conn, request{ID: id, Kill: true})
 			j.sendMu.Unlock()

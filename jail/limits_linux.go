@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,7 +39,8 @@ const cgroupRoot = "/sys/fs/cgroup"
 // cgroup is one jail's cgroup: a folder per hierarchy.
 type cgroup struct {
 	dirs []string
-	kind string // "v2", "v1"
+	kind string        // "v2", "v1"
+	next atomic.Uint64 // names the commands' trees (tree_linux.go)
 }
 
 // newCgroup makes the cgroup of a jail named name and sets its limits.

@@ -29,6 +29,10 @@ type setup struct {
 	Hostname  string   `json:"hostname"`
 	TmpBytes  int64    `json:"tmpBytes"`
 	OwnNet    bool     `json:"ownNet"` // a network namespace of its own: bring its loopback up
+	// Trees says the jail has a cgroup, and the setup message carries the
+	// descriptor that moves the init's forking thread back into it
+	// (tree_linux.go).
+	Trees bool `json:"trees,omitempty"`
 	// Rlimits, when set, bounds each command with rlimits (no cgroup).
 	Rlimits *rlimits `json:"rlimits,omitempty"`
 }
@@ -46,7 +50,13 @@ type request struct {
 	Argv []string `json:"argv,omitempty"`
 	Env  []string `json:"env,omitempty"`
 	Dir  string   `json:"dir,omitempty"`
-	Kill bool     `json:"kill,omitempty"`
+	// Kill signals a command's process group with Signal (0: SIGKILL).
+	// Commands with a tree are signalled from the host instead.
+	Kill   bool `json:"kill,omitempty"`
+	Signal int  `json:"signal,omitempty"`
+	// Tree says the last descriptor moves the forking thread into the
+	// command's own cgroup.
+	Tree bool `json:"tree,omitempty"`
 	// Script is the command line Argv are the plain words of: Argv runs
 	// as bash would run it, and bash -c Script runs if Argv cannot start.
 	Script string `json:"script,omitempty"`
