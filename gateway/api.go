@@ -78,6 +78,7 @@ type streamer interface {
 type params struct {
 	tenant, thread string
 	exec           string // a running command's id, on .../exec/{exec}/...
+	job            string // a job's id, on .../jobs/{job}...
 }
 
 // routes is the API: the one place every call is listed.
@@ -100,6 +101,13 @@ func routes() []route {
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec", (*Gateway).handleExec}, // answers a streamer
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/stdin", (*Gateway).handleExecStdin},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/resize", (*Gateway).handleExecResize},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/background", (*Gateway).handleBackground},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs", (*Gateway).handleSpawn},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs", (*Gateway).handleJobs},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}", (*Gateway).handleJob},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/output", (*Gateway).handleJobOutput}, // answers a streamer
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stop", (*Gateway).handleStopJob},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stdin", (*Gateway).handleJobStdin},
 	}
 }
 
@@ -233,6 +241,8 @@ func unescapeParams(raw map[string]string) (params, error) {
 			p.thread = u
 		case "exec":
 			p.exec = u
+		case "job":
+			p.job = u
 		}
 	}
 	return p, nil

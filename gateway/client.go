@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -209,6 +210,9 @@ func (c *Client) ExecStream(ctx context.Context, tenant, thread string, req Exec
 			return -1, fmt.Errorf("POST %s: the answer ended before the command did: %w", path, err)
 		}
 		switch {
+		case f.Background != "":
+			io.Copy(io.Discard, resp.Body)
+			return -1, &MovedError{Job: f.Background}
 		case f.Exit != nil:
 			// Read the answer to its end, so that its connection is
 			// used again.
@@ -223,6 +227,90 @@ func (c *Client) ExecStream(ctx context.Context, tenant, thread string, req Exec
 			io.WriteString(stdout, f.Data)
 		case f.Stream == "stderr" && stderr != nil:
 			io.WriteString(stderr, f.Data)
+		}
+	}
+}
+
+// MovedError ends an exec whose command moved to the background: the job
+// has the rest of its output and its end.
+type MovedError struct {
+	Job string
+}
+
+func (e *MovedError) Error() string { return "the command moved to the background as job " + e.Job }
+
+// Background moves a running command to the background as a job.
+func (c *Client) Background(ctx context.Context, tenant, thread, execID string, req BackgroundRequest) (JobInfo, error) {
+	var out JobResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/exec/"+escapeID(execID)+"/background", nil, req, &out)
+	return out.Job, err
+}
+
+// Spawn starts a background job.
+func (c *Client) Spawn(ctx context.Context, tenant, thread string, req SpawnRequest) (JobInfo, error) {
+	var out JobResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/jobs", nil, req, &out)
+	return out.Job, err
+}
+
+// Jobs lists a thread's jobs.
+func (c *Client) Jobs(ctx context.Context, tenant, thread string) ([]JobInfo, error) {
+	var out JobsResponse
+	err := c.do(ctx, http.MethodGet, threadPath(tenant, thread)+"/jobs", nil, nil, &out)
+	return out.Jobs, err
+}
+
+// Job returns one job.
+func (c *Client) Job(ctx context.Context, tenant, thread, id string) (JobInfo, error) {
+	var out JobResponse
+	err := c.do(ctx, http.MethodGet, threadPath(tenant, thread)+"/jobs/"+escapeID(id), nil, nil, &out)
+	return out.Job, err
+}
+
+// StopJob stops a job (SIGTERM, then SIGKILL after grace; 0 means the
+// gateway's default) and returns it ended.
+func (c *Client) StopJob(ctx context.Context, tenant, thread, id string, grace time.Duration) (JobInfo, error) {
+	var out JobResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/jobs/"+escapeID(id)+"/stop", nil,
+		StopJobRequest{GraceSeconds: grace.Seconds()}, &out)
+	return out.Job, err
+}
+
+// JobStdin sends input to a job; closeIt ends its input after data.
+func (c *Client) JobStdin(ctx context.Context, tenant, thread, id, data string, closeIt bool) error {
+	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/jobs/"+escapeID(id)+"/stdin", nil,
+		ExecStdinRequest{Data: data, Close: closeIt}, &JobResponse{})
+}
+
+// JobOutput reads a job's output from offset (negative: from the oldest
+// byte kept) and calls fn with each frame; with follow it goes on until
+// the job ends. It returns after the last frame.
+func (c *Client) JobOutput(ctx context.Context, tenant, thread, id string, offset int64, follow bool, fn func(JobFrame) error) error {
+	path := threadPath(tenant, thread) + "/jobs/" + escapeID(id) + "/output"
+	q := url.Values{"offset": {strconv.FormatInt(offset, 10)}}
+	if follow {
+		q.Set("follow", "true")
+	}
+	resp, err := c.send(ctx, http.MethodGet, path, q, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var f JobFrame
+		if err := dec.Decode(&f); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("GET %s: the answer ended early: %w", path, err)
+		}
+		if err := fn(f); err != nil {
+			return err
+		}
+		if f.End || (f.Data == "" && !follow) {
+			io.Copy(io.Discard, resp.Body)
+			return nil
 		}
 	}
 }

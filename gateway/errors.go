@@ -41,6 +41,8 @@ var (
 	ErrOutside = errors.New("gateway: outside the workspace")
 	// ErrTooLarge means a file over the file API's bound.
 	ErrTooLarge = errors.New("gateway: file too large")
+	// ErrJobLimit means a thread runs as many background jobs as it may.
+	ErrJobLimit = errors.New("gateway: job limit")
 )
 
 // Error codes of the API, one per class of failure.
@@ -57,6 +59,7 @@ const (
 	codeStale            = "stale"
 	codeNoMatch          = "no_match"
 	codeOutside          = "outside"
+	codeJobLimit         = "job_limit"
 	codeMethodNotAllowed = "method_not_allowed"
 	codeInternal         = "internal"
 )
@@ -82,6 +85,7 @@ var errorClasses = []struct {
 	{ErrNoMatch, http.StatusUnprocessableEntity, codeNoMatch},
 	{ErrOutside, http.StatusForbidden, codeOutside},
 	{ErrTooLarge, http.StatusRequestEntityTooLarge, codeTooLarge},
+	{ErrJobLimit, http.StatusTooManyRequests, codeJobLimit},
 	{ErrClosed, http.StatusServiceUnavailable, codeClosed},
 	{meta.ErrClosed, http.StatusServiceUnavailable, codeClosed},
 }
@@ -126,6 +130,8 @@ func sentinelFor(code string) error {
 		return ErrForbidden
 	case codeGone:
 		return ErrGone
+	case codeJobLimit:
+		return ErrJobLimit
 	}
 	return nil
 }

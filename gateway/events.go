@@ -52,6 +52,13 @@ const (
 	EventEscapeRefused EventType = "escape.refused"
 	// EventWriteStale: a write was made from an outdated view of a file.
 	EventWriteStale EventType = "write.stale"
+	// EventJobStarted: a background job started (Job, Label, User).
+	EventJobStarted EventType = "job.started"
+	// EventJobOutput: a chunk of a job's output (Job, Data), in order.
+	EventJobOutput EventType = "job.output"
+	// EventJobEnded: a job ended (Job, Exit, and User, who started it),
+	// or was found stopped by a restart (Message says so, no Exit).
+	EventJobEnded EventType = "job.ended"
 	// EventMissed is not something that happened to a thread: the stream
 	// writes it where it dropped events because its reader fell behind.
 	// Missed says how many; Tenant and Thread are the stream's filter.
@@ -91,6 +98,13 @@ type Event struct {
 	Message string `json:"message,omitempty"`
 	// Missed is how many events a missed event stands for.
 	Missed uint64 `json:"missed,omitempty"`
+	// Job, Label, User, Exit and Data tell about a background job: its
+	// id, its label, who started it, its exit code, a chunk of its output.
+	Job   string `json:"job,omitempty"`
+	Label string `json:"label,omitempty"`
+	User  string `json:"user,omitempty"`
+	Exit  *int   `json:"exit,omitempty"`
+	Data  string `json:"data,omitempty"`
 }
 
 // emit tells every interested subscriber about ev. It never blocks: a
@@ -228,6 +242,19 @@ func (b *broker) publish(ev Event) {
 		s.ch <- delivery{missed: s.missed, ev: ev}
 		s.missed = 0
 	}
+}
+
+// wants says whether any subscriber would take an event of thread k, so a
+// costly event (a job's output) is only built for someone.
+func (b *broker) wants(k meta.ThreadKey) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for s := range b.subs {
+		if s.filter.match(Event{Tenant: k.Tenant, Thread: k.Thread}) {
+			return true
+		}
+	}
+	return false
 }
 
 // close ends every subscription (their queues are closed after the events

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -81,7 +81,10 @@ type ExecFrame struct {
 	Data     string `json:"data,omitempty"`
 	Exit     *int   `json:"exit,omitempty"`
 	TimedOut bool   `json:"timedOut,omitempty"`
-	Error    string `json:"error,omitempty"`
+	// Background is the job the command became (POST .../background):
+	// the answer ends there, and the job has the rest of its output.
+	Background string `json:"background,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
 // DefaultExecTimeout bounds a command with no timeout of its own.
@@ -150,42 +153,42 @@ func (tj *threadJail) close() {
 	tj.jail.Close()
 }
 
-// threadJail returns the jail of a thread and the thread's variables,
+// threadJail returns the jail of a thread and the thread's settings,
 // binding the thread and starting its jail if need be. A running jail means
 // a bound, mounted thread (closing or deleting it ends the jail first), so
 // a warm command costs no look-up in the store.
-func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (*jail.Jail, map[string]string, meta.ThreadKey, error) {
+func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (*jail.Jail, meta.Settings, meta.ThreadKey, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
-		return nil, nil, k, err
+		return nil, meta.Settings{}, k, err
 	}
 	g.mu.Lock()
 	tj := g.jails[k]
-	var env map[string]string
+	var s meta.Settings
 	if tj != nil {
-		env = tj.settings.Env
+		s = tj.settings
 	}
 	g.mu.Unlock()
 	if tj != nil {
-		return tj.jail, env, k, nil
+		return tj.jail, s, k, nil
 	}
 	unlock, err := g.threadLocks.lock(ctx, k)
 	if err != nil {
-		return nil, nil, k, fmt.Errorf("jail for %s: %w", keyName(k), err)
+		return nil, s, k, fmt.Errorf("jail for %s: %w", keyName(k), err)
 	}
 	defer unlock()
 	b, err := g.bindLocked(ctx, k, nil)
 	if err != nil {
-		return nil, nil, k, err
+		return nil, s, k, err
 	}
 	tj, err = g.jailFor(ctx, k, b.Settings)
 	if err != nil {
-		return nil, nil, k, err
+		return nil, s, k, err
 	}
 	g.mu.Lock()
-	env = tj.settings.Env
+	s = tj.settings
 	g.mu.Unlock()
-	return tj.jail, env, k, nil
+	return tj.jail, s, k, nil
 }
 
 // closeJail ends k's jail, if it has one, and every command in it.
@@ -229,11 +232,13 @@ func execCwd(cwd string) (string, error) {
 
 // execStream runs one command and writes its frames.
 type execStream struct {
-	g       *Gateway
-	j       *jail.Jail
-	cmd     jail.Cmd
-	timeout time.Duration
-	run     *runningExec
+	g        *Gateway
+	j        *jail.Jail
+	cmd      jail.Cmd
+	timeout  time.Duration
+	run      *runningExec
+	settings meta.Settings // the thread's, for its job limit
+	label    string        // the command, as a job's label
 }
 
 // runningExec is a command that takes input or resizes while it runs.
@@ -242,6 +247,23 @@ type runningExec struct {
 	stdin  *io.PipeWriter    // nil unless its input is open
 	resize chan jail.Winsize // nil unless it has a terminal
 	mu     sync.Mutex        // serializes writes to stdin
+	// moves asks the command's stream to move it to the background
+	// (handleBackground); ended is closed when the stream is done with
+	// it, moved or not.
+	moves chan moveRequest
+	ended chan struct{}
+	moved bool // set by the stream before ended closes: the job owns stdin
+}
+
+// moveRequest asks a running exec to become a job.
+type moveRequest struct {
+	req   BackgroundRequest
+	reply chan moveReply
+}
+
+type moveReply struct {
+	job JobInfo
+	err error
 }
 
 // startExec registers a running command and returns its id.
@@ -259,9 +281,13 @@ func (g *Gateway) endExec(id string) {
 	re := g.execs[id]
 	delete(g.execs, id)
 	g.mu.Unlock()
-	if re != nil && re.stdin != nil {
+	if re == nil {
+		return
+	}
+	if re.stdin != nil && !re.moved {
 		re.stdin.Close()
 	}
+	close(re.ended)
 }
 
 // runningFor finds a running command of a thread.
@@ -360,17 +386,16 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 	if req.TimeoutSeconds > 0 {
 		timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
 	}
-	j, threadEnv, k, err := g.threadJail(r.Context(), p.tenant, p.thread)
+	j, settings, k, err := g.threadJail(r.Context(), p.tenant, p.thread)
 	if err != nil {
 		return nil, err
 	}
-	// The thread's variables were checked when they were set.
-	env, err := jail.Env(threadEnv, req.Env)
+	env, err := jail.Env(settings.Env, req.Env)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	cmd := jail.Cmd{Run: req.Run, Script: req.Command, Env: env, Dir: cwd}
-	re := &runningExec{key: k}
+	re := &runningExec{key: k, moves: make(chan moveRequest), ended: make(chan struct{})}
 	var stdin io.Reader
 	if req.Stdin != "" {
 		stdin = strings.NewReader(req.Stdin)
@@ -394,7 +419,7 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 		re.resize = make(chan jail.Winsize, 1)
 		cmd.Resize = re.resize
 	}
-	return &execStream{g: g, j: j, cmd: cmd, timeout: timeout, run: re}, nil
+	return &execStream{g: g, j: j, cmd: cmd, timeout: timeout, run: re, settings: settings, label: req.Command}, nil
 }
 
 // frames writes an exec answer's frames, one at a time, each flushed.
@@ -456,17 +481,110 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 	if s.cmd.Tty {
 		stdout = "tty"
 	}
-	s.cmd.Stdout, s.cmd.Stderr = out.stream(stdout), out.stream("stderr")
-	// The command ends when the client goes away or its time is up.
-	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
-	defer cancel()
-	code, err := s.j.Run(ctx, s.cmd)
-	end := ExecFrame{Exit: &code}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		code, end.TimedOut = timeoutExit, true
+	// The output goes to the client until the command moves to the
+	// background, then to its job.
+	sout, serr := &switchWriter{w: out.stream(stdout)}, &switchWriter{w: out.stream("stderr")}
+	s.cmd.Stdout, s.cmd.Stderr = sout, serr
+	signals := make(chan syscall.Signal, 1)
+	started := make(chan int, 1)
+	s.cmd.Signals, s.cmd.Started = signals, func(pid int) { started <- pid }
+
+	// The command ends when the client goes away or its time is up, unless
+	// it became a job: so its life is not the request's.
+	runCtx, kill := context.WithCancel(context.Background())
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(s.timeout, func() { timedOut.Store(true); kill() })
+	result := make(chan runResult, 1)
+	go func() {
+		code, err := s.j.Run(runCtx, s.cmd)
+		result <- runResult{code, err}
+	}()
+	for {
+		select {
+		case res := <-result:
+			timer.Stop()
+			kill()
+			end := ExecFrame{Exit: &res.code}
+			if timedOut.Load() {
+				res.code, end.TimedOut = timeoutExit, true
+			}
+			if res.err != nil {
+				end.Error = res.err.Error()
+			}
+			out.write(end)
+			return
+		case <-r.Context().Done():
+			kill()
+			<-result
+			timer.Stop()
+			return
+		case mv := <-s.run.moves:
+			info, err := s.toBackground(mv.req, kill, signals, started, result, timer, sout, serr)
+			mv.reply <- moveReply{info, err}
+			if err != nil {
+				continue // refused: it stays in the foreground
+			}
+			out.write(ExecFrame{Background: info.ID})
+			return
+		}
 	}
+}
+
+// toBackground makes the running command a job, if the thread has a free
+// job slot: its output goes to the job from now on, its time limit ends,
+// and its end is the job's. Only the stream's goroutine calls it.
+func (s *execStream) toBackground(req BackgroundRequest, kill context.CancelFunc, signals chan syscall.Signal,
+	started chan int, result chan runResult, timer *time.Timer, sout, serr *switchWriter) (JobInfo, error) {
+	g, k := s.g, s.run.key
+	if err := g.takeJobSlot(k, s.settings); err != nil {
+		return JobInfo{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	seq, err := g.store.NextJobSeq(ctx, k)
+	cancel()
 	if err != nil {
-		end.Error = err.Error()
+		g.releaseJobSlot(k)
+		return JobInfo{}, fmt.Errorf("move to the background in %s: %w", keyName(k), err)
 	}
-	out.write(end)
+	label := req.Label
+	if label == "" {
+		label = s.label
+	}
+	jb := g.newJob(k, seq, label, req.User)
+	jb.kill, jb.signals = kill, signals
+	jb.stdin = s.run.stdin
+	if jb.stdin == nil {
+		// Its input was all given with the call and is closed already.
+		_, jb.stdin = io.Pipe()
+	}
+	timer.Stop()
+	g.emitJob(EventJobStarted, jb, nil, "")
+	w := jobWriter{g, jb}
+	sout.set(w)
+	serr.set(w)
+	s.run.moved = true
+	pid := 0
+	select {
+	case pid = <-started:
+	default:
+	}
+	return g.adoptJob(jb, pid, result)
+}
+
+// switchWriter passes writes to a writer that can be replaced.
+type switchWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (sw *switchWriter) Write(p []byte) (int, error) {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	return sw.w.Write(p)
+}
+
+func (sw *switchWriter) set(w io.Writer) {
+	sw.mu.Lock()
+	sw.w = w
+	sw.mu.Unlock()
 }

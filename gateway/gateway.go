@@ -48,6 +48,12 @@ type Gateway struct {
 	// execSeq numbers them. Guarded by mu.
 	execs   map[string]*runningExec
 	execSeq uint64
+	// jobs are the background jobs this gateway runs or ran, by thread
+	// (jobs.go); guarded by mu. jobWG counts those not ended yet.
+	jobs  map[meta.ThreadKey]*threadJobs
+	jobWG sync.WaitGroup
+	// instance names this run of the gateway in the job records.
+	instance string
 
 	threadLocks keyedLocks[meta.ThreadKey]
 
@@ -105,6 +111,8 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		events:      newBroker(eventBuffer),
 		jails:       make(map[meta.ThreadKey]*threadJail),
 		execs:       make(map[string]*runningExec),
+		jobs:        make(map[meta.ThreadKey]*threadJobs),
+		instance:    newInstance(),
 		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks}),
 	}
 	for _, u := range cfg.AllowUIDs {
@@ -175,11 +183,14 @@ func (g *Gateway) Close() error {
 		g.mu.Lock()
 		g.closed = true
 		g.mu.Unlock()
-		// Event streams never go idle by themselves: end them first, so
-		// that Shutdown does not wait its whole grace for them. Commands
-		// end with their jails, and their streams with them.
-		g.events.close()
+		// Commands end with their jails, and their streams with them.
+		// Jobs end too, and their ends are recorded (before the caller
+		// closes the store) and told. Event streams never go idle by
+		// themselves: end them next, so that Shutdown does not wait its
+		// whole grace for them.
 		g.closeJails()
+		g.jobWG.Wait()
+		g.events.close()
 
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		defer cancel()

@@ -36,6 +36,7 @@ func (g *Gateway) restore(ctx context.Context) {
 		sem             = make(chan struct{}, restoreParallel)
 		mounted, failed atomic.Int64
 	)
+	g.noteRestartedJobs(ctx, bs)
 	for _, b := range bs {
 		if b.State != meta.StateBound {
 			continue

@@ -302,8 +302,9 @@ func (g *Gateway) putMount(k meta.ThreadKey, m io.Closer) {
 // map if that fails. The thread lock of k must be held.
 func (g *Gateway) unmountThread(k meta.ThreadKey, mountPath string) error {
 	// The jail holds the mount (bound at /workspace in its namespace):
-	// it goes first, with every command in it.
+	// it goes first, with every command and job in it.
 	g.closeJail(k)
+	g.endThreadJobs(k)
 	m := g.takeMount(k)
 	if m == nil {
 		return nil
@@ -468,6 +469,9 @@ func (g *Gateway) DeleteThread(ctx context.Context, tenant, thread string) error
 		if err := g.store.DeleteInspectionMount(ctx, p); err != nil {
 			return fmt.Errorf("delete %s: forget inspection mount %s: %w", keyName(k), p, err)
 		}
+	}
+	if err := g.store.DeleteJobs(ctx, k); err != nil {
+		return fmt.Errorf("delete %s: delete job records: %w", keyName(k), err)
 	}
 	if err := g.store.DeleteBinding(ctx, k, b.Revision); err != nil {
 		return fmt.Errorf("delete %s: delete binding: %w", keyName(k), err)

@@ -1,0 +1,575 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"warren/jail"
+	"warren/meta"
+)
+
+// Background jobs. A job is a command of a thread's jail that the client
+// does not wait for: spawn answers at once with its id, bash-N, numbered
+// per thread by the store, so an id never comes back, across restarts and
+// hosts. The gateway runs it like an exec, keeps the newest 1 MiB of its
+// output (joboutput.go), records it in the store when it starts and when it
+// ends, and tells the event stream about both and about its output.
+//
+// A thread runs at most maxJobs jobs at once on this gateway (its settings,
+// else Config.MaxJobs, else 8); one more is refused, and so is moving a
+// running exec to the background at the limit. A job is its command's whole
+// process tree (jail/tree_linux.go): stopping it sends SIGTERM to every
+// process of the tree, then SIGKILL after a grace period.
+//
+// The store is the list: it shows jobs of other hosts and of earlier runs
+// of this gateway too, with running true only for the jobs this gateway
+// runs now. The output of a job is kept only here, while its thread is
+// bound: the running jobs and the last endedJobsKept ended ones.
+
+// Limits of jobs.
+const (
+	// DefaultStopGrace is how long a stopped job has between SIGTERM and
+	// SIGKILL.
+	DefaultStopGrace = 5 * time.Second
+	maxStopGrace     = 5 * time.Minute
+	// endedJobsKept bounds the ended jobs of a thread whose output stays
+	// readable.
+	endedJobsKept = 16
+	// jobEventChunk bounds the output carried by one job.output event;
+	// longer writes become several events.
+	jobEventChunk = 16 << 10
+	// recordTimeout bounds the store writes of a job's start and end,
+	// which do not belong to any request.
+	recordTimeout = 30 * time.Second
+)
+
+// SpawnRequest starts a background job.
+type SpawnRequest struct {
+	// Command is run like an exec's: bash -c, in the thread's jail.
+	Command string `json:"command"`
+	// Label names the job in lists and events; "" means the command.
+	Label string `json:"label,omitempty"`
+	// User is who started the job, told again when it ends so that the
+	// client can wake the right user.
+	User string            `json:"user,omitempty"`
+	Cwd  string            `json:"cwd,omitempty"`
+	Env  map[string]string `json:"env,omitempty"`
+	Run  string            `json:"run,omitempty"`
+}
+
+// BackgroundRequest moves a running exec into the background.
+type BackgroundRequest struct {
+	User  string `json:"user,omitempty"`
+	Label string `json:"label,omitempty"` // "" means the command
+}
+
+// StopJobRequest stops a job: SIGTERM to its whole tree, and SIGKILL after
+// GraceSeconds (0 means DefaultStopGrace).
+type StopJobRequest struct {
+	GraceSeconds float64 `json:"graceSeconds,omitempty"`
+}
+
+// JobInfo is a job as the API shows it: its record, with Running true only
+// while this gateway runs it, and how much output it kept.
+type JobInfo struct {
+	meta.Job
+	ID string `json:"id"`
+	// Running is true while this gateway runs the job: a job of another
+	// host, or of a run of this one that crashed, has false.
+	Running bool `json:"running"`
+	// Ended is true once the job's end is recorded (by its host, or by
+	// the note of a restart or a move).
+	Ended bool `json:"ended"`
+	// OutputBytes is how much the job wrote, DroppedBytes how much of it
+	// is no longer kept; both only where the output is kept.
+	OutputBytes  int64 `json:"outputBytes,omitempty"`
+	DroppedBytes int64 `json:"droppedBytes,omitempty"`
+}
+
+// JobResponse answers spawn, show, stop and background calls.
+type JobResponse struct {
+	Job JobInfo `json:"job"`
+}
+
+// JobsResponse answers GET .../jobs.
+type JobsResponse struct {
+	Jobs []JobInfo `json:"jobs"`
+}
+
+// JobFrame is one line of GET .../jobs/{job}/output: output from Offset
+// (Dropped bytes before it were lost from the ring), and last, once the
+// output ended and all of it was sent, End with the exit code. A reading
+// that does not follow ends with a frame of the next offset to ask for.
+type JobFrame struct {
+	Offset  int64  `json:"offset"`
+	Data    string `json:"data,omitempty"`
+	Dropped int64  `json:"dropped,omitempty"`
+	End     bool   `json:"end,omitempty"`
+	Exit    *int   `json:"exit,omitempty"`
+}
+
+// jobID names job seq.
+func jobID(seq uint64) string { return "bash-" + strconv.FormatUint(seq, 10) }
+
+// parseJobID is the inverse of jobID.
+func parseJobID(id string) (uint64, error) {
+	n, ok := strings.CutPrefix(id, "bash-")
+	seq, err := strconv.ParseUint(n, 10, 64)
+	if !ok || err != nil || seq == 0 || jobID(seq) != id {
+		return 0, fmt.Errorf("%w: %q is not a job id (bash-N)", ErrInvalid, id)
+	}
+	return seq, nil
+}
+
+// newInstance names one run of a gateway process, so a restarted host
+// tells the jobs of its former runs from its own.
+func newInstance() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// threadJobs are the jobs of one thread that this gateway runs or ran.
+type threadJobs struct {
+	slots int             // running jobs, and moves or spawns under way
+	jobs  map[uint64]*job // running and kept ended jobs
+	ended []uint64        // kept ended jobs, oldest first
+}
+
+// job is a job this gateway runs or ran.
+type job struct {
+	key   meta.ThreadKey
+	seq   uint64
+	label string
+	user  string
+	out   *jobOutput
+
+	signals chan syscall.Signal // to its tree, while it runs
+	kill    context.CancelFunc  // ends its tree at once
+	stdin   *io.PipeWriter      // its input, open until closed or it ends
+	stdinMu sync.Mutex          // serializes writes to stdin
+	done    chan struct{}       // closed once its end is recorded
+
+	mu   sync.Mutex
+	rec  meta.Job // as last written to the store; guarded by mu
+	exit *int     // set when it ended, before its output closes; guarded by mu
+}
+
+// exitCode is the job's exit code once it ended, else nil.
+func (jb *job) exitCode() *int {
+	jb.mu.Lock()
+	defer jb.mu.Unlock()
+	return jb.exit
+}
+
+// info is the API's view of a job this gateway has.
+func (jb *job) info() JobInfo {
+	jb.mu.Lock()
+	rec := jb.rec
+	jb.mu.Unlock()
+	total, dropped := jb.out.Size()
+	return JobInfo{Job: rec, ID: jobID(jb.seq), Running: rec.Running, Ended: !rec.Running, OutputBytes: total, DroppedBytes: dropped}
+}
+
+// jobWriter takes a job's output: it keeps it and tells the stream.
+type jobWriter struct {
+	g  *Gateway
+	jb *job
+}
+
+func (w jobWriter) Write(p []byte) (int, error) {
+	n, err := w.jb.out.Write(p)
+	if err == nil && w.g.events.wants(w.jb.key) {
+		for len(p) > 0 {
+			chunk := p[:min(len(p), jobEventChunk)]
+			p = p[len(chunk):]
+			w.g.emit(Event{Type: EventJobOutput, Tenant: w.jb.key.Tenant, Thread: w.jb.key.Thread,
+				Job: jobID(w.jb.seq), Data: string(chunk)})
+		}
+	}
+	return n, err
+}
+
+// takeJobSlot reserves one of k's job slots, or refuses with the limit.
+func (g *Gateway) takeJobSlot(k meta.ThreadKey, s meta.Settings) error {
+	limit := g.maxJobs(s)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return ErrClosed
+	}
+	tj := g.jobs[k]
+	if tj == nil {
+		tj = &threadJobs{jobs: make(map[uint64]*job)}
+		g.jobs[k] = tj
+	}
+	if tj.slots >= limit {
+		g.log.Warn("refused: job limit", "tenant", k.Tenant, "thread", k.Thread, "max_jobs", limit)
+		return &toolError{ErrJobLimit, fmt.Sprintf("This thread already runs %d background jobs, its limit (maxJobs). Wait for one to end, or stop one, before you start another.", limit)}
+	}
+	tj.slots++
+	return nil
+}
+
+// releaseJobSlot gives back a slot of k.
+func (g *Gateway) releaseJobSlot(k meta.ThreadKey) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if tj := g.jobs[k]; tj != nil && tj.slots > 0 {
+		tj.slots--
+	}
+}
+
+// runResult is how a command ended.
+type runResult struct {
+	code int
+	err  error
+}
+
+// Spawn starts a background job in a thread's jail and returns once it
+// runs and is recorded.
+func (g *Gateway) Spawn(ctx context.Context, tenant, thread string, req SpawnRequest) (JobInfo, error) {
+	if req.Command == "" {
+		return JobInfo{}, fmt.Errorf("%w: command is required", ErrInvalid)
+	}
+	if req.Run != "" {
+		if err := validRun(req.Run); err != nil {
+			return JobInfo{}, err
+		}
+	}
+	cwd, err := execCwd(req.Cwd)
+	if err != nil {
+		return JobInfo{}, err
+	}
+	if _, err := jail.Env(nil, req.Env); err != nil {
+		return JobInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	j, settings, k, err := g.threadJail(ctx, tenant, thread)
+	if err != nil {
+		return JobInfo{}, err
+	}
+	env, err := jail.Env(settings.Env, req.Env)
+	if err != nil {
+		return JobInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err := g.takeJobSlot(k, settings); err != nil {
+		return JobInfo{}, err
+	}
+	seq, err := g.store.NextJobSeq(ctx, k)
+	if err != nil {
+		g.releaseJobSlot(k)
+		return JobInfo{}, fmt.Errorf("spawn in %s: %w", keyName(k), err)
+	}
+	label := req.Label
+	if label == "" {
+		label = req.Command
+	}
+	jb := g.newJob(k, seq, label, req.User)
+	stdin, stdinW := io.Pipe()
+	jb.stdin = stdinW
+	runCtx, kill := context.WithCancel(context.Background())
+	jb.kill = kill
+	started := make(chan int, 1)
+	result := make(chan runResult, 1)
+	out := jobWriter{g, jb}
+	cmd := jail.Cmd{Run: req.Run, Script: req.Command, Env: env, Dir: cwd,
+		Stdin: stdin, Stdout: out, Stderr: out, Signals: jb.signals,
+		Started: func(pid int) { started <- pid }}
+	g.emitJob(EventJobStarted, jb, nil, "")
+	go func() {
+		code, err := j.Run(runCtx, cmd)
+		result <- runResult{code, err}
+	}()
+	var pid int
+	select {
+	case pid = <-started:
+	case res := <-result:
+		select {
+		case pid = <-started: // it ran, and ended at once
+		default:
+			// It never ran: nothing to record but the attempt.
+			kill()
+			stdinW.Close()
+			jb.out.Close()
+			g.releaseJobSlot(k)
+			g.emitJob(EventJobEnded, jb, &res.code, "")
+			return JobInfo{}, fmt.Errorf("spawn in %s: %w", keyName(k), res.err)
+		}
+		result <- res
+	}
+	return g.adoptJob(jb, pid, result)
+}
+
+// newJob makes the in-memory job seq of k.
+func (g *Gateway) newJob(k meta.ThreadKey, seq uint64, label, user string) *job {
+	return &job{
+		key: k, seq: seq, label: label, user: user,
+		out:     newJobOutput(jobOutputCapacity),
+		signals: make(chan syscall.Signal, 1),
+		done:    make(chan struct{}),
+	}
+}
+
+// adoptJob records a running job, keeps it, and follows it to its end,
+// which result tells. Its slot must be taken.
+func (g *Gateway) adoptJob(jb *job, pid int, result chan runResult) (JobInfo, error) {
+	rec := meta.Job{
+		ThreadKey: jb.key, Seq: jb.seq, Label: jb.label, User: jb.user,
+		HostID: g.cfg.HostID, Instance: g.instance, BackendID: strconv.Itoa(pid),
+		StartedAt: time.Now().UTC(), Running: true,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	rec, err := g.store.CreateJob(ctx, rec)
+	cancel()
+	if err != nil {
+		// A job nobody can list must not run: end it.
+		jb.kill()
+		res := <-result
+		jb.stdin.Close()
+		jb.out.Close()
+		g.releaseJobSlot(jb.key)
+		g.emitJob(EventJobEnded, jb, &res.code, "")
+		return JobInfo{}, fmt.Errorf("record job %s of %s: %w", jobID(jb.seq), keyName(jb.key), err)
+	}
+	jb.mu.Lock()
+	jb.rec = rec
+	jb.mu.Unlock()
+	g.mu.Lock()
+	tj := g.jobs[jb.key]
+	if tj == nil {
+		tj = &threadJobs{jobs: make(map[uint64]*job)}
+		g.jobs[jb.key] = tj
+	}
+	tj.jobs[jb.seq] = jb
+	g.jobWG.Add(1)
+	g.mu.Unlock()
+	g.log.Info("job started", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "pid", pid, "user", jb.user)
+	go g.finishJob(jb, result)
+	return jb.info(), nil
+}
+
+// finishJob waits for a job's end, then records it, tells the stream and
+// frees its slot.
+func (g *Gateway) finishJob(jb *job, result chan runResult) {
+	defer g.jobWG.Done()
+	res := <-result
+	code := res.code
+	jb.mu.Lock()
+	jb.exit = &code
+	jb.mu.Unlock()
+	jb.stdin.Close()
+	jb.out.Close()
+	jb.kill()
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	defer cancel()
+	jb.mu.Lock()
+	rec := jb.rec
+	jb.mu.Unlock()
+	rec.Running, rec.ExitCode, rec.EndedAt = false, &code, time.Now().UTC()
+	rec, err := g.updateJob(ctx, rec)
+	if err != nil {
+		g.log.Error("record the end of a job", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "error", err)
+	}
+	jb.mu.Lock()
+	jb.rec = rec
+	jb.mu.Unlock()
+
+	g.mu.Lock()
+	if tj := g.jobs[jb.key]; tj != nil {
+		tj.slots--
+		tj.ended = append(tj.ended, jb.seq)
+		if len(tj.ended) > endedJobsKept {
+			delete(tj.jobs, tj.ended[0])
+			tj.ended = tj.ended[1:]
+		}
+	}
+	g.mu.Unlock()
+	close(jb.done)
+	g.log.Info("job ended", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "exit", code)
+	g.emitJob(EventJobEnded, jb, &code, "")
+}
+
+// updateJob writes rec over the stored job, whatever revision is stored:
+// this gateway is the job's only writer while it runs it, so a conflict
+// can only be a write of its own that it did not see answered.
+func (g *Gateway) updateJob(ctx context.Context, rec meta.Job) (meta.Job, error) {
+	for range 5 {
+		out, err := g.store.UpdateJob(ctx, rec)
+		if !errors.Is(err, meta.ErrConflict) {
+			return out, err
+		}
+		cur, err := g.store.GetJob(ctx, rec.ThreadKey, rec.Seq)
+		if err != nil {
+			return rec, err
+		}
+		rec.Revision = cur.Revision
+	}
+	return rec, fmt.Errorf("update job %s: %w", jobID(rec.Seq), meta.ErrConflict)
+}
+
+// emitJob tells the stream about a job.
+func (g *Gateway) emitJob(t EventType, jb *job, exit *int, note string) {
+	g.emit(Event{Type: t, Tenant: jb.key.Tenant, Thread: jb.key.Thread, Job: jobID(jb.seq),
+		Label: jb.label, User: jb.user, Exit: exit, Message: note})
+}
+
+// localJob returns job id of a thread, if this gateway has it.
+func (g *Gateway) localJob(p params) (*job, meta.ThreadKey, uint64, error) {
+	k, err := threadKey(p.tenant, p.thread)
+	if err != nil {
+		return nil, k, 0, err
+	}
+	seq, err := parseJobID(p.job)
+	if err != nil {
+		return nil, k, 0, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if tj := g.jobs[k]; tj != nil {
+		return tj.jobs[seq], k, seq, nil
+	}
+	return nil, k, seq, nil
+}
+
+// Jobs lists a thread's jobs from the store: those of every host and of
+// earlier runs of this one, running true only for those that run here.
+func (g *Gateway) Jobs(ctx context.Context, tenant, thread string) ([]JobInfo, error) {
+	k, err := threadKey(tenant, thread)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := g.store.ListJobs(ctx, k)
+	if err != nil {
+		return nil, fmt.Errorf("jobs of %s: %w", keyName(k), err)
+	}
+	out := make([]JobInfo, 0, len(recs))
+	for _, rec := range recs {
+		out = append(out, g.jobInfo(k, rec))
+	}
+	return out, nil
+}
+
+// jobInfo shows a stored job, with what this gateway knows of it.
+func (g *Gateway) jobInfo(k meta.ThreadKey, rec meta.Job) JobInfo {
+	g.mu.Lock()
+	var jb *job
+	if tj := g.jobs[k]; tj != nil {
+		jb = tj.jobs[rec.Seq]
+	}
+	g.mu.Unlock()
+	if jb != nil {
+		return jb.info()
+	}
+	return JobInfo{Job: rec, ID: jobID(rec.Seq), Ended: !rec.Running}
+}
+
+// Job returns one job of a thread.
+func (g *Gateway) Job(ctx context.Context, tenant, thread, id string) (JobInfo, error) {
+	_, k, seq, err := g.localJob(params{tenant: tenant, thread: thread, job: id})
+	if err != nil {
+		return JobInfo{}, err
+	}
+	rec, err := g.store.GetJob(ctx, k, seq)
+	if errors.Is(err, meta.ErrNotFound) {
+		return JobInfo{}, fmt.Errorf("%w: no job %s in thread %s", ErrNotFound, id, keyName(k))
+	}
+	if err != nil {
+		return JobInfo{}, fmt.Errorf("job %s of %s: %w", id, keyName(k), err)
+	}
+	return g.jobInfo(k, rec), nil
+}
+
+// StopJob stops a running job: SIGTERM to its whole tree, SIGKILL after
+// grace. It returns once the job's end is recorded. A job that ended
+// already is returned as it is.
+func (g *Gateway) StopJob(ctx context.Context, tenant, thread, id string, grace time.Duration) (JobInfo, error) {
+	jb, _, _, err := g.localJob(params{tenant: tenant, thread: thread, job: id})
+	if err != nil {
+		return JobInfo{}, err
+	}
+	if jb == nil {
+		info, err := g.Job(ctx, tenant, thread, id)
+		if err != nil {
+			return JobInfo{}, err
+		}
+		if !info.Ended {
+			return JobInfo{}, fmt.Errorf("%w: job %s does not run on this host (it ran on %s), which cannot stop it", ErrConflict, id, hostName(info.HostID))
+		}
+		return info, nil
+	}
+	select {
+	case jb.signals <- syscall.SIGTERM:
+	default: // a signal is already on its way
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-jb.done:
+	case <-timer.C:
+		jb.kill()
+		select {
+		case <-jb.done:
+		case <-ctx.Done():
+			return JobInfo{}, ctx.Err()
+		}
+	case <-ctx.Done():
+		return JobInfo{}, ctx.Err()
+	}
+	g.log.Info("job stopped", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", id)
+	return jb.info(), nil
+}
+
+// noteRestartedJobs marks the jobs that an earlier run of this host left
+// running as stopped: they ended with it (their jails die with their
+// gateway). Each is noted once, by compare-and-set: a second start finds
+// them stopped already.
+func (g *Gateway) noteRestartedJobs(ctx context.Context, bs []meta.Binding) {
+	for _, b := range bs {
+		recs, err := g.store.ListJobs(ctx, b.ThreadKey)
+		if err != nil {
+			g.log.Error("restore: list jobs", "tenant", b.Tenant, "thread", b.Thread, "error", err)
+			continue
+		}
+		for _, rec := range recs {
+			if !rec.Running || rec.HostID != g.cfg.HostID || rec.Instance == g.instance {
+				continue
+			}
+			note := fmt.Sprintf("Background job %s stopped when the host restarted.", jobID(rec.Seq))
+			rec.Running, rec.EndedAt, rec.Note = false, time.Now().UTC(), note
+			if _, err := g.store.UpdateJob(ctx, rec); err != nil {
+				// Another start noted it first, or the store failed:
+				// either way this one does not note it again.
+				g.log.Warn("restore: note a stopped job", "tenant", b.Tenant, "thread", b.Thread, "job", jobID(rec.Seq), "error", err)
+				continue
+			}
+			g.log.Info("job stopped by a restart", "tenant", b.Tenant, "thread", b.Thread, "job", jobID(rec.Seq))
+			g.emit(Event{Type: EventJobEnded, Tenant: b.Tenant, Thread: b.Thread, Job: jobID(rec.Seq),
+				Label: rec.Label, User: rec.User, Message: note})
+		}
+	}
+}
+
+// endThreadJobs waits for the jobs of k to end and forgets them; their
+// jail must be closed already (that ends them).
+func (g *Gateway) endThreadJobs(k meta.ThreadKey) {
+	g.mu.Lock()
+	tj := g.jobs[k]
+	delete(g.jobs, k)
+	g.mu.Unlock()
+	if tj == nil {
+		return
+	}
+	for _, jb := range tj.jobs {
+		jb.kill()
+		<-jb.done
+	}
+}

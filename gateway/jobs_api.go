@@ -1,0 +1,209 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// The API of background jobs (jobs.go).
+
+func (g *Gateway) handleSpawn(r *http.Request, p params) (any, error) {
+	var req SpawnRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return nil, err
+	}
+	info, err := g.Spawn(r.Context(), p.tenant, p.thread, req)
+	if err != nil {
+		return nil, err
+	}
+	return JobResponse{Job: info}, nil
+}
+
+func (g *Gateway) handleJobs(r *http.Request, p params) (any, error) {
+	if err := noQuery(r); err != nil {
+		return nil, err
+	}
+	jobs, err := g.Jobs(r.Context(), p.tenant, p.thread)
+	if err != nil {
+		return nil, err
+	}
+	return JobsResponse{Jobs: jobs}, nil
+}
+
+func (g *Gateway) handleJob(r *http.Request, p params) (any, error) {
+	if err := noQuery(r); err != nil {
+		return nil, err
+	}
+	info, err := g.Job(r.Context(), p.tenant, p.thread, p.job)
+	if err != nil {
+		return nil, err
+	}
+	return JobResponse{Job: info}, nil
+}
+
+func (g *Gateway) handleStopJob(r *http.Request, p params) (any, error) {
+	var req StopJobRequest
+	if err := decodeBody(r, &req, true); err != nil {
+		return nil, err
+	}
+	if req.GraceSeconds < 0 || req.GraceSeconds > maxStopGrace.Seconds() {
+		return nil, fmt.Errorf("%w: graceSeconds must be between 0 and %v", ErrInvalid, maxStopGrace.Seconds())
+	}
+	grace := DefaultStopGrace
+	if req.GraceSeconds > 0 {
+		grace = time.Duration(req.GraceSeconds * float64(time.Second))
+	}
+	info, err := g.StopJob(r.Context(), p.tenant, p.thread, p.job, grace)
+	if err != nil {
+		return nil, err
+	}
+	return JobResponse{Job: info}, nil
+}
+
+func (g *Gateway) handleJobStdin(r *http.Request, p params) (any, error) {
+	var req ExecStdinRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return nil, err
+	}
+	jb, k, _, err := g.localJob(p)
+	if err != nil {
+		return nil, err
+	}
+	if jb == nil {
+		return nil, fmt.Errorf("%w: no job %s runs in thread %s on this host", ErrNotFound, p.job, keyName(k))
+	}
+	jb.stdinMu.Lock()
+	defer jb.stdinMu.Unlock()
+	if req.Data != "" {
+		if _, err := io.WriteString(jb.stdin, req.Data); err != nil {
+			return nil, fmt.Errorf("%w: the input of %s is closed", ErrConflict, p.job)
+		}
+	}
+	if req.Close {
+		jb.stdin.Close()
+	}
+	return JobResponse{Job: jb.info()}, nil
+}
+
+// handleBackground moves a running exec to the background. At the job
+// limit it is refused and the exec goes on in the foreground.
+func (g *Gateway) handleBackground(r *http.Request, p params) (any, error) {
+	var req BackgroundRequest
+	if err := decodeBody(r, &req, true); err != nil {
+		return nil, err
+	}
+	re, err := g.runningFor(p)
+	if err != nil {
+		return nil, err
+	}
+	mv := moveRequest{req: req, reply: make(chan moveReply, 1)}
+	select {
+	case re.moves <- mv:
+	case <-re.ended:
+		return nil, fmt.Errorf("%w: %s has ended", ErrNotFound, p.exec)
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+	rep := <-mv.reply
+	if rep.err != nil {
+		return nil, rep.err
+	}
+	return JobResponse{Job: rep.job}, nil
+}
+
+// jobOutputChunk bounds the data of one output frame.
+const jobOutputChunk = 64 << 10
+
+func (g *Gateway) handleJobOutput(r *http.Request, p params) (any, error) {
+	q, err := query(r, "offset", "follow")
+	if err != nil {
+		return nil, err
+	}
+	offset := int64(0)
+	if v := q.Get("offset"); v != "" {
+		if offset, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return nil, fmt.Errorf("%w: offset %q is not a number", ErrInvalid, v)
+		}
+	}
+	follow := false
+	if v := q.Get("follow"); v != "" {
+		if follow, err = strconv.ParseBool(v); err != nil {
+			return nil, fmt.Errorf("%w: follow %q is not true or false", ErrInvalid, v)
+		}
+	}
+	jb, k, _, err := g.localJob(p)
+	if err != nil {
+		return nil, err
+	}
+	if jb == nil {
+		info, err := g.Job(r.Context(), p.tenant, p.thread, p.job)
+		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: the output of %s of thread %s is not kept on this host (it ran on %s, in another run of its gateway, or ended long ago)",
+			ErrNotFound, info.ID, keyName(k), hostName(info.HostID))
+	}
+	if total, _ := jb.out.Size(); offset > total {
+		return nil, fmt.Errorf("%w: offset %d is past the end of the output (%d bytes so far)", ErrInvalid, offset, total)
+	}
+	return &jobOutputStream{jb: jb, offset: offset, follow: follow}, nil
+}
+
+// jobOutputStream writes a job's output from an offset as NDJSON frames,
+// and, when it follows, what comes until the job ends. It only reads the
+// ring: a slow client loses bytes (each frame says how many), never holds
+// the job back.
+type jobOutputStream struct {
+	jb     *job
+	offset int64
+	follow bool
+}
+
+func (s *jobOutputStream) serveStream(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	flush := func() {
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	enc := json.NewEncoder(w)
+	buf := make([]byte, jobOutputChunk)
+	off := s.offset
+	for {
+		n, start, ended := s.jb.out.Read(off, buf)
+		if n > 0 {
+			f := JobFrame{Offset: start, Data: string(buf[:n])}
+			if off >= 0 && start > off {
+				f.Dropped = start - off
+			}
+			if enc.Encode(f) != nil {
+				return
+			}
+			off = start + int64(n)
+			continue
+		}
+		if off < 0 {
+			off = start
+		}
+		if ended {
+			enc.Encode(JobFrame{Offset: off, End: true, Exit: s.jb.exitCode()})
+			flush()
+			return
+		}
+		if !s.follow {
+			enc.Encode(JobFrame{Offset: off})
+			flush()
+			return
+		}
+		flush()
+		if err := s.jb.out.Wait(r.Context(), off); err != nil {
+			return
+		}
+	}
+}
