@@ -93,14 +93,33 @@ func execCmd(ctx context.Context, e *cliEnv, args []string) error {
 
 // shellCommand is the bash -c script for argv: one argument is a script
 // as it is ("warren exec -- 'make && make test'"); several are a command
-// and its arguments, each quoted.
+// and its arguments, each quoted unless it is plain (so that "git status"
+// stays plain words, which the jail starts without bash).
 func shellCommand(argv []string) string {
 	if len(argv) == 1 {
 		return argv[0]
 	}
 	q := make([]string, len(argv))
 	for i, a := range argv {
-		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		q[i] = a
+		if !plainArg(a, i == 0) {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
 	}
 	return strings.Join(q, " ")
+}
+
+// plainArg says whether a needs no quoting for bash: letters, digits and
+// _-./:,+@%= only (no = in a command's name, where it would assign).
+func plainArg(a string, first bool) bool {
+	if a == "" {
+		return false
+	}
+	for _, c := range []byte(a) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("_-./:,+@%", c) >= 0 || c == '=' && !first
+		if !ok {
+			return false
+		}
+	}
+	return true
 }

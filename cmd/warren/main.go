@@ -36,6 +36,10 @@ func verbs() map[string]verb {
 		"umount": {"take down an inspection mount", umountCmd},
 		"events": {"print the gateway's events as JSON lines until interrupted", eventsCmd},
 		"exec":   {"run a command in a thread's jail; exits with its exit code", execCmd},
+		"spawn":  {"start a background job in a thread's jail and print its id", spawnCmd},
+		"jobs":   {"list a thread's background jobs", jobsCmd},
+		"logs":   {"print a job's output (-f: follow it until the job ends)", logsCmd},
+		"kill":   {"stop a job's whole process tree (SIGTERM, then SIGKILL)", killCmd},
 	}
 }
 

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"warren/gateway"
+)
+
+// The verbs of background jobs: spawn, jobs, logs, kill.
+
+func spawnCmd(ctx context.Context, e *cliEnv, args []string) error {
+	var tf threadFlags
+	req := gateway.SpawnRequest{Env: map[string]string{}}
+	fs := newFlags(e, "spawn", "[--run R] [--cwd D] [--env K=V]... [--user U] [--label L] --thread ID -- CMD [ARG...]")
+	addThreadFlags(e, fs, &tf)
+	fs.StringVar(&req.Run, "run", "", "the agent run the job acts as in the workspace")
+	fs.StringVar(&req.Cwd, "cwd", "", "folder to run in, inside /workspace (default /workspace)")
+	fs.Var(envList(req.Env), "env", "extra variable K=V (repeatable)")
+	fs.StringVar(&req.User, "user", "", "who starts the job (told again when it ends)")
+	fs.StringVar(&req.Label, "label", "", "the job's name in lists and events (default the command)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{msg: err.Error(), shown: true}
+	}
+	if err := tf.check(); err != nil {
+		return err
+	}
+	if len(fs.Args()) == 0 {
+		return usagef("no command given")
+	}
+	req.Command = shellCommand(fs.Args())
+	job, err := gateway.NewClient(tf.socket).Spawn(ctx, tf.tenant, tf.thread, req)
+	if err != nil {
+		return callError(tf.socket, "start the job", err)
+	}
+	_, err = fmt.Fprintln(e.stdout, job.ID)
+	return err
+}
+
+func jobsCmd(ctx context.Context, e *cliEnv, args []string) error {
+	var tf threadFlags
+	fs := newFlags(e, "jobs", "--thread ID [--tenant T] [--json]")
+	addThreadFlags(e, fs, &tf)
+	asJSON := fs.Bool("json", false, "print the jobs as JSON")
+	if err := parseThreadOnly(fs, &tf, args); err != nil {
+		return err
+	}
+	jobs, err := gateway.NewClient(tf.socket).Jobs(ctx, tf.tenant, tf.thread)
+	if err != nil {
+		return callError(tf.socket, "list jobs", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		return enc.Encode(jobs)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tSTATE\tEXIT\tSTARTED\tUSER\tHOST\tLABEL")
+	for _, j := range jobs {
+		state := "ended"
+		switch {
+		case j.Running:
+			state = "running"
+		case !j.Ended:
+			state = "elsewhere"
+		}
+		exit := "-"
+		if j.ExitCode != nil {
+			exit = strconv.Itoa(*j.ExitCode)
+		}
+		host := j.HostID
+		if host == "" {
+			host = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, state, exit, j.StartedAt.Local().Format(time.DateTime),
+			showID(j.User), showID(host), showID(j.Label))
+		if j.Note != "" {
+			fmt.Fprintf(tw, "\t%s\n", j.Note)
+		}
+	}
+	return tw.Flush()
+}
+
+func logsCmd(ctx context.Context, e *cliEnv, args []string) error {
+	var tf threadFlags
+	fs := newFlags(e, "logs", "[-f] [--offset N] --thread ID JOB")
+	addThreadFlags(e, fs, &tf)
+	follow := fs.Bool("f", false, "follow the output until the job ends")
+	offset := fs.Int64("offset", 0, "start at this byte of the job's output (negative: the oldest kept)")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := tf.check(); err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usagef("give one job id (bash-N)")
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var exit *int
+	err = gateway.NewClient(tf.socket).JobOutput(ctx, tf.tenant, tf.thread, rest[0], *offset, *follow, func(f gateway.JobFrame) error {
+		if f.Dropped > 0 {
+			fmt.Fprintf(e.stderr, "warren: %d bytes of the output were dropped before byte %d (a job keeps its newest 1 MiB)\n", f.Dropped, f.Offset)
+		}
+		if _, err := io.WriteString(e.stdout, f.Data); err != nil {
+			return err
+		}
+		if f.End {
+			exit = f.Exit
+		}
+		return nil
+	})
+	if err != nil && !(errors.Is(err, context.Canceled) && *follow) {
+		return callError(tf.socket, "read the job's output", err)
+	}
+	// Following to the end, warren logs -f ends like the job.
+	if *follow && exit != nil && *exit != 0 {
+		return &exitCodeError{code: *exit}
+	}
+	return nil
+}
+
+func killCmd(ctx context.Context, e *cliEnv, args []string) error {
+	var tf threadFlags
+	fs := newFlags(e, "kill", "[--grace S] --thread ID JOB")
+	addThreadFlags(e, fs, &tf)
+	grace := fs.Float64("grace", 0, "seconds between SIGTERM and SIGKILL (default 5)")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := tf.check(); err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usagef("give one job id (bash-N)")
+	}
+	job, err := gateway.NewClient(tf.socket).StopJob(ctx, tf.tenant, tf.thread, rest[0], time.Duration(*grace*float64(time.Second)))
+	if err != nil {
+		return callError(tf.socket, "stop the job", err)
+	}
+	exit := "no exit code recorded"
+	if job.ExitCode != nil {
+		exit = "exit " + strconv.Itoa(*job.ExitCode)
+	}
+	_, err = fmt.Fprintf(e.stdout, "%s ended (%s)\n", job.ID, exit)
+	return err
+}
