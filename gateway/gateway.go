@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"warren/fs"
+	"warren/jail"
 	"warren/meta"
 )
 
@@ -121,6 +122,10 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err := g.makeLayout(); err != nil {
 		g.hub.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
+	}
+	// A gateway killed with SIGKILL leaves its jails' cgroups behind.
+	if err := jail.RemoveStaleCgroups(); err != nil {
+		g.log.Warn("remove cgroups of ended jails", "error", err)
 	}
 	g.restore(ctx)
 

@@ -161,7 +161,7 @@ type job struct {
 
 	mu   sync.Mutex
 	rec  meta.Job // as last written to the store; guarded by mu
-	exit *int     // set when it ended, before its output closes; guarded by mu
+	exit *int     // set when its end is recorded, before its output closes; guarded by mu
 }
 
 // exitCode is the job's exit code once it ended, else nil.
@@ -363,12 +363,10 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 	defer g.jobWG.Done()
 	res := <-result
 	code := res.code
-	jb.mu.Lock()
-	jb.exit = &code
-	jb.mu.Unlock()
 	jb.stdin.Close()
-	jb.out.Close()
 	jb.kill()
+	// The record first, then the end of the output: a client that saw
+	// the output end finds the end recorded.
 	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 	defer cancel()
 	jb.mu.Lock()
@@ -380,8 +378,9 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 		g.log.Error("record the end of a job", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "error", err)
 	}
 	jb.mu.Lock()
-	jb.rec = rec
+	jb.rec, jb.exit = rec, &code
 	jb.mu.Unlock()
+	jb.out.Close()
 
 	g.mu.Lock()
 	if tj := g.jobs[jb.key]; tj != nil {

@@ -133,3 +133,46 @@ func isDir(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
 }
+
+// RemoveStaleCgroups removes the cgroups of jails whose init is gone (a
+// gateway killed with SIGKILL cannot remove them), with their commands'
+// trees. A live jail's cgroup is never touched: its name holds its init's
+// pid, and a cgroup with a process in it is kept whatever its name says.
+func RemoveStaleCgroups() error {
+	var errs []error
+	for _, parent := range []string{
+		filepath.Join(cgroupRoot, "warren"),
+		filepath.Join(cgroupRoot, "memory", "warren"),
+		filepath.Join(cgroupRoot, "pids", "warren"),
+	} {
+		jails, _ := filepath.Glob(filepath.Join(parent, "jail-*"))
+		for _, dir := range jails {
+			pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), "jail-"))
+			if err != nil || processRuns(pid) {
+				continue
+			}
+			trees, _ := filepath.Glob(filepath.Join(dir, "cmd-*"))
+			for _, t := range append(trees, dir) {
+				if b, _ := os.ReadFile(filepath.Join(t, "cgroup.procs")); len(strings.TrimSpace(string(b))) > 0 {
+					continue // a process lives there: not stale after all
+				}
+				if err := os.Remove(t); err != nil && !os.IsNotExist(err) {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// processRuns says whether a process with this pid runs: a zombie (an
+// init that died and whose new parent has not reaped it yet) does not.
+func processRuns(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which ends with the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z' && b[i+2] != 'X'
+}
