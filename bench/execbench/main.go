@@ -6,7 +6,10 @@
 //   - warren: `true` through the API in a thread's warm jail (POST .../exec,
 //     bash -c, the answer's frames read to the end);
 //   - bwrap:  one bubblewrap call running /bin/true in new namespaces;
-//   - first:  the first command of a new thread: bind, mount, jail, exec.
+//   - first:  the first command of a new thread: bind, mount, jail, exec;
+//   - jobs:   head -c 1G /dev/zero as a background job, its output kept by
+//     the gateway, against the same job with its output sent to
+//     /dev/null; and the gateway's CPU time per MB of output.
 //
 // It prints medians and the ratios the targets speak of: warm warren at
 // most 1.5× plain and faster than bwrap, and a first command in at most
@@ -21,6 +24,8 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"warren/gateway"
@@ -33,6 +38,9 @@ func main() {
 	runs := flag.Int("runs", 200, "timed runs of each warm measure")
 	firsts := flag.Int("firsts", 20, "new threads for the first-command measure")
 	bwrap := flag.String("bwrap", "bwrap", "the bubblewrap binary; empty to skip")
+	daemonPid := flag.Int("daemon-pid", 0, "the daemon's pid, to measure its CPU time per MB of job output")
+	jobBytes := flag.Int64("job-bytes", 1<<30, "output of the job throughput measure")
+	jobRuns := flag.Int("job-runs", 5, "timed runs of each job measure")
 	flag.Parse()
 	if *socket == "" {
 		log.Fatal("-socket is required")
@@ -117,6 +125,83 @@ func main() {
 		fmt.Printf("warm warren / bwrap:           %.2fx (target < 1.00x): %s\n", r, verdict(r < 1))
 	}
 	fmt.Printf("first command median:          %s (target <= 100ms): %s\n", round(pf[1]), verdict(pf[1] <= 100*time.Millisecond))
+
+	if *jobRuns > 0 {
+		fmt.Println()
+		measureJobs(ctx, c, *jobBytes, *jobRuns, *daemonPid)
+	}
+}
+
+// measureJobs times a job that writes n bytes, kept by the gateway, and
+// the same job writing them to /dev/null, taking turns.
+func measureJobs(ctx context.Context, c *gateway.Client, n int64, runs, daemonPid int) {
+	cmd := fmt.Sprintf("head -c %d /dev/zero", n)
+	var kept, null []time.Duration
+	var cpu []float64 // daemon CPU seconds per kept job
+	for range runs {
+		before := cpuSeconds(daemonPid)
+		d, out := runJob(ctx, c, cmd)
+		if out != n {
+			log.Fatalf("job kept %d bytes of output, want %d", out, n)
+		}
+		cpu = append(cpu, cpuSeconds(daemonPid)-before)
+		kept = append(kept, d)
+		d, _ = runJob(ctx, c, cmd+" >/dev/null")
+		null = append(null, d)
+	}
+	pk, pn := percentiles(kept), percentiles(null)
+	mb := float64(n) / (1 << 20)
+	fmt.Printf("%-30s %12s %12s %12s   (%d runs, %.0f MiB)\n", "job output", "median", "p10", "p90", runs, mb)
+	fmt.Printf("%-30s %12s %12s %12s\n", "job, output to /dev/null", round(pn[1]), round(pn[0]), round(pn[2]))
+	fmt.Printf("%-30s %12s %12s %12s\n", "job, output kept by warren", round(pk[1]), round(pk[0]), round(pk[2]))
+	ratio := float64(pn[1]) / float64(pk[1])
+	fmt.Printf("\njob throughput kept / /dev/null: %.2fx (target >= 0.80x): %s\n", ratio, verdict(ratio >= 0.8))
+	fmt.Printf("job output kept:                 %.0f MiB/s\n", mb/pk[1].Seconds())
+	if daemonPid > 0 {
+		sort.Float64s(cpu)
+		fmt.Printf("gateway CPU per MiB of output:   %.3f ms (median of %d)\n", cpu[len(cpu)/2]/mb*1000, len(cpu))
+	}
+}
+
+// runJob runs one job to its end and returns how long it took and how
+// much output the gateway kept count of.
+func runJob(ctx context.Context, c *gateway.Client, cmd string) (time.Duration, int64) {
+	start := time.Now()
+	job, err := c.Spawn(ctx, "bench", "jobs", gateway.SpawnRequest{Command: cmd})
+	if err != nil {
+		log.Fatalf("spawn: %v", err)
+	}
+	for {
+		info, err := c.Job(ctx, "bench", "jobs", job.ID)
+		if err != nil {
+			log.Fatalf("job %s: %v", job.ID, err)
+		}
+		if info.Ended {
+			if info.ExitCode == nil || *info.ExitCode != 0 {
+				log.Fatalf("job %s: %+v", job.ID, info)
+			}
+			return time.Since(start), info.OutputBytes
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// cpuSeconds is the user and system time of process pid so far; 0 without
+// a pid.
+func cpuSeconds(pid int) float64 {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		log.Fatalf("daemon cpu: %v", err)
+	}
+	// Fields after the command name (which ends with the last ')'):
+	// utime and stime are the 12th and 13th.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // clock ticks of USER_HZ
 }
 
 // percentiles returns the 10th, 50th and 90th percentiles.
