@@ -7,15 +7,22 @@ import (
 	"fmt"
 )
 
-// Key layout, shared by every byte-ordered engine (Badger now; etcd ranges
-// order keys the same way):
+// Key layout, shared by both engines, which order keys byte by byte:
+// Badger stores these keys as they are; etcd stores the same keys after
+// the store's EtcdConfig.Prefix, so several deployments share a cluster.
 //
 //	binding/<component(tenant)><component(thread)>   a Binding, as JSON
 //	imount/<path>                                     an InspectionMount, as JSON (with its
 //	                                                  thread key also encoded as two components)
 //	job/<component(tenant)><component(thread)><seq>   a Job, as JSON; seq is uint64 big-endian
-//	jobseq/<component(tenant)><component(thread)>     a thread's job counter, uint64 big-endian
-//	sys/rev                                           the revision counter, uint64 big-endian
+//	jobseq/<component(tenant)><component(thread)>     a thread's job counter: in Badger a
+//	                                                  uint64 big-endian; in etcd an empty value,
+//	                                                  the count being the key's etcd version
+//	sys/rev                                           Badger only: the revision counter, uint64
+//	                                                  big-endian (etcd has revisions of its own)
+//
+// The Revision inside a stored JSON value is Badger's; etcd stores zero
+// there and reads a record's revision from the key's ModRevision.
 //
 // Tenant and thread ids come from clients and may hold any bytes, so they
 // cannot simply be joined with a separator: ("a/b", "c") and ("a", "b/c")

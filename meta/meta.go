@@ -2,8 +2,8 @@
 // threads are bound, where their workspaces live and which host serves them.
 //
 // The Store interface is small on purpose. It is shaped for two real
-// engines: Badger, embedded, the default for one server; and a distributed
-// engine (etcd) for several servers, which comes later. Every write is a
+// engines: Badger, embedded, the default for one server (OpenBadger); and
+// etcd, for several servers that share one view (OpenEtcd). Every write is a
 // compare-and-set on a record's Revision, so two servers (or two goroutines)
 // racing to bind one thread cannot both win: the loser gets ErrConflict or
 // ErrExists and reads again.

@@ -1,6 +1,6 @@
 // Package testenv holds what warren's tests share: capability checks that
-// fail under CI and skip elsewhere, a reader of the mount table, and a
-// goroutine-safe buffer.
+// fail under CI and skip elsewhere, a reader of the mount table, a
+// goroutine-safe buffer, and real etcd clusters (EtcdCluster).
 package testenv
 
 import (

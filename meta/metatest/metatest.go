@@ -1,5 +1,5 @@
 // Package metatest is the conformance suite for meta.Store backends. Every
-// backend (Badger now, etcd later) runs it from its own tests:
+// backend (Badger, etcd) runs it from its own tests:
 //
 //	func TestConformance(t *testing.T) {
 //		metatest.Run(t, func(t *testing.T) meta.Store { return openMyStore(t) })

@@ -1,0 +1,475 @@
+package testenv
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// etcdToolDir is where the etcd server's module lives, from the repository
+// root: a module of its own, so the server's dependencies stay out of
+// warren's go.mod.
+const etcdToolDir = "tools/etcd"
+
+// etcdStartTimeout bounds how long a cluster, or a restarted member, may
+// take to answer; it is far above the second or two it takes, for a
+// loaded CI machine.
+const etcdStartTimeout = 60 * time.Second
+
+// Etcd is a cluster of real etcd servers that EtcdCluster started for one
+// test, each a process of its own on loopback ports, with its data under
+// the test's temporary folder.
+type Etcd struct {
+	t       testing.TB
+	bin     string
+	members []*etcdMember
+}
+
+// etcdMember is one server of an Etcd cluster.
+type etcdMember struct {
+	name      string
+	clientURL string
+	logPath   string   // its stdout and stderr, kept across restarts
+	args      []string // the same on every start
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd     // nil while the member is down
+	done chan struct{} // closed once cmd has exited and been waited for
+}
+
+// EtcdCluster starts an etcd cluster of members servers, waits until
+// every one answers, and stops them when the test ends. It builds the
+// server from tools/etcd the first time (see etcdBinary). If etcd cannot
+// be built or started, the test stops as CannotRun says: a failure when
+// CI=true, a skip elsewhere.
+func EtcdCluster(t testing.TB, members int) *Etcd {
+	t.Helper()
+	if members < 1 {
+		t.Fatalf("EtcdCluster: %d members, want at least 1", members)
+	}
+	bin, err := etcdBinary(t)
+	if err != nil {
+		CannotRun(t, "this test needs an etcd server built from %s: %v", etcdToolDir, err)
+	}
+	// The ports are found free and then handed to etcd, so another
+	// process may take one in between; a start that fails on a taken
+	// address is tried again on new ports.
+	const tries = 3
+	for try := 1; ; try++ {
+		e, err := startEtcd(t, bin, members)
+		if err == nil {
+			return e
+		}
+		if try == tries || !strings.Contains(err.Error(), "address already in use") {
+			CannotRun(t, "start an etcd cluster of %d: %v", members, err)
+		}
+		t.Logf("start an etcd cluster of %d, try %d: %v", members, try, err)
+	}
+}
+
+// startEtcd starts one cluster and waits for it; on failure it has
+// stopped every process it started.
+func startEtcd(t testing.TB, bin string, n int) (*Etcd, error) {
+	dir := t.TempDir()
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
+	e := &Etcd{t: t, bin: bin}
+	var initial []string
+	for i := range n {
+		m := &etcdMember{
+			name:      fmt.Sprintf("m%d", i),
+			clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
+			logPath:   filepath.Join(dir, fmt.Sprintf("m%d.log", i)),
+		}
+		peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1])
+		initial = append(initial, m.name+"="+peerURL)
+		m.args = []string{
+			"--name", m.name,
+			"--data-dir", filepath.Join(dir, m.name),
+			"--listen-client-urls", m.clientURL,
+			"--advertise-client-urls", m.clientURL,
+			"--listen-peer-urls", peerURL,
+			"--initial-advertise-peer-urls", peerURL,
+			// Without fsync a write is still in the page cache when a
+			// member is killed, so kill and restart lose nothing; only
+			// a crash of the machine would, and tests don't outlive
+			// that. It makes every write several times faster.
+			"--unsafe-no-fsync",
+			"--log-outputs", "stderr",
+		}
+		e.members = append(e.members, m)
+	}
+	// The cluster's members and token are fixed at its first start; a
+	// restarted member reads them back from its data folder and ignores
+	// these flags.
+	token := make([]byte, 8)
+	rand.Read(token)
+	for _, m := range e.members {
+		m.args = append(m.args,
+			"--initial-cluster", strings.Join(initial, ","),
+			"--initial-cluster-state", "new",
+			"--initial-cluster-token", "warren-test-"+hex.EncodeToString(token),
+		)
+	}
+	// Registered before any start, so a test that stops half-way still
+	// leaves no server behind; it runs before t.TempDir removes the data.
+	t.Cleanup(e.stop)
+	for _, m := range e.members {
+		if err := m.start(bin); err != nil {
+			e.stop()
+			return nil, err
+		}
+	}
+	if err := e.waitHealthy(); err != nil {
+		e.stop()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Endpoints returns the client URLs of every member, down or not, in
+// member order.
+func (e *Etcd) Endpoints() []string {
+	var out []string
+	for _, m := range e.members {
+		out = append(out, m.clientURL)
+	}
+	return out
+}
+
+// Endpoint returns the client URL of member i.
+func (e *Etcd) Endpoint(i int) string { return e.members[i].clientURL }
+
+// Kill stops member i at once with SIGKILL, as a crash would, and waits
+// until the process is gone. Its data stays for Restart.
+func (e *Etcd) Kill(t testing.TB, i int) {
+	t.Helper()
+	m := e.members[i]
+	if !m.kill() {
+		t.Fatalf("etcd member %s: Kill of a member that is down", m.name)
+	}
+}
+
+// Restart starts member i again on its ports and data folder, and waits
+// until every running member answers.
+func (e *Etcd) Restart(t testing.TB, i int) {
+	t.Helper()
+	m := e.members[i]
+	m.mu.Lock()
+	up := m.cmd != nil
+	m.mu.Unlock()
+	if up {
+		t.Fatalf("etcd member %s: Restart of a member that is running", m.name)
+	}
+	if err := m.start(e.bin); err != nil {
+		t.Fatalf("restart etcd member %s: %v", m.name, err)
+	}
+	e.WaitHealthy(t)
+}
+
+// WaitHealthy waits until every running member reports itself healthy:
+// it is up, the cluster has a leader and a read through it succeeds. A
+// test calls it after Kill, so the remaining members have elected a new
+// leader before the test goes on.
+func (e *Etcd) WaitHealthy(t testing.TB) {
+	t.Helper()
+	if err := e.waitHealthy(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *Etcd) waitHealthy() error {
+	deadline := time.Now().Add(etcdStartTimeout)
+	client := &http.Client{Timeout: 2 * time.Second}
+	for _, m := range e.members {
+		for {
+			done := m.exited()
+			if done == nil {
+				break // down: nothing to wait for
+			}
+			err := healthy(client, m.clientURL)
+			if err == nil {
+				break
+			}
+			select {
+			case <-done:
+				return fmt.Errorf("etcd member %s exited while starting:\n%s", m.name, tail(m.logPath, 20))
+			default:
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("etcd member %s not healthy after %v: %v\n%s", m.name, etcdStartTimeout, err, tail(m.logPath, 20))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// healthy asks one member's /health endpoint.
+func healthy(client *http.Client, url string) error {
+	resp, err := client.Get(url + "/health")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"health":"true"`)) {
+		return fmt.Errorf("/health: %s %s", resp.Status, bytes.TrimSpace(body))
+	}
+	return nil
+}
+
+// stop kills every member still running and waits for each; on a failed
+// test it logs the end of each member's log first.
+func (e *Etcd) stop() {
+	for _, m := range e.members {
+		m.kill()
+	}
+	if e.t.Failed() {
+		for _, m := range e.members {
+			e.t.Logf("etcd member %s, end of its log:\n%s", m.name, tail(m.logPath, 15))
+		}
+	}
+}
+
+// start starts the member's process, its output appended to its log.
+func (m *etcdMember) start(bin string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd != nil {
+		return fmt.Errorf("etcd member %s is already running", m.name)
+	}
+	log, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, m.args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	// Pdeathsig kills the server if the test binary dies without its
+	// cleanups (a -timeout panic, os.Exit), so no server outlives it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return fmt.Errorf("start etcd member %s: %w", m.name, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		log.Close()
+		close(done)
+	}()
+	m.cmd, m.done = cmd, done
+	return nil
+}
+
+// kill sends SIGKILL to the member's own process, by its pid, and waits
+// until it has been reaped. It reports whether the member was running.
+func (m *etcdMember) kill() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil {
+		return false
+	}
+	m.cmd.Process.Kill() // fails only if it has already exited
+	<-m.done
+	m.cmd, m.done = nil, nil
+	return true
+}
+
+// exited returns a channel closed when the member's process exits, or nil
+// if the member is down.
+func (m *etcdMember) exited() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil {
+		return nil
+	}
+	return m.done
+}
+
+// freePorts returns n loopback TCP ports that were free a moment ago. All
+// n are held open together, so they differ.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// tail returns the last n lines of the file at path, or why it can't.
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// etcdBuild holds this process's one build of the etcd server: every test
+// of a test binary shares it, and a failed build is not tried again.
+var etcdBuild struct {
+	sync.Mutex
+	done bool
+	path string
+	err  error
+}
+
+// etcdBinary returns the path of the etcd server built from tools/etcd,
+// building it if needed. The binary is kept in the repository's bin/
+// (ignored by git) under a name that hashes tools/etcd's files and the Go
+// version, so a change to either builds a new one and an unchanged tree
+// builds once. Test binaries of several packages run at once, so the
+// build holds a lock file: the first builds, the others wait and find it.
+func etcdBinary(t testing.TB) (string, error) {
+	etcdBuild.Lock()
+	defer etcdBuild.Unlock()
+	if !etcdBuild.done {
+		etcdBuild.path, etcdBuild.err = buildEtcd(t)
+		etcdBuild.done = true
+	}
+	return etcdBuild.path, etcdBuild.err
+}
+
+func buildEtcd(t testing.TB) (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	src := filepath.Join(root, etcdToolDir)
+	key, err := etcdKey(src)
+	if err != nil {
+		return "", err
+	}
+	binDir := filepath.Join(root, "bin")
+	bin := filepath.Join(binDir, "etcd-"+key)
+	if isExecutable(bin) {
+		return bin, nil
+	}
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(binDir, ".etcd.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close() // closing the file releases the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	if isExecutable(bin) {
+		return bin, nil // another test binary built it while we waited
+	}
+
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid())
+	defer os.Remove(tmp)
+	start := time.Now()
+	cmd := exec.Command(goTool, "build", "-C", src, "-o", tmp, "-ldflags=-s -w", ".")
+	// A workspace or cgo setting of the caller's must not change what
+	// is built; etcd needs no cgo, so it is a static binary.
+	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out)
+	}
+	if err := os.Rename(tmp, bin); err != nil {
+		return "", err
+	}
+	t.Logf("built etcd from %s in %v", etcdToolDir, time.Since(start).Round(100*time.Millisecond))
+	// Binaries of earlier versions of tools/etcd are of no further use.
+	old, _ := filepath.Glob(filepath.Join(binDir, "etcd-*"))
+	for _, p := range old {
+		if p != bin {
+			os.Remove(p)
+		}
+	}
+	return bin, nil
+}
+
+// repoRoot finds the repository root: the nearest folder at or above the
+// working directory (a test runs in its package's folder) that holds
+// tools/etcd.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, etcdToolDir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no " + etcdToolDir + "/go.mod at or above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// etcdKey hashes the files of the etcd module and the Go version, OS and
+// architecture that build it.
+func etcdKey(src string) (string, error) {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			names = append(names, e.Name())
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		data, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %d\n", name, len(data))
+		h.Write(data)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}

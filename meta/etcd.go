@@ -1,0 +1,555 @@
+package meta
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/namespace"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+var _ Store = (*Etcd)(nil)
+
+// defaultDialTimeout bounds OpenEtcd's first round trip when the config
+// sets no DialTimeout.
+const defaultDialTimeout = 5 * time.Second
+
+// listPage is how many records one range read of a list returns. Lists
+// are read in pages so that no single response grows with the store (a
+// gRPC message has a size limit on each side). Tests make it small, so
+// their lists cross pages.
+var listPage int64 = 500
+
+// EtcdConfig says how to reach the etcd cluster.
+type EtcdConfig struct {
+	// Endpoints are the client URLs of the cluster's members
+	// ("http://127.0.0.1:2379"); the client spreads calls over them and
+	// moves off a member that stops answering.
+	Endpoints []string
+	// Prefix is put before every key of keys.go, so several gateways'
+	// deployments or test runs can share one cluster. The prefixes of
+	// stores that share a cluster must not be prefixes of one another
+	// ("warren/" and "warren/test/" clash; "warren/prod/" and
+	// "warren/test/" do not): a range read under one would see the
+	// other's keys. End each with a "/".
+	Prefix string
+	// DialTimeout bounds OpenEtcd's check that the cluster answers
+	// (default 5s). Calls after that are bounded by their ctx only.
+	DialTimeout time.Duration
+	// Logger gets the etcd client's messages, named "etcd", one level
+	// quieter than the client ranks its info and debug lines. Nil
+	// discards them.
+	Logger hclog.Logger
+}
+
+// Etcd is the Store on an etcd cluster, for several gateways that share
+// one view of the threads. Records are JSON values under the keys of
+// keys.go, below EtcdConfig.Prefix.
+//
+// A record's Revision is its etcd ModRevision: etcd gives every write
+// transaction a revision above all earlier ones in the cluster and never
+// reuses one, which is exactly what Binding.Revision promises, so no
+// counter of our own is kept (unlike Badger's sys/rev). Every
+// compare-and-set is one etcd transaction that compares the key's
+// ModRevision, so two gateways racing on one record cannot both win.
+//
+// A write whose ctx ends, or whose store is closed, after it was sent may
+// still have been applied, as with any request over a network: the caller
+// reads the record again, and its revision tells.
+//
+// Create one with OpenEtcd and call Close when finished.
+type Etcd struct {
+	// client is the connection to the cluster; it stays reachable here
+	// for what needs more than the key space (leases, watches).
+	client *clientv3.Client
+	// kv is client's key space with cfg.Prefix put before every key and
+	// taken off every key read back (etcd's own namespace wrapper, so
+	// the prefixing of ranges, compares and transactions is etcd's code,
+	// not ours).
+	kv clientv3.KV
+	// prefix is cfg.Prefix, for what goes to the client directly.
+	prefix string
+
+	// life ends when Close is called; every call's ctx ends with it.
+	// The client's own shutdown would not stop a call in flight soon:
+	// its retry loop takes a closing connection for a passing failure
+	// and tries again, with back-off, for seconds.
+	life      context.Context
+	end       context.CancelFunc
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// OpenEtcd connects to the cluster in cfg and checks that it answers (a
+// linearizable read, so a quorum is there) within cfg.DialTimeout and ctx.
+func OpenEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("meta: open etcd: no endpoints")
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = defaultDialTimeout
+	}
+	// The client logs with zap, by default as JSON on stderr; here its
+	// lines go to hclog like every other line of warren's, or nowhere.
+	zl := zap.NewNop()
+	if cfg.Logger != nil {
+		zl = zap.New(zapHclog{l: cfg.Logger.Named("etcd")})
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("meta: open etcd %v: %w", cfg.Endpoints, err)
+	}
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:   slices.Clone(cfg.Endpoints),
+		DialTimeout: cfg.DialTimeout,
+		// Keepalive pings find a member that vanished without closing
+		// its connections (a host that lost power, a partition); the
+		// client then moves to another. etcd refuses pings more often
+		// than every 5s by default, so 10s stays clear of that.
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		Logger:               zl,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: open etcd %v: %w", cfg.Endpoints, err)
+	}
+	life, end := context.WithCancel(context.Background())
+	s := &Etcd{
+		client: client,
+		kv:     namespace.NewKV(client.KV, cfg.Prefix),
+		prefix: cfg.Prefix,
+		life:   life,
+		end:    end,
+	}
+	// Making a client does not connect; one read shows the cluster is
+	// there, so a wrong address fails here rather than at the first
+	// binding.
+	pingCtx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	err = s.call(pingCtx, func(ctx context.Context) error {
+		_, err := s.kv.Get(ctx, bindingPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err
+	})
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("meta: open etcd %v: %w", cfg.Endpoints, err)
+	}
+	return s, nil
+}
+
+// Close closes the client; calls in flight fail with ErrClosed. Calling
+// it again does nothing; other calls after Close return ErrClosed.
+func (s *Etcd) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.end()
+		if err := s.client.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			s.closeErr = fmt.Errorf("meta: close etcd: %w", err)
+		}
+	})
+	return s.closeErr
+}
+
+// CreateBinding implements Store.
+func (s *Etcd) CreateBinding(ctx context.Context, b Binding) (Binding, error) {
+	rev, err := s.createBinding(ctx, b)
+	if err != nil {
+		return Binding{}, fmt.Errorf("meta: create binding %q/%q: %w", b.Tenant, b.Thread, err)
+	}
+	b.Revision = rev
+	return b, nil
+}
+
+func (s *Etcd) createBinding(ctx context.Context, b Binding) (uint64, error) {
+	if err := checkText(b); err != nil {
+		return 0, err
+	}
+	b.Revision = 0 // the stored value holds none; see encode
+	return s.create(ctx, string(bindingKey(b.ThreadKey)), b)
+}
+
+// UpdateBinding implements Store.
+func (s *Etcd) UpdateBinding(ctx context.Context, b Binding) (Binding, error) {
+	rev, err := s.updateBinding(ctx, b)
+	if err != nil {
+		return Binding{}, fmt.Errorf("meta: update binding %q/%q: %w", b.Tenant, b.Thread, err)
+	}
+	b.Revision = rev
+	return b, nil
+}
+
+func (s *Etcd) updateBinding(ctx context.Context, b Binding) (uint64, error) {
+	if err := checkText(b); err != nil {
+		return 0, err
+	}
+	want := b.Revision
+	b.Revision = 0
+	val, err := encode(b)
+	if err != nil {
+		return 0, err
+	}
+	key := string(bindingKey(b.ThreadKey))
+	return s.compareAndSet(ctx, key, want, clientv3.OpPut(key, val))
+}
+
+// GetBinding implements Store.
+func (s *Etcd) GetBinding(ctx context.Context, k ThreadKey) (Binding, error) {
+	var b Binding
+	kv, err := s.get(ctx, string(bindingKey(k)))
+	if err == nil {
+		err = decode(kv, &b)
+	}
+	if err != nil {
+		return Binding{}, fmt.Errorf("meta: get binding %q/%q: %w", k.Tenant, k.Thread, err)
+	}
+	// The key is the identity; JSON cannot carry ids that are not UTF-8.
+	b.ThreadKey = k
+	return b, nil
+}
+
+// ListBindings implements Store. Range reads yield keys in byte order,
+// which the key layout makes the promised one (tenant, then thread).
+func (s *Etcd) ListBindings(ctx context.Context) ([]Binding, error) {
+	list := []Binding{}
+	err := s.scan(ctx, bindingPrefix, func(kv *mvccpb.KeyValue) error {
+		k, err := parseBindingKey(kv.Key)
+		if err != nil {
+			return err
+		}
+		var b Binding
+		if err := decode(kv, &b); err != nil {
+			return fmt.Errorf("binding %q/%q: %w", k.Tenant, k.Thread, err)
+		}
+		b.ThreadKey = k
+		list = append(list, b)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: list bindings: %w", err)
+	}
+	return list, nil
+}
+
+// DeleteBinding implements Store.
+func (s *Etcd) DeleteBinding(ctx context.Context, k ThreadKey, rev uint64) error {
+	key := string(bindingKey(k))
+	if _, err := s.compareAndSet(ctx, key, rev, clientv3.OpDelete(key)); err != nil {
+		return fmt.Errorf("meta: delete binding %q/%q: %w", k.Tenant, k.Thread, err)
+	}
+	return nil
+}
+
+// PutInspectionMount implements Store. The thread key travels in the
+// value in the encoding of keys.go, as in Badger (mountRecord).
+func (s *Etcd) PutInspectionMount(ctx context.Context, m InspectionMount) (InspectionMount, error) {
+	rev, err := s.putMount(ctx, m)
+	if err != nil {
+		return InspectionMount{}, fmt.Errorf("meta: put inspection mount %q: %w", m.Path, err)
+	}
+	m.Revision = rev
+	return m, nil
+}
+
+func (s *Etcd) putMount(ctx context.Context, m InspectionMount) (uint64, error) {
+	m.Revision = 0
+	val, err := encode(mountRecord{InspectionMount: m, RawThreadKey: appendThreadKey(nil, m.ThreadKey)})
+	if err != nil {
+		return 0, err
+	}
+	var resp *clientv3.PutResponse
+	err = s.call(ctx, func(ctx context.Context) (err error) {
+		resp, err = s.kv.Put(ctx, string(mountKey(m.Path)), val)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return uint64(resp.Header.Revision), nil
+}
+
+// ListInspectionMounts implements Store.
+func (s *Etcd) ListInspectionMounts(ctx context.Context) ([]InspectionMount, error) {
+	list := []InspectionMount{}
+	err := s.scan(ctx, mountPrefix, func(kv *mvccpb.KeyValue) error {
+		path, err := parseMountKey(kv.Key)
+		if err != nil {
+			return err
+		}
+		var rec mountRecord
+		if err := decode(kv, &rec); err != nil {
+			return fmt.Errorf("inspection mount %q: %w", path, err)
+		}
+		k, err := parseThreadKey(rec.RawThreadKey)
+		if err != nil {
+			return fmt.Errorf("inspection mount %q: thread key: %w", path, err)
+		}
+		m := rec.InspectionMount
+		m.Path, m.ThreadKey, m.Revision = path, k, uint64(kv.ModRevision)
+		list = append(list, m)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: list inspection mounts: %w", err)
+	}
+	return list, nil
+}
+
+// DeleteInspectionMount implements Store.
+func (s *Etcd) DeleteInspectionMount(ctx context.Context, path string) error {
+	err := s.call(ctx, func(ctx context.Context) error {
+		_, err := s.kv.Delete(ctx, string(mountKey(path)))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("meta: delete inspection mount %q: %w", path, err)
+	}
+	return nil
+}
+
+// call runs rpc, one request to etcd, with a ctx that ends with ctx or
+// with the store. It refuses to start on a closed store or a done ctx, so
+// a canceled call never writes. If rpc fails it names why: the store was
+// closed under it, or ctx ended (the client may report either as a gRPC
+// error of its own, which errors.Is does not match with ErrClosed or
+// ctx.Err()).
+func (s *Etcd) call(ctx context.Context, rpc func(ctx context.Context) error) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	rpcCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.life, cancel)()
+	err := rpc(rpcCtx)
+	switch {
+	case err == nil:
+		return nil
+	case s.closed.Load():
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
+		return fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	return err
+}
+
+// create stores v under key if no record is there: one transaction that
+// compares the key's CreateRevision with 0 (etcd's "key is absent"). It
+// returns the new record's revision.
+func (s *Etcd) create(ctx context.Context, key string, v any) (uint64, error) {
+	val, err := encode(v)
+	if err != nil {
+		return 0, err
+	}
+	var resp *clientv3.TxnResponse
+	err = s.call(ctx, func(ctx context.Context) (err error) {
+		resp, err = s.kv.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, val)).
+			Commit()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if !resp.Succeeded {
+		return 0, ErrExists
+	}
+	// Every put of a transaction gets the transaction's revision, which
+	// the response header carries.
+	return uint64(resp.Header.Revision), nil
+}
+
+// compareAndSet runs op (a put or a delete of key) if the record under
+// key is stored with revision want; it returns the revision of the write.
+// Otherwise it reads the record in the same transaction to tell
+// ErrNotFound from ErrConflict, so a refusal costs no second round trip.
+func (s *Etcd) compareAndSet(ctx context.Context, key string, want uint64, op clientv3.Op) (uint64, error) {
+	var resp *clientv3.TxnResponse
+	err := s.call(ctx, func(ctx context.Context) (err error) {
+		resp, err = s.kv.Txn(ctx).
+			// An absent key has ModRevision 0, so the first compare
+			// keeps a caller with revision 0 from "updating" a
+			// missing record.
+			If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0),
+				clientv3.Compare(clientv3.ModRevision(key), "=", etcdRevision(want))).
+			Then(op).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if resp.Succeeded {
+		return uint64(resp.Header.Revision), nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
+		return 0, ErrNotFound
+	}
+	return 0, fmt.Errorf("%w: stored revision %d, caller has %d", ErrConflict, kvs[0].ModRevision, want)
+}
+
+// etcdRevision converts a caller's revision for a compare. etcd revisions
+// are positive int64s; a larger number can match no record, and -1 never
+// does either.
+func etcdRevision(rev uint64) int64 {
+	if rev > math.MaxInt64 {
+		return -1
+	}
+	return int64(rev)
+}
+
+// get reads the record under key, or ErrNotFound.
+func (s *Etcd) get(ctx context.Context, key string) (*mvccpb.KeyValue, error) {
+	var resp *clientv3.GetResponse
+	err := s.call(ctx, func(ctx context.Context) (err error) {
+		resp, err = s.kv.Get(ctx, key)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, ErrNotFound
+	}
+	return resp.Kvs[0], nil
+}
+
+// scan calls fn for each record whose key starts with prefix, in key
+// order. It reads in pages of listPage; every page after the first reads
+// at the first one's revision, so the list is one snapshot, as a single
+// read would be. (A compaction past that revision between two pages fails
+// the list with etcd's "compacted" error rather than mixing two states.)
+func (s *Etcd) scan(ctx context.Context, prefix string, fn func(*mvccpb.KeyValue) error) error {
+	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	var rev int64
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		var resp *clientv3.GetResponse
+		err := s.call(ctx, func(ctx context.Context) (err error) {
+			resp, err = s.kv.Get(ctx, from, opts...)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		rev = resp.Header.Revision
+		for _, kv := range resp.Kvs {
+			if err := fn(kv); err != nil {
+				return err
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return nil
+		}
+		// The next page starts just after the last key read.
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// encode is the stored form of a record. Callers zero its Revision first:
+// the revision of a record is its etcd ModRevision, which is known only
+// once the write is done, so the value never holds it.
+func encode(v any) (string, error) {
+	val, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("encode: %w", err)
+	}
+	return string(val), nil
+}
+
+// decode reads a record stored by encode into v and sets its Revision
+// from the key's ModRevision.
+func decode(kv *mvccpb.KeyValue, v any) error {
+	if err := json.Unmarshal(kv.Value, v); err != nil {
+		return fmt.Errorf("decode: %w", err)
+	}
+	rev := uint64(kv.ModRevision)
+	switch r := v.(type) {
+	case *Binding:
+		r.Revision = rev
+	case *Job:
+		r.Revision = rev
+	case *mountRecord:
+		r.Revision = rev
+	}
+	return nil
+}
+
+// zapHclog is a zap core that writes to hclog, so the etcd client's lines
+// land in warren's log with its format and level. The client reports
+// routine work (retries, balancer changes) at info and debug; those go one
+// level down, as Badger's do, so a daemon's log at info stays quiet.
+type zapHclog struct {
+	l      hclog.Logger
+	fields []zapcore.Field
+}
+
+var _ zapcore.Core = zapHclog{}
+
+func hclogLevel(l zapcore.Level) hclog.Level {
+	switch {
+	case l < zapcore.InfoLevel:
+		return hclog.Trace
+	case l < zapcore.WarnLevel:
+		return hclog.Debug
+	case l < zapcore.ErrorLevel:
+		return hclog.Warn
+	}
+	return hclog.Error
+}
+
+func (c zapHclog) Enabled(l zapcore.Level) bool {
+	switch hclogLevel(l) {
+	case hclog.Trace:
+		return c.l.IsTrace()
+	case hclog.Debug:
+		return c.l.IsDebug()
+	case hclog.Warn:
+		return c.l.IsWarn()
+	}
+	return c.l.IsError()
+}
+
+func (c zapHclog) With(fields []zapcore.Field) zapcore.Core {
+	return zapHclog{l: c.l, fields: append(slices.Clip(c.fields), fields...)}
+}
+
+func (c zapHclog) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c zapHclog) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	var args []any
+	for _, f := range slices.Concat(c.fields, fields) {
+		enc := zapcore.NewMapObjectEncoder()
+		f.AddTo(enc)
+		for k, v := range enc.Fields {
+			args = append(args, k, v)
+		}
+	}
+	c.l.Log(hclogLevel(e.Level), e.Message, args...)
+	return nil
+}
+
+func (zapHclog) Sync() error { return nil }
