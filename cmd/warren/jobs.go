@@ -82,12 +82,8 @@ func jobsCmd(ctx context.Context, e *cliEnv, args []string) error {
 		if j.ExitCode != nil {
 			exit = strconv.Itoa(*j.ExitCode)
 		}
-		host := j.HostID
-		if host == "" {
-			host = "-"
-		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, state, exit, j.StartedAt.Local().Format(time.DateTime),
-			showID(j.User), showID(host), showID(j.Label))
+			orDash(j.User), orDash(j.HostID), showID(j.Label))
 		if j.Note != "" {
 			fmt.Fprintf(tw, "\t%s\n", j.Note)
 		}
@@ -161,4 +157,12 @@ func killCmd(ctx context.Context, e *cliEnv, args []string) error {
 	}
 	_, err = fmt.Fprintf(e.stdout, "%s ended (%s)\n", job.ID, exit)
 	return err
+}
+
+// orDash shows an id, or "-" for none.
+func orDash(id string) string {
+	if id == "" {
+		return "-"
+	}
+	return showID(id)
 }
