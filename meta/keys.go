@@ -43,6 +43,8 @@ const (
 	mountPrefix   = "imount/"
 	jobPrefix     = "job/"
 	jobSeqPrefix  = "jobseq/"
+	hostPrefix    = "host/"
+	pinPrefix     = "pin/"
 	revKey        = "sys/rev"
 )
 
@@ -165,3 +167,9 @@ func jobKey(k ThreadKey, seq uint64) []byte {
 func jobSeqKey(k ThreadKey) []byte {
 	return appendThreadKey([]byte(jobSeqPrefix), k)
 }
+
+// hostKey returns the store key of host id's record.
+func hostKey(id string) []byte { return append([]byte(hostPrefix), id...) }
+
+// pinKey returns the store key of thread k's pin.
+func pinKey(k ThreadKey) []byte { return appendThreadKey([]byte(pinPrefix), k) }

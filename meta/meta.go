@@ -135,6 +135,34 @@ type InspectionMount struct {
 	Revision uint64    `json:"revision"`
 }
 
+// LeaseID names one grant of a host's lease. Zero is never a lease.
+type LeaseID int64
+
+// ErrLeaseLost means a host's lease expired: its pins are gone.
+var ErrLeaseLost = errors.New("meta: lease lost")
+
+// ErrPinned means another host holds a live pin on the thread.
+var ErrPinned = errors.New("meta: pinned to another host")
+
+// Host is a server that keeps its lease with heartbeats.
+type Host struct {
+	ID string `json:"id"`
+	// LastBeat is the store's time of its last heartbeat.
+	LastBeat time.Time `json:"lastBeat"`
+	// TTL is how long its lease lasts after a heartbeat.
+	TTL time.Duration `json:"ttl"`
+	// Alive says whether its lease holds now.
+	Alive bool `json:"alive"`
+}
+
+// Pin says which host owns a thread: the one whose disk holds its folder.
+// It lasts while that host's lease does.
+type Pin struct {
+	ThreadKey
+	HostID string  `json:"hostId"`
+	Lease  LeaseID `json:"lease"`
+}
+
 // Store is the metadata store. Implementations are safe for concurrent use.
 type Store interface {
 	// CreateBinding stores b if no binding exists for its key; otherwise it
@@ -174,6 +202,26 @@ type Store interface {
 	ListJobs(ctx context.Context, k ThreadKey) ([]Job, error)
 	// DeleteJobs removes every job record of thread k and its counter.
 	DeleteJobs(ctx context.Context, k ThreadKey) error
+
+	// Heartbeat renews host's lease, or grants a new one when lease is
+	// zero, for ttl: the host counts as alive, and its pins hold, until
+	// ttl passes without a heartbeat. A non-zero lease that expired is
+	// not renewed: ErrLeaseLost, and with it every pin made under it;
+	// the host must ask again with lease zero, and pin again.
+	Heartbeat(ctx context.Context, host string, lease LeaseID, ttl time.Duration) (LeaseID, error)
+	// ListHosts returns every host that ever sent a heartbeat, ordered by
+	// id, with Alive set as the store sees it now.
+	ListHosts(ctx context.Context) ([]Host, error)
+	// Pin makes host, under its live lease, the owner of thread k, unless
+	// another host holds a live pin on it: then it returns that pin and
+	// ErrPinned. A pin of host itself under another lease (a former run
+	// of the host) is taken over. A pin lasts as long as its lease.
+	Pin(ctx context.Context, k ThreadKey, host string, lease LeaseID) (Pin, error)
+	// GetPin returns the live pin of thread k, or ErrNotFound.
+	GetPin(ctx context.Context, k ThreadKey) (Pin, error)
+	// Unpin removes host's pin of thread k; a missing pin, or another
+	// host's, is left as it is and is not an error.
+	Unpin(ctx context.Context, k ThreadKey, host string) error
 
 	// Close releases the store. Calls after Close return ErrClosed.
 	Close() error

@@ -54,6 +54,9 @@ func Run(t *testing.T, open func(t *testing.T) meta.Store) {
 		{"JobNumbers", testJobNumbers},
 		{"JobRecords", testJobRecords},
 		{"ConcurrentJobNumbers", testConcurrentJobNumbers},
+		{"HostsAndPins", testHostsAndPins},
+		{"PinRestartedHost", testPinRestartedHost},
+		{"ConcurrentPins", testConcurrentPins},
 		{"Closed", testClosed},
 	}
 	for _, tt := range tests {

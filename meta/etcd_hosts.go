@@ -1,0 +1,196 @@
+package meta
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Hosts and pins on etcd. A host's lease is an etcd lease: its heartbeat
+// is a keepalive, and etcd itself expires it when heartbeats stop. A pin
+// is a key put with the owner's lease, so etcd deletes it the moment the
+// lease expires: a pin that exists is a live pin, and taking a thread over
+// is one transaction that finds the key absent. The host's record (its
+// last heartbeat) is kept apart, without the lease, so that a host that
+// went away still shows in the list.
+
+// Heartbeat implements Store.
+func (s *Etcd) Heartbeat(ctx context.Context, host string, lease LeaseID, ttl time.Duration) (LeaseID, error) {
+	if host == "" || ttl <= 0 {
+		return 0, fmt.Errorf("meta: heartbeat: host %q with ttl %v", host, ttl)
+	}
+	err := s.call(ctx, func(ctx context.Context) error {
+		if lease == 0 {
+			// etcd counts leases in whole seconds.
+			g, err := s.client.Grant(ctx, int64(math.Ceil(ttl.Seconds())))
+			if err != nil {
+				return err
+			}
+			lease = LeaseID(g.ID)
+			return nil
+		}
+		_, err := s.client.KeepAliveOnce(ctx, clientv3.LeaseID(lease))
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return ErrLeaseLost
+		}
+		return err
+	})
+	if err == nil {
+		var val string
+		val, err = encode(hostRecord{Lease: lease, LastBeat: time.Now().UTC(), TTL: ttl})
+		if err == nil {
+			err = s.call(ctx, func(ctx context.Context) error {
+				_, err := s.kv.Put(ctx, string(hostKey(host)), val)
+				return err
+			})
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("meta: heartbeat of %q: %w", host, err)
+	}
+	return lease, nil
+}
+
+// ListHosts implements Store. Whether a host is alive is its lease's
+// remaining time, asked of etcd, whose clock is the one that expires it.
+func (s *Etcd) ListHosts(ctx context.Context) ([]Host, error) {
+	list := []Host{}
+	var leases []LeaseID
+	err := s.scan(ctx, hostPrefix, func(kv *mvccpb.KeyValue) error {
+		var h hostRecord
+		if err := decode(kv, &h); err != nil {
+			return err
+		}
+		list = append(list, Host{ID: string(bytes.TrimPrefix(kv.Key, []byte(hostPrefix))), LastBeat: h.LastBeat, TTL: h.TTL})
+		leases = append(leases, h.Lease)
+		return nil
+	})
+	for i := 0; err == nil && i < len(list); i++ {
+		err = s.call(ctx, func(ctx context.Context) error {
+			r, err := s.client.TimeToLive(ctx, clientv3.LeaseID(leases[i]))
+			if err != nil {
+				return err
+			}
+			list[i].Alive = r.TTL > 0
+			return nil
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("meta: list hosts: %w", err)
+	}
+	return list, nil
+}
+
+// Pin implements Store.
+func (s *Etcd) Pin(ctx context.Context, k ThreadKey, host string, lease LeaseID) (Pin, error) {
+	key := string(pinKey(k))
+	want := Pin{HostID: host, Lease: lease}
+	val, err := encode(want)
+	if err != nil {
+		return Pin{}, err
+	}
+	want.ThreadKey = k
+	// Absent: take it. Ours under an older lease (a former run of this
+	// host): move it to this lease, if nobody changed it in between.
+	for {
+		var resp *clientv3.TxnResponse
+		err := s.call(ctx, func(ctx context.Context) (err error) {
+			resp, err = s.kv.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+				Then(clientv3.OpPut(key, val, clientv3.WithLease(clientv3.LeaseID(lease)))).
+				Else(clientv3.OpGet(key)).
+				Commit()
+			return err
+		})
+		if err == nil && resp.Succeeded {
+			return want, nil
+		}
+		if err != nil {
+			return Pin{}, pinError(k, host, err)
+		}
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			continue // it expired in between: try again
+		}
+		var cur Pin
+		if err := decode(kvs[0], &cur); err != nil {
+			return Pin{}, pinError(k, host, err)
+		}
+		cur.ThreadKey = k
+		if cur.HostID != host {
+			return cur, pinError(k, host, ErrPinned)
+		}
+		if cur.Lease == lease {
+			return want, nil
+		}
+		err = s.call(ctx, func(ctx context.Context) (err error) {
+			resp, err = s.kv.Txn(ctx).
+				If(clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision)).
+				Then(clientv3.OpPut(key, val, clientv3.WithLease(clientv3.LeaseID(lease)))).
+				Commit()
+			return err
+		})
+		if err != nil {
+			return Pin{}, pinError(k, host, err)
+		}
+		if resp.Succeeded {
+			return want, nil
+		}
+	}
+}
+
+// pinError words a failed pin; a put under an expired lease is a lost
+// lease.
+func pinError(k ThreadKey, host string, err error) error {
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		err = ErrLeaseLost
+	}
+	return fmt.Errorf("meta: pin %q/%q to %q: %w", k.Tenant, k.Thread, host, err)
+}
+
+// GetPin implements Store.
+func (s *Etcd) GetPin(ctx context.Context, k ThreadKey) (Pin, error) {
+	kv, err := s.get(ctx, string(pinKey(k)))
+	var p Pin
+	if err == nil {
+		err = decode(kv, &p)
+	}
+	if err != nil {
+		return Pin{}, fmt.Errorf("meta: pin of %q/%q: %w", k.Tenant, k.Thread, err)
+	}
+	p.ThreadKey = k
+	return p, nil
+}
+
+// Unpin implements Store.
+func (s *Etcd) Unpin(ctx context.Context, k ThreadKey, host string) error {
+	key := string(pinKey(k))
+	kv, err := s.get(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	var p Pin
+	if err == nil {
+		err = decode(kv, &p)
+	}
+	if err == nil && p.HostID == host {
+		err = s.call(ctx, func(ctx context.Context) error {
+			_, err := s.kv.Txn(ctx).
+				If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+				Then(clientv3.OpDelete(key)).
+				Commit()
+			return err
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("meta: unpin %q/%q: %w", k.Tenant, k.Thread, err)
+	}
+	return nil
+}
