@@ -89,6 +89,8 @@ func routes() []route {
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/close", (*Gateway).handleClose},
 		{http.MethodDelete, "/v1/tenants/{tenant}/threads/{thread}", (*Gateway).handleDelete},
 		{http.MethodGet, "/v1/threads", (*Gateway).handleThreads},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/unpin", (*Gateway).handleUnpin},
+		{http.MethodGet, "/v1/hosts", (*Gateway).handleHosts},
 		{http.MethodPost, "/v1/mounts", (*Gateway).handleMount},
 		{http.MethodGet, "/v1/mounts", (*Gateway).handleMounts},
 		{http.MethodDelete, "/v1/mounts", (*Gateway).handleUnmount},
@@ -448,4 +450,31 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	// Paths and ids are data: keep "<", ">" and "&" as they are.
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v) // the client went away; nothing left to tell it
+}
+
+// HostsResponse answers GET /v1/hosts.
+type HostsResponse struct {
+	Hosts []meta.Host `json:"hosts"`
+}
+
+func (g *Gateway) handleUnpin(r *http.Request, p params) (any, error) {
+	if err := decodeBody(r, &struct{}{}, true); err != nil {
+		return nil, err
+	}
+	ti, err := g.Unpin(r.Context(), p.tenant, p.thread)
+	if err != nil {
+		return nil, err
+	}
+	return ThreadResponse{Binding: ti}, nil
+}
+
+func (g *Gateway) handleHosts(r *http.Request, _ params) (any, error) {
+	if err := noQuery(r); err != nil {
+		return nil, err
+	}
+	hs, err := g.Hosts(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	return HostsResponse{Hosts: hs}, nil
 }

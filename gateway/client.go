@@ -246,6 +246,20 @@ func (c *Client) Background(ctx context.Context, tenant, thread, execID string, 
 	return out.Job, err
 }
 
+// Unpin moves a thread whose owner died to this gateway at once.
+func (c *Client) Unpin(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+	var out ThreadResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/unpin", nil, nil, &out)
+	return out.Binding, err
+}
+
+// Hosts lists the hosts the store knows.
+func (c *Client) Hosts(ctx context.Context) ([]meta.Host, error) {
+	var out HostsResponse
+	err := c.do(ctx, http.MethodGet, "/v1/hosts", nil, nil, &out)
+	return out.Hosts, err
+}
+
 // Spawn starts a background job.
 func (c *Client) Spawn(ctx context.Context, tenant, thread string, req SpawnRequest) (JobInfo, error) {
 	var out JobResponse

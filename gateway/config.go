@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -23,9 +24,21 @@ type Config struct {
 	// SocketPath is where the API listens; "" means DataDir/warren.sock.
 	SocketPath string
 	// HostID is this host's stable id, written into every binding it makes.
-	// A binding made by another host id is refused with ErrPinned. "" means
-	// threads are not pinned (every host may bind them, e.g. a shared disk).
+	// With one, the gateway keeps a lease in the store and pins the threads
+	// it serves (hosts.go); others refuse them while the lease holds. ""
+	// means threads are not pinned (every host may bind them, e.g. a
+	// shared disk).
 	HostID string
+	// RenewEvery and ExpiresAfter time the lease: a heartbeat every
+	// RenewEvery; the host counts as gone ExpiresAfter after its last one.
+	// Zero means DefaultRenewEvery and DefaultExpiresAfter.
+	RenewEvery, ExpiresAfter time.Duration
+	// OnUnreachable says what a gateway does with a thread it takes over
+	// whose folder it cannot reach: UnreachableGone (the default) marks it
+	// gone, UnreachableFresh starts a fresh workspace, and runs
+	// SeedCommand in it if that is set (a clone, say).
+	OnUnreachable string
+	SeedCommand   string
 	// AllowUIDs are the peer uids allowed on the socket besides this
 	// process's own uid and root.
 	AllowUIDs []uint32
@@ -90,6 +103,22 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.mounter == nil {
 		c.mounter = fuseMounter{}
+	}
+	if c.RenewEvery == 0 {
+		c.RenewEvery = DefaultRenewEvery
+	}
+	if c.ExpiresAfter == 0 {
+		c.ExpiresAfter = DefaultExpiresAfter
+	}
+	if c.RenewEvery < 0 || c.ExpiresAfter <= c.RenewEvery+leaseMargin {
+		return c, fmt.Errorf("config: expires-after %v must be longer than renew-every %v and a margin of %v", c.ExpiresAfter, c.RenewEvery, leaseMargin)
+	}
+	switch c.OnUnreachable {
+	case "":
+		c.OnUnreachable = UnreachableGone
+	case UnreachableGone, UnreachableFresh:
+	default:
+		return c, fmt.Errorf("config: on-unreachable %q is neither gone nor fresh", c.OnUnreachable)
 	}
 	return c, nil
 }

@@ -41,6 +41,9 @@ var (
 	ErrOutside = errors.New("gateway: outside the workspace")
 	// ErrTooLarge means a file over the file API's bound.
 	ErrTooLarge = errors.New("gateway: file too large")
+	// ErrFenced means this gateway's lease lapsed: it serves no pinned
+	// thread until it renews it.
+	ErrFenced = errors.New("gateway: lease lapsed")
 	// ErrJobLimit means a thread runs as many background jobs as it may.
 	ErrJobLimit = errors.New("gateway: job limit")
 )
@@ -60,6 +63,7 @@ const (
 	codeNoMatch          = "no_match"
 	codeOutside          = "outside"
 	codeJobLimit         = "job_limit"
+	codeFenced           = "fenced"
 	codeMethodNotAllowed = "method_not_allowed"
 	codeInternal         = "internal"
 )
@@ -86,6 +90,7 @@ var errorClasses = []struct {
 	{ErrOutside, http.StatusForbidden, codeOutside},
 	{ErrTooLarge, http.StatusRequestEntityTooLarge, codeTooLarge},
 	{ErrJobLimit, http.StatusTooManyRequests, codeJobLimit},
+	{ErrFenced, http.StatusServiceUnavailable, codeFenced},
 	{ErrClosed, http.StatusServiceUnavailable, codeClosed},
 	{meta.ErrClosed, http.StatusServiceUnavailable, codeClosed},
 }
@@ -132,6 +137,8 @@ func sentinelFor(code string) error {
 		return ErrGone
 	case codeJobLimit:
 		return ErrJobLimit
+	case codeFenced:
+		return ErrFenced
 	}
 	return nil
 }

@@ -47,6 +47,9 @@ const (
 	EventThreadClosed EventType = "thread.closed"
 	// EventThreadDeleted: the thread's folder and records were removed.
 	EventThreadDeleted EventType = "thread.deleted"
+	// EventThreadStranded: a gateway took the thread over from a host that
+	// died and could not reach its folder: every call fails now.
+	EventThreadStranded EventType = "thread.stranded"
 	// EventEscapeRefused: a mount of the thread refused an operation that
 	// would have left the workspace (a link out of it, a device node...).
 	EventEscapeRefused EventType = "escape.refused"

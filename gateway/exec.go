@@ -98,17 +98,22 @@ const maxExecTimeout = 24 * time.Hour
 const timeoutExit = 124
 
 // jailFor returns k's jail, starting it at the thread's first command
-// with the thread's settings s. The workspace's root is given to the
+// with the settings of its binding b. The workspace's root is given to the
 // jail's user, whose commands otherwise could not write it. The thread
 // lock of k must be held.
-func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey, s meta.Settings) (*threadJail, error) {
+func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey, b meta.Binding) (*threadJail, error) {
 	g.mu.Lock()
 	tj := g.jails[k]
 	g.mu.Unlock()
 	if tj != nil {
 		return tj, nil
 	}
-	root, mountPath, err := g.threadPaths(k)
+	s := b.Settings
+	_, mountPath, err := g.threadPaths(k)
+	if err != nil {
+		return nil, err
+	}
+	root, err := g.rootOf(b)
 	if err != nil {
 		return nil, err
 	}
@@ -170,6 +175,11 @@ func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (*jail.
 	}
 	g.mu.Unlock()
 	if tj != nil {
+		// A warm jail still needs the thread's pin (a map look-up while
+		// the lease holds).
+		if err := g.claim(ctx, k, nil); err != nil {
+			return nil, s, k, err
+		}
 		return tj.jail, s, k, nil
 	}
 	unlock, err := g.threadLocks.lock(ctx, k)
@@ -181,7 +191,7 @@ func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (*jail.
 	if err != nil {
 		return nil, s, k, err
 	}
-	tj, err = g.jailFor(ctx, k, b.Settings)
+	tj, err = g.jailFor(ctx, k, b)
 	if err != nil {
 		return nil, s, k, err
 	}
@@ -486,8 +496,8 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 	sout, serr := &switchWriter{w: out.stream(stdout)}, &switchWriter{w: out.stream("stderr")}
 	s.cmd.Stdout, s.cmd.Stderr = sout, serr
 	signals := make(chan syscall.Signal, 1)
-	started := make(chan int, 1)
-	s.cmd.Signals, s.cmd.Started = signals, func(pid int) { started <- pid }
+	started := make(chan startInfo, 1)
+	s.cmd.Signals, s.cmd.Started = signals, func(pid int, cgroup string) { started <- startInfo{pid, cgroup} }
 
 	// The command ends when the client goes away or its time is up, unless
 	// it became a job: so its life is not the request's.
@@ -534,7 +544,7 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 // job slot: its output goes to the job from now on, its time limit ends,
 // and its end is the job's. Only the stream's goroutine calls it.
 func (s *execStream) toBackground(req BackgroundRequest, kill context.CancelFunc, signals chan syscall.Signal,
-	started chan int, result chan runResult, timer *time.Timer, sout, serr *switchWriter) (JobInfo, error) {
+	started chan startInfo, result chan runResult, timer *time.Timer, sout, serr *switchWriter) (JobInfo, error) {
 	g, k := s.g, s.run.key
 	if err := g.takeJobSlot(k, s.settings); err != nil {
 		return JobInfo{}, err
@@ -563,12 +573,12 @@ func (s *execStream) toBackground(req BackgroundRequest, kill context.CancelFunc
 	sout.set(w)
 	serr.set(w)
 	s.run.moved = true
-	pid := 0
+	var st startInfo
 	select {
-	case pid = <-started:
+	case st = <-started:
 	default:
 	}
-	return g.adoptJob(jb, pid, result)
+	return g.adoptJob(jb, st, result)
 }
 
 // switchWriter passes writes to a writer that can be replaced.

@@ -132,7 +132,11 @@ func (g *Gateway) withFiles(ctx context.Context, tenant, thread string, fn func(
 		return err
 	}
 	k := meta.ThreadKey{Tenant: info.Tenant, Thread: info.Thread}
-	root, mountPath, err := g.threadPaths(k)
+	_, mountPath, err := g.threadPaths(k)
+	if err != nil {
+		return err
+	}
+	root, err := g.rootOf(info.Binding)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -53,8 +54,16 @@ type Gateway struct {
 	// (jobs.go); guarded by mu. jobWG counts those not ended yet.
 	jobs  map[meta.ThreadKey]*threadJobs
 	jobWG sync.WaitGroup
-	// instance names this run of the gateway in the job records.
+	// instance names this run of the gateway in the job records, and
+	// machine the machine it runs on.
 	instance string
+	machine  string
+	// lease is this gateway's hold on its host id (hosts.go); stopLease
+	// ends its heartbeats, and leaseDone is closed when they ended.
+	lease     lease
+	fencing   atomic.Bool // a fence is under way
+	stopLease context.CancelFunc
+	leaseDone chan struct{}
 
 	threadLocks keyedLocks[meta.ThreadKey]
 
@@ -114,6 +123,8 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		execs:       make(map[string]*runningExec),
 		jobs:        make(map[meta.ThreadKey]*threadJobs),
 		instance:    newInstance(),
+		machine:     machineID(),
+		lease:       lease{pins: make(map[meta.ThreadKey]meta.LeaseID)},
 		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks}),
 	}
 	for _, u := range cfg.AllowUIDs {
@@ -122,6 +133,17 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err := g.makeLayout(); err != nil {
 		g.hub.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
+	}
+	if cfg.HostID != "" {
+		// The first lease, before anything is served: a gateway that
+		// cannot hold its host id serves nothing pinned.
+		if err := g.heartbeat(ctx); err != nil {
+			g.hub.Close()
+			return nil, fmt.Errorf("start gateway: first heartbeat of host %q: %w", cfg.HostID, err)
+		}
+		lctx, stop := context.WithCancel(context.Background())
+		g.stopLease, g.leaseDone = stop, make(chan struct{})
+		go g.keepLease(lctx)
 	}
 	// A gateway killed with SIGKILL leaves its jails' cgroups behind.
 	if err := jail.RemoveStaleCgroups(); err != nil {
@@ -132,6 +154,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	ln, err := listenSocket(cfg.SocketPath)
 	if err != nil {
 		g.unmountAll()
+		g.endLease()
 		g.hub.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
@@ -212,6 +235,7 @@ func (g *Gateway) Close() error {
 			g.log.Warn("remove socket", "socket", g.cfg.SocketPath, "error", rmErr)
 		}
 		g.closeErr = errors.Join(g.serveErr, err, g.unmountAll())
+		g.endLease()
 		g.hub.Close()
 		g.log.Info("gateway stopped", "socket", g.cfg.SocketPath)
 	})
@@ -292,4 +316,13 @@ func (g *Gateway) workspacePath(k meta.ThreadKey) string {
 		return fmt.Sprintf("%q/%q", k.Tenant, k.Thread)
 	}
 	return p
+}
+
+// endLease stops the heartbeats. The lease is not revoked: it runs out,
+// and a restart of this host in time takes its pins over without a gap.
+func (g *Gateway) endLease() {
+	if g.stopLease != nil {
+		g.stopLease()
+		<-g.leaseDone
+	}
 }

@@ -71,7 +71,11 @@ func (g *Gateway) MountInspection(ctx context.Context, req MountRequest, owner u
 		return MountInfo{}, fmt.Errorf("mount %s: %w", path, err)
 	}
 
-	m, err := g.mount(ctx, k, b.Root, path, !req.Writable)
+	root, err := g.rootOf(b)
+	if err != nil {
+		return MountInfo{}, err
+	}
+	m, err := g.mount(ctx, k, root, path, !req.Writable)
 	if err != nil {
 		return MountInfo{}, fmt.Errorf("inspection %w", err)
 	}

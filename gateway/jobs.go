@@ -312,23 +312,23 @@ func (g *Gateway) Spawn(ctx context.Context, tenant, thread string, req SpawnReq
 	jb.stdin = stdinW
 	runCtx, kill := context.WithCancel(context.Background())
 	jb.kill = kill
-	started := make(chan int, 1)
+	started := make(chan startInfo, 1)
 	result := make(chan runResult, 1)
 	out := jobWriter{g, jb}
 	cmd := jail.Cmd{Run: req.Run, Script: req.Command, Env: env, Dir: cwd,
 		Stdin: stdin, Stdout: out, Stderr: out, Signals: jb.signals,
-		Started: func(pid int) { started <- pid }}
+		Started: func(pid int, cgroup string) { started <- startInfo{pid, cgroup} }}
 	g.emitJob(EventJobStarted, jb, nil, "")
 	go func() {
 		code, err := j.Run(runCtx, cmd)
 		result <- runResult{code, err}
 	}()
-	var pid int
+	var st startInfo
 	select {
-	case pid = <-started:
+	case st = <-started:
 	case res := <-result:
 		select {
-		case pid = <-started: // it ran, and ended at once
+		case st = <-started: // it ran, and ended at once
 		default:
 			// It never ran: nothing to record but the attempt.
 			kill()
@@ -340,7 +340,13 @@ func (g *Gateway) Spawn(ctx context.Context, tenant, thread string, req SpawnReq
 		}
 		result <- res
 	}
-	return g.adoptJob(jb, pid, result)
+	return g.adoptJob(jb, st, result)
+}
+
+// startInfo is where a started command runs.
+type startInfo struct {
+	pid    int
+	cgroup string
 }
 
 // newJob makes the in-memory job seq of k.
@@ -355,10 +361,11 @@ func (g *Gateway) newJob(k meta.ThreadKey, seq uint64, label, user string) *job 
 
 // adoptJob records a running job, keeps it, and follows it to its end,
 // which result tells. Its slot must be taken.
-func (g *Gateway) adoptJob(jb *job, pid int, result chan runResult) (JobInfo, error) {
+func (g *Gateway) adoptJob(jb *job, st startInfo, result chan runResult) (JobInfo, error) {
 	rec := meta.Job{
 		ThreadKey: jb.key, Seq: jb.seq, Label: jb.label, User: jb.user,
-		HostID: g.cfg.HostID, Instance: g.instance, BackendID: strconv.Itoa(pid),
+		HostID: g.cfg.HostID, Instance: g.instance, BackendID: strconv.Itoa(st.pid),
+		Machine: g.machine, Cgroup: st.cgroup,
 		StartedAt: time.Now().UTC(), Running: true,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
@@ -386,7 +393,7 @@ func (g *Gateway) adoptJob(jb *job, pid int, result chan runResult) (JobInfo, er
 	tj.jobs[jb.seq] = jb
 	g.jobWG.Add(1)
 	g.mu.Unlock()
-	g.log.Info("job started", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "pid", pid, "user", jb.user)
+	g.log.Info("job started", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "pid", st.pid, "user", jb.user)
 	go g.finishJob(jb, result)
 	return jb.info(), nil
 }

@@ -48,7 +48,7 @@ func (g *Gateway) restore(ctx context.Context) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := g.restoreThread(ctx, b.ThreadKey); err != nil {
+			if err := g.restoreThread(ctx, b); err != nil {
 				failed.Add(1)
 				g.log.Error("restore: mount thread", "tenant", b.Tenant, "thread", b.Thread, "path", b.MountPath, "error", err)
 				g.setMountErr(b.ThreadKey, err)
@@ -89,13 +89,23 @@ func (g *Gateway) restore(ctx context.Context) {
 }
 
 // restoreThread mounts a bound thread again at its mount point.
-func (g *Gateway) restoreThread(ctx context.Context, k meta.ThreadKey) error {
-	root, mountPath, err := g.threadPaths(k)
+func (g *Gateway) restoreThread(ctx context.Context, b meta.Binding) error {
+	k := b.ThreadKey
+	_, mountPath, err := g.threadPaths(k)
+	if err != nil {
+		return err
+	}
+	root, err := g.rootOf(b)
 	if err != nil {
 		return err
 	}
 	if err := g.mounter.DetachStale(mountPath); err != nil {
 		return fmt.Errorf("detach stale mount %s: %w", mountPath, err)
+	}
+	// Its pin, taken over from this host's former run, before it is
+	// served; another host may have taken the thread meanwhile.
+	if err := g.claim(ctx, k, &b); err != nil {
+		return err
 	}
 	// A missing backing folder is an error, not something to create:
 	// mounting an empty new one would pass for the thread's workspace.
@@ -116,13 +126,14 @@ func (g *Gateway) restoreThread(ctx context.Context, k meta.ThreadKey) error {
 // restoreInspection serves an inspection mount again. It returns an error
 // matching meta.ErrNotFound when the thread has no binding any more.
 func (g *Gateway) restoreInspection(ctx context.Context, m meta.InspectionMount) (io.Closer, error) {
-	if _, err := g.store.GetBinding(ctx, m.ThreadKey); err != nil {
+	b, err := g.store.GetBinding(ctx, m.ThreadKey)
+	if err != nil {
 		return nil, fmt.Errorf("read binding: %w", err)
 	}
 	if err := g.mounter.DetachStale(m.Path); err != nil {
 		return nil, fmt.Errorf("detach stale mount %s: %w", m.Path, err)
 	}
-	root, _, err := g.threadPaths(m.ThreadKey)
+	root, err := g.rootOf(b)
 	if err != nil {
 		return nil, err
 	}

@@ -9,11 +9,13 @@ import (
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unicode/utf8"
 
 	"warren/fs"
+	"warren/jail"
 	"warren/meta"
 )
 
@@ -30,6 +32,9 @@ type ThreadInfo struct {
 	// Error is why the last attempt to mount the thread failed, while it is
 	// not mounted. The next call that needs the thread tries again.
 	Error string `json:"error,omitempty"`
+	// Owner is the host that holds the thread's pin now, if a live host
+	// does (only threads of gateways with a host id are pinned).
+	Owner string `json:"owner,omitempty"`
 }
 
 // threadKey checks a client's ids and applies the tenant default.
@@ -110,12 +115,20 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	if err != nil && !errors.Is(err, meta.ErrNotFound) {
 		return meta.Binding{}, fmt.Errorf("bind %s: read binding: %w", keyName(k), err)
 	}
+	var oldp *meta.Binding
 	if found {
-		if err := g.checkOwner(old); err != nil {
-			return meta.Binding{}, err
-		}
+		oldp = &old
 	}
-	if found && old.State == meta.StateBound && g.mounted(k) {
+	if err := g.claim(ctx, k, oldp); err != nil {
+		return meta.Binding{}, err
+	}
+	// A thread another host served (it died: this gateway holds the pin
+	// now) resumes in its folder, or starts afresh, or is gone.
+	moved := found && old.HostID != "" && old.HostID != g.cfg.HostID && g.cfg.HostID != ""
+	if found && old.State == meta.StateGone && !moved {
+		return meta.Binding{}, goneError(old)
+	}
+	if found && old.State == meta.StateBound && g.mounted(k) && !moved {
 		if settings == nil || reflect.DeepEqual(*settings, old.Settings) {
 			return old, nil
 		}
@@ -126,10 +139,21 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	if err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
 	}
+	fresh := false
+	switch {
+	case moved:
+		if root, fresh, err = g.takeOver(ctx, old); err != nil {
+			return meta.Binding{}, err
+		}
+	case found:
+		if root, err = g.rootOf(old); err != nil {
+			return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
+		}
+	}
 	var undo undoStack
 	defer undo.run(g.log)
 
-	if found {
+	if found && !fresh {
 		// A record means this gateway (or a crashed one) mounted here
 		// before; a dead FUSE mount would make every step below fail with
 		// ENOTCONN.
@@ -140,8 +164,12 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 		// rather than serve an empty one in its place.
 		if _, err := os.Lstat(root); errors.Is(err, os.ErrNotExist) {
 			g.log.Warn("refused: workspace folder is gone", "tenant", k.Tenant, "thread", k.Thread, "path", root)
-			return meta.Binding{}, fmt.Errorf("%w: The workspace of this thread, %s on the host %s, is gone, so the tools cannot work on it.",
-				ErrGone, root, hostName(old.HostID))
+			return meta.Binding{}, goneError(old)
+		}
+	}
+	if found && fresh {
+		if err := g.mounter.DetachStale(mountPath); err != nil {
+			return meta.Binding{}, fmt.Errorf("bind %s: detach stale mount %s: %w", keyName(k), mountPath, err)
 		}
 	}
 	if err := makeLeaf(&undo, root, 0o755); err != nil {
@@ -196,7 +224,34 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	g.log.Info("thread bound", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
 	g.emit(Event{Type: EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
 		Message: "mounted at " + mountPath})
+	if fresh && g.cfg.SeedCommand != "" {
+		g.seed(ctx, b)
+	}
 	return b, nil
+}
+
+// seed runs the configured seed command in a fresh workspace (one that
+// replaced a folder the thread lost in a move). A failure is logged: the
+// thread is served anyway, as empty as it is.
+func (g *Gateway) seed(ctx context.Context, b meta.Binding) {
+	k := b.ThreadKey
+	tj, err := g.jailFor(ctx, k, b)
+	if err == nil {
+		var out strings.Builder
+		var code int
+		var env []string
+		if env, err = jail.Env(b.Settings.Env, nil); err == nil {
+			code, err = tj.jail.Run(ctx, jail.Cmd{Script: g.cfg.SeedCommand, Env: env, Stdout: &out, Stderr: &out})
+		}
+		if err == nil && code != 0 {
+			err = fmt.Errorf("exit %d: %s", code, clip(out.String()))
+		}
+	}
+	if err != nil {
+		g.log.Error("seed a fresh workspace", "tenant", k.Tenant, "thread", k.Thread, "command", g.cfg.SeedCommand, "error", err)
+		return
+	}
+	g.log.Info("fresh workspace seeded", "tenant", k.Tenant, "thread", k.Thread, "command", g.cfg.SeedCommand)
 }
 
 // resettle gives bound thread b new settings. The thread lock must be held.
@@ -229,18 +284,6 @@ func (g *Gateway) resettle(ctx context.Context, b meta.Binding, s meta.Settings)
 // readable and unambiguous.
 func keyName(k meta.ThreadKey) string {
 	return strconv.Quote(k.Tenant) + "/" + strconv.Quote(k.Thread)
-}
-
-// checkOwner refuses a binding that another host owns: its folder is on
-// that host's disk.
-func (g *Gateway) checkOwner(b meta.Binding) error {
-	if b.HostID == "" || b.HostID == g.cfg.HostID {
-		return nil
-	}
-	g.log.Warn("refused: thread pinned to another host", "tenant", b.Tenant, "thread", b.Thread,
-		"path", b.Root, "owner", b.HostID)
-	return fmt.Errorf("%w: The workspace of this thread is %s on the host %s. Only that host can continue the thread.",
-		ErrPinned, b.Root, b.HostID)
 }
 
 // mount serves root at mountPath for thread k.
@@ -352,7 +395,22 @@ func (g *Gateway) Thread(ctx context.Context, tenant, thread string) (ThreadInfo
 	if err != nil {
 		return ThreadInfo{}, fmt.Errorf("read binding of %s: %w", keyName(k), err)
 	}
-	return g.info(b), nil
+	ti := g.info(b)
+	ti.Owner = g.owner(ctx, b)
+	return ti, nil
+}
+
+// owner returns the host that holds b's pin now, if any live one does.
+// Only pinned bindings (made by a gateway with a host id) are looked up.
+func (g *Gateway) owner(ctx context.Context, b meta.Binding) string {
+	if b.HostID == "" {
+		return ""
+	}
+	p, err := g.store.GetPin(ctx, b.ThreadKey)
+	if err != nil {
+		return ""
+	}
+	return p.HostID
 }
 
 // Threads lists the bindings, of one tenant if tenant is not nil.
@@ -373,7 +431,9 @@ func (g *Gateway) Threads(ctx context.Context, tenant *string) ([]ThreadInfo, er
 		if tenant != nil && b.Tenant != want {
 			continue
 		}
-		out = append(out, g.info(b))
+		ti := g.info(b)
+		ti.Owner = g.owner(ctx, b)
+		out = append(out, ti)
 	}
 	return out, nil
 }
@@ -398,7 +458,7 @@ func (g *Gateway) CloseThread(ctx context.Context, tenant, thread string) (Threa
 	if err != nil {
 		return ThreadInfo{}, fmt.Errorf("close %s: read binding: %w", keyName(k), err)
 	}
-	if err := g.checkOwner(b); err != nil {
+	if err := g.claim(ctx, k, &b); err != nil {
 		return ThreadInfo{}, err
 	}
 	if err := g.unmountThread(k, b.MountPath); err != nil {
@@ -441,11 +501,16 @@ func (g *Gateway) DeleteThread(ctx context.Context, tenant, thread string) error
 	if err != nil {
 		return fmt.Errorf("delete %s: read binding: %w", keyName(k), err)
 	}
-	if err := g.checkOwner(b); err != nil {
+	if err := g.claim(ctx, k, &b); err != nil {
 		return err
 	}
-	// Never remove a path read from the store: recompute it from the ids.
-	root, mountPath, err := g.threadPaths(k)
+	// A path read from the store is removed only if it is a workspace
+	// root of these ids (rootOf); else the ids' own root here is.
+	_, mountPath, err := g.threadPaths(k)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", keyName(k), err)
+	}
+	root, err := g.rootOf(b)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", keyName(k), err)
 	}

@@ -258,6 +258,14 @@ func TestPinnedToAnotherHost(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// web-1 is alive and holds the thread's pin.
+	lease, err := store.Heartbeat(ctx, "web-1", 0, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Pin(ctx, meta.ThreadKey{Tenant: "acme", Thread: "t-1"}, "web-1", lease); err != nil {
+		t.Fatal(err)
+	}
 	env := startEnv(t, Config{HostID: "web-2", Store: store})
 	want := "The workspace of this thread is /srv/elsewhere on the host web-1. Only that host can continue the thread."
 	for _, call := range []struct {

@@ -355,9 +355,9 @@ type Cmd struct {
 	// Signals sends signals to the command's whole process tree while it
 	// runs (SIGTERM to ask a job to stop, say).
 	Signals <-chan syscall.Signal
-	// Started, if set, is called with the command's pid in the jail once
-	// it runs.
-	Started func(pid int)
+	// Started, if set, is called once the command runs, with its pid in
+	// the jail and the cgroup that holds its tree ("" without one).
+	Started func(pid int, cgroup string)
 }
 
 // Run runs c in the jail and returns its exit code (128+n for a signal).
@@ -479,7 +479,11 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 		select {
 		case m, ok := <-ch:
 			if ok && m.Started && c.Started != nil {
-				c.Started(m.Pid)
+				cg := ""
+				if tr != nil {
+					cg = tr.dir
+				}
+				c.Started(m.Pid, cg)
 			}
 			switch {
 			case !ok:

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -137,4 +138,23 @@ func (t *tree) remove() error {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return errors.Join(err, fmt.Errorf("remove %s: still busy", t.dir))
+}
+
+// StopTree ends every process of the command tree whose cgroup is dir, as
+// a job's record names it: a gateway that took a thread over from another
+// on this machine stops the jobs it left. A missing cgroup means the tree
+// ended already. dir must be a command's cgroup of a jail of warren's;
+// anything else is refused.
+func StopTree(dir string) error {
+	dir = filepath.Clean(dir)
+	jailDir := filepath.Dir(dir)
+	ok := strings.HasPrefix(filepath.Base(dir), "cmd-") && strings.HasPrefix(filepath.Base(jailDir), "jail-") &&
+		filepath.Base(filepath.Dir(jailDir)) == "warren" && strings.HasPrefix(dir, cgroupRoot+"/")
+	if !ok {
+		return fmt.Errorf("jail: %q is not the cgroup of a command", dir)
+	}
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return (&tree{dir: dir, v2: filepath.Dir(filepath.Dir(jailDir)) == cgroupRoot}).remove()
 }

@@ -42,7 +42,7 @@ func TestJailTree(t *testing.T) {
 	// A daemon that called setsid ends with the command that started it.
 	var pid int
 	code, _ := runCmd(context.Background(), Cmd{Script: `setsid sleep 311 </dev/null >/dev/null 2>&1 & sleep 0.2; echo started`,
-		Started: func(p int) { pid = p }})
+		Started: func(p int, _ string) { pid = p }})
 	if code != 0 || pid <= 1 {
 		t.Fatalf("daemonizing command: exit %d, pid %d", code, pid)
 	}

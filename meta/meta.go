@@ -47,6 +47,10 @@ const (
 	// StateClosed means the thread was closed: its folder and record stay,
 	// its mount is gone; the next call that needs it binds it again.
 	StateClosed State = "closed"
+	// StateGone means the host that took the thread over could not reach
+	// its folder, and was configured not to start a fresh one: every call
+	// fails, naming the folder and the host it was on.
+	StateGone State = "gone"
 )
 
 // ThreadKey names a thread. Tenant and Thread are the client's ids as given
@@ -109,9 +113,13 @@ type Job struct {
 	// HostID is the host that runs it ("" for a gateway without a host
 	// id), and Instance the gateway process there, so a restarted host
 	// knows which jobs a former run of it left behind.
-	HostID    string    `json:"hostId,omitempty"`
-	Instance  string    `json:"instance,omitempty"`
-	BackendID string    `json:"backendId,omitempty"` // its process id on that host
+	HostID    string `json:"hostId,omitempty"`
+	Instance  string `json:"instance,omitempty"`
+	BackendID string `json:"backendId,omitempty"` // its process id on that host
+	// Machine and Cgroup say where its processes are: a gateway on the
+	// same machine can stop them after the thread moved to it.
+	Machine   string    `json:"machine,omitempty"`
+	Cgroup    string    `json:"cgroup,omitempty"`
 	StartedAt time.Time `json:"startedAt"`
 	// Running is true from its start until its end is recorded.
 	Running  bool      `json:"running"`

@@ -1,0 +1,233 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"warren/internal/testenv"
+	"warren/meta"
+)
+
+// formerHost plays a host that bound threads and died: their bindings,
+// a lease that ran out, and jobs it left running.
+func formerHost(t *testing.T, store meta.Store, host string, threads map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	lease, err := store.Heartbeat(ctx, host, 0, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for thread, root := range threads {
+		k := meta.ThreadKey{Tenant: "acme", Thread: thread}
+		if _, err := store.CreateBinding(ctx, meta.Binding{ThreadKey: k, Kind: meta.KindHost, HostID: host, Root: root,
+			MountPath: root + "-mnt", BoundAt: time.Now(), State: meta.StateBound}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Pin(ctx, k, host, lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Its lease runs out.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		hs, _ := store.ListHosts(ctx)
+		if len(hs) > 0 && !hs[0].Alive {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the former host's lease did not run out")
+		}
+	}
+}
+
+// formerRoot makes a workspace root of a former host's data folder.
+func formerRoot(t *testing.T, thread string, files map[string]string) string {
+	t.Helper()
+	root, err := WorkspaceRoot(filepath.Join(t.TempDir(), "data", "workspaces"), "acme", thread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		// As the jail's user made it on the former host.
+		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Join(root, name), 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// TestTakeOver: the threads of a host whose lease ran out are taken over
+// by the next gateway that gets a call for them: resumed in their folder
+// where it is reachable, gone (with its message and a stranded event)
+// where not; the jobs the host left running are noted once each.
+func TestTakeOver(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	store := newStore(t)
+	ctx := context.Background()
+	resumed := formerRoot(t, "resumed", map[string]string{"notes.txt": "from web-1\n"})
+	lost := filepath.Join(t.TempDir(), "data", "workspaces", "acme", "lost")
+	formerHost(t, store, "web-1", map[string]string{"resumed": resumed, "lost": lost})
+	k := meta.ThreadKey{Tenant: "acme", Thread: "resumed"}
+	for i, job := range []meta.Job{
+		// One on this machine, whose processes are gone already; one of
+		// another machine; one that had ended.
+		{Machine: machineID(), Cgroup: "/sys/fs/cgroup/pids/warren/jail-999999999/cmd-1", Running: true},
+		{Machine: "elsewhere", Cgroup: "/sys/fs/cgroup/pids/warren/jail-1/cmd-1", Running: true},
+		{Machine: machineID(), Running: false},
+	} {
+		seq, _ := store.NextJobSeq(ctx, k)
+		job.ThreadKey, job.Seq, job.HostID, job.Label, job.StartedAt = k, seq, "web-1", "job", time.Now()
+		if _, err := store.CreateJob(ctx, job); err != nil {
+			t.Fatal(i, err)
+		}
+	}
+
+	env := startEnv(t, Config{HostID: "web-2", Store: store, RenewEvery: 200 * time.Millisecond, ExpiresAfter: 2 * time.Second})
+	evs := subscribe(t, env, "")
+	var out strings.Builder
+	code, err := env.c.Exec(ctx, "acme", "resumed", ExecRequest{Command: "cat notes.txt; echo more >> notes.txt"}, &out, nil)
+	if err != nil || code != 0 || out.String() != "from web-1\n" {
+		t.Fatalf("first call after the takeover: exit %d, %v, %q", code, err, out.String())
+	}
+	if b, err := os.ReadFile(filepath.Join(resumed, "notes.txt")); err != nil || string(b) != "from web-1\nmore\n" {
+		t.Errorf("the resumed folder holds %q, %v", b, err)
+	}
+	ti, err := env.c.Thread(ctx, "acme", "resumed")
+	if err != nil || ti.HostID != "web-2" || ti.Root != resumed || ti.Owner != "web-2" {
+		t.Errorf("binding after the takeover: %+v, %v", ti, err)
+	}
+	jobs, err := env.c.Jobs(ctx, "acme", "resumed")
+	if err != nil || len(jobs) != 3 {
+		t.Fatalf("jobs: %+v, %v", jobs, err)
+	}
+	for i, want := range []string{
+		"Background job bash-1 was stopped: it ran on a host before the session moved to this one.",
+		"Background job bash-2 may still run: it ran on a host before this one, and this host cannot stop it.",
+		"",
+	} {
+		if jobs[i].Note != want || jobs[i].Running || !jobs[i].Ended {
+			t.Errorf("job %s: note %q, running %v, ended %v; want note %q", jobs[i].ID, jobs[i].Note, jobs[i].Running, jobs[i].Ended, want)
+		}
+	}
+	// Later calls note nothing again.
+	if _, err := env.c.Exec(ctx, "acme", "resumed", ExecRequest{Command: "true"}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(env.logBuf.String(), "job of a former host noted"); n != 2 {
+		t.Errorf("%d job notes, want 2", n)
+	}
+
+	// A thread whose folder is not reachable is gone, for good.
+	wantGone := "The workspace of this thread, " + lost + " on the host web-1, is gone, so the tools cannot work on it."
+	for range 2 {
+		_, err := env.c.Exec(ctx, "acme", "lost", ExecRequest{Command: "true"}, nil, nil)
+		var apiErr *APIError
+		if !errors.Is(err, ErrGone) || !errors.As(err, &apiErr) || apiErr.Status != 410 || apiErr.Message != wantGone {
+			t.Errorf("a call for a lost thread: %v", err)
+		}
+	}
+	stranded := 0
+	for deadline := time.After(5 * time.Second); stranded == 0; {
+		select {
+		case ev := <-evs:
+			if ev.Type == EventThreadStranded && ev.Thread == "lost" && ev.Message == wantGone {
+				stranded++
+			}
+		case <-deadline:
+			t.Fatal("no stranded event")
+		}
+	}
+}
+
+// TestTakeOverFresh: configured so, a gateway gives a taken-over thread
+// whose folder it cannot reach a fresh workspace, seeded by its command.
+func TestTakeOverFresh(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	store := newStore(t)
+	formerHost(t, store, "web-1", map[string]string{"t1": "/nonexistent/data/workspaces/acme/t1"})
+	env := startEnv(t, Config{HostID: "web-2", Store: store, OnUnreachable: UnreachableFresh, SeedCommand: "echo seeded > SEED"})
+	var out strings.Builder
+	code, err := env.c.Exec(context.Background(), "acme", "t1", ExecRequest{Command: "ls"}, &out, nil)
+	if err != nil || code != 0 || out.String() != "SEED\n" {
+		t.Fatalf("a fresh workspace: exit %d, %v, %q", code, err, out.String())
+	}
+	ti, _ := env.c.Thread(context.Background(), "acme", "t1")
+	if ti.HostID != "web-2" || !strings.HasPrefix(ti.Root, env.cfg.DataDir) {
+		t.Errorf("binding of the fresh workspace: %+v", ti)
+	}
+}
+
+// TestUnpin: refused while the owner lives; once it is gone, it moves the
+// thread here at once.
+func TestUnpin(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	store := newStore(t)
+	ctx := context.Background()
+	root := formerRoot(t, "t1", map[string]string{"f": "x"})
+	k := meta.ThreadKey{Tenant: "acme", Thread: "t1"}
+	if _, err := store.CreateBinding(ctx, meta.Binding{ThreadKey: k, Kind: meta.KindHost, HostID: "web-1", Root: root,
+		BoundAt: time.Now(), State: meta.StateBound}); err != nil {
+		t.Fatal(err)
+	}
+	lease, _ := store.Heartbeat(ctx, "web-1", 0, 2*time.Second)
+	if _, err := store.Pin(ctx, k, "web-1", lease); err != nil {
+		t.Fatal(err)
+	}
+	env := startEnv(t, Config{HostID: "web-2", Store: store})
+	if _, err := env.c.Unpin(ctx, "acme", "t1"); !errors.Is(err, ErrPinned) || !strings.Contains(err.Error(), "pinned to the live host web-1") {
+		t.Fatalf("unpin while the owner lives: %v", err)
+	}
+	hosts, err := env.c.Hosts(ctx)
+	if err != nil || len(hosts) != 2 || hosts[0].ID != "web-1" || !hosts[0].Alive || hosts[1].ID != "web-2" || !hosts[1].Alive {
+		t.Errorf("hosts: %+v, %v", hosts, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ti, err := env.c.Unpin(ctx, "acme", "t1")
+		if err == nil {
+			if ti.HostID != "web-2" || !ti.Mounted || ti.Root != root {
+				t.Errorf("unpinned: %+v", ti)
+			}
+			break
+		}
+		if !errors.Is(err, ErrPinned) || time.Now().After(deadline) {
+			t.Fatalf("unpin once the owner is gone: %v", err)
+		}
+	}
+}
+
+// subscribe follows the gateway's events of one thread ("" for all).
+func subscribe(t *testing.T, env *testEnv, thread string) <-chan Event {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	evs := make(chan Event, 1024)
+	sub, err := env.g.events.subscribe(eventFilter{thread: thread})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer sub.cancel()
+		for {
+			select {
+			case d, ok := <-sub.ch:
+				if !ok {
+					return
+				}
+				evs <- d.ev
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return evs
+}
