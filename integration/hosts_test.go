@@ -39,41 +39,42 @@ const (
 	noteMayStill = "Background job bash-1 may still run: it ran on a host before this one, and this host cannot stop it."
 )
 
-// threadCalls are the calls of the API on one thread (default tenant),
-// each answering only its error.
-func threadCalls(c *gateway.Client, thread string) map[string]func() error {
-	ctx := context.Background()
-	return map[string]func() error{
-		"bind": func() error { _, err := c.Bind(ctx, "", thread); return err },
-		"exec": func() error {
-			_, _, err := execAPI(c, 20*time.Second, thread, "cat f")
-			return err
-		},
-		"spawn": func() error {
-			_, err := c.Spawn(ctx, "", thread, gateway.SpawnRequest{Command: "sleep 1"})
-			return err
-		},
-		"files/read": func() error {
-			_, err := c.ReadFile(ctx, "", thread, gateway.ReadFileRequest{Path: "f"})
-			return err
-		},
-		"files/write": func() error {
-			_, err := c.WriteFile(ctx, "", thread, gateway.WriteFileRequest{Path: "w", Content: "x"})
-			return err
-		},
-		"close":  func() error { _, err := c.CloseThread(ctx, "", thread); return err },
-		"delete": func() error { return c.DeleteThread(ctx, "", thread) },
-	}
+// namedCall is one call of the API on a thread, answering only its error.
+type namedCall struct {
+	name string
+	call func() error
 }
 
-// sortedNames returns a map's keys in order, so tests call in a fixed one.
-func sortedNames[V any](m map[string]V) []string {
-	var names []string
-	for n := range m {
-		names = append(names, n)
+// threadCalls are the calls of the API on one thread (default tenant)
+// that work on its workspace, then close and delete if withEnd.
+func threadCalls(c *gateway.Client, thread string, withEnd bool) []namedCall {
+	ctx := context.Background()
+	calls := []namedCall{
+		{"bind", func() error { _, err := c.Bind(ctx, "", thread); return err }},
+		{"exec", func() error {
+			_, _, err := execAPI(c, 20*time.Second, thread, "cat f")
+			return err
+		}},
+		{"spawn", func() error {
+			_, err := c.Spawn(ctx, "", thread, gateway.SpawnRequest{Command: "sleep 1"})
+			return err
+		}},
+		{"files/read", func() error {
+			_, err := c.ReadFile(ctx, "", thread, gateway.ReadFileRequest{Path: "f"})
+			return err
+		}},
+		{"files/write", func() error {
+			_, err := c.WriteFile(ctx, "", thread, gateway.WriteFileRequest{Path: "w", Content: "x"})
+			return err
+		}},
 	}
-	slices.Sort(names)
-	return names
+	if withEnd {
+		calls = append(calls,
+			namedCall{"close", func() error { _, err := c.CloseThread(ctx, "", thread); return err }},
+			namedCall{"delete", func() error { return c.DeleteThread(ctx, "", thread) }},
+		)
+	}
+	return calls
 }
 
 // waitPastPinned calls `exec --thread thread -- command` on d every 100 ms
@@ -120,11 +121,10 @@ func TestHostsPinnedRefusal(t *testing.T) {
 			t.Errorf("B: warren %s: %v\nwant exit 1 and %q", strings.Join(args, " "), r, want)
 		}
 	}
-	calls := threadCalls(b.client(), "t1")
-	for _, name := range sortedNames(calls) {
-		err := calls[name]()
+	for _, c := range threadCalls(b.client(), "t1", true) {
+		err := c.call()
 		if e := apiError(err); e == nil || e.Status != http.StatusConflict || e.Code != "pinned" || !strings.Contains(e.Message, want) {
-			t.Errorf("B: API %s: %v, want 409 pinned with %q", name, err, want)
+			t.Errorf("B: API %s: %v, want 409 pinned with %q", c.name, err, want)
 		}
 	}
 
@@ -243,11 +243,10 @@ func TestHostsGoneAndFresh(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, wantGone) {
 		t.Errorf("gone server, first call after A's lease expired: %v\nwant exit 1 and %q", r, wantGone)
 	}
-	calls := threadCalls(g.client(), "t-gone")
-	for _, name := range sortedNames(calls) {
-		err := calls[name]()
+	for _, c := range threadCalls(g.client(), "t-gone", false) {
+		err := c.call()
 		if e := apiError(err); e == nil || e.Status != http.StatusGone || e.Code != "gone" || !strings.Contains(e.Message, wantGone) {
-			t.Errorf("gone server: API %s: %v, want 410 gone with %q", name, err, wantGone)
+			t.Errorf("gone server: API %s: %v, want 410 gone with %q", c.name, err, wantGone)
 		}
 	}
 	if r := g.run(20*time.Second, "bind", "--thread", "t-gone"); r.code != 1 || !strings.Contains(r.stderr, wantGone) {
@@ -431,12 +430,36 @@ func TestHostsFencing(t *testing.T) {
 	if out, code, err := execAPI(ca, 20*time.Second, "t1", "cat f"); err != nil || code != 0 || out != "from a\n" {
 		t.Fatalf("A before the stop: %q, %d, %v", out, code, err)
 	}
+	// A runs a command and a job that write in the thread every 100 ms.
+	execDone := make(chan error, 1)
+	go func() {
+		out, code, err := execAPI(ca, 60*time.Second, "t1", "while :; do echo a >> ticks; sleep 0.1; done")
+		if err == nil {
+			err = fmt.Errorf("exit %d, output %q", code, out)
+		}
+		execDone <- err
+	}()
+	if id := strings.TrimSpace(a.mustWarren("spawn", "--thread", "t1", "--", "while :; do echo j >> jticks; sleep 0.1; done")); id != "bash-1" {
+		t.Fatalf("job on A: %q", id)
+	}
+	lines := func(name string) int {
+		data, _ := os.ReadFile(filepath.Join(rootA, name))
+		return strings.Count(string(data), "\n")
+	}
+	for deadline := time.Now().Add(10 * time.Second); lines("ticks") < 2 || lines("jticks") < 2; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("A's command and job do not write: %d and %d lines", lines("ticks"), lines("jticks"))
+		}
+	}
 
 	stopped := time.Now()
 	a.pause()
 	r, took := waitPastPinned(t, b, "t1", "echo from b >> f; cat f", rootA, "host-a")
 	if r.code != 0 || r.stdout != "from a\nfrom b\n" {
 		t.Fatalf("B while A is stopped past its lease: %v", r)
+	}
+	if j := b.jobs("t1")["bash-1"]; j.Running || j.Note != noteStopped {
+		t.Errorf("A's job after B took the thread: running %v, note %q; want %q", j.Running, j.Note, noteStopped)
 	}
 	t.Logf("B took the thread %v after A stopped", took.Sub(stopped).Round(time.Millisecond))
 	if took.Sub(stopped) < earliestTakeover {
@@ -477,15 +500,28 @@ func TestHostsFencing(t *testing.T) {
 		t.Errorf("host-a did not come back with a fresh lease: %+v", h)
 	}
 	// The other calls too, and the CLI.
-	calls := threadCalls(ca, "t1")
-	for _, name := range sortedNames(calls) {
-		err := calls[name]()
+	for _, c := range threadCalls(ca, "t1", true) {
+		err := c.call()
 		if e := apiError(err); e == nil || e.Status != http.StatusConflict || e.Code != "pinned" || !strings.Contains(e.Message, "on the host host-b") {
-			t.Errorf("A, renewed: API %s: %v, want 409 pinned naming host-b", name, err)
+			t.Errorf("A, renewed: API %s: %v, want 409 pinned naming host-b", c.name, err)
 		}
 	}
 	if out := b.mustWarren("exec", "--thread", "t1", "--", "cat f"); out != "from a\nfrom b\n" {
 		t.Errorf("the thread's file after A was continued: %q (A must not have written)", out)
+	}
+	// Nothing of A goes on writing in the thread B holds: its command
+	// ended, and the files it and its job wrote stay as they are.
+	select {
+	case err := <-execDone:
+		t.Logf("A's command ended: %v", err)
+	case <-time.After(2 * time.Second):
+		t.Errorf("A's command, started before its lease lapsed, still runs %v after A was continued, in the thread B took", time.Since(resumed).Round(time.Millisecond))
+	}
+	n, jn := lines("ticks"), lines("jticks")
+	time.Sleep(time.Second)
+	if n2, jn2 := lines("ticks"), lines("jticks"); n2 != n || jn2 != jn {
+		t.Errorf("A writes in the thread B took, %v after A was continued: ticks %d → %d lines, jticks %d → %d in a second",
+			time.Since(resumed).Round(time.Millisecond), n, n2, jn, jn2)
 	}
 	if got, ok := b.listed("t1"); !ok || got.HostID != "host-b" {
 		t.Errorf("ls: %+v (listed %v), want host-b", got, ok)
