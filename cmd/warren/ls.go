@@ -55,13 +55,16 @@ func ls(ctx context.Context, e *cliEnv, c *gateway.Client, socket string, tenant
 		return enc.Encode(tis)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tTHREAD\tSTATE\tMOUNT")
+	// HOST is the host that served the thread last; PINNED the one that
+	// holds it now, if a live one does.
+	fmt.Fprintln(tw, "TENANT\tTHREAD\tSTATE\tHOST\tPINNED\tMOUNT")
 	for _, ti := range tis {
 		state := string(ti.State)
 		if ti.State == "bound" && !ti.Mounted {
-			state = "bound (not mounted)"
+			state = "bound (not mounted here)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", showID(ti.Tenant), showID(ti.Thread), state, ti.MountPath)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", showID(ti.Tenant), showID(ti.Thread), state,
+			orDash(ti.HostID), orDash(ti.Owner), ti.MountPath)
 	}
 	return tw.Flush()
 }

@@ -40,6 +40,8 @@ func verbs() map[string]verb {
 		"jobs":   {"list a thread's background jobs", jobsCmd},
 		"logs":   {"print a job's output (-f: follow it until the job ends)", logsCmd},
 		"kill":   {"stop a job's whole process tree (SIGTERM, then SIGKILL)", killCmd},
+		"hosts":  {"list the servers that share the metadata store, and whether they are alive", hostsCmd},
+		"unpin":  {"move a thread whose host died to this server now", unpinCmd},
 	}
 }
 

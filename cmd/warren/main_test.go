@@ -231,3 +231,19 @@ func TestDefaultDataDir(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+func TestServeStoreUsage(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"serve", "--store", "zookeeper"}, "--store is badger or etcd"},
+		{[]string{"serve", "--store", "etcd"}, "--store etcd needs --etcd-endpoints"},
+		{[]string{"serve", "--etcd-endpoints", "http://127.0.0.1:1"}, "--etcd-endpoints needs --store etcd"},
+	} {
+		args := append(c.args, "--data", filepath.Join(t.TempDir(), "data"))
+		if code, _, errOut := runCLI(t, "", args...); code != 2 || !strings.Contains(errOut, c.err) {
+			t.Errorf("%q: exit %d, %q; want 2 and %q", c.args, code, errOut, c.err)
+		}
+	}
+}

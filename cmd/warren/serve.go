@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -32,6 +33,14 @@ type serveOptions struct {
 	jailNetwork string
 	jailMemory  int64
 	jailProcs   int
+	// The metadata store, and this host's lease in it.
+	store         string
+	etcdEndpoints string
+	etcdPrefix    string
+	renewEvery    time.Duration
+	expiresAfter  time.Duration
+	onUnreachable string
+	seedCommand   string
 }
 
 // uidList is a repeatable --allow-uid flag.
@@ -56,7 +65,7 @@ func (u *uidList) Set(v string) error {
 
 func serveCmd(ctx context.Context, e *cliEnv, args []string) error {
 	var o serveOptions
-	fs := newFlags(e, "serve", "[--data DIR] [--socket PATH] [--host-id ID] [--allow-uid N]... [--log-level L] [--log-json] [--no-edit-checks]")
+	fs := newFlags(e, "serve", "[--data DIR] [--socket PATH] [--host-id ID] [--store badger|etcd --etcd-endpoints URL,...] [--allow-uid N]... [--log-level L] [--log-json]")
 	fs.StringVar(&o.dataDir, "data", defaultDataDir(e.getenv), "data folder: metadata, workspaces, mounts")
 	fs.StringVar(&o.socket, "socket", "", "API socket (default DATA/warren.sock)")
 	fs.StringVar(&o.hostID, "host-id", "", "stable id of this host; pins its threads to it (default: not pinned)")
@@ -67,6 +76,13 @@ func serveCmd(ctx context.Context, e *cliEnv, args []string) error {
 	fs.StringVar(&o.jailNetwork, "jail-network", "none", "network of the threads' jails: none (loopback only) or host")
 	fs.Int64Var(&o.jailMemory, "jail-memory", 0, "memory of each thread's jail, in bytes (default 2 GiB)")
 	fs.IntVar(&o.jailProcs, "jail-procs", 0, "processes of each thread's jail (default 1024)")
+	fs.StringVar(&o.store, "store", "badger", "metadata store: badger (embedded, one server) or etcd (several servers)")
+	fs.StringVar(&o.etcdEndpoints, "etcd-endpoints", "", "etcd client URLs, comma-separated (with --store etcd)")
+	fs.StringVar(&o.etcdPrefix, "etcd-prefix", "warren/", "prefix of warren's keys in etcd")
+	fs.DurationVar(&o.renewEvery, "renew-every", gateway.DefaultRenewEvery, "how often this host renews its lease (with --host-id)")
+	fs.DurationVar(&o.expiresAfter, "expires-after", gateway.DefaultExpiresAfter, "how long after its last renewal a host counts as gone")
+	fs.StringVar(&o.onUnreachable, "on-unreachable", gateway.UnreachableGone, "a taken-over thread whose folder is not reachable here: gone, or fresh (a new workspace)")
+	fs.StringVar(&o.seedCommand, "seed-command", "", "with --on-unreachable fresh: a command run in the new workspace's jail (a clone, say)")
 	rest, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -115,11 +131,9 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	if o.noEditChecks {
 		log.Warn("edit checks are off: writes based on stale reads are not refused (for benchmarks only)")
 	}
-	metaDir := gateway.MetaDir(dataDir)
-	log.Info("data folder", "data", dataDir, "meta", metaDir)
-	store, err := meta.OpenBadger(ctx, metaDir, log.Named("meta"))
+	store, err := openStore(ctx, log, o, dataDir)
 	if err != nil {
-		return fmt.Errorf("open metadata store: %w", err)
+		return err
 	}
 	err = gateway.Run(ctx, gateway.Config{
 		DataDir:         dataDir,
@@ -132,9 +146,48 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 		JailNetwork:     o.jailNetwork,
 		JailMemoryBytes: o.jailMemory,
 		JailMaxProcs:    o.jailProcs,
+		RenewEvery:      o.renewEvery,
+		ExpiresAfter:    o.expiresAfter,
+		OnUnreachable:   o.onUnreachable,
+		SeedCommand:     o.seedCommand,
 	})
 	if cerr := store.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("close metadata store: %w", cerr)
 	}
 	return err
+}
+
+// openStore opens the metadata store the flags choose: Badger in the data
+// folder, or an etcd cluster that several servers share.
+func openStore(ctx context.Context, log hclog.Logger, o serveOptions, dataDir string) (meta.Store, error) {
+	switch o.store {
+	case "badger", "":
+		if o.etcdEndpoints != "" {
+			return nil, usagef("--etcd-endpoints needs --store etcd")
+		}
+		metaDir := gateway.MetaDir(dataDir)
+		log.Info("data folder", "data", dataDir, "meta", metaDir)
+		store, err := meta.OpenBadger(ctx, metaDir, log.Named("meta"))
+		if err != nil {
+			return nil, fmt.Errorf("open metadata store: %w", err)
+		}
+		return store, nil
+	case "etcd":
+		var eps []string
+		for _, ep := range strings.Split(o.etcdEndpoints, ",") {
+			if ep = strings.TrimSpace(ep); ep != "" {
+				eps = append(eps, ep)
+			}
+		}
+		if len(eps) == 0 {
+			return nil, usagef("--store etcd needs --etcd-endpoints")
+		}
+		log.Info("data folder", "data", dataDir, "etcd", eps, "prefix", o.etcdPrefix)
+		store, err := meta.OpenEtcd(ctx, meta.EtcdConfig{Endpoints: eps, Prefix: o.etcdPrefix, Logger: log.Named("meta")})
+		if err != nil {
+			return nil, fmt.Errorf("open metadata store: %w", err)
+		}
+		return store, nil
+	}
+	return nil, usagef("--store is badger or etcd, not %q", o.store)
 }
