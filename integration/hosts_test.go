@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"warren/gateway"
+	"warren/internal/testenv"
 )
 
 // The hosts tests: several warren servers, each with a host id and a data
@@ -204,8 +205,16 @@ func TestHostsTakeoverAfterKill9(t *testing.T) {
 		t.Errorf("hosts: host-b is not alive: %+v", h)
 	}
 
-	// A comes back: the thread is not A's any more.
+	// A comes back: the thread is not A's any more. Its mount, dead since
+	// the kill, is detached (as a restart does for its own threads), and
+	// serves nothing.
 	a.start()
+	if left := testenv.MountsUnder(t, a.data); len(left) != 0 {
+		t.Errorf("A, restarted, left mounts of the thread B took: %v", left)
+	}
+	if _, err := os.ReadFile(filepath.Join(mp, "f")); err == nil {
+		t.Errorf("A, restarted, serves the thread B took at its old mount %s", mp)
+	}
 	want := pinnedMessage(info.Root, "host-b")
 	if r := a.run(20*time.Second, "exec", "--thread", "t1", "--", "cat g"); r.code != 1 || !strings.Contains(r.stderr, want) {
 		t.Errorf("A, restarted, on B's thread: %v\nwant exit 1 and %q", r, want)
@@ -454,7 +463,7 @@ func TestHostsFencing(t *testing.T) {
 
 	stopped := time.Now()
 	a.pause()
-	r, took := waitPastPinned(t, b, "t1", "echo from b >> f; cat f", rootA, "host-a")
+	r, took := waitPastPinned(t, b, "t1", "echo from b > g; cat f g", rootA, "host-a")
 	if r.code != 0 || r.stdout != "from a\nfrom b\n" {
 		t.Fatalf("B while A is stopped past its lease: %v", r)
 	}
@@ -506,8 +515,15 @@ func TestHostsFencing(t *testing.T) {
 			t.Errorf("A, renewed: API %s: %v, want 409 pinned naming host-b", c.name, err)
 		}
 	}
-	if out := b.mustWarren("exec", "--thread", "t1", "--", "cat f"); out != "from a\nfrom b\n" {
-		t.Errorf("the thread's file after A was continued: %q (A must not have written)", out)
+	if out := b.mustWarren("exec", "--thread", "t1", "--", "cat f g"); out != "from a\nfrom b\n" {
+		t.Errorf("the thread's files after A was continued: %q", out)
+	}
+	// A's mount does not serve the thread any more: a write through it
+	// does not reach the thread's folder (the mount may refuse it, or be
+	// gone, the write landing in the bare mount point).
+	werr := os.WriteFile(filepath.Join(mp, "via-a"), []byte("a\n"), 0o644)
+	if _, err := os.Stat(filepath.Join(rootA, "via-a")); err == nil {
+		t.Errorf("a write through A's mount %s reached the thread's folder after B took it and A renewed its lease (write: %v)", mp, werr)
 	}
 	// Nothing of A goes on writing in the thread B holds: its command
 	// ended, and the files it and its job wrote stay as they are.
