@@ -174,7 +174,7 @@ func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (*jail.
 		s = tj.settings
 	}
 	g.mu.Unlock()
-	if tj != nil {
+	if tj != nil && !g.closing(k) {
 		// A warm jail still needs the thread's pin (a map look-up while
 		// the lease holds).
 		if err := g.claim(ctx, k, nil); err != nil {
