@@ -563,6 +563,16 @@ func (g *Gateway) DeleteThread(ctx context.Context, tenant, thread string) error
 	if err := g.store.DeleteBinding(ctx, k, b.Revision); err != nil {
 		return fmt.Errorf("delete %s: delete binding: %w", keyName(k), err)
 	}
+	if g.cfg.HostID != "" {
+		// The last record: a failure leaves a pin that runs out with
+		// this host's lease, and holds no thread.
+		if err := g.store.Unpin(ctx, k, g.cfg.HostID); err != nil {
+			g.log.Warn("unpin a deleted thread", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+		}
+		g.lease.mu.Lock()
+		delete(g.lease.pins, k)
+		g.lease.mu.Unlock()
+	}
 	g.mu.Lock()
 	delete(g.threads, k)
 	g.mu.Unlock()
