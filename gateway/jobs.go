@@ -298,19 +298,10 @@ func (g *Gateway) Spawn(ctx context.Context, tenant, thread string, req SpawnReq
 	if err != nil {
 		return JobInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if err := g.takeJobSlot(k, settings); err != nil {
-		return JobInfo{}, err
-	}
-	seq, err := g.store.NextJobSeq(ctx, k)
+	jb, err := g.reserveJob(ctx, k, settings, req.Label, req.Command, req.User)
 	if err != nil {
-		g.releaseJobSlot(k)
 		return JobInfo{}, fmt.Errorf("spawn in %s: %w", keyName(k), err)
 	}
-	label := req.Label
-	if label == "" {
-		label = req.Command
-	}
-	jb := g.newJob(k, seq, label, req.User)
 	stdin, stdinW := io.Pipe()
 	jb.stdin = stdinW
 	runCtx, kill := context.WithCancel(context.Background())
@@ -350,6 +341,23 @@ func (g *Gateway) Spawn(ctx context.Context, tenant, thread string, req SpawnReq
 type startInfo struct {
 	pid    int
 	cgroup string
+}
+
+// reserveJob takes one of k's job slots (or refuses at the limit) and
+// numbers a new job: labelled label, else command.
+func (g *Gateway) reserveJob(ctx context.Context, k meta.ThreadKey, s meta.Settings, label, command, user string) (*job, error) {
+	if err := g.takeJobSlot(k, s); err != nil {
+		return nil, err
+	}
+	seq, err := g.store.NextJobSeq(ctx, k)
+	if err != nil {
+		g.releaseJobSlot(k)
+		return nil, err
+	}
+	if label == "" {
+		label = command
+	}
+	return g.newJob(k, seq, label, user), nil
 }
 
 // newJob makes the in-memory job seq of k.
