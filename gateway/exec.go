@@ -174,7 +174,7 @@ func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (*jail.
 		s = tj.settings
 	}
 	g.mu.Unlock()
-	if tj != nil {
+	if tj != nil && !g.closing(k) {
 		// A warm jail still needs the thread's pin (a map look-up while
 		// the lease holds).
 		if err := g.claim(ctx, k, nil); err != nil {
@@ -546,21 +546,12 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 func (s *execStream) toBackground(req BackgroundRequest, kill context.CancelFunc, signals chan syscall.Signal,
 	started chan startInfo, result chan runResult, timer *time.Timer, sout, serr *switchWriter) (JobInfo, error) {
 	g, k := s.g, s.run.key
-	if err := g.takeJobSlot(k, s.settings); err != nil {
-		return JobInfo{}, err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
-	seq, err := g.store.NextJobSeq(ctx, k)
+	jb, err := g.reserveJob(ctx, k, s.settings, req.Label, s.label, req.User)
 	cancel()
 	if err != nil {
-		g.releaseJobSlot(k)
 		return JobInfo{}, fmt.Errorf("move to the background in %s: %w", keyName(k), err)
 	}
-	label := req.Label
-	if label == "" {
-		label = s.label
-	}
-	jb := g.newJob(k, seq, label, req.User)
 	jb.kill, jb.signals = kill, signals
 	jb.stdin = s.run.stdin
 	if jb.stdin == nil {

@@ -137,7 +137,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if cfg.HostID != "" {
 		// The first lease, before anything is served: a gateway that
 		// cannot hold its host id serves nothing pinned.
-		if err := g.heartbeat(ctx); err != nil {
+		if _, err := g.heartbeat(ctx); err != nil {
 			g.hub.Close()
 			return nil, fmt.Errorf("start gateway: first heartbeat of host %q: %w", cfg.HostID, err)
 		}

@@ -80,10 +80,11 @@ func (g *Gateway) keepLease(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := g.heartbeat(ctx); err != nil && ctx.Err() == nil {
+		lost, err := g.heartbeat(ctx)
+		if err != nil && ctx.Err() == nil {
 			g.log.Warn("heartbeat failed", "host_id", g.cfg.HostID, "error", err)
 		}
-		if g.lease.valid(time.Now()) == 0 && g.fencing.CompareAndSwap(false, true) {
+		if (lost || g.lease.valid(time.Now()) == 0) && g.fencing.CompareAndSwap(false, true) {
 			// Ending jobs records their ends, which may wait on the
 			// store: the heartbeats go on meanwhile.
 			go func() {
@@ -94,10 +95,11 @@ func (g *Gateway) keepLease(ctx context.Context) {
 	}
 }
 
-// heartbeat renews the lease, or gets a new one when it lapsed: then
-// every pin made under the old one is gone, and the threads are pinned
-// again, each at its next call, if no other host took them meanwhile.
-func (g *Gateway) heartbeat(ctx context.Context) error {
+// heartbeat renews the lease, or gets a new one when it lapsed (lost):
+// then every pin made under the old one is gone, and the threads are
+// pinned again, each at its next call, if no other host took them
+// meanwhile.
+func (g *Gateway) heartbeat(ctx context.Context) (lost bool, err error) {
 	g.lease.mu.Lock()
 	id := g.lease.id
 	g.lease.mu.Unlock()
@@ -106,6 +108,7 @@ func (g *Gateway) heartbeat(ctx context.Context) error {
 	sent := time.Now()
 	got, err := g.store.Heartbeat(ctx, g.cfg.HostID, id, g.cfg.ExpiresAfter)
 	if errors.Is(err, meta.ErrLeaseLost) {
+		lost = true
 		g.log.Warn("lease lapsed: serving no pinned thread until a new lease and new pins", "host_id", g.cfg.HostID, "lease", id)
 		g.lease.mu.Lock()
 		g.lease.id, g.lease.pins = 0, make(map[meta.ThreadKey]meta.LeaseID)
@@ -114,7 +117,7 @@ func (g *Gateway) heartbeat(ctx context.Context) error {
 		got, err = g.store.Heartbeat(ctx, g.cfg.HostID, 0, g.cfg.ExpiresAfter)
 	}
 	if err != nil {
-		return err
+		return lost, err
 	}
 	g.lease.mu.Lock()
 	if got != g.lease.id {
@@ -123,27 +126,48 @@ func (g *Gateway) heartbeat(ctx context.Context) error {
 	}
 	g.lease.id, g.lease.validUntil = got, sent.Add(g.cfg.ExpiresAfter-leaseMargin)
 	g.lease.mu.Unlock()
-	return nil
+	return lost, nil
 }
 
-// fence ends every jail, with the commands and jobs in it, once the lease
-// is no longer valid: another host may take any of the threads now, and
-// nothing of this gateway may go on writing in their folders. The mounts
-// stay; every call through the API is refused until the thread is pinned
-// again.
+// fence takes down every thread this gateway serves, with its jail, its
+// commands and jobs and its mount, once the lease is no longer valid:
+// another host may take any of them now, and nothing of this gateway may
+// go on writing in their folders. Their records stay: once this gateway
+// holds a lease again, a call pins a thread again (if nobody took it) and
+// mounts it again.
 func (g *Gateway) fence() {
 	g.mu.Lock()
 	var keys []meta.ThreadKey
+	for k, t := range g.threads {
+		if t.mount != nil {
+			keys = append(keys, k)
+		}
+	}
 	for k := range g.jails {
-		keys = append(keys, k)
+		if g.threads[k] == nil {
+			keys = append(keys, k)
+		}
 	}
 	g.mu.Unlock()
 	for _, k := range keys {
-		g.closeJail(k)
-		g.endThreadJobs(k)
+		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+		unlock, err := g.threadLocks.lock(ctx, k)
+		if err == nil {
+			_, mountPath, perr := g.threadPaths(k)
+			if perr == nil {
+				err = g.unmountThread(k, mountPath)
+			} else {
+				err = perr
+			}
+			unlock()
+		}
+		cancel()
+		if err != nil {
+			g.log.Error("fence: take down a thread", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+		}
 	}
 	if len(keys) > 0 {
-		g.log.Warn("fenced: ended the jails of threads this host may no longer own", "host_id", g.cfg.HostID, "jails", len(keys))
+		g.log.Warn("fenced: took down the threads this host may no longer own", "host_id", g.cfg.HostID, "threads", len(keys))
 	}
 }
 

@@ -231,3 +231,59 @@ func subscribe(t *testing.T, env *testEnv, thread string) <-chan Event {
 	}()
 	return evs
 }
+
+// BenchmarkOwnershipCheck measures what a call pays to check that this
+// gateway owns its thread, once the thread is pinned: a map look-up under
+// a mutex and a clock read, no store round trip.
+func BenchmarkOwnershipCheck(b *testing.B) {
+	store := newStore(b)
+	env := startEnv(b, Config{HostID: "web-1", Store: store})
+	ctx := context.Background()
+	k := meta.ThreadKey{Tenant: "acme", Thread: "t1"}
+	if err := env.g.claim(ctx, k, nil); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if err := env.g.claim(ctx, k, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestFenceOnLostLease: a gateway that finds its lease gone (here another
+// run of its host id took the host's lease over) takes down every thread
+// it served, jail, jobs and mount, and serves it again only after pinning
+// it anew.
+func TestFenceOnLostLease(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	store := newStore(t)
+	ctx := context.Background()
+	env := startEnv(t, Config{HostID: "web-1", Store: store, RenewEvery: 100 * time.Millisecond, ExpiresAfter: 2 * time.Second})
+	if _, err := env.c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: "sleep 300"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Heartbeat(ctx, "web-1", 0, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ti, err := env.c.Thread(ctx, "acme", "t1")
+		if err == nil && !ti.Mounted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still mounted after the lease was lost: %+v, %v", ti, err)
+		}
+	}
+	info := waitJobEnd(t, env.c, "t1", "bash-1")
+	if *info.ExitCode == 0 {
+		t.Errorf("the job of a fenced thread: %+v", info)
+	}
+	if !strings.Contains(env.logBuf.String(), "fenced: took down the threads") {
+		t.Error("no fence in the log")
+	}
+	// Pinned again at its next call, and served.
+	var out strings.Builder
+	if code, err := env.c.Exec(ctx, "acme", "t1", ExecRequest{Command: "echo back"}, &out, nil); err != nil || code != 0 || out.String() != "back\n" {
+		t.Errorf("after the fence: exit %d, %v, %q", code, err, out.String())
+	}
+}

@@ -150,6 +150,9 @@ type threadJobs struct {
 	slots int             // running jobs, and moves or spawns under way
 	jobs  map[uint64]*job // running and kept ended jobs
 	ended []uint64        // kept ended jobs, oldest first
+	// closing: the thread was closed while jobs ran; its jail and mount
+	// go when the last one ends (closeIdle).
+	closing bool
 }
 
 // job is a job this gateway runs or ran.
@@ -295,19 +298,10 @@ func (g *Gateway) Spawn(ctx context.Context, tenant, thread string, req SpawnReq
 	if err != nil {
 		return JobInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if err := g.takeJobSlot(k, settings); err != nil {
-		return JobInfo{}, err
-	}
-	seq, err := g.store.NextJobSeq(ctx, k)
+	jb, err := g.reserveJob(ctx, k, settings, req.Label, req.Command, req.User)
 	if err != nil {
-		g.releaseJobSlot(k)
 		return JobInfo{}, fmt.Errorf("spawn in %s: %w", keyName(k), err)
 	}
-	label := req.Label
-	if label == "" {
-		label = req.Command
-	}
-	jb := g.newJob(k, seq, label, req.User)
 	stdin, stdinW := io.Pipe()
 	jb.stdin = stdinW
 	runCtx, kill := context.WithCancel(context.Background())
@@ -347,6 +341,23 @@ func (g *Gateway) Spawn(ctx context.Context, tenant, thread string, req SpawnReq
 type startInfo struct {
 	pid    int
 	cgroup string
+}
+
+// reserveJob takes one of k's job slots (or refuses at the limit) and
+// numbers a new job: labelled label, else command.
+func (g *Gateway) reserveJob(ctx context.Context, k meta.ThreadKey, s meta.Settings, label, command, user string) (*job, error) {
+	if err := g.takeJobSlot(k, s); err != nil {
+		return nil, err
+	}
+	seq, err := g.store.NextJobSeq(ctx, k)
+	if err != nil {
+		g.releaseJobSlot(k)
+		return nil, err
+	}
+	if label == "" {
+		label = command
+	}
+	return g.newJob(k, seq, label, user), nil
 }
 
 // newJob makes the in-memory job seq of k.
@@ -424,6 +435,7 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 	jb.out.Close()
 
 	g.mu.Lock()
+	idle := false
 	if tj := g.jobs[jb.key]; tj != nil {
 		tj.slots--
 		tj.ended = append(tj.ended, jb.seq)
@@ -431,8 +443,12 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 			delete(tj.jobs, tj.ended[0])
 			tj.ended = tj.ended[1:]
 		}
+		idle = tj.closing && tj.slots == 0
 	}
 	g.mu.Unlock()
+	if idle {
+		go g.closeIdle(jb.key)
+	}
 	close(jb.done)
 	g.log.Info("job ended", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "exit", code)
 	g.emitJob(EventJobEnded, jb, &code, "")
@@ -612,4 +628,58 @@ func (g *Gateway) endThreadJobs(k meta.ThreadKey) {
 		jb.kill()
 		<-jb.done
 	}
+}
+
+// runningJobs counts the jobs k runs on this gateway (and those being
+// started).
+func (g *Gateway) runningJobs(k meta.ThreadKey) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if tj := g.jobs[k]; tj != nil {
+		return tj.slots
+	}
+	return 0
+}
+
+// setClosing marks k as closed while its jobs run, or not.
+func (g *Gateway) setClosing(k meta.ThreadKey, closing bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if tj := g.jobs[k]; tj != nil {
+		tj.closing = closing
+	}
+}
+
+// closing says whether k was closed while its jobs run.
+func (g *Gateway) closing(k meta.ThreadKey) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	tj := g.jobs[k]
+	return tj != nil && tj.closing
+}
+
+// closeIdle takes down the jail and mount of a thread that was closed
+// while its jobs ran, once the last one ended, unless the thread was
+// bound again meanwhile.
+func (g *Gateway) closeIdle(k meta.ThreadKey) {
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	defer cancel()
+	unlock, err := g.threadLocks.lock(ctx, k)
+	if err != nil {
+		return
+	}
+	defer unlock()
+	b, err := g.store.GetBinding(ctx, k)
+	if err != nil || b.State != meta.StateClosed || !g.closing(k) || g.runningJobs(k) > 0 {
+		return
+	}
+	_, mountPath, err := g.threadPaths(k)
+	if err == nil {
+		err = g.unmountThread(k, mountPath)
+	}
+	if err != nil {
+		g.log.Warn("take down a closed thread whose jobs ended", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+		return
+	}
+	g.log.Info("closed thread idle: jail and mount gone", "tenant", k.Tenant, "thread", k.Thread)
 }

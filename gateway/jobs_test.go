@@ -529,3 +529,58 @@ func TestJobEvents(t *testing.T) {
 		t.Errorf("output events: %q", got.String())
 	}
 }
+
+// TestCloseWithJobs: closing a thread whose jobs run keeps its jail and
+// mount for them, and takes them down once the last one ends; a bind in
+// between keeps them for good.
+func TestCloseWithJobs(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	env := startEnv(t, Config{})
+	c, ctx := env.c, jobCtx(t)
+	mounted := func(thread string) (meta.State, bool) {
+		ti, err := c.Thread(ctx, "acme", thread)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ti.State, ti.Mounted
+	}
+	if _, err := c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: "echo started; sleep 1; echo done"}); err != nil {
+		t.Fatal(err)
+	}
+	waitLine(t, c, "t1", "bash-1", "started\n")
+	if _, err := c.CloseThread(ctx, "acme", "t1"); err != nil {
+		t.Fatal(err)
+	}
+	if state, m := mounted("t1"); state != meta.StateClosed || !m {
+		t.Errorf("closed with a job running: %s, mounted %v; want closed and still mounted", state, m)
+	}
+	info := waitJobEnd(t, c, "t1", "bash-1")
+	if *info.ExitCode != 0 {
+		t.Errorf("the job of a closed thread: exit %d", *info.ExitCode)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, m := mounted("t1"); !m {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still mounted after its last job ended")
+		}
+	}
+
+	// Bound again while its job runs: it stays up after the job.
+	if _, err := c.Spawn(ctx, "acme", "t2", SpawnRequest{Command: "sleep 0.5"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CloseThread(ctx, "acme", "t2"); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if code, err := c.Exec(ctx, "acme", "t2", ExecRequest{Command: "echo back"}, &out, nil); err != nil || code != 0 || out.String() != "back\n" {
+		t.Fatalf("exec on a closed thread: %d, %v, %q", code, err, out.String())
+	}
+	waitJobEnd(t, c, "t2", "bash-1")
+	time.Sleep(200 * time.Millisecond)
+	if state, m := mounted("t2"); state != meta.StateBound || !m {
+		t.Errorf("bound again, after its job: %s, mounted %v", state, m)
+	}
+}

@@ -128,6 +128,23 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	if found && old.State == meta.StateGone && !moved {
 		return meta.Binding{}, goneError(old)
 	}
+	if found && old.State == meta.StateClosed && g.mounted(k) && !moved {
+		// Closed while its jobs ran, and still mounted for them: bound
+		// again, as it is.
+		b := old
+		b.State, b.ClosedAt = meta.StateBound, time.Time{}
+		if settings != nil {
+			b.Settings = *settings
+		}
+		b, err := g.store.UpdateBinding(ctx, b)
+		if err != nil {
+			return meta.Binding{}, fmt.Errorf("bind %s: write binding: %w", keyName(k), err)
+		}
+		g.setClosing(k, false)
+		g.log.Info("thread bound again while its jobs ran", "tenant", k.Tenant, "thread", k.Thread)
+		g.emit(Event{Type: EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx), Message: "bound again; it was kept mounted for its jobs"})
+		return b, nil
+	}
 	if found && old.State == meta.StateBound && g.mounted(k) && !moved {
 		if settings == nil || reflect.DeepEqual(*settings, old.Settings) {
 			return old, nil
@@ -461,7 +478,12 @@ func (g *Gateway) CloseThread(ctx context.Context, tenant, thread string) (Threa
 	if err := g.claim(ctx, k, &b); err != nil {
 		return ThreadInfo{}, err
 	}
-	if err := g.unmountThread(k, b.MountPath); err != nil {
+	// Running jobs keep the jail and the mount until they end
+	// (closeIdle); the record says closed at once.
+	if n := g.runningJobs(k); n > 0 {
+		g.setClosing(k, true)
+		g.log.Info("thread closed while jobs run: its jail and mount stay until they end", "tenant", k.Tenant, "thread", k.Thread, "jobs", n)
+	} else if err := g.unmountThread(k, b.MountPath); err != nil {
 		return ThreadInfo{}, fmt.Errorf("close %s: %w", keyName(k), err)
 	}
 	if b.State != meta.StateClosed {
@@ -540,6 +562,16 @@ func (g *Gateway) DeleteThread(ctx context.Context, tenant, thread string) error
 	}
 	if err := g.store.DeleteBinding(ctx, k, b.Revision); err != nil {
 		return fmt.Errorf("delete %s: delete binding: %w", keyName(k), err)
+	}
+	if g.cfg.HostID != "" {
+		// The last record: a failure leaves a pin that runs out with
+		// this host's lease, and holds no thread.
+		if err := g.store.Unpin(ctx, k, g.cfg.HostID); err != nil {
+			g.log.Warn("unpin a deleted thread", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+		}
+		g.lease.mu.Lock()
+		delete(g.lease.pins, k)
+		g.lease.mu.Unlock()
 	}
 	g.mu.Lock()
 	delete(g.threads, k)

@@ -97,20 +97,14 @@ func logsCmd(ctx context.Context, e *cliEnv, args []string) error {
 	addThreadFlags(e, fs, &tf)
 	follow := fs.Bool("f", false, "follow the output until the job ends")
 	offset := fs.Int64("offset", 0, "start at this byte of the job's output (negative: the oldest kept)")
-	rest, err := parse(fs, args)
+	id, err := parseJobArgs(fs, &tf, args)
 	if err != nil {
 		return err
-	}
-	if err := tf.check(); err != nil {
-		return err
-	}
-	if len(rest) != 1 {
-		return usagef("give one job id (bash-N)")
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var exit *int
-	err = gateway.NewClient(tf.socket).JobOutput(ctx, tf.tenant, tf.thread, rest[0], *offset, *follow, func(f gateway.JobFrame) error {
+	err = gateway.NewClient(tf.socket).JobOutput(ctx, tf.tenant, tf.thread, id, *offset, *follow, func(f gateway.JobFrame) error {
 		if f.Dropped > 0 {
 			fmt.Fprintf(e.stderr, "warren: %d bytes of the output were dropped before byte %d (a job keeps its newest 1 MiB)\n", f.Dropped, f.Offset)
 		}
@@ -137,17 +131,11 @@ func killCmd(ctx context.Context, e *cliEnv, args []string) error {
 	fs := newFlags(e, "kill", "[--grace S] --thread ID JOB")
 	addThreadFlags(e, fs, &tf)
 	grace := fs.Float64("grace", 0, "seconds between SIGTERM and SIGKILL (default 5)")
-	rest, err := parse(fs, args)
+	id, err := parseJobArgs(fs, &tf, args)
 	if err != nil {
 		return err
 	}
-	if err := tf.check(); err != nil {
-		return err
-	}
-	if len(rest) != 1 {
-		return usagef("give one job id (bash-N)")
-	}
-	job, err := gateway.NewClient(tf.socket).StopJob(ctx, tf.tenant, tf.thread, rest[0], time.Duration(*grace*float64(time.Second)))
+	job, err := gateway.NewClient(tf.socket).StopJob(ctx, tf.tenant, tf.thread, id, time.Duration(*grace*float64(time.Second)))
 	if err != nil {
 		return callError(tf.socket, "stop the job", err)
 	}
@@ -165,4 +153,20 @@ func orDash(id string) string {
 		return "-"
 	}
 	return showID(id)
+}
+
+// parseJobArgs parses the flags of a verb that names a thread and one job,
+// and returns the job's id.
+func parseJobArgs(fs *flag.FlagSet, tf *threadFlags, args []string) (string, error) {
+	rest, err := parse(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if err := tf.check(); err != nil {
+		return "", err
+	}
+	if len(rest) != 1 {
+		return "", usagef("give one job id (bash-N)")
+	}
+	return rest[0], nil
 }
