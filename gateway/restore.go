@@ -42,7 +42,15 @@ func (g *Gateway) restore(ctx context.Context) {
 			continue
 		}
 		if b.HostID != "" && b.HostID != g.cfg.HostID {
+			// Another host serves it (it may have taken it over from this
+			// one while it was down): a mount this host left there when
+			// it crashed is dead, and goes.
 			g.log.Debug("restore: thread belongs to another host", "tenant", b.Tenant, "thread", b.Thread, "owner", b.HostID)
+			if _, mountPath, err := g.threadPaths(b.ThreadKey); err == nil {
+				if err := g.mounter.DetachStale(mountPath); err != nil {
+					g.log.Warn("restore: detach a stale mount of a thread another host serves", "path", mountPath, "error", err)
+				}
+			}
 			continue
 		}
 		sem <- struct{}{}
