@@ -23,6 +23,10 @@ type Config struct {
 	DataDir string
 	// SocketPath is where the API listens; "" means DataDir/warren.sock.
 	SocketPath string
+	// WorkspacesDir holds the threads' backing folders; "" means
+	// DataDir/workspaces. Servers without host ids may share one (a
+	// shared disk): each binds any thread there.
+	WorkspacesDir string
 	// HostID is this host's stable id, written into every binding it makes.
 	// With one, the gateway keeps a lease in the store and pins the threads
 	// it serves (hosts.go); others refuse them while the lease holds. ""
@@ -94,6 +98,13 @@ func (c Config) withDefaults() (Config, error) {
 	if c.SocketPath == "" {
 		c.SocketPath = DefaultSocket(c.DataDir)
 	}
+	if c.WorkspacesDir == "" {
+		c.WorkspacesDir = filepath.Join(c.DataDir, "workspaces")
+	}
+	if !filepath.IsAbs(c.WorkspacesDir) {
+		return c, fmt.Errorf("config: workspaces folder %q must be absolute", c.WorkspacesDir)
+	}
+	c.WorkspacesDir = filepath.Clean(c.WorkspacesDir)
 	if !filepath.IsAbs(c.SocketPath) {
 		return c, fmt.Errorf("config: socket path %q must be absolute", c.SocketPath)
 	}

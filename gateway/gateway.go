@@ -31,7 +31,8 @@ type Gateway struct {
 	log     hclog.Logger
 	store   meta.Store
 	mounter mounter
-	wsBase  string // DataDir/workspaces: backing roots
+	wsBase  string // Config.WorkspacesDir: backing roots
+	wsReal  string // wsBase with symlinks resolved, to refuse inspection mounts in it
 	mntBase string // DataDir/mnt: mount points
 	dataDir string // DataDir with symlinks resolved, to refuse inspection mounts in it
 	uid     uint32 // this process's uid, always allowed on the socket
@@ -111,7 +112,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		log:         cfg.Logger,
 		store:       cfg.Store,
 		mounter:     cfg.mounter,
-		wsBase:      filepath.Join(cfg.DataDir, "workspaces"),
+		wsBase:      cfg.WorkspacesDir,
 		mntBase:     filepath.Join(cfg.DataDir, "mnt"),
 		uid:         uint32(os.Getuid()),
 		allow:       make(map[uint32]bool),
@@ -271,6 +272,9 @@ func (g *Gateway) makeLayout() error {
 		return fmt.Errorf("resolve data dir: %w", err)
 	}
 	g.dataDir = real
+	if g.wsReal, err = filepath.EvalSymlinks(g.wsBase); err != nil {
+		return fmt.Errorf("resolve workspaces folder: %w", err)
+	}
 	return nil
 }
 

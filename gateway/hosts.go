@@ -250,14 +250,15 @@ func goneError(b meta.Binding) error {
 }
 
 // rootOf returns the backing folder of a binding: its recorded root if
-// that is a workspace root of the binding's ids (a thread taken over from
+// that is a workspace root of the binding's ids, in this gateway's
+// workspaces folder or in one named "workspaces" (a thread taken over from
 // another host keeps its folder there), else this gateway's own root for
 // the ids. A root read from the store is trusted only in that shape, so a
 // damaged record cannot make a delete remove anything else.
 func (g *Gateway) rootOf(b meta.Binding) (string, error) {
 	if b.Root != "" && filepath.IsAbs(b.Root) {
 		base := filepath.Dir(filepath.Dir(b.Root))
-		if filepath.Base(base) == "workspaces" {
+		if filepath.Base(base) == "workspaces" || base == g.wsBase {
 			if want, err := WorkspaceRoot(base, b.Tenant, b.Thread); err == nil && want == filepath.Clean(b.Root) {
 				return want, nil
 			}

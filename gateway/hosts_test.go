@@ -287,3 +287,30 @@ func TestFenceOnLostLease(t *testing.T) {
 		t.Errorf("after the fence: exit %d, %v, %q", code, err, out.String())
 	}
 }
+
+// TestSharedWorkspaces: servers without host ids pin nothing; sharing a
+// store and a workspaces folder (a shared disk), each binds any thread
+// there and serves the same files.
+func TestSharedWorkspaces(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	store := newStore(t)
+	shared := filepath.Join(t.TempDir(), "shared")
+	a := startEnv(t, Config{Store: store, WorkspacesDir: shared})
+	b := startEnv(t, Config{Store: store, WorkspacesDir: shared})
+	ctx := context.Background()
+	if _, err := a.c.WriteFile(ctx, "acme", "t1", WriteFileRequest{Path: "notes.txt", Content: "from a\n"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.c.ReadFile(ctx, "acme", "t1", ReadFileRequest{Path: "notes.txt"})
+	if err != nil || got.Content != "from a\n" {
+		t.Fatalf("the other server reads %+v, %v", got, err)
+	}
+	ti, err := b.c.Thread(ctx, "acme", "t1")
+	if err != nil || !strings.HasPrefix(ti.Root, shared+"/") || ti.HostID != "" || ti.Owner != "" {
+		t.Errorf("binding on the shared disk: %+v, %v", ti, err)
+	}
+	// An inspection mount may not go into the shared folder.
+	if _, err := a.c.Mount(ctx, MountRequest{Tenant: "acme", Thread: "t1", Path: filepath.Join(shared, "acme")}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("an inspection mount in the workspaces folder: %v", err)
+	}
+}

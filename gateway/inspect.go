@@ -140,6 +140,9 @@ func (g *Gateway) checkInspectionDir(dir string, owner uint32) (string, error) {
 	if real == g.dataDir || within(g.dataDir, real) {
 		return "", fmt.Errorf("%w: %s is inside the data folder %s", ErrInvalid, real, g.dataDir)
 	}
+	if real == g.wsReal || within(g.wsReal, real) {
+		return "", fmt.Errorf("%w: %s is inside the workspaces folder %s", ErrInvalid, real, g.wsReal)
+	}
 	var st syscall.Stat_t
 	if err := syscall.Lstat(real, &st); err != nil {
 		return "", fmt.Errorf("%w: stat %s: %w", ErrInvalid, real, err)

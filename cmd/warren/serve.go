@@ -20,12 +20,13 @@ import (
 
 // serveOptions are the flags of warren serve.
 type serveOptions struct {
-	dataDir   string
-	socket    string
-	hostID    string
-	allowUIDs uidList
-	logLevel  string
-	logJSON   bool
+	dataDir    string
+	socket     string
+	workspaces string
+	hostID     string
+	allowUIDs  uidList
+	logLevel   string
+	logJSON    bool
 	// noEditChecks switches off the refusal of stale writes; benchmarks
 	// set it to measure what the checks cost.
 	noEditChecks bool
@@ -68,6 +69,7 @@ func serveCmd(ctx context.Context, e *cliEnv, args []string) error {
 	fs := newFlags(e, "serve", "[--data DIR] [--socket PATH] [--host-id ID] [--store badger|etcd --etcd-endpoints URL,...] [--allow-uid N]... [--log-level L] [--log-json]")
 	fs.StringVar(&o.dataDir, "data", defaultDataDir(e.getenv), "data folder: metadata, workspaces, mounts")
 	fs.StringVar(&o.socket, "socket", "", "API socket (default DATA/warren.sock)")
+	fs.StringVar(&o.workspaces, "workspaces", "", "folder of the threads' workspaces (default DATA/workspaces); servers without a host id may share one")
 	fs.StringVar(&o.hostID, "host-id", "", "stable id of this host; pins its threads to it (default: not pinned)")
 	fs.Var(&o.allowUIDs, "allow-uid", "uid allowed on the socket besides root and the server's own (repeatable)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
@@ -121,6 +123,12 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 			return fmt.Errorf("socket path: %w", err)
 		}
 	}
+	workspaces := o.workspaces
+	if workspaces != "" {
+		if workspaces, err = filepath.Abs(workspaces); err != nil {
+			return fmt.Errorf("workspaces folder: %w", err)
+		}
+	}
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return fmt.Errorf("create data folder: %w", err)
 	}
@@ -138,6 +146,7 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	err = gateway.Run(ctx, gateway.Config{
 		DataDir:         dataDir,
 		SocketPath:      socket,
+		WorkspacesDir:   workspaces,
 		HostID:          o.hostID,
 		AllowUIDs:       o.allowUIDs,
 		Logger:          log,
