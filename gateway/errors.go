@@ -93,6 +93,9 @@ var errorClasses = []struct {
 	{ErrFenced, http.StatusServiceUnavailable, codeFenced},
 	{ErrClosed, http.StatusServiceUnavailable, codeClosed},
 	{meta.ErrClosed, http.StatusServiceUnavailable, codeClosed},
+	// The metadata store did not answer in time (an etcd election): a
+	// retry will do.
+	{meta.ErrUnavailable, http.StatusServiceUnavailable, codeClosed},
 }
 
 // classify returns the status and code for err.

@@ -13,13 +13,21 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/namespace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 var _ Store = (*Etcd)(nil)
+
+// defaultRequestTimeout bounds one request when the config sets none:
+// longer than an election (about a second with etcd's defaults), shorter
+// than a client would wait for an answer.
+const defaultRequestTimeout = 3 * time.Second
 
 // defaultDialTimeout bounds OpenEtcd's first round trip when the config
 // sets no DialTimeout.
@@ -45,8 +53,12 @@ type EtcdConfig struct {
 	// other's keys. End each with a "/".
 	Prefix string
 	// DialTimeout bounds OpenEtcd's check that the cluster answers
-	// (default 5s). Calls after that are bounded by their ctx only.
+	// (default 5s).
 	DialTimeout time.Duration
+	// RequestTimeout bounds each request to the cluster (default 3s), so
+	// a call answers ErrUnavailable rather than hang while the cluster
+	// elects a new leader.
+	RequestTimeout time.Duration
 	// Logger gets the etcd client's messages, named "etcd", one level
 	// quieter than the client ranks its info and debug lines. Nil
 	// discards them.
@@ -87,6 +99,7 @@ type Etcd struct {
 	// and tries again, with back-off, for seconds.
 	life      context.Context
 	end       context.CancelFunc
+	timeout   time.Duration // RequestTimeout
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -126,11 +139,15 @@ func OpenEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 	}
 	life, end := context.WithCancel(context.Background())
 	s := &Etcd{
-		client: client,
-		kv:     namespace.NewKV(client.KV, cfg.Prefix),
-		prefix: cfg.Prefix,
-		life:   life,
-		end:    end,
+		client:  client,
+		kv:      namespace.NewKV(client.KV, cfg.Prefix),
+		prefix:  cfg.Prefix,
+		life:    life,
+		end:     end,
+		timeout: cfg.RequestTimeout,
+	}
+	if s.timeout <= 0 {
+		s.timeout = defaultRequestTimeout
 	}
 	// Making a client does not connect; one read shows the cluster is
 	// there, so a wrong address fails here rather than at the first
@@ -330,7 +347,7 @@ func (s *Etcd) call(ctx context.Context, rpc func(ctx context.Context) error) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	rpcCtx, cancel := context.WithCancel(ctx)
+	rpcCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	defer context.AfterFunc(s.life, cancel)()
 	err := rpc(rpcCtx)
@@ -341,8 +358,27 @@ func (s *Etcd) call(ctx context.Context, rpc func(ctx context.Context) error) er
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
 		return fmt.Errorf("%w: %w", ctx.Err(), err)
+	case ctx.Err() == nil && (rpcCtx.Err() != nil || unavailable(err)):
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
+}
+
+// unavailable says whether err means the cluster could not serve the
+// request now (no leader, a leader lost mid-request, members out of
+// reach), as opposed to a refusal of the request itself.
+func unavailable(err error) bool {
+	for _, e := range []error{rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost,
+		rpctypes.ErrLeaderChanged, rpctypes.ErrNoLeader, rpctypes.ErrNotCapable, rpctypes.ErrTooManyRequests} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
 }
 
 // create stores v under key if no record is there: one transaction that

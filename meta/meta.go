@@ -30,6 +30,10 @@ var (
 	ErrConflict = errors.New("meta: revision conflict")
 	// ErrClosed means the store was used after Close.
 	ErrClosed = errors.New("meta: store closed")
+	// ErrUnavailable means the store did not answer in time (a cluster
+	// electing a leader, a member gone). A write that failed so may still
+	// have been applied: read again before writing again.
+	ErrUnavailable = errors.New("meta: store unavailable")
 )
 
 // Kind says what backs a thread's workspace.
