@@ -14,9 +14,10 @@
 //   - A record that says "bound" while no mount serves it is a valid state
 //     (a mount failed at start, or an unmount succeeded but the record update
 //     did not): the next call that needs the thread mounts it again.
-//   - Destructive steps never trust a stored path: the folder that delete
-//     removes is recomputed from the ids, and it is removed only after every
-//     mount of it is unmounted or detached. A busy mount (a process still
+//   - Destructive steps never trust a stored path blindly: the folder that
+//     delete removes is the recorded root only if it is a workspace root of
+//     the thread's own ids (rootOf), else it is recomputed from the ids, and
+//     it is removed only after every mount of it is unmounted or detached. A busy mount (a process still
 //     has a file open or its cwd there) is detached lazily: it leaves the
 //     tree at once and stops serving when its last user lets go.
 //   - A thread whose record exists but whose folder vanished is gone
@@ -28,13 +29,20 @@
 //   - Shutdown unmounts everything and keeps every record, so a restart
 //     serves the same threads again. Start first detaches the stale mounts a
 //     crashed daemon leaves behind.
+//   - Commands run in the thread's jail (exec.go, package jail); background
+//     jobs too (jobs.go), at most maxJobs at once, each keeping the newest
+//     1 MiB of its output (joboutput.go), recorded in the store.
+//   - With a host id, a gateway keeps a lease in the store and pins the
+//     threads it serves; another gateway refuses them while the lease
+//     holds, takes them over once it lapsed, and a gateway whose lease
+//     lapsed serves none of them (hosts.go).
 //
 // # Layout
 //
 // Everything lives under Config.DataDir:
 //
-//	meta/                          the metadata store (Badger), opened by the caller
-//	workspaces/<tenant>/<thread>   backing folders (mode 0700 above them: only
+//	meta/                          the metadata store (Badger), opened by the caller (or etcd)
+//	workspaces/<tenant>/<thread>   backing folders, unless Config.WorkspacesDir (mode 0700 above them: only
 //	                               the daemon reaches them, agents use the mount)
 //	mnt/<tenant>/<thread>          FUSE mount points of bound threads (mode 0750
 //	                               above them: root and the daemon's group)
@@ -65,6 +73,15 @@
 //	POST   .../threads/{thread}/exec         {"command","run","cwd",...}    NDJSON: {"id"}, output frames, {"exit":N}
 //	POST   .../threads/{thread}/exec/{id}/stdin   {"data","close"}          {"id"}
 //	POST   .../threads/{thread}/exec/{id}/resize  {"rows","cols"}           {"id"}
+//	POST   .../threads/{thread}/exec/{id}/background {"user","label"}       {"job":{...}}
+//	POST   .../threads/{thread}/jobs         {"command","label","user",...} {"job":{...}}
+//	GET    .../threads/{thread}/jobs                                        {"jobs":[...]}
+//	GET    .../threads/{thread}/jobs/{job}                                  {"job":{...}}
+//	GET    .../threads/{thread}/jobs/{job}/output[?offset=N&follow=true]    NDJSON frames
+//	POST   .../threads/{thread}/jobs/{job}/stdin  {"data","close"}          {"job":{...}}
+//	POST   .../threads/{thread}/jobs/{job}/stop   {"graceSeconds"}          {"job":{...}}
+//	POST   .../threads/{thread}/unpin                                       {"binding":{...}}
+//	GET    /v1/hosts                                                        {"hosts":[...]}
 //
 // The file API (files.go) works on the backing folder through the fs
 // core, with the same locks, versions and read records as the mounts
@@ -83,8 +100,9 @@
 // forbidden (peer uid, a DIR the caller does not own), 404 not_found, 405
 // method_not_allowed (with Allow), 409 conflict, pinned, busy or stale, 410
 // gone, 413 too_large (bodies over 1 MiB, files over the file API's
-// bound), 403 outside and 422 no_match (file API), 503 unavailable (shutting down), 500
-// internal. A request line that net/http cannot parse, or headers over
+// bound), 403 outside and 422 no_match (file API), 429 job_limit, 503
+// unavailable (shutting down, or the store did not answer) or fenced (the
+// lease lapsed), 500 internal. A request line that net/http cannot parse, or headers over
 // 64 KiB, are refused by net/http itself before the route table, in plain
 // text. A refused request changes nothing.
 //
@@ -103,6 +121,6 @@
 // Functions wrap each step's error with the step ("mount workspace: %w").
 // Callers, and the API's single error writer, branch with errors.Is on the
 // package's sentinels (ErrInvalid, ErrNotFound, ErrConflict, ErrPinned,
-// ErrBusy, ErrClosed) and on meta's; everything else is an internal error.
+// ErrBusy, ErrClosed, ErrGone, ErrJobLimit, ErrFenced...) and on meta's; everything else is an internal error.
 // Every refusal is logged with the thread and the path.
 package gateway

@@ -1,33 +1,31 @@
 // Package jail is the per-thread sandbox in which warren runs an agent's
 // commands: new mount, pid, ipc and uts namespaces, an unprivileged uid,
-// no capabilities, seccomp and limits, with the thread's mount as the only
-// writable tree at /workspace.
+// no capabilities, seccomp, Landlock and limits, with the thread's mount
+// as the only writable tree at /workspace.
 //
-// What is here so far:
+// Where each part lives:
 //
-//   - env.go: the environment rule, what a command sees of the world
-//     through its environment.
-//   - jail.go, init_linux.go, protocol.go: the sandbox's first layer. Start
-//     re-executes the binary (which calls RunInit when IsInit) in new
-//     mount, pid, ipc, uts and (by default) network namespaces. That init
-//     builds a root of its own — read-only binds of the system folders
-//     (DefaultReadOnly), the thread's folder at /workspace, a private
-//     /tmp, a minimal /dev with its own devpts, a /proc of the jail's pid
-//     namespace — pivots into it, detaches the host's root, sets
+//   - jail.go, init_linux.go, protocol.go: Start re-executes the binary
+//     (which calls RunInit when IsInit) in new mount, pid, ipc, uts and (by
+//     default) network namespaces. The init builds a root of its own
+//     (read-only binds of DefaultReadOnly, the thread's mount at
+//     /workspace, a private /tmp, a minimal /dev with its own devpts, a
+//     /proc of the jail's pid namespace), pivots into it, sets
 //     no_new_privs, empties the capability bounding set, applies Landlock
-//     where the kernel has it (landlock_linux.go: writes only beneath
-//     /workspace, /tmp, /dev/shm; no abstract sockets or signals out of the
-//     jail) and a seccomp filter (seccomp_linux.go: no new namespaces, no
-//     mounts, no ptrace, no io_uring, no TIOCSTI, ...), joins a cgroup
-//     with memory and process limits (limits_linux.go), and then starts
-//     each command it is sent over a
-//     SOCK_SEQPACKET socket pair (with its stdin, stdout and stderr as
-//     descriptors) in a session of its own, as an unprivileged uid. It
-//     reaps every process of the namespace; in a network of its own it
-//     brings up lo, the only interface; a command's session is killed
-//     when it ends or is cancelled; Close ends the init and the kernel the
-//     rest.
+//     and the seccomp filter, and then starts each command it is sent over
+//     a SOCK_SEQPACKET socket pair (stdin, stdout and stderr come as
+//     descriptors, or it opens a terminal of the jail's devpts) in a
+//     session of its own, as the jail's uid.
+//   - env.go: the whole environment a command gets.
+//   - script.go: a command line of plain words is started the way bash -c
+//     would start it, without starting bash first.
+//   - limits_linux.go: memory and process limits, a cgroup per jail (v2 or
+//     v1), rlimits through prlimit(1) where there is no cgroup.
+//   - tree_linux.go: each command's processes in a cgroup of their own,
+//     entered at the fork, so a command's whole tree is signalled and
+//     ended as one, daemons that left its session too.
+//   - seccomp_linux.go, landlock_linux.go: the filters.
 //
-// The gateway runs one jail per thread (gateway/exec.go). Still to come:
-// a PTY mode.
+// The gateway runs one jail per bound thread (gateway/exec.go) and its
+// background jobs in it (gateway/jobs.go).
 package jail
