@@ -1,5 +1,7 @@
 // Package meta is warren's metadata store: the durable record of which
-// threads are bound, where their workspaces live and which host serves them.
+// threads are bound, where their workspaces live and which host serves them,
+// their background jobs, and the hosts' leases and the pins they hold on
+// threads.
 //
 // The Store interface is small on purpose. It is shaped for two real
 // engines: Badger, embedded, the default for one server (OpenBadger); and
