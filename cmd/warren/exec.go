@@ -45,21 +45,11 @@ func execCmd(ctx context.Context, e *cliEnv, args []string) error {
 	fs.Float64Var(&req.TimeoutSeconds, "timeout", 0, "seconds before the command's whole session is killed (exit 124; default 600)")
 	fs.BoolVar(&withStdin, "stdin", false, "pass this program's standard input to the command")
 	fs.BoolVar(&tty, "t", false, "run the command on a terminal, with this terminal's keys and size")
-	// Flags first, then the command as it is: "--" ends the flags.
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &usageError{msg: err.Error(), shown: true}
-	}
-	if err := tf.check(); err != nil {
+	command, err := parseCommand(fs, &tf, args)
+	if err != nil {
 		return err
 	}
-	argv := fs.Args()
-	if len(argv) == 0 {
-		return usagef("no command given")
-	}
-	req.Command = shellCommand(argv)
+	req.Command = command
 	if withStdin && !tty {
 		b, err := io.ReadAll(os.Stdin)
 		if err != nil {
@@ -89,6 +79,25 @@ func execCmd(ctx context.Context, e *cliEnv, args []string) error {
 		return &exitCodeError{code: code}
 	}
 	return nil
+}
+
+// parseCommand parses the flags of a verb that runs a command (exec,
+// spawn): the flags first, then the command as it is ("--" ends the
+// flags). It returns the command's bash -c script.
+func parseCommand(fs *flag.FlagSet, tf *threadFlags, args []string) (string, error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return "", err
+		}
+		return "", &usageError{msg: err.Error(), shown: true}
+	}
+	if err := tf.check(); err != nil {
+		return "", err
+	}
+	if len(fs.Args()) == 0 {
+		return "", usagef("no command given")
+	}
+	return shellCommand(fs.Args()), nil
 }
 
 // shellCommand is the bash -c script for argv: one argument is a script

@@ -29,19 +29,11 @@ func spawnCmd(ctx context.Context, e *cliEnv, args []string) error {
 	fs.Var(envList(req.Env), "env", "extra variable K=V (repeatable)")
 	fs.StringVar(&req.User, "user", "", "who starts the job (told again when it ends)")
 	fs.StringVar(&req.Label, "label", "", "the job's name in lists and events (default the command)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &usageError{msg: err.Error(), shown: true}
-	}
-	if err := tf.check(); err != nil {
+	command, err := parseCommand(fs, &tf, args)
+	if err != nil {
 		return err
 	}
-	if len(fs.Args()) == 0 {
-		return usagef("no command given")
-	}
-	req.Command = shellCommand(fs.Args())
+	req.Command = command
 	job, err := gateway.NewClient(tf.socket).Spawn(ctx, tf.tenant, tf.thread, req)
 	if err != nil {
 		return callError(tf.socket, "start the job", err)
