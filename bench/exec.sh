@@ -74,5 +74,5 @@ done
 
 mkdir -p bench/out
 report=bench/out/exec-$(date +%Y%m%d-%H%M%S).txt
-bin/execbench -socket "$sock" -runs "$runs" -daemon-pid "$warren_pid" -job-runs "${BENCH_JOB_RUNS:-5}" | tee "$report"
+bin/execbench -socket "$sock" -runs "$runs" -daemon-pid "$warren_pid" -job-runs "${BENCH_JOB_RUNS:-5}" -threads "${BENCH_THREADS:-1000}" | tee "$report"
 say "report written to $report"

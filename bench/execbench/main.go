@@ -9,7 +9,11 @@
 //   - first:  the first command of a new thread: bind, mount, jail, exec;
 //   - jobs:   head -c 1G /dev/zero as a background job, its output kept by
 //     the gateway, against the same job with its output sent to
-//     /dev/null; and the gateway's CPU time per MB of output.
+//     /dev/null; and the gateway's CPU time per MiB of output;
+//   - threads: 1,000 threads bound on one daemon (the design's target):
+//     how long binding them takes, the daemon's memory and descriptors,
+//     and a file read through the API with 1,000 threads bound against
+//     the same read with one.
 //
 // It prints medians and the ratios the targets speak of: warm warren at
 // most 1.5× plain and faster than bwrap, and a first command in at most
@@ -41,6 +45,7 @@ func main() {
 	daemonPid := flag.Int("daemon-pid", 0, "the daemon's pid, to measure its CPU time per MB of job output")
 	jobBytes := flag.Int64("job-bytes", 1<<30, "output of the job throughput measure")
 	jobRuns := flag.Int("job-runs", 5, "timed runs of each job measure")
+	threads := flag.Int("threads", 1000, "threads to bind for the many-threads measure; 0 to skip")
 	flag.Parse()
 	if *socket == "" {
 		log.Fatal("-socket is required")
@@ -130,6 +135,93 @@ func main() {
 		fmt.Println()
 		measureJobs(ctx, c, *jobBytes, *jobRuns, *daemonPid)
 	}
+	if *threads > 0 {
+		fmt.Println()
+		measureThreads(ctx, c, *threads, *runs, *daemonPid)
+	}
+}
+
+// measureThreads binds n threads, writing a file in each, and compares a
+// file read with one thread bound to the same read with n bound.
+func measureThreads(ctx context.Context, c *gateway.Client, n, runs, daemonPid int) {
+	read := func() time.Duration {
+		start := time.Now()
+		if _, err := c.ReadFile(ctx, "many", "t-0", gateway.ReadFileRequest{Path: "f"}); err != nil {
+			log.Fatalf("read: %v", err)
+		}
+		return time.Since(start)
+	}
+	bind := func(i int) time.Duration {
+		start := time.Now()
+		thread := fmt.Sprintf("t-%d", i)
+		if _, err := c.WriteFile(ctx, "many", thread, gateway.WriteFileRequest{Path: "f", Content: thread + "\n"}); err != nil {
+			log.Fatalf("bind and write %s: %v", thread, err)
+		}
+		return time.Since(start)
+	}
+	bind(0)
+	var one []time.Duration
+	for range runs {
+		one = append(one, read())
+	}
+	rss0, fds0 := procUsage(daemonPid)
+	var binds []time.Duration
+	start := time.Now()
+	for i := 1; i < n; i++ {
+		binds = append(binds, bind(i))
+	}
+	all := time.Since(start)
+	var many []time.Duration
+	for range runs {
+		many = append(many, read())
+	}
+	rss, fds := procUsage(daemonPid)
+	threads, err := c.Threads(ctx)
+	if err != nil {
+		log.Fatalf("list: %v", err)
+	}
+	mounted := 0
+	for _, t := range threads {
+		if t.Tenant == "many" && t.Mounted {
+			mounted++
+		}
+	}
+	p1, pn, pb := percentiles(one), percentiles(many), percentiles(binds)
+	fmt.Printf("%-30s %12s %12s %12s   (%d runs)\n", "threads", "median", "p10", "p90", runs)
+	fmt.Printf("%-30s %12s %12s %12s\n", "file read, 1 thread bound", round(p1[1]), round(p1[0]), round(p1[2]))
+	fmt.Printf("%-30s %12s %12s %12s\n", fmt.Sprintf("file read, %d threads bound", n), round(pn[1]), round(pn[0]), round(pn[2]))
+	fmt.Printf("%-30s %12s %12s %12s\n", "bind + first write", round(pb[1]), round(pb[0]), round(pb[2]))
+	fmt.Printf("\n%d threads bound, %d of them mounted, in %s\n", n, mounted, all.Round(time.Millisecond))
+	fmt.Printf("read with %d bound / with 1:  %.2fx (target: %d bound threads on one machine, calls unharmed)\n", n, float64(pn[1])/float64(p1[1]), n)
+	if daemonPid > 0 {
+		fmt.Printf("daemon memory: %d MiB with 1 thread, %d MiB with %d (%.0f KiB per thread); descriptors: %d, %d\n",
+			rss0>>20, rss>>20, n, float64(rss-rss0)/float64(n-1)/1024, fds0, fds)
+	}
+	for i := range n {
+		if err := c.DeleteThread(ctx, "many", fmt.Sprintf("t-%d", i)); err != nil {
+			log.Fatalf("delete: %v", err)
+		}
+	}
+}
+
+// procUsage returns the resident memory (bytes) and open descriptors of
+// process pid; zeros without a pid.
+func procUsage(pid int) (rss int64, fds int) {
+	if pid <= 0 {
+		return 0, 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		log.Fatalf("daemon status: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			rss = kb << 10
+		}
+	}
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return rss, len(ents)
 }
 
 // measureJobs times a job that writes n bytes, kept by the gateway, and
