@@ -64,6 +64,8 @@ type Jail struct {
 	init *exec.Cmd
 	conn int     // the gateway's end of the socket pair
 	cg   *cgroup // nil if the host has no cgroup for limits
+	// devNull is the input of commands given none.
+	devNull *os.File
 	// Limits says how the jail is bounded, or why it is not.
 	Limits string
 
@@ -169,8 +171,18 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		rl = &rlimits{AddressSpace: cfg.MemoryBytes, Procs: cfg.MaxProcs}
 		limits = fmt.Sprintf("rlimits (no cgroup: %v): %d bytes of address space per process, %d processes of uid %d", cgErr, cfg.MemoryBytes, cfg.MaxProcs, cfg.UID)
 	}
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if cg != nil {
+			cg.remove()
+		}
+		unix.Close(pair[0])
+		return nil, fmt.Errorf("jail: %w", err)
+	}
 	j := &Jail{
-		cg: cg, Limits: limits,
+		cg: cg, Limits: limits, devNull: devNull,
 		init: cmd, conn: pair[0], waiting: make(map[uint64]chan replyMsg), done: make(chan struct{}),
 		runOfID: make(map[uint64]string), idPid: make(map[uint64]int), pidRun: make(map[int]string),
 		started: make(chan struct{}),
@@ -199,6 +211,7 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	}
 	if err != nil {
 		j.stop()
+		devNull.Close()
 		unix.Close(j.conn)
 		if j.cg != nil {
 			j.cg.remove()
@@ -415,6 +428,11 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 				theirs = append(theirs, theirs[1])
 				break
 			}
+			if i == 0 && c.Stdin == nil {
+				// No input: /dev/null, and no pipe or goroutine to feed.
+				theirs = append(theirs, int(j.devNull.Fd()))
+				continue
+			}
 			r, w, err := os.Pipe()
 			if err != nil {
 				return -1, fmt.Errorf("jail: pipe: %w", err)
@@ -466,9 +484,10 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 			copies.Add(1)
 			go copyOut(c.Stderr, pipes[2][1])
 		}
-		stdin := pipes[0][1]
-		pipes[0][1] = nil
-		go feed(stdin, true)
+		if stdin := pipes[0][1]; stdin != nil {
+			pipes[0][1] = nil
+			go feed(stdin, true)
+		}
 	}
 
 	var master *os.File
@@ -597,7 +616,7 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
 func (j *Jail) Close() error {
 	j.stop()
 	<-j.done // the init's end of the socket closed with it
-	err := unix.Close(j.conn)
+	err := errors.Join(unix.Close(j.conn), j.devNull.Close())
 	if j.cg != nil {
 		err = errors.Join(err, j.cg.remove())
 	}
