@@ -454,18 +454,17 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 	// with it (tree_linux.go).
 	var tr *tree
 	if j.cg != nil {
-		t, move, treeErr := j.cg.newTree()
+		t, treeErr := j.cg.newTree()
 		if treeErr != nil {
 			return -1, fmt.Errorf("jail: %w", treeErr)
 		}
-		defer move.Close()
 		defer func() {
-			if rmErr := t.remove(); rmErr != nil && err == nil {
+			if rmErr := j.cg.release(t); rmErr != nil && err == nil {
 				err = fmt.Errorf("jail: end the command's processes: %w", rmErr)
 			}
 		}()
 		tr, req.Tree = t, true
-		theirs = append(theirs, int(move.Fd()))
+		theirs = append(theirs, int(t.move.Fd()))
 	}
 	id, ch, err := j.submit(req, c.Run, theirs)
 	if err != nil {

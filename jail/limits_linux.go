@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -41,6 +42,10 @@ type cgroup struct {
 	dirs []string
 	kind string        // "v2", "v1"
 	next atomic.Uint64 // names the commands' trees (tree_linux.go)
+
+	mu     sync.Mutex
+	free   []*tree // empty trees kept for the next commands; guarded by mu
+	closed bool    // the jail ended: keep no tree; guarded by mu
 }
 
 // newCgroup makes the cgroup of a jail named name and sets its limits.
@@ -112,7 +117,7 @@ func (cg *cgroup) add(pid int) error {
 // remove deletes the cgroup once its processes are gone (they may take a
 // moment to leave after being killed).
 func (cg *cgroup) remove() error {
-	var errs []error
+	errs := []error{cg.removeTrees()}
 	for _, d := range cg.dirs {
 		var err error
 		for i := 0; i < 50; i++ {

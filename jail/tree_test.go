@@ -23,6 +23,14 @@ func hostProcs(t *testing.T, marker string) int {
 // whole and is killed as a whole, daemons that left its session included;
 // no cgroup of it is left.
 func TestJailTree(t *testing.T) {
+	// Registered first, so it runs after the jail's Close: no command
+	// cgroup outlives its jail.
+	var treesDir string
+	t.Cleanup(func() {
+		if left, _ := filepath.Glob(filepath.Join(treesDir, "cmd-*")); treesDir != "" && len(left) != 0 {
+			t.Errorf("command cgroups left after the jail closed: %v", left)
+		}
+	})
 	j, ws := startJail(t)
 	if j.cg == nil {
 		t.Skipf("no cgroup: %s", j.Limits) // TestJailLimits fails under CI then
@@ -82,9 +90,16 @@ touch /workspace/main-ready; while :; do sleep 0.05; done`})
 	if n := hostProcs(t, "sleep 312"); n != 0 {
 		t.Errorf("%d processes of a canceled command are left", n)
 	}
-	parent, _ := j.cg.trees()
-	if left, _ := filepath.Glob(filepath.Join(parent, "cmd-*")); len(left) != 0 {
-		t.Errorf("command cgroups left: %v", left)
+	// The trees a jail keeps for its next commands are empty.
+	treesDir, _ = j.cg.trees()
+	left, _ := filepath.Glob(filepath.Join(treesDir, "cmd-*"))
+	for _, dir := range left {
+		if b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs")); len(b) != 0 {
+			t.Errorf("processes left in %s: %q", dir, b)
+		}
+	}
+	if len(left) > maxFreeTrees {
+		t.Errorf("%d command cgroups kept, more than %d", len(left), maxFreeTrees)
 	}
 }
 
