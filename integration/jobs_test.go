@@ -21,6 +21,10 @@ func TestJobsAfterKill9(t *testing.T) {
 	if id := strings.TrimSpace(d.mustWarren("spawn", "--thread", "t1", "--", "echo done")); id != "bash-2" {
 		t.Fatalf("second job: %q", id)
 	}
+	// It ends, and its end is recorded, before the crash.
+	if out := d.mustWarren("logs", "-f", "--thread", "t1", "bash-2"); out != "done\n" {
+		t.Fatalf("output of the second job: %q", out)
+	}
 	initPid := jailInit(t, d.cmd.Process.Pid)
 	d.kill9()
 	d.start()
