@@ -443,13 +443,21 @@ func (g *Gateway) Threads(ctx context.Context, tenant *string) ([]ThreadInfo, er
 	if err != nil {
 		return nil, fmt.Errorf("list bindings: %w", err)
 	}
+	pins, err := g.store.ListPins(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list pins: %w", err)
+	}
+	owners := make(map[meta.ThreadKey]string, len(pins))
+	for _, p := range pins {
+		owners[p.ThreadKey] = p.HostID
+	}
 	out := make([]ThreadInfo, 0, len(bs))
 	for _, b := range bs {
 		if tenant != nil && b.Tenant != want {
 			continue
 		}
 		ti := g.info(b)
-		ti.Owner = g.owner(ctx, b)
+		ti.Owner = owners[b.ThreadKey]
 		out = append(out, ti)
 	}
 	return out, nil

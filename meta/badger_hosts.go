@@ -145,6 +145,32 @@ func (s *Badger) GetPin(ctx context.Context, k ThreadKey) (Pin, error) {
 	return out, nil
 }
 
+// ListPins implements Store.
+func (s *Badger) ListPins(ctx context.Context) ([]Pin, error) {
+	list := []Pin{}
+	now := time.Now()
+	err := s.view(ctx, func(txn *badger.Txn) error {
+		return scan(ctx, txn, pinPrefix, func(item *badger.Item) error {
+			k, err := parseThreadKey(item.Key()[len(pinPrefix):])
+			if err != nil {
+				return err
+			}
+			p, live, err := livePin(txn, k, now)
+			if err != nil {
+				return err
+			}
+			if live {
+				list = append(list, p)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: list pins: %w", err)
+	}
+	return list, nil
+}
+
 // Unpin implements Store.
 func (s *Badger) Unpin(ctx context.Context, k ThreadKey, host string) error {
 	err := s.update(ctx, func(txn *badger.Txn) error {

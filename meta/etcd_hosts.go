@@ -169,6 +169,29 @@ func (s *Etcd) GetPin(ctx context.Context, k ThreadKey) (Pin, error) {
 	return p, nil
 }
 
+// ListPins implements Store. A pin that exists is live: etcd deletes it
+// with its lease.
+func (s *Etcd) ListPins(ctx context.Context) ([]Pin, error) {
+	list := []Pin{}
+	err := s.scan(ctx, pinPrefix, func(kv *mvccpb.KeyValue) error {
+		k, err := parseThreadKey(kv.Key[len(pinPrefix):])
+		if err != nil {
+			return err
+		}
+		var p Pin
+		if err := decode(kv, &p); err != nil {
+			return err
+		}
+		p.ThreadKey = k
+		list = append(list, p)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: list pins: %w", err)
+	}
+	return list, nil
+}
+
 // Unpin implements Store.
 func (s *Etcd) Unpin(ctx context.Context, k ThreadKey, host string) error {
 	key := string(pinKey(k))

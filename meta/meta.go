@@ -233,6 +233,8 @@ type Store interface {
 	Pin(ctx context.Context, k ThreadKey, host string, lease LeaseID) (Pin, error)
 	// GetPin returns the live pin of thread k, or ErrNotFound.
 	GetPin(ctx context.Context, k ThreadKey) (Pin, error)
+	// ListPins returns every live pin, ordered by tenant then thread.
+	ListPins(ctx context.Context) ([]Pin, error)
 	// Unpin removes host's pin of thread k; a missing pin, or another
 	// host's, is left as it is and is not an error.
 	Unpin(ctx context.Context, k ThreadKey, host string) error

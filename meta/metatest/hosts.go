@@ -68,6 +68,15 @@ func testHostsAndPins(t *testing.T, s meta.Store) {
 	if p, err := s.GetPin(ctx, k); err != nil || p.HostID != "host-a" {
 		t.Errorf("GetPin: %+v, %v", p, err)
 	}
+	// A second thread, pinned by host-b, sorts after the first.
+	k2 := meta.ThreadKey{Tenant: "acme", Thread: "t-1\x00"}
+	if _, err := s.Pin(ctx, k2, "host-b", lb); err != nil {
+		t.Fatal(err)
+	}
+	if pins, err := s.ListPins(ctx); err != nil || len(pins) != 2 || pins[0].ThreadKey != k || pins[0].HostID != "host-a" ||
+		pins[1].ThreadKey != k2 || pins[1].HostID != "host-b" {
+		t.Errorf("ListPins: %+v, %v", pins, err)
+	}
 	// Unpinning someone else's pin does nothing.
 	if err := s.Unpin(ctx, k, "host-b"); err != nil {
 		t.Fatal(err)
@@ -91,6 +100,9 @@ func testHostsAndPins(t *testing.T, s meta.Store) {
 	}
 	if h, _ := hostAlive(t, s, "host-a"); h.Alive {
 		t.Errorf("host-a listed alive after its lease lapsed: %+v", h)
+	}
+	if pins, err := s.ListPins(ctx); err != nil || len(pins) != 1 || pins[0].HostID != "host-b" {
+		t.Errorf("ListPins after host-a lapsed: %+v, %v", pins, err)
 	}
 	if _, err := s.Heartbeat(ctx, "host-a", la, leaseTTL); !errors.Is(err, meta.ErrLeaseLost) {
 		t.Errorf("renewing a lapsed lease: %v, want ErrLeaseLost", err)
