@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -312,5 +313,37 @@ func TestSharedWorkspaces(t *testing.T) {
 	// An inspection mount may not go into the shared folder.
 	if _, err := a.c.Mount(ctx, MountRequest{Tenant: "acme", Thread: "t1", Path: filepath.Join(shared, "acme")}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("an inspection mount in the workspaces folder: %v", err)
+	}
+}
+
+// lostAnswerStore is the real store whose CreateBinding writes and then
+// reports the store unavailable, as a write whose answer was lost in an
+// etcd election would.
+type lostAnswerStore struct {
+	meta.Store
+}
+
+func (s lostAnswerStore) CreateBinding(ctx context.Context, b meta.Binding) (meta.Binding, error) {
+	if _, err := s.Store.CreateBinding(ctx, b); err != nil {
+		return meta.Binding{}, err
+	}
+	return meta.Binding{}, fmt.Errorf("create binding: %w", meta.ErrUnavailable)
+}
+
+// TestBindLostAnswer: a bind whose record was written but whose answer
+// was lost fails with 503, keeps the folder, and the retry serves the
+// thread (not "gone").
+func TestBindLostAnswer(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	env := startEnv(t, Config{Store: lostAnswerStore{newStore(t)}})
+	ctx := context.Background()
+	_, err := env.c.Bind(ctx, "acme", "t1")
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != 503 {
+		t.Fatalf("bind whose answer was lost: %v, want 503", err)
+	}
+	ti, err := env.c.Bind(ctx, "acme", "t1")
+	if err != nil || !ti.Binding.Mounted {
+		t.Fatalf("the retry: %+v, %v; want the thread served", ti, err)
 	}
 }

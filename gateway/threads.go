@@ -226,6 +226,13 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 		b, err = g.store.CreateBinding(ctx, b)
 	}
 	if err != nil {
+		if errors.Is(err, meta.ErrUnavailable) {
+			// The write may have been applied all the same: the folder
+			// stays, so that a record that did land never points at a
+			// folder removed under it (which would read as gone). The
+			// mount goes; the retry mounts it again.
+			undo.keepFolders()
+		}
 		return meta.Binding{}, fmt.Errorf("bind %s: write binding: %w", keyName(k), err)
 	}
 
@@ -611,7 +618,7 @@ func makeLeaf(undo *undoStack, path string, perm os.FileMode) error {
 	if err != nil {
 		return fmt.Errorf("create %s: %w", path, err)
 	}
-	undo.push("remove "+path, func() error { return os.Remove(path) })
+	undo.pushFolder("remove "+path, func() error { return os.Remove(path) })
 	return nil
 }
 
@@ -623,12 +630,30 @@ type undoStack struct {
 }
 
 type undoStep struct {
-	what string
-	fn   func() error
+	what   string
+	fn     func() error
+	folder bool // removes a folder it made
 }
 
 func (u *undoStack) push(what string, fn func() error) {
-	u.steps = append(u.steps, undoStep{what, fn})
+	u.steps = append(u.steps, undoStep{what: what, fn: fn})
+}
+
+// pushFolder is push for the removal of a folder it made (keepFolders).
+func (u *undoStack) pushFolder(what string, fn func() error) {
+	u.steps = append(u.steps, undoStep{what: what, fn: fn, folder: true})
+}
+
+// keepFolders keeps the folders made, while the other steps are still
+// taken back.
+func (u *undoStack) keepFolders() {
+	steps := u.steps[:0]
+	for _, s := range u.steps {
+		if !s.folder {
+			steps = append(steps, s)
+		}
+	}
+	u.steps = steps
 }
 
 // done keeps the work: run does nothing after it.
