@@ -189,7 +189,7 @@ func (g *Gateway) claim(ctx context.Context, k meta.ThreadKey, b *meta.Binding) 
 		if err != nil {
 			return fmt.Errorf("read the pin of %s: %w", keyName(k), err)
 		}
-		return g.pinnedError(k, b, p.HostID)
+		return g.pinnedError(ctx, k, b, p.HostID)
 	}
 	now := time.Now()
 	id := g.lease.valid(now)
@@ -206,7 +206,7 @@ func (g *Gateway) claim(ctx context.Context, k meta.ThreadKey, b *meta.Binding) 
 	p, err := g.store.Pin(ctx, k, g.cfg.HostID, id)
 	switch {
 	case errors.Is(err, meta.ErrPinned):
-		return g.pinnedError(k, b, p.HostID)
+		return g.pinnedError(ctx, k, b, p.HostID)
 	case errors.Is(err, meta.ErrLeaseLost):
 		g.lease.mu.Lock()
 		if g.lease.id == id {
@@ -229,9 +229,9 @@ func (g *Gateway) claim(ctx context.Context, k meta.ThreadKey, b *meta.Binding) 
 var errFenced error = &toolError{ErrFenced, "This server's lease on the metadata store lapsed: it serves no pinned thread until it renews it."}
 
 // pinnedError is the refusal of a thread that host owns.
-func (g *Gateway) pinnedError(k meta.ThreadKey, b *meta.Binding, host string) error {
+func (g *Gateway) pinnedError(ctx context.Context, k meta.ThreadKey, b *meta.Binding, host string) error {
 	if b == nil {
-		if cur, err := g.store.GetBinding(context.Background(), k); err == nil {
+		if cur, err := g.store.GetBinding(ctx, k); err == nil {
 			b = &cur
 		}
 	}
