@@ -223,6 +223,39 @@ func (g *Gateway) closeJails() {
 	}
 }
 
+// commandIn checks a command line of a request (exec or spawn) before
+// anything runs, then finds the thread's jail (binding the thread and
+// starting the jail if need be) and returns the command to run there,
+// with its whole environment (the thread's variables, then the call's)
+// and its folder.
+func (g *Gateway) commandIn(ctx context.Context, tenant, thread, command, run, cwd string, callEnv map[string]string) (*jail.Jail, meta.Settings, meta.ThreadKey, jail.Cmd, error) {
+	var k meta.ThreadKey
+	if command == "" {
+		return nil, meta.Settings{}, k, jail.Cmd{}, fmt.Errorf("%w: command is required", ErrInvalid)
+	}
+	if run != "" {
+		if err := validRun(run); err != nil {
+			return nil, meta.Settings{}, k, jail.Cmd{}, err
+		}
+	}
+	dir, err := execCwd(cwd)
+	if err != nil {
+		return nil, meta.Settings{}, k, jail.Cmd{}, err
+	}
+	if _, err := jail.Env(nil, callEnv); err != nil {
+		return nil, meta.Settings{}, k, jail.Cmd{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	j, settings, k, err := g.threadJail(ctx, tenant, thread)
+	if err != nil {
+		return nil, settings, k, jail.Cmd{}, err
+	}
+	env, err := jail.Env(settings.Env, callEnv)
+	if err != nil {
+		return nil, settings, k, jail.Cmd{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return j, settings, k, jail.Cmd{Run: run, Script: command, Env: env, Dir: dir}, nil
+}
+
 // execCwd turns a request's cwd into a folder inside the jail's
 // workspace, or refuses it.
 func execCwd(cwd string) (string, error) {
@@ -374,21 +407,6 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
-	if req.Command == "" {
-		return nil, fmt.Errorf("%w: command is required", ErrInvalid)
-	}
-	if req.Run != "" {
-		if err := validRun(req.Run); err != nil {
-			return nil, err
-		}
-	}
-	cwd, err := execCwd(req.Cwd)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := jail.Env(nil, req.Env); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
 	timeout := DefaultExecTimeout
 	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > maxExecTimeout.Seconds() {
 		return nil, fmt.Errorf("%w: timeoutSeconds must be between 0 and %v", ErrInvalid, maxExecTimeout.Seconds())
@@ -396,15 +414,10 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 	if req.TimeoutSeconds > 0 {
 		timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
 	}
-	j, settings, k, err := g.threadJail(r.Context(), p.tenant, p.thread)
+	j, settings, k, cmd, err := g.commandIn(r.Context(), p.tenant, p.thread, req.Command, req.Run, req.Cwd, req.Env)
 	if err != nil {
 		return nil, err
 	}
-	env, err := jail.Env(settings.Env, req.Env)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	cmd := jail.Cmd{Run: req.Run, Script: req.Command, Env: env, Dir: cwd}
 	re := &runningExec{key: k, moves: make(chan moveRequest), ended: make(chan struct{})}
 	var stdin io.Reader
 	if req.Stdin != "" {
@@ -550,7 +563,7 @@ func (s *execStream) toBackground(req BackgroundRequest, kill context.CancelFunc
 	jb, err := g.reserveJob(ctx, k, s.settings, req.Label, s.label, req.User)
 	cancel()
 	if err != nil {
-		return JobInfo{}, fmt.Errorf("move to the background in %s: %w", keyName(k), err)
+		return JobInfo{}, err
 	}
 	jb.kill, jb.signals = kill, signals
 	jb.stdin = s.run.stdin

@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"warren/jail"
 	"warren/meta"
 )
 
@@ -275,32 +274,13 @@ type runResult struct {
 // Spawn starts a background job in a thread's jail and returns once it
 // runs and is recorded.
 func (g *Gateway) Spawn(ctx context.Context, tenant, thread string, req SpawnRequest) (JobInfo, error) {
-	if req.Command == "" {
-		return JobInfo{}, fmt.Errorf("%w: command is required", ErrInvalid)
-	}
-	if req.Run != "" {
-		if err := validRun(req.Run); err != nil {
-			return JobInfo{}, err
-		}
-	}
-	cwd, err := execCwd(req.Cwd)
+	j, settings, k, cmd, err := g.commandIn(ctx, tenant, thread, req.Command, req.Run, req.Cwd, req.Env)
 	if err != nil {
 		return JobInfo{}, err
-	}
-	if _, err := jail.Env(nil, req.Env); err != nil {
-		return JobInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	j, settings, k, err := g.threadJail(ctx, tenant, thread)
-	if err != nil {
-		return JobInfo{}, err
-	}
-	env, err := jail.Env(settings.Env, req.Env)
-	if err != nil {
-		return JobInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	jb, err := g.reserveJob(ctx, k, settings, req.Label, req.Command, req.User)
 	if err != nil {
-		return JobInfo{}, fmt.Errorf("spawn in %s: %w", keyName(k), err)
+		return JobInfo{}, err
 	}
 	stdin, stdinW := io.Pipe()
 	jb.stdin = stdinW
@@ -309,9 +289,8 @@ func (g *Gateway) Spawn(ctx context.Context, tenant, thread string, req SpawnReq
 	started := make(chan startInfo, 1)
 	result := make(chan runResult, 1)
 	out := jobWriter{g, jb}
-	cmd := jail.Cmd{Run: req.Run, Script: req.Command, Env: env, Dir: cwd,
-		Stdin: stdin, Stdout: out, Stderr: out, Signals: jb.signals,
-		Started: func(pid int, cgroup string) { started <- startInfo{pid, cgroup} }}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Signals = stdin, out, out, jb.signals
+	cmd.Started = func(pid int, cgroup string) { started <- startInfo{pid, cgroup} }
 	g.emitJob(EventJobStarted, jb, nil, "")
 	go func() {
 		code, err := j.Run(runCtx, cmd)
@@ -343,8 +322,9 @@ type startInfo struct {
 	cgroup string
 }
 
-// reserveJob takes one of k's job slots (or refuses at the limit) and
-// numbers a new job: labelled label, else command.
+// reserveJob takes one of k's job slots (or refuses at the limit, with
+// the limit's own message for the agent) and numbers a new job: labelled
+// label, else command.
 func (g *Gateway) reserveJob(ctx context.Context, k meta.ThreadKey, s meta.Settings, label, command, user string) (*job, error) {
 	if err := g.takeJobSlot(k, s); err != nil {
 		return nil, err
@@ -352,7 +332,7 @@ func (g *Gateway) reserveJob(ctx context.Context, k meta.ThreadKey, s meta.Setti
 	seq, err := g.store.NextJobSeq(ctx, k)
 	if err != nil {
 		g.releaseJobSlot(k)
-		return nil, err
+		return nil, fmt.Errorf("number a job of %s: %w", keyName(k), err)
 	}
 	if label == "" {
 		label = command

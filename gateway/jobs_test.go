@@ -143,8 +143,8 @@ func TestJobLimit(t *testing.T) {
 	}
 	_, err := c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: "echo ninth"})
 	var apiErr *APIError
-	if !errors.Is(err, ErrJobLimit) || !errors.As(err, &apiErr) || apiErr.Status != http.StatusTooManyRequests ||
-		!strings.Contains(err.Error(), "already runs 8 background jobs, its limit (maxJobs)") {
+	const limitMsg = "This thread already runs 8 background jobs, its limit (maxJobs). Wait for one to end, or stop one, before you start another."
+	if !errors.Is(err, ErrJobLimit) || !errors.As(err, &apiErr) || apiErr.Status != http.StatusTooManyRequests || apiErr.Message != limitMsg {
 		t.Fatalf("ninth job: %v", err)
 	}
 	jobs, err := c.Jobs(ctx, "acme", "t1")
@@ -173,7 +173,7 @@ func TestJobLimit(t *testing.T) {
 		done <- result{code, err, out.String()}
 	}()
 	id := <-ids
-	if _, err := c.Background(ctx, "acme", "t1", id, BackgroundRequest{User: "ana"}); !errors.Is(err, ErrJobLimit) {
+	if _, err := c.Background(ctx, "acme", "t1", id, BackgroundRequest{User: "ana"}); !errors.Is(err, ErrJobLimit) || !errors.As(err, &apiErr) || apiErr.Message != limitMsg {
 		t.Fatalf("moving an exec at the limit: %v", err)
 	}
 	if r := <-done; r.err != nil || r.code != 0 || r.out != "fg\nstill fg\n" {
