@@ -168,16 +168,15 @@ type job struct {
 	stdinMu sync.Mutex          // serializes writes to stdin
 	done    chan struct{}       // closed once its end is recorded
 
-	mu   sync.Mutex
-	rec  meta.Job // as last written to the store; guarded by mu
-	exit *int     // set when its end is recorded, before its output closes; guarded by mu
+	mu  sync.Mutex
+	rec meta.Job // as last written to the store (its end set before its output closes); guarded by mu
 }
 
-// exitCode is the job's exit code once it ended, else nil.
+// exitCode is the job's exit code once its end is recorded, else nil.
 func (jb *job) exitCode() *int {
 	jb.mu.Lock()
 	defer jb.mu.Unlock()
-	return jb.exit
+	return jb.rec.ExitCode
 }
 
 // info is the API's view of a job this gateway has.
@@ -304,11 +303,7 @@ func (g *Gateway) Spawn(ctx context.Context, tenant, thread string, req SpawnReq
 		case st = <-started: // it ran, and ended at once
 		default:
 			// It never ran: nothing to record but the attempt.
-			kill()
-			stdinW.Close()
-			jb.out.Close()
-			g.releaseJobSlot(k)
-			g.emitJob(EventJobEnded, jb, &res.code, "")
+			g.abandonJob(jb, res.code)
 			return JobInfo{}, fmt.Errorf("spawn in %s: %w", keyName(k), res.err)
 		}
 		result <- res
@@ -350,6 +345,17 @@ func (g *Gateway) newJob(k meta.ThreadKey, seq uint64, label, user string) *job 
 	}
 }
 
+// abandonJob gives up a job that ended before it was recorded (it never
+// ran, or it could not be recorded): its input, output and slot go, and
+// the stream learns that the job it was told of ended.
+func (g *Gateway) abandonJob(jb *job, code int) {
+	jb.kill()
+	jb.stdin.Close()
+	jb.out.Close()
+	g.releaseJobSlot(jb.key)
+	g.emitJob(EventJobEnded, jb, &code, "")
+}
+
 // adoptJob records a running job, keeps it, and follows it to its end,
 // which result tells. Its slot must be taken.
 func (g *Gateway) adoptJob(jb *job, st startInfo, result chan runResult) (JobInfo, error) {
@@ -365,11 +371,7 @@ func (g *Gateway) adoptJob(jb *job, st startInfo, result chan runResult) (JobInf
 	if err != nil {
 		// A job nobody can list must not run: end it.
 		jb.kill()
-		res := <-result
-		jb.stdin.Close()
-		jb.out.Close()
-		g.releaseJobSlot(jb.key)
-		g.emitJob(EventJobEnded, jb, &res.code, "")
+		g.abandonJob(jb, (<-result).code)
 		return JobInfo{}, fmt.Errorf("record job %s of %s: %w", jobID(jb.seq), keyName(jb.key), err)
 	}
 	jb.mu.Lock()
@@ -405,12 +407,14 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 	rec := jb.rec
 	jb.mu.Unlock()
 	rec.Running, rec.ExitCode, rec.EndedAt = false, &code, time.Now().UTC()
-	rec, err := g.updateJob(ctx, rec)
-	if err != nil {
+	if stored, err := g.updateJob(ctx, rec); err != nil {
+		// This gateway still knows how the job ended, and says so.
 		g.log.Error("record the end of a job", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "error", err)
+	} else {
+		rec = stored
 	}
 	jb.mu.Lock()
-	jb.rec, jb.exit = rec, &code
+	jb.rec = rec
 	jb.mu.Unlock()
 	jb.out.Close()
 
