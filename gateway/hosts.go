@@ -275,7 +275,7 @@ func (g *Gateway) rootOf(b meta.Binding) (string, error) {
 func (g *Gateway) takeOver(ctx context.Context, old meta.Binding) (root string, fresh bool, err error) {
 	k := old.ThreadKey
 	g.log.Info("taking over thread", "tenant", k.Tenant, "thread", k.Thread, "from", old.HostID, "root", old.Root)
-	g.noteMovedJobs(ctx, k, old.HostID)
+	g.noteMovedJobs(ctx, k)
 	if old.State == meta.StateGone {
 		return "", false, goneError(old)
 	}
@@ -301,38 +301,25 @@ func (g *Gateway) takeOver(ctx context.Context, old meta.Binding) (root string, 
 	return "", false, err
 }
 
-// noteMovedJobs notes, once each, the jobs that host left running on a
+// noteMovedJobs notes, once each, the jobs another host left running on a
 // thread this gateway takes over. Jobs do not move. One that ran on this
 // machine is stopped here (its cgroup is on this machine); one elsewhere
 // may still run, and this gateway cannot stop it.
-func (g *Gateway) noteMovedJobs(ctx context.Context, k meta.ThreadKey, host string) {
-	recs, err := g.store.ListJobs(ctx, k)
-	if err != nil {
-		g.log.Error("list the jobs of a moved thread", "tenant", k.Tenant, "thread", k.Thread, "error", err)
-		return
-	}
-	for _, rec := range recs {
-		if !rec.Running || rec.HostID == g.cfg.HostID {
-			continue
+func (g *Gateway) noteMovedJobs(ctx context.Context, k meta.ThreadKey) {
+	g.noteLeftJobs(ctx, k, "job of a former host noted", func(rec meta.Job) (string, bool) {
+		if rec.HostID == g.cfg.HostID {
+			return "", false
 		}
 		id := jobID(rec.Seq)
-		note := fmt.Sprintf("Background job %s may still run: it ran on a host before this one, and this host cannot stop it.", id)
-		if rec.Machine != "" && rec.Machine == g.machine {
-			if err := jail.StopTree(rec.Cgroup); err == nil && rec.Cgroup != "" {
-				note = fmt.Sprintf("Background job %s was stopped: it ran on a host before the session moved to this one.", id)
-			} else {
-				g.log.Warn("stop a job of a former host", "tenant", k.Tenant, "thread", k.Thread, "job", id, "error", err)
+		if rec.Machine != "" && rec.Machine == g.machine && rec.Cgroup != "" {
+			err := jail.StopTree(rec.Cgroup)
+			if err == nil {
+				return fmt.Sprintf("Background job %s was stopped: it ran on a host before the session moved to this one.", id), true
 			}
+			g.log.Warn("stop a job of a former host", "tenant", k.Tenant, "thread", k.Thread, "job", id, "error", err)
 		}
-		rec.Running, rec.EndedAt, rec.Note = false, time.Now().UTC(), note
-		if _, err := g.store.UpdateJob(ctx, rec); err != nil {
-			// Another gateway noted it first: not again.
-			g.log.Warn("note a job of a former host", "tenant", k.Tenant, "thread", k.Thread, "job", id, "error", err)
-			continue
-		}
-		g.log.Info("job of a former host noted", "tenant", k.Tenant, "thread", k.Thread, "job", id, "note", note)
-		g.emit(Event{Type: EventJobEnded, Tenant: k.Tenant, Thread: k.Thread, Job: id, Label: rec.Label, User: rec.User, Message: note})
-	}
+		return fmt.Sprintf("Background job %s may still run: it ran on a host before this one, and this host cannot stop it.", id), true
+	})
 }
 
 // Unpin moves a thread to this gateway at once, if the host that holds

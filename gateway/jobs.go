@@ -574,27 +574,43 @@ func (g *Gateway) StopJob(ctx context.Context, tenant, thread, id string, grace 
 // them stopped already.
 func (g *Gateway) noteRestartedJobs(ctx context.Context, bs []meta.Binding) {
 	for _, b := range bs {
-		recs, err := g.store.ListJobs(ctx, b.ThreadKey)
-		if err != nil {
-			g.log.Error("restore: list jobs", "tenant", b.Tenant, "thread", b.Thread, "error", err)
+		g.noteLeftJobs(ctx, b.ThreadKey, "job stopped by a restart", func(rec meta.Job) (string, bool) {
+			if rec.HostID != g.cfg.HostID || rec.Instance == g.instance {
+				return "", false
+			}
+			return fmt.Sprintf("Background job %s stopped when the host restarted.", jobID(rec.Seq)), true
+		})
+	}
+}
+
+// noteLeftJobs ends in the store, each with its note, the jobs of thread k
+// recorded running that note says were left by a gateway that no longer
+// runs them, and tells the stream (job.ended) and the log (logged). Each
+// is noted once: the update is a compare-and-set, so a job another
+// gateway, or another start of this one, noted first is not noted again.
+func (g *Gateway) noteLeftJobs(ctx context.Context, k meta.ThreadKey, logged string, note func(meta.Job) (string, bool)) {
+	recs, err := g.store.ListJobs(ctx, k)
+	if err != nil {
+		g.log.Error("list jobs to note", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+		return
+	}
+	for _, rec := range recs {
+		if !rec.Running {
 			continue
 		}
-		for _, rec := range recs {
-			if !rec.Running || rec.HostID != g.cfg.HostID || rec.Instance == g.instance {
-				continue
-			}
-			note := fmt.Sprintf("Background job %s stopped when the host restarted.", jobID(rec.Seq))
-			rec.Running, rec.EndedAt, rec.Note = false, time.Now().UTC(), note
-			if _, err := g.store.UpdateJob(ctx, rec); err != nil {
-				// Another start noted it first, or the store failed:
-				// either way this one does not note it again.
-				g.log.Warn("restore: note a stopped job", "tenant", b.Tenant, "thread", b.Thread, "job", jobID(rec.Seq), "error", err)
-				continue
-			}
-			g.log.Info("job stopped by a restart", "tenant", b.Tenant, "thread", b.Thread, "job", jobID(rec.Seq))
-			g.emit(Event{Type: EventJobEnded, Tenant: b.Tenant, Thread: b.Thread, Job: jobID(rec.Seq),
-				Label: rec.Label, User: rec.User, Message: note})
+		text, left := note(rec)
+		if !left {
+			continue
 		}
+		rec.Running, rec.EndedAt, rec.Note = false, time.Now().UTC(), text
+		if _, err := g.store.UpdateJob(ctx, rec); err != nil {
+			// Noted first elsewhere, or the store failed: not again.
+			g.log.Warn("note a job left running", "tenant", k.Tenant, "thread", k.Thread, "job", jobID(rec.Seq), "error", err)
+			continue
+		}
+		g.log.Info(logged, "tenant", k.Tenant, "thread", k.Thread, "job", jobID(rec.Seq), "note", text)
+		g.emit(Event{Type: EventJobEnded, Tenant: k.Tenant, Thread: k.Thread, Job: jobID(rec.Seq),
+			Label: rec.Label, User: rec.User, Message: text})
 	}
 }
 
