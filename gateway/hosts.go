@@ -60,12 +60,19 @@ type lease struct {
 
 // valid returns the lease in force now, or 0.
 func (l *lease) valid(now time.Time) meta.LeaseID {
+	id, _ := l.holds(now, meta.ThreadKey{})
+	return id
+}
+
+// holds returns the lease in force now (0 if none), and whether k is
+// pinned under it.
+func (l *lease) holds(now time.Time, k meta.ThreadKey) (meta.LeaseID, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.id == 0 || !now.Before(l.validUntil) {
-		return 0
+		return 0, false
 	}
-	return l.id
+	return l.id, l.pins[k] == l.id
 }
 
 // keepLease sends heartbeats until ctx ends. It is started only on a
@@ -111,7 +118,7 @@ func (g *Gateway) heartbeat(ctx context.Context) (lost bool, err error) {
 		lost = true
 		g.log.Warn("lease lapsed: serving no pinned thread until a new lease and new pins", "host_id", g.cfg.HostID, "lease", id)
 		g.lease.mu.Lock()
-		g.lease.id, g.lease.pins = 0, make(map[meta.ThreadKey]meta.LeaseID)
+		g.lease.id = 0 // refuses every call until the new lease is in
 		g.lease.mu.Unlock()
 		sent = time.Now()
 		got, err = g.store.Heartbeat(ctx, g.cfg.HostID, 0, g.cfg.ExpiresAfter)
@@ -120,7 +127,8 @@ func (g *Gateway) heartbeat(ctx context.Context) (lost bool, err error) {
 		return lost, err
 	}
 	g.lease.mu.Lock()
-	if got != g.lease.id {
+	if got != id {
+		// A new lease: every pin made under the old one is gone.
 		g.log.Info("lease granted", "host_id", g.cfg.HostID, "lease", got)
 		g.lease.pins = make(map[meta.ThreadKey]meta.LeaseID)
 	}
@@ -136,6 +144,7 @@ func (g *Gateway) heartbeat(ctx context.Context) (lost bool, err error) {
 // holds a lease again, a call pins a thread again (if nobody took it) and
 // mounts it again.
 func (g *Gateway) fence() {
+	// A jail or a job runs only in a mounted thread: the mounts are all.
 	g.mu.Lock()
 	var keys []meta.ThreadKey
 	for k, t := range g.threads {
@@ -143,26 +152,9 @@ func (g *Gateway) fence() {
 			keys = append(keys, k)
 		}
 	}
-	for k := range g.jails {
-		if g.threads[k] == nil {
-			keys = append(keys, k)
-		}
-	}
 	g.mu.Unlock()
 	for _, k := range keys {
-		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
-		unlock, err := g.threadLocks.lock(ctx, k)
-		if err == nil {
-			_, mountPath, perr := g.threadPaths(k)
-			if perr == nil {
-				err = g.unmountThread(k, mountPath)
-			} else {
-				err = perr
-			}
-			unlock()
-		}
-		cancel()
-		if err != nil {
+		if _, err := g.takeDown(k, nil); err != nil {
 			g.log.Error("fence: take down a thread", "tenant", k.Tenant, "thread", k.Thread, "error", err)
 		}
 	}
@@ -191,15 +183,11 @@ func (g *Gateway) claim(ctx context.Context, k meta.ThreadKey, b *meta.Binding) 
 		}
 		return g.pinnedError(ctx, k, b, p.HostID)
 	}
-	now := time.Now()
-	id := g.lease.valid(now)
+	id, held := g.lease.holds(time.Now(), k)
 	if id == 0 {
 		g.log.Warn("refused: no valid lease", "tenant", k.Tenant, "thread", k.Thread, "host_id", g.cfg.HostID)
 		return errFenced
 	}
-	g.lease.mu.Lock()
-	held := g.lease.pins[k] == id
-	g.lease.mu.Unlock()
 	if held {
 		return nil
 	}

@@ -662,24 +662,38 @@ func (g *Gateway) closing(k meta.ThreadKey) bool {
 // while its jobs ran, once the last one ended, unless the thread was
 // bound again meanwhile.
 func (g *Gateway) closeIdle(k meta.ThreadKey) {
+	done, err := g.takeDown(k, func(ctx context.Context) bool {
+		b, err := g.store.GetBinding(ctx, k)
+		return err == nil && b.State == meta.StateClosed && g.closing(k) && g.runningJobs(k) == 0
+	})
+	switch {
+	case err != nil:
+		g.log.Warn("take down a closed thread whose jobs ended", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+	case done:
+		g.log.Info("closed thread idle: jail and mount gone", "tenant", k.Tenant, "thread", k.Thread)
+	}
+}
+
+// takeDown ends thread k's jail, its jobs and its mount, under the
+// thread's lock, unless still (when set) says otherwise once the lock is
+// held. It keeps the thread's records. It says whether it took k down.
+func (g *Gateway) takeDown(k meta.ThreadKey, still func(context.Context) bool) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 	defer cancel()
 	unlock, err := g.threadLocks.lock(ctx, k)
 	if err != nil {
-		return
+		return false, err
 	}
 	defer unlock()
-	b, err := g.store.GetBinding(ctx, k)
-	if err != nil || b.State != meta.StateClosed || !g.closing(k) || g.runningJobs(k) > 0 {
-		return
+	if still != nil && !still(ctx) {
+		return false, nil
 	}
 	_, mountPath, err := g.threadPaths(k)
-	if err == nil {
-		err = g.unmountThread(k, mountPath)
-	}
 	if err != nil {
-		g.log.Warn("take down a closed thread whose jobs ended", "tenant", k.Tenant, "thread", k.Thread, "error", err)
-		return
+		return false, err
 	}
-	g.log.Info("closed thread idle: jail and mount gone", "tenant", k.Tenant, "thread", k.Thread)
+	if err := g.unmountThread(k, mountPath); err != nil {
+		return false, err
+	}
+	return true, nil
 }
