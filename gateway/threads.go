@@ -170,23 +170,19 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	var undo undoStack
 	defer undo.run(g.log)
 
-	if found && !fresh {
+	if found {
 		// A record means this gateway (or a crashed one) mounted here
 		// before; a dead FUSE mount would make every step below fail with
 		// ENOTCONN.
 		if err := g.mounter.DetachStale(mountPath); err != nil {
 			return meta.Binding{}, fmt.Errorf("bind %s: detach stale mount %s: %w", keyName(k), mountPath, err)
 		}
-		// The thread had a workspace: if its folder vanished, say so
-		// rather than serve an empty one in its place.
-		if _, err := os.Lstat(root); errors.Is(err, os.ErrNotExist) {
+		// The thread had a workspace (unless a fresh one replaces it):
+		// if its folder vanished, say so rather than serve an empty one
+		// in its place.
+		if _, err := os.Lstat(root); !fresh && errors.Is(err, os.ErrNotExist) {
 			g.log.Warn("refused: workspace folder is gone", "tenant", k.Tenant, "thread", k.Thread, "path", root)
 			return meta.Binding{}, goneError(old)
-		}
-	}
-	if found && fresh {
-		if err := g.mounter.DetachStale(mountPath); err != nil {
-			return meta.Binding{}, fmt.Errorf("bind %s: detach stale mount %s: %w", keyName(k), mountPath, err)
 		}
 	}
 	if err := makeLeaf(&undo, root, 0o755); err != nil {
