@@ -126,7 +126,8 @@ func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey, b meta.Binding)
 			return nil, fmt.Errorf("jail for %s: give the workspace to its user: %w", keyName(k), err)
 		}
 	}
-	j, err := jail.Start(ctx, g.jailConfig(s, mountPath))
+	cfg := g.jailConfig(s, mountPath)
+	j, err := jail.Start(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
 	}
@@ -140,7 +141,7 @@ func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey, b meta.Binding)
 	g.mu.Lock()
 	g.jails[k] = tj
 	g.mu.Unlock()
-	g.log.Info("jail started", "tenant", k.Tenant, "thread", k.Thread, "network", g.jailConfig(s, "").Network, "limits", j.Limits)
+	g.log.Info("jail started", "tenant", k.Tenant, "thread", k.Thread, "network", cfg.Network, "limits", j.Limits)
 	return tj, nil
 }
 
@@ -170,11 +171,12 @@ func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (*jail.
 	g.mu.Lock()
 	tj := g.jails[k]
 	var s meta.Settings
+	warm := tj != nil && !g.closingLocked(k)
 	if tj != nil {
 		s = tj.settings
 	}
 	g.mu.Unlock()
-	if tj != nil && !g.closing(k) {
+	if warm {
 		// A warm jail still needs the thread's pin (a map look-up while
 		// the lease holds).
 		if err := g.claim(ctx, k, nil); err != nil {

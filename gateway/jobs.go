@@ -654,6 +654,11 @@ func (g *Gateway) setClosing(k meta.ThreadKey, closing bool) {
 func (g *Gateway) closing(k meta.ThreadKey) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.closingLocked(k)
+}
+
+// closingLocked is closing with g.mu held.
+func (g *Gateway) closingLocked(k meta.ThreadKey) bool {
 	tj := g.jobs[k]
 	return tj != nil && tj.closing
 }
