@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 
@@ -53,30 +54,12 @@ func checkSettings(s meta.Settings) error {
 
 // jailConfig is the jail a thread with settings s gets on this gateway.
 func (g *Gateway) jailConfig(s meta.Settings, workspace string) jail.Config {
-	c := jail.Config{
-		Workspace: workspace, Binary: g.cfg.JailBinary,
-		Network: s.Network, MemoryBytes: s.MemoryBytes, MaxProcs: s.MaxProcs,
-		Rlimits: g.cfg.JailRlimits,
+	return jail.Config{
+		Workspace: workspace, Binary: g.cfg.JailBinary, Rlimits: g.cfg.JailRlimits,
+		Network:     cmp.Or(s.Network, g.cfg.JailNetwork, "none"),
+		MemoryBytes: cmp.Or(s.MemoryBytes, g.cfg.JailMemoryBytes, jail.DefaultMemoryBytes),
+		MaxProcs:    cmp.Or(s.MaxProcs, g.cfg.JailMaxProcs, jail.DefaultMaxProcs),
 	}
-	if c.Network == "" {
-		c.Network = g.cfg.JailNetwork
-	}
-	if c.Network == "" {
-		c.Network = "none"
-	}
-	if c.MemoryBytes == 0 {
-		c.MemoryBytes = g.cfg.JailMemoryBytes
-	}
-	if c.MemoryBytes == 0 {
-		c.MemoryBytes = jail.DefaultMemoryBytes
-	}
-	if c.MaxProcs == 0 {
-		c.MaxProcs = g.cfg.JailMaxProcs
-	}
-	if c.MaxProcs == 0 {
-		c.MaxProcs = jail.DefaultMaxProcs
-	}
-	return c
 }
 
 // sameJail says whether two jail configurations make the same sandbox, so

@@ -278,9 +278,13 @@ func (g *Gateway) seed(ctx context.Context, b meta.Binding) {
 func (g *Gateway) resettle(ctx context.Context, b meta.Binding, s meta.Settings) (meta.Binding, error) {
 	g.mu.Lock()
 	tj := g.jails[b.ThreadKey]
+	var running meta.Settings
+	if tj != nil {
+		running = tj.settings
+	}
 	g.mu.Unlock()
 	if tj != nil {
-		now, next := g.jailConfig(tj.settings, ""), g.jailConfig(s, "")
+		now, next := g.jailConfig(running, ""), g.jailConfig(s, "")
 		if !sameJail(now, next) {
 			return meta.Binding{}, fmt.Errorf("%w: the jail of thread %s runs with network %s, %d bytes of memory and %d processes; "+
 				"close the thread before you change its network or limits", ErrConflict, keyName(b.ThreadKey), now.Network, now.MemoryBytes, now.MaxProcs)
