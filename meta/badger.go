@@ -118,21 +118,7 @@ func (s *Badger) CreateBinding(ctx context.Context, b Binding) (Binding, error) 
 	if err := checkText(b); err != nil {
 		return Binding{}, fmt.Errorf("meta: create binding %q/%q: %w", b.Tenant, b.Thread, err)
 	}
-	key := bindingKey(b.ThreadKey)
-	err := s.update(ctx, func(txn *badger.Txn) error {
-		switch _, err := txn.Get(key); {
-		case err == nil:
-			return ErrExists
-		case !errors.Is(err, badger.ErrKeyNotFound):
-			return fmt.Errorf("read: %w", err)
-		}
-		rev, err := nextRevision(txn)
-		if err != nil {
-			return err
-		}
-		b.Revision = rev
-		return setJSON(txn, key, b)
-	})
+	err := s.writeRecord(ctx, bindingKey(b.ThreadKey), true, 0, func(rev uint64) any { b.Revision = rev; return b })
 	if err != nil {
 		return Binding{}, fmt.Errorf("meta: create binding %q/%q: %w", b.Tenant, b.Thread, err)
 	}
@@ -144,18 +130,7 @@ func (s *Badger) UpdateBinding(ctx context.Context, b Binding) (Binding, error) 
 	if err := checkText(b); err != nil {
 		return Binding{}, fmt.Errorf("meta: update binding %q/%q: %w", b.Tenant, b.Thread, err)
 	}
-	key := bindingKey(b.ThreadKey)
-	err := s.update(ctx, func(txn *badger.Txn) error {
-		if err := checkRevision(txn, key, b.Revision); err != nil {
-			return err
-		}
-		rev, err := nextRevision(txn)
-		if err != nil {
-			return err
-		}
-		b.Revision = rev
-		return setJSON(txn, key, b)
-	})
+	err := s.writeRecord(ctx, bindingKey(b.ThreadKey), false, b.Revision, func(rev uint64) any { b.Revision = rev; return b })
 	if err != nil {
 		return Binding{}, fmt.Errorf("meta: update binding %q/%q: %w", b.Tenant, b.Thread, err)
 	}
@@ -286,6 +261,31 @@ func (s *Badger) DeleteInspectionMount(ctx context.Context, path string) error {
 		return fmt.Errorf("meta: delete inspection mount %q: %w", path, err)
 	}
 	return nil
+}
+
+// writeRecord stores a record under key in one write transaction: if
+// create, only where no record is (else ErrExists); otherwise only over
+// the record stored with revision want (else ErrConflict or ErrNotFound).
+// record is called with the record's new revision and returns the value
+// to store; it may be called more than once (see update).
+func (s *Badger) writeRecord(ctx context.Context, key []byte, create bool, want uint64, record func(rev uint64) any) error {
+	return s.update(ctx, func(txn *badger.Txn) error {
+		if create {
+			switch _, err := txn.Get(key); {
+			case err == nil:
+				return ErrExists
+			case !errors.Is(err, badger.ErrKeyNotFound):
+				return fmt.Errorf("read: %w", err)
+			}
+		} else if err := checkRevision(txn, key, want); err != nil {
+			return err
+		}
+		rev, err := nextRevision(txn)
+		if err != nil {
+			return err
+		}
+		return setJSON(txn, key, record(rev))
+	})
 }
 
 // view runs fn in a read-only transaction, unless the store is closed or

@@ -25,21 +25,7 @@ func (s *Badger) NextJobSeq(ctx context.Context, k ThreadKey) (uint64, error) {
 
 // CreateJob implements Store.
 func (s *Badger) CreateJob(ctx context.Context, j Job) (Job, error) {
-	key := jobKey(j.ThreadKey, j.Seq)
-	err := s.update(ctx, func(txn *badger.Txn) error {
-		switch _, err := txn.Get(key); {
-		case err == nil:
-			return ErrExists
-		case !errors.Is(err, badger.ErrKeyNotFound):
-			return fmt.Errorf("read: %w", err)
-		}
-		rev, err := nextRevision(txn)
-		if err != nil {
-			return err
-		}
-		j.Revision = rev
-		return setJSON(txn, key, j)
-	})
+	err := s.writeRecord(ctx, jobKey(j.ThreadKey, j.Seq), true, 0, func(rev uint64) any { j.Revision = rev; return j })
 	if err != nil {
 		return Job{}, fmt.Errorf("meta: create job %d of %q/%q: %w", j.Seq, j.Tenant, j.Thread, err)
 	}
@@ -48,18 +34,7 @@ func (s *Badger) CreateJob(ctx context.Context, j Job) (Job, error) {
 
 // UpdateJob implements Store.
 func (s *Badger) UpdateJob(ctx context.Context, j Job) (Job, error) {
-	key := jobKey(j.ThreadKey, j.Seq)
-	err := s.update(ctx, func(txn *badger.Txn) error {
-		if err := checkRevision(txn, key, j.Revision); err != nil {
-			return err
-		}
-		rev, err := nextRevision(txn)
-		if err != nil {
-			return err
-		}
-		j.Revision = rev
-		return setJSON(txn, key, j)
-	})
+	err := s.writeRecord(ctx, jobKey(j.ThreadKey, j.Seq), false, j.Revision, func(rev uint64) any { j.Revision = rev; return j })
 	if err != nil {
 		return Job{}, fmt.Errorf("meta: update job %d of %q/%q: %w", j.Seq, j.Tenant, j.Thread, err)
 	}
