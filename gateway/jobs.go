@@ -574,6 +574,12 @@ func (g *Gateway) StopJob(ctx context.Context, tenant, thread, id string, grace 
 // them stopped already.
 func (g *Gateway) noteRestartedJobs(ctx context.Context, bs []meta.Binding) {
 	for _, b := range bs {
+		// A thread another host took over had this host's jobs noted
+		// by that host then (noteMovedJobs): one read per thread of
+		// this host's is enough at a start.
+		if b.HostID != g.cfg.HostID {
+			continue
+		}
 		g.noteLeftJobs(ctx, b.ThreadKey, "job stopped by a restart", func(rec meta.Job) (string, bool) {
 			if rec.HostID != g.cfg.HostID || rec.Instance == g.instance {
 				return "", false
