@@ -132,8 +132,12 @@ func TestGitWorkflow(t *testing.T) {
 		}
 		git("commit", "-qam", "second")
 		git("checkout", "-q", "HEAD~1")
-		if b, _ := os.ReadFile(filepath.Join(mnt, "link")); string(b) != "package pkg\n" {
-			t.Errorf("checkout did not restore the file through the link: %q", b)
+		if b, _ := os.ReadFile(filepath.Join(mnt, "pkg", "a.go")); string(b) != "package pkg\n" {
+			t.Errorf("checkout did not restore the file: %q", b)
+		}
+		// The mount is nosymfollow: the link is there, as a link.
+		if got, err := os.Readlink(filepath.Join(mnt, "link")); err != nil || got != "pkg/a.go" {
+			t.Errorf("readlink after checkout: %q, %v", got, err)
 		}
 		git("gc", "-q")
 		git("fsck", "--strict")

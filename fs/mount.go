@@ -204,7 +204,8 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 	entry := timeout(opts.EntryTimeout, DefaultEntryTimeout)
 	attr := timeout(opts.AttrTimeout, DefaultAttrTimeout)
 	negative := timeout(opts.NegativeTimeout, DefaultNegativeTimeout)
-	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+	// nosymfollow: a host process follows no link in this view (link.go).
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOSYMFOLLOW)
 	if opts.ReadOnly {
 		flags |= unix.MS_RDONLY
 	}
@@ -244,6 +245,9 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		NegativeTimeout: &negative,
 		RootStableAttr:  &fusefs.StableAttr{Ino: st.Ino, Gen: gen},
 	})
+	if err == nil {
+		err = requireNoSymfollow(server, mountpoint)
+	}
 	if err != nil {
 		rootNode.fd.close()
 		unix.Close(fd)

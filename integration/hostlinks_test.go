@@ -1,0 +1,230 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"warren/internal/testenv"
+)
+
+// The tests of this file attack the host's view of a workspace: a root
+// process on the host opens mnt/<tenant>/<thread>/<name>, with <name> and
+// the links around it made by the agent. Each builds a link that the
+// kernel would follow out of the workspace, to a real file outside it (a
+// file in the test's temporary folder, and the other thread's file), and
+// checks that no host read or write ever gets there. The race tests run a
+// racer and a reader for a fixed time; none may escape even once.
+
+// raceFor bounds each race test: the escapes they reproduce took at most
+// a few hundred tries on the code before nosymfollow, a few milliseconds.
+const raceFor = 3 * time.Second
+
+// hostWorld is an escapeWorld with a secret in the test's own folder.
+type hostWorld struct {
+	*escapeWorld
+	secret    string // absolute path of a host file outside every workspace
+	victimRel string // the other thread's secret, relative to the agent's mount
+	up        string // "../" enough times to climb from the agent's mount to /
+}
+
+func newHostWorld(t *testing.T) *hostWorld {
+	w := &hostWorld{escapeWorld: newEscapeWorld(t)}
+	w.secret = filepath.Join(t.TempDir(), "host-secret")
+	must(t, os.WriteFile(w.secret, []byte("host-secret\n"), 0o600))
+	rel, err := filepath.Rel(w.agent, filepath.Join(w.victim, "secret"))
+	must(t, err)
+	w.victimRel = rel
+	w.up = strings.Repeat("../", depth(w.agent)+1)
+	return w
+}
+
+// depth counts the names of an absolute path.
+func depth(p string) int {
+	return len(strings.Split(strings.Trim(filepath.Clean(p), "/"), "/"))
+}
+
+// fromTop is the secret's path relative to /.
+func (w *hostWorld) fromTop() string { return strings.TrimPrefix(w.secret, "/") }
+
+// leaked fails the test if a host read through path returned a secret.
+func leaked(t *testing.T, what string, b []byte, err error) bool {
+	t.Helper()
+	if err == nil && strings.Contains(string(b), "secret") {
+		t.Errorf("%s: the host read %q outside the workspace", what, b)
+		return true
+	}
+	return false
+}
+
+// wantNotFollowed checks that a host open of path does not follow the
+// agent's link: ELOOP, the kernel refusing to follow any link there.
+func wantNotFollowed(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	leaked(t, "read "+path, b, err)
+	wantErrno(t, "host read through the link "+path, err, syscall.ELOOP)
+}
+
+// TestHostLinksSwapRace: the race between a check and the kernel's
+// follow. d/deep flips between a harmless folder and a link that climbs
+// exactly to the root; x, beside d, walks d/deep and climbs from there.
+// Whenever the host's walk of x reads d/deep after x was checked, the
+// walk climbs above the root. A host process that writes through such a
+// name would create a root-owned file outside the workspace.
+func TestHostLinksSwapRace(t *testing.T) {
+	w := newHostWorld(t)
+	j := depth(w.agent)
+	var qs []string
+	for i := 1; i <= j; i++ {
+		qs = append(qs, fmt.Sprintf("q%d", i))
+	}
+	q := filepath.Join(append([]string{w.agent}, qs...)...)
+	d := filepath.Join(q, "d")
+	must(t, os.MkdirAll(filepath.Join(d, "e"), 0o755))
+	harmless, evil := "e", strings.Repeat("../", j+1) // evil: the root
+	must(t, os.Symlink(harmless, filepath.Join(d, "deep")))
+	created := filepath.Join(filepath.Dir(w.secret), "created-by-host")
+	climb := "d/deep/" + strings.Repeat("../", j+2)
+	must(t, os.Symlink(climb+w.fromTop(), filepath.Join(q, "x-host")))
+	must(t, os.Symlink("d/deep/"+w.victimRel, filepath.Join(q, "x-victim")))
+	must(t, os.Symlink(climb+strings.TrimPrefix(created, "/"), filepath.Join(q, "x-write")))
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	flips := 0
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tmp := filepath.Join(d, "deep.tmp")
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			target := harmless
+			if i%2 == 0 {
+				target = evil
+			}
+			os.Remove(tmp)
+			if err := os.Symlink(target, tmp); err != nil {
+				t.Errorf("symlink %s: %v", target, err)
+				return
+			}
+			if err := os.Rename(tmp, filepath.Join(d, "deep")); err != nil {
+				t.Errorf("flip d/deep: %v", err)
+				return
+			}
+			flips++
+		}
+	}()
+	tries := 0
+	for deadline := time.Now().Add(raceFor); time.Now().Before(deadline); {
+		tries++
+		b, err := os.ReadFile(filepath.Join(q, "x-host"))
+		if leaked(t, "read x-host", b, err) {
+			break
+		}
+		b, err = os.ReadFile(filepath.Join(q, "x-victim"))
+		if leaked(t, "read x-victim", b, err) {
+			break
+		}
+		if os.WriteFile(filepath.Join(q, "x-write"), []byte("written by the host"), 0o644) == nil {
+			if _, err := os.Stat(created); err == nil {
+				t.Errorf("a host write through x-write created %s outside the workspace", created)
+				break
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d host tries, %d flips of d/deep", tries, flips)
+	if _, err := os.Stat(created); err == nil {
+		t.Errorf("%s exists outside the workspace", created)
+	}
+	w.sameOutside(t)
+}
+
+// TestHostViewsNoSymfollow: every host-facing view (the thread's mount,
+// inspection mounts) is mounted nosymfollow, so a host process follows no
+// link in it and reads links as links; inside the jail, the same links are
+// followed: a link to a folder, node_modules/.bin-style relative links to
+// programs, and git on a tree with links.
+func TestHostViewsNoSymfollow(t *testing.T) {
+	w := newHostWorld(t)
+	a := w.agent
+	// The agent's links, made and used in the jail: a link to a folder,
+	// node_modules/.bin-style relative links to a program, git on a tree
+	// with links.
+	code, out := w.d.execIn("agent", `set -e
+cd /workspace
+mkdir -p pkg/bin node_modules/.bin
+printf '#!/bin/sh\necho tool ran\n' > pkg/bin/tool && chmod +x pkg/bin/tool
+ln -s ../../pkg/bin/tool node_modules/.bin/tool
+ln -s pkg dirlink
+cat dirlink/bin/tool >/dev/null
+ls dirlink/bin
+node_modules/.bin/tool
+PATH=/workspace/node_modules/.bin:$PATH tool
+(cd dirlink/bin && ./tool)
+git init -q repo && cd repo
+git config user.email a@example.com && git config user.name agent
+mkdir -p src && echo hi > src/a.txt && ln -s src/a.txt link && ln -s src dir
+git add -A && git commit -qm links
+git status --porcelain
+cat link dir/a.txt
+echo all-done`, "--tenant", "acme")
+	if code != 0 || strings.Count(out, "tool ran") != 3 || !strings.Contains(out, "hi\nhi\nall-done") {
+		t.Errorf("links in the jail: exit %d:\n%s", code, out)
+	}
+
+	// The jail's bind of the workspace is not nosymfollow.
+	if code, out := w.d.execIn("agent", "grep ' /workspace ' /proc/self/mountinfo", "--tenant", "acme"); code != 0 || strings.Contains(out, "nosymfollow") {
+		t.Errorf("/workspace in the jail: exit %d, %q; want it without nosymfollow", code, out)
+	}
+
+	ro := filepath.Join(t.TempDir(), "ro")
+	rw := filepath.Join(t.TempDir(), "rw")
+	for _, p := range []string{ro, rw} {
+		must(t, os.Mkdir(p, 0o755))
+	}
+	w.d.mustWarren("mount", "--tenant", "acme", "--thread", "agent", ro)
+	t.Cleanup(func() { w.d.warren("umount", ro) })
+	w.d.mustWarren("mount", "--tenant", "acme", "--thread", "agent", "--rw", rw)
+	t.Cleanup(func() { w.d.warren("umount", rw) })
+
+	seen := 0
+	for _, m := range testenv.Mounts(t) {
+		if m.Path != a && m.Path != ro && m.Path != rw && m.Path != w.victim {
+			continue
+		}
+		seen++
+		if !strings.Contains(strings.Join(m.Options, ","), "nosymfollow") {
+			t.Errorf("mount %s has options %v, want nosymfollow", m.Path, m.Options)
+		}
+	}
+	if seen != 4 {
+		t.Errorf("found %d of the 4 host views in the mount table", seen)
+	}
+	// The same links, seen from the host: there, and read as links, but
+	// never followed.
+	for _, view := range []string{a, ro, rw} {
+		for _, link := range []string{"dirlink/bin/tool", "node_modules/.bin/tool", "dirlink", "repo/link", "repo/dir/a.txt"} {
+			_, err := os.Stat(filepath.Join(view, link))
+			wantErrno(t, "host stat through "+link, err, syscall.ELOOP)
+		}
+		if got, err := os.Readlink(filepath.Join(view, "dirlink")); err != nil || got != "pkg" {
+			t.Errorf("readlink dirlink in %s: %q, %v", view, got, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(view, "pkg", "bin", "tool")); err != nil || !strings.Contains(string(b), "tool ran") {
+			t.Errorf("read pkg/bin/tool in %s: %q, %v", view, b, err)
+		}
+	}
+	w.sameOutside(t)
+}
