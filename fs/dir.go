@@ -152,8 +152,9 @@ func (n *node) remove(ctx context.Context, op, name string, flags int) syscall.E
 }
 
 // Rename moves an entry. A symlink moved to another directory means
-// something else there (its target is relative to where it sits), so it is
-// checked against the boundary again before it moves.
+// something else there (its target is relative to where it sits), so it,
+// or every symlink in a moved folder's tree, is checked against the
+// boundary from its new place before it moves (checkMove, link.go).
 func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	np, ok := newParent.(*node)
 	if !ok || np.root != n.root {
@@ -166,13 +167,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 		return errno
 	}
 	if np != n {
-		if errno := n.checkMovedLink(name, np, "rename"); errno != 0 {
+		if errno := n.checkMove(name, np, newName, flags); errno != 0 {
 			return errno
-		}
-		if flags&unix.RENAME_EXCHANGE != 0 {
-			if errno := np.checkMovedLink(newName, n, "rename"); errno != 0 {
-				return errno
-			}
 		}
 	}
 	ofd, odone, errno := n.use()

@@ -13,13 +13,27 @@
 //     RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV. A symlink swapped into the
 //     backing folder is opened as a symlink, never walked, and a lookup
 //     never crosses into another filesystem mounted below the root.
-//   - Symlinks are judged by where the kernel would end up following them
-//     (link.go). Making one that leads out (an absolute target, ".."
-//     climbing out, directly or through other links) fails with EPERM;
-//     moving one to a directory from where it would lead out fails too;
-//     reading one that leads out fails with EPERM, which also stops the
-//     kernel from following it — so a link planted in the backing folder by
-//     someone else is refused when read or followed.
+//   - Every mount is nosymfollow (hostview.go): the kernel follows no
+//     symlink in it (ELOOP), so no link an agent makes leads a host
+//     process anywhere; links are still there and read as links. Serve
+//     refuses to serve a mount that lacks the flag. (The jail binds the
+//     mount without it: links work inside, where they reach at most the
+//     jail's own root.)
+//   - As defence in depth, symlinks are judged by where the kernel would
+//     end up following them (link.go), walking the target one name at a
+//     time from descriptors; any error in that walk but a missing name
+//     counts as "leads out". Making one that leads out (an absolute
+//     target, ".." climbing out, directly or through other links) fails
+//     with EPERM; a rename to another folder that would carry a link
+//     (itself, or any in a moved folder's tree) to where it leads out
+//     fails with EPERM (EXDEV for a tree too big to check); reading one
+//     that leads out fails with EPERM, which also stops the kernel from
+//     following it in the jail — so a link planted in the backing folder
+//     by someone else is refused when read.
+//   - A symlink has one name: a hard link of a symlink fails with EPERM,
+//     and one found with more than one name is refused when read, so the
+//     folder the check starts from is the only one the kernel can come
+//     through.
 //   - A hard link can only join two names of this mount: the kernel hands
 //     over only inodes of the same mount.
 //   - Device nodes cannot be made; the mount is nosuid and nodev.

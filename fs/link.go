@@ -2,6 +2,10 @@ package fs
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
 	"strings"
 	"syscall"
 
@@ -11,20 +15,57 @@ import (
 )
 
 // Links are where a workspace could leak: a symlink names a place, and the
-// kernel, not this daemon, walks to it. So every symlink is judged by where
-// the kernel would end up: when it is made, when it moves to another
-// directory (rename, hard link), and every time it is read, since a link
-// that was harmless when made can lead out after other links change.
+// kernel, not this daemon, walks to it, from the folder it came through,
+// after the daemon answered its readlink. No answer given at readlink time
+// can bind that walk: a hard link gives a link two folders, a folder can
+// move during the walk, another link on the way can change. So:
+//
+//   - Every mount is made nosymfollow (MS_NOSYMFOLLOW): the kernel follows
+//     no link in a host's view of a workspace at all (ELOOP), whatever the
+//     agent made. That is the boundary for host processes. The jail binds
+//     the mount without the flag, so links work inside it, where a link
+//     leading above /workspace reaches only the jail's own read-only root.
+//   - The link check below stays as defence in depth, for the jail's view
+//     and for any view that lost the flag: a symlink is judged by where the
+//     kernel would end up when it is made, when a rename carries it to
+//     another folder, and every time it is read. Any doubt in the check
+//     counts as "leads out".
+//   - A symlink has one name only: hard links of symlinks are refused, and
+//     a symlink found with more than one name (made behind the
+//     filesystem's back) is refused when read. So the folder the check
+//     starts from is the only folder the kernel can come through.
 
 // maxLinkHops bounds how many symlinks one check follows, as the kernel
-// bounds a walk (40). A longer chain fails in the kernel with ELOOP anyway.
+// bounds a walk (40). A longer chain counts as leading out.
 const maxLinkHops = 40
+
+// maxLinkDepth bounds how deep below the root a link's folder may be for
+// the check to place it (by climbing ".." to the root). Deeper counts as
+// leading out: no real tree is 4096 folders deep.
+const maxLinkDepth = 4096
+
+// A rename to another folder checks every symlink in the moved tree from
+// its new place. The walk is bounded: a tree with more entries, or deeper,
+// than this is not renamed but refused with EXDEV, the answer for "cannot
+// rename across here": mv(1) and most tools then copy the tree and remove
+// the original, and the copy makes every link again through Symlink,
+// which checks each. EPERM would end such a move for good.
+const (
+	maxMovedEntries = 100_000
+	maxMovedDepth   = 256
+)
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
 	if errno := n.mayModify(name); errno != 0 {
 		return nil, errno
 	}
-	if why := n.root.linkEscapes(n.components(), target); why != "" {
+	dfd, done, errno := n.use()
+	if errno != 0 {
+		return nil, errno
+	}
+	why := n.root.escapesFrom(dfd, target, nil)
+	done()
+	if why != "" {
 		n.root.refuse("symlink", n.child(name), target, why)
 		return nil, syscall.EPERM
 	}
@@ -34,8 +75,9 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 }
 
 // Readlink returns a link's target only if following it stays inside the
-// root. The kernel follows a link by asking for its target here, so
-// refusing the read refuses the walk.
+// root. A host's view never follows links (nosymfollow); inside the jail
+// the kernel follows a link by asking for its target here, so refusing
+// the read refuses the walk.
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	fd, done, errno := n.use()
 	if errno != 0 {
@@ -46,19 +88,50 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	if err != nil {
 		return nil, fusefs.ToErrno(err)
 	}
-	comps := n.components()
-	if len(comps) > 0 {
-		comps = comps[:len(comps)-1]
-	}
-	if why := n.root.linkEscapes(comps, target); why != "" {
+	if why := n.linkEscapes(fd, target); why != "" {
 		n.root.refuse("readlink", n.rel(), target, why)
 		return nil, syscall.EPERM
 	}
 	return []byte(target), 0
 }
 
+// linkEscapes judges the symlink n (fd is its descriptor) from the one
+// folder that holds it.
+func (n *node) linkEscapes(fd int, target string) string {
+	var st syscall.Stat_t
+	if err := fstat(fd, &st); err != nil {
+		return fmt.Sprintf("cannot stat the link: %v", err)
+	}
+	if st.Nlink > 1 {
+		// Made behind the filesystem's back: the kernel could come
+		// through a folder the check does not know.
+		return "a symlink with more than one name"
+	}
+	name, p := n.Parent()
+	if p == nil {
+		return "the link's folder is not known"
+	}
+	dir, ok := p.Operations().(*node)
+	if !ok {
+		return "the link's folder is not known"
+	}
+	dfd, done, errno := dir.use()
+	if errno != 0 {
+		return fmt.Sprintf("cannot open the link's folder: %v", errno)
+	}
+	defer done()
+	// The folder go-fuse knows must hold this very link under that name:
+	// then the check starts where the kernel does.
+	var cur syscall.Stat_t
+	if err := fstatat(dfd, name, &cur); err != nil || cur.Ino != st.Ino || cur.Dev != st.Dev {
+		return "the link is no longer where it was looked up"
+	}
+	return n.root.escapesFrom(dfd, target, nil)
+}
+
 // Link makes a hard link. The kernel only hands us inodes of this same
-// mount, so a file from outside the root can never be linked in.
+// mount, so a file from outside the root can never be linked in. A symlink
+// gets no second name: the kernel would follow it from either folder.
 func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
 	t, ok := target.(*node)
 	if !ok || t.root != n.root {
@@ -71,21 +144,15 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 	if t.IsDir() {
 		return nil, syscall.EPERM
 	}
+	if t.isSymlink() {
+		n.root.refuse("link", n.child(name), t.rel(), "a symlink may have only one name")
+		return nil, syscall.EPERM
+	}
 	tfd, tdone, errno := t.use()
 	if errno != 0 {
 		return nil, errno
 	}
 	defer tdone()
-	if t.isSymlink() {
-		linkTarget, err := readlinkFd(tfd)
-		if err != nil {
-			return nil, fusefs.ToErrno(err)
-		}
-		if why := n.root.linkEscapes(n.components(), linkTarget); why != "" {
-			n.root.refuse("link", n.child(name), linkTarget, why)
-			return nil, syscall.EPERM
-		}
-	}
 	ch, errno := n.makeEntry(ctx, name, out, 0, false, func(dfd int) error {
 		return unix.Linkat(tfd, "", dfd, name, unix.AT_EMPTY_PATH)
 	})
@@ -117,64 +184,316 @@ func (n *node) relinked() {
 	}
 }
 
-// checkMovedLink refuses to move the entry name of n into the directory
-// dst if it is a symlink that would lead out of the root from there.
-func (n *node) checkMovedLink(name string, dst *node, op string) syscall.Errno {
-	dfd, done, errno := n.use()
+// placement is where a rename being checked puts one entry: the walk of a
+// link target sees the tree as it will be after the rename.
+type placement struct {
+	ino               uint64 // the entry that moves
+	fromDir, toDir    uint64 // the folders it leaves and enters (inodes)
+	fromName, toName  string
+	fd                int // the entry's descriptor; borrowed
+	toDirFd, toDepth  int // the folder it enters: descriptor (borrowed) and depth
+	isDir, isSymlink  bool
+	fromPath, newPath string // for refusals
+}
+
+// checkMove refuses a rename of the entry name of n to newName in np (np
+// is another folder than n) if it would carry a symlink to where it leads
+// out: the entry itself, or, for a folder, any symlink in its tree, each
+// judged from its new place. With RENAME_EXCHANGE both entries move.
+//
+// A rename within one folder is not checked: it changes no entry's depth,
+// so every link's ".." climbs as before; it can only make a name appear
+// or vanish, as making or removing an entry does, which each readlink
+// checks anyway.
+func (n *node) checkMove(name string, np *node, newName string, flags uint32) syscall.Errno {
+	sfd, sdone, errno := n.use()
 	if errno != 0 {
 		return errno
 	}
-	defer done()
-	fd, err := openChild(dfd, name)
-	if err != nil {
-		return 0 // the move itself reports a missing entry
+	defer sdone()
+	dfd, ddone, errno := np.use()
+	if errno != 0 {
+		return errno
 	}
-	defer unix.Close(fd)
-	var st syscall.Stat_t
-	if err := fstat(fd, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFLNK {
-		return 0
-	}
-	target, err := readlinkFd(fd)
-	if err != nil {
+	defer ddone()
+	var sst, dst syscall.Stat_t
+	if err := fstat(sfd, &sst); err != nil {
 		return fusefs.ToErrno(err)
 	}
-	if why := n.root.linkEscapes(dst.components(), target); why != "" {
-		n.root.refuse(op, n.child(name), target, why+" from "+dst.rel())
-		return syscall.EPERM
+	if err := fstat(dfd, &dst); err != nil {
+		return fusefs.ToErrno(err)
+	}
+	r := n.root
+	var moves []*placement
+	add := func(fromFd int, from *node, fromName string, fromIno uint64, toFd int, to *node, toName string, toIno uint64) (syscall.Errno, string) {
+		fd, err := openChild(fromFd, fromName)
+		if err != nil {
+			return 0, "" // the rename itself reports a missing entry
+		}
+		var st syscall.Stat_t
+		if err := fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return fusefs.ToErrno(err), ""
+		}
+		p := &placement{
+			ino: st.Ino, fromDir: fromIno, toDir: toIno, fromName: fromName, toName: toName, fd: fd, toDirFd: toFd,
+			isDir:     st.Mode&syscall.S_IFMT == syscall.S_IFDIR,
+			isSymlink: st.Mode&syscall.S_IFMT == syscall.S_IFLNK,
+			fromPath:  from.child(fromName), newPath: to.child(toName),
+		}
+		moves = append(moves, p)
+		if !p.isDir && !p.isSymlink {
+			return 0, ""
+		}
+		d, err := r.depthOf(toFd)
+		if err != nil {
+			return syscall.EPERM, fmt.Sprintf("cannot place %s: %v", to.rel(), err)
+		}
+		p.toDepth = d
+		return 0, ""
+	}
+	defer func() {
+		for _, p := range moves {
+			unix.Close(p.fd)
+		}
+	}()
+	if errno, why := add(sfd, n, name, sst.Ino, dfd, np, newName, dst.Ino); errno != 0 {
+		if why != "" {
+			r.refuse("rename", n.child(name), "", why)
+		}
+		return errno
+	}
+	if flags&unix.RENAME_EXCHANGE != 0 {
+		if errno, why := add(dfd, np, newName, dst.Ino, sfd, n, name, sst.Ino); errno != 0 {
+			if why != "" {
+				r.refuse("rename", np.child(newName), "", why)
+			}
+			return errno
+		}
+	}
+	for _, p := range moves {
+		switch {
+		case p.isSymlink:
+			target, err := readlinkFd(p.fd)
+			if err != nil {
+				return fusefs.ToErrno(err)
+			}
+			if why := r.escapesAt(p.toDirFd, p.toDepth, target, moves); why != "" {
+				r.refuse("rename", p.fromPath, target, why+" from "+p.newPath)
+				return syscall.EPERM
+			}
+		case p.isDir:
+			if errno := r.checkMovedTree(p, moves); errno != 0 {
+				return errno
+			}
+		}
 	}
 	return 0
 }
 
-// components returns the names from the root down to n.
-func (n *node) components() []string {
-	p := n.Path(nil)
-	if p == "" {
-		return nil
+// checkMovedTree checks every symlink in the folder p moves, from where
+// the rename puts it. The walk is bounded (maxMovedEntries,
+// maxMovedDepth); beyond the bounds the rename is refused with EXDEV.
+func (r *root) checkMovedTree(p *placement, moves []*placement) syscall.Errno {
+	type frame struct {
+		dir   *os.File
+		depth int    // depth of dir below the root, after the rename
+		path  string // dir's path below p's new place, for refusals
 	}
-	return strings.Split(p, "/")
+	top, err := reopen(p.fd, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return fusefs.ToErrno(err)
+	}
+	// Each folder's os.File is named by its /proc/self/fd link: where the
+	// backing filesystem gives no entry types, ReadDir lstats parent+"/"+
+	// name, which must name this very folder.
+	dirFile := func(fd int) *os.File { return os.NewFile(uintptr(fd), procFdPath(fd)) }
+	stack := []frame{{dir: dirFile(top), depth: p.toDepth + 1, path: p.newPath}}
+	defer func() {
+		for _, f := range stack {
+			f.dir.Close()
+		}
+	}()
+	entries := 0
+	for len(stack) > 0 {
+		f := stack[len(stack)-1]
+		batch, err := f.dir.ReadDir(256)
+		if err == io.EOF || (err == nil && len(batch) == 0) {
+			f.dir.Close()
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		if err != nil {
+			r.refuse("rename", p.fromPath, "", fmt.Sprintf("cannot read %s: %v", f.path, err))
+			return syscall.EPERM
+		}
+		dfd := int(f.dir.Fd())
+		for _, e := range batch {
+			entries++
+			if entries > maxMovedEntries {
+				r.refuse("rename", p.fromPath, "", fmt.Sprintf("the folder holds more than %d entries to check; copy it instead", maxMovedEntries))
+				return syscall.EXDEV
+			}
+			switch e.Type() & os.ModeType {
+			case os.ModeSymlink:
+				target, err := readlinkAt(dfd, e.Name())
+				if errors.Is(err, unix.ENOENT) {
+					continue // removed meanwhile
+				}
+				if err != nil {
+					r.refuse("rename", p.fromPath, "", fmt.Sprintf("cannot read the link %s/%s: %v", f.path, e.Name(), err))
+					return syscall.EPERM
+				}
+				if why := r.escapesAt(dfd, f.depth, target, moves); why != "" {
+					r.refuse("rename", p.fromPath, target, why+" from "+f.path+"/"+e.Name())
+					return syscall.EPERM
+				}
+			case os.ModeDir:
+				if f.depth-p.toDepth >= maxMovedDepth {
+					r.refuse("rename", p.fromPath, "", fmt.Sprintf("the folder is more than %d deep to check; copy it instead", maxMovedDepth))
+					return syscall.EXDEV
+				}
+				how := unix.OpenHow{
+					Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+					Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+				}
+				cfd, err := unix.Openat2(dfd, e.Name(), &how)
+				if errors.Is(err, unix.ENOENT) {
+					continue
+				}
+				if err != nil {
+					r.refuse("rename", p.fromPath, "", fmt.Sprintf("cannot open %s/%s: %v", f.path, e.Name(), err))
+					return syscall.EPERM
+				}
+				stack = append(stack, frame{dir: dirFile(cfd), depth: f.depth + 1, path: f.path + "/" + e.Name()})
+			}
+		}
+	}
+	return 0
 }
 
-// linkEscapes reports why a symlink with this target, sitting in the
-// directory dir (names from the root), would lead out of the root; "" if
-// it stays inside.
+// escapesFrom reports why a symlink with this target, sitting in the
+// folder dfd, would lead out of the root; "" if it stays inside.
+func (r *root) escapesFrom(dfd int, target string, moves []*placement) string {
+	depth, err := r.depthOf(dfd)
+	if err != nil {
+		return fmt.Sprintf("cannot place the link's folder: %v", err)
+	}
+	return r.escapesAt(dfd, depth, target, moves)
+}
+
+// depthOf returns how many folders below the root the folder dfd is, by
+// climbing its real parents ("..", as the kernel does) to the root. It
+// fails if the climb leaves the root's filesystem, or passes maxLinkDepth
+// without meeting the root: the folder is not below it.
+func (r *root) depthOf(dfd int) (int, error) {
+	var root syscall.Stat_t
+	if err := fstat(r.fd, &root); err != nil {
+		return 0, fmt.Errorf("stat the root: %w", err)
+	}
+	cur := dfd
+	defer func() {
+		if cur != dfd {
+			unix.Close(cur)
+		}
+	}()
+	for depth := 0; depth <= maxLinkDepth; depth++ {
+		var st syscall.Stat_t
+		if err := fstat(cur, &st); err != nil {
+			return 0, fmt.Errorf("stat a parent: %w", err)
+		}
+		if st.Dev != root.Dev {
+			return 0, errors.New("a parent is on another filesystem")
+		}
+		if st.Ino == root.Ino {
+			return depth, nil
+		}
+		up, err := openParent(cur)
+		if err != nil {
+			return 0, err
+		}
+		if cur != dfd {
+			unix.Close(cur)
+		}
+		cur = up
+	}
+	return 0, fmt.Errorf("more than %d folders deep", maxLinkDepth)
+}
+
+// openParent opens the real parent of the folder fd, as the kernel's ".."
+// would.
+func openParent(fd int) (int, error) {
+	for {
+		up, err := unix.Openat(fd, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return -1, fmt.Errorf("open a parent: %w", err)
+		}
+		return up, nil
+	}
+}
+
+// escapesAt reports why a symlink with this target, sitting in the folder
+// dfd depth levels below the root, would lead out of the root; "" if it
+// stays inside. moves, if any, are entries of a rename being checked: the
+// walk sees them where the rename puts them.
 //
-// It walks the target as the kernel would: ".." climbs the real parent,
-// and every symlink met on the way is read and walked too, so a chain of
-// links that each look harmless is judged by where it really ends. The
-// walk is fd-relative from the root and follows no link by itself.
-// Lexically the target must also stay inside, so a name that does not
-// exist yet cannot become an exit later.
-func (r *root) linkEscapes(dir []string, target string) string {
+// It walks the target as the kernel would, one name at a time from a
+// descriptor (never a joined path, which the kernel's walk does not need
+// and which could fail where the kernel's succeeds): ".." climbs the real
+// parent, and every symlink met on the way is read and walked too, so a
+// chain of links that each look harmless is judged by where it really
+// ends. Each name is opened with openat2 below the current folder,
+// following no link and crossing no mount.
+//
+// It fails closed. Only a missing name (ENOENT) ends the walk as "inside":
+// the kernel's walk stops there too, and whatever is made there later is
+// checked again when this link is read. A walk that reaches a file with
+// names still to go stops likewise (the kernel answers ENOTDIR). Every
+// other error (a name too long, a permission, another filesystem, more
+// than maxLinkHops links, a lost place) counts as leading out. Lexically
+// the target must also stay inside, so a name that does not exist yet
+// cannot become an exit later.
+func (r *root) escapesAt(dfd, depth int, target string, moves []*placement) string {
 	if target == "" {
 		return ""
 	}
 	if strings.HasPrefix(target, "/") {
 		return "an absolute link target leaves the workspace"
 	}
-	if lexicallyEscapes(len(dir), target) {
+	if lexicallyEscapes(depth, target) {
 		return "the link target climbs out of the workspace"
 	}
-	stack := append([]string(nil), dir...)
+	var root syscall.Stat_t
+	if err := fstat(r.fd, &root); err != nil {
+		return fmt.Sprintf("cannot stat the root: %v", err)
+	}
+	cur, err := unix.FcntlInt(uintptr(dfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Sprintf("cannot hold the link's folder: %v", err)
+	}
+	defer func() { unix.Close(cur) }()
+	var st syscall.Stat_t
+	if err := fstat(cur, &st); err != nil {
+		return fmt.Sprintf("cannot stat the link's folder: %v", err)
+	}
+	curIno := st.Ino
+	// step replaces the current folder with next, a folder of depth d.
+	step := func(next int, d int) string {
+		if err := fstat(next, &st); err != nil {
+			unix.Close(next)
+			return fmt.Sprintf("cannot stat a folder on the way: %v", err)
+		}
+		if st.Dev != root.Dev || st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+			unix.Close(next)
+			return "the walk left the workspace's filesystem"
+		}
+		unix.Close(cur)
+		cur, curIno, depth = next, st.Ino, d
+		return ""
+	}
 	queue := strings.Split(target, "/")
 	hops := 0
 	for len(queue) > 0 {
@@ -184,45 +503,99 @@ func (r *root) linkEscapes(dir []string, target string) string {
 		case "", ".":
 			continue
 		case "..":
-			if len(stack) == 0 {
-				return "the link leads out of the workspace through another link"
+			if curIno == root.Ino {
+				return "the link climbs above the workspace's root"
 			}
-			stack = stack[:len(stack)-1]
-			continue
-		}
-		fd, err := r.openBeneath(append(stack, c))
-		if err != nil {
-			// Nothing there (yet), or not a directory: the kernel's
-			// walk stops here too. Whatever is made here later is
-			// checked when this link is read.
-			return ""
-		}
-		var st syscall.Stat_t
-		err = fstat(fd, &st)
-		if err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFLNK {
-			unix.Close(fd)
+			if depth <= 0 {
+				return "the link's walk lost its place below the root"
+			}
+			if p := movedEntry(moves, curIno); p != nil {
+				next, err := unix.FcntlInt(uintptr(p.toDirFd), unix.F_DUPFD_CLOEXEC, 0)
+				if err != nil {
+					return fmt.Sprintf("cannot hold a folder on the way: %v", err)
+				}
+				if why := step(next, p.toDepth); why != "" {
+					return why
+				}
+				continue
+			}
+			next, err := openParent(cur)
 			if err != nil {
-				return ""
+				return fmt.Sprintf("cannot climb: %v", err)
 			}
-			stack = append(stack, c)
+			if why := step(next, depth-1); why != "" {
+				return why
+			}
 			continue
 		}
-		hops++
-		if hops > maxLinkHops {
-			unix.Close(fd)
-			return "" // the kernel gives ELOOP
+		next, gone, err := openPlaced(cur, curIno, c, moves)
+		if gone || errors.Is(err, unix.ENOENT) {
+			return "" // the kernel's walk stops here too
 		}
-		next, err := readlinkFd(fd)
-		unix.Close(fd)
 		if err != nil {
-			return ""
+			return fmt.Sprintf("cannot check where the link leads: %v", err)
 		}
-		if strings.HasPrefix(next, "/") {
-			return "the link leads out of the workspace through an absolute link"
+		if err := fstat(next, &st); err != nil {
+			unix.Close(next)
+			return fmt.Sprintf("cannot stat a name on the way: %v", err)
 		}
-		queue = append(strings.Split(next, "/"), queue...)
+		switch st.Mode & syscall.S_IFMT {
+		case syscall.S_IFDIR:
+			if why := step(next, depth+1); why != "" {
+				return why
+			}
+		case syscall.S_IFLNK:
+			hops++
+			if hops > maxLinkHops {
+				unix.Close(next)
+				return fmt.Sprintf("more than %d links in a chain", maxLinkHops)
+			}
+			link, err := readlinkFd(next)
+			unix.Close(next)
+			if err != nil {
+				return fmt.Sprintf("cannot read a link on the way: %v", err)
+			}
+			if strings.HasPrefix(link, "/") {
+				return "the link leads out of the workspace through an absolute link"
+			}
+			// The link's target is walked from the folder that holds it.
+			queue = append(strings.Split(link, "/"), queue...)
+		default:
+			unix.Close(next)
+			return "" // a file: the walk ends here, or fails with ENOTDIR
+		}
 	}
 	return ""
+}
+
+// movedEntry returns the placement of the entry with inode ino, if a
+// rename being checked moves it.
+func movedEntry(moves []*placement, ino uint64) *placement {
+	for _, p := range moves {
+		if p.ino == ino {
+			return p
+		}
+	}
+	return nil
+}
+
+// openPlaced opens name below the folder dfd (inode ino) as the tree will
+// be after the renames being checked: a moved entry at its new place,
+// nothing (gone) at the place it leaves.
+func openPlaced(dfd int, ino uint64, name string, moves []*placement) (fd int, gone bool, err error) {
+	for _, p := range moves {
+		if p.toDir == ino && p.toName == name {
+			fd, err := unix.FcntlInt(uintptr(p.fd), unix.F_DUPFD_CLOEXEC, 0)
+			return fd, false, err
+		}
+	}
+	for _, p := range moves {
+		if p.fromDir == ino && p.fromName == name {
+			return -1, true, nil
+		}
+	}
+	fd, err = openChild(dfd, name)
+	return fd, false, err
 }
 
 // lexicallyEscapes reports whether target, read as plain names from a
@@ -241,14 +614,4 @@ func lexicallyEscapes(depth int, target string) bool {
 		}
 	}
 	return false
-}
-
-// openBeneath opens the entry at the given names below the root as an
-// O_PATH descriptor, refusing any symlink or mount crossing on the way.
-func (r *root) openBeneath(names []string) (int, error) {
-	how := unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
-	}
-	return unix.Openat2(r.fd, strings.Join(names, "/"), &how)
 }

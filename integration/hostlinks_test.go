@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"warren/internal/testenv"
 )
@@ -69,6 +72,192 @@ func wantNotFollowed(t *testing.T, path string) {
 	b, err := os.ReadFile(path)
 	leaked(t, "read "+path, b, err)
 	wantErrno(t, "host read through the link "+path, err, syscall.ELOOP)
+}
+
+// mkdirs makes the nested folders names below dir with fd-relative calls
+// (their joined path may be longer than PATH_MAX) and returns an O_PATH
+// descriptor of each, closed when the test ends.
+func mkdirs(t *testing.T, dir string, names []string) []int {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	must(t, err)
+	fds := []int{fd}
+	t.Cleanup(func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	})
+	for _, name := range names {
+		if err := unix.Mkdirat(fd, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			t.Fatalf("mkdir %s: %v", name[:8], err)
+		}
+		fd, err = unix.Openat(fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		must(t, err)
+		fds = append(fds, fd)
+	}
+	return fds
+}
+
+// TestHostLinksLongNames: nested folders of 250-byte names make a path far
+// longer than PATH_MAX. The kernel walks it one name at a time; a link
+// check that opens joined paths fails there with ENAMETOOLONG and must not
+// take that for "nothing there". The agent's chain: L (at the root) leads
+// into the tenth folder to m, m leads to the twentieth folder to up, up
+// climbs exactly to the root, and m goes on climbing from there.
+func TestHostLinksLongNames(t *testing.T) {
+	w := newHostWorld(t)
+	names := make([]string, 20)
+	for i := range names {
+		names[i] = fmt.Sprintf("%03d", i) + strings.Repeat("n", 247)
+	}
+	mnt := mkdirs(t, w.agent, names)
+	// up climbs from the twentieth folder exactly to the root: allowed.
+	must(t, unix.Symlinkat(strings.Repeat("../", 20), mnt[20], "up"))
+	chain := strings.Join(names[10:], "/") + "/up/"
+	targets := map[string]string{
+		"m-host":   chain + w.up + w.fromTop(),
+		"m-victim": chain + w.victimRel,
+	}
+	for m, target := range targets {
+		err := unix.Symlinkat(target, mnt[10], m)
+		wantErrno(t, "symlink "+m+" leading out through the long names", err, syscall.EPERM)
+		// L at the root leads to m: harmless while m is missing.
+		must(t, os.Symlink(strings.Join(names[:10], "/")+"/"+m, filepath.Join(w.agent, "L-"+m)))
+	}
+	for m := range targets {
+		wantNotFollowed(t, filepath.Join(w.agent, "L-"+m))
+	}
+
+	// The same links planted in the backing folder, behind the
+	// filesystem's back: reading m is refused, and the host does not
+	// follow L.
+	// (Fresh names: the mount may remember for a while that m-* is not
+	// there.)
+	back := mkdirs(t, w.agentRoot, names)
+	for m, target := range targets {
+		p := "planted-" + m
+		must(t, unix.Symlinkat(target, back[10], p))
+		must(t, os.Symlink(strings.Join(names[:10], "/")+"/"+p, filepath.Join(w.agentRoot, "L-"+p)))
+	}
+	for m := range targets {
+		p := "planted-" + m
+		buf := make([]byte, 8192)
+		_, err := unix.Readlinkat(mnt[10], p, buf)
+		wantErrno(t, "readlink of the planted "+p, err, syscall.EPERM)
+		wantNotFollowed(t, filepath.Join(w.agent, "L-"+p))
+	}
+	w.sameOutside(t)
+}
+
+// TestHostLinksHardLinkedSymlink: a symlink with two names is followed
+// from the folder the kernel came through, whatever name the check looks
+// at. The recipe: a deep symlink that climbs exactly to the root; a hard
+// link of it in a sibling folder; that folder moved to the top; a hard
+// link deep again. The top name then climbs far above the root.
+func TestHostLinksHardLinkedSymlink(t *testing.T) {
+	w := newHostWorld(t)
+	k := depth(w.agent) + 3
+	var deep []string
+	for i := 1; i < k; i++ {
+		deep = append(deep, fmt.Sprintf("p%d", i))
+	}
+	parent := filepath.Join(append([]string{w.agent}, deep...)...)
+	must(t, os.MkdirAll(filepath.Join(parent, "c"), 0o755))
+	must(t, os.MkdirAll(filepath.Join(parent, "s"), 0o755))
+	up := filepath.Join(parent, "c", "up")
+	must(t, os.Symlink(strings.Repeat("../", k), up)) // the root: allowed
+
+	// The recipe, through the mount as the agent would do it. Each
+	// step may be refused; none may open a way out.
+	errLink := os.Link(up, filepath.Join(parent, "s", "up2"))
+	wantErrno(t, "hard link of a symlink", errLink, syscall.EPERM)
+	os.Rename(filepath.Join(parent, "s"), filepath.Join(w.agent, "s"))
+	os.Link(filepath.Join(w.agent, "s", "up2"), filepath.Join(parent, "c", "up3"))
+	// s/up2 leads to the host's /, from where both secrets are named.
+	victimFromTop := strings.TrimPrefix(filepath.Join(w.victim, "secret"), "/")
+	for _, rest := range []string{w.fromTop(), victimFromTop} {
+		// Joined by hand: filepath.Join would clean the ".." away.
+		b, err := os.ReadFile(w.agent + "/s/up2/" + rest)
+		leaked(t, "read s/up2/"+rest, b, err)
+	}
+
+	// The same names planted behind the filesystem's back: a symlink
+	// with two names is refused when read, and never followed by the
+	// host.
+	broot := strings.Replace(parent, w.agent, w.agentRoot, 1)
+	must(t, os.MkdirAll(filepath.Join(w.agentRoot, "s2"), 0o755))
+	must(t, os.Link(filepath.Join(broot, "c", "up"), filepath.Join(w.agentRoot, "s2", "up2")))
+	for _, name := range []string{filepath.Join(w.agent, "s2", "up2"), up} {
+		_, err := os.Readlink(name)
+		wantErrno(t, "readlink of a symlink with two names", err, syscall.EPERM)
+	}
+	for _, rest := range []string{w.fromTop(), victimFromTop} {
+		wantNotFollowed(t, w.agent+"/s2/up2/"+rest)
+	}
+	w.sameOutside(t)
+}
+
+// TestHostLinksFolderRenameRace: the agent moves a folder to the top and
+// back in a loop while a host process reads through a link in it. The
+// link's target climbs exactly to the root from the folder's own place,
+// and far above it from the top.
+func TestHostLinksFolderRenameRace(t *testing.T) {
+	w := newHostWorld(t)
+	k := depth(w.agent) + 2
+	var path []string
+	for i := 1; i < k; i++ {
+		path = append(path, fmt.Sprintf("d%d", i))
+	}
+	home := filepath.Join(append(append([]string{w.agent}, path...), "F")...)
+	top := filepath.Join(w.agent, "F")
+	must(t, os.MkdirAll(home, 0o755))
+	// From home (k deep) these reach root/tmp/... and root/globex/...,
+	// which do not exist; from the top they reach the host's / and the
+	// other thread's mount.
+	must(t, os.Symlink(strings.Repeat("../", k)+w.fromTop(), filepath.Join(home, "l-host")))
+	must(t, os.Symlink("../../../"+strings.TrimPrefix(w.victimRel, "../../"), filepath.Join(home, "l-victim")))
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var moves, refused int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := os.Rename(home, top); err != nil {
+				refused++
+				continue
+			}
+			moves++
+			if err := os.Rename(top, home); err != nil {
+				t.Errorf("move the folder back: %v", err)
+				return
+			}
+		}
+	}()
+	reads := 0
+	for deadline := time.Now().Add(raceFor); time.Now().Before(deadline); {
+		reads++
+		b, err := os.ReadFile(filepath.Join(home, "l-host"))
+		if leaked(t, "read F/l-host", b, err) {
+			break
+		}
+		b, err = os.ReadFile(filepath.Join(home, "l-victim"))
+		if leaked(t, "read F/l-victim", b, err) {
+			break
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d host reads, %d folder moves, %d refused", reads, moves, refused)
+	os.Rename(top, home)
+	wantNotFollowed(t, filepath.Join(home, "l-host"))
+	w.sameOutside(t)
 }
 
 // TestHostLinksSwapRace: the race between a check and the kernel's
