@@ -9,7 +9,8 @@
 //     (which calls RunInit when IsInit) in new mount, pid, ipc, uts and (by
 //     default) network namespaces. The init builds a root of its own
 //     (read-only binds of DefaultReadOnly, the thread's mount at
-//     /workspace, a private /tmp, a minimal /dev with its own devpts, a
+//     /workspace, bound without the host mount's nosymfollow so links are
+//     followed inside, a private /tmp, a minimal /dev with its own devpts, a
 //     /proc of the jail's pid namespace), pivots into it, sets
 //     no_new_privs, empties the capability bounding set, applies Landlock
 //     and the seccomp filter, and then starts each command it is sent over

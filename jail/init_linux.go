@@ -456,6 +456,10 @@ func buildRoot(s setup) error {
 	if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(wsFd), ws, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind the workspace: %w", err)
 	}
+	// The bind copied the host mount's flags, nosymfollow among them
+	// (fs/hostview.go). This remount sets the flags anew, without it:
+	// links are followed inside the jail (node_modules/.bin, git, build
+	// tools), where above /workspace there is only the jail's own root.
 	if err := unix.Mount("", ws, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("remount the workspace nosuid: %w", err)
 	}
