@@ -224,6 +224,10 @@ func (n *node) checkMove(name string, np *node, newName string, flags uint32) sy
 		return fusefs.ToErrno(err)
 	}
 	r := n.root
+	rid, err := r.identity()
+	if err != nil {
+		return fusefs.ToErrno(err)
+	}
 	var moves []*placement
 	add := func(fromFd int, from *node, fromName string, fromIno uint64, toFd int, to *node, toName string, toIno uint64) (syscall.Errno, string) {
 		fd, err := openChild(fromFd, fromName)
@@ -245,7 +249,10 @@ func (n *node) checkMove(name string, np *node, newName string, flags uint32) sy
 		if !p.isDir && !p.isSymlink {
 			return 0, ""
 		}
-		d, err := r.depthOf(toFd)
+		d, exact, err := r.depthOf(toFd, rid, maxLinkDepth)
+		if err == nil && !exact {
+			err = fmt.Errorf("more than %d folders deep", maxLinkDepth)
+		}
 		if err != nil {
 			return syscall.EPERM, fmt.Sprintf("cannot place %s: %v", to.rel(), err)
 		}
@@ -278,12 +285,12 @@ func (n *node) checkMove(name string, np *node, newName string, flags uint32) sy
 			if err != nil {
 				return fusefs.ToErrno(err)
 			}
-			if why := r.escapesAt(p.toDirFd, p.toDepth, target, moves); why != "" {
+			if why := r.escapesAt(p.toDirFd, p.toDepth, true, rid, target, moves); why != "" {
 				r.refuse("rename", p.fromPath, target, why+" from "+p.newPath)
 				return syscall.EPERM
 			}
 		case p.isDir:
-			if errno := r.checkMovedTree(p, moves); errno != 0 {
+			if errno := r.checkMovedTree(p, moves, rid); errno != 0 {
 				return errno
 			}
 		}
@@ -294,7 +301,7 @@ func (n *node) checkMove(name string, np *node, newName string, flags uint32) sy
 // checkMovedTree checks every symlink in the folder p moves, from where
 // the rename puts it. The walk is bounded (maxMovedEntries,
 // maxMovedDepth); beyond the bounds the rename is refused with EXDEV.
-func (r *root) checkMovedTree(p *placement, moves []*placement) syscall.Errno {
+func (r *root) checkMovedTree(p *placement, moves []*placement, rid rootID) syscall.Errno {
 	type frame struct {
 		dir   *os.File
 		depth int    // depth of dir below the root, after the rename
@@ -344,7 +351,7 @@ func (r *root) checkMovedTree(p *placement, moves []*placement) syscall.Errno {
 					r.refuse("rename", p.fromPath, "", fmt.Sprintf("cannot read the link %s/%s: %v", f.path, e.Name(), err))
 					return syscall.EPERM
 				}
-				if why := r.escapesAt(dfd, f.depth, target, moves); why != "" {
+				if why := r.escapesAt(dfd, f.depth, true, rid, target, moves); why != "" {
 					r.refuse("rename", p.fromPath, target, why+" from "+f.path+"/"+e.Name())
 					return syscall.EPERM
 				}
@@ -374,23 +381,41 @@ func (r *root) checkMovedTree(p *placement, moves []*placement) syscall.Errno {
 
 // escapesFrom reports why a symlink with this target, sitting in the
 // folder dfd, would lead out of the root; "" if it stays inside.
+//
+// The folder is placed only as far as the target climbs lexically: a
+// link to "../lib" needs to know that its folder is at least one level
+// below the root, not how deep it is. The walk then knows the root by its
+// inode.
 func (r *root) escapesFrom(dfd int, target string, moves []*placement) string {
-	depth, err := r.depthOf(dfd)
+	rid, err := r.identity()
+	if err != nil {
+		return fmt.Sprintf("cannot stat the root: %v", err)
+	}
+	depth, exact, err := r.depthOf(dfd, rid, lexicalClimb(target))
 	if err != nil {
 		return fmt.Sprintf("cannot place the link's folder: %v", err)
 	}
-	return r.escapesAt(dfd, depth, target, moves)
+	return r.escapesAt(dfd, depth, exact, rid, target, moves)
+}
+
+// rootID is the root's backing inode, which the walks meet it by.
+type rootID struct{ dev, ino uint64 }
+
+func (r *root) identity() (rootID, error) {
+	var st syscall.Stat_t
+	if err := fstat(r.fd, &st); err != nil {
+		return rootID{}, err
+	}
+	return rootID{st.Dev, st.Ino}, nil
 }
 
 // depthOf returns how many folders below the root the folder dfd is, by
-// climbing its real parents ("..", as the kernel does) to the root. It
-// fails if the climb leaves the root's filesystem, or passes maxLinkDepth
-// without meeting the root: the folder is not below it.
-func (r *root) depthOf(dfd int) (int, error) {
-	var root syscall.Stat_t
-	if err := fstat(r.fd, &root); err != nil {
-		return 0, fmt.Errorf("stat the root: %w", err)
-	}
+// climbing its real parents ("..", as the kernel does) to the root; exact
+// is false if it stopped after limit levels without meeting the root (the
+// folder is deeper than limit). It fails if the climb leaves the root's
+// filesystem, or passes maxLinkDepth without meeting the root: the folder
+// is not below it.
+func (r *root) depthOf(dfd int, rid rootID, limit int) (depth int, exact bool, err error) {
 	cur := dfd
 	defer func() {
 		if cur != dfd {
@@ -400,24 +425,27 @@ func (r *root) depthOf(dfd int) (int, error) {
 	for depth := 0; depth <= maxLinkDepth; depth++ {
 		var st syscall.Stat_t
 		if err := fstat(cur, &st); err != nil {
-			return 0, fmt.Errorf("stat a parent: %w", err)
+			return 0, false, fmt.Errorf("stat a parent: %w", err)
 		}
-		if st.Dev != root.Dev {
-			return 0, errors.New("a parent is on another filesystem")
+		if st.Dev != rid.dev {
+			return 0, false, errors.New("a parent is on another filesystem")
 		}
-		if st.Ino == root.Ino {
-			return depth, nil
+		if st.Ino == rid.ino {
+			return depth, true, nil
+		}
+		if depth >= limit {
+			return depth, false, nil
 		}
 		up, err := openParent(cur)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		if cur != dfd {
 			unix.Close(cur)
 		}
 		cur = up
 	}
-	return 0, fmt.Errorf("more than %d folders deep", maxLinkDepth)
+	return 0, false, fmt.Errorf("more than %d folders deep", maxLinkDepth)
 }
 
 // openParent opens the real parent of the folder fd, as the kernel's ".."
@@ -436,8 +464,8 @@ func openParent(fd int) (int, error) {
 }
 
 // escapesAt reports why a symlink with this target, sitting in the folder
-// dfd depth levels below the root, would lead out of the root; "" if it
-// stays inside. moves, if any, are entries of a rename being checked: the
+// dfd depth levels below the root (at least depth, unless exact), would
+// lead out of the root; "" if it stays inside. moves, if any, are entries of a rename being checked: the
 // walk sees them where the rename puts them.
 //
 // It walks the target as the kernel would, one name at a time from a
@@ -456,7 +484,7 @@ func openParent(fd int) (int, error) {
 // than maxLinkHops links, a lost place) counts as leading out. Lexically
 // the target must also stay inside, so a name that does not exist yet
 // cannot become an exit later.
-func (r *root) escapesAt(dfd, depth int, target string, moves []*placement) string {
+func (r *root) escapesAt(dfd, depth int, exact bool, rid rootID, target string, moves []*placement) string {
 	if target == "" {
 		return ""
 	}
@@ -465,10 +493,6 @@ func (r *root) escapesAt(dfd, depth int, target string, moves []*placement) stri
 	}
 	if lexicallyEscapes(depth, target) {
 		return "the link target climbs out of the workspace"
-	}
-	var root syscall.Stat_t
-	if err := fstat(r.fd, &root); err != nil {
-		return fmt.Sprintf("cannot stat the root: %v", err)
 	}
 	cur, err := unix.FcntlInt(uintptr(dfd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
@@ -486,7 +510,7 @@ func (r *root) escapesAt(dfd, depth int, target string, moves []*placement) stri
 			unix.Close(next)
 			return fmt.Sprintf("cannot stat a folder on the way: %v", err)
 		}
-		if st.Dev != root.Dev || st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		if st.Dev != rid.dev || st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
 			unix.Close(next)
 			return "the walk left the workspace's filesystem"
 		}
@@ -503,10 +527,10 @@ func (r *root) escapesAt(dfd, depth int, target string, moves []*placement) stri
 		case "", ".":
 			continue
 		case "..":
-			if curIno == root.Ino {
+			if curIno == rid.ino {
 				return "the link climbs above the workspace's root"
 			}
-			if depth <= 0 {
+			if exact && depth <= 0 {
 				return "the link's walk lost its place below the root"
 			}
 			if p := movedEntry(moves, curIno); p != nil {
@@ -517,6 +541,7 @@ func (r *root) escapesAt(dfd, depth int, target string, moves []*placement) stri
 				if why := step(next, p.toDepth); why != "" {
 					return why
 				}
+				exact = true
 				continue
 			}
 			next, err := openParent(cur)
@@ -596,6 +621,23 @@ func openPlaced(dfd int, ino uint64, name string, moves []*placement) (fd int, g
 	}
 	fd, err = openChild(dfd, name)
 	return fd, false, err
+}
+
+// lexicalClimb returns how many levels target climbs, read as plain
+// names, above the folder it starts from.
+func lexicalClimb(target string) int {
+	depth, low := 0, 0
+	for _, c := range strings.Split(target, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			depth--
+			low = min(low, depth)
+		default:
+			depth++
+		}
+	}
+	return -low
 }
 
 // lexicallyEscapes reports whether target, read as plain names from a
