@@ -204,7 +204,9 @@ type placement struct {
 // A rename within one folder is not checked: it changes no entry's depth,
 // so every link's ".." climbs as before; it can only make a name appear
 // or vanish, as making or removing an entry does, which each readlink
-// checks anyway.
+// checks anyway. Likewise the check and the rename are two steps: a link
+// made in the moved tree between them (checked from its old place) is
+// judged again when it is read; host views never follow it.
 func (n *node) checkMove(name string, np *node, newName string, flags uint32) syscall.Errno {
 	sfd, sdone, errno := n.use()
 	if errno != 0 {
