@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -49,6 +50,13 @@ type Options struct {
 	// Hub, if set, joins this mount to the other mounts of the gateway,
 	// so changes made through one are seen at once through the others.
 	Hub *Hub
+	// Target, if set, is the folder to mount onto, as a descriptor the
+	// caller resolved and checked without following links; the mountpoint
+	// argument of Serve then only names the mount (logs, Mountpoint). The
+	// mount is made detached and moved onto the descriptor, and Close
+	// unmounts the mount itself, wherever it is by then (target_linux.go).
+	// Needs Linux 5.8 and root.
+	Target *Target
 }
 
 // Default cache timeouts. This daemon sees every change made through its
@@ -142,6 +150,10 @@ type Mount struct {
 	server     *fuse.Server
 	root       *root
 	done       chan struct{} // closed when the server stopped serving
+	// mntFd is the mount's own descriptor (fsmount's) for a mount made
+	// onto Options.Target, -1 otherwise. It is how Close finds the mount;
+	// closed by Close.
+	mntFd int
 
 	closeOnce sync.Once
 	closeErr  error
@@ -237,13 +249,20 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		mo.AllowOther = true
 		mo.Options = append(mo.Options, "default_permissions")
 	}
-	server, err := serveNodes(rootNode, mountpoint, &fusefs.Options{
+	fsOpts := &fusefs.Options{
 		MountOptions:    mo,
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
 		NegativeTimeout: &negative,
 		RootStableAttr:  &fusefs.StableAttr{Ino: st.Ino, Gen: gen},
-	})
+	}
+	var server *fuse.Server
+	mntFd := -1
+	if opts.Target != nil {
+		server, mntFd, err = serveNodesAt(rootNode, opts.Target.Fd, flags, fsOpts)
+	} else {
+		server, err = serveNodes(rootNode, mountpoint, fsOpts)
+	}
 	if err != nil {
 		rootNode.fd.close()
 		unix.Close(fd)
@@ -253,7 +272,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		}
 		return nil, fmt.Errorf("fs: mount %s at %s: %w", backing, mountpoint, err)
 	}
-	m := &Mount{mountpoint: mountpoint, server: server, root: r, done: make(chan struct{})}
+	m := &Mount{mountpoint: mountpoint, server: server, root: r, done: make(chan struct{}), mntFd: mntFd}
 	r.hub.add(r)
 	go func() {
 		server.Wait()
@@ -287,6 +306,50 @@ func serveNodes(root fusefs.InodeEmbedder, mountpoint string, opts *fusefs.Optio
 		raw.handleless.Store(true)
 	}
 	return server, nil
+}
+
+// serveNodesAt serves the node tree on a mount made detached, then moves
+// the mount onto the folder targetFd, and returns the server and the
+// mount's descriptor. The target is covered only once the mount serves.
+func serveNodesAt(root fusefs.InodeEmbedder, targetFd int, flags uintptr, opts *fusefs.Options) (*fuse.Server, int, error) {
+	fuseFd, mntFd, err := mountDetached(&opts.MountOptions, flags)
+	if err != nil {
+		return nil, -1, err
+	}
+	// go-fuse serves a /dev/fuse descriptor it is handed as "/dev/fd/N"
+	// and mounts nothing itself then.
+	mo := opts.MountOptions
+	mo.DirectMount, mo.DirectMountStrict = false, false
+	raw := &dirsWithoutOpen{RawFileSystem: fusefs.NewNodeFS(root, opts)}
+	server, err := fuse.NewServer(raw, "/dev/fd/"+strconv.Itoa(fuseFd), &mo)
+	if err != nil {
+		unix.Close(mntFd)
+		unix.Close(fuseFd)
+		return nil, -1, fmt.Errorf("serve the detached mount: %w", err)
+	}
+	go server.Serve()
+	// Dropping the last reference to a detached mount dissolves it; the
+	// serve loop then ends by itself.
+	undo := func() {
+		unix.Close(mntFd)
+		server.Wait()
+	}
+	if err := server.WaitMount(); err != nil {
+		undo()
+		return nil, -1, err
+	}
+	if server.KernelSettings().Flags64()&fuse.CAP_NO_OPENDIR_SUPPORT != 0 {
+		raw.handleless.Store(true)
+	}
+	if err := pollHack(mntFd); err != nil {
+		undo()
+		return nil, -1, err
+	}
+	if err := moveOnto(mntFd, targetFd); err != nil {
+		undo()
+		return nil, -1, err
+	}
+	return server, mntFd, nil
 }
 
 func timeout(v, def time.Duration) time.Duration {
@@ -324,9 +387,17 @@ func (m *Mount) Done() <-chan struct{} { return m.done }
 // Close unmounts. If the mount is busy (a process still has a file open or
 // its cwd there), it is detached lazily: it disappears from the tree at
 // once and stops serving when its last user lets go. Close does not wait
-// for that; Done does.
+// for that; Done does. A mount made onto a Target is always detached so,
+// through its own descriptor, and Close returns nil only once it is gone
+// from the mount table.
 func (m *Mount) Close() error {
 	m.closeOnce.Do(func() {
+		if m.mntFd >= 0 {
+			// Known by its descriptor: never another mount by mistake,
+			// served or not.
+			m.closeErr = m.detach()
+			return
+		}
 		select {
 		case <-m.done:
 			// Already stopped (unmounted from outside): the path may hold
@@ -346,6 +417,20 @@ func (m *Mount) Close() error {
 		m.root.log.Info("mount busy, detached lazily", "mountpoint", m.mountpoint)
 	})
 	return m.closeErr
+}
+
+// detach takes a mount made onto a Target out of the tree through its own
+// descriptor, wherever it was moved, and lets it go: it stops serving once
+// no process uses it any more (at once when none does). It never waits for
+// the server, so it cannot hang on a busy or stuck mount; Done tells when
+// serving stopped.
+func (m *Mount) detach() error {
+	if err := DetachFd(m.mntFd); err != nil {
+		return fmt.Errorf("fs: unmount %s: %w", m.mountpoint, err)
+	}
+	unix.Close(m.mntFd)
+	m.root.log.Debug("detached", "mountpoint", m.mountpoint)
+	return nil
 }
 
 // DetachStale lazily unmounts whatever is mounted at mountpoint: a mount
