@@ -252,23 +252,24 @@ func TestInspectionUnmountDoesNotBlockClose(t *testing.T) {
 
 	unmounted := make(chan error, 1)
 	go func() {
-		uctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		_, err := env.g.Unmount(uctx, st.asked)
 		unmounted <- err
 	}()
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := env.g.CloseThread(cctx, "", "t"); err != nil {
-		t.Errorf("close of the thread while its inspection mount is unmounted: %v", err)
-	}
 	select {
 	case err := <-unmounted:
 		if err != nil {
 			t.Errorf("unmount: %v", err)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("unmount did not return within 20s")
+	case <-time.After(10 * time.Second):
+		t.Error("unmount did not return within 10s")
+	}
+	// Then the thread's close, which waits for the thread's lock.
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := env.g.CloseThread(cctx, "", "t"); err != nil {
+		t.Errorf("close of the thread after the unmount of its inspection mount: %v", err)
 	}
 	mustMounted(t, filepath.Join(st.base, "r", "d"), false)
 	if e := mountAt(t, st.asked); e.Type != "tmpfs" {
