@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -169,6 +168,9 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
+	// What the mount is called. A Target mount is reached by its own
+	// descriptor once made: serveAt points mountpoint there.
+	label := mountpoint
 	fd, err := unix.Open(backing, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("fs: open backing folder %s: %w", backing, err)
@@ -249,21 +251,19 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		mo.AllowOther = true
 		mo.Options = append(mo.Options, "default_permissions")
 	}
-	fsOpts := &fusefs.Options{
+	server, mntFd, err := serveAt(rootNode, &mountpoint, opts.Target, &fusefs.Options{
 		MountOptions:    mo,
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
 		NegativeTimeout: &negative,
 		RootStableAttr:  &fusefs.StableAttr{Ino: st.Ino, Gen: gen},
-	}
-	var server *fuse.Server
-	mntFd := -1
-	if opts.Target != nil {
-		server, mntFd, err = serveNodesAt(rootNode, opts.Target.Fd, flags, fsOpts)
-	} else {
-		server, err = serveNodes(rootNode, mountpoint, fsOpts)
-	}
+	})
 	if err != nil {
+		if mntFd >= 0 {
+			// A Target mount failed a later check: let it go.
+			unix.Unmount(mountpoint, unix.MNT_DETACH)
+			unix.Close(mntFd)
+		}
 		rootNode.fd.close()
 		unix.Close(fd)
 		unix.Close(handleFd)
@@ -272,7 +272,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		}
 		return nil, fmt.Errorf("fs: mount %s at %s: %w", backing, mountpoint, err)
 	}
-	m := &Mount{mountpoint: mountpoint, server: server, root: r, done: make(chan struct{}), mntFd: mntFd}
+	m := &Mount{mountpoint: label, server: server, root: r, done: make(chan struct{}), mntFd: mntFd}
 	r.hub.add(r)
 	go func() {
 		server.Wait()
@@ -285,7 +285,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		unix.Close(handleFd)
 		close(m.done)
 	}()
-	r.log.Debug("mounted", "backing", backing, "mountpoint", mountpoint, "readonly", opts.ReadOnly)
+	r.log.Debug("mounted", "backing", backing, "mountpoint", label, "readonly", opts.ReadOnly)
 	return m, nil
 }
 
@@ -306,50 +306,6 @@ func serveNodes(root fusefs.InodeEmbedder, mountpoint string, opts *fusefs.Optio
 		raw.handleless.Store(true)
 	}
 	return server, nil
-}
-
-// serveNodesAt serves the node tree on a mount made detached, then moves
-// the mount onto the folder targetFd, and returns the server and the
-// mount's descriptor. The target is covered only once the mount serves.
-func serveNodesAt(root fusefs.InodeEmbedder, targetFd int, flags uintptr, opts *fusefs.Options) (*fuse.Server, int, error) {
-	fuseFd, mntFd, err := mountDetached(&opts.MountOptions, flags)
-	if err != nil {
-		return nil, -1, err
-	}
-	// go-fuse serves a /dev/fuse descriptor it is handed as "/dev/fd/N"
-	// and mounts nothing itself then.
-	mo := opts.MountOptions
-	mo.DirectMount, mo.DirectMountStrict = false, false
-	raw := &dirsWithoutOpen{RawFileSystem: fusefs.NewNodeFS(root, opts)}
-	server, err := fuse.NewServer(raw, "/dev/fd/"+strconv.Itoa(fuseFd), &mo)
-	if err != nil {
-		unix.Close(mntFd)
-		unix.Close(fuseFd)
-		return nil, -1, fmt.Errorf("serve the detached mount: %w", err)
-	}
-	go server.Serve()
-	// Dropping the last reference to a detached mount dissolves it; the
-	// serve loop then ends by itself.
-	undo := func() {
-		unix.Close(mntFd)
-		server.Wait()
-	}
-	if err := server.WaitMount(); err != nil {
-		undo()
-		return nil, -1, err
-	}
-	if server.KernelSettings().Flags64()&fuse.CAP_NO_OPENDIR_SUPPORT != 0 {
-		raw.handleless.Store(true)
-	}
-	if err := pollHack(mntFd); err != nil {
-		undo()
-		return nil, -1, err
-	}
-	if err := moveOnto(mntFd, targetFd); err != nil {
-		undo()
-		return nil, -1, err
-	}
-	return server, mntFd, nil
 }
 
 func timeout(v, def time.Duration) time.Duration {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
@@ -28,6 +29,83 @@ type Target struct {
 	// caller without following links. Serve does not close it.
 	Fd int
 }
+
+// serveAt serves the node tree at *mountpoint, or, with a target, on a
+// mount made detached and then moved onto the target's folder; it returns
+// the server and, for a target, the mount's own descriptor (-1 otherwise).
+// With a target, *mountpoint is set to /proc/self/fd/N of that descriptor
+// once the mount is in place: every later use of the path in Serve (a
+// check of the mount, an undo) then reaches this mount, wherever it is,
+// and nothing else. The target is covered only once the mount serves.
+func serveAt(root fusefs.InodeEmbedder, mountpoint *string, target *Target, opts *fusefs.Options) (*fuse.Server, int, error) {
+	if target == nil {
+		server, err := serveNodes(root, *mountpoint, opts)
+		return server, -1, err
+	}
+	flags := opts.MountOptions.DirectMountFlags
+	fuseFd, mntFd, err := mountDetached(&opts.MountOptions, flags)
+	if err != nil {
+		return nil, -1, err
+	}
+	// go-fuse serves a /dev/fuse descriptor it is handed as "/dev/fd/N"
+	// and mounts nothing itself then.
+	o := *opts
+	o.MountOptions.DirectMount, o.MountOptions.DirectMountStrict = false, false
+	server, err := serveNodes(root, "/dev/fd/"+strconv.Itoa(fuseFd), &o)
+	if err != nil {
+		// Dropping the last reference to a detached mount dissolves it.
+		unix.Close(mntFd)
+		unix.Close(fuseFd)
+		return nil, -1, fmt.Errorf("serve the detached mount: %w", err)
+	}
+	undo := func() {
+		// The detached mount dissolves; the serve loop then ends.
+		unix.Close(mntFd)
+		server.Wait()
+	}
+	if err := pollHack(mntFd); err != nil {
+		undo()
+		return nil, -1, err
+	}
+	if err := checkAttrs(mntFd, flags); err != nil {
+		undo()
+		return nil, -1, err
+	}
+	if err := moveOnto(mntFd, target.Fd); err != nil {
+		undo()
+		return nil, -1, err
+	}
+	*mountpoint = procFdPath(mntFd)
+	return server, mntFd, nil
+}
+
+// checkAttrs checks, on the mount's own descriptor, that the kernel set
+// the flags that statfs reports (read-only, nosuid, nodev, nosymfollow...)
+// as asked: a flag silently dropped would open a hole.
+func checkAttrs(mntFd int, flags uintptr) error {
+	var s unix.Statfs_t
+	if err := unix.Fstatfs(mntFd, &s); err != nil {
+		return fmt.Errorf("statfs of the mount: %w", err)
+	}
+	for _, f := range []struct {
+		ms, st uintptr
+		name   string
+	}{
+		{unix.MS_RDONLY, unix.ST_RDONLY, "ro"},
+		{unix.MS_NOSUID, unix.ST_NOSUID, "nosuid"},
+		{unix.MS_NODEV, unix.ST_NODEV, "nodev"},
+		{unix.MS_NOEXEC, unix.ST_NOEXEC, "noexec"},
+		{unix.MS_NOSYMFOLLOW, stNoSymfollowFlag, "nosymfollow"},
+	} {
+		if flags&f.ms != 0 && uintptr(s.Flags)&f.st == 0 {
+			return fmt.Errorf("the mount is not %s", f.name)
+		}
+	}
+	return nil
+}
+
+// stNoSymfollowFlag is ST_NOSYMFOLLOW, statfs's flag of a nosymfollow mount.
+const stNoSymfollowFlag = 0x2000
 
 // mountAttrs turns MS_ flags of mount(2) into the MOUNT_ATTR_ flags of
 // fsmount(2). Flags that have no attribute are refused, so a flag added to
