@@ -306,3 +306,35 @@ func TestInspectionUnmountInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestInspectionMountNotInsideFUSE moves a writable inspection mount away
+// from its recorded path and asks for a mount in a folder inside it: the
+// walk refuses to go through a FUSE mount (here one this daemon serves),
+// whatever the recorded paths say.
+func TestInspectionMountNotInsideFUSE(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	st := newSwapTree(t)
+	env := startEnv(t, Config{})
+	ctx := context.Background()
+	if _, err := env.g.MountInspection(ctx, MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(st.base, "p"), filepath.Join(st.base, "r")); err != nil {
+		t.Fatal(err)
+	}
+	inside := filepath.Join(st.base, "r", "d", "sub")
+	if err := os.Mkdir(inside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(inside, attackerUID, attackerUID); err != nil {
+		t.Fatal(err)
+	}
+	_, err := env.g.MountInspection(ctx, MountRequest{Thread: "other", Path: inside}, attackerUID)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "FUSE") {
+		t.Errorf("mount inside a moved inspection mount: got %v, want ErrInvalid (a FUSE mount)", err)
+	}
+	mustMounted(t, inside, false)
+	if _, err := env.g.Unmount(ctx, st.asked); err != nil {
+		t.Errorf("unmount: %v", err)
+	}
+}

@@ -45,7 +45,8 @@ func statID(path string) (fileID, error) {
 // walkNoLinks opens the absolute, clean path as an O_PATH descriptor of a
 // folder, one component at a time from "/", refusing any symlink on the
 // way (RESOLVE_NO_SYMLINKS: the kernel refuses, nothing is checked then
-// used). Mounts on the way are entered, as a path lookup would. visit, if
+// used). Mounts on the way are entered, as a path lookup would, but for
+// FUSE mounts, which are refused (notThroughFUSE). visit, if
 // not nil, sees every folder of the walk, "/" and the last included. The
 // caller closes the descriptor.
 func walkNoLinks(path string, visit func(fd int, at string) error) (int, error) {
@@ -91,6 +92,12 @@ func walkNoLinks(path string, visit func(fd int, at string) error) (int, error) 
 			return -1, fmt.Errorf("%w: open %s: %w", ErrInvalid, at, err)
 		}
 		fd = next
+		if at != path {
+			if err := notThroughFUSE(fd, at); err != nil {
+				unix.Close(fd)
+				return -1, err
+			}
+		}
 	}
 	if visit != nil {
 		if err := visit(fd, at); err != nil {
@@ -99,6 +106,29 @@ func walkNoLinks(path string, visit func(fd int, at string) error) (int, error) 
 		}
 	}
 	return fd, nil
+}
+
+// notThroughFUSE refuses to walk on below fd (named at) if it is the root
+// of a FUSE mount: a lookup there is answered by a daemon, possibly one a
+// user runs, that may never answer (and hold up a start), or by this very
+// daemon (a workspace it serves). Asking whether it is a mount root asks
+// the filesystem nothing.
+func notThroughFUSE(fd int, at string) error {
+	id, root, err := fs.MountID(fd)
+	if err != nil {
+		return fmt.Errorf("check whether %s is a mount: %w", at, err)
+	}
+	if !root {
+		return nil
+	}
+	e, ok, err := fs.LookupMount(id)
+	if err != nil {
+		return err
+	}
+	if ok && (e.FSType == "fuse" || strings.HasPrefix(e.FSType, "fuse.") || strings.HasPrefix(e.FSType, "fuseblk")) {
+		return fmt.Errorf("%w: %s is a FUSE mount (%s); an inspection folder cannot lie in one", ErrInvalid, at, e.FSType)
+	}
+	return nil
 }
 
 // openInspectionDir resolves dir without following links and checks, on
