@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -288,12 +290,22 @@ func TestInspectionUnmountInUse(t *testing.T) {
 	if _, err := env.c.Mount(ctx, MountRequest{Thread: "t", Path: dir}); err != nil {
 		t.Fatal(err)
 	}
-	// A process, not this one: this one serves the mount.
-	holder, err := os.StartProcess("/bin/sleep", []string{"sleep", "60"}, &os.ProcAttr{Dir: dir})
+	// A process, not this one, which serves the mount: it enters the
+	// folder after its exec (a forked child of the server must not), and
+	// says so.
+	holder := exec.Command("/bin/sh", "-c", `cd "$1" && echo in && exec sleep 60`, "sh", dir)
+	holder.Dir = "/"
+	out, err := holder.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { holder.Kill(); holder.Wait() })
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "in\n" {
+		t.Fatalf("holder: got %q, %v; want it in %s", line, err, dir)
+	}
 
 	defer func(d time.Duration) { unmountDrain = d }(unmountDrain)
 	unmountDrain = 200 * time.Millisecond
@@ -302,9 +314,6 @@ func TestInspectionUnmountInUse(t *testing.T) {
 		t.Errorf("DELETE of a mount in use: got %d %s, want 200 with inUse", resp.status, resp.body)
 	}
 	mustMounted(t, dir, false)
-	if err := errors.Join(holder.Kill()); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestInspectionMountNotInsideFUSE moves a writable inspection mount away
