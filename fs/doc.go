@@ -41,6 +41,14 @@
 //     path inside the root and the reason, and reported to
 //     Options.OnRefusal.
 //
+// # Mounting onto a descriptor
+//
+// With Options.Target, Serve mounts onto a folder named by a descriptor,
+// not by a path: the filesystem is made detached (fsopen, fsmount), served,
+// and moved onto the descriptor (move_mount); Close detaches that mount
+// through its own descriptor, wherever it is by then, and never waits for
+// the filesystem (target_linux.go). The gateway's inspection mounts use it.
+//
 // # No lost edits
 //
 // Every mount of a Hub, and the file API (files.go), share one ledger

@@ -49,6 +49,13 @@ type Options struct {
 	// Hub, if set, joins this mount to the other mounts of the gateway,
 	// so changes made through one are seen at once through the others.
 	Hub *Hub
+	// Target, if set, is the folder to mount onto, as a descriptor the
+	// caller resolved and checked without following links; the mountpoint
+	// argument of Serve then only names the mount (logs, Mountpoint). The
+	// mount is made detached and moved onto the descriptor, and Close
+	// unmounts the mount itself, wherever it is by then (target_linux.go).
+	// Needs Linux 5.8 and root.
+	Target *Target
 }
 
 // Default cache timeouts. This daemon sees every change made through its
@@ -142,6 +149,10 @@ type Mount struct {
 	server     *fuse.Server
 	root       *root
 	done       chan struct{} // closed when the server stopped serving
+	// mntFd is the mount's own descriptor (fsmount's) for a mount made
+	// onto Options.Target, -1 otherwise. It is how Close finds the mount;
+	// closed by Close.
+	mntFd int
 
 	closeOnce sync.Once
 	closeErr  error
@@ -157,6 +168,9 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
+	// What the mount is called. A Target mount is reached by its own
+	// descriptor once made: serveAt points mountpoint there.
+	label := mountpoint
 	fd, err := unix.Open(backing, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("fs: open backing folder %s: %w", backing, err)
@@ -238,7 +252,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		mo.AllowOther = true
 		mo.Options = append(mo.Options, "default_permissions")
 	}
-	server, err := serveNodes(rootNode, mountpoint, &fusefs.Options{
+	server, mntFd, err := serveAt(rootNode, &mountpoint, opts.Target, &fusefs.Options{
 		MountOptions:    mo,
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
@@ -249,6 +263,11 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		err = requireNoSymfollow(server, mountpoint)
 	}
 	if err != nil {
+		if mntFd >= 0 {
+			// A Target mount failed a later check: let it go.
+			unix.Unmount(mountpoint, unix.MNT_DETACH)
+			unix.Close(mntFd)
+		}
 		rootNode.fd.close()
 		unix.Close(fd)
 		unix.Close(handleFd)
@@ -257,7 +276,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		}
 		return nil, fmt.Errorf("fs: mount %s at %s: %w", backing, mountpoint, err)
 	}
-	m := &Mount{mountpoint: mountpoint, server: server, root: r, done: make(chan struct{})}
+	m := &Mount{mountpoint: label, server: server, root: r, done: make(chan struct{}), mntFd: mntFd}
 	r.hub.add(r)
 	go func() {
 		server.Wait()
@@ -270,7 +289,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		unix.Close(handleFd)
 		close(m.done)
 	}()
-	r.log.Debug("mounted", "backing", backing, "mountpoint", mountpoint, "readonly", opts.ReadOnly)
+	r.log.Debug("mounted", "backing", backing, "mountpoint", label, "readonly", opts.ReadOnly)
 	return m, nil
 }
 
@@ -328,9 +347,17 @@ func (m *Mount) Done() <-chan struct{} { return m.done }
 // Close unmounts. If the mount is busy (a process still has a file open or
 // its cwd there), it is detached lazily: it disappears from the tree at
 // once and stops serving when its last user lets go. Close does not wait
-// for that; Done does.
+// for that; Done does. A mount made onto a Target is always detached so,
+// through its own descriptor, and Close returns nil only once it is gone
+// from the mount table.
 func (m *Mount) Close() error {
 	m.closeOnce.Do(func() {
+		if m.mntFd >= 0 {
+			// Known by its descriptor: never another mount by mistake,
+			// served or not.
+			m.closeErr = m.detach()
+			return
+		}
 		select {
 		case <-m.done:
 			// Already stopped (unmounted from outside): the path may hold
@@ -350,6 +377,20 @@ func (m *Mount) Close() error {
 		m.root.log.Info("mount busy, detached lazily", "mountpoint", m.mountpoint)
 	})
 	return m.closeErr
+}
+
+// detach takes a mount made onto a Target out of the tree through its own
+// descriptor, wherever it was moved, and lets it go: it stops serving once
+// no process uses it any more (at once when none does). It never waits for
+// the server, so it cannot hang on a busy or stuck mount; Done tells when
+// serving stopped.
+func (m *Mount) detach() error {
+	if err := DetachFd(m.mntFd); err != nil {
+		return fmt.Errorf("fs: unmount %s: %w", m.mountpoint, err)
+	}
+	unix.Close(m.mntFd)
+	m.root.log.Debug("detached", "mountpoint", m.mountpoint)
+	return nil
 }
 
 // DetachStale lazily unmounts whatever is mounted at mountpoint: a mount

@@ -52,6 +52,9 @@ type (
 	// UnmountResponse answers DELETE /v1/mounts.
 	UnmountResponse struct {
 		Unmounted string `json:"unmounted"`
+		// InUse says the mount left the tree but still serves processes
+		// that use it, until they let go.
+		InUse bool `json:"inUse,omitempty"`
 	}
 )
 
@@ -346,10 +349,11 @@ func (g *Gateway) handleUnmount(r *http.Request, _ params) (any, error) {
 	if !ok || vs[0] == "" {
 		return nil, fmt.Errorf("%w: the query parameter path is required", ErrInvalid)
 	}
-	if err := g.Unmount(r.Context(), vs[0]); err != nil {
+	inUse, err := g.Unmount(r.Context(), vs[0])
+	if err != nil {
 		return nil, err
 	}
-	return UnmountResponse{Unmounted: vs[0]}, nil
+	return UnmountResponse{Unmounted: vs[0], InUse: inUse}, nil
 }
 
 // decodeBody decodes the request body as one JSON value into v, refusing

@@ -23,6 +23,13 @@
 //   - A thread whose record exists but whose folder vanished is gone
 //     (ErrGone, 410): the gateway does not serve an empty folder in its
 //     place.
+//   - An inspection mount covers only the folder its caller asked for and
+//     may cover: the path is walked without following links, checked on
+//     the descriptors of the walk, and the mount is made onto the final
+//     descriptor, at a request and again at every start (a record that no
+//     longer passes is dropped). It is unmounted through its own
+//     descriptor, wherever its folder went, and never while a thread lock
+//     waits on the filesystem (inspect.go, inspectdir_linux.go).
 //   - Only allowed peers talk to the API: the socket is mode 0660, and every
 //     connection's peer uid (SO_PEERCRED) must be this process's uid, root,
 //     or listed in Config.AllowUIDs.
@@ -63,7 +70,7 @@
 //	GET    /v1/threads[?tenant=T]                       {"bindings":[...]}
 //	POST   /v1/mounts  {"tenant","thread","path","writable"}  {"mount":{...}}
 //	GET    /v1/mounts                                   {"mounts":[...]}
-//	DELETE /v1/mounts?path=DIR                          {"unmounted":"DIR"}
+//	DELETE /v1/mounts?path=DIR                          {"unmounted":"DIR"[,"inUse":true]}
 //	GET    /v1/events[?tenant=T][&thread=ID]            NDJSON stream of events
 //	POST   .../threads/{thread}/files/read   {"path","run"}                 {"content","version",...}
 //	POST   .../threads/{thread}/files/write  {"path","run","content"}       {"version",...}

@@ -42,6 +42,10 @@ type Gateway struct {
 	// hub joins every mount this gateway serves, so a change made through
 	// one mount shows at once through the others of the same folder.
 	hub *fs.Hub
+
+	// dataID and wsID are the identities of dataDir and wsReal: an
+	// inspection folder is checked on descriptors, not by its path.
+	dataID, wsID fileID
 	// events fans the gateway's events out to GET /v1/events (events.go).
 	events *broker
 	// jails are the threads' sandboxes, made at their first command
@@ -274,6 +278,12 @@ func (g *Gateway) makeLayout() error {
 	g.dataDir = real
 	if g.wsReal, err = filepath.EvalSymlinks(g.wsBase); err != nil {
 		return fmt.Errorf("resolve workspaces folder: %w", err)
+	}
+	if g.dataID, err = statID(g.dataDir); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if g.wsID, err = statID(g.wsReal); err != nil {
+		return fmt.Errorf("workspaces folder: %w", err)
 	}
 	return nil
 }

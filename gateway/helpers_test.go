@@ -137,6 +137,16 @@ func (t *tapMount) Close() error {
 	return t.Closer.Close()
 }
 
+// Done forwards the real mount's Done, if it has one; else it is closed.
+func (t *tapMount) Done() <-chan struct{} {
+	if d, ok := t.Closer.(interface{ Done() <-chan struct{} }); ok {
+		return d.Done()
+	}
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
 // mountAt returns the mount on top at p, failing the test if there is none.
 func mountAt(t testing.TB, p string) testenv.Mount {
 	t.Helper()

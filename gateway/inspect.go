@@ -2,14 +2,13 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"warren/fs"
 	"warren/meta"
@@ -33,23 +32,33 @@ type MountInfo struct {
 	Error   string `json:"error,omitempty"`
 }
 
+// unmountDrain bounds how long Unmount waits, outside every lock, for an
+// inspection mount it took out of the tree to stop serving.
+var unmountDrain = 5 * time.Second
+
 // MountInspection serves thread (req.Tenant, req.Thread)'s workspace a
 // second time at req.Path, binding the thread first if it is not bound.
 // owner is the uid the mount is made for (the API's peer): unless it is
 // root, req.Path must belong to it, so a caller cannot cover a folder of
 // someone else.
+//
+// The folder is resolved once without following links, checked on its
+// descriptor, and the mount is made onto that descriptor
+// (inspectdir_linux.go): a link swapped into a parent folder meanwhile
+// changes nothing. A path through a link is refused.
 func (g *Gateway) MountInspection(ctx context.Context, req MountRequest, owner uint32) (MountInfo, error) {
 	k, err := threadKey(req.Tenant, req.Thread)
 	if err != nil {
 		return MountInfo{}, err
 	}
-	path, err := g.checkInspectionDir(req.Path, owner)
+	dirFd, path, err := g.openInspectionDir(req.Path, owner)
 	if err != nil {
-		g.log.Warn("refused: inspection mount", "tenant", k.Tenant, "thread", k.Thread, "path", req.Path, "error", err)
+		g.log.Warn("refused: inspection mount", "tenant", k.Tenant, "thread", k.Thread, "path", req.Path, "uid", owner, "error", err)
 		return MountInfo{}, fmt.Errorf("mount %s for %s: %w", req.Path, keyName(k), err)
 	}
+	defer unix.Close(dirFd)
 	if err := g.reserveInspection(path, k); err != nil {
-		g.log.Warn("refused: inspection mount", "tenant", k.Tenant, "thread", k.Thread, "path", path, "error", err)
+		g.log.Warn("refused: inspection mount", "tenant", k.Tenant, "thread", k.Thread, "path", path, "uid", owner, "error", err)
 		return MountInfo{}, fmt.Errorf("mount %s for %s: %w", path, keyName(k), err)
 	}
 	reserved := true
@@ -75,7 +84,7 @@ func (g *Gateway) MountInspection(ctx context.Context, req MountRequest, owner u
 	if err != nil {
 		return MountInfo{}, err
 	}
-	m, err := g.mount(ctx, k, root, path, !req.Writable)
+	m, err := g.mountAt(ctx, k, root, path, !req.Writable, &fs.Target{Fd: dirFd})
 	if err != nil {
 		return MountInfo{}, fmt.Errorf("inspection %w", err)
 	}
@@ -83,6 +92,7 @@ func (g *Gateway) MountInspection(ctx context.Context, req MountRequest, owner u
 		ThreadKey: k,
 		Path:      path,
 		Writable:  req.Writable,
+		Owner:     owner,
 		MadeAt:    time.Now().UTC(),
 	})
 	if err != nil {
@@ -105,7 +115,7 @@ func (g *Gateway) MountInspection(ctx context.Context, req MountRequest, owner u
 	g.inspections[path] = &inspectionMount{key: k, mount: m}
 	reserved = false
 	g.mu.Unlock()
-	g.log.Info("inspection mount made", "tenant", k.Tenant, "thread", k.Thread, "path", path, "writable", req.Writable)
+	g.log.Info("inspection mount made", "tenant", k.Tenant, "thread", k.Thread, "path", path, "writable", req.Writable, "uid", owner)
 	return MountInfo{InspectionMount: rec, Mounted: true}, nil
 }
 
@@ -126,154 +136,101 @@ func (g *Gateway) reserveInspection(path string, k meta.ThreadKey) error {
 	return nil
 }
 
-// checkInspectionDir checks a client's mount folder and returns it with
-// links resolved. The mount is made at the resolved path, which is also the
-// name it is recorded and unmounted by.
-func (g *Gateway) checkInspectionDir(dir string, owner uint32) (string, error) {
-	if !filepath.IsAbs(dir) {
-		return "", fmt.Errorf("%w: %q is not an absolute path", ErrInvalid, dir)
-	}
-	real, err := filepath.EvalSymlinks(filepath.Clean(dir))
-	if err != nil {
-		return "", fmt.Errorf("%w: resolve %s: %w", ErrInvalid, dir, err)
-	}
-	if real == g.dataDir || within(g.dataDir, real) {
-		return "", fmt.Errorf("%w: %s is inside the data folder %s", ErrInvalid, real, g.dataDir)
-	}
-	if real == g.wsReal || within(g.wsReal, real) {
-		return "", fmt.Errorf("%w: %s is inside the workspaces folder %s", ErrInvalid, real, g.wsReal)
-	}
-	var st syscall.Stat_t
-	if err := syscall.Lstat(real, &st); err != nil {
-		return "", fmt.Errorf("%w: stat %s: %w", ErrInvalid, real, err)
-	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-		return "", fmt.Errorf("%w: %s is not a folder", ErrInvalid, real)
-	}
-	if owner != 0 && st.Uid != owner {
-		return "", fmt.Errorf("%w: %s belongs to uid %d, not to the caller (uid %d)", ErrForbidden, real, st.Uid, owner)
-	}
-	// A mount first: a mount's own files would make it "not empty", and
-	// a folder already served is a conflict, not a bad request.
-	mounted, err := isMountPoint(real, &st)
-	if err != nil {
-		return "", fmt.Errorf("check whether %s is a mount: %w", real, err)
-	}
-	if mounted {
-		return "", fmt.Errorf("%w: %s is a mount point already", ErrConflict, real)
-	}
-	if err := checkEmpty(real); err != nil {
-		return "", err
-	}
-	return real, nil
-}
-
-// checkEmpty refuses a folder with entries: a mount would hide them.
-func checkEmpty(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("%w: open %s: %w", ErrInvalid, dir, err)
-	}
-	defer f.Close()
-	names, err := f.Readdirnames(1)
-	if errors.Is(err, io.EOF) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("%w: read %s: %w", ErrInvalid, dir, err)
-	}
-	return fmt.Errorf("%w: %s is not empty (it holds %q)", ErrInvalid, dir, names[0])
-}
-
-// isMountPoint reports whether dir (whose lstat is st) is a mount point:
-// on another device than its parent, or listed in the mount table (a bind
-// mount of the same filesystem keeps the device).
-func isMountPoint(dir string, st *syscall.Stat_t) (bool, error) {
-	if dir == "/" {
-		return true, nil
-	}
-	var parent syscall.Stat_t
-	if err := syscall.Lstat(filepath.Dir(dir), &parent); err != nil {
-		return false, fmt.Errorf("stat parent: %w", err)
-	}
-	if parent.Dev != st.Dev {
-		return true, nil
-	}
-	return fs.IsMountpoint(dir)
-}
-
 // within reports whether path lies strictly below dir.
 func within(dir, path string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
-// Unmount takes down the inspection mount at path and forgets it.
-func (g *Gateway) Unmount(ctx context.Context, path string) error {
+// Unmount takes down the inspection mount known by path and forgets it.
+// path only names the mount (as it was recorded): the mount is found by
+// its own descriptor, wherever its folder is now, and nothing else is
+// unmounted. It returns once the mount is gone from the mount table;
+// inUse is true when, after unmountDrain, it still serves processes that
+// hold files or their working folder in it (it stops when they let go).
+// The thread lock is held only while the mount is detached, which never
+// waits for the filesystem.
+func (g *Gateway) Unmount(ctx context.Context, path string) (inUse bool, err error) {
 	if !filepath.IsAbs(path) {
-		return fmt.Errorf("%w: %q is not an absolute path", ErrInvalid, path)
+		return false, fmt.Errorf("%w: %q is not an absolute path", ErrInvalid, path)
 	}
 	path = filepath.Clean(path)
-	// The mount was recorded under its resolved path; a dead mount cannot
-	// be resolved, so fall back to the path as given.
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		path = real
-	}
 	g.mu.Lock()
 	im := g.inspections[path]
 	g.mu.Unlock()
 	if im == nil {
 		g.log.Warn("refused: no inspection mount", "path", path)
-		return fmt.Errorf("unmount %s: %w: no inspection mount there", path, ErrNotFound)
+		return false, fmt.Errorf("unmount %s: %w: no inspection mount there", path, ErrNotFound)
 	}
 	if im.pending {
-		return fmt.Errorf("unmount %s: %w: it is being mounted", path, ErrConflict)
+		return false, fmt.Errorf("unmount %s: %w: it is being mounted", path, ErrConflict)
 	}
 	k := im.key
 	unlock, err := g.threadLocks.lock(ctx, k)
 	if err != nil {
-		return fmt.Errorf("unmount %s: %w", path, err)
+		return false, fmt.Errorf("unmount %s: %w", path, err)
 	}
-	defer unlock()
-	if err := g.unmountInspection(k, path); err != nil {
-		return err
+	m, err := g.unmountInspection(k, path)
+	if err == nil {
+		if err = g.store.DeleteInspectionMount(ctx, path); err != nil {
+			err = fmt.Errorf("unmount %s: forget record: %w", path, err)
+		}
 	}
-	if err := g.store.DeleteInspectionMount(ctx, path); err != nil {
-		return fmt.Errorf("unmount %s: forget record: %w", path, err)
+	unlock()
+	if err != nil {
+		return false, err
 	}
 	g.log.Info("inspection mount removed", "tenant", k.Tenant, "thread", k.Thread, "path", path)
-	return nil
+	d, ok := m.(interface{ Done() <-chan struct{} })
+	if !ok {
+		return false, nil
+	}
+	t := time.NewTimer(unmountDrain)
+	defer t.Stop()
+	select {
+	case <-d.Done():
+		return false, nil
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	g.log.Info("inspection mount left the tree but is still in use; it stops serving when its users let go",
+		"tenant", k.Tenant, "thread", k.Thread, "path", path)
+	return true, nil
 }
 
 // unmountInspection unmounts the inspection mount at path, which belongs
 // to thread k, and drops it from the map; if the unmount fails it stays.
-// The thread lock of k must be held.
-func (g *Gateway) unmountInspection(k meta.ThreadKey, path string) error {
+// It returns the unmounted mount (nil if it was not mounted). The thread
+// lock of k must be held.
+func (g *Gateway) unmountInspection(k meta.ThreadKey, path string) (io.Closer, error) {
 	g.mu.Lock()
 	im := g.inspections[path]
 	if im == nil || im.key != k || im.pending {
 		g.mu.Unlock()
 		// Gone or replaced while we waited for the lock.
-		return fmt.Errorf("unmount %s: %w: no inspection mount of %s there", path, ErrNotFound, keyName(k))
+		return nil, fmt.Errorf("unmount %s: %w: no inspection mount of %s there", path, ErrNotFound, keyName(k))
 	}
 	delete(g.inspections, path)
 	g.mu.Unlock()
 
 	var err error
 	if im.mount != nil {
+		// A mount made onto a descriptor is detached through its own
+		// descriptor: this cannot hang on the filesystem, nor take down
+		// another mount that the path leads to now.
 		err = busy(im.mount.Close())
 	} else {
 		// It failed to mount at start; clear whatever a crash left.
-		err = g.mounter.DetachStale(path)
+		err = detachStaleInspection(path)
 	}
 	if err != nil {
 		g.mu.Lock()
 		g.inspections[path] = im
 		g.mu.Unlock()
 		g.log.Warn("refused: unmount failed", "tenant", k.Tenant, "thread", k.Thread, "path", path, "error", err)
-		return fmt.Errorf("unmount %s: %w", path, err)
+		return nil, fmt.Errorf("unmount %s: %w", path, err)
 	}
-	return nil
+	return im.mount, nil
 }
 
 // unmountInspectionsOf unmounts every inspection mount of k and returns
@@ -297,7 +254,7 @@ func (g *Gateway) unmountInspectionsOf(ctx context.Context, k meta.ThreadKey) ([
 		if im == nil || im.key != k || im.pending {
 			continue
 		}
-		if err := g.unmountInspection(k, p); err != nil {
+		if _, err := g.unmountInspection(k, p); err != nil {
 			return nil, err
 		}
 	}

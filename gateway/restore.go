@@ -9,6 +9,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sys/unix"
+
+	"warren/fs"
 	"warren/meta"
 )
 
@@ -74,10 +77,20 @@ func (g *Gateway) restore(ctx context.Context) {
 	}
 	for _, m := range ms {
 		mount, err := g.restoreInspection(ctx, m)
-		if errors.Is(err, meta.ErrNotFound) {
+		var drop string
+		switch {
+		case errors.Is(err, meta.ErrNotFound):
 			// Its thread was deleted while the mount could not be taken
 			// down; nothing is left to serve.
-			g.log.Warn("restore: dropping inspection mount of a deleted thread", "tenant", m.Tenant, "thread", m.Thread, "path", m.Path)
+			drop = "its thread was deleted"
+		case errors.Is(err, errFolderRefused):
+			// The folder no longer passes the checks a new mount must
+			// pass (a link swapped into its path, another owner, files
+			// in it): it is not covered, and not tried again.
+			drop = "its folder no longer passes the checks"
+		}
+		if drop != "" {
+			g.log.Warn("restore: dropping inspection mount: "+drop, "tenant", m.Tenant, "thread", m.Thread, "path", m.Path, "uid", m.Owner, "error", err)
 			if err := g.store.DeleteInspectionMount(ctx, m.Path); err != nil {
 				g.log.Error("restore: forget inspection mount", "path", m.Path, "error", err)
 			}
@@ -131,16 +144,30 @@ func (g *Gateway) restoreThread(ctx context.Context, b meta.Binding) error {
 	return nil
 }
 
-// restoreInspection serves an inspection mount again. It returns an error
-// matching meta.ErrNotFound when the thread has no binding any more.
+// errFolderRefused marks a recorded inspection folder that no longer
+// passes the checks of a new mount.
+var errFolderRefused = errors.New("inspection folder refused")
+
+// restoreInspection serves an inspection mount again, with the resolution
+// and every check of a new one (openInspectionDir), for the uid it was
+// made for. It returns an error matching meta.ErrNotFound when the thread
+// has no binding any more, and errFolderRefused when the folder does not
+// pass the checks.
 func (g *Gateway) restoreInspection(ctx context.Context, m meta.InspectionMount) (io.Closer, error) {
 	b, err := g.store.GetBinding(ctx, m.ThreadKey)
 	if err != nil {
 		return nil, fmt.Errorf("read binding: %w", err)
 	}
-	if err := g.mounter.DetachStale(m.Path); err != nil {
-		return nil, fmt.Errorf("detach stale mount %s: %w", m.Path, err)
+	// What a crashed run left there, reached without following links
+	// and detached through its own descriptor.
+	if err := detachStaleInspection(m.Path); err != nil {
+		return nil, err
 	}
+	dirFd, path, err := g.openInspectionDir(m.Path, m.Owner)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errFolderRefused, err)
+	}
+	defer unix.Close(dirFd)
 	root, err := g.rootOf(b)
 	if err != nil {
 		return nil, err
@@ -148,9 +175,5 @@ func (g *Gateway) restoreInspection(ctx context.Context, m meta.InspectionMount)
 	if fi, err := os.Lstat(root); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("workspace %s is missing or not a folder (%v)", root, err)
 	}
-	c, err := g.mount(ctx, m.ThreadKey, root, m.Path, !m.Writable)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
+	return g.mountAt(ctx, m.ThreadKey, root, path, !m.Writable, &fs.Target{Fd: dirFd})
 }

@@ -312,6 +312,12 @@ func keyName(k meta.ThreadKey) string {
 
 // mount serves root at mountPath for thread k.
 func (g *Gateway) mount(ctx context.Context, k meta.ThreadKey, root, mountPath string, readOnly bool) (io.Closer, error) {
+	return g.mountAt(ctx, k, root, mountPath, readOnly, nil)
+}
+
+// mountAt is mount onto target, if not nil, which mountPath then only
+// names (fs.Options.Target).
+func (g *Gateway) mountAt(ctx context.Context, k meta.ThreadKey, root, mountPath string, readOnly bool, target *fs.Target) (io.Closer, error) {
 	log := g.log.Named("fs").With("tenant", k.Tenant, "thread", k.Thread, "mount_path", mountPath)
 	m, err := g.mounter.Mount(ctx, root, mountPath, fs.Options{
 		Name:     k.Tenant + "/" + k.Thread,
@@ -321,6 +327,7 @@ func (g *Gateway) mount(ctx context.Context, k meta.ThreadKey, root, mountPath s
 		// Inspection mounts too: an escape through them is the thread's.
 		OnRefusal: g.refusalEvents(k),
 		OnStale:   g.staleEvents(k),
+		Target:    target,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mount %s at %s: %w", root, mountPath, err)

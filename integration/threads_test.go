@@ -288,3 +288,31 @@ func TestThousandThreads(t *testing.T) {
 		}
 	}
 }
+
+// TestKill9InspectionMountRestored kills the daemon while it serves an
+// inspection mount: the next start detaches the dead mount (found without
+// following links, through its own descriptor) and serves it again, once.
+func TestKill9InspectionMountRestored(t *testing.T) {
+	d := newDaemon(t)
+	look := filepath.Join(t.TempDir(), "look")
+	must(t, os.Mkdir(look, 0o755))
+	t.Cleanup(func() { detachAllUnder(t, look) })
+	mp := d.bind("default", "crash-i")
+	must(t, os.WriteFile(filepath.Join(mp, "f"), []byte("i"), 0o644))
+	d.mustWarren("mount", "--thread", "crash-i", look)
+	d.kill9()
+	if _, err := os.Stat(filepath.Join(look, "f")); !errors.Is(err, syscall.ENOTCONN) {
+		t.Errorf("after kill -9, stat in the inspection mount gives %v, want ENOTCONN: the test did not leave a crashed mount", err)
+	}
+	d.start()
+	if got, err := os.ReadFile(filepath.Join(look, "f")); err != nil || string(got) != "i" {
+		t.Errorf("after restart, %s/f = %q, %v", look, got, err)
+	}
+	if got := testenv.MountsUnder(t, look); len(got) != 1 {
+		t.Errorf("mounts at %s after restart: %v, want exactly 1", look, got)
+	}
+	d.mustWarren("umount", look)
+	if got := testenv.MountsUnder(t, look); len(got) != 0 {
+		t.Errorf("mounts at %s after umount: %v", look, got)
+	}
+}

@@ -143,8 +143,12 @@ type Job struct {
 // gateway can serve it again, or clean it up.
 type InspectionMount struct {
 	ThreadKey
-	Path     string    `json:"path"`
-	Writable bool      `json:"writable"`
+	Path     string `json:"path"`
+	Writable bool   `json:"writable"`
+	// Owner is the uid the mount was made for (the API's peer), whose
+	// folder Path must still be when the mount is made again at a
+	// start; 0 is root, whose mounts may cover any empty folder.
+	Owner    uint32    `json:"owner"`
 	MadeAt   time.Time `json:"madeAt"`
 	Revision uint64    `json:"revision"`
 }

@@ -650,7 +650,7 @@ func testInspectionMounts(t *testing.T, s meta.Store) {
 	ctx := t.Context()
 	mounts := []meta.InspectionMount{
 		{ThreadKey: meta.ThreadKey{Tenant: "acme", Thread: "t-1"}, Path: "/mnt/b", MadeAt: boundAt},
-		{ThreadKey: meta.ThreadKey{Tenant: "acme", Thread: "t-2"}, Path: "/mnt/a", Writable: true, MadeAt: boundAt},
+		{ThreadKey: meta.ThreadKey{Tenant: "acme", Thread: "t-2"}, Path: "/mnt/a", Writable: true, Owner: 65534, MadeAt: boundAt},
 		{ThreadKey: meta.ThreadKey{Tenant: "a\x00/", Thread: "\xff"}, Path: "/mnt/a/x", MadeAt: boundAt},
 		{ThreadKey: meta.ThreadKey{Tenant: "", Thread: ""}, Path: "/mnt/a-b", MadeAt: boundAt.Add(time.Nanosecond)},
 	}
@@ -684,6 +684,9 @@ func testInspectionMounts(t *testing.T, s meta.Store) {
 			if g.Path != w.Path || g.ThreadKey != w.ThreadKey || g.Writable != w.Writable || !g.MadeAt.Equal(w.MadeAt) {
 				t.Errorf("%s [%d]: got %q %q writable=%v %v, want %q %q writable=%v %v",
 					what, i, g.Path, g.ThreadKey, g.Writable, g.MadeAt, w.Path, w.ThreadKey, w.Writable, w.MadeAt)
+			}
+			if g.Owner != w.Owner {
+				t.Errorf("%s [%d]: got owner %d, want %d", what, i, g.Owner, w.Owner)
 			}
 			if g.Revision == 0 {
 				t.Errorf("%s [%d]: got revision 0, want non-zero", what, i)

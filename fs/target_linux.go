@@ -1,0 +1,301 @@
+package fs
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// This file mounts onto a descriptor (Options.Target) instead of a path.
+// The filesystem is made detached with the new mount API (fsopen, fsconfig,
+// fsmount: no path is named), served, and only then moved onto the target
+// descriptor (move_mount with empty paths). Afterwards the mount is known by
+// the descriptor fsmount returned, never by a path: Close detaches it
+// through /proc/self/fd/N, which the kernel resolves to that very mount
+// wherever it was moved since. So no path string is walked between the
+// caller's checks and the mount, and no symlink swapped into a parent
+// folder can redirect the mount or its unmount.
+
+// Target is a folder to mount onto, named by a descriptor.
+type Target struct {
+	// Fd is an O_PATH descriptor of the folder, resolved and checked by the
+	// caller without following links. Serve does not close it.
+	Fd int
+}
+
+// serveAt serves the node tree at *mountpoint, or, with a target, on a
+// mount made detached and then moved onto the target's folder; it returns
+// the server and, for a target, the mount's own descriptor (-1 otherwise).
+// With a target, *mountpoint is set to /proc/self/fd/N of that descriptor
+// once the mount is in place: every later use of the path in Serve (a
+// check of the mount, an undo) then reaches this mount, wherever it is,
+// and nothing else. The target is covered only once the mount serves.
+func serveAt(root fusefs.InodeEmbedder, mountpoint *string, target *Target, opts *fusefs.Options) (*fuse.Server, int, error) {
+	if target == nil {
+		server, err := serveNodes(root, *mountpoint, opts)
+		return server, -1, err
+	}
+	flags := opts.MountOptions.DirectMountFlags
+	fuseFd, mntFd, err := mountDetached(&opts.MountOptions, flags)
+	if err != nil {
+		return nil, -1, err
+	}
+	// go-fuse serves a /dev/fuse descriptor it is handed as "/dev/fd/N"
+	// and mounts nothing itself then.
+	o := *opts
+	o.MountOptions.DirectMount, o.MountOptions.DirectMountStrict = false, false
+	server, err := serveNodes(root, "/dev/fd/"+strconv.Itoa(fuseFd), &o)
+	if err != nil {
+		// Dropping the last reference to a detached mount dissolves it.
+		unix.Close(mntFd)
+		unix.Close(fuseFd)
+		return nil, -1, fmt.Errorf("serve the detached mount: %w", err)
+	}
+	undo := func() {
+		// The detached mount dissolves; the serve loop then ends.
+		unix.Close(mntFd)
+		server.Wait()
+	}
+	if err := pollHack(mntFd); err != nil {
+		undo()
+		return nil, -1, err
+	}
+	if err := checkAttrs(mntFd, flags); err != nil {
+		undo()
+		return nil, -1, err
+	}
+	if err := moveOnto(mntFd, target.Fd); err != nil {
+		undo()
+		return nil, -1, err
+	}
+	*mountpoint = procFdPath(mntFd)
+	return server, mntFd, nil
+}
+
+// checkAttrs checks, on the mount's own descriptor, that the kernel set
+// the flags that statfs reports (read-only, nosuid, nodev, nosymfollow...)
+// as asked: a flag silently dropped would open a hole.
+func checkAttrs(mntFd int, flags uintptr) error {
+	var s unix.Statfs_t
+	if err := unix.Fstatfs(mntFd, &s); err != nil {
+		return fmt.Errorf("statfs of the mount: %w", err)
+	}
+	for _, f := range []struct {
+		ms, st uintptr
+		name   string
+	}{
+		{unix.MS_RDONLY, unix.ST_RDONLY, "ro"},
+		{unix.MS_NOSUID, unix.ST_NOSUID, "nosuid"},
+		{unix.MS_NODEV, unix.ST_NODEV, "nodev"},
+		{unix.MS_NOEXEC, unix.ST_NOEXEC, "noexec"},
+		{unix.MS_NOSYMFOLLOW, stNoSymfollowFlag, "nosymfollow"},
+	} {
+		if flags&f.ms != 0 && uintptr(s.Flags)&f.st == 0 {
+			return fmt.Errorf("the mount is not %s", f.name)
+		}
+	}
+	return nil
+}
+
+// stNoSymfollowFlag is ST_NOSYMFOLLOW, statfs's flag of a nosymfollow mount.
+const stNoSymfollowFlag = 0x2000
+
+// mountAttrs turns MS_ flags of mount(2) into the MOUNT_ATTR_ flags of
+// fsmount(2). Flags that have no attribute are refused, so a flag added to
+// Serve's mounts is never silently dropped from the moved ones.
+func mountAttrs(flags uintptr) (int, error) {
+	attrs := 0
+	for _, f := range []struct {
+		ms   uintptr
+		attr int
+	}{
+		{unix.MS_RDONLY, unix.MOUNT_ATTR_RDONLY},
+		{unix.MS_NOSUID, unix.MOUNT_ATTR_NOSUID},
+		{unix.MS_NODEV, unix.MOUNT_ATTR_NODEV},
+		{unix.MS_NOEXEC, unix.MOUNT_ATTR_NOEXEC},
+		{unix.MS_NOATIME, unix.MOUNT_ATTR_NOATIME},
+		{unix.MS_NODIRATIME, unix.MOUNT_ATTR_NODIRATIME},
+		{unix.MS_NOSYMFOLLOW, unix.MOUNT_ATTR_NOSYMFOLLOW},
+	} {
+		if flags&f.ms != 0 {
+			attrs |= f.attr
+			flags &^= f.ms
+		}
+	}
+	if flags != 0 {
+		return 0, fmt.Errorf("mount flags %#x have no fsmount attribute", flags)
+	}
+	return attrs, nil
+}
+
+// mountDetached makes a FUSE filesystem as mo and flags describe, as a
+// mount attached nowhere. It returns the /dev/fuse descriptor to serve it
+// on and the mount's descriptor (fsmount's).
+func mountDetached(mo *fuse.MountOptions, flags uintptr) (fuseFd, mntFd int, err error) {
+	attrs, err := mountAttrs(flags)
+	if err != nil {
+		return -1, -1, err
+	}
+	fuseFd, err = unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, fmt.Errorf("open /dev/fuse: %w", err)
+	}
+	fsFd, err := unix.Fsopen("fuse", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		unix.Close(fuseFd)
+		return -1, -1, fmt.Errorf("fsopen fuse: %w", err)
+	}
+	defer unix.Close(fsFd)
+	params := [][2]string{
+		{"source", mo.FsName},
+		{"subtype", mo.Name},
+		{"fd", strconv.Itoa(fuseFd)},
+		{"rootmode", strconv.FormatUint(unix.S_IFDIR, 8)},
+		{"user_id", strconv.Itoa(os.Geteuid())},
+		{"group_id", strconv.Itoa(os.Getegid())},
+		{"max_read", strconv.Itoa(mo.MaxWrite)},
+	}
+	for _, p := range params {
+		if err := unix.FsconfigSetString(fsFd, p[0], p[1]); err != nil {
+			unix.Close(fuseFd)
+			return -1, -1, fmt.Errorf("fsconfig %s=%s: %w", p[0], p[1], err)
+		}
+	}
+	var opts []string
+	if mo.AllowOther {
+		opts = append(opts, "allow_other")
+	}
+	opts = append(opts, mo.Options...)
+	if flags&unix.MS_RDONLY != 0 {
+		// The superblock too, as mount(2) with MS_RDONLY makes it.
+		opts = append(opts, "ro")
+	}
+	for _, o := range opts {
+		if err := unix.FsconfigSetFlag(fsFd, o); err != nil {
+			unix.Close(fuseFd)
+			return -1, -1, fmt.Errorf("fsconfig %s: %w", o, err)
+		}
+	}
+	// The kernel sends INIT here; the server reads it first.
+	if err := unix.FsconfigCreate(fsFd); err != nil {
+		unix.Close(fuseFd)
+		return -1, -1, fmt.Errorf("fsconfig create: %w", err)
+	}
+	mntFd, err = unix.Fsmount(fsFd, unix.FSMOUNT_CLOEXEC, attrs)
+	if err != nil {
+		unix.Close(fuseFd)
+		return -1, -1, fmt.Errorf("fsmount: %w", err)
+	}
+	return fuseFd, mntFd, nil
+}
+
+// pollHack makes the kernel ask POLL once, on go-fuse's special file, so
+// that go-fuse answers ENOSYS and the kernel never polls a file of the
+// mount again (go-fuse does the same for the mounts it makes itself; a
+// poll served by the daemon could deadlock its own event loop). It runs
+// on the detached mount, through its descriptor.
+func pollHack(mntFd int) error {
+	fd, err := unix.Openat(mntFd, ".go-fuse-epoll-hack", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open poll hack: %w", err)
+	}
+	defer unix.Close(fd)
+	unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
+	return nil
+}
+
+// moveOnto attaches the detached mount mntFd onto the folder targetFd.
+func moveOnto(mntFd, targetFd int) error {
+	if err := unix.MoveMount(mntFd, "", targetFd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount onto the target: %w", err)
+	}
+	return nil
+}
+
+// MountID returns the id of the mount fd is on (as in
+// /proc/self/mountinfo) and whether fd is that mount's root. It asks the
+// filesystem nothing (AT_STATX_DONT_SYNC), so a dead FUSE mount answers too.
+func MountID(fd int) (id uint64, root bool, err error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &stx); err != nil {
+		return 0, false, fmt.Errorf("fs: statx: %w", err)
+	}
+	if stx.Mask&unix.STATX_MNT_ID == 0 || stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+		// Fail closed: without them nothing can be told about fd's mount.
+		return 0, false, errors.New("fs: statx: the kernel reports no mount id or mount root")
+	}
+	return stx.Mnt_id, stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, nil
+}
+
+// MountEntry is one line of /proc/self/mountinfo.
+type MountEntry struct {
+	ID     uint64
+	Path   string // the mount point, unescaped
+	FSType string // e.g. "fuse.warren"
+}
+
+// LookupMount returns the entry of mount id in this process's mount
+// namespace, and false if no mount of that id is attached there.
+func LookupMount(id uint64) (MountEntry, bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return MountEntry{}, false, fmt.Errorf("fs: read mount table: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		got, err := strconv.ParseUint(fields[0], 10, 64)
+		if err != nil || got != id {
+			continue
+		}
+		e := MountEntry{ID: id, Path: unescapeMountinfo(fields[4])}
+		for i := 5; i < len(fields)-1; i++ {
+			if fields[i] == "-" {
+				e.FSType = fields[i+1]
+				break
+			}
+		}
+		return e, true, nil
+	}
+	if err := sc.Err(); err != nil {
+		return MountEntry{}, false, fmt.Errorf("fs: read mount table: %w", err)
+	}
+	return MountEntry{}, false, nil
+}
+
+// DetachFd lazily unmounts the mount whose root fd is: the mount itself,
+// through /proc/self/fd/N, wherever it is. A mount that is not attached
+// any more (EINVAL) is not an error. It returns an error unless the mount
+// is gone from the mount table afterwards.
+func DetachFd(fd int) error {
+	id, root, err := MountID(fd)
+	if err != nil {
+		return err
+	}
+	if !root {
+		return errors.New("fs: detach: the descriptor is not the root of a mount")
+	}
+	// The magic link is followed to the descriptor's own (mount, root); no
+	// mount stacked on top of it is looked up (LAST_BIND).
+	if err := unix.Unmount(procFdPath(fd), unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("fs: detach mount %d: %w", id, err)
+	}
+	if e, attached, err := LookupMount(id); err != nil {
+		return err
+	} else if attached {
+		return fmt.Errorf("fs: detach mount %d: still attached at %s", id, e.Path)
+	}
+	return nil
+}
