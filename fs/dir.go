@@ -250,10 +250,7 @@ func (n *node) mayModify(name string) syscall.Errno {
 	if n.root.readOnly {
 		return syscall.EROFS
 	}
-	if !validName(name) {
-		return syscall.EINVAL
-	}
-	return 0
+	return checkName(name)
 }
 
 // makeEntry makes the entry name in this directory with mk, opens it as a

@@ -143,8 +143,8 @@ func (n *node) addChild(ctx context.Context, fd int, name string, out *fuse.Entr
 // name still holds the inode the kernel already knows, that node is
 // returned as it is: one fstatat, and no new descriptor.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
-	if !validName(name) {
-		return nil, syscall.EINVAL
+	if errno := checkName(name); errno != 0 {
+		return nil, errno
 	}
 	dfd, done, errno := n.use()
 	if errno != 0 {

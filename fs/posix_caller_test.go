@@ -1,0 +1,242 @@
+package fs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// The tests of this file run each operation in a process of its own, as
+// another user and with its own umask, the way a command in a jail calls
+// the mount: the serving process (this test binary) keeps the daemon's
+// umask and stays root.
+
+// nobody is the unprivileged user the tests act as.
+const nobody = 65534
+
+// callerOp is the child helper that makes one system call: it sets its
+// umask, runs op on its arguments and prints "ok" or the errno's number.
+func callerOp(args []string) error {
+	if len(args) < 2 {
+		return fmt.Errorf("caller-op: want umask op args..., got %q", args)
+	}
+	mask, err := strconv.ParseUint(args[0], 8, 32)
+	if err != nil {
+		return err
+	}
+	unix.Umask(int(mask))
+	op, a := args[1], args[2:]
+	mode := func(s string) uint32 {
+		m, err := strconv.ParseUint(s, 8, 32)
+		if err != nil {
+			panic(err)
+		}
+		return uint32(m)
+	}
+	switch op {
+	case "create":
+		var fd int
+		if fd, err = unix.Open(a[0], unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, mode(a[1])); err == nil {
+			unix.Close(fd)
+		}
+	case "tmpfile":
+		// Prints the mode the unnamed file got.
+		var fd int
+		if fd, err = unix.Open(a[0], unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, mode(a[1])); err == nil {
+			var st unix.Stat_t
+			err = unix.Fstat(fd, &st)
+			unix.Close(fd)
+			if err == nil {
+				fmt.Printf("ok %o\n", st.Mode&07777)
+				return nil
+			}
+		}
+	case "mkdir":
+		err = unix.Mkdir(a[0], mode(a[1]))
+	case "mkfifo":
+		err = unix.Mkfifo(a[0], mode(a[1]))
+	case "write":
+		var fd int
+		if fd, err = unix.Open(a[0], unix.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
+			_, err = unix.Write(fd, []byte("written by another user\n"))
+			if cerr := unix.Close(fd); err == nil {
+				err = cerr
+			}
+		}
+	case "open-trunc":
+		var fd int
+		if fd, err = unix.Open(a[0], unix.O_WRONLY|unix.O_TRUNC|unix.O_CLOEXEC, 0); err == nil {
+			err = unix.Close(fd)
+		}
+	case "truncate":
+		err = unix.Truncate(a[0], 3)
+	case "rename":
+		err = unix.Rename(a[0], a[1])
+	case "unlink":
+		err = unix.Unlink(a[0])
+	default:
+		return fmt.Errorf("caller-op: unknown op %q", op)
+	}
+	if err != nil {
+		var errno syscall.Errno
+		if !errors.As(err, &errno) {
+			return err
+		}
+		fmt.Println(int(errno))
+		return nil
+	}
+	fmt.Println("ok")
+	return nil
+}
+
+// asUser runs system calls on a mount as another user, each in a fresh
+// process of its own.
+type asUser struct {
+	t   testing.TB
+	bin string // a copy of the test binary that uid may execute
+	uid int
+}
+
+// newCaller copies the test binary where uid may execute it (the build
+// folder is root's alone); the copy goes with the test.
+func newCaller(t testing.TB, uid int) *asUser {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	openToAll(t, dir)
+	bin := filepath.Join(dir, "caller")
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &asUser{t: t, bin: bin, uid: uid}
+}
+
+// do runs op with umask mask and returns its errno (0 for success) and
+// what it printed after "ok".
+func (c *asUser) do(mask uint32, op string, args ...string) (syscall.Errno, string) {
+	c.t.Helper()
+	cmd := exec.Command(c.bin, append([]string{"-test.run=^$", fmt.Sprintf("%o", mask), op}, args...)...)
+	cmd.Env = []string{childEnv + "=caller-op"}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(c.uid), Gid: uint32(c.uid)}}
+	out, err := cmd.Output()
+	if err != nil {
+		c.t.Fatalf("%s %q as uid %d: %v (%s)", op, args, c.uid, err, out)
+	}
+	line := strings.TrimSpace(string(out))
+	if rest, ok := strings.CutPrefix(line, "ok"); ok {
+		return 0, strings.TrimSpace(rest)
+	}
+	n, err := strconv.Atoi(line)
+	if err != nil {
+		c.t.Fatalf("%s %q as uid %d printed %q", op, args, c.uid, line)
+	}
+	return syscall.Errno(n), ""
+}
+
+// openToAll lets every user through dir and its parent, the two folders
+// t.TempDir makes for root alone.
+func openToAll(t testing.TB, dir string) {
+	t.Helper()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// mountShared is mountTemp with a mount point every user can reach, served
+// by a process with the daemon's umask (022), as warren serve runs.
+func mountShared(t testing.TB, opts Options) (backing, mnt string) {
+	t.Helper()
+	old := unix.Umask(0o022)
+	t.Cleanup(func() { unix.Umask(old) })
+	backing, mnt = mountTemp(t, opts)
+	openToAll(t, filepath.Dir(backing))
+	return backing, mnt
+}
+
+// servingModes are the two ways a mount serves file data.
+var servingModes = []struct {
+	name string
+	opts Options
+}{
+	{"passthrough", Options{}},
+	{"served", Options{NoPassthrough: true}},
+}
+
+func statMode(t testing.TB, path string) (mode uint32, uid uint32) {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Mode & 07777, st.Uid
+}
+
+// TestLongNames: a name longer than 255 bytes is refused with
+// ENAMETOOLONG ("File name too long") by every operation that takes one,
+// as on a local filesystem; a name of exactly 255 bytes works.
+func TestLongNames(t *testing.T) {
+	_, mnt := mountTemp(t, Options{})
+	long := strings.Repeat("n", 256)
+	max := strings.Repeat("m", 255)
+	existing := filepath.Join(mnt, "existing")
+	must(t, os.WriteFile(existing, []byte("x"), 0o644))
+	must(t, os.Mkdir(filepath.Join(mnt, "sub"), 0o755))
+
+	t.Run("255 bytes", func(t *testing.T) {
+		p := filepath.Join(mnt, max)
+		must(t, os.WriteFile(p, []byte("x"), 0o644))
+		if _, err := os.Stat(p); err != nil {
+			t.Fatal(err)
+		}
+		must(t, os.Rename(p, filepath.Join(mnt, "sub", max)))
+	})
+	for _, tc := range []struct {
+		op string
+		do func(p string) error
+	}{
+		{"lookup", func(p string) error { var st unix.Stat_t; return unix.Lstat(p, &st) }},
+		{"create", func(p string) error {
+			fd, err := unix.Open(p, unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+			if err == nil {
+				unix.Close(fd)
+			}
+			return err
+		}},
+		{"mkdir", func(p string) error { return unix.Mkdir(p, 0o755) }},
+		{"mkfifo", func(p string) error { return unix.Mkfifo(p, 0o644) }},
+		{"symlink", func(p string) error { return unix.Symlink("existing", p) }},
+		{"link", func(p string) error { return unix.Link(existing, p) }},
+		{"rename", func(p string) error { return unix.Rename(existing, p) }},
+		{"rename from", func(p string) error { return unix.Rename(p, existing) }},
+		{"unlink", func(p string) error { return unix.Unlink(p) }},
+	} {
+		t.Run(tc.op, func(t *testing.T) {
+			for _, p := range []string{filepath.Join(mnt, long), filepath.Join(mnt, "sub", long)} {
+				if err := tc.do(p); err != unix.ENAMETOOLONG {
+					t.Errorf("%s of a %d-byte name: %v, want %v", tc.op, len(long), err, unix.ENAMETOOLONG)
+				}
+			}
+		})
+	}
+	if _, err := os.Stat(existing); err != nil {
+		t.Errorf("the source of the refused renames: %v", err)
+	}
+}
