@@ -18,7 +18,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if errno := n.mayModify(name); errno != 0 {
 		return nil, errno
 	}
-	return n.makeEntry(ctx, name, out, unix.AT_REMOVEDIR, true, func(dfd int) error {
+	return n.makeEntryMode(ctx, name, out, unix.AT_REMOVEDIR, mode, func(dfd int) error {
 		return unix.Mkdirat(dfd, name, mode)
 	})
 }
@@ -34,7 +34,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 		n.root.refuse("mknod", n.child(name), "", "device nodes are not allowed in a workspace")
 		return nil, syscall.EPERM
 	}
-	return n.makeEntry(ctx, name, out, 0, true, func(dfd int) error {
+	return n.makeEntryMode(ctx, name, out, 0, mode, func(dfd int) error {
 		return unix.Mknodat(dfd, name, mode, int(rdev))
 	})
 }
@@ -52,8 +52,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if errno := n.root.refuseIfStale("create", n.child(name), a, g); errno != 0 {
 		return nil, nil, 0, errno
 	}
-	// O_NOFOLLOW: a link planted under this name is never written through.
-	ofd, err := unix.Openat(dfd, name, daemonFlags(flags)|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	ofd, made, err := createAt(dfd, name, flags, mode)
 	if err != nil {
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}
@@ -64,12 +63,14 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	pfd, err := openChild(dfd, name)
 	if err != nil {
 		unix.Close(ofd)
-		if flags&unix.O_EXCL != 0 {
+		if made {
 			unix.Unlinkat(dfd, name, 0)
 		}
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}
-	n.ownByCaller(ctx, pfd)
+	if made {
+		n.ownByCaller(ctx, dfd, pfd, mode)
+	}
 	n.root.changedEntry(n, name)
 	ch, errno := n.addChild(ctx, pfd, name, out)
 	if errno != 0 {
@@ -77,14 +78,36 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno
 	}
 	n.root.modified(a, g, fingerprintFd(ofd))
-	made := ch.Operations().(*node)
-	made.told(g.state.version)
+	nd := ch.Operations().(*node)
+	nd.told(g.state.version)
 	var w *writer
 	if opensForWriting(flags) {
-		w = n.root.newWriter(made, a, g)
+		w = n.root.newWriter(nd, a, g)
 	}
-	fh, fopen := made.openHandle(ofd, flags, w, 0)
+	fh, fopen := nd.openHandle(ofd, flags, w, 0)
 	return ch, fh, fopen, 0
+}
+
+// createAt opens name in the directory dfd for Create, making it if it is
+// missing, and reports whether it made it: only a file made here is given
+// to its caller and its mode (the kernel sends CREATE for a name it
+// believes missing, which another mount or the backing folder may have
+// made meanwhile; that file keeps its owner and mode). O_NOFOLLOW: a link
+// planted under this name is never written through.
+func createAt(dfd int, name string, flags, mode uint32) (fd int, made bool, err error) {
+	open := daemonFlags(flags) | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	for range 8 {
+		fd, err = unix.Openat(dfd, name, open|unix.O_CREAT|unix.O_EXCL, mode)
+		if err != unix.EEXIST || flags&unix.O_EXCL != 0 {
+			return fd, err == nil, err
+		}
+		fd, err = unix.Openat(dfd, name, open&^(unix.O_CREAT|unix.O_EXCL), 0)
+		if err != unix.ENOENT {
+			return fd, false, err
+		}
+		// Removed in between: make it again.
+	}
+	return -1, false, unix.EEXIST
 }
 
 // Tmpfile serves O_TMPFILE: an unnamed file in this directory.
@@ -97,7 +120,8 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		return nil, nil, 0, errno
 	}
 	defer done()
-	ofd, err := reopen(dfd, daemonFlags(flags)|unix.O_TMPFILE)
+	// The mode is the caller's; reopen would make the file with none.
+	ofd, err := unix.Openat(dfd, ".", daemonFlags(flags)&^(unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NOCTTY)|unix.O_TMPFILE|unix.O_CLOEXEC, mode)
 	if err != nil {
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}
@@ -106,7 +130,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		unix.Close(ofd)
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}
-	n.ownByCaller(ctx, pfd)
+	n.ownByCaller(ctx, dfd, pfd, mode)
 	var st syscall.Stat_t
 	gen, err := statGen(pfd, "", &st)
 	if err != nil {
@@ -258,6 +282,16 @@ func (n *node) mayModify(name string) syscall.Errno {
 // removed again (unlinkat with rmFlags). own gives the new entry to the
 // caller; a hard link keeps its file's owner.
 func (n *node) makeEntry(ctx context.Context, name string, out *fuse.EntryOut, rmFlags int, own bool, mk func(dfd int) error) (*fusefs.Inode, syscall.Errno) {
+	return n.makeEntryAs(ctx, name, out, rmFlags, own, keepMode, mk)
+}
+
+// makeEntryMode is makeEntry for an entry its caller owns and whose
+// permission bits are exactly mode's (Mkdir, Mknod).
+func (n *node) makeEntryMode(ctx context.Context, name string, out *fuse.EntryOut, rmFlags int, mode uint32, mk func(dfd int) error) (*fusefs.Inode, syscall.Errno) {
+	return n.makeEntryAs(ctx, name, out, rmFlags, true, mode, mk)
+}
+
+func (n *node) makeEntryAs(ctx context.Context, name string, out *fuse.EntryOut, rmFlags int, own bool, mode uint32, mk func(dfd int) error) (*fusefs.Inode, syscall.Errno) {
 	dfd, a, g, release, errno := n.takeEntry(ctx, name)
 	if errno != 0 {
 		return nil, errno
@@ -272,7 +306,7 @@ func (n *node) makeEntry(ctx context.Context, name string, out *fuse.EntryOut, r
 		return nil, fusefs.ToErrno(err)
 	}
 	if own {
-		n.ownByCaller(ctx, fd)
+		n.ownByCaller(ctx, dfd, fd, mode)
 	}
 	n.root.modified(a, g, fingerprintFd(fd))
 	n.root.changedEntry(n, name)

@@ -243,6 +243,9 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		AttrTimeout:     &attr,
 		NegativeTimeout: &negative,
 		RootStableAttr:  &fusefs.StableAttr{Ino: st.Ino, Gen: gen},
+		// A mode of 0000 is a mode (open(O_CREAT, 0), chmod 0): go-fuse
+		// would show it as 0644 otherwise.
+		NullPermissions: true,
 	})
 	if err != nil {
 		rootNode.fd.close()

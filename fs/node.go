@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"syscall"
@@ -329,15 +330,78 @@ func timespec(now bool, sec uint64, nsec uint32) unix.Timespec {
 	return unix.Timespec{Sec: int64(sec), Nsec: int64(nsec)}
 }
 
-// ownByCaller gives a new entry to the process that made it. The daemon
-// creates everything as root; with allow_other and default_permissions the
-// kernel then checks the caller's permissions against these owners.
-func (n *node) ownByCaller(ctx context.Context, fd int) {
-	caller, ok := fuse.FromContext(ctx)
-	if !ok || (int(caller.Uid) == n.root.uid && int(caller.Gid) == n.root.gid) {
+// keepMode tells ownByCaller to leave the mode alone (a symlink's, or an
+// entry made without one).
+const keepMode = ^uint32(0)
+
+// ownByCaller makes a new entry what its creator asked for: the daemon
+// creates everything as root, with its own umask taken off the mode a
+// second time (the kernel already took the caller's off), so the entry is
+// given to the caller and, unless perm is keepMode, gets exactly the
+// permission bits perm. With allow_other and default_permissions the
+// kernel then checks every caller against these.
+//
+// As on a local filesystem, an entry made in a set-gid directory keeps the
+// directory's group (the backing filesystem gave it), and a directory made
+// there stays set-gid. The owner is changed before the mode: a chown drops
+// the set-id bits of a file.
+//
+// dfd is the parent directory's descriptor, fd the new entry's. A failure
+// is logged and leaves the entry narrower than asked, never wider: the
+// backing mode is perm less the daemon's umask, and root's.
+func (n *node) ownByCaller(ctx context.Context, dfd, fd int, perm uint32) {
+	var st syscall.Stat_t
+	if err := fstat(fd, &st); err != nil {
+		n.root.log.Warn("cannot stat a new entry", "err", err)
 		return
 	}
-	if err := fchown(fd, int(caller.Uid), int(caller.Gid)); err != nil {
-		n.root.log.Warn("cannot give a new entry to its creator", "uid", caller.Uid, "err", err)
+	uid, gid := -1, -1
+	if caller, ok := fuse.FromContext(ctx); ok {
+		if caller.Uid != st.Uid {
+			uid = int(caller.Uid)
+		}
+		if caller.Gid != st.Gid && !setgidDir(dfd) {
+			gid = int(caller.Gid)
+		}
 	}
+	isDir := st.Mode&syscall.S_IFMT == syscall.S_IFDIR
+	cur := st.Mode & 07777
+	if uid != -1 || gid != -1 {
+		if err := fchown(fd, uid, gid); err != nil {
+			n.root.log.Warn("cannot give a new entry to its creator", "uid", uid, "gid", gid, "err", err)
+		} else if !isDir {
+			cur = dropSetID(cur)
+		}
+	}
+	if perm == keepMode || st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		return
+	}
+	want := perm & 07777
+	if isDir {
+		want |= st.Mode & syscall.S_ISGID
+	}
+	if cur == want {
+		return
+	}
+	if err := fchmod(fd, want); err != nil {
+		n.root.log.Warn("cannot give a new entry its mode", "mode", fmt.Sprintf("%04o", want), "err", err)
+	}
+}
+
+// setgidDir reports whether the directory dfd is set-gid: its new entries
+// take its group.
+func setgidDir(dfd int) bool {
+	var st syscall.Stat_t
+	return fstat(dfd, &st) == nil && st.Mode&syscall.S_ISGID != 0
+}
+
+// dropSetID returns mode without the bits a write or a chown by anyone
+// without CAP_FSETID drops from a file: set-uid, and set-gid where the
+// group may execute (set-gid alone marks mandatory locking and stays).
+func dropSetID(mode uint32) uint32 {
+	mode &^= syscall.S_ISUID
+	if mode&syscall.S_IXGRP != 0 {
+		mode &^= syscall.S_ISGID
+	}
+	return mode
 }

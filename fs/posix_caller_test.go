@@ -189,6 +189,76 @@ func statMode(t testing.TB, path string) (mode uint32, uid uint32) {
 	return st.Mode & 07777, st.Uid
 }
 
+// TestCreateModeIsCallers: a new entry gets the mode its creator asked for
+// with the creator's umask taken off, nothing more: the daemon's own umask
+// is not applied again. Checked in the mount and in the backing folder.
+func TestCreateModeIsCallers(t *testing.T) {
+	backing, mnt := mountShared(t, Options{})
+	must(t, os.Chmod(mnt, 0o777))
+	c := newCaller(t, nobody)
+	cases := []struct {
+		op   string
+		mode uint32
+	}{
+		{"create", 0o666},
+		{"create", 0o777},
+		{"create", 0},
+		{"create", 0o4755},
+		{"mkdir", 0o777},
+		{"mkdir", 0o1777},
+		{"mkfifo", 0o666},
+	}
+	for _, mask := range []uint32{0, 0o002, 0o022, 0o077} {
+		for _, tc := range cases {
+			name := fmt.Sprintf("%s-%04o-umask-%03o", tc.op, tc.mode, mask)
+			t.Run(name, func(t *testing.T) {
+				if errno, _ := c.do(mask, tc.op, filepath.Join(mnt, name), fmt.Sprintf("%o", tc.mode)); errno != 0 {
+					t.Fatalf("%s: %v", tc.op, errno)
+				}
+				want := tc.mode &^ mask
+				for _, p := range []string{filepath.Join(mnt, name), filepath.Join(backing, name)} {
+					if got, uid := statMode(t, p); got != want || uid != nobody {
+						t.Errorf("%s: mode %04o owner %d, want %04o owner %d", p, got, uid, want, nobody)
+					}
+				}
+			})
+		}
+	}
+	t.Run("in a set-gid folder", func(t *testing.T) {
+		// Entries take the folder's group, and folders stay set-gid.
+		sg := filepath.Join(mnt, "setgid")
+		must(t, os.Mkdir(sg, 0o755))
+		must(t, os.Chown(sg, 0, nobody-1))
+		must(t, unix.Chmod(sg, 0o2777))
+		for _, tc := range []struct {
+			op   string
+			mode uint32
+			want uint32
+		}{{"create", 0o666, 0o666}, {"mkdir", 0o777, 0o2777}} {
+			p := filepath.Join(sg, tc.op)
+			if errno, _ := c.do(0, tc.op, p, fmt.Sprintf("%o", tc.mode)); errno != 0 {
+				t.Fatalf("%s: %v", tc.op, errno)
+			}
+			var st unix.Stat_t
+			must(t, unix.Lstat(p, &st))
+			if st.Mode&07777 != tc.want || st.Uid != nobody || st.Gid != nobody-1 {
+				t.Errorf("%s: mode %04o owner %d:%d, want %04o owner %d:%d", p, st.Mode&07777, st.Uid, st.Gid, tc.want, nobody, nobody-1)
+			}
+		}
+	})
+	t.Run("tmpfile", func(t *testing.T) {
+		for _, mask := range []uint32{0, 0o022} {
+			errno, got := c.do(mask, "tmpfile", mnt, "640")
+			if errno != 0 {
+				t.Fatalf("O_TMPFILE: %v", errno)
+			}
+			if want := fmt.Sprintf("%o", 0o640&^mask); got != want {
+				t.Errorf("O_TMPFILE with mode 0640, umask %03o: mode %s, want %s", mask, got, want)
+			}
+		}
+	})
+}
+
 // TestLongNames: a name longer than 255 bytes is refused with
 // ENAMETOOLONG ("File name too long") by every operation that takes one,
 // as on a local filesystem; a name of exactly 255 bytes works.
@@ -239,4 +309,84 @@ func TestLongNames(t *testing.T) {
 	if _, err := os.Stat(existing); err != nil {
 		t.Errorf("the source of the refused renames: %v", err)
 	}
+}
+
+// TestRenameByOther: in folders without the sticky bit, write and search
+// permission on both folders is all a rename takes, whoever owns the file;
+// in a sticky folder only the file's or the folder's owner may rename or
+// remove it. The folders and files are made by another user with umask
+// 000, as a conformance run makes them.
+func TestRenameByOther(t *testing.T) {
+	backing, mnt := mountShared(t, Options{})
+	must(t, os.Chmod(mnt, 0o777))
+	owner, other := newCaller(t, nobody-1), newCaller(t, nobody)
+	at := func(name string) string { return filepath.Join(mnt, name) }
+	for _, d := range []struct{ name, mode string }{{"a", "777"}, {"b", "777"}, {"sticky", "1777"}} {
+		if errno, _ := owner.do(0, "mkdir", at(d.name), d.mode); errno != 0 {
+			t.Fatalf("mkdir %s %s as uid %d: %v", d.name, d.mode, nobody-1, errno)
+		}
+	}
+	ownersFile := func(name string) string {
+		if errno, _ := owner.do(0, "create", at(name), "644"); errno != 0 {
+			t.Fatalf("create %s as uid %d: %v", name, nobody-1, errno)
+		}
+		return at(name)
+	}
+
+	t.Run("between folders", func(t *testing.T) {
+		src := ownersFile("a/f1")
+		if errno, _ := other.do(0o022, "rename", src, at("b/f1")); errno != 0 {
+			t.Fatalf("rename a/f1 b/f1 as uid %d: %v", nobody, errno)
+		}
+		if _, err := os.Stat(filepath.Join(backing, "b/f1")); err != nil {
+			t.Errorf("after the rename: %v", err)
+		}
+		if _, uid := statMode(t, at("b/f1")); uid != nobody-1 {
+			t.Errorf("the renamed file's owner is %d, want %d (a rename keeps the owner)", uid, nobody-1)
+		}
+	})
+	t.Run("in one folder", func(t *testing.T) {
+		src := ownersFile("a/f2")
+		if errno, _ := other.do(0o022, "rename", src, at("a/f2-renamed")); errno != 0 {
+			t.Fatalf("rename a/f2 a/f2-renamed as uid %d: %v", nobody, errno)
+		}
+	})
+	t.Run("over another's file", func(t *testing.T) {
+		src := ownersFile("a/f3")
+		ownersFile("b/f3")
+		if errno, _ := other.do(0o022, "rename", src, at("b/f3")); errno != 0 {
+			t.Fatalf("rename a/f3 over b/f3 as uid %d: %v", nobody, errno)
+		}
+	})
+	t.Run("out of a sticky folder", func(t *testing.T) {
+		src := ownersFile("sticky/f4")
+		if errno, _ := other.do(0o022, "rename", src, at("b/f4")); errno != syscall.EPERM {
+			t.Errorf("rename of another's file out of a sticky folder: %v, want %v", errno, syscall.EPERM)
+		}
+		if errno, _ := other.do(0o022, "unlink", src); errno != syscall.EPERM {
+			t.Errorf("unlink of another's file in a sticky folder: %v, want %v", errno, syscall.EPERM)
+		}
+		if _, err := os.Stat(filepath.Join(backing, "sticky/f4")); err != nil {
+			t.Errorf("the refused file: %v", err)
+		}
+	})
+	t.Run("over another's file in a sticky folder", func(t *testing.T) {
+		ownersFile("sticky/f5")
+		own := at("a/own")
+		if errno, _ := other.do(0o022, "create", own, "644"); errno != 0 {
+			t.Fatal(errno)
+		}
+		if errno, _ := other.do(0o022, "rename", own, at("sticky/f5")); errno != syscall.EPERM {
+			t.Errorf("rename over another's file in a sticky folder: %v, want %v", errno, syscall.EPERM)
+		}
+	})
+	t.Run("own file out of a sticky folder", func(t *testing.T) {
+		own := at("sticky/own")
+		if errno, _ := other.do(0o022, "create", own, "644"); errno != 0 {
+			t.Fatal(errno)
+		}
+		if errno, _ := other.do(0o022, "rename", own, at("b/own")); errno != 0 {
+			t.Errorf("rename of one's own file out of a sticky folder: %v", errno)
+		}
+	})
 }
