@@ -221,8 +221,9 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		// OPEN then SETATTR, so the truncation is seen at the open.
 		// HANDLE_KILLPRIV_V2: the kernel stops asking for
 		// security.capability before every write (one round trip per
-		// write otherwise, passthrough or not); the mount is nosuid, and
-		// the backing filesystem drops set-id bits on its own writes.
+		// write otherwise, passthrough or not), and leaves clearing
+		// the set-id bits of a file written by a caller without
+		// CAP_FSETID to the daemon (killpriv.go).
 		// NO_OPENDIR_SUPPORT: see dirs.go.
 		ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_NO_OPENDIR_SUPPORT,
 		Logger:            logger.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
@@ -276,7 +277,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 // serveNodes mounts the node tree at mountpoint and serves it, with
 // directories served without OPENDIR where the kernel allows (dirs.go).
 func serveNodes(root fusefs.InodeEmbedder, mountpoint string, opts *fusefs.Options) (*fuse.Server, error) {
-	raw := &dirsWithoutOpen{RawFileSystem: fusefs.NewNodeFS(root, opts)}
+	raw := &dirsWithoutOpen{RawFileSystem: &killPriv{RawFileSystem: fusefs.NewNodeFS(root, opts)}}
 	server, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, err

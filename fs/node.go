@@ -271,14 +271,21 @@ func (n *node) Setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAt
 }
 
 func (n *node) setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if s, ok := fh.(fusefs.FileSetattrer); ok && fh != nil {
-		return s.Setattr(ctx, in, out)
+	s, byHandle := fh.(fusefs.FileSetattrer)
+	if byHandle && fh != nil {
+		if errno := s.Setattr(ctx, in, out); errno != 0 || !killsSetID(in) {
+			return errno
+		}
 	}
 	fd, done, errno := n.use()
 	if errno != 0 {
 		return errno
 	}
 	defer done()
+	if byHandle && fh != nil {
+		// Only the set-id bits are left to clear.
+		return n.killSetID(fd, out)
+	}
 	if mode, ok := in.GetMode(); ok {
 		if err := fchmod(fd, mode&07777); err != nil {
 			return fusefs.ToErrno(err)
@@ -303,6 +310,11 @@ func (n *node) setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAt
 			return fusefs.ToErrno(err)
 		}
 	}
+	if killsSetID(in) {
+		if errno := n.killSetID(fd, out); errno != 0 {
+			return errno
+		}
+	}
 	if in.Valid&(fuse.FATTR_ATIME|fuse.FATTR_MTIME) != 0 {
 		ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
 		if in.Valid&fuse.FATTR_ATIME != 0 {
@@ -318,6 +330,45 @@ func (n *node) setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAt
 	var st syscall.Stat_t
 	if err := fstat(fd, &st); err != nil {
 		return fusefs.ToErrno(err)
+	}
+	out.FromStat(&st)
+	return 0
+}
+
+// killsSetID reports whether the kernel asks, with this SETATTR, that the
+// file's set-id bits be cleared, as it leaves that to the server under
+// HANDLE_KILLPRIV_V2 (killpriv.go): a truncate or chown with
+// FATTR_KILL_SUIDGID, or a SETATTR that changes nothing at all, which is
+// what the kernel sends before a write by a caller without CAP_FSETID
+// (the kernel's remove-privileges step, its kill flags dropped on the
+// way) and for chown(-1, -1), which clears them on a local filesystem
+// too. A SETATTR that sets the mode says itself which bits it wants.
+func killsSetID(in *fuse.SetAttrIn) bool {
+	const changes = fuse.FATTR_MODE | fuse.FATTR_UID | fuse.FATTR_GID | fuse.FATTR_SIZE |
+		fuse.FATTR_ATIME | fuse.FATTR_MTIME | fuse.FATTR_ATIME_NOW | fuse.FATTR_MTIME_NOW | fuse.FATTR_CTIME
+	if in.Valid&fuse.FATTR_MODE != 0 {
+		return false
+	}
+	return in.Valid&fuse.FATTR_KILL_SUIDGID != 0 || in.Valid&changes == 0
+}
+
+// killSetID clears the set-id bits of the regular file fd the way a local
+// filesystem does on a write by a caller without CAP_FSETID (dropSetID),
+// and fills out with the attributes it then has.
+func (n *node) killSetID(fd int, out *fuse.AttrOut) syscall.Errno {
+	var st syscall.Stat_t
+	if err := fstat(fd, &st); err != nil {
+		return fusefs.ToErrno(err)
+	}
+	if st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+		if mode := dropSetID(st.Mode & 07777); mode != st.Mode&07777 {
+			if err := fchmod(fd, mode); err != nil {
+				return fusefs.ToErrno(err)
+			}
+			if err := fstat(fd, &st); err != nil {
+				return fusefs.ToErrno(err)
+			}
+		}
 	}
 	out.FromStat(&st)
 	return 0

@@ -311,6 +311,74 @@ func TestLongNames(t *testing.T) {
 	}
 }
 
+// TestSetIDWriteByOther: another user may write to a world-writable
+// set-uid or set-gid file; the write succeeds and clears the bits, as on
+// a local filesystem, so nobody can plant content in a set-id program.
+// Root (CAP_FSETID) keeps them.
+func TestSetIDWriteByOther(t *testing.T) {
+	for _, sm := range servingModes {
+		t.Run(sm.name, func(t *testing.T) {
+			backing, mnt := mountShared(t, sm.opts)
+			c := newCaller(t, nobody)
+			for _, tc := range []struct {
+				op   string
+				mode uint32
+				want uint32 // the mode after the operation
+			}{
+				{"write", 0o6777, 0o777},
+				{"write", 0o4777, 0o777},
+				{"write", 0o2777, 0o777},
+				{"write", 0o2767, 0o2767}, // set-gid without group execute: a locking mark, kept
+				{"open-trunc", 0o6777, 0o777},
+				{"truncate", 0o6777, 0o777},
+			} {
+				name := fmt.Sprintf("%s-%04o", tc.op, tc.mode)
+				t.Run(name, func(t *testing.T) {
+					p := filepath.Join(mnt, name)
+					must(t, os.WriteFile(p, []byte("root's program\n"), 0o644))
+					must(t, unix.Chmod(p, tc.mode))
+					if errno, _ := c.do(0o022, tc.op, p); errno != 0 {
+						t.Fatalf("%s as uid %d: %v", tc.op, nobody, errno)
+					}
+					for _, q := range []string{p, filepath.Join(backing, name)} {
+						if got, _ := statMode(t, q); got != tc.want {
+							t.Errorf("%s after %s by uid %d: mode %04o, want %04o", q, tc.op, nobody, got, tc.want)
+						}
+					}
+				})
+			}
+			t.Run("made by another user", func(t *testing.T) {
+				// As a conformance run makes it: open(O_CREAT, 06777)
+				// with umask 000 by its owner.
+				must(t, os.Chmod(mnt, 0o777))
+				p := filepath.Join(mnt, "made-by-owner")
+				if errno, _ := newCaller(t, nobody-1).do(0, "create", p, "6777"); errno != 0 {
+					t.Fatalf("create as uid %d: %v", nobody-1, errno)
+				}
+				if errno, _ := c.do(0o022, "write", p); errno != 0 {
+					t.Fatalf("write as uid %d: %v", nobody, errno)
+				}
+				if got, _ := statMode(t, p); got != 0o777 {
+					t.Errorf("after a write by uid %d: mode %04o, want 0777", nobody, got)
+				}
+			})
+			t.Run("by root", func(t *testing.T) {
+				p := filepath.Join(mnt, "root-writes")
+				must(t, os.WriteFile(p, []byte("root's program\n"), 0o644))
+				must(t, unix.Chmod(p, 0o6777))
+				f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+				must(t, err)
+				_, err = f.WriteString("more\n")
+				must(t, err)
+				must(t, f.Close())
+				if got, _ := statMode(t, p); got != 0o6777 {
+					t.Errorf("after a write by root: mode %04o, want 6777", got)
+				}
+			})
+		})
+	}
+}
+
 // TestRenameByOther: in folders without the sticky bit, write and search
 // permission on both folders is all a rename takes, whoever owns the file;
 // in a sticky folder only the file's or the folder's owner may rename or
