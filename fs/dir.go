@@ -56,6 +56,12 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}
+	if !made {
+		if errno := mayOpenFound(ctx, ofd, flags); errno != 0 {
+			unix.Close(ofd)
+			return nil, nil, 0, errno
+		}
+	}
 	// The node's own descriptor: the same one-component, no-follow open
 	// as a lookup (cheaper than reopening through /proc). Should the name
 	// be swapped in between, the node is whatever now holds the name,
@@ -86,6 +92,44 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	fh, fopen := nd.openHandle(ofd, flags, w, 0)
 	return ch, fh, fopen, 0
+}
+
+// mayOpenFound checks the caller's permission to open, with flags, a file
+// that a CREATE found already there. The kernel sent CREATE believing the
+// name missing (a stale negative entry: the file was made beside this
+// mount), so it checked only the directory; the daemon, root, opened the
+// file anyway. Fail closed: only the caller's own uid and primary gid are
+// known here (FUSE sends no supplementary groups).
+func mayOpenFound(ctx context.Context, fd int, flags uint32) syscall.Errno {
+	caller, ok := fuse.FromContext(ctx)
+	if !ok {
+		return syscall.EACCES
+	}
+	if caller.Uid == 0 {
+		return 0
+	}
+	var st syscall.Stat_t
+	if err := fstat(fd, &st); err != nil {
+		return fusefs.ToErrno(err)
+	}
+	perm := st.Mode & 07
+	switch {
+	case st.Uid == caller.Uid:
+		perm = st.Mode >> 6 & 07
+	case st.Gid == caller.Gid:
+		perm = st.Mode >> 3 & 07
+	}
+	var want uint32
+	if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
+		want |= 04
+	}
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
+		want |= 02
+	}
+	if want&^perm != 0 {
+		return syscall.EACCES
+	}
+	return 0
 }
 
 // createAt opens name in the directory dfd for Create, making it if it is

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -82,6 +83,9 @@ func callerOp(args []string) error {
 		err = unix.Rename(a[0], a[1])
 	case "unlink":
 		err = unix.Unlink(a[0])
+	case "lstat":
+		var st unix.Stat_t
+		err = unix.Lstat(a[0], &st)
 	default:
 		return fmt.Errorf("caller-op: unknown op %q", op)
 	}
@@ -257,6 +261,42 @@ func TestCreateModeIsCallers(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestCreateFindsFile: a CREATE that finds the name taken (the kernel's
+// entry for it was a stale "missing": the file was made beside the mount)
+// opens the file only if the caller may, and leaves its owner and mode
+// alone.
+func TestCreateFindsFile(t *testing.T) {
+	// The kernel keeps "missing" for the whole test.
+	backing, mnt := mountShared(t, Options{NegativeTimeout: time.Hour})
+	must(t, os.Chmod(mnt, 0o777))
+	c := newCaller(t, nobody)
+	for _, tc := range []struct {
+		name string
+		mode uint32
+		want syscall.Errno
+	}{
+		{"private", 0o600, syscall.EACCES},
+		{"read-only", 0o644, syscall.EACCES},
+		{"shared", 0o666, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(mnt, tc.name)
+			if errno, _ := c.do(0, "lstat", p); errno != syscall.ENOENT {
+				t.Fatalf("lstat before: %v, want ENOENT", errno)
+			}
+			// Made behind the mount's back, by root.
+			must(t, os.WriteFile(filepath.Join(backing, tc.name), []byte("root's\n"), 0o600))
+			must(t, unix.Chmod(filepath.Join(backing, tc.name), tc.mode))
+			if errno, _ := c.do(0, "create", p, "666"); errno != tc.want {
+				t.Errorf("open(O_CREAT|O_WRONLY) of root's %04o file as uid %d: %v, want %v", tc.mode, nobody, errno, tc.want)
+			}
+			if mode, uid := statMode(t, filepath.Join(backing, tc.name)); mode != tc.mode || uid != 0 {
+				t.Errorf("after: mode %04o owner %d, want %04o owner 0", mode, uid, tc.mode)
+			}
+		})
+	}
 }
 
 // TestLongNames: a name longer than 255 bytes is refused with
