@@ -35,7 +35,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 		return nil, syscall.EPERM
 	}
 	return n.makeEntryMode(ctx, name, out, 0, mode, func(dfd int) error {
-		return unix.Mknodat(dfd, name, mode, int(rdev))
+		return unix.Mknodat(dfd, name, withoutSetID(mode), int(rdev))
 	})
 }
 
@@ -141,7 +141,7 @@ func mayOpenFound(ctx context.Context, fd int, flags uint32) syscall.Errno {
 func createAt(dfd int, name string, flags, mode uint32) (fd int, made bool, err error) {
 	open := daemonFlags(flags) | unix.O_NOFOLLOW | unix.O_CLOEXEC
 	for range 8 {
-		fd, err = unix.Openat(dfd, name, open|unix.O_CREAT|unix.O_EXCL, mode)
+		fd, err = unix.Openat(dfd, name, open|unix.O_CREAT|unix.O_EXCL, withoutSetID(mode))
 		if err != unix.EEXIST || flags&unix.O_EXCL != 0 {
 			return fd, err == nil, err
 		}
@@ -165,7 +165,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	}
 	defer done()
 	// The mode is the caller's; reopen would make the file with none.
-	ofd, err := unix.Openat(dfd, ".", daemonFlags(flags)&^(unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NOCTTY)|unix.O_TMPFILE|unix.O_CLOEXEC, mode)
+	ofd, err := unix.Openat(dfd, ".", daemonFlags(flags)&^(unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NOCTTY)|unix.O_TMPFILE|unix.O_CLOEXEC, withoutSetID(mode))
 	if err != nil {
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}

@@ -398,8 +398,10 @@ const keepMode = ^uint32(0)
 // the set-id bits of a file.
 //
 // dfd is the parent directory's descriptor, fd the new entry's. A failure
-// is logged and leaves the entry narrower than asked, never wider: the
-// backing mode is perm less the daemon's umask, and root's.
+// is logged and leaves the entry narrower than asked, never wider: a file
+// is made without set-id bits (withoutSetID) and with the daemon's umask,
+// and gets its mode only once it belongs to its caller, so a failed chown
+// never leaves a set-uid file of root's.
 func (n *node) ownByCaller(ctx context.Context, dfd, fd int, perm uint32) {
 	var st syscall.Stat_t
 	if err := fstat(fd, &st); err != nil {
@@ -420,7 +422,9 @@ func (n *node) ownByCaller(ctx context.Context, dfd, fd int, perm uint32) {
 	if uid != -1 || gid != -1 {
 		if err := fchown(fd, uid, gid); err != nil {
 			n.root.log.Warn("cannot give a new entry to its creator", "uid", uid, "gid", gid, "err", err)
-		} else if !isDir {
+			return
+		}
+		if !isDir {
 			cur = dropSetID(cur)
 		}
 	}
@@ -444,6 +448,12 @@ func (n *node) ownByCaller(ctx context.Context, dfd, fd int, perm uint32) {
 func setgidDir(dfd int) bool {
 	var st syscall.Stat_t
 	return fstat(dfd, &st) == nil && st.Mode&syscall.S_ISGID != 0
+}
+
+// withoutSetID is the mode a file is made with before it belongs to its
+// caller (ownByCaller adds the set-id bits after the chown).
+func withoutSetID(mode uint32) uint32 {
+	return mode &^ (syscall.S_ISUID | syscall.S_ISGID)
 }
 
 // dropSetID returns mode without the bits a write or a chown by anyone
