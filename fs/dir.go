@@ -18,7 +18,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if errno := n.mayModify(name); errno != 0 {
 		return nil, errno
 	}
-	return n.makeEntry(ctx, name, out, unix.AT_REMOVEDIR, true, func(dfd int) error {
+	return n.makeEntryMode(ctx, name, out, unix.AT_REMOVEDIR, mode, func(dfd int) error {
 		return unix.Mkdirat(dfd, name, mode)
 	})
 }
@@ -34,8 +34,8 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 		n.root.refuse("mknod", n.child(name), "", "device nodes are not allowed in a workspace")
 		return nil, syscall.EPERM
 	}
-	return n.makeEntry(ctx, name, out, 0, true, func(dfd int) error {
-		return unix.Mknodat(dfd, name, mode, int(rdev))
+	return n.makeEntryMode(ctx, name, out, 0, mode, func(dfd int) error {
+		return unix.Mknodat(dfd, name, withoutSetID(mode), int(rdev))
 	})
 }
 
@@ -52,10 +52,15 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if errno := n.root.refuseIfStale("create", n.child(name), a, g); errno != 0 {
 		return nil, nil, 0, errno
 	}
-	// O_NOFOLLOW: a link planted under this name is never written through.
-	ofd, err := unix.Openat(dfd, name, daemonFlags(flags)|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	ofd, made, err := createAt(dfd, name, flags, mode)
 	if err != nil {
 		return nil, nil, 0, fusefs.ToErrno(err)
+	}
+	if !made {
+		if errno := mayOpenFound(ctx, ofd, flags); errno != 0 {
+			unix.Close(ofd)
+			return nil, nil, 0, errno
+		}
 	}
 	// The node's own descriptor: the same one-component, no-follow open
 	// as a lookup (cheaper than reopening through /proc). Should the name
@@ -64,12 +69,14 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	pfd, err := openChild(dfd, name)
 	if err != nil {
 		unix.Close(ofd)
-		if flags&unix.O_EXCL != 0 {
+		if made {
 			unix.Unlinkat(dfd, name, 0)
 		}
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}
-	n.ownByCaller(ctx, pfd)
+	if made {
+		n.ownByCaller(ctx, dfd, pfd, mode)
+	}
 	n.root.changedEntry(n, name)
 	ch, errno := n.addChild(ctx, pfd, name, out)
 	if errno != 0 {
@@ -77,14 +84,74 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno
 	}
 	n.root.modified(a, g, fingerprintFd(ofd))
-	made := ch.Operations().(*node)
-	made.told(g.state.version)
+	nd := ch.Operations().(*node)
+	nd.told(g.state.version)
 	var w *writer
 	if opensForWriting(flags) {
-		w = n.root.newWriter(made, a, g)
+		w = n.root.newWriter(nd, a, g)
 	}
-	fh, fopen := made.openHandle(ofd, flags, w, 0)
+	fh, fopen := nd.openHandle(ofd, flags, w, 0)
 	return ch, fh, fopen, 0
+}
+
+// mayOpenFound checks the caller's permission to open, with flags, a file
+// that a CREATE found already there. The kernel sent CREATE believing the
+// name missing (a stale negative entry: the file was made beside this
+// mount), so it checked only the directory; the daemon, root, opened the
+// file anyway. Fail closed: only the caller's own uid and primary gid are
+// known here (FUSE sends no supplementary groups).
+func mayOpenFound(ctx context.Context, fd int, flags uint32) syscall.Errno {
+	caller, ok := fuse.FromContext(ctx)
+	if !ok {
+		return syscall.EACCES
+	}
+	if caller.Uid == 0 {
+		return 0
+	}
+	var st syscall.Stat_t
+	if err := fstat(fd, &st); err != nil {
+		return fusefs.ToErrno(err)
+	}
+	perm := st.Mode & 07
+	switch {
+	case st.Uid == caller.Uid:
+		perm = st.Mode >> 6 & 07
+	case st.Gid == caller.Gid:
+		perm = st.Mode >> 3 & 07
+	}
+	var want uint32
+	if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
+		want |= 04
+	}
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
+		want |= 02
+	}
+	if want&^perm != 0 {
+		return syscall.EACCES
+	}
+	return 0
+}
+
+// createAt opens name in the directory dfd for Create, making it if it is
+// missing, and reports whether it made it: only a file made here is given
+// to its caller and its mode (the kernel sends CREATE for a name it
+// believes missing, which another mount or the backing folder may have
+// made meanwhile; that file keeps its owner and mode). O_NOFOLLOW: a link
+// planted under this name is never written through.
+func createAt(dfd int, name string, flags, mode uint32) (fd int, made bool, err error) {
+	open := daemonFlags(flags) | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	for range 8 {
+		fd, err = unix.Openat(dfd, name, open|unix.O_CREAT|unix.O_EXCL, withoutSetID(mode))
+		if err != unix.EEXIST || flags&unix.O_EXCL != 0 {
+			return fd, err == nil, err
+		}
+		fd, err = unix.Openat(dfd, name, open&^(unix.O_CREAT|unix.O_EXCL), 0)
+		if err != unix.ENOENT {
+			return fd, false, err
+		}
+		// Removed in between: make it again.
+	}
+	return -1, false, unix.EEXIST
 }
 
 // Tmpfile serves O_TMPFILE: an unnamed file in this directory.
@@ -97,7 +164,8 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		return nil, nil, 0, errno
 	}
 	defer done()
-	ofd, err := reopen(dfd, daemonFlags(flags)|unix.O_TMPFILE)
+	// The mode is the caller's; reopen would make the file with none.
+	ofd, err := unix.Openat(dfd, ".", daemonFlags(flags)&^(unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NOCTTY)|unix.O_TMPFILE|unix.O_CLOEXEC, withoutSetID(mode))
 	if err != nil {
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}
@@ -106,7 +174,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		unix.Close(ofd)
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}
-	n.ownByCaller(ctx, pfd)
+	n.ownByCaller(ctx, dfd, pfd, mode)
 	var st syscall.Stat_t
 	gen, err := statGen(pfd, "", &st)
 	if err != nil {
@@ -246,10 +314,7 @@ func (n *node) mayModify(name string) syscall.Errno {
 	if n.root.readOnly {
 		return syscall.EROFS
 	}
-	if !validName(name) {
-		return syscall.EINVAL
-	}
-	return 0
+	return checkName(name)
 }
 
 // makeEntry makes the entry name in this directory with mk, opens it as a
@@ -257,6 +322,16 @@ func (n *node) mayModify(name string) syscall.Errno {
 // removed again (unlinkat with rmFlags). own gives the new entry to the
 // caller; a hard link keeps its file's owner.
 func (n *node) makeEntry(ctx context.Context, name string, out *fuse.EntryOut, rmFlags int, own bool, mk func(dfd int) error) (*fusefs.Inode, syscall.Errno) {
+	return n.makeEntryAs(ctx, name, out, rmFlags, own, keepMode, mk)
+}
+
+// makeEntryMode is makeEntry for an entry its caller owns and whose
+// permission bits are exactly mode's (Mkdir, Mknod).
+func (n *node) makeEntryMode(ctx context.Context, name string, out *fuse.EntryOut, rmFlags int, mode uint32, mk func(dfd int) error) (*fusefs.Inode, syscall.Errno) {
+	return n.makeEntryAs(ctx, name, out, rmFlags, true, mode, mk)
+}
+
+func (n *node) makeEntryAs(ctx context.Context, name string, out *fuse.EntryOut, rmFlags int, own bool, mode uint32, mk func(dfd int) error) (*fusefs.Inode, syscall.Errno) {
 	dfd, a, g, release, errno := n.takeEntry(ctx, name)
 	if errno != 0 {
 		return nil, errno
@@ -271,7 +346,7 @@ func (n *node) makeEntry(ctx context.Context, name string, out *fuse.EntryOut, r
 		return nil, fusefs.ToErrno(err)
 	}
 	if own {
-		n.ownByCaller(ctx, fd)
+		n.ownByCaller(ctx, dfd, fd, mode)
 	}
 	n.root.modified(a, g, fingerprintFd(fd))
 	n.root.changedEntry(n, name)

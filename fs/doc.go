@@ -37,6 +37,13 @@
 //   - A hard link can only join two names of this mount: the kernel hands
 //     over only inodes of the same mount.
 //   - Device nodes cannot be made; the mount is nosuid and nodev.
+//   - Permissions are the kernel's (default_permissions), against owners
+//     and modes as a local filesystem keeps them, though the daemon makes
+//     everything as root: a new entry belongs to its caller and has
+//     exactly the mode asked for (node.ownByCaller: not the daemon's
+//     umask again); a write or truncate by a caller without CAP_FSETID
+//     clears the set-id bits (killpriv.go); a name over 255 bytes is
+//     ENAMETOOLONG.
 //   - Every refusal is logged with the mount's name, the operation, the
 //     path inside the root and the reason, and reported to
 //     Options.OnRefusal.

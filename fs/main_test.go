@@ -35,6 +35,12 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		os.Exit(0)
+	case "caller-op":
+		if err := callerOp(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	case "increment":
 		if err := increment(os.Args[len(os.Args)-2], os.Args[len(os.Args)-1]); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -236,8 +236,9 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		// OPEN then SETATTR, so the truncation is seen at the open.
 		// HANDLE_KILLPRIV_V2: the kernel stops asking for
 		// security.capability before every write (one round trip per
-		// write otherwise, passthrough or not); the mount is nosuid, and
-		// the backing filesystem drops set-id bits on its own writes.
+		// write otherwise, passthrough or not), and leaves clearing
+		// the set-id bits of a file written by a caller without
+		// CAP_FSETID to the daemon (killpriv.go).
 		// NO_OPENDIR_SUPPORT: see dirs.go.
 		ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_NO_OPENDIR_SUPPORT,
 		Logger:            logger.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
@@ -258,6 +259,9 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		AttrTimeout:     &attr,
 		NegativeTimeout: &negative,
 		RootStableAttr:  &fusefs.StableAttr{Ino: st.Ino, Gen: gen},
+		// A mode of 0000 is a mode (open(O_CREAT, 0), chmod 0): go-fuse
+		// would show it as 0644 otherwise.
+		NullPermissions: true,
 	})
 	if err == nil {
 		err = requireNoSymfollow(server, mountpoint)
@@ -296,7 +300,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 // serveNodes mounts the node tree at mountpoint and serves it, with
 // directories served without OPENDIR where the kernel allows (dirs.go).
 func serveNodes(root fusefs.InodeEmbedder, mountpoint string, opts *fusefs.Options) (*fuse.Server, error) {
-	raw := &dirsWithoutOpen{RawFileSystem: fusefs.NewNodeFS(root, opts)}
+	raw := &dirsWithoutOpen{RawFileSystem: &killPriv{RawFileSystem: fusefs.NewNodeFS(root, opts)}}
 	server, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"syscall"
@@ -143,8 +144,8 @@ func (n *node) addChild(ctx context.Context, fd int, name string, out *fuse.Entr
 // name still holds the inode the kernel already knows, that node is
 // returned as it is: one fstatat, and no new descriptor.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
-	if !validName(name) {
-		return nil, syscall.EINVAL
+	if errno := checkName(name); errno != 0 {
+		return nil, errno
 	}
 	dfd, done, errno := n.use()
 	if errno != 0 {
@@ -270,14 +271,21 @@ func (n *node) Setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAt
 }
 
 func (n *node) setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if s, ok := fh.(fusefs.FileSetattrer); ok && fh != nil {
-		return s.Setattr(ctx, in, out)
+	s, byHandle := fh.(fusefs.FileSetattrer)
+	if byHandle && fh != nil {
+		if errno := s.Setattr(ctx, in, out); errno != 0 || !killsSetID(in) {
+			return errno
+		}
 	}
 	fd, done, errno := n.use()
 	if errno != 0 {
 		return errno
 	}
 	defer done()
+	if byHandle && fh != nil {
+		// Only the set-id bits are left to clear.
+		return n.killSetID(fd, out)
+	}
 	if mode, ok := in.GetMode(); ok {
 		if err := fchmod(fd, mode&07777); err != nil {
 			return fusefs.ToErrno(err)
@@ -302,6 +310,11 @@ func (n *node) setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAt
 			return fusefs.ToErrno(err)
 		}
 	}
+	if killsSetID(in) {
+		if errno := n.killSetID(fd, out); errno != 0 {
+			return errno
+		}
+	}
 	if in.Valid&(fuse.FATTR_ATIME|fuse.FATTR_MTIME) != 0 {
 		ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
 		if in.Valid&fuse.FATTR_ATIME != 0 {
@@ -322,6 +335,45 @@ func (n *node) setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAt
 	return 0
 }
 
+// killsSetID reports whether the kernel asks, with this SETATTR, that the
+// file's set-id bits be cleared, as it leaves that to the server under
+// HANDLE_KILLPRIV_V2 (killpriv.go): a truncate or chown with
+// FATTR_KILL_SUIDGID, or a SETATTR that changes nothing at all, which is
+// what the kernel sends before a write by a caller without CAP_FSETID
+// (the kernel's remove-privileges step, its kill flags dropped on the
+// way) and for chown(-1, -1), which clears them on a local filesystem
+// too. A SETATTR that sets the mode says itself which bits it wants.
+func killsSetID(in *fuse.SetAttrIn) bool {
+	const changes = fuse.FATTR_MODE | fuse.FATTR_UID | fuse.FATTR_GID | fuse.FATTR_SIZE |
+		fuse.FATTR_ATIME | fuse.FATTR_MTIME | fuse.FATTR_ATIME_NOW | fuse.FATTR_MTIME_NOW | fuse.FATTR_CTIME
+	if in.Valid&fuse.FATTR_MODE != 0 {
+		return false
+	}
+	return in.Valid&fuse.FATTR_KILL_SUIDGID != 0 || in.Valid&changes == 0
+}
+
+// killSetID clears the set-id bits of the regular file fd the way a local
+// filesystem does on a write by a caller without CAP_FSETID (dropSetID),
+// and fills out with the attributes it then has.
+func (n *node) killSetID(fd int, out *fuse.AttrOut) syscall.Errno {
+	var st syscall.Stat_t
+	if err := fstat(fd, &st); err != nil {
+		return fusefs.ToErrno(err)
+	}
+	if st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+		if mode := dropSetID(st.Mode & 07777); mode != st.Mode&07777 {
+			if err := fchmod(fd, mode); err != nil {
+				return fusefs.ToErrno(err)
+			}
+			if err := fstat(fd, &st); err != nil {
+				return fusefs.ToErrno(err)
+			}
+		}
+	}
+	out.FromStat(&st)
+	return 0
+}
+
 func timespec(now bool, sec uint64, nsec uint32) unix.Timespec {
 	if now {
 		return unix.Timespec{Nsec: unix.UTIME_NOW}
@@ -329,15 +381,88 @@ func timespec(now bool, sec uint64, nsec uint32) unix.Timespec {
 	return unix.Timespec{Sec: int64(sec), Nsec: int64(nsec)}
 }
 
-// ownByCaller gives a new entry to the process that made it. The daemon
-// creates everything as root; with allow_other and default_permissions the
-// kernel then checks the caller's permissions against these owners.
-func (n *node) ownByCaller(ctx context.Context, fd int) {
-	caller, ok := fuse.FromContext(ctx)
-	if !ok || (int(caller.Uid) == n.root.uid && int(caller.Gid) == n.root.gid) {
+// keepMode tells ownByCaller to leave the mode alone (a symlink's, or an
+// entry made without one).
+const keepMode = ^uint32(0)
+
+// ownByCaller makes a new entry what its creator asked for: the daemon
+// creates everything as root, with its own umask taken off the mode a
+// second time (the kernel already took the caller's off), so the entry is
+// given to the caller and, unless perm is keepMode, gets exactly the
+// permission bits perm. With allow_other and default_permissions the
+// kernel then checks every caller against these.
+//
+// As on a local filesystem, an entry made in a set-gid directory keeps the
+// directory's group (the backing filesystem gave it), and a directory made
+// there stays set-gid. The owner is changed before the mode: a chown drops
+// the set-id bits of a file.
+//
+// dfd is the parent directory's descriptor, fd the new entry's. A failure
+// is logged and leaves the entry narrower than asked, never wider: a file
+// is made without set-id bits (withoutSetID) and with the daemon's umask,
+// and gets its mode only once it belongs to its caller, so a failed chown
+// never leaves a set-uid file of root's.
+func (n *node) ownByCaller(ctx context.Context, dfd, fd int, perm uint32) {
+	var st syscall.Stat_t
+	if err := fstat(fd, &st); err != nil {
+		n.root.log.Warn("cannot stat a new entry", "err", err)
 		return
 	}
-	if err := fchown(fd, int(caller.Uid), int(caller.Gid)); err != nil {
-		n.root.log.Warn("cannot give a new entry to its creator", "uid", caller.Uid, "err", err)
+	uid, gid := -1, -1
+	if caller, ok := fuse.FromContext(ctx); ok {
+		if caller.Uid != st.Uid {
+			uid = int(caller.Uid)
+		}
+		if caller.Gid != st.Gid && !setgidDir(dfd) {
+			gid = int(caller.Gid)
+		}
 	}
+	isDir := st.Mode&syscall.S_IFMT == syscall.S_IFDIR
+	cur := st.Mode & 07777
+	if uid != -1 || gid != -1 {
+		if err := fchown(fd, uid, gid); err != nil {
+			n.root.log.Warn("cannot give a new entry to its creator", "uid", uid, "gid", gid, "err", err)
+			return
+		}
+		if !isDir {
+			cur = dropSetID(cur)
+		}
+	}
+	if perm == keepMode || st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		return
+	}
+	want := perm & 07777
+	if isDir {
+		want |= st.Mode & syscall.S_ISGID
+	}
+	if cur == want {
+		return
+	}
+	if err := fchmod(fd, want); err != nil {
+		n.root.log.Warn("cannot give a new entry its mode", "mode", fmt.Sprintf("%04o", want), "err", err)
+	}
+}
+
+// setgidDir reports whether the directory dfd is set-gid: its new entries
+// take its group.
+func setgidDir(dfd int) bool {
+	var st syscall.Stat_t
+	return fstat(dfd, &st) == nil && st.Mode&syscall.S_ISGID != 0
+}
+
+// withoutSetID is the mode a file is made with before it belongs to its
+// caller (ownByCaller adds the set-id bits after the chown).
+func withoutSetID(mode uint32) uint32 {
+	return mode &^ (syscall.S_ISUID | syscall.S_ISGID)
+}
+
+// dropSetID returns mode without the bits a write or a chown by anyone
+// without CAP_FSETID drops from a file: set-uid, and set-gid where the
+// group may execute (set-gid alone marks mandatory locking and stays).
+func dropSetID(mode uint32) uint32 {
+	mode &^= syscall.S_ISUID
+	if mode&syscall.S_IXGRP != 0 {
+		mode &^= syscall.S_ISGID
+	}
+	return mode
 }

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -17,8 +18,8 @@ import (
 // without following a symlink in its place and without crossing into
 // another mount. name is one component, as the kernel hands it to us.
 func openChild(dirfd int, name string) (int, error) {
-	if !validName(name) {
-		return -1, syscall.EINVAL
+	if errno := checkName(name); errno != 0 {
+		return -1, errno
 	}
 	how := unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
@@ -37,15 +38,24 @@ func openChild(dirfd int, name string) (int, error) {
 
 // validName reports whether name is a single, real directory entry name.
 func validName(name string) bool {
-	if name == "" || name == "." || name == ".." || len(name) > 255 {
-		return false
+	return checkName(name) == 0
+}
+
+// checkName returns 0 for a single, real directory entry name,
+// ENAMETOOLONG ("File name too long") for a name longer than NAME_MAX, as
+// a local filesystem answers (the kernel hands FUSE names of up to 1024
+// bytes), and EINVAL for anything else.
+func checkName(name string) syscall.Errno {
+	if name == "" || name == "." || name == ".." {
+		return syscall.EINVAL
 	}
-	for i := 0; i < len(name); i++ {
-		if name[i] == '/' || name[i] == 0 {
-			return false
-		}
+	if len(name) > unix.NAME_MAX {
+		return syscall.ENAMETOOLONG
 	}
-	return true
+	if strings.ContainsAny(name, "/\x00") {
+		return syscall.EINVAL
+	}
+	return 0
 }
 
 // fstat stats the inode behind an O_PATH descriptor itself (a symlink is
@@ -60,8 +70,8 @@ func fstatat(dirfd int, name string, st *syscall.Stat_t) error {
 	flags := unix.AT_SYMLINK_NOFOLLOW
 	if name == "" {
 		flags |= unix.AT_EMPTY_PATH
-	} else if !validName(name) {
-		return syscall.EINVAL
+	} else if errno := checkName(name); errno != 0 {
+		return errno
 	}
 	var ust unix.Stat_t
 	for {
@@ -137,8 +147,10 @@ func readlinkFd(fd int) (string, error) {
 // readlinkAt reads the target of the symlink name, one component below the
 // directory dirfd ("" for the symlink behind dirfd itself).
 func readlinkAt(dirfd int, name string) (string, error) {
-	if name != "" && !validName(name) {
-		return "", syscall.EINVAL
+	if name != "" {
+		if errno := checkName(name); errno != 0 {
+			return "", errno
+		}
 	}
 	buf := make([]byte, 256)
 	for {
@@ -165,8 +177,8 @@ func statGen(dirfd int, name string, st *syscall.Stat_t) (uint64, error) {
 	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_STATX_SYNC_AS_STAT
 	if name == "" {
 		flags |= unix.AT_EMPTY_PATH
-	} else if !validName(name) {
-		return 0, syscall.EINVAL
+	} else if errno := checkName(name); errno != 0 {
+		return 0, errno
 	}
 	var x unix.Statx_t
 	for {
