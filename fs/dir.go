@@ -153,8 +153,13 @@ func (n *node) remove(ctx context.Context, op, name string, flags int) syscall.E
 
 // Rename moves an entry. A symlink moved to another directory means
 // something else there (its target is relative to where it sits), so it is
-// checked against the boundary again before it moves.
+// checked against the boundary again before it moves. RENAME_WHITEOUT is
+// refused as Mknod refuses devices: it leaves a 0:0 character device.
 func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if flags&unix.RENAME_WHITEOUT != 0 {
+		n.root.refuse("rename", n.child(name), "", "whiteouts (device nodes) are not allowed in a workspace")
+		return syscall.EPERM
+	}
 	np, ok := newParent.(*node)
 	if !ok || np.root != n.root {
 		return syscall.EXDEV
