@@ -1,0 +1,108 @@
+package jail
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"warren/internal/testenv"
+)
+
+// TestCPULimitFiles: the quota a CPU bound writes on each hierarchy
+// (this host has one of them; the other is checked here).
+func TestCPULimitFiles(t *testing.T) {
+	for _, c := range []struct {
+		kind   string
+		millis int
+		want   string
+	}{
+		{"v2", 200, "cpu.max=20000 100000"},
+		{"v2", 2500, "cpu.max=250000 100000"},
+		{"v2", MinCPUMillis, "cpu.max=1000 100000"}, // the kernel's least quota, 1 ms
+		{"v1", 200, "cpu.cfs_period_us=100000 cpu.cfs_quota_us=20000"},
+		{"v1", 1000, "cpu.cfs_period_us=100000 cpu.cfs_quota_us=100000"},
+	} {
+		var got []string
+		for _, f := range cpuLimitFiles(c.kind, c.millis) {
+			got = append(got, f[0]+"="+f[1])
+		}
+		if g := strings.Join(got, " "); g != c.want {
+			t.Errorf("%s, %d thousandths: %q, want %q", c.kind, c.millis, g, c.want)
+		}
+	}
+}
+
+// TestJailCPULimit: a jail bounded to 0.05 CPU gets no more than that of
+// a CPU-bound loop, while one without a bound, spinning at the same time,
+// gets several times more. The bound is small and the second bar relative
+// so that the test holds on a busy 2-core machine: a loop under its bound
+// can only get less than it, and the unbounded one gets at least its fair
+// share of the machine, which stays above twice 0.05 CPU up to a load of
+// about 20.
+func TestJailCPULimit(t *testing.T) {
+	testenv.RequireRoot(t)
+	const (
+		spin  = 2 * time.Second
+		bound = 50 // thousandths of a CPU
+	)
+	limited, ws := startJailWith(t, Config{CPUMillis: bound})
+	if !strings.HasPrefix(limited.Limits, "cgroup") {
+		t.Fatalf("a jail with a CPU bound: %s", limited.Limits)
+	}
+	t.Log(limited.Limits)
+	free, freeWs := startJail(t)
+	bins := []string{installHelper(t, ws), installHelper(t, freeWs)}
+	var used [2]float64
+	var wg sync.WaitGroup
+	for i, j := range []*Jail{limited, free} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, out := runHelper(t, j, bins[i], "spin", strconv.FormatFloat(spin.Seconds(), 'f', -1, 64))
+			if code != 0 {
+				t.Errorf("spin: exit %d: %s", code, out)
+				return
+			}
+			cpu, err := strconv.ParseFloat(out, 64)
+			if err != nil {
+				t.Errorf("spin: %q", out)
+			}
+			used[i] = cpu / spin.Seconds()
+		}()
+	}
+	wg.Wait()
+	t.Logf("share of a CPU over %v: bounded to %.2f: %.3f; unbounded: %.3f", spin, bound/1000.0, used[0], used[1])
+	if used[0] > 2*bound/1000.0 {
+		t.Errorf("a loop in a jail bounded to %.2f CPU got %.3f of a CPU", bound/1000.0, used[0])
+	}
+	if used[1] < 2*used[0] {
+		t.Errorf("a loop in a jail without a bound got %.3f of a CPU, the bounded one %.3f: the measure shows nothing", used[1], used[0])
+	}
+}
+
+// TestJailCPUBoundRefused: a CPU bound below the least, or one that only
+// rlimits would have to give (they cannot), is refused at the start
+// rather than run unbounded.
+func TestJailCPUBoundRefused(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, cfg := range []Config{
+		{CPUMillis: MinCPUMillis - 1},
+		{CPUMillis: -1},
+		{CPUMillis: 500, Rlimits: true},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cfg.Workspace = t.TempDir()
+		j, err := Start(ctx, cfg)
+		cancel()
+		if err == nil {
+			j.Close()
+			t.Errorf("a jail with %s started: %s", fmt.Sprintf("CPUMillis %d, Rlimits %v", cfg.CPUMillis, cfg.Rlimits), j.Limits)
+		} else {
+			t.Logf("CPUMillis %d, Rlimits %v: %v", cfg.CPUMillis, cfg.Rlimits, err)
+		}
+	}
+}
