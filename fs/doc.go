@@ -22,7 +22,8 @@
 //     someone else is refused when read or followed.
 //   - A hard link can only join two names of this mount: the kernel hands
 //     over only inodes of the same mount.
-//   - Device nodes cannot be made; the mount is nosuid and nodev.
+//   - Device nodes cannot be made, whiteouts (RENAME_WHITEOUT) neither;
+//     the mount is nosuid and nodev.
 //   - Every refusal is logged with the mount's name, the operation, the
 //     path inside the root and the reason, and reported to
 //     Options.OnRefusal.
