@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -78,6 +79,16 @@ func helperMain(name string, args []string) int {
 		var ru unix.Rusage
 		unix.Getrusage(unix.RUSAGE_SELF, &ru)
 		fmt.Printf("%.3f\n", float64(ru.Utime.Nano()+ru.Stime.Nano())/1e9)
+	case "hold-jail":
+		// hold-jail WORKSPACE: starts a jail with a CPU bound over
+		// WORKSPACE, prints its init's pid, and holds it until killed.
+		j, err := Start(context.Background(), Config{Workspace: args[0], CPUMillis: 100})
+		if err != nil {
+			fmt.Println(err)
+			return 2
+		}
+		fmt.Println(j.InitPid())
+		select {}
 	default:
 		fmt.Printf("no helper %q\n", name)
 		return 2

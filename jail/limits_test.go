@@ -1,11 +1,16 @@
 package jail
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -104,5 +109,81 @@ func TestJailCPUBoundRefused(t *testing.T) {
 		} else {
 			t.Logf("CPUMillis %d, Rlimits %v: %v", cfg.CPUMillis, cfg.Rlimits, err)
 		}
+	}
+}
+
+// TestRemoveStaleCgroups: the cgroups of a jail whose gateway was killed
+// with SIGKILL (memory, pids and cpu on v1; one folder on v2) are all
+// removed by RemoveStaleCgroups, and a live jail's are kept.
+func TestRemoveStaleCgroups(t *testing.T) {
+	live, _ := startJailWith(t, Config{CPUMillis: 100})
+	if !strings.HasPrefix(live.Limits, "cgroup") {
+		testenv.CannotRun(t, "no cgroup for limits: %s", live.Limits)
+	}
+	// A gateway of its own, in a process this test kills.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := exec.Command(self)
+	gw.Args = []string{self, t.TempDir()}
+	gw.Env = append(os.Environ(), helperVar+"=hold-jail")
+	stdout, err := gw.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			gw.Process.Kill()
+			gw.Wait()
+		}
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	pid, convErr := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || convErr != nil {
+		t.Fatalf("the held jail: %q, %v", line, err)
+	}
+	dirs := func(pid int) []string {
+		var ds []string
+		for _, h := range []string{"", "memory", "pids", "cpu"} {
+			d := filepath.Join(cgroupRoot, h, "warren", "jail-"+strconv.Itoa(pid))
+			if isDir(d) {
+				ds = append(ds, d)
+			}
+		}
+		return ds
+	}
+	stale := dirs(pid)
+	if len(stale) == 0 {
+		t.Fatalf("the held jail %d has no cgroup", pid)
+	}
+	t.Logf("the held jail's cgroups: %v", stale)
+	gw.Process.Signal(syscall.SIGKILL)
+	gw.Wait()
+	killed = true
+	// Its init dies with it (Pdeathsig), and is reaped by the host's
+	// init: wait until it no longer runs.
+	deadline := time.Now().Add(10 * time.Second)
+	for processRuns(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the init %d of a jail whose gateway was killed still runs", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := RemoveStaleCgroups(); err != nil {
+		t.Errorf("RemoveStaleCgroups: %v", err)
+	}
+	if left := dirs(pid); len(left) > 0 {
+		t.Errorf("cgroups left of the dead jail: %v", left)
+	}
+	if kept := dirs(live.InitPid()); len(kept) != len(stale) {
+		t.Errorf("cgroups of the live jail: %v; want as many as %v", kept, stale)
+	}
+	if code, out, _ := run(t, live, "echo alive"); code != 0 || out != "alive\n" {
+		t.Errorf("the live jail after RemoveStaleCgroups: exit %d, %q", code, out)
 	}
 }
