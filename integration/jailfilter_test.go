@@ -1,12 +1,15 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"warren/internal/testenv"
 )
@@ -22,13 +25,14 @@ func TestJailFilterAndCPU(t *testing.T) {
 
 	// x32's unshare(CLONE_NEWUSER): refused by the filter, not left to
 	// the kernel (ENOSYS here, a user namespace where x32 is built in).
-	code, out := d.execIn("t1", `perl -e 'syscall(0x40000000 | 272, 0x10000000) == -1 and die "refused: $!\n"'`)
+	code, out := d.execIn("t1", fmt.Sprintf(`perl -e 'syscall(0x40000000 | %d, %d) == -1 and die "refused: $!\n"'`, unix.SYS_UNSHARE, unix.CLONE_NEWUSER))
 	if code == 0 || !strings.Contains(out, "refused: Operation not permitted") {
 		t.Errorf("an x32 unshare in the jail: exit %d, %q; want refused with EPERM", code, out)
 	}
 
 	// renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_WHITEOUT).
-	code, out = d.execIn("t1", `echo a > a && perl -e 'my ($a, $b) = ("a", "b"); syscall(316, -100, $a, -100, $b, 4) == -1 and die "refused: $!\n"'`)
+	code, out = d.execIn("t1", fmt.Sprintf(`echo a > a && perl -e 'my ($a, $b) = ("a", "b"); syscall(%d, %d, $a, %d, $b, %d) == -1 and die "refused: $!\n"'`,
+		unix.SYS_RENAMEAT2, unix.AT_FDCWD, unix.AT_FDCWD, unix.RENAME_WHITEOUT))
 	if code == 0 || !strings.Contains(out, "refused: Operation not permitted") {
 		t.Errorf("a whiteout in the jail: exit %d, %q; want refused with EPERM", code, out)
 	}
