@@ -165,12 +165,22 @@ func TestRemoveStaleCgroups(t *testing.T) {
 	gw.Process.Signal(syscall.SIGKILL)
 	gw.Wait()
 	killed = true
-	// Its init dies with it (Pdeathsig), and is reaped by the host's
-	// init: wait until it no longer runs.
+	// Its init dies with it (Pdeathsig). Wait until it is gone and its
+	// cgroups are empty: the leader of a process shows as a zombie while
+	// its other threads are still leaving, and RemoveStaleCgroups keeps a
+	// cgroup that holds any process.
+	empty := func() bool {
+		for _, d := range stale {
+			if b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs")); len(strings.TrimSpace(string(b))) > 0 {
+				return false
+			}
+		}
+		return true
+	}
 	deadline := time.Now().Add(10 * time.Second)
-	for processRuns(pid) {
+	for processRuns(pid) || !empty() {
 		if time.Now().After(deadline) {
-			t.Fatalf("the init %d of a jail whose gateway was killed still runs", pid)
+			t.Fatalf("the init %d of a jail whose gateway was killed still runs or is in its cgroups", pid)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
