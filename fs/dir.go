@@ -223,7 +223,13 @@ func (n *node) remove(ctx context.Context, op, name string, flags int) syscall.E
 // something else there (its target is relative to where it sits), so it,
 // or every symlink in a moved folder's tree, is checked against the
 // boundary from its new place before it moves (checkMove, link.go).
+// RENAME_WHITEOUT is refused as Mknod refuses devices: it leaves a 0:0
+// character device.
 func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if flags&unix.RENAME_WHITEOUT != 0 {
+		n.root.refuse("rename", n.child(name), "", "whiteouts (device nodes) are not allowed in a workspace")
+		return syscall.EPERM
+	}
 	np, ok := newParent.(*node)
 	if !ok || np.root != n.root {
 		return syscall.EXDEV

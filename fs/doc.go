@@ -36,7 +36,8 @@
 //     through.
 //   - A hard link can only join two names of this mount: the kernel hands
 //     over only inodes of the same mount.
-//   - Device nodes cannot be made; the mount is nosuid and nodev.
+//   - Device nodes cannot be made, whiteouts (RENAME_WHITEOUT) neither;
+//     the mount is nosuid and nodev.
 //   - Permissions are the kernel's (default_permissions), against owners
 //     and modes as a local filesystem keeps them, though the daemon makes
 //     everything as root: a new entry belongs to its caller and has

@@ -65,6 +65,10 @@ type Config struct {
 	JailNetwork     string
 	JailMemoryBytes int64
 	JailMaxProcs    int
+	// JailCPUMillis bounds every thread's jail to so many thousandths of
+	// a CPU (jail.Config.CPUMillis) unless its settings say otherwise; 0
+	// means no bound.
+	JailCPUMillis int
 	// JailRlimits bounds jails with rlimits even where cgroups could
 	// (jail.Config.Rlimits); for tests of hosts without cgroups.
 	JailRlimits bool
@@ -123,6 +127,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RenewEvery < 0 || c.ExpiresAfter <= c.RenewEvery+leaseMargin {
 		return c, fmt.Errorf("config: expires-after %v must be longer than renew-every %v and a margin of %v", c.ExpiresAfter, c.RenewEvery, leaseMargin)
+	}
+	if err := checkCPUMillis(c.JailCPUMillis); err != nil {
+		return c, fmt.Errorf("config: jail CPU bound: %w", err)
 	}
 	switch c.OnUnreachable {
 	case "":

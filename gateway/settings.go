@@ -21,6 +21,10 @@ const (
 	minMemoryBytes = 32 << 20
 	minMaxProcs    = 16
 	maxMaxProcs    = 1 << 22
+	// MaxCPUMillis is the largest CPU bound, in thousandths of a CPU: 1000
+	// CPUs, more than any host has. The least is jail.MinCPUMillis, the
+	// kernel's least quota.
+	MaxCPUMillis = 1_000_000
 	// DefaultMaxJobs is how many background jobs a thread runs at once
 	// unless its settings or Config.MaxJobs say otherwise.
 	DefaultMaxJobs = 8
@@ -43,11 +47,22 @@ func checkSettings(s meta.Settings) error {
 	if s.MaxProcs != 0 && (s.MaxProcs < minMaxProcs || s.MaxProcs > maxMaxProcs) {
 		return fmt.Errorf("%w: settings: maxProcs %d is not between %d and %d", ErrInvalid, s.MaxProcs, minMaxProcs, maxMaxProcs)
 	}
+	if err := checkCPUMillis(s.CPUMillis); err != nil {
+		return fmt.Errorf("%w: settings: cpuMillis %w", ErrInvalid, err)
+	}
 	if s.MaxJobs != 0 && (s.MaxJobs < 1 || s.MaxJobs > maxMaxJobs) {
 		return fmt.Errorf("%w: settings: maxJobs %d is not between 1 and %d", ErrInvalid, s.MaxJobs, maxMaxJobs)
 	}
 	if _, err := jail.Env(s.Env, nil); err != nil {
 		return fmt.Errorf("%w: settings: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
+// checkCPUMillis refuses a CPU bound a jail cannot have; 0 is none.
+func checkCPUMillis(m int) error {
+	if m != 0 && (m < jail.MinCPUMillis || m > MaxCPUMillis) {
+		return fmt.Errorf("%d is not between %d and %d", m, jail.MinCPUMillis, MaxCPUMillis)
 	}
 	return nil
 }
@@ -59,13 +74,23 @@ func (g *Gateway) jailConfig(s meta.Settings, workspace string) jail.Config {
 		Network:     cmp.Or(s.Network, g.cfg.JailNetwork, "none"),
 		MemoryBytes: cmp.Or(s.MemoryBytes, g.cfg.JailMemoryBytes, jail.DefaultMemoryBytes),
 		MaxProcs:    cmp.Or(s.MaxProcs, g.cfg.JailMaxProcs, jail.DefaultMaxProcs),
+		CPUMillis:   cmp.Or(s.CPUMillis, g.cfg.JailCPUMillis),
 	}
 }
 
 // sameJail says whether two jail configurations make the same sandbox, so
 // that new settings can apply without restarting a running jail.
 func sameJail(a, b jail.Config) bool {
-	return a.Network == b.Network && a.MemoryBytes == b.MemoryBytes && a.MaxProcs == b.MaxProcs
+	return a.Network == b.Network && a.MemoryBytes == b.MemoryBytes && a.MaxProcs == b.MaxProcs &&
+		a.CPUMillis == b.CPUMillis
+}
+
+// cpuBound says a jail's CPU bound in words.
+func cpuBound(m int) string {
+	if m == 0 {
+		return "no CPU bound"
+	}
+	return fmt.Sprintf("%d thousandths of a CPU", m)
 }
 
 // maxJobs is how many jobs a thread with settings s runs at once.

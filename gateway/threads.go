@@ -286,8 +286,8 @@ func (g *Gateway) resettle(ctx context.Context, b meta.Binding, s meta.Settings)
 	if tj != nil {
 		now, next := g.jailConfig(running, ""), g.jailConfig(s, "")
 		if !sameJail(now, next) {
-			return meta.Binding{}, fmt.Errorf("%w: the jail of thread %s runs with network %s, %d bytes of memory and %d processes; "+
-				"close the thread before you change its network or limits", ErrConflict, keyName(b.ThreadKey), now.Network, now.MemoryBytes, now.MaxProcs)
+			return meta.Binding{}, fmt.Errorf("%w: the jail of thread %s runs with network %s, %d bytes of memory, %d processes and %s; "+
+				"close the thread before you change its network or limits", ErrConflict, keyName(b.ThreadKey), now.Network, now.MemoryBytes, now.MaxProcs, cpuBound(now.CPUMillis))
 		}
 	}
 	b.Settings = s

@@ -20,8 +20,9 @@
 //   - env.go: the whole environment a command gets.
 //   - script.go: a command line of plain words is started the way bash -c
 //     would start it, without starting bash first.
-//   - limits_linux.go: memory and process limits, a cgroup per jail (v2 or
-//     v1), rlimits through prlimit(1) where there is no cgroup.
+//   - limits_linux.go: memory, process and CPU limits, a cgroup per jail
+//     (v2 or v1), rlimits through prlimit(1) where there is no cgroup (no
+//     CPU bound there: a jail asked for one refuses to start).
 //   - tree_linux.go: each command's processes in a cgroup of their own,
 //     entered at the fork, so a command's whole tree is signalled and
 //     ended as one, daemons that left its session too.

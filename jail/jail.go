@@ -51,6 +51,11 @@ type Config struct {
 	// (limits_linux.go); 0 means DefaultMemoryBytes and DefaultMaxProcs.
 	MemoryBytes int64
 	MaxProcs    int
+	// CPUMillis bounds the CPU time of all the jail's processes together,
+	// in thousandths of a CPU (500: half a CPU's time; 2000: two CPUs'),
+	// at least MinCPUMillis; 0 means no bound. A jail that cannot be
+	// given the bound refuses to start (limits_linux.go).
+	CPUMillis int
 	// Rlimits bounds the commands with rlimits even where a cgroup could
 	// bound the jail. Hosts without cgroups get rlimits anyway; this is
 	// for testing them on hosts with cgroups.
@@ -111,6 +116,9 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	if cfg.MaxProcs == 0 {
 		cfg.MaxProcs = DefaultMaxProcs
 	}
+	if cfg.CPUMillis < 0 || cfg.CPUMillis > 0 && cfg.CPUMillis < MinCPUMillis {
+		return nil, fmt.Errorf("jail: a CPU bound of %d thousandths of a CPU: want 0 (none) or at least %d", cfg.CPUMillis, MinCPUMillis)
+	}
 	flags := uintptr(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS)
 	switch cfg.Network {
 	case "", "none":
@@ -153,7 +161,14 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		rl     *rlimits
 	)
 	if !cfg.Rlimits {
-		cg, cgErr = newCgroup("jail-"+strconv.Itoa(cmd.Process.Pid), cfg.MemoryBytes, cfg.MaxProcs)
+		cg, cgErr = newCgroup("jail-"+strconv.Itoa(cmd.Process.Pid), cfg.MemoryBytes, cfg.MaxProcs, cfg.CPUMillis)
+	}
+	if cgErr != nil && cfg.CPUMillis > 0 {
+		// rlimits have no rate of CPU time: the jail would run unbounded.
+		cmd.Process.Kill()
+		cmd.Wait()
+		unix.Close(pair[0])
+		return nil, fmt.Errorf("jail: a CPU bound needs a cgroup: %w", cgErr)
 	}
 	if cgErr == nil {
 		if err := cg.add(cmd.Process.Pid); err != nil {
@@ -164,6 +179,12 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 			return nil, fmt.Errorf("jail: %w", err)
 		}
 		limits = fmt.Sprintf("cgroup %s: %d bytes of memory, %d processes", cg.kind, cfg.MemoryBytes, cfg.MaxProcs)
+		switch {
+		case cfg.CPUMillis > 0:
+			limits += fmt.Sprintf(", %s CPUs", strconv.FormatFloat(float64(cfg.CPUMillis)/1000, 'f', -1, 64))
+		case !cg.cpu:
+			limits += ", no cpu cgroup"
+		}
 	} else {
 		// Without a cgroup, each command is bounded on its own
 		// (limits_linux.go says what that does not cover).

@@ -21,6 +21,9 @@ func TestMain(m *testing.M) {
 	if IsInit() {
 		RunInit()
 	}
+	if name := os.Getenv(helperVar); name != "" {
+		os.Exit(helperMain(name, os.Args[1:]))
+	}
 	os.Exit(m.Run())
 }
 

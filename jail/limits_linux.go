@@ -21,6 +21,16 @@ import (
 // command: on a unified (v2) hierarchy when its memory and pids
 // controllers are there, else on the v1 memory and pids hierarchies.
 //
+// Where the host has the cpu controller (v2) or hierarchy (v1), the jail
+// is also a cpu cgroup of its own: the scheduler weighs all its processes
+// together as one against the gateway and other jails, however many a
+// command forks. With Config.CPUMillis the cgroup gets a quota too
+// (cpu.max, or cpu.cfs_quota_us on v1): per period of 100 ms, the jail's
+// processes together run at most CPUMillis/1000 of it, then wait for the
+// next. A jail asked for a CPU bound on a host that cannot give one
+// (no cpu controller, or rlimits) refuses to start, as it does without
+// prlimit: nothing runs unbounded that was meant to be bounded.
+//
 // A host with neither gets rlimits, which bound less: each command starts
 // under prlimit(1) with RLIMIT_AS (the address space of each process, not
 // of the jail together) and RLIMIT_NPROC (the processes of the jail's uid,
@@ -28,19 +38,53 @@ import (
 // bound). A jail whose root lacks prlimit refuses to start rather than run
 // unbounded. Jail.Limits says which kind a jail got, and why.
 
-// Default limits.
+// Default limits. A jail has no CPU bound unless it is given one.
 const (
 	DefaultMemoryBytes = 2 << 30
 	DefaultMaxProcs    = 1024
 )
+
+// MinCPUMillis is the smallest CPU bound, in thousandths of a CPU: the
+// kernel's smallest quota, 1 ms, per cpuPeriodMicros.
+const MinCPUMillis = 10
+
+// cpuPeriodMicros is the period of a jail's CPU quota, the kernel's
+// default: short enough that a bounded jail's waits stay short,
+// long enough that MinCPUMillis is a quota the kernel takes.
+const cpuPeriodMicros = 100_000
+
+// cpuLimitFiles are the files, in the order they are written, and their
+// contents that bound a cgroup of kind ("v2", "v1") to millis thousandths
+// of a CPU.
+func cpuLimitFiles(kind string, millis int) [][2]string {
+	quota := strconv.FormatInt(int64(millis)*cpuPeriodMicros/1000, 10)
+	period := strconv.Itoa(cpuPeriodMicros)
+	if kind == "v2" {
+		return [][2]string{{"cpu.max", quota + " " + period}}
+	}
+	return [][2]string{{"cpu.cfs_period_us", period}, {"cpu.cfs_quota_us", quota}}
+}
+
+// writeFiles writes files (name, content) into dir in order.
+func writeFiles(dir string, files [][2]string) error {
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f[0]), []byte(f[1]), 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // cgroupRoot is where the cgroup filesystems are mounted.
 const cgroupRoot = "/sys/fs/cgroup"
 
 // cgroup is one jail's cgroup: a folder per hierarchy.
 type cgroup struct {
+	// dirs are the folders: one on v2; on v1 memory's, pids' and, where
+	// the host has it, cpu's.
 	dirs []string
 	kind string        // "v2", "v1"
+	cpu  bool          // the jail is a cpu cgroup of its own
 	next atomic.Uint64 // names the commands' trees (tree_linux.go)
 
 	mu     sync.Mutex
@@ -48,12 +92,13 @@ type cgroup struct {
 	closed bool    // the jail ended: keep no tree; guarded by mu
 }
 
-// newCgroup makes the cgroup of a jail named name and sets its limits.
-func newCgroup(name string, memory int64, procs int) (*cgroup, error) {
+// newCgroup makes the cgroup of a jail named name and sets its limits:
+// cpuMillis 0 means no CPU bound.
+func newCgroup(name string, memory int64, procs, cpuMillis int) (*cgroup, error) {
 	ctl, _ := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers"))
 	if controllers := strings.Fields(string(ctl)); slices.Contains(controllers, "memory") && slices.Contains(controllers, "pids") {
 		dir := filepath.Join(cgroupRoot, "warren", name)
-		// The parent hands both controllers down to its children.
+		// The parent hands the controllers down to its children.
 		parent := filepath.Dir(dir)
 		if err := os.MkdirAll(parent, 0o755); err != nil {
 			return nil, err
@@ -64,7 +109,20 @@ func newCgroup(name string, memory int64, procs int) (*cgroup, error) {
 		if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+memory +pids"), 0); err != nil {
 			return nil, fmt.Errorf("enable memory and pids controllers: %w", err)
 		}
-		cg := &cgroup{dirs: []string{dir}, kind: "v2"}
+		// The cpu controller on its own: the kernel refuses it on some
+		// hosts (a realtime process outside the root cgroup), and only a
+		// jail with a CPU bound needs it.
+		cpuErr := errors.New("no cpu controller")
+		if slices.Contains(controllers, "cpu") {
+			cpuErr = errors.Join(
+				os.WriteFile(filepath.Join(cgroupRoot, "cgroup.subtree_control"), []byte("+cpu"), 0),
+				os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+cpu"), 0),
+			)
+		}
+		if cpuErr != nil && cpuMillis > 0 {
+			return nil, fmt.Errorf("enable the cpu controller for a CPU bound: %w", cpuErr)
+		}
+		cg := &cgroup{dirs: []string{dir}, kind: "v2", cpu: cpuErr == nil}
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return nil, err
 		}
@@ -73,16 +131,26 @@ func newCgroup(name string, memory int64, procs int) (*cgroup, error) {
 			os.WriteFile(filepath.Join(dir, "memory.swap.max"), []byte("0"), 0),
 			os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.Itoa(procs)), 0),
 		)
+		if cpuMillis > 0 {
+			err = errors.Join(err, writeFiles(dir, cpuLimitFiles(cg.kind, cpuMillis)))
+		}
 		if err != nil {
 			cg.remove()
 			return nil, fmt.Errorf("set limits: %w", err)
 		}
 		return cg, nil
 	}
-	mem, pids := filepath.Join(cgroupRoot, "memory"), filepath.Join(cgroupRoot, "pids")
+	mem, pids, cpu := filepath.Join(cgroupRoot, "memory"), filepath.Join(cgroupRoot, "pids"), filepath.Join(cgroupRoot, "cpu")
 	if isDir(mem) && isDir(pids) {
-		cg := &cgroup{kind: "v1"}
-		for _, d := range []string{filepath.Join(mem, "warren", name), filepath.Join(pids, "warren", name)} {
+		cg := &cgroup{kind: "v1", cpu: isDir(cpu)}
+		if !cg.cpu && cpuMillis > 0 {
+			return nil, fmt.Errorf("no cpu hierarchy at %s for a CPU bound", cpu)
+		}
+		dirs := []string{filepath.Join(mem, "warren", name), filepath.Join(pids, "warren", name)}
+		if cg.cpu {
+			dirs = append(dirs, filepath.Join(cpu, "warren", name))
+		}
+		for _, d := range dirs {
 			if err := os.MkdirAll(d, 0o755); err != nil {
 				cg.remove()
 				return nil, err
@@ -93,6 +161,9 @@ func newCgroup(name string, memory int64, procs int) (*cgroup, error) {
 			os.WriteFile(filepath.Join(cg.dirs[0], "memory.limit_in_bytes"), []byte(strconv.FormatInt(memory, 10)), 0),
 			os.WriteFile(filepath.Join(cg.dirs[1], "pids.max"), []byte(strconv.Itoa(procs)), 0),
 		)
+		if cpuMillis > 0 {
+			err = errors.Join(err, writeFiles(cg.dirs[2], cpuLimitFiles(cg.kind, cpuMillis)))
+		}
 		// Swap may be off (no memsw files); a limit on it is best effort.
 		os.WriteFile(filepath.Join(cg.dirs[0], "memory.memsw.limit_in_bytes"), []byte(strconv.FormatInt(memory, 10)), 0)
 		if err != nil {
@@ -149,6 +220,7 @@ func RemoveStaleCgroups() error {
 		filepath.Join(cgroupRoot, "warren"),
 		filepath.Join(cgroupRoot, "memory", "warren"),
 		filepath.Join(cgroupRoot, "pids", "warren"),
+		filepath.Join(cgroupRoot, "cpu", "warren"),
 	} {
 		jails, _ := filepath.Glob(filepath.Join(parent, "jail-*"))
 		for _, dir := range jails {

@@ -21,15 +21,34 @@ import (
 //   - ptrace and process_vm_readv/writev;
 //   - io_uring, bpf, perf_event_open, userfaultfd;
 //   - keyrings, kernel modules, kexec, reboot, swap, accounting;
-//   - the ioctls TIOCSTI and TIOCLINUX, which push input into a terminal.
+//   - the ioctls TIOCSTI and TIOCLINUX, which push input into a terminal;
+//   - renameat2 with RENAME_WHITEOUT, which leaves a 0:0 character device
+//     where the source was: a device node, which mknod refuses the jail's
+//     uid, that the kernel lets any user make that way.
 //
 // Everything else is allowed; a refused call fails with EPERM.
+//
+// The filter reads a call's number, and numbers mean a call only in one
+// ABI. So before any number is compared:
+//
+//   - a call of another architecture (i386 through int 0x80 on amd64,
+//     aarch32 on arm64) kills the process. EPERM would be as closed, but a
+//     program of another architecture in a jail is either a mistake or an
+//     attempt on the filter, and a 32-bit program whose every call fails
+//     runs on confused; SIGSYS ends it at its first call, visibly.
+//   - a call whose number has the x32 bit (0x40000000) or a higher one set
+//     fails with EPERM. x32 shares amd64's architecture value, and a
+//     kernel built with x32 runs its calls under their own numbers
+//     (x32's ptrace is 0x40000209, its ioctl, and so TIOCSTI, 0x40000202),
+//     which no rule below would match. No amd64 or arm64 call has a number
+//     that large, so the comparison is on both.
 
 // BPF opcodes and seccomp values (linux/filter.h, linux/seccomp.h).
 const (
 	bpfLdAbs  = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
 	bpfJeq    = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
 	bpfJset   = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+	bpfJge    = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
 	bpfRet    = unix.BPF_RET | unix.BPF_K
 	retAllow  = unix.SECCOMP_RET_ALLOW
 	retKill   = unix.SECCOMP_RET_KILL_PROCESS
@@ -38,6 +57,8 @@ const (
 	offArch   = 4
 	offArg0   = 16
 	offArg1   = 24
+	offArg4   = 48         // the low half on a little-endian machine: flags are an int
+	x32Bit    = 0x40000000 // __X32_SYSCALL_BIT
 	nsFlags   = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWTIME
 	tiocLinux = 0x541C
 )
@@ -85,6 +106,9 @@ func filter() ([]unix.SockFilter, error) {
 		jump(bpfJeq, arch, 1, 0),
 		stmt(bpfRet, retKill),
 		stmt(bpfLdAbs, offNr),
+		// x32's calls, and numbers no call has.
+		jump(bpfJge, x32Bit, 0, 1),
+		eperm,
 	}
 	for _, nr := range deniedSyscalls {
 		p = append(p, jump(bpfJeq, uint32(nr), 0, 1), eperm)
@@ -103,6 +127,11 @@ func filter() ([]unix.SockFilter, error) {
 		stmt(bpfLdAbs, offArg1),
 		jump(bpfJeq, unix.TIOCSTI, 1, 0),
 		jump(bpfJeq, tiocLinux, 0, 1),
+		eperm,
+		stmt(bpfLdAbs, offNr),
+		jump(bpfJeq, uint32(unix.SYS_RENAMEAT2), 0, 3),
+		stmt(bpfLdAbs, offArg4),
+		jump(bpfJset, unix.RENAME_WHITEOUT, 0, 1),
 		eperm,
 		stmt(bpfRet, retAllow),
 	)

@@ -100,6 +100,9 @@ type Settings struct {
 	// MemoryBytes and MaxProcs bound the jail's processes together.
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
 	MaxProcs    int   `json:"maxProcs,omitempty"`
+	// CPUMillis bounds the CPU time of the jail's processes together, in
+	// thousandths of a CPU (500 is half of one CPU's time).
+	CPUMillis int `json:"cpuMillis,omitempty"`
 	// Env are extra variables for every command of the thread; a call's
 	// own variables win over them.
 	Env map[string]string `json:"env,omitempty"`

@@ -15,6 +15,7 @@ import (
 
 	"warren/fs"
 	"warren/gateway"
+	"warren/jail"
 	"warren/meta"
 )
 
@@ -34,6 +35,7 @@ type serveOptions struct {
 	jailNetwork string
 	jailMemory  int64
 	jailProcs   int
+	jailCPU     cpuValue
 	// The metadata store, and this host's lease in it.
 	store         string
 	etcdEndpoints string
@@ -78,6 +80,7 @@ func serveCmd(ctx context.Context, e *cliEnv, args []string) error {
 	fs.StringVar(&o.jailNetwork, "jail-network", "none", "network of the threads' jails: none (loopback only) or host")
 	fs.Int64Var(&o.jailMemory, "jail-memory", 0, "memory of each thread's jail, in bytes (default 2 GiB)")
 	fs.IntVar(&o.jailProcs, "jail-procs", 0, "processes of each thread's jail (default 1024)")
+	fs.Var(&o.jailCPU, "jail-cpu", "CPU time of each thread's jail: CPUs (0.5, 2) or thousandths of a CPU (500m) (default no bound)")
 	fs.StringVar(&o.store, "store", "badger", "metadata store: badger (embedded, one server) or etcd (several servers)")
 	fs.StringVar(&o.etcdEndpoints, "etcd-endpoints", "", "etcd client URLs, comma-separated (with --store etcd)")
 	fs.StringVar(&o.etcdPrefix, "etcd-prefix", "warren/", "prefix of warren's keys in etcd")
@@ -112,6 +115,9 @@ func serveCmd(ctx context.Context, e *cliEnv, args []string) error {
 func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	if o.jailNetwork != "" && o.jailNetwork != "none" && o.jailNetwork != "host" {
 		return usagef("--jail-network is none or host, not %q", o.jailNetwork)
+	}
+	if m := int(o.jailCPU); m != 0 && (m < jail.MinCPUMillis || m > gateway.MaxCPUMillis) {
+		return usagef("--jail-cpu is between %s and %s CPUs, not %s", cpuValue(jail.MinCPUMillis), cpuValue(gateway.MaxCPUMillis), o.jailCPU)
 	}
 	dataDir, err := filepath.Abs(o.dataDir)
 	if err != nil {
@@ -155,6 +161,7 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 		JailNetwork:     o.jailNetwork,
 		JailMemoryBytes: o.jailMemory,
 		JailMaxProcs:    o.jailProcs,
+		JailCPUMillis:   int(o.jailCPU),
 		RenewEvery:      o.renewEvery,
 		ExpiresAfter:    o.expiresAfter,
 		OnUnreachable:   o.onUnreachable,

@@ -86,7 +86,7 @@ func binding(tenant, thread, root string) meta.Binding {
 		BoundAt:   boundAt,
 		State:     meta.StateBound,
 		Settings: meta.Settings{
-			Network: "host", MemoryBytes: 1 << 30, MaxProcs: 64, MaxJobs: 3,
+			Network: "host", MemoryBytes: 1 << 30, MaxProcs: 64, MaxJobs: 3, CPUMillis: 250,
 			Env: map[string]string{"NODE_ENV": "test", "EMPTY": ""},
 		},
 	}
