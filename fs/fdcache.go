@@ -16,18 +16,47 @@ import (
 // reopened on demand with open_by_handle_at, which names the same inode
 // exactly (a handle is not a path: no link is followed, no name can be
 // swapped in). A handle of an inode that is gone opens as ESTALE.
+//
+// The budget is a hard bound on the descriptors that no operation is using:
+// a descriptor is idle, and so can be closed, from the moment it is opened
+// (lookup, create, mkdir, mknod, symlink, link, tmpfile) until an operation
+// acquires it, and again after the operation released it; every new or
+// reopened descriptor trims the cache back to its budget. Only descriptors
+// that operations hold at that very moment may go beyond it, and those are
+// bounded by the requests served at once, not by the inodes the kernel
+// knows.
 
-// fdCache bounds the open node descriptors.
+// fdCache bounds the open node descriptors of a hub.
 type fdCache struct {
 	budget int // immutable
 
-	mu   sync.Mutex
-	idle list.List // *pathFd with an open descriptor and no user, most recent first; guarded by mu
-	open int       // open descriptors counted against budget; guarded by mu
+	mu    sync.Mutex
+	idle  list.List // *pathFd with an open descriptor and no user, most recent first; guarded by mu
+	open  int       // open descriptors counted against budget; guarded by mu
+	nodes list.List // *pathFd of every node not yet forgotten, most recently used first; guarded by mu
 }
 
 func newFDCache(budget int) *fdCache {
 	return &fdCache{budget: budget}
+}
+
+// Descriptor budget. The daemon needs descriptors of its own at any time:
+// the API socket and its connections, pipes and pidfds for every exec and
+// job, the store's files, /dev/fuse for each new mount, the files agents
+// have open through the mounts. The node descriptors leave it half of the
+// open-file limit, and never less than fdReserveMin.
+const (
+	fdReserveMin = 512
+	fdBudgetMin  = 64 // below this a walk thrashes; only for tiny limits
+)
+
+// fdBudget returns the node descriptor budget for an open-file limit.
+func fdBudget(limit uint64) int {
+	reserve := max(limit/2, fdReserveMin)
+	if limit < reserve+fdBudgetMin {
+		return fdBudgetMin
+	}
+	return int(min(limit-reserve, 1<<30))
 }
 
 // pathFd is the descriptor of one node, open or closed.
@@ -36,6 +65,7 @@ func newFDCache(budget int) *fdCache {
 type pathFd struct {
 	cache   *fdCache // nil: pinned, never evicted (the root)
 	mountFd int      // any descriptor on the backing filesystem, for open_by_handle_at
+	mount   uint64   // root.id of the mount the node belongs to; immutable
 
 	mu      sync.Mutex
 	fd      int              // -1 while closed; guarded by mu
@@ -44,15 +74,19 @@ type pathFd struct {
 	noEvict bool             // no handle could be had: keep fd open; guarded by mu
 	gone    bool             // closed for good; guarded by mu
 	elem    *list.Element    // place in cache.idle; guarded by cache.mu
+	lru     *list.Element    // place in cache.nodes; guarded by cache.mu
 }
 
-func (c *fdCache) newPathFd(fd, mountFd int) *pathFd {
-	p := &pathFd{cache: c, mountFd: mountFd, fd: fd}
-	if c != nil {
-		c.mu.Lock()
-		c.open++
-		c.mu.Unlock()
-	}
+// newPathFd takes over fd, the new descriptor of a node of mount. It is
+// idle until an operation acquires it, and may be evicted at once.
+func (c *fdCache) newPathFd(fd, mountFd int, mount uint64) *pathFd {
+	p := &pathFd{cache: c, mountFd: mountFd, mount: mount, fd: fd}
+	c.mu.Lock()
+	c.open++
+	p.elem = c.idle.PushFront(p)
+	p.lru = c.nodes.PushFront(p)
+	c.mu.Unlock()
+	c.trim()
 	return p
 }
 
@@ -83,6 +117,9 @@ func (p *pathFd) acquire() (int, error) {
 			p.cache.idle.Remove(p.elem)
 			p.elem = nil
 		}
+		if p.lru != nil {
+			p.cache.nodes.MoveToFront(p.lru)
+		}
 		p.cache.mu.Unlock()
 	}
 	return p.fd, nil
@@ -98,7 +135,7 @@ func (p *pathFd) release() {
 		p.fd = -1
 	}
 	idle := p.users == 0 && !p.gone && p.cache != nil
-	if idle {
+	if idle && !p.noEvict {
 		p.cache.mu.Lock()
 		p.elem = p.cache.idle.PushFront(p)
 		p.cache.mu.Unlock()
@@ -113,7 +150,8 @@ func (p *pathFd) release() {
 // evicted.
 func (p *pathFd) get() int { return p.fd }
 
-// close closes the descriptor for good (the kernel forgot the node).
+// close closes the descriptor for good (the kernel forgot the node, or its
+// mount stopped serving).
 func (p *pathFd) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -126,6 +164,10 @@ func (p *pathFd) close() {
 		if p.elem != nil {
 			p.cache.idle.Remove(p.elem)
 			p.elem = nil
+		}
+		if p.lru != nil {
+			p.cache.nodes.Remove(p.lru)
+			p.lru = nil
 		}
 		if p.fd >= 0 {
 			p.cache.open--
@@ -143,22 +185,35 @@ func (p *pathFd) close() {
 func (c *fdCache) trim() {
 	for {
 		c.mu.Lock()
-		if c.open <= c.budget || c.idle.Len() == 0 {
+		if c.open <= c.budget {
 			c.mu.Unlock()
 			return
 		}
-		victim := c.idle.Remove(c.idle.Back()).(*pathFd)
+		// The victim is locked while it is still on the list, so that no
+		// release can slip in between and leave it open but off the list.
+		// TryLock: the order is pathFd.mu before fdCache.mu; one that is
+		// busy right now is skipped and stays on the list.
+		var victim *pathFd
+		for e := c.idle.Back(); e != nil; e = e.Prev() {
+			if p := e.Value.(*pathFd); p.mu.TryLock() {
+				victim = p
+				break
+			}
+		}
+		if victim == nil {
+			c.mu.Unlock()
+			return // all in use: the last release trims again
+		}
+		c.idle.Remove(victim.elem)
 		victim.elem = nil
 		c.mu.Unlock()
-		victim.evict()
+		victim.evictLocked()
 	}
 }
 
-// evict closes p's descriptor if nobody uses it, taking its handle first.
-func (p *pathFd) evict() {
-	if !p.mu.TryLock() {
-		return // in use right now: it will be idle again later
-	}
+// evictLocked closes p's descriptor if nobody uses it, taking its handle
+// first, and unlocks p.
+func (p *pathFd) evictLocked() {
 	defer p.mu.Unlock()
 	if p.users > 0 || p.fd < 0 || p.gone || p.noEvict {
 		return
@@ -178,4 +233,29 @@ func (p *pathFd) evict() {
 	p.cache.mu.Lock()
 	p.cache.open--
 	p.cache.mu.Unlock()
+}
+
+// closeMount closes, for good, the descriptors of every node of the mount:
+// once its server stopped, the kernel forgets none of them any more, and
+// the nodes may stay reachable for long (the Mount holds its server), so
+// a deleted file's descriptor would hold its disk space until a restart.
+func (c *fdCache) closeMount(mount uint64) {
+	c.mu.Lock()
+	var ps []*pathFd
+	for e := c.nodes.Front(); e != nil; e = e.Next() {
+		if p := e.Value.(*pathFd); p.mount == mount {
+			ps = append(ps, p)
+		}
+	}
+	c.mu.Unlock()
+	for _, p := range ps {
+		p.close()
+	}
+}
+
+// counts returns the open descriptors and the nodes not yet forgotten.
+func (c *fdCache) counts() (open, nodes int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.open, c.nodes.Len()
 }

@@ -1,10 +1,18 @@
 package fs
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"warren/internal/testenv"
 )
 
 // TestDescriptorBudget serves a tree far larger than the descriptor budget.
@@ -55,4 +63,150 @@ func TestDescriptorBudget(t *testing.T) {
 		t.Errorf("removal did not reach the backing folder: %v", err)
 	}
 	check("after renames")
+}
+
+// pathFdsUnder counts this process's O_PATH descriptors of dir and what is
+// below it: the node descriptors (not the files open for reading or
+// writing, nor the actors' pidfds and the pipes).
+func pathFdsUnder(t testing.TB, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil || target != dir && !strings.HasPrefix(target, dir+"/") {
+			continue
+		}
+		info, err := os.ReadFile(filepath.Join("/proc/self/fdinfo", e.Name()))
+		if err != nil {
+			continue // closed meanwhile
+		}
+		for _, line := range strings.Split(string(info), "\n") {
+			if flags, ok := strings.CutPrefix(line, "flags:"); ok {
+				if f, err := strconv.ParseUint(strings.TrimSpace(flags), 8, 64); err == nil && f&unix.O_PATH != 0 {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// heldDeleted lists this process's descriptors of files under dir that
+// were deleted: each holds its inode, and its disk space, alive.
+func heldDeleted(t testing.TB, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []string
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err == nil && strings.HasPrefix(target, dir+"/") && strings.HasSuffix(target, " (deleted)") {
+			held = append(held, target)
+		}
+	}
+	return held
+}
+
+// TestDescriptorBudgetNewNodes makes inodes every way a node gets a
+// descriptor without an operation using it afterwards: create, mkdir,
+// mknod, symlink, link, and lookups of names made behind the mount (stat
+// of every file, as du or find does). None of them may take the node
+// descriptors beyond the budget, counted by the cache and by the kernel.
+func TestDescriptorBudgetNewNodes(t *testing.T) {
+	const budget = 32
+	hub := newHub(HubConfig{}, budget)
+	t.Cleanup(hub.Close)
+	backing, mnt := mountTemp(t, Options{Hub: hub})
+	base := pathFdsUnder(t, backing)
+	check := func(when string) {
+		t.Helper()
+		hub.fds.mu.Lock()
+		open := hub.fds.open
+		hub.fds.mu.Unlock()
+		if open > budget {
+			t.Errorf("%s: %d node descriptors open, budget %d", when, open, budget)
+		}
+		if n := pathFdsUnder(t, backing) - base; n > budget {
+			t.Errorf("%s: the process holds %d more O_PATH descriptors than before, budget %d", when, n, budget)
+		}
+	}
+	const n = 500
+	for i := range n {
+		f, err := os.Create(filepath.Join(mnt, fmt.Sprintf("f%d", i)))
+		must(t, err)
+		must(t, f.Close())
+	}
+	check("after create")
+	for i := range n {
+		must(t, os.Mkdir(filepath.Join(mnt, fmt.Sprintf("d%d", i)), 0o755))
+	}
+	check("after mkdir")
+	for i := range n {
+		must(t, unix.Mkfifo(filepath.Join(mnt, fmt.Sprintf("p%d", i)), 0o644))
+	}
+	check("after mknod")
+	for i := range n {
+		must(t, os.Symlink(fmt.Sprintf("f%d", i), filepath.Join(mnt, fmt.Sprintf("s%d", i))))
+	}
+	check("after symlink")
+	for i := range n {
+		must(t, os.Link(filepath.Join(mnt, fmt.Sprintf("f%d", i)), filepath.Join(mnt, fmt.Sprintf("l%d", i))))
+	}
+	check("after link")
+	must(t, os.Mkdir(filepath.Join(backing, "behind"), 0o755))
+	for i := range n {
+		must(t, os.WriteFile(filepath.Join(backing, "behind", fmt.Sprintf("b%d", i)), nil, 0o644))
+	}
+	for i := range n {
+		_, err := os.Lstat(filepath.Join(mnt, "behind", fmt.Sprintf("b%d", i)))
+		must(t, err)
+	}
+	check("after lookups")
+	// The evicted descriptors come back by handle.
+	for i := range n {
+		must(t, os.WriteFile(filepath.Join(mnt, fmt.Sprintf("l%d", i)), []byte("x"), 0o644))
+	}
+	check("after writes")
+}
+
+// TestUnmountClosesDescriptors: once a mount stopped serving, none of its
+// nodes' descriptors stays open, so deleting the backing files gives
+// their space back at once (no wait for a restart, or a collection that
+// may never come while the Mount is kept).
+func TestUnmountClosesDescriptors(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	hub := newHub(HubConfig{}, 1<<20)
+	t.Cleanup(hub.Close)
+	dir := t.TempDir()
+	backing, mnt := filepath.Join(dir, "backing"), filepath.Join(dir, "mnt")
+	must(t, os.Mkdir(backing, 0o755))
+	must(t, os.Mkdir(mnt, 0o755))
+	m, err := Serve(context.Background(), backing, mnt, Options{Hub: hub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	const n = 300
+	for i := range n {
+		must(t, os.WriteFile(filepath.Join(mnt, fmt.Sprintf("f%d", i)), make([]byte, 4096), 0o644))
+	}
+	if got := pathFdsUnder(t, backing); got < n {
+		t.Fatalf("only %d descriptors more while %d files are known: the test shows nothing", got, n)
+	}
+	must(t, m.Close())
+	<-m.Done()
+	if got := pathFdsUnder(t, backing); got > 0 {
+		t.Errorf("%d O_PATH descriptors of the backing folder open after the unmount", got)
+	}
+	must(t, os.RemoveAll(backing))
+	if held := heldDeleted(t, backing); len(held) > 0 {
+		t.Errorf("%d deleted files still held open after the unmount, e.g. %s", len(held), held[0])
+	}
+	runtime.KeepAlive(m)
 }

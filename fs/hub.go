@@ -69,17 +69,17 @@ const sweepEvery = 10 * time.Second
 
 // NewHub starts a hub. Call Close when finished.
 //
-// The hub also holds the budget of node descriptors for all its mounts:
-// half of the process's open-file limit (read when the hub is made; raise
-// the limit first, see RaiseFileLimit), leaving the rest to open files,
-// sockets and the store.
+// The hub also holds the budget of node descriptors for all its mounts,
+// read from the process's open-file limit when the hub is made (see
+// fdBudget: half of it, and at least 512 descriptors left below it for
+// open files, sockets, pipes and the store).
 func NewHub(cfg HubConfig) *Hub {
-	budget := 1024
+	limit := uint64(1024)
 	var lim unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil && lim.Cur/2 > uint64(budget) {
-		budget = int(min(lim.Cur/2, 1<<30))
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil {
+		limit = lim.Cur
 	}
-	return newHub(cfg, budget)
+	return newHub(cfg, fdBudget(limit))
 }
 
 // newHub starts a hub with a descriptor budget.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -75,6 +76,7 @@ type Refusal struct {
 // root is what every node of one mount shares. All fields are set before
 // the mount serves and never change.
 type root struct {
+	id            uint64 // tells its nodes' descriptors from other mounts' (pathFd.mount)
 	name          string
 	fd            int    // O_PATH descriptor of the backing folder
 	handleFd      int    // the backing folder opened for reading: open_by_handle_at takes no O_PATH descriptor
@@ -136,6 +138,9 @@ func (r *root) refuse(op, path, target, reason string) {
 	}
 }
 
+// mountIDs numbers the mounts of the process (root.id).
+var mountIDs atomic.Uint64
+
 // Mount is a served workspace mount. Call Close when finished.
 type Mount struct {
 	mountpoint string
@@ -179,6 +184,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		return nil, fmt.Errorf("fs: open backing folder %s: %w", backing, err)
 	}
 	r := &root{
+		id:            mountIDs.Add(1),
 		name:          opts.Name,
 		fd:            fd,
 		handleFd:      handleFd,
@@ -257,6 +263,9 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 	r.hub.add(r)
 	go func() {
 		server.Wait()
+		// The kernel forgets nothing more: close the descriptors of all
+		// the mount's nodes now, not when (if ever) they are collected.
+		r.fds.closeMount(r.id)
 		r.hub.remove(r)
 		if r.ownHub {
 			r.hub.Close()
