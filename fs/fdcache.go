@@ -3,7 +3,10 @@ package fs
 import (
 	"container/list"
 	"sync"
+	"syscall"
+	"weak"
 
+	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,19 +28,34 @@ import (
 // that operations hold at that very moment may go beyond it, and those are
 // bounded by the requests served at once, not by the inodes the kernel
 // knows.
+//
+// The nodes themselves cost memory (go-fuse's inode, this package's node
+// and its bookkeeping, for every inode the kernel knows), and the kernel
+// keeps an inode as long as its dentry is cached: without memory pressure,
+// forever. So the cache also bounds the nodes (maxNodes): past the bound,
+// the least recently used are dropped from the kernel's dentry cache
+// (FUSE_NOTIFY_INVAL_ENTRY on their parent), and the kernel, which never
+// keeps an unreferenced FUSE inode, forgets them (FORGET, node.OnForget).
+// A node the kernel still uses (an open file, a working folder) stays
+// until it is let go.
 
-// fdCache bounds the open node descriptors of a hub.
+// fdCache bounds the open node descriptors, and the nodes, of a hub.
 type fdCache struct {
-	budget int // immutable
+	budget   int // immutable
+	maxNodes int // immutable; 0: unbounded
 
 	mu    sync.Mutex
 	idle  list.List // *pathFd with an open descriptor and no user, most recent first; guarded by mu
 	open  int       // open descriptors counted against budget; guarded by mu
 	nodes list.List // *pathFd of every node not yet forgotten, most recently used first; guarded by mu
+
+	wake chan struct{} // tells the node evictor the nodes passed maxNodes; buffered, 1
+
+	noPrune bool // tests: forget nodes as on a kernel without FUSE_NOTIFY_PRUNE
 }
 
-func newFDCache(budget int) *fdCache {
-	return &fdCache{budget: budget}
+func newFDCache(budget, maxNodes int) *fdCache {
+	return &fdCache{budget: budget, maxNodes: maxNodes, wake: make(chan struct{}, 1)}
 }
 
 // Descriptor budget. The daemon needs descriptors of its own at any time:
@@ -66,6 +84,10 @@ type pathFd struct {
 	cache   *fdCache // nil: pinned, never evicted (the root)
 	mountFd int      // any descriptor on the backing filesystem, for open_by_handle_at
 	mount   uint64   // root.id of the mount the node belongs to; immutable
+	// node is the node that owns this descriptor, for the node evictor:
+	// weak, so that the descriptor (which the node's cleanup holds) does
+	// not keep its node alive.
+	node weak.Pointer[node]
 
 	mu      sync.Mutex
 	fd      int              // -1 while closed; guarded by mu
@@ -77,15 +99,22 @@ type pathFd struct {
 	lru     *list.Element    // place in cache.nodes; guarded by cache.mu
 }
 
-// newPathFd takes over fd, the new descriptor of a node of mount. It is
+// newPathFd takes over fd, the new descriptor of node n of mount. It is
 // idle until an operation acquires it, and may be evicted at once.
-func (c *fdCache) newPathFd(fd, mountFd int, mount uint64) *pathFd {
-	p := &pathFd{cache: c, mountFd: mountFd, mount: mount, fd: fd}
+func (c *fdCache) newPathFd(fd, mountFd int, mount uint64, n *node) *pathFd {
+	p := &pathFd{cache: c, mountFd: mountFd, mount: mount, node: weak.Make(n), fd: fd}
 	c.mu.Lock()
 	c.open++
 	p.elem = c.idle.PushFront(p)
 	p.lru = c.nodes.PushFront(p)
+	over := c.maxNodes > 0 && c.nodes.Len() > c.maxNodes
 	c.mu.Unlock()
+	if over {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
 	c.trim()
 	return p
 }
@@ -222,7 +251,8 @@ func (p *pathFd) evictLocked() {
 		h, _, err := unix.NameToHandleAt(p.fd, "", unix.AT_EMPTY_PATH)
 		if err != nil {
 			// The backing filesystem gives no handles: this one stays
-			// open and is no longer offered for eviction.
+			// open and is no longer offered for eviction; the node
+			// evictor still bounds how many such nodes there are.
 			p.noEvict = true
 			return
 		}
@@ -258,4 +288,75 @@ func (c *fdCache) counts() (open, nodes int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.open, c.nodes.Len()
+}
+
+// evictNodes runs until stop is closed: whenever the nodes pass maxNodes,
+// it asks the kernels to forget the least recently used ones, down to
+// seven eighths of the bound (so that it runs once per many new nodes, not
+// for each). It holds no lock while it notifies: a notification may wait
+// for a directory's lock in the kernel, which a request being served may
+// hold.
+func (c *fdCache) evictNodes(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-c.wake:
+		}
+		byMount := make(map[*root][]*fusefs.Inode)
+		for _, n := range c.leastUsed() {
+			byMount[n.root] = append(byMount[n.root], n.EmbeddedInode())
+		}
+		for _, ns := range byMount {
+			c.forget(ns)
+		}
+	}
+}
+
+// pruneBatch is how many nodes one prune notification names.
+const pruneBatch = 512
+
+// forget asks the kernel of one mount to forget the nodes ns. It drops
+// their dentries that nobody uses: FUSE_NOTIFY_PRUNE (protocol 7.45) names
+// the inodes, and drops every name of each; older kernels get
+// FUSE_NOTIFY_INVAL_ENTRY for one name of each, on its parent.
+func (c *fdCache) forget(ns []*fusefs.Inode) {
+	for len(ns) > 0 && !c.noPrune {
+		batch := ns[:min(len(ns), pruneBatch)]
+		if errno := batch[0].NotifyPrune(batch); errno == syscall.ENOSYS {
+			break
+		}
+		ns = ns[len(batch):]
+	}
+	for _, n := range ns {
+		name, parent := n.Parent()
+		if parent == nil {
+			continue // the root, or unlinked: forgotten when let go
+		}
+		// An error means the kernel has no such entry (any more), or
+		// the mount stopped serving, which closes its nodes anyway.
+		_ = parent.NotifyEntry(name)
+	}
+}
+
+// leastUsed returns the nodes to forget to get down to seven eighths of
+// maxNodes, least recently used first. Each goes to the front of the
+// list: one the kernel keeps (in use) is not asked again before all
+// others were.
+func (c *fdCache) leastUsed() []*node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	excess := c.nodes.Len() - (c.maxNodes - c.maxNodes/8)
+	var ns []*node
+	for range c.nodes.Len() {
+		if len(ns) >= excess {
+			break
+		}
+		e := c.nodes.Back()
+		c.nodes.MoveToFront(e)
+		if n := e.Value.(*pathFd).node.Value(); n != nil {
+			ns = append(ns, n)
+		}
+	}
+	return ns
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -209,4 +210,145 @@ func TestUnmountClosesDescriptors(t *testing.T) {
 		t.Errorf("%d deleted files still held open after the unmount, e.g. %s", len(held), held[0])
 	}
 	runtime.KeepAlive(m)
+}
+
+// TestNodesBounded walks a tree of many more files than the node bound:
+// the kernel is told to forget the least recently used nodes, so the nodes
+// the daemon keeps fall back under the bound, and every file is still
+// there to be read. Both ways of telling the kernel are tried: prune
+// notifications and, as on kernels without them, entry invalidations.
+func TestNodesBounded(t *testing.T) {
+	for _, prune := range []bool{true, false} {
+		t.Run(fmt.Sprintf("prune=%v", prune), func(t *testing.T) {
+			const maxNodes, dirs, files = 300, 20, 150
+			hub := newHub(HubConfig{MaxNodes: maxNodes}, 1<<20)
+			hub.fds.noPrune = !prune
+			t.Cleanup(hub.Close)
+			backing, mnt := mountTemp(t, Options{Hub: hub})
+			for d := range dirs {
+				sub := filepath.Join(backing, fmt.Sprintf("d%d", d))
+				must(t, os.Mkdir(sub, 0o755))
+				for f := range files {
+					must(t, os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%d", f)), []byte(fmt.Sprint(d, f)), 0o644))
+				}
+			}
+			walk := func() int {
+				seen := 0
+				must(t, filepath.WalkDir(mnt, func(p string, e os.DirEntry, err error) error {
+					if err != nil {
+						return err
+					}
+					if _, err := os.Lstat(p); err != nil {
+						return err
+					}
+					seen++
+					return nil
+				}))
+				return seen
+			}
+			if seen := walk(); seen != 1+dirs+dirs*files {
+				t.Fatalf("walk saw %d entries, want %d", seen, 1+dirs+dirs*files)
+			}
+			nodes := func() (int, int) {
+				_, n := hub.fds.counts()
+				hub.mu.Lock()
+				defer hub.mu.Unlock()
+				known := 0
+				for r := range hub.mounts {
+					r.mu.Lock()
+					known += len(r.nodes)
+					r.mu.Unlock()
+				}
+				return n, known
+			}
+			// The kernel forgets asynchronously: wait for the state.
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				n, known := nodes()
+				if n <= maxNodes && known <= maxNodes+1 { // +1: the root
+					t.Logf("after a walk of %d files: %d nodes kept, %d known, bound %d", dirs*files, n, known, maxNodes)
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after a walk of %d files: %d nodes kept, %d known, bound %d", dirs*files, n, known, maxNodes)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			// Forgotten nodes are looked up again.
+			for d := range dirs {
+				p := filepath.Join(mnt, fmt.Sprintf("d%d", d), "f7")
+				got, err := os.ReadFile(p)
+				if err != nil || string(got) != fmt.Sprint(d, 7) {
+					t.Fatalf("read %s after eviction: %q, %v", p, got, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkNodeMemory measures what the daemon keeps per node: the heap
+// after a collection, with every file of a tree of 200,000 (or
+// WARREN_BENCH_NODES) looked up, over the heap before the mount, per node
+// kept; with no bound, and with the default bound. Run it once:
+//
+//	go test -run '^$' -bench NodeMemory -benchtime 1x ./fs/
+func BenchmarkNodeMemory(b *testing.B) {
+	files := 200_000
+	if v, err := strconv.Atoi(os.Getenv("WARREN_BENCH_NODES")); err == nil && v > 0 {
+		files = v
+	}
+	const perDir = 1000
+	backing0 := b.TempDir()
+	for d := 0; d < files/perDir; d++ {
+		sub := filepath.Join(backing0, fmt.Sprintf("d%d", d))
+		must(b, os.Mkdir(sub, 0o755))
+		for f := range perDir {
+			must(b, unix.Mknod(filepath.Join(sub, fmt.Sprintf("f%d", f)), unix.S_IFREG|0o644, 0))
+		}
+	}
+	for _, bc := range []struct {
+		name     string
+		maxNodes int
+	}{{"unbounded", -1}, {"default-bound", 0}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for range b.N {
+				testenv.RequireRootFUSE(b)
+				hub := NewHub(HubConfig{MaxNodes: bc.maxNodes})
+				mnt := b.TempDir()
+				var before runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				m, err := Serve(context.Background(), backing0, mnt, Options{Hub: hub})
+				if err != nil {
+					b.Fatal(err)
+				}
+				must(b, filepath.WalkDir(mnt, func(p string, e os.DirEntry, err error) error {
+					if err != nil {
+						return err
+					}
+					_, err = os.Lstat(p)
+					return err
+				}))
+				// Forgetting is asynchronous: wait until the bound holds.
+				for hub.fds.maxNodes > 0 {
+					if _, n := hub.fds.counts(); n <= hub.fds.maxNodes {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				var after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				_, nodes := hub.fds.counts()
+				heap := float64(after.HeapAlloc) - float64(before.HeapAlloc)
+				b.ReportMetric(float64(nodes), "nodes")
+				b.ReportMetric(heap/float64(nodes), "B/node")
+				b.ReportMetric(heap/(1<<20), "MiB")
+				runtime.KeepAlive(m)
+				must(b, m.Close())
+				<-m.Done()
+				hub.Close()
+			}
+		})
+	}
 }

@@ -23,14 +23,15 @@ import (
 //
 // A zero Hub is not usable; call NewHub, and Close when finished.
 type Hub struct {
-	log    hclog.Logger
-	queue  chan notice
-	done   chan struct{}
-	stop   chan struct{} // closed by Close: ends the sweeper
-	swept  chan struct{} // closed when the sweeper ended
-	fds    *fdCache      // the node descriptors of every mount of the hub
-	ledger *ledger       // versions, locks and read records (ledger.go)
-	actors *actors       // who makes a request (actors.go)
+	log     hclog.Logger
+	queue   chan notice
+	done    chan struct{}
+	stop    chan struct{} // closed by Close: ends the sweeper
+	swept   chan struct{} // closed when the sweeper ended
+	evicted chan struct{} // closed when the node evictor ended
+	fds     *fdCache      // the node descriptors of every mount of the hub
+	ledger  *ledger       // versions, locks and read records (ledger.go)
+	actors  *actors       // who makes a request (actors.go)
 
 	mu     sync.Mutex
 	mounts map[*root]struct{} // guarded by mu
@@ -61,7 +62,18 @@ type HubConfig struct {
 	// (versions and records are still kept). It exists to show, in tests
 	// and benchmarks, what the checks do and cost; never in production.
 	NoEditChecks bool
+	// MaxNodes bounds the nodes (inodes the kernels know) of all the
+	// hub's mounts together: past it, the least recently used are
+	// dropped from the kernels' caches (fdcache.go). 0 means
+	// DefaultMaxNodes; a negative value means no bound.
+	MaxNodes int
 }
+
+// DefaultMaxNodes is the default bound of HubConfig.MaxNodes. A node kept
+// costs about 0.8 KB of live heap, some 1.7 KB of the daemon's memory with
+// the collector's headroom (BenchmarkNodeMemory, docs/operations.md), so
+// the nodes of a hub take at most about 170 MB.
+const DefaultMaxNodes = 100_000
 
 // sweepEvery is how often the records of actors that are gone are
 // dropped.
@@ -88,19 +100,31 @@ func newHub(cfg HubConfig, fdBudget int) *Hub {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
+	maxNodes := cfg.MaxNodes
+	switch {
+	case maxNodes == 0:
+		maxNodes = DefaultMaxNodes
+	case maxNodes < 0:
+		maxNodes = 0
+	}
 	h := &Hub{
-		fds:    newFDCache(fdBudget),
-		ledger: newLedger(cfg.MaxReads, cfg.NoEditChecks),
-		actors: newActors(),
-		log:    logger,
-		queue:  make(chan notice, hubQueue),
-		done:   make(chan struct{}),
-		stop:   make(chan struct{}),
-		swept:  make(chan struct{}),
-		mounts: make(map[*root]struct{}),
+		fds:     newFDCache(fdBudget, maxNodes),
+		ledger:  newLedger(cfg.MaxReads, cfg.NoEditChecks),
+		actors:  newActors(),
+		log:     logger,
+		queue:   make(chan notice, hubQueue),
+		done:    make(chan struct{}),
+		stop:    make(chan struct{}),
+		swept:   make(chan struct{}),
+		evicted: make(chan struct{}),
+		mounts:  make(map[*root]struct{}),
 	}
 	go h.deliver()
 	go h.sweeper()
+	go func() {
+		defer close(h.evicted)
+		h.fds.evictNodes(h.stop)
+	}()
 	return h
 }
 
@@ -143,6 +167,7 @@ func (h *Hub) Close() {
 	h.mu.Unlock()
 	<-h.done
 	<-h.swept
+	<-h.evicted
 	h.actors.close()
 }
 

@@ -68,8 +68,9 @@ var (
 
 // newNode wraps an O_PATH descriptor in a node; the node owns fd from now on.
 func (r *root) newNode(fd int, ino, gen uint64) *node {
-	p := r.fds.newPathFd(fd, r.handleFd, r.id)
-	n := &node{root: r, fd: p, ino: ino, gen: gen}
+	n := &node{root: r, ino: ino, gen: gen}
+	p := r.fds.newPathFd(fd, r.handleFd, r.id, n)
+	n.fd = p
 	runtime.AddCleanup(n, func(p *pathFd) { p.close() }, p)
 	return n
 }
