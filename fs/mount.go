@@ -427,23 +427,16 @@ func isOctal(s string) bool {
 	return true
 }
 
-// RaiseFileLimit lifts the limit on open files as far as it may go: to
-// the system's per-process ceiling (fs.nr_open) where the process may
-// raise its hard limit (root), to the hard limit otherwise. A mount keeps
-// one descriptor per inode the kernel knows, so a daemon serving many busy
-// workspaces needs far more than the usual 1024.
+// RaiseFileLimit lifts the soft limit on open files to the hard limit. A
+// mount keeps descriptors for the inodes the kernel knows (within a budget,
+// fdcache.go), so a daemon serving many busy workspaces needs far more than
+// the usual 1024. The hard limit is left as it is: it is the operator's
+// (ulimit -Hn, prlimit, LimitNOFILE=), and the descriptor budget keeps a
+// reserve below whatever it is.
 func RaiseFileLimit() error {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 		return fmt.Errorf("fs: read open-file limit: %w", err)
-	}
-	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
-		var ceiling uint64
-		if _, err := fmt.Sscan(string(b), &ceiling); err == nil && ceiling > lim.Max {
-			if unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: ceiling, Max: ceiling}) == nil {
-				return nil
-			}
-		}
 	}
 	if lim.Cur >= lim.Max {
 		return nil

@@ -49,6 +49,7 @@ type daemon struct {
 	data   string
 	socket string
 	args   []string // more flags for warren serve
+	wrap   []string // a command warren serve is started through, which execs it (prlimit ...)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -61,9 +62,17 @@ type daemon struct {
 // every mount left under the data folder.
 func newDaemon(t testing.TB, serveArgs ...string) *daemon {
 	t.Helper()
+	return newDaemonThrough(t, nil, serveArgs...)
+}
+
+// newDaemonThrough is newDaemon with warren serve started through wrap, a
+// command that execs the rest of its arguments (so the pid is the
+// daemon's), e.g. prlimit with limits for the daemon.
+func newDaemonThrough(t testing.TB, wrap []string, serveArgs ...string) *daemon {
+	t.Helper()
 	testenv.RequireRootFUSE(t)
 	data := filepath.Join(t.TempDir(), "data")
-	d := &daemon{t: t, data: data, socket: filepath.Join(data, "warren.sock"), args: serveArgs}
+	d := &daemon{t: t, data: data, socket: filepath.Join(data, "warren.sock"), args: serveArgs, wrap: wrap}
 	t.Cleanup(func() {
 		d.stop()
 		detachAllUnder(t, data)
@@ -91,7 +100,9 @@ func (d *daemon) start() {
 	if d.logs == nil {
 		d.logs = &testenv.SyncBuffer{}
 	}
-	cmd := exec.Command(warrenBin, append([]string{"serve", "--data", d.data, "--log-level", "debug"}, d.args...)...)
+	argv := append([]string{warrenBin, "serve", "--data", d.data, "--log-level", "debug"}, d.args...)
+	argv = append(append([]string{}, d.wrap...), argv...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = d.logs, d.logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
