@@ -69,10 +69,10 @@ type HubConfig struct {
 	MaxNodes int
 }
 
-// DefaultMaxNodes is the default bound of HubConfig.MaxNodes. A node kept
-// costs about 0.8 KB of live heap, some 1.7 KB of the daemon's memory with
-// the collector's headroom (BenchmarkNodeMemory, docs/operations.md), so
-// the nodes of a hub take at most about 170 MB.
+// DefaultMaxNodes is the default bound of HubConfig.MaxNodes. A node costs
+// about 830 bytes of live heap, 1.2 KB of resident memory; with this bound
+// the nodes of a hub stay at about 110 MiB of heap, some 220 MB resident,
+// however many files are walked (BenchmarkNodeMemory, docs/operations.md).
 const DefaultMaxNodes = 100_000
 
 // sweepEvery is how often the records of actors that are gone are
