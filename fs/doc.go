@@ -96,6 +96,11 @@
 // go-fuse dropped is collected, and, for all the nodes of a mount, when
 // its server stops.
 //
+// Each file the mounts' users hold open is a descriptor of the daemon too
+// (until its RELEASE), so those are capped as well, at half of what the
+// budget leaves (fileCap): past that, OPEN, CREATE and O_TMPFILE fail with
+// ENFILE, and the other half stays the daemon's own whatever the users do.
+//
 // The nodes are bounded too (HubConfig.MaxNodes): past the bound, the
 // Hub's own goroutine drops the least recently used from the kernel's
 // dentry cache (FUSE_NOTIFY_PRUNE, FUSE protocol 7.45, or

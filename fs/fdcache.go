@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"sync"
 	"syscall"
+	"time"
 	"weak"
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
@@ -49,13 +50,17 @@ type fdCache struct {
 	open  int       // open descriptors counted against budget; guarded by mu
 	nodes list.List // *pathFd of every node not yet forgotten, most recently used first; guarded by mu
 
+	maxFiles  int       // immutable; 0: unbounded
+	files     int       // files open for the mounts' users (handles); guarded by mu
+	refusedAt time.Time // when an open was last refused and logged; guarded by mu
+
 	wake chan struct{} // tells the node evictor the nodes passed maxNodes; buffered, 1
 
 	noPrune bool // tests: forget nodes as on a kernel without FUSE_NOTIFY_PRUNE
 }
 
-func newFDCache(budget, maxNodes int) *fdCache {
-	return &fdCache{budget: budget, maxNodes: maxNodes, wake: make(chan struct{}, 1)}
+func newFDCache(budget, maxNodes, maxFiles int) *fdCache {
+	return &fdCache{budget: budget, maxNodes: maxNodes, maxFiles: maxFiles, wake: make(chan struct{}, 1)}
 }
 
 // Descriptor budget. The daemon needs descriptors of its own at any time:
@@ -75,6 +80,63 @@ func fdBudget(limit uint64) int {
 		return fdBudgetMin
 	}
 	return int(min(limit-reserve, 1<<30))
+}
+
+// fileCap returns how many files the mounts' users may hold open at once,
+// each of which the daemon holds open too: half of the reserve, so that
+// a job opening files by the thousand cannot take the other half, the
+// daemon's own (its sockets, exec pipes, the store, new mounts).
+func fileCap(limit uint64) int {
+	budget := uint64(fdBudget(limit))
+	if limit <= budget {
+		return 1
+	}
+	return int(min((limit-budget)/2, 1<<30))
+}
+
+// refuseLogEvery bounds the log lines of refused opens: an agent may try
+// without end.
+const refuseLogEvery = time.Minute
+
+// takeFile counts one more open file against maxFiles; false when there
+// are as many as there may be. log tells whether to log the refusal.
+func (c *fdCache) takeFile() (ok, log bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.maxFiles > 0 && c.files >= c.maxFiles {
+		now := time.Now()
+		if now.Sub(c.refusedAt) >= refuseLogEvery {
+			c.refusedAt = now
+			return false, true
+		}
+		return false, false
+	}
+	c.files++
+	return true, false
+}
+
+// closeFile gives back a file counted by takeFile.
+func (c *fdCache) closeFile() {
+	c.mu.Lock()
+	c.files--
+	c.mu.Unlock()
+}
+
+// openFile counts a file about to be opened for a user of the mount (an
+// OPEN, CREATE or O_TMPFILE: the daemon keeps its descriptor until the
+// RELEASE) against the hub's cap. It fails with ENFILE ("too many open
+// files in system") when the daemon holds as many as it may. A counted
+// file is given back by its handle's Release, or by fds.closeFile if it
+// is not opened after all.
+func (r *root) openFile() syscall.Errno {
+	ok, log := r.fds.takeFile()
+	if ok {
+		return 0
+	}
+	if log {
+		r.log.Warn("refused to open a file: the mounts' users hold as many open files as the daemon allows (logged once a minute)", "max", r.fds.maxFiles)
+	}
+	return syscall.ENFILE
 }
 
 // pathFd is the descriptor of one node, open or closed.

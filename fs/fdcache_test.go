@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,7 +22,7 @@ import (
 // process never holds more node descriptors than the budget allows.
 func TestDescriptorBudget(t *testing.T) {
 	const budget = 16
-	hub := newHub(HubConfig{}, budget)
+	hub := newHub(HubConfig{}, budget, 0)
 	t.Cleanup(hub.Close)
 	backing, mnt := mountTemp(t, Options{Hub: hub, EntryTimeout: -1, AttrTimeout: -1})
 	for d := 0; d < 10; d++ {
@@ -121,7 +122,7 @@ func heldDeleted(t testing.TB, dir string) []string {
 // descriptors beyond the budget, counted by the cache and by the kernel.
 func TestDescriptorBudgetNewNodes(t *testing.T) {
 	const budget = 32
-	hub := newHub(HubConfig{}, budget)
+	hub := newHub(HubConfig{}, budget, 0)
 	t.Cleanup(hub.Close)
 	backing, mnt := mountTemp(t, Options{Hub: hub})
 	base := pathFdsUnder(t, backing)
@@ -182,7 +183,7 @@ func TestDescriptorBudgetNewNodes(t *testing.T) {
 // may never come while the Mount is kept).
 func TestUnmountClosesDescriptors(t *testing.T) {
 	testenv.RequireRootFUSE(t)
-	hub := newHub(HubConfig{}, 1<<20)
+	hub := newHub(HubConfig{}, 1<<20, 0)
 	t.Cleanup(hub.Close)
 	dir := t.TempDir()
 	backing, mnt := filepath.Join(dir, "backing"), filepath.Join(dir, "mnt")
@@ -221,7 +222,7 @@ func TestNodesBounded(t *testing.T) {
 	for _, prune := range []bool{true, false} {
 		t.Run(fmt.Sprintf("prune=%v", prune), func(t *testing.T) {
 			const maxNodes, dirs, files = 300, 20, 150
-			hub := newHub(HubConfig{MaxNodes: maxNodes}, 1<<20)
+			hub := newHub(HubConfig{MaxNodes: maxNodes}, 1<<20, 0)
 			hub.fds.noPrune = !prune
 			t.Cleanup(hub.Close)
 			backing, mnt := mountTemp(t, Options{Hub: hub})
@@ -375,5 +376,64 @@ func BenchmarkNodeMemory(b *testing.B) {
 				hub.Close()
 			}
 		})
+	}
+}
+
+// TestOpenFilesCapped: the files the mounts' users hold open, each of
+// which the daemon holds open too, are capped; past the cap an open, a
+// create and an O_TMPFILE fail with ENFILE, and each close gives a place
+// back.
+func TestOpenFilesCapped(t *testing.T) {
+	const maxFiles = 10
+	hub := newHub(HubConfig{}, 1<<20, maxFiles)
+	t.Cleanup(hub.Close)
+	backing, mnt := mountTemp(t, Options{Hub: hub})
+	for i := range maxFiles + 1 {
+		must(t, os.WriteFile(filepath.Join(backing, fmt.Sprintf("f%d", i)), []byte("x"), 0o644))
+	}
+	var held []*os.File
+	t.Cleanup(func() {
+		for _, f := range held {
+			f.Close()
+		}
+	})
+	for i := range maxFiles {
+		f, err := os.Open(filepath.Join(mnt, fmt.Sprintf("f%d", i)))
+		must(t, err)
+		held = append(held, f)
+	}
+	if f, err := os.Open(filepath.Join(mnt, fmt.Sprint("f", maxFiles))); !errors.Is(err, unix.ENFILE) {
+		t.Errorf("open past the cap: %v, want ENFILE", err)
+		if err == nil {
+			f.Close()
+		}
+	}
+	if f, err := os.Create(filepath.Join(mnt, "new")); !errors.Is(err, unix.ENFILE) {
+		t.Errorf("create past the cap: %v, want ENFILE", err)
+		if err == nil {
+			f.Close()
+		}
+	}
+	if fd, err := unix.Open(mnt, unix.O_TMPFILE|unix.O_RDWR, 0o600); !errors.Is(err, unix.ENFILE) {
+		t.Errorf("O_TMPFILE past the cap: %v, want ENFILE", err)
+		if err == nil {
+			unix.Close(fd)
+		}
+	}
+	// A close gives its place back once its RELEASE was served, which
+	// the kernel sends after close returned: wait for it.
+	must(t, held[0].Close())
+	held = held[1:]
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f, err := os.Open(filepath.Join(mnt, fmt.Sprint("f", maxFiles)))
+		if err == nil {
+			held = append(held, f)
+			break
+		}
+		if !errors.Is(err, unix.ENFILE) || time.Now().After(deadline) {
+			t.Fatalf("open after a close: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

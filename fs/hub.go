@@ -83,19 +83,21 @@ const sweepEvery = 10 * time.Second
 //
 // The hub also holds the budget of node descriptors for all its mounts,
 // read from the process's open-file limit when the hub is made (see
-// fdBudget: half of it, and at least 512 descriptors left below it for
-// open files, sockets, pipes and the store).
+// fdBudget: half of it, and at least 512 descriptors left below it), and
+// the cap of files the mounts' users may hold open (fileCap: half of what
+// is left), so that the rest is always the daemon's own.
 func NewHub(cfg HubConfig) *Hub {
 	limit := uint64(1024)
 	var lim unix.Rlimit
 	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil {
 		limit = lim.Cur
 	}
-	return newHub(cfg, fdBudget(limit))
+	return newHub(cfg, fdBudget(limit), fileCap(limit))
 }
 
-// newHub starts a hub with a descriptor budget.
-func newHub(cfg HubConfig, fdBudget int) *Hub {
+// newHub starts a hub with a node descriptor budget and a cap of open
+// files (0: none).
+func newHub(cfg HubConfig, budget, maxFiles int) *Hub {
 	logger := cfg.Logger
 	if logger == nil {
 		logger = hclog.NewNullLogger()
@@ -108,7 +110,7 @@ func newHub(cfg HubConfig, fdBudget int) *Hub {
 		maxNodes = 0
 	}
 	h := &Hub{
-		fds:     newFDCache(fdBudget, maxNodes),
+		fds:     newFDCache(budget, maxNodes, maxFiles),
 		ledger:  newLedger(cfg.MaxReads, cfg.NoEditChecks),
 		actors:  newActors(),
 		log:     logger,

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"warren/internal/testenv"
 )
@@ -138,5 +139,81 @@ func TestDescriptorBudgetOfTheDaemon(t *testing.T) {
 	// still be there; 20,000 are not.
 	if all > base+64 {
 		t.Errorf("the daemon holds %d descriptors after close and delete, %d at start", all, base)
+	}
+}
+
+// holdOpen is a job that opens the files many/f0... until it has 3000 or
+// an open fails, says how many it got and why it stopped, and keeps them.
+const holdOpen = `import os, time
+fs, err = [], ""
+for i in range(3000):
+    try:
+        fs.append(open("/workspace/many/f%d" % i))
+    except OSError as e:
+        err = e.strerror
+        break
+n = len(fs)
+if fs:
+    fs.pop().close()  # room to write the report
+with open("/workspace/opened.tmp", "w") as f:
+    f.write("%d %s" % (n, err))
+os.rename("/workspace/opened.tmp", "/workspace/opened")
+time.sleep(600)
+`
+
+// TestOpenFilesOfOneThread: a job holding thousands of files open in one
+// thread's mount (each one a descriptor of the daemon too) gets ENFILE
+// past the daemon's cap, 1024 of a 4096 limit, and the daemon keeps its
+// own reserve: another thread's exec and a new bind still work.
+func TestOpenFilesOfOneThread(t *testing.T) {
+	testenv.RequireCommand(t, "prlimit")
+	testenv.RequireCommand(t, "python3")
+	const limit, maxFiles = 4096, 1024
+	d := newDaemonThrough(t, []string{"prlimit", fmt.Sprintf("--nofile=%d:%d", limit, limit), "--"})
+	pid := d.pid()
+	hog := d.bind("default", "hog")
+	d.bind("default", "other")
+	if code, out := d.execIn("other", "echo ok"); code != 0 || strings.TrimSpace(out) != "ok" {
+		t.Fatalf("exec in the other thread at start: %d %q", code, out)
+	}
+	must(t, os.Mkdir(filepath.Join(hog, "many"), 0o755))
+	for i := range 3000 {
+		must(t, os.WriteFile(filepath.Join(hog, "many", fmt.Sprintf("f%d", i)), nil, 0o644))
+	}
+	must(t, os.WriteFile(filepath.Join(hog, "hold.py"), []byte(holdOpen), 0o644))
+	if code, out := d.execIn("hog", "ulimit -n"); code != 0 || strings.TrimSpace(out) != fmt.Sprint(limit) {
+		t.Fatalf("a jail process may open %q files, want %d: the test would show nothing", out, limit)
+	}
+	job := strings.TrimSpace(d.mustWarren("spawn", "--thread", "hog", "--", "python3 /workspace/hold.py"))
+	t.Cleanup(func() { d.warren("kill", "--thread", "hog", job) })
+	var report []byte
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var err error
+		if report, err = os.ReadFile(filepath.Join(hog, "opened")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			out, _ := d.warren("logs", "--thread", "hog", job)
+			t.Fatalf("the job did not report within 60s: %v\n%s", err, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	all, _, _ := daemonFds(t, pid, filepath.Join(d.data, "workspaces"))
+	t.Logf("the job: %s; the daemon holds %d descriptors", report, all)
+	var opened int
+	var why string
+	fmt.Sscanf(string(report), "%d", &opened)
+	_, why, _ = strings.Cut(string(report), " ")
+	if opened > maxFiles || why != "Too many open files in system" {
+		t.Errorf("the job opened %d files and stopped with %q; want at most %d, then ENFILE", opened, why, maxFiles)
+	}
+	if code, out := d.execIn("other", "echo ok"); code != 0 || strings.TrimSpace(out) != "ok" {
+		t.Errorf("exec in the other thread while the job holds its files: %d %q", code, out)
+	}
+	if out, err := d.warren("bind", "--thread", "third"); err != nil {
+		t.Errorf("bind while the job holds its files: %v", err)
+	} else {
+		must(t, os.WriteFile(filepath.Join(strings.TrimSpace(out), "x"), []byte("x"), 0o644))
 	}
 }
