@@ -35,10 +35,10 @@ import (
 // keeps an inode as long as its dentry is cached: without memory pressure,
 // forever. So the cache also bounds the nodes (maxNodes): past the bound,
 // the least recently used are dropped from the kernel's dentry cache
-// (FUSE_NOTIFY_INVAL_ENTRY on their parent), and the kernel, which never
-// keeps an unreferenced FUSE inode, forgets them (FORGET, node.OnForget).
-// A node the kernel still uses (an open file, a working folder) stays
-// until it is let go.
+// (FUSE_NOTIFY_PRUNE, or FUSE_NOTIFY_INVAL_ENTRY on their parent), and the
+// kernel, which keeps no FUSE inode that nothing refers to, forgets them
+// (FORGET, node.OnForget). A node the kernel still uses (an open file, a
+// working folder) stays until it is let go.
 
 // fdCache bounds the open node descriptors, and the nodes, of a hub.
 type fdCache struct {
