@@ -52,13 +52,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if errno := n.root.refuseIfStale("create", n.child(name), a, g); errno != 0 {
 		return nil, nil, 0, errno
 	}
-	if errno := n.root.openFile(); errno != 0 {
-		return nil, nil, 0, errno
-	}
 	// O_NOFOLLOW: a link planted under this name is never written through.
 	ofd, err := unix.Openat(dfd, name, daemonFlags(flags)|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	if err != nil {
-		n.root.fds.closeFile()
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}
 	// The node's own descriptor: the same one-component, no-follow open
@@ -68,7 +64,6 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	pfd, err := openChild(dfd, name)
 	if err != nil {
 		unix.Close(ofd)
-		n.root.fds.closeFile()
 		if flags&unix.O_EXCL != 0 {
 			unix.Unlinkat(dfd, name, 0)
 		}
@@ -79,7 +74,6 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	ch, errno := n.addChild(ctx, pfd, name, out)
 	if errno != 0 {
 		unix.Close(ofd)
-		n.root.fds.closeFile()
 		return nil, nil, 0, errno
 	}
 	n.root.modified(a, g, fingerprintFd(ofd))
@@ -103,18 +97,13 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		return nil, nil, 0, errno
 	}
 	defer done()
-	if errno := n.root.openFile(); errno != 0 {
-		return nil, nil, 0, errno
-	}
 	ofd, err := reopen(dfd, daemonFlags(flags)|unix.O_TMPFILE)
 	if err != nil {
-		n.root.fds.closeFile()
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}
 	pfd, err := unix.Open(procFdPath(ofd), unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
 		unix.Close(ofd)
-		n.root.fds.closeFile()
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}
 	n.ownByCaller(ctx, pfd)
@@ -123,7 +112,6 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	if err != nil {
 		unix.Close(pfd)
 		unix.Close(ofd)
-		n.root.fds.closeFile()
 		return nil, nil, 0, fusefs.ToErrno(err)
 	}
 	out.Attr.FromStat(&st)

@@ -98,8 +98,10 @@
 //
 // Each file the mounts' users hold open is a descriptor of the daemon too
 // (until its RELEASE), so those are capped as well, at half of what the
-// budget leaves (fileCap): past that, OPEN, CREATE and O_TMPFILE fail with
-// ENFILE, and the other half stays the daemon's own whatever the users do.
+// budget leaves (fileCap), where every file handle passes (openFilesCapped,
+// around go-fuse's raw filesystem): past the cap, OPEN, CREATE and TMPFILE
+// fail with ENFILE, and the other half stays the daemon's own whatever the
+// users do.
 //
 // The nodes are bounded too (HubConfig.MaxNodes): past the bound, the
 // Hub's own goroutine drops the least recently used from the kernel's

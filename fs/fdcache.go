@@ -8,6 +8,7 @@ import (
 	"weak"
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
 
@@ -50,9 +51,10 @@ type fdCache struct {
 	open  int       // open descriptors counted against budget; guarded by mu
 	nodes list.List // *pathFd of every node not yet forgotten, most recently used first; guarded by mu
 
-	maxFiles  int       // immutable; 0: unbounded
-	files     int       // files open for the mounts' users (handles); guarded by mu
-	refusedAt time.Time // when an open was last refused and logged; guarded by mu
+	maxFiles  int            // immutable; 0: unbounded
+	files     int            // files open for the mounts' users (handles); guarded by mu
+	filesOf   map[uint64]int // files by mount (root.id); guarded by mu
+	refusedAt time.Time      // when an open was last refused and logged; guarded by mu
 
 	wake chan struct{} // tells the node evictor the nodes passed maxNodes; buffered, 1
 
@@ -60,7 +62,7 @@ type fdCache struct {
 }
 
 func newFDCache(budget, maxNodes, maxFiles int) *fdCache {
-	return &fdCache{budget: budget, maxNodes: maxNodes, maxFiles: maxFiles, wake: make(chan struct{}, 1)}
+	return &fdCache{budget: budget, maxNodes: maxNodes, maxFiles: maxFiles, filesOf: make(map[uint64]int), wake: make(chan struct{}, 1)}
 }
 
 // Descriptor budget. The daemon needs descriptors of its own at any time:
@@ -98,9 +100,10 @@ func fileCap(limit uint64) int {
 // without end.
 const refuseLogEvery = time.Minute
 
-// takeFile counts one more open file against maxFiles; false when there
-// are as many as there may be. log tells whether to log the refusal.
-func (c *fdCache) takeFile() (ok, log bool) {
+// takeFile counts one more open file of mount against maxFiles; false
+// when there are as many as there may be. log tells whether to log the
+// refusal.
+func (c *fdCache) takeFile(mount uint64) (ok, log bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.maxFiles > 0 && c.files >= c.maxFiles {
@@ -112,31 +115,92 @@ func (c *fdCache) takeFile() (ok, log bool) {
 		return false, false
 	}
 	c.files++
+	c.filesOf[mount]++
 	return true, false
 }
 
-// closeFile gives back a file counted by takeFile.
-func (c *fdCache) closeFile() {
+// closeFile gives back a file of mount counted by takeFile.
+func (c *fdCache) closeFile(mount uint64) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.filesOf[mount] == 0 {
+		return // settled when its mount stopped
+	}
 	c.files--
-	c.mu.Unlock()
+	if c.filesOf[mount]--; c.filesOf[mount] == 0 {
+		delete(c.filesOf, mount)
+	}
 }
 
-// openFile counts a file about to be opened for a user of the mount (an
-// OPEN, CREATE or O_TMPFILE: the daemon keeps its descriptor until the
-// RELEASE) against the hub's cap. It fails with ENFILE ("too many open
-// files in system") when the daemon holds as many as it may. A counted
-// file is given back by its handle's Release, or by fds.closeFile if it
-// is not opened after all.
-func (r *root) openFile() syscall.Errno {
-	ok, log := r.fds.takeFile()
+// openFilesCapped serves OPEN, CREATE and TMPFILE only while the files
+// the mounts' users hold open are fewer than the hub's cap: the daemon
+// holds each such file open too, until its RELEASE. Past the cap they fail
+// with ENFILE ("too many open files in system"), so that the rest of the
+// reserve stays the daemon's own. It wraps go-fuse's raw filesystem: the
+// one place every file handle the kernel gets passes, and gives back.
+type openFilesCapped struct {
+	fuse.RawFileSystem
+	r *root
+}
+
+// capOpenFiles wraps raw, the filesystem of the node tree root, in
+// openFilesCapped.
+func capOpenFiles(raw fuse.RawFileSystem, root fusefs.InodeEmbedder) fuse.RawFileSystem {
+	n, ok := root.(*node)
+	if !ok {
+		return raw
+	}
+	return &openFilesCapped{RawFileSystem: raw, r: n.root}
+}
+
+// take counts a file about to be opened; ENFILE past the cap.
+func (o *openFilesCapped) take() fuse.Status {
+	ok, log := o.r.fds.takeFile(o.r.id)
 	if ok {
-		return 0
+		return fuse.OK
 	}
 	if log {
-		r.log.Warn("refused to open a file: the mounts' users hold as many open files as the daemon allows (logged once a minute)", "max", r.fds.maxFiles)
+		o.r.log.Warn("refused to open a file: the mounts' users hold as many open files as the daemon allows (logged once a minute)", "max", o.r.fds.maxFiles)
 	}
-	return syscall.ENFILE
+	return fuse.Status(syscall.ENFILE)
+}
+
+func (o *openFilesCapped) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	if st := o.take(); !st.Ok() {
+		return st
+	}
+	st := o.RawFileSystem.Open(cancel, in, out)
+	if !st.Ok() {
+		o.r.fds.closeFile(o.r.id)
+	}
+	return st
+}
+
+func (o *openFilesCapped) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	if st := o.take(); !st.Ok() {
+		return st
+	}
+	st := o.RawFileSystem.Create(cancel, in, name, out)
+	if !st.Ok() {
+		o.r.fds.closeFile(o.r.id)
+	}
+	return st
+}
+
+func (o *openFilesCapped) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
+	if st := o.take(); !st.Ok() {
+		return st
+	}
+	st := o.RawFileSystem.Tmpfile(cancel, in, out)
+	if !st.Ok() {
+		o.r.fds.closeFile(o.r.id)
+	}
+	return st
+}
+
+func (o *openFilesCapped) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	o.RawFileSystem.Release(cancel, in)
+	o.r.fds.closeFile(o.r.id)
 }
 
 // pathFd is the descriptor of one node, open or closed.
@@ -331,8 +395,12 @@ func (p *pathFd) evictLocked() {
 // once its server stopped, the kernel forgets none of them any more, and
 // the nodes may stay reachable for long (the Mount holds its server), so
 // a deleted file's descriptor would hold its disk space until a restart.
+// The mount's open files still counted (a connection aborted before their
+// RELEASE) are given back too.
 func (c *fdCache) closeMount(mount uint64) {
 	c.mu.Lock()
+	c.files -= c.filesOf[mount]
+	delete(c.filesOf, mount)
 	var ps []*pathFd
 	for e := c.nodes.Front(); e != nil; e = e.Next() {
 		if p := e.Value.(*pathFd); p.mount == mount {

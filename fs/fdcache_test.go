@@ -436,4 +436,21 @@ func TestOpenFilesCapped(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// Every place comes back once every file is closed.
+	for _, f := range held {
+		must(t, f.Close())
+	}
+	held = nil
+	for {
+		hub.fds.mu.Lock()
+		files := hub.fds.files
+		hub.fds.mu.Unlock()
+		if files == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d files still counted open after every file was closed", files)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -26,9 +26,6 @@ type handle struct {
 	// inode's I/O mode and, for a handle that may have written, tells the
 	// other mounts to drop what they cached.
 	released func()
-	// files counted this open file (root.openFile); it is given back
-	// when the file is closed.
-	files *fdCache
 }
 
 var (
@@ -51,9 +48,6 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		h.closing(h.fd)
 	}
 	errno := h.LoopbackFile.Release(ctx)
-	if h.files != nil {
-		h.files.closeFile()
-	}
 	if h.released != nil {
 		h.released()
 	}
@@ -202,12 +196,8 @@ func (n *node) open(flags uint32, w *writer, version uint64) (fusefs.FileHandle,
 		return nil, 0, -1, errno
 	}
 	defer done()
-	if errno := n.root.openFile(); errno != 0 {
-		return nil, 0, -1, errno
-	}
 	fd, err := reopen(pfd, daemonFlags(flags))
 	if err != nil {
-		n.root.fds.closeFile()
 		return nil, 0, -1, fusefs.ToErrno(err)
 	}
 	if flags&syscall.O_TRUNC != 0 {

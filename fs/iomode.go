@@ -127,7 +127,6 @@ func (n *node) openHandle(fd int, flags uint32, w *writer, version uint64) (fuse
 	h := &handle{
 		LoopbackFile: fusefs.NewLoopbackFile(fd).(*fusefs.LoopbackFile),
 		fd:           fd,
-		files:        n.root.fds, // every caller counted the file (root.openFile)
 	}
 	h.released = func() {
 		n.io.mu.Lock()

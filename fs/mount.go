@@ -282,7 +282,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 // serveNodes mounts the node tree at mountpoint and serves it, with
 // directories served without OPENDIR where the kernel allows (dirs.go).
 func serveNodes(root fusefs.InodeEmbedder, mountpoint string, opts *fusefs.Options) (*fuse.Server, error) {
-	raw := &dirsWithoutOpen{RawFileSystem: fusefs.NewNodeFS(root, opts)}
+	raw := &dirsWithoutOpen{RawFileSystem: capOpenFiles(fusefs.NewNodeFS(root, opts), root)}
 	server, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, err

@@ -62,17 +62,9 @@ type daemon struct {
 // every mount left under the data folder.
 func newDaemon(t testing.TB, serveArgs ...string) *daemon {
 	t.Helper()
-	return newDaemonThrough(t, nil, serveArgs...)
-}
-
-// newDaemonThrough is newDaemon with warren serve started through wrap, a
-// command that execs the rest of its arguments (so the pid is the
-// daemon's), e.g. prlimit with limits for the daemon.
-func newDaemonThrough(t testing.TB, wrap []string, serveArgs ...string) *daemon {
-	t.Helper()
 	testenv.RequireRootFUSE(t)
 	data := filepath.Join(t.TempDir(), "data")
-	d := &daemon{t: t, data: data, socket: filepath.Join(data, "warren.sock"), args: serveArgs, wrap: wrap}
+	d := &daemon{t: t, data: data, socket: filepath.Join(data, "warren.sock"), args: serveArgs}
 	t.Cleanup(func() {
 		d.stop()
 		detachAllUnder(t, data)
