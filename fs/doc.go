@@ -111,21 +111,40 @@
 // in one place, go-fuse's ToErrno. Serve and Close return wrapped errors
 // that say which step failed.
 //
-// # Descriptors
+// # Descriptors and memory
 //
-// The node descriptors are a cache with one budget per Hub (half the
-// open-file limit by default, fdcache.go): idle ones are closed least
-// recently used first and reopened with open_by_handle_at, which names the
-// same inode exactly. So the kernel may know any number of inodes, and a
-// container's open-file cap is never hit by a big tree. Descriptors are
-// closed for good when the kernel forgets an inode, or when a node that
-// go-fuse dropped is collected.
+// The node descriptors are a cache with one budget per Hub (fdcache.go):
+// half the open-file limit, and at least 512 descriptors left below it for
+// the daemon's own work (sockets, pipes, the store, /dev/fuse of new
+// mounts, open files). A descriptor is idle, and may be closed, from the
+// moment it is opened until an operation uses it; each new one closes idle
+// ones, least recently used first, down to the budget, and a closed one is
+// reopened with open_by_handle_at, which names the same inode exactly. So
+// only descriptors in use by requests being served may go beyond the
+// budget, and the kernel may know any number of inodes. Descriptors are
+// closed for good when the kernel forgets an inode, when a node that
+// go-fuse dropped is collected, and, for all the nodes of a mount, when
+// its server stops.
+//
+// Each file the mounts' users hold open is a descriptor of the daemon too
+// (until its RELEASE), so those are capped as well, at half of what the
+// budget leaves (fileCap), where every file handle passes (openFilesCapped,
+// around go-fuse's raw filesystem): past the cap, OPEN, CREATE and TMPFILE
+// fail with ENFILE, and the other half stays the daemon's own whatever the
+// users do.
+//
+// The nodes are bounded too (HubConfig.MaxNodes): past the bound, the
+// Hub's own goroutine drops the least recently used from the kernel's
+// dentry cache (FUSE_NOTIFY_PRUNE, FUSE protocol 7.45, or
+// FUSE_NOTIFY_INVAL_ENTRY on older kernels), and the kernel forgets the
+// inodes nobody uses.
 //
 // # Locks
 //
 // Lock order, outermost first: a ledger path lock (two for a rename,
-// taken in one global order), then a pathFd's mu, then the fdCache's mu;
-// the ledger's mu, a Hub's mu and a root's mu are leaves. No path lock is
+// taken in one global order), then a pathFd's mu, then the fdCache's mu
+// (which takes a pathFd's mu only with TryLock); the ledger's mu, a Hub's
+// mu and a root's mu are leaves. No path lock is
 // held across a FUSE notification: a WRITE waiting for a path lock may
 // hold the pages a notification waits for (the Hub delivers its
 // notifications from its own goroutine; an open notifies with no path

@@ -23,14 +23,15 @@ import (
 //
 // A zero Hub is not usable; call NewHub, and Close when finished.
 type Hub struct {
-	log    hclog.Logger
-	queue  chan notice
-	done   chan struct{}
-	stop   chan struct{} // closed by Close: ends the sweeper
-	swept  chan struct{} // closed when the sweeper ended
-	fds    *fdCache      // the node descriptors of every mount of the hub
-	ledger *ledger       // versions, locks and read records (ledger.go)
-	actors *actors       // who makes a request (actors.go)
+	log     hclog.Logger
+	queue   chan notice
+	done    chan struct{}
+	stop    chan struct{} // closed by Close: ends the sweeper
+	swept   chan struct{} // closed when the sweeper ended
+	evicted chan struct{} // closed when the node evictor ended
+	fds     *fdCache      // the node descriptors of every mount of the hub
+	ledger  *ledger       // versions, locks and read records (ledger.go)
+	actors  *actors       // who makes a request (actors.go)
 
 	mu     sync.Mutex
 	mounts map[*root]struct{} // guarded by mu
@@ -61,7 +62,18 @@ type HubConfig struct {
 	// (versions and records are still kept). It exists to show, in tests
 	// and benchmarks, what the checks do and cost; never in production.
 	NoEditChecks bool
+	// MaxNodes bounds the nodes (inodes the kernels know) of all the
+	// hub's mounts together: past it, the least recently used are
+	// dropped from the kernels' caches (fdcache.go). 0 means
+	// DefaultMaxNodes; a negative value means no bound.
+	MaxNodes int
 }
+
+// DefaultMaxNodes is the default bound of HubConfig.MaxNodes. A node costs
+// about 830 bytes of live heap, 1.2 KB of resident memory; with this bound
+// the nodes of a hub stay at about 110 MiB of heap, some 220 MB resident,
+// however many files are walked (BenchmarkNodeMemory, docs/operations.md).
+const DefaultMaxNodes = 100_000
 
 // sweepEvery is how often the records of actors that are gone are
 // dropped.
@@ -69,38 +81,52 @@ const sweepEvery = 10 * time.Second
 
 // NewHub starts a hub. Call Close when finished.
 //
-// The hub also holds the budget of node descriptors for all its mounts:
-// half of the process's open-file limit (read when the hub is made; raise
-// the limit first, see RaiseFileLimit), leaving the rest to open files,
-// sockets and the store.
+// The hub also holds the budget of node descriptors for all its mounts,
+// read from the process's open-file limit when the hub is made (see
+// fdBudget: half of it, and at least 512 descriptors left below it), and
+// the cap of files the mounts' users may hold open (fileCap: half of what
+// is left), so that the rest is always the daemon's own.
 func NewHub(cfg HubConfig) *Hub {
-	budget := 1024
+	limit := uint64(1024)
 	var lim unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil && lim.Cur/2 > uint64(budget) {
-		budget = int(min(lim.Cur/2, 1<<30))
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil {
+		limit = lim.Cur
 	}
-	return newHub(cfg, budget)
+	return newHub(cfg, fdBudget(limit), fileCap(limit))
 }
 
-// newHub starts a hub with a descriptor budget.
-func newHub(cfg HubConfig, fdBudget int) *Hub {
+// newHub starts a hub with a node descriptor budget and a cap of open
+// files (0: none).
+func newHub(cfg HubConfig, budget, maxFiles int) *Hub {
 	logger := cfg.Logger
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
+	maxNodes := cfg.MaxNodes
+	switch {
+	case maxNodes == 0:
+		maxNodes = DefaultMaxNodes
+	case maxNodes < 0:
+		maxNodes = 0
+	}
 	h := &Hub{
-		fds:    newFDCache(fdBudget),
-		ledger: newLedger(cfg.MaxReads, cfg.NoEditChecks),
-		actors: newActors(),
-		log:    logger,
-		queue:  make(chan notice, hubQueue),
-		done:   make(chan struct{}),
-		stop:   make(chan struct{}),
-		swept:  make(chan struct{}),
-		mounts: make(map[*root]struct{}),
+		fds:     newFDCache(budget, maxNodes, maxFiles),
+		ledger:  newLedger(cfg.MaxReads, cfg.NoEditChecks),
+		actors:  newActors(),
+		log:     logger,
+		queue:   make(chan notice, hubQueue),
+		done:    make(chan struct{}),
+		stop:    make(chan struct{}),
+		swept:   make(chan struct{}),
+		evicted: make(chan struct{}),
+		mounts:  make(map[*root]struct{}),
 	}
 	go h.deliver()
 	go h.sweeper()
+	go func() {
+		defer close(h.evicted)
+		h.fds.evictNodes(h.stop)
+	}()
 	return h
 }
 
@@ -143,6 +169,7 @@ func (h *Hub) Close() {
 	h.mu.Unlock()
 	<-h.done
 	<-h.swept
+	<-h.evicted
 	h.actors.close()
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -82,6 +83,7 @@ type Refusal struct {
 // root is what every node of one mount shares. All fields are set before
 // the mount serves and never change.
 type root struct {
+	id            uint64 // tells its nodes' descriptors from other mounts' (pathFd.mount)
 	name          string
 	fd            int    // O_PATH descriptor of the backing folder
 	handleFd      int    // the backing folder opened for reading: open_by_handle_at takes no O_PATH descriptor
@@ -143,6 +145,9 @@ func (r *root) refuse(op, path, target, reason string) {
 	}
 }
 
+// mountIDs numbers the mounts of the process (root.id).
+var mountIDs atomic.Uint64
+
 // Mount is a served workspace mount. Call Close when finished.
 type Mount struct {
 	mountpoint string
@@ -193,6 +198,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		return nil, fmt.Errorf("fs: open backing folder %s: %w", backing, err)
 	}
 	r := &root{
+		id:            mountIDs.Add(1),
 		name:          opts.Name,
 		fd:            fd,
 		handleFd:      handleFd,
@@ -284,6 +290,9 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 	r.hub.add(r)
 	go func() {
 		server.Wait()
+		// The kernel forgets nothing more: close the descriptors of all
+		// the mount's nodes now, not when (if ever) they are collected.
+		r.fds.closeMount(r.id)
 		r.hub.remove(r)
 		if r.ownHub {
 			r.hub.Close()
@@ -300,7 +309,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 // serveNodes mounts the node tree at mountpoint and serves it, with
 // directories served without OPENDIR where the kernel allows (dirs.go).
 func serveNodes(root fusefs.InodeEmbedder, mountpoint string, opts *fusefs.Options) (*fuse.Server, error) {
-	raw := &dirsWithoutOpen{RawFileSystem: &killPriv{RawFileSystem: fusefs.NewNodeFS(root, opts)}}
+	raw := &dirsWithoutOpen{RawFileSystem: capOpenFiles(&killPriv{RawFileSystem: fusefs.NewNodeFS(root, opts)}, root)}
 	server, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, err
@@ -467,23 +476,16 @@ func isOctal(s string) bool {
 	return true
 }
 
-// RaiseFileLimit lifts the limit on open files as far as it may go: to
-// the system's per-process ceiling (fs.nr_open) where the process may
-// raise its hard limit (root), to the hard limit otherwise. A mount keeps
-// one descriptor per inode the kernel knows, so a daemon serving many busy
-// workspaces needs far more than the usual 1024.
+// RaiseFileLimit lifts the soft limit on open files to the hard limit. A
+// mount keeps descriptors for the inodes the kernel knows (within a budget,
+// fdcache.go), so a daemon serving many busy workspaces needs far more than
+// the usual 1024. The hard limit is left as it is: it is the operator's
+// (ulimit -Hn, prlimit, LimitNOFILE=), and the descriptor budget keeps a
+// reserve below whatever it is.
 func RaiseFileLimit() error {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 		return fmt.Errorf("fs: read open-file limit: %w", err)
-	}
-	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
-		var ceiling uint64
-		if _, err := fmt.Sscan(string(b), &ceiling); err == nil && ceiling > lim.Max {
-			if unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: ceiling, Max: ceiling}) == nil {
-				return nil
-			}
-		}
 	}
 	if lim.Cur >= lim.Max {
 		return nil

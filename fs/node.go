@@ -69,8 +69,9 @@ var (
 
 // newNode wraps an O_PATH descriptor in a node; the node owns fd from now on.
 func (r *root) newNode(fd int, ino, gen uint64) *node {
-	p := r.fds.newPathFd(fd, r.handleFd)
-	n := &node{root: r, fd: p, ino: ino, gen: gen}
+	n := &node{root: r, ino: ino, gen: gen}
+	p := r.fds.newPathFd(fd, r.handleFd, r.id, n)
+	n.fd = p
 	runtime.AddCleanup(n, func(p *pathFd) { p.close() }, p)
 	return n
 }
@@ -126,6 +127,11 @@ func (n *node) addChild(ctx context.Context, fd int, name string, out *fuse.Entr
 	nd := n.root.newNode(fd, st.Ino, gen)
 	ch := n.NewInode(ctx, nd, fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: gen})
 	if winner, ok := ch.Operations().(*node); ok {
+		if winner != nd {
+			// The kernel knows this inode already: the new descriptor
+			// is not needed (nor counted) a moment longer.
+			nd.fd.close()
+		}
 		n.root.remember(winner)
 		if winner == nd {
 			// A new inode for the kernel too, which takes these

@@ -52,6 +52,7 @@ type daemon struct {
 	data   string
 	socket string
 	args   []string // more flags for warren serve
+	wrap   []string // a command warren serve is started through, which execs it (prlimit ...)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -94,7 +95,9 @@ func (d *daemon) start() {
 	if d.logs == nil {
 		d.logs = &testenv.SyncBuffer{}
 	}
-	cmd := exec.Command(warrenBin, append([]string{"serve", "--data", d.data, "--log-level", "debug"}, d.args...)...)
+	argv := append([]string{warrenBin, "serve", "--data", d.data, "--log-level", "debug"}, d.args...)
+	argv = append(append([]string{}, d.wrap...), argv...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = d.logs, d.logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
