@@ -36,6 +36,10 @@ var (
 	// electing a leader, a member gone). A write that failed so may still
 	// have been applied: read again before writing again.
 	ErrUnavailable = errors.New("meta: store unavailable")
+	// ErrNoSpace means the disk of an embedded store has too little room
+	// left for it to write safely (see MinFreeBytes); it reads on. The
+	// write was not applied.
+	ErrNoSpace = errors.New("meta: no space left for the metadata store")
 )
 
 // Kind says what backs a thread's workspace.
