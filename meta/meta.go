@@ -109,6 +109,9 @@ type Settings struct {
 	Env map[string]string `json:"env,omitempty"`
 	// MaxJobs bounds the background jobs that run at once.
 	MaxJobs int `json:"maxJobs,omitempty"`
+	// DiskBytes bounds the bytes the thread's workspace holds; the
+	// filesystem refuses writes past it (EDQUOT).
+	DiskBytes int64 `json:"diskBytes,omitempty"`
 }
 
 // Job records a background job of a thread. Jobs are numbered per thread
