@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"warren/internal/diskquota"
 	"warren/meta"
 )
@@ -61,6 +63,10 @@ func (g *Gateway) startQuotas() error {
 		return fmt.Errorf("disk quota %d and reserve %d bytes: workspaces folder %s: %w",
 			g.cfg.DiskQuotaBytes, g.cfg.DiskReserveBytes, g.wsBase, err)
 	}
+	if r := g.cfg.DiskReserveBytes; r > 0 && r < meta.MinFreeBytes+meta.BallastBytes && sameDisk(g.wsBase, MetaDir(g.cfg.DataDir)) {
+		g.log.Warn("the disk reserve is below what the metadata store on the same disk keeps free; full workspaces will stop its writes",
+			"reserve", r, "store_needs", meta.MinFreeBytes+meta.BallastBytes)
+	}
 	return g.setReserve()
 }
 
@@ -80,6 +86,13 @@ func (g *Gateway) setReserve() error {
 	}
 	g.log.Debug("workspaces limited to keep the disk reserve", "reserve", g.cfg.DiskReserveBytes, "limit", limit)
 	return nil
+}
+
+// sameDisk says whether a and b are on one filesystem (false if either
+// cannot be read).
+func sameDisk(a, b string) bool {
+	var sa, sb unix.Stat_t
+	return unix.Stat(a, &sa) == nil && unix.Stat(b, &sb) == nil && sa.Dev == sb.Dev
 }
 
 // diskBytes is the quota of a thread with settings s; 0 is none.

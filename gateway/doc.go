@@ -43,7 +43,8 @@
 //
 //	meta/                          the metadata store (Badger), opened by the caller (or etcd)
 //	workspaces/<tenant>/<thread>   backing folders, unless Config.WorkspacesDir (mode 0700 above them: only
-//	                               the daemon reaches them, agents use the mount)
+//	                               the daemon reaches them, agents use the mount); on btrfs each is a
+//	                               subvolume, whose quota group bounds it (diskquota.go)
 //	mnt/<tenant>/<thread>          FUSE mount points of bound threads (mode 0750
 //	                               above them: root and the daemon's group)
 //	warren.sock                    the API socket, unless Config.SocketPath says otherwise

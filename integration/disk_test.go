@@ -203,6 +203,13 @@ func TestDiskQuota(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("dd of 32 MiB after the quota became 64 MiB: exit %d: %s", code, out)
 	}
+
+	// A deleted thread's workspace (a subvolume) goes like a folder.
+	d.mustWarren("delete", "--thread", "small")
+	root := filepath.Join(mnt, "data", "workspaces", "default", "small")
+	if _, err := os.Lstat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("workspace of a deleted thread: %v; want it gone", err)
+	}
 }
 
 // TestDiskQuotaUnenforceable: a quota on workspaces whose filesystem cannot
