@@ -15,43 +15,6 @@ import (
 	"warren/internal/testenv"
 )
 
-// fillDisk fills the filesystem of dir, as root (so ext4's root reserve
-// goes too), with one file it returns: fallocate in halving chunks, then
-// single blocks written, until the disk refuses even those.
-func fillDisk(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var off int64
-	for chunk := int64(1 << 30); chunk >= 4096; {
-		err := unix.Fallocate(int(f.Fd()), 0, off, chunk)
-		if err == nil {
-			off += chunk
-			continue
-		}
-		if !errors.Is(err, unix.ENOSPC) {
-			t.Fatalf("fill %s: fallocate: %v", path, err)
-		}
-		chunk /= 2
-	}
-	block := make([]byte, 4096)
-	for {
-		if _, err := f.WriteAt(block, off); err != nil {
-			if !errors.Is(err, unix.ENOSPC) {
-				t.Fatalf("fill %s: write: %v", path, err)
-			}
-			break
-		}
-		off += 4096
-	}
-	f.Sync()
-	return path
-}
-
 // alive fails the test if the daemon has exited.
 func (d *daemon) alive() {
 	d.t.Helper()
@@ -77,7 +40,7 @@ func TestStoreSurvivesFullDisk(t *testing.T) {
 	a := d.bind("default", "a")
 	must(t, os.WriteFile(filepath.Join(a, "kept.txt"), []byte("kept"), 0o644))
 
-	filler := fillDisk(t, mnt)
+	filler := testenv.FillDisk(t, mnt)
 	for i := range 20 {
 		// A new thread (a folder, then a record) and new settings of a
 		// bound one (a record only).
