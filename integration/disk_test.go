@@ -146,7 +146,11 @@ func TestDiskQuota(t *testing.T) {
 	if moved > 4<<20 {
 		t.Fatalf("the daemon read and wrote %d bytes during dd: the writes did not pass through, so passthrough was not checked", moved)
 	}
-	code, out = d.execIn("small", "rm /workspace/dd && fallocate -l 32M /workspace/fa")
+	// At its quota, a thread can still free space.
+	if code, out := d.execIn("small", "rm /workspace/dd"); code != 0 {
+		t.Fatalf("rm at the quota: exit %d: %s", code, out)
+	}
+	code, out = d.execIn("small", "fallocate -l 32M /workspace/fa")
 	if code == 0 || !strings.Contains(out, "Disk quota exceeded") {
 		t.Fatalf("fallocate of 32 MiB with a quota of 16 MiB: exit %d: %s; want EDQUOT", code, out)
 	}
@@ -172,6 +176,19 @@ func TestDiskQuota(t *testing.T) {
 	root := filepath.Join(mnt, "data", "workspaces", "default", "small")
 	if _, err := os.Lstat(root); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("workspace of a deleted thread: %v; want it gone", err)
+	}
+
+	// A restart with a new default quota gives it to the threads it
+	// mounts again.
+	d.bind("default", "later")
+	if code, out := d.execIn("later", "dd if=/dev/zero of=/workspace/dd bs=1M count=32"); code == 0 {
+		t.Fatalf("dd of 32 MiB with the default quota of 16 MiB succeeded: %s", out)
+	}
+	d.stop()
+	d.args = []string{"--disk-quota", fmt.Sprint(64 << 20)}
+	d.start()
+	if code, out := d.execIn("later", "dd if=/dev/zero of=/workspace/dd bs=1M count=32"); code != 0 {
+		t.Fatalf("dd of 32 MiB after a restart with a default quota of 64 MiB: exit %d: %s", code, out)
 	}
 }
 

@@ -30,7 +30,9 @@ const conflictRetries = 4
 // across restarts or crashes.
 //
 // Every write is synced to disk before it returns: a binding that was
-// acknowledged survives kill -9.
+// acknowledged survives kill -9. On a nearly full disk writes fail with
+// ErrNoSpace and reads go on, instead of Badger dying of SIGBUS in its
+// mmap'd files (badger_space.go).
 //
 // Only one process may open a folder at a time (Badger locks it). Create
 // one with OpenBadger and call Close when finished.

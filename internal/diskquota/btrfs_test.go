@@ -70,6 +70,13 @@ func TestLimitAndReserve(t *testing.T) {
 	if !errors.Is(err, unix.EDQUOT) || n > 8<<20 {
 		t.Fatalf("root wrote %d bytes into a with an 8 MiB limit: %v; want EDQUOT by 8 MiB", n, err)
 	}
+	// At its limit, a subvolume can still be freed, and then written.
+	if err := os.Remove(filepath.Join(a, "f")); err != nil {
+		t.Fatalf("remove a file at the limit: %v", err)
+	}
+	if n, err := writeUntil(t, filepath.Join(a, "h"), 4<<20); err != nil {
+		t.Fatalf("write 4 MiB after freeing the limit: %d, %v", n, err)
+	}
 
 	const reserve = 128 << 20
 	if _, err := q.Reserve(reserve); err != nil {
