@@ -102,32 +102,29 @@ func (g *Gateway) diskBytes(s meta.Settings) int64 {
 
 // applyDiskQuota gives the workspace folder root of thread k its quota
 // from settings s, and counts it in the reserve. A thread with no quota
-// on a gateway with no reserve needs nothing, unless quotas are on (a
-// limit of an earlier run or setting is then lifted).
+// on a gateway with no reserve needs nothing, unless its workspace is a
+// subvolume and quotas are on: a limit of an earlier run or setting is
+// then lifted. What cannot be enforced is an error.
 func (g *Gateway) applyDiskQuota(k meta.ThreadKey, root string, s meta.Settings) error {
-	bytes := g.diskBytes(s)
-	if bytes == 0 && g.cfg.DiskReserveBytes == 0 {
-		g.quotas.mu.Lock()
-		on := g.quotas.fs != nil
-		g.quotas.mu.Unlock()
-		if !on {
-			if sub, err := diskquota.IsSubvolume(root); err != nil || !sub || !diskquota.Enabled(root) {
-				return nil
-			}
-		}
+	bytes, reserve := g.diskBytes(s), g.cfg.DiskReserveBytes
+	sub, err := diskquota.IsSubvolume(root)
+	if err != nil {
+		return fmt.Errorf("disk quota of thread %s: %w", keyName(k), err)
+	}
+	if bytes == 0 && reserve == 0 && (!sub || !diskquota.Enabled(root)) {
+		return nil // nothing asked, and no limit to lift
 	}
 	q, err := g.quotaFS()
 	if err != nil {
 		return fmt.Errorf("%w: disk quota of %d bytes for thread %s: workspaces folder %s cannot enforce it: %w",
 			ErrInvalid, bytes, keyName(k), g.wsBase, err)
 	}
-	sub, err := diskquota.IsSubvolume(root)
-	if err != nil {
-		return fmt.Errorf("disk quota of thread %s: %w", keyName(k), err)
-	}
 	if !sub {
-		return fmt.Errorf("%w: disk quota of %d bytes for thread %s: its workspace %s was made as a plain folder, before quotas; it cannot get one",
-			ErrInvalid, bytes, keyName(k), root)
+		if bytes == 0 && reserve == 0 {
+			return nil
+		}
+		return fmt.Errorf("%w: disk quota of %d bytes and reserve of %d for thread %s: its workspace %s was made as a plain folder, before quotas; the filesystem cannot bound it",
+			ErrInvalid, bytes, reserve, keyName(k), root)
 	}
 	if err := q.Limit(root, bytes); err != nil {
 		return fmt.Errorf("disk quota of thread %s: %w", keyName(k), err)

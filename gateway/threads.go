@@ -135,6 +135,15 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 		b.State, b.ClosedAt = meta.StateBound, time.Time{}
 		if settings != nil {
 			b.Settings = *settings
+			if g.diskBytes(b.Settings) != g.diskBytes(old.Settings) {
+				root, err := g.rootOf(old)
+				if err == nil {
+					err = g.applyDiskQuota(k, root, b.Settings)
+				}
+				if err != nil {
+					return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
+				}
+			}
 		}
 		b, err := g.store.UpdateBinding(ctx, b)
 		if err != nil {

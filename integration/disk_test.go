@@ -132,6 +132,12 @@ func TestDiskQuota(t *testing.T) {
 	d := newDaemonAt(t, filepath.Join(mnt, "data"), "--disk-quota", fmt.Sprint(quota))
 	small := d.bind("default", "small")
 	big := strings.TrimSpace(d.mustWarren("bind", "--thread", "big", "--disk", fmt.Sprint(64<<20)))
+	// A workspace made as a plain folder (by an older warren) cannot be
+	// bounded: its bind is refused, not served without a quota.
+	must(t, os.MkdirAll(filepath.Join(mnt, "data", "workspaces", "default", "plain"), 0o755))
+	if _, err := d.warren("bind", "--thread", "plain"); err == nil || !strings.Contains(err.Error(), "plain folder") {
+		t.Fatalf("bind of a plain-folder workspace with a default quota: %v; want a refusal", err)
+	}
 
 	before := d.daemonIO()
 	code, out := d.execIn("small", "dd if=/dev/zero of=/workspace/dd bs=1M count=32")
