@@ -38,9 +38,15 @@ func writeUntil(t *testing.T, path string, want int64) (int64, error) {
 // together while the disk still has room.
 func TestLimitAndReserve(t *testing.T) {
 	mnt := testenv.LoopFS(t, 384<<20, "mkfs.btrfs", []string{"-q"}, "")
+	if diskquota.Enabled(mnt) {
+		t.Fatal("quotas are on in a new btrfs")
+	}
 	q, err := diskquota.Open(mnt)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !diskquota.Enabled(mnt) {
+		t.Fatal("quotas are off after Open")
 	}
 	a, b := filepath.Join(mnt, "a"), filepath.Join(mnt, "b")
 	for _, p := range []string{a, b} {
