@@ -11,8 +11,9 @@
 // ErrExists and reads again.
 //
 // Errors: lookups of missing records return an error matching ErrNotFound;
-// failed compare-and-sets return ErrExists or ErrConflict. Callers branch
-// with errors.Is.
+// failed compare-and-sets return ErrExists or ErrConflict; a write the
+// Badger store refuses on a nearly full disk returns ErrNoSpace (reads go
+// on; see badger_space.go). Callers branch with errors.Is.
 package meta
 
 import (
