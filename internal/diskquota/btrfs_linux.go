@@ -49,6 +49,7 @@ const (
 	iocQgroupAssign = 0x40189429 // _IOW(0x94, 41, btrfs_ioctl_qgroup_assign_args)
 	iocQgroupCreate = 0x4010942a // _IOW(0x94, 42, btrfs_ioctl_qgroup_create_args)
 	iocQgroupLimit  = 0x8030942b // _IOR(0x94, 43, btrfs_ioctl_qgroup_limit_args)
+	iocQuotaRescan  = 0x4040942c // _IOW(0x94, 44, btrfs_ioctl_quota_rescan_args)
 
 	quotaCtlEnable   = 1
 	limitMaxRfer     = 1 << 0
@@ -196,11 +197,20 @@ func (q *FS) Limit(path string, bytes int64) error {
 	if err := setLimit(f, id, max); err != nil {
 		return fmt.Errorf("diskquota: limit %s to %d bytes: %w", path, bytes, err)
 	}
-	// A member already is EEXIST. A positive answer asks for a rescan
-	// when the subvolume shares extents; warren's never do.
+	// A member already is EEXIST. A positive answer says the group's
+	// numbers could not be updated at once (a subvolume with data that
+	// joins it): they are counted again by a rescan, which runs in the
+	// background and may be running already.
 	assign := [3]uint64{1, id, Group}
-	if err := ioctl(f, iocQgroupAssign, unsafe.Pointer(&assign)); err != nil && !errors.Is(err, unix.EEXIST) {
+	r, err := ioctlRet(f, iocQgroupAssign, unsafe.Pointer(&assign))
+	if err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("diskquota: add %s to quota group %s: %w", path, groupName(Group), err)
+	}
+	if err == nil && r > 0 {
+		var rescan [8]uint64
+		if err := ioctl(f, iocQuotaRescan, unsafe.Pointer(&rescan)); err != nil && !errors.Is(err, unix.EINPROGRESS) {
+			return fmt.Errorf("diskquota: rescan quota groups after adding %s: %w", path, err)
+		}
 	}
 	return nil
 }
@@ -293,9 +303,15 @@ func fsID(f *os.File) (string, error) {
 func groupName(id uint64) string { return fmt.Sprintf("%d/%d", id>>48, id&(1<<48-1)) }
 
 func ioctl(f *os.File, req uint, arg unsafe.Pointer) error {
-	_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), uintptr(req), uintptr(arg))
+	_, err := ioctlRet(f, req, arg)
+	return err
+}
+
+// ioctlRet is ioctl that also returns the call's non-negative result.
+func ioctlRet(f *os.File, req uint, arg unsafe.Pointer) (uintptr, error) {
+	r, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), uintptr(req), uintptr(arg))
 	if errno != 0 {
-		return errno
+		return 0, errno
 	}
-	return nil
+	return r, nil
 }

@@ -84,6 +84,20 @@ func TestLimitAndReserve(t *testing.T) {
 		t.Fatalf("write 4 MiB after freeing the limit: %d, %v", n, err)
 	}
 
+	// A subvolume that has data before it joins the reserve's group
+	// (a workspace from before the reserve was set).
+	c := filepath.Join(mnt, "c")
+	if err := diskquota.MakeSubvolume(c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writeUntil(t, filepath.Join(c, "f"), 8<<20); err != nil {
+		t.Fatal(err)
+	}
+	unix.Sync()
+	if err := q.Limit(c, 0); err != nil {
+		t.Fatalf("Limit of a subvolume with data: %v", err)
+	}
+
 	const reserve = 128 << 20
 	if _, err := q.Reserve(reserve); err != nil {
 		t.Fatal(err)
