@@ -21,8 +21,9 @@ RACE_RE   := ^warren/(meta|gateway)(/|$$)
 
 # Debian packages the tests need, as package:probe, where the probe is a
 # command on PATH or an absolute path: gcc and the libc headers for -race
-# (it needs cgo), fuse3 for fusermount3, git for the git-facing tests.
-DEPS := gcc:gcc libc6-dev:/usr/include/stdio.h fuse3:fusermount3 git:git
+# (it needs cgo), fuse3 for fusermount3, git for the git-facing tests,
+# btrfs-progs for the disk quota tests' loop-mounted btrfs.
+DEPS := gcc:gcc libc6-dev:/usr/include/stdio.h fuse3:fusermount3 git:git btrfs-progs:mkfs.btrfs
 
 .PHONY: all build run test deps bench fmt vet help
 

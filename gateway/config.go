@@ -75,6 +75,12 @@ type Config struct {
 	// MaxJobs is how many background jobs a thread runs at once unless
 	// its settings say otherwise; 0 means DefaultMaxJobs.
 	MaxJobs int
+	// DiskQuotaBytes is the disk quota of a thread whose settings give
+	// none; 0 means none. DiskReserveBytes is the space all workspaces
+	// together leave free; 0 means no reserve. Either needs workspaces on
+	// btrfs (diskquota.go); Start fails where they cannot be enforced.
+	DiskQuotaBytes   int64
+	DiskReserveBytes int64
 
 	// mounter serves the mounts; nil means fuseMounter, the FUSE filesystem
 	// of package fs, which is the only implementation. It is a seam for
@@ -130,6 +136,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := checkCPUMillis(c.JailCPUMillis); err != nil {
 		return c, fmt.Errorf("config: jail CPU bound: %w", err)
+	}
+	if c.DiskQuotaBytes < 0 || c.DiskReserveBytes < 0 {
+		return c, fmt.Errorf("config: disk quota %d and reserve %d must not be negative", c.DiskQuotaBytes, c.DiskReserveBytes)
+	}
+	if c.DiskQuotaBytes != 0 && c.DiskQuotaBytes < minDiskBytes {
+		return c, fmt.Errorf("config: disk quota %d is below %d", c.DiskQuotaBytes, minDiskBytes)
 	}
 	switch c.OnUnreachable {
 	case "":

@@ -50,7 +50,8 @@
 //
 //	meta/                          the metadata store (Badger), opened by the caller (or etcd)
 //	workspaces/<tenant>/<thread>   backing folders, unless Config.WorkspacesDir (mode 0700 above them: only
-//	                               the daemon reaches them, agents use the mount)
+//	                               the daemon reaches them, agents use the mount); on btrfs each is a
+//	                               subvolume, whose quota group bounds it (diskquota.go)
 //	mnt/<tenant>/<thread>          FUSE mount points of bound threads (mode 0750
 //	                               above them: root and the daemon's group)
 //	warren.sock                    the API socket, unless Config.SocketPath says otherwise
@@ -109,7 +110,8 @@
 // gone, 413 too_large (bodies over 1 MiB, files over the file API's
 // bound), 403 outside and 422 no_match (file API), 429 job_limit, 503
 // unavailable (shutting down, or the store did not answer) or fenced (the
-// lease lapsed), 500 internal. A request line that net/http cannot parse, or headers over
+// lease lapsed), 507 no_space (the store's disk is nearly full; reads go
+// on), 500 internal. A request line that net/http cannot parse, or headers over
 // 64 KiB, are refused by net/http itself before the route table, in plain
 // text. A refused request changes nothing.
 //
@@ -120,8 +122,9 @@
 // writes, removing folders. Gateway.mu is a leaf: it guards the in-memory
 // maps only and is never held across a mount, an unmount, a store call or a
 // filesystem call. keyedLocks.mu is a leaf too, held only to find or drop a
-// thread's lock. There is no global lock held during a mount, so threads
-// bind in parallel.
+// thread's lock. diskQuotas.mu is a leaf, held only while the workspaces'
+// quota filesystem is opened (once). There is no global lock held during a
+// mount, so threads bind in parallel.
 //
 // # Errors
 //

@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"net/http"
+	"syscall"
 
 	"warren/meta"
 )
@@ -46,6 +47,9 @@ var (
 	ErrFenced = errors.New("gateway: lease lapsed")
 	// ErrJobLimit means a thread runs as many background jobs as it may.
 	ErrJobLimit = errors.New("gateway: job limit")
+	// ErrNoSpace means the metadata store's disk is (nearly) full: the
+	// write was refused, reads go on (meta.ErrNoSpace).
+	ErrNoSpace = errors.New("gateway: no space left for the metadata store")
 )
 
 // Error codes of the API, one per class of failure.
@@ -63,6 +67,7 @@ const (
 	codeNoMatch          = "no_match"
 	codeOutside          = "outside"
 	codeJobLimit         = "job_limit"
+	codeNoSpace          = "no_space"
 	codeFenced           = "fenced"
 	codeMethodNotAllowed = "method_not_allowed"
 	codeInternal         = "internal"
@@ -96,6 +101,11 @@ var errorClasses = []struct {
 	// The metadata store did not answer in time (an etcd election): a
 	// retry will do.
 	{meta.ErrUnavailable, http.StatusServiceUnavailable, codeClosed},
+	{ErrNoSpace, http.StatusInsufficientStorage, codeNoSpace},
+	{meta.ErrNoSpace, http.StatusInsufficientStorage, codeNoSpace},
+	// A folder of the gateway's own (a workspace, a mount point) could
+	// not be made on a full disk.
+	{syscall.ENOSPC, http.StatusInsufficientStorage, codeNoSpace},
 }
 
 // classify returns the status and code for err.
@@ -142,6 +152,8 @@ func sentinelFor(code string) error {
 		return ErrJobLimit
 	case codeFenced:
 		return ErrFenced
+	case codeNoSpace:
+		return ErrNoSpace
 	}
 	return nil
 }

@@ -72,6 +72,9 @@ type Gateway struct {
 
 	threadLocks keyedLocks[meta.ThreadKey]
 
+	// quotas holds the workspaces' quota groups (diskquota.go).
+	quotas diskQuotas
+
 	serveDone chan struct{} // closed when the serve goroutine returned
 	serveErr  error         // written before serveDone is closed
 	closeOnce sync.Once
@@ -136,6 +139,10 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.allow[u] = true
 	}
 	if err := g.makeLayout(); err != nil {
+		g.hub.Close()
+		return nil, fmt.Errorf("start gateway: %w", err)
+	}
+	if err := g.startQuotas(); err != nil {
 		g.hub.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}

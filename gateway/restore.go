@@ -133,6 +133,10 @@ func (g *Gateway) restoreThread(ctx context.Context, b meta.Binding) error {
 	if fi, err := os.Lstat(root); err != nil || !fi.IsDir() {
 		return fmt.Errorf("workspace %s is missing or not a folder (%v)", root, err)
 	}
+	// The daemon's default quota may have changed since the last run.
+	if err := g.applyDiskQuota(k, root, b.Settings); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(mountPath, 0o755); err != nil {
 		return fmt.Errorf("create mount point: %w", err)
 	}

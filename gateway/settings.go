@@ -53,6 +53,9 @@ func checkSettings(s meta.Settings) error {
 	if s.MaxJobs != 0 && (s.MaxJobs < 1 || s.MaxJobs > maxMaxJobs) {
 		return fmt.Errorf("%w: settings: maxJobs %d is not between 1 and %d", ErrInvalid, s.MaxJobs, maxMaxJobs)
 	}
+	if s.DiskBytes != 0 && s.DiskBytes < minDiskBytes {
+		return fmt.Errorf("%w: settings: diskBytes %d is below %d", ErrInvalid, s.DiskBytes, minDiskBytes)
+	}
 	if _, err := jail.Env(s.Env, nil); err != nil {
 		return fmt.Errorf("%w: settings: %v", ErrInvalid, err)
 	}

@@ -135,6 +135,15 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 		b.State, b.ClosedAt = meta.StateBound, time.Time{}
 		if settings != nil {
 			b.Settings = *settings
+			if g.diskBytes(b.Settings) != g.diskBytes(old.Settings) {
+				root, err := g.rootOf(old)
+				if err == nil {
+					err = g.applyDiskQuota(k, root, b.Settings)
+				}
+				if err != nil {
+					return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
+				}
+			}
 		}
 		b, err := g.store.UpdateBinding(ctx, b)
 		if err != nil {
@@ -185,8 +194,16 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 			return meta.Binding{}, goneError(old)
 		}
 	}
-	if err := makeLeaf(&undo, root, 0o755); err != nil {
+	if err := makeWorkspace(&undo, root); err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: create workspace: %w", keyName(k), err)
+	}
+	// The quota holds before the mount serves a single write.
+	newSettings := old.Settings
+	if settings != nil {
+		newSettings = *settings
+	}
+	if err := g.applyDiskQuota(k, root, newSettings); err != nil {
+		return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
 	}
 	if err := makeLeaf(&undo, mountPath, 0o755); err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: create mount point: %w", keyName(k), err)
@@ -290,10 +307,29 @@ func (g *Gateway) resettle(ctx context.Context, b meta.Binding, s meta.Settings)
 				"close the thread before you change its network or limits", ErrConflict, keyName(b.ThreadKey), now.Network, now.MemoryBytes, now.MaxProcs, cpuBound(now.CPUMillis))
 		}
 	}
+	// A new quota applies at once, to the running jail too: the
+	// filesystem enforces it, not the jail.
+	k, oldSettings := b.ThreadKey, b.Settings
+	quotaChanged := g.diskBytes(s) != g.diskBytes(oldSettings)
+	var root string
+	if quotaChanged {
+		var err error
+		if root, err = g.rootOf(b); err != nil {
+			return meta.Binding{}, fmt.Errorf("settings of %s: %w", keyName(k), err)
+		}
+		if err := g.applyDiskQuota(k, root, s); err != nil {
+			return meta.Binding{}, fmt.Errorf("settings of %s: %w", keyName(k), err)
+		}
+	}
 	b.Settings = s
 	b, err := g.store.UpdateBinding(ctx, b)
 	if err != nil {
-		return meta.Binding{}, fmt.Errorf("settings of %s: write binding: %w", keyName(b.ThreadKey), err)
+		if quotaChanged {
+			if qerr := g.applyDiskQuota(k, root, oldSettings); qerr != nil {
+				g.log.Warn("restore the former disk quota", "tenant", k.Tenant, "thread", k.Thread, "error", qerr)
+			}
+		}
+		return meta.Binding{}, fmt.Errorf("settings of %s: write binding: %w", keyName(k), err)
 	}
 	if tj != nil {
 		g.mu.Lock()

@@ -65,8 +65,14 @@ type daemon struct {
 // every mount left under the data folder.
 func newDaemon(t testing.TB, serveArgs ...string) *daemon {
 	t.Helper()
+	return newDaemonAt(t, filepath.Join(t.TempDir(), "data"), serveArgs...)
+}
+
+// newDaemonAt is newDaemon with the data folder data (on a filesystem of
+// the test's own, say).
+func newDaemonAt(t testing.TB, data string, serveArgs ...string) *daemon {
+	t.Helper()
 	testenv.RequireRootFUSE(t)
-	data := filepath.Join(t.TempDir(), "data")
 	d := &daemon{t: t, data: data, socket: filepath.Join(data, "warren.sock"), args: serveArgs}
 	t.Cleanup(func() {
 		d.stop()

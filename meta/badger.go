@@ -30,12 +30,16 @@ const conflictRetries = 4
 // across restarts or crashes.
 //
 // Every write is synced to disk before it returns: a binding that was
-// acknowledged survives kill -9.
+// acknowledged survives kill -9. On a nearly full disk writes fail with
+// ErrNoSpace and reads go on, instead of Badger dying of SIGBUS in its
+// mmap'd files (badger_space.go).
 //
 // Only one process may open a folder at a time (Badger locks it). Create
 // one with OpenBadger and call Close when finished.
 type Badger struct {
-	db *badger.DB // set at open, never changes
+	db  *badger.DB // set at open, never changes
+	dir string
+	log hclog.Logger
 
 	// writeSem (capacity 1) serializes write transactions. Every write
 	// reads and bumps the revision counter, so two concurrent writes
@@ -83,6 +87,10 @@ func OpenBadger(ctx context.Context, dir string, logger hclog.Logger) (*Badger, 
 		WithIndexCacheSize(0).
 		WithNumCompactors(2).
 		WithNumGoroutines(2)
+	s := &Badger{dir: dir, log: logger, writeSem: make(chan struct{}, 1)}
+	if err := s.roomToOpen(); err != nil {
+		return nil, fmt.Errorf("meta: open badger in %s: %w", dir, err)
+	}
 	db, err := badger.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("meta: open badger in %s: %w", dir, err)
@@ -95,7 +103,8 @@ func OpenBadger(ctx context.Context, dir string, logger hclog.Logger) (*Badger, 
 		}
 		return nil, fmt.Errorf("meta: open badger in %s: %w", dir, err)
 	}
-	return &Badger{db: db, writeSem: make(chan struct{}, 1)}, nil
+	s.db = db
+	return s, nil
 }
 
 // Close waits for the calls in flight, then closes the database. Calling
@@ -107,6 +116,7 @@ func (s *Badger) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.roomToClose()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("meta: close badger: %w", err)
 	}
@@ -317,6 +327,11 @@ func (s *Badger) update(ctx context.Context, fn func(txn *badger.Txn) error) err
 		return ctx.Err()
 	}
 	defer func() { <-s.writeSem }()
+	// Checked with the turn held: no other write of this store runs
+	// between the check and this one.
+	if err := s.checkSpace(); err != nil {
+		return err
+	}
 
 	for attempt := 1; ; attempt++ {
 		// Checked before each attempt, never after a commit: a write

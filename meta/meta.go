@@ -11,8 +11,9 @@
 // ErrExists and reads again.
 //
 // Errors: lookups of missing records return an error matching ErrNotFound;
-// failed compare-and-sets return ErrExists or ErrConflict. Callers branch
-// with errors.Is.
+// failed compare-and-sets return ErrExists or ErrConflict; a write the
+// Badger store refuses on a nearly full disk returns ErrNoSpace (reads go
+// on; see badger_space.go). Callers branch with errors.Is.
 package meta
 
 import (
@@ -36,6 +37,10 @@ var (
 	// electing a leader, a member gone). A write that failed so may still
 	// have been applied: read again before writing again.
 	ErrUnavailable = errors.New("meta: store unavailable")
+	// ErrNoSpace means the disk of an embedded store has too little room
+	// left for it to write safely (see MinFreeBytes); it reads on. The
+	// write was not applied.
+	ErrNoSpace = errors.New("meta: no space left for the metadata store")
 )
 
 // Kind says what backs a thread's workspace.
@@ -108,6 +113,9 @@ type Settings struct {
 	Env map[string]string `json:"env,omitempty"`
 	// MaxJobs bounds the background jobs that run at once.
 	MaxJobs int `json:"maxJobs,omitempty"`
+	// DiskBytes bounds the bytes the thread's workspace holds; the
+	// filesystem refuses writes past it (EDQUOT).
+	DiskBytes int64 `json:"diskBytes,omitempty"`
 }
 
 // Job records a background job of a thread. Jobs are numbered per thread

@@ -12,7 +12,7 @@ import (
 
 func bindCmd(ctx context.Context, e *cliEnv, args []string) error {
 	var tf threadFlags
-	fs := newFlags(e, "bind", "--thread ID [--tenant T] [--network none|host] [--memory BYTES] [--procs N] [--cpu CPUS] [--max-jobs N] [--env K=V]... [--json]")
+	fs := newFlags(e, "bind", "--thread ID [--tenant T] [--network none|host] [--memory BYTES] [--procs N] [--cpu CPUS] [--max-jobs N] [--disk BYTES] [--env K=V]... [--json]")
 	addThreadFlags(e, fs, &tf)
 	asJSON := fs.Bool("json", false, "print the binding record as JSON")
 	s := meta.Settings{Env: map[string]string{}}
@@ -21,6 +21,7 @@ func bindCmd(ctx context.Context, e *cliEnv, args []string) error {
 	fs.IntVar(&s.MaxProcs, "procs", 0, "processes of the thread's jail")
 	fs.Var((*cpuValue)(&s.CPUMillis), "cpu", "CPU time of the thread's jail: CPUs (0.5, 2) or thousandths of a CPU (500m)")
 	fs.IntVar(&s.MaxJobs, "max-jobs", 0, "background jobs that run at once")
+	fs.Int64Var(&s.DiskBytes, "disk", 0, "disk quota of the thread's workspace, in bytes")
 	fs.Var(envList(s.Env), "env", "variable K=V for every command of the thread (repeatable)")
 	if err := parseThreadOnly(fs, &tf, args); err != nil {
 		return err
@@ -30,7 +31,7 @@ func bindCmd(ctx context.Context, e *cliEnv, args []string) error {
 	var settings *meta.Settings
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "network", "memory", "procs", "cpu", "max-jobs", "env":
+		case "network", "memory", "procs", "cpu", "max-jobs", "env", "disk":
 			settings = &s
 		}
 	})

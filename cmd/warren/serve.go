@@ -44,6 +44,10 @@ type serveOptions struct {
 	expiresAfter  time.Duration
 	onUnreachable string
 	seedCommand   string
+
+	// Disk: each thread's default quota, and the reserve all workspaces
+	// leave free.
+	diskQuota, diskReserve int64
 }
 
 // uidList is a repeatable --allow-uid flag.
@@ -88,6 +92,8 @@ func serveCmd(ctx context.Context, e *cliEnv, args []string) error {
 	fs.DurationVar(&o.expiresAfter, "expires-after", gateway.DefaultExpiresAfter, "how long after its last renewal a host counts as gone")
 	fs.StringVar(&o.onUnreachable, "on-unreachable", gateway.UnreachableGone, "a taken-over thread whose folder is not reachable here: gone, or fresh (a new workspace)")
 	fs.StringVar(&o.seedCommand, "seed-command", "", "with --on-unreachable fresh: a command run in the new workspace's jail (a clone, say)")
+	fs.Int64Var(&o.diskQuota, "disk-quota", 0, "disk quota of each thread's workspace, in bytes (default none; needs workspaces on btrfs)")
+	fs.Int64Var(&o.diskReserve, "disk-reserve", 0, "bytes of the workspaces' disk that their writes leave free (default none; needs workspaces on btrfs)")
 	rest, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -166,6 +172,9 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 		ExpiresAfter:    o.expiresAfter,
 		OnUnreachable:   o.onUnreachable,
 		SeedCommand:     o.seedCommand,
+
+		DiskQuotaBytes:   o.diskQuota,
+		DiskReserveBytes: o.diskReserve,
 	})
 	if cerr := store.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("close metadata store: %w", cerr)

@@ -1,0 +1,159 @@
+package gateway
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"warren/internal/diskquota"
+	"warren/meta"
+)
+
+// Disk quotas (docs/operations.md, "Disk quotas and the reserve"). The
+// kernel enforces them, with btrfs quota groups (package diskquota): a
+// thread's workspace folder is a subvolume with a limit, so every write
+// into it past the limit gets EDQUOT, the daemon's and the passthrough
+// writes the kernel makes for a jail alike; and all workspaces together
+// are limited so that Config.DiskReserveBytes of the disk stay free for
+// the metadata store and everything else.
+//
+// On btrfs every new workspace folder is a subvolume, quota or not, so
+// that a quota can be given later. A quota or reserve the workspaces'
+// filesystem cannot enforce is an error (at start for the daemon's
+// defaults, at bind for a thread's setting), never a silent no-op.
+
+// minDiskBytes is the smallest quota a thread may get: below it a jail
+// cannot even write a shell's history.
+const minDiskBytes = 1 << 20
+
+// diskQuotas is the gateway's hold on the workspaces' quota groups.
+type diskQuotas struct {
+	mu sync.Mutex
+	fs *diskquota.FS // nil until quotas are needed
+}
+
+// quotaFS returns the workspaces' filesystem with quotas on, turning them
+// on at its first call.
+func (g *Gateway) quotaFS() (*diskquota.FS, error) {
+	g.quotas.mu.Lock()
+	defer g.quotas.mu.Unlock()
+	if g.quotas.fs != nil {
+		return g.quotas.fs, nil
+	}
+	q, err := diskquota.Open(g.wsBase)
+	if err != nil {
+		return nil, err
+	}
+	g.quotas.fs = q
+	return q, nil
+}
+
+// startQuotas checks at start that the workspaces' filesystem enforces the
+// default quota and the reserve, if they are set, and sets the reserve.
+func (g *Gateway) startQuotas() error {
+	if g.cfg.DiskQuotaBytes == 0 && g.cfg.DiskReserveBytes == 0 {
+		return nil
+	}
+	if _, err := g.quotaFS(); err != nil {
+		return fmt.Errorf("disk quota %d and reserve %d bytes: workspaces folder %s: %w",
+			g.cfg.DiskQuotaBytes, g.cfg.DiskReserveBytes, g.wsBase, err)
+	}
+	if r := g.cfg.DiskReserveBytes; r > 0 && r < meta.MinFreeBytes+meta.BallastBytes && sameDisk(g.wsBase, MetaDir(g.cfg.DataDir)) {
+		g.log.Warn("the disk reserve is below what the metadata store on the same disk keeps free; full workspaces will stop its writes",
+			"reserve", r, "store_needs", meta.MinFreeBytes+meta.BallastBytes)
+	}
+	return g.setReserve()
+}
+
+// setReserve limits all workspaces together so that the reserve stays
+// free, from the disk's state now.
+func (g *Gateway) setReserve() error {
+	if g.cfg.DiskReserveBytes == 0 {
+		return nil
+	}
+	q, err := g.quotaFS()
+	if err != nil {
+		return err
+	}
+	limit, err := q.Reserve(g.cfg.DiskReserveBytes)
+	if err != nil {
+		return fmt.Errorf("disk reserve: %w", err)
+	}
+	g.log.Debug("workspaces limited to keep the disk reserve", "reserve", g.cfg.DiskReserveBytes, "limit", limit)
+	return nil
+}
+
+// sameDisk says whether a and b are on one filesystem (false if either
+// cannot be read).
+func sameDisk(a, b string) bool {
+	var sa, sb unix.Stat_t
+	return unix.Stat(a, &sa) == nil && unix.Stat(b, &sb) == nil && sa.Dev == sb.Dev
+}
+
+// diskBytes is the quota of a thread with settings s; 0 is none.
+func (g *Gateway) diskBytes(s meta.Settings) int64 {
+	return cmp.Or(s.DiskBytes, g.cfg.DiskQuotaBytes)
+}
+
+// applyDiskQuota gives the workspace folder root of thread k its quota
+// from settings s, and counts it in the reserve. A thread with no quota
+// on a gateway with no reserve needs nothing, unless its workspace is a
+// subvolume and quotas are on: a limit of an earlier run or setting is
+// then lifted. What cannot be enforced is an error.
+func (g *Gateway) applyDiskQuota(k meta.ThreadKey, root string, s meta.Settings) error {
+	bytes, reserve := g.diskBytes(s), g.cfg.DiskReserveBytes
+	sub, err := diskquota.IsSubvolume(root)
+	if err != nil {
+		return fmt.Errorf("disk quota of thread %s: %w", keyName(k), err)
+	}
+	if bytes == 0 && reserve == 0 && (!sub || !diskquota.Enabled(root)) {
+		return nil // nothing asked, and no limit to lift
+	}
+	q, err := g.quotaFS()
+	if err != nil {
+		return fmt.Errorf("%w: disk quota of %d bytes for thread %s: workspaces folder %s cannot enforce it: %w",
+			ErrInvalid, bytes, keyName(k), g.wsBase, err)
+	}
+	if !sub {
+		if bytes == 0 && reserve == 0 {
+			return nil
+		}
+		return fmt.Errorf("%w: disk quota of %d bytes and reserve of %d for thread %s: its workspace %s was made as a plain folder, before quotas; the filesystem cannot bound it",
+			ErrInvalid, bytes, reserve, keyName(k), root)
+	}
+	if err := q.Limit(root, bytes); err != nil {
+		return fmt.Errorf("disk quota of thread %s: %w", keyName(k), err)
+	}
+	// The disk may have changed since the last bind (files of other
+	// programs): the reserve is set again from its state now.
+	return g.setReserve()
+}
+
+// makeWorkspace creates the workspace folder root, a btrfs subvolume where
+// the workspaces are on btrfs (so that it can get a quota), and registers
+// its removal on undo, like makeLeaf. An existing folder stays as it is.
+func makeWorkspace(undo *undoStack, root string) error {
+	parent := filepath.Dir(root)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", parent, err)
+	}
+	btrfs, err := diskquota.IsBtrfs(parent)
+	if err != nil || !btrfs {
+		return makeLeaf(undo, root, 0o755)
+	}
+	err = diskquota.MakeSubvolume(root)
+	if errors.Is(err, os.ErrExist) {
+		return makeLeaf(undo, root, 0o755)
+	}
+	if err != nil {
+		return err
+	}
+	// An empty subvolume is removed like a folder.
+	undo.pushFolder("remove "+root, func() error { return os.Remove(root) })
+	return nil
+}

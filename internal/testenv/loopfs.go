@@ -1,0 +1,116 @@
+package testenv
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// LoopFS makes a small filesystem of its own for a test: an image file of
+// size bytes in a temporary folder, formatted by mkfs (e.g. "mkfs.btrfs"
+// with mkfsArgs), attached to a loop device and mounted with opts. It
+// returns the mount point. The test's cleanup, which also runs on failure,
+// detaches every mount below the mount point and the mount itself, and
+// detaches the loop device.
+//
+// Tests use it to fill a disk without touching the machine's own.
+func LoopFS(t testing.TB, size int64, mkfs string, mkfsArgs []string, opts string) string {
+	t.Helper()
+	RequireRoot(t)
+	RequireCommand(t, mkfs)
+	RequireCommand(t, "losetup")
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		CannotRun(t, "this test needs loop devices: %v", err)
+	}
+	dir := t.TempDir()
+	img := filepath.Join(dir, "fs.img")
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, size); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(mkfs, append(append([]string{}, mkfsArgs...), img)...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", mkfs, img, err, out)
+	}
+	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
+	if err != nil {
+		t.Fatalf("losetup %s: %v\n%s", img, err, out)
+	}
+	dev := strings.TrimSpace(string(out))
+	// Registered before the mount, so a failed mount still frees the
+	// device; cleanups run last-in first-out, so the unmount below runs
+	// before it.
+	t.Cleanup(func() {
+		if out, err := exec.Command("losetup", "--detach", dev).CombinedOutput(); err != nil {
+			t.Errorf("losetup --detach %s: %v\n%s", dev, err, out)
+		}
+	})
+	fstype := strings.TrimPrefix(filepath.Base(mkfs), "mkfs.")
+	if err := unix.Mount(dev, mnt, fstype, 0, opts); err != nil {
+		t.Fatalf("mount %s (%s, %q) at %s: %v", dev, fstype, opts, mnt, err)
+	}
+	t.Cleanup(func() {
+		// Whatever a failed test left mounted below (FUSE mounts of a
+		// daemon), deepest first, then the filesystem itself.
+		mps := MountsUnder(t, mnt)
+		for i := len(mps) - 1; i >= 0; i-- {
+			if mps[i] == mnt {
+				continue
+			}
+			unix.Unmount(mps[i], unix.MNT_DETACH)
+		}
+		if err := unix.Unmount(mnt, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			// Busy: a process of the test still holds it. Detach
+			// lazily so the loop device frees when it lets go.
+			unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+	})
+	return mnt
+}
+
+// FillDisk fills the filesystem of dir, as root (so ext4's root reserve
+// goes too), with one file it returns: fallocate in halving chunks, then
+// single blocks written, until the disk refuses even those.
+func FillDisk(t testing.TB, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "filler")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var off int64
+	for chunk := int64(1 << 30); chunk >= 4096; {
+		err := unix.Fallocate(int(f.Fd()), 0, off, chunk)
+		if err == nil {
+			off += chunk
+			continue
+		}
+		if !errors.Is(err, unix.ENOSPC) {
+			t.Fatalf("fill %s: fallocate: %v", path, err)
+		}
+		chunk /= 2
+	}
+	block := make([]byte, 4096)
+	for {
+		if _, err := f.WriteAt(block, off); err != nil {
+			if !errors.Is(err, unix.ENOSPC) {
+				t.Fatalf("fill %s: write: %v", path, err)
+			}
+			break
+		}
+		off += 4096
+	}
+	f.Sync()
+	return path
+}

@@ -1,0 +1,66 @@
+package meta_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"warren/internal/testenv"
+	"warren/meta"
+)
+
+// TestBadgerFullDisk fills the disk of a store (a small ext4 of the test's
+// own) as root. Badger writes through mmap'd files, where a write on a
+// full disk is a SIGBUS that kills the process. The store must refuse
+// writes with ErrNoSpace and go on reading, close, open again on the full
+// disk, and take writes again once space is back, with nothing lost.
+func TestBadgerFullDisk(t *testing.T) {
+	ctx := t.Context()
+	mnt := testenv.LoopFS(t, 128<<20, "mkfs.ext4", []string{"-q"}, "")
+	dir := filepath.Join(mnt, "meta")
+	s := openBadger(t, dir)
+	kept, err := s.CreateBinding(ctx, testBinding("acme", "kept"))
+	if err != nil {
+		t.Fatalf("CreateBinding: %v", err)
+	}
+	filler := testenv.FillDisk(t, mnt)
+
+	// Enough writes, with big enough records, to need new pages of the
+	// log: each would be a SIGBUS.
+	refused := func(s *meta.Badger, when string) {
+		t.Helper()
+		for i := range 64 {
+			b := testBinding("acme", fmt.Sprintf("new-%d", i))
+			b.Settings.Env = map[string]string{"PAD": strings.Repeat("x", 8<<10)}
+			if _, err := s.CreateBinding(ctx, b); !errors.Is(err, meta.ErrNoSpace) {
+				t.Fatalf("CreateBinding %s: %v; want ErrNoSpace", when, err)
+			}
+		}
+		if got, err := s.GetBinding(ctx, kept.ThreadKey); err != nil || got.Revision != kept.Revision {
+			t.Fatalf("GetBinding %s: %+v, %v; want the kept binding", when, got, err)
+		}
+	}
+	refused(s, "on a full disk")
+	closeBadger(t, s)
+
+	s = openBadger(t, dir)
+	refused(s, "after an open on a full disk")
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	added, err := s.CreateBinding(ctx, testBinding("acme", "added"))
+	if err != nil {
+		t.Fatalf("CreateBinding once space is back: %v", err)
+	}
+	closeBadger(t, s)
+	s = openBadger(t, dir)
+	for _, b := range []meta.Binding{kept, added} {
+		if got, err := s.GetBinding(ctx, b.ThreadKey); err != nil || got.Revision != b.Revision {
+			t.Fatalf("GetBinding %s after a reopen: %+v, %v", b.Thread, got, err)
+		}
+	}
+}
