@@ -317,8 +317,20 @@ func (j *Jail) noteStart(r reply) {
 // it, and its owner closes it and starts another.
 func (j *Jail) Err() error {
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.dead
+	dead := j.dead
+	j.mu.Unlock()
+	if dead != nil {
+		return dead
+	}
+	// The reader may not have seen the socket close yet. An init that is
+	// waitable (a zombie: WNOWAIT leaves it for Close to reap) closed its
+	// end before it got there.
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, j.init.Process.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	if err == nil && info.Signo == int32(unix.SIGCHLD) {
+		return fmt.Errorf("%w: it exited", ErrInitGone)
+	}
+	return nil
 }
 
 // InitPid is the host's pid of the jail's init: every command is its
