@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"warren/jail"
 	"warren/meta"
@@ -259,8 +262,78 @@ func (w jobWriter) Write(p []byte) (int, error) {
 // for a gigabyte written 4 KiB at a time. After a short read it waits a
 // moment, so the pipe (1 MiB, jail.outputPipeBytes) fills and the next
 // read takes a whole batch; output shows at most that moment later.
+//
+// The batch buffer is jobReadBytes, as big as the ring: held by every job
+// while it waits for output, it would double what a job costs the daemon.
+// So a job waits for its pipe to be readable with no buffer (the runtime's
+// poller, through the pipe's raw descriptor), and takes one from a pool
+// shared by all jobs only for a read and the copy into its ring.
 func (w jobWriter) ReadFrom(r io.Reader) (int64, error) {
-	buf := make([]byte, jobReadBytes)
+	sc, ok := r.(syscall.Conn)
+	if !ok {
+		return w.readFromReader(r)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return w.readFromReader(r)
+	}
+	var total int64
+	for {
+		var (
+			buf  *[]byte
+			n    int
+			rerr error
+		)
+		err := rc.Read(func(fd uintptr) bool {
+			buf = jobReadBufs.Get().(*[]byte)
+			for {
+				n, rerr = unix.Read(int(fd), *buf)
+				if rerr != unix.EINTR {
+					break
+				}
+			}
+			if rerr == unix.EAGAIN {
+				// Nothing yet: wait without the buffer.
+				jobReadBufs.Put(buf)
+				buf = nil
+				return false
+			}
+			return true
+		})
+		if err == nil {
+			err = rerr
+		}
+		if n > 0 {
+			w.Write((*buf)[:n])
+			total += int64(n)
+		}
+		if buf != nil {
+			jobReadBufs.Put(buf)
+		}
+		switch {
+		case err != nil && errors.Is(err, os.ErrClosed):
+			return total, nil // the command's end closed the pipe
+		case err != nil:
+			return total, err
+		case n == 0:
+			return total, nil // the end of the output
+		case n < jobReadShort:
+			time.Sleep(jobReadPause)
+		}
+	}
+}
+
+// jobReadBufs are the batch buffers of ReadFrom, jobReadBytes each: there
+// are about as many as jobs reading at the same moment, not as jobs.
+var jobReadBufs = sync.Pool{New: func() any {
+	b := make([]byte, jobReadBytes)
+	return &b
+}}
+
+// readFromReader is ReadFrom for output that is not a descriptor: its
+// reads may block, so it reads in small pieces with a buffer of its own.
+func (w jobWriter) readFromReader(r io.Reader) (int64, error) {
+	buf := make([]byte, jobReadShort)
 	var total int64
 	for {
 		n, err := r.Read(buf)
@@ -273,9 +346,6 @@ func (w jobWriter) ReadFrom(r io.Reader) (int64, error) {
 		}
 		if err != nil {
 			return total, err
-		}
-		if n < jobReadShort {
-			time.Sleep(jobReadPause)
 		}
 	}
 }
