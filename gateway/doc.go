@@ -38,7 +38,10 @@
 //     crashed daemon leaves behind.
 //   - Commands run in the thread's jail (exec.go, package jail); background
 //     jobs too (jobs.go), at most maxJobs at once, each keeping the newest
-//     1 MiB of its output (joboutput.go), recorded in the store.
+//     1 MiB of its output (joboutput.go), recorded in the store. A client
+//     that hangs up ends its command only. A jail whose init died is
+//     replaced at the thread's next command (jail.replaced); the jobs a
+//     jail's end killed record 137 and a note saying why.
 //   - With a host id, a gateway keeps a lease in the store and pins the
 //     threads it serves; another gateway refuses them while the lease
 //     holds, takes them over once it lapsed, and a gateway whose lease

@@ -62,6 +62,10 @@ const (
 	// EventJobEnded: a job ended (Job, Exit, and User, who started it),
 	// or was found stopped by a restart (Message says so, no Exit).
 	EventJobEnded EventType = "job.ended"
+	// EventJailReplaced: the thread's jail ended unexpectedly (its init
+	// died), with its commands and jobs; the thread's next command started
+	// a new one. Message says so.
+	EventJailReplaced EventType = "jail.replaced"
 	// EventMissed is not something that happened to a thread: the stream
 	// writes it where it dropped events because its reader fell behind.
 	// Missed says how many; Tenant and Thread are the stream's filter.

@@ -106,7 +106,11 @@ func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey, b meta.Binding)
 	tj := g.jails[k]
 	g.mu.Unlock()
 	if tj != nil {
-		return tj, nil
+		dead := tj.jail.Err()
+		if dead == nil {
+			return tj, nil
+		}
+		g.replaceDeadJail(k, tj, dead)
 	}
 	s := b.Settings
 	_, mountPath, err := g.threadPaths(k)
@@ -145,6 +149,24 @@ func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey, b meta.Binding)
 	return tj, nil
 }
 
+// replaceDeadJail forgets k's jail tj, whose init died (killed from the
+// host, or out of memory): its commands and jobs ended with it (137), and
+// no command can start in it. It is closed (its cgroup goes), and the
+// thread gets a new jail at this command: a thread never stays without
+// one. The note goes to the log and the event stream. The thread lock of
+// k must be held.
+func (g *Gateway) replaceDeadJail(k meta.ThreadKey, tj *threadJail, dead error) {
+	g.mu.Lock()
+	if g.jails[k] == tj {
+		delete(g.jails, k)
+	}
+	g.mu.Unlock()
+	tj.close()
+	g.log.Warn("jail's init died: its commands ended; starting a new jail", "tenant", k.Tenant, "thread", k.Thread, "error", dead)
+	g.emit(Event{Type: EventJailReplaced, Tenant: k.Tenant, Thread: k.Thread,
+		Message: "The jail of this thread ended unexpectedly, with every command and job in it. The next command starts a new jail."})
+}
+
 // threadJail is a thread's running jail.
 type threadJail struct {
 	jail       *jail.Jail
@@ -171,7 +193,9 @@ func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (*jail.
 	g.mu.Lock()
 	tj := g.jails[k]
 	var s meta.Settings
-	warm := tj != nil && !g.closingLocked(k)
+	// A jail whose init died is replaced under the thread's lock
+	// (jailFor).
+	warm := tj != nil && !g.closingLocked(k) && tj.jail.Err() == nil
 	if tj != nil {
 		s = tj.settings
 	}

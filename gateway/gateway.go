@@ -228,6 +228,7 @@ func (g *Gateway) Close() error {
 		// closes the store) and told. Event streams never go idle by
 		// themselves: end them next, so that Shutdown does not wait its
 		// whole grace for them.
+		g.noteStoppingAll("the daemon stopped")
 		g.closeJails()
 		g.jobWG.Wait()
 		g.events.close()

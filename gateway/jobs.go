@@ -7,12 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"warren/jail"
 	"warren/meta"
 )
 
@@ -170,6 +174,51 @@ type job struct {
 
 	mu  sync.Mutex
 	rec meta.Job // as last written to the store (its end set before its output closes); guarded by mu
+	// stopping says why the gateway ends the job's jail (noteStopping),
+	// for the note of its end; "" while nobody does. Guarded by mu.
+	stopping string
+}
+
+// noteStopping tells k's jobs why the gateway is about to end their jail,
+// so that their ends say why (finishJob); the jail must end after it.
+func (g *Gateway) noteStopping(k meta.ThreadKey, why string) {
+	g.mu.Lock()
+	var jbs []*job
+	if tj := g.jobs[k]; tj != nil {
+		for _, jb := range tj.jobs {
+			jbs = append(jbs, jb)
+		}
+	}
+	g.mu.Unlock()
+	for _, jb := range jbs {
+		jb.mu.Lock()
+		jb.stopping = why
+		jb.mu.Unlock()
+	}
+}
+
+// noteStoppingAll is noteStopping for every thread, at shutdown.
+func (g *Gateway) noteStoppingAll(why string) {
+	g.mu.Lock()
+	keys := make([]meta.ThreadKey, 0, len(g.jobs))
+	for k := range g.jobs {
+		keys = append(keys, k)
+	}
+	g.mu.Unlock()
+	for _, k := range keys {
+		g.noteStopping(k, why)
+	}
+}
+
+// killedExit is the exit code of a job that its jail's end killed: the
+// kernel ends every process of a pid namespace whose init ends with
+// SIGKILL, and a shell says 128 plus the signal.
+const killedExit = 128 + int(syscall.SIGKILL)
+
+// killedNote says why job id ended with killedExit: why is what ended its
+// jail ("the host restarted").
+func killedNote(id, why string) string {
+	return fmt.Sprintf("Background job %s was killed (SIGKILL, exit %d) when %s.", id, killedExit, why)
 }
 
 // exitCode is the job's exit code once its end is recorded, else nil.
@@ -213,8 +262,78 @@ func (w jobWriter) Write(p []byte) (int, error) {
 // for a gigabyte written 4 KiB at a time. After a short read it waits a
 // moment, so the pipe (1 MiB, jail.outputPipeBytes) fills and the next
 // read takes a whole batch; output shows at most that moment later.
+//
+// The batch buffer is jobReadBytes, as big as the ring: held by every job
+// while it waits for output, it would double what a job costs the daemon.
+// So a job waits for its pipe to be readable with no buffer (the runtime's
+// poller, through the pipe's raw descriptor), and takes one from a pool
+// shared by all jobs only for a read and the copy into its ring.
 func (w jobWriter) ReadFrom(r io.Reader) (int64, error) {
-	buf := make([]byte, jobReadBytes)
+	sc, ok := r.(syscall.Conn)
+	if !ok {
+		return w.readFromReader(r)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return w.readFromReader(r)
+	}
+	var total int64
+	for {
+		var (
+			buf  *[]byte
+			n    int
+			rerr error
+		)
+		err := rc.Read(func(fd uintptr) bool {
+			buf = jobReadBufs.Get().(*[]byte)
+			for {
+				n, rerr = unix.Read(int(fd), *buf)
+				if rerr != unix.EINTR {
+					break
+				}
+			}
+			if rerr == unix.EAGAIN {
+				// Nothing yet: wait without the buffer.
+				jobReadBufs.Put(buf)
+				buf = nil
+				return false
+			}
+			return true
+		})
+		if err == nil {
+			err = rerr
+		}
+		if n > 0 {
+			w.Write((*buf)[:n])
+			total += int64(n)
+		}
+		if buf != nil {
+			jobReadBufs.Put(buf)
+		}
+		switch {
+		case err != nil && errors.Is(err, os.ErrClosed):
+			return total, nil // the command's end closed the pipe
+		case err != nil:
+			return total, err
+		case n == 0:
+			return total, nil // the end of the output
+		case n < jobReadShort:
+			time.Sleep(jobReadPause)
+		}
+	}
+}
+
+// jobReadBufs are the batch buffers of ReadFrom, jobReadBytes each: there
+// are about as many as jobs reading at the same moment, not as jobs.
+var jobReadBufs = sync.Pool{New: func() any {
+	b := make([]byte, jobReadBytes)
+	return &b
+}}
+
+// readFromReader is ReadFrom for output that is not a descriptor: its
+// reads may block, so it reads in small pieces with a buffer of its own.
+func (w jobWriter) readFromReader(r io.Reader) (int64, error) {
+	buf := make([]byte, jobReadShort)
 	var total int64
 	for {
 		n, err := r.Read(buf)
@@ -227,9 +346,6 @@ func (w jobWriter) ReadFrom(r io.Reader) (int64, error) {
 		}
 		if err != nil {
 			return total, err
-		}
-		if n < jobReadShort {
-			time.Sleep(jobReadPause)
 		}
 	}
 }
@@ -407,6 +523,19 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 	rec := jb.rec
 	jb.mu.Unlock()
 	rec.Running, rec.ExitCode, rec.EndedAt = false, &code, time.Now().UTC()
+	var note string
+	if errors.Is(res.err, jail.ErrInitGone) {
+		// Its jail ended under it (jail.Run gives 137 then): the gateway
+		// ended it (close, delete, a stop of the daemon), or its init died.
+		jb.mu.Lock()
+		why := jb.stopping
+		jb.mu.Unlock()
+		if why == "" {
+			why = "its thread's jail ended unexpectedly"
+		}
+		note = killedNote(jobID(jb.seq), why)
+		rec.Note = note
+	}
 	if stored, err := g.updateJob(ctx, rec); err != nil {
 		// This gateway still knows how the job ended, and says so.
 		g.log.Error("record the end of a job", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "error", err)
@@ -434,8 +563,12 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 		go g.closeIdle(jb.key)
 	}
 	close(jb.done)
-	g.log.Info("job ended", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "exit", code)
-	g.emitJob(EventJobEnded, jb, &code, "")
+	if note != "" {
+		g.log.Info("job ended", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "exit", code, "note", note)
+	} else {
+		g.log.Info("job ended", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "exit", code)
+	}
+	g.emitJob(EventJobEnded, jb, &code, note)
 }
 
 // updateJob writes rec over the stored job, whatever revision is stored:
@@ -580,7 +713,11 @@ func (g *Gateway) noteRestartedJobs(ctx context.Context, bs []meta.Binding) {
 		if b.HostID != g.cfg.HostID {
 			continue
 		}
-		g.noteLeftJobs(ctx, b.ThreadKey, "job stopped by a restart", func(rec meta.Job) (string, bool) {
+		// They died with this host's former run: a jail's init gets
+		// SIGKILL when its gateway dies (Pdeathsig), and the kernel kills
+		// every process of its pid namespace with it.
+		exit := killedExit
+		g.noteLeftJobsExit(ctx, b.ThreadKey, "job stopped by a restart", &exit, func(rec meta.Job) (string, bool) {
 			if rec.HostID != g.cfg.HostID || rec.Instance == g.instance {
 				return "", false
 			}
@@ -595,6 +732,12 @@ func (g *Gateway) noteRestartedJobs(ctx context.Context, bs []meta.Binding) {
 // is noted once: the update is a compare-and-set, so a job another
 // gateway, or another start of this one, noted first is not noted again.
 func (g *Gateway) noteLeftJobs(ctx context.Context, k meta.ThreadKey, logged string, note func(meta.Job) (string, bool)) {
+	g.noteLeftJobsExit(ctx, k, logged, nil, note)
+}
+
+// noteLeftJobsExit is noteLeftJobs that records exit, when set, as the
+// exit code of each job it notes.
+func (g *Gateway) noteLeftJobsExit(ctx context.Context, k meta.ThreadKey, logged string, exit *int, note func(meta.Job) (string, bool)) {
 	recs, err := g.store.ListJobs(ctx, k)
 	if err != nil {
 		g.log.Error("list jobs to note", "tenant", k.Tenant, "thread", k.Thread, "error", err)
@@ -609,6 +752,9 @@ func (g *Gateway) noteLeftJobs(ctx context.Context, k meta.ThreadKey, logged str
 			continue
 		}
 		rec.Running, rec.EndedAt, rec.Note = false, time.Now().UTC(), text
+		if exit != nil {
+			rec.ExitCode = exit
+		}
 		if _, err := g.store.UpdateJob(ctx, rec); err != nil {
 			// Noted first elsewhere, or the store failed: not again.
 			g.log.Warn("note a job left running", "tenant", k.Tenant, "thread", k.Thread, "job", jobID(rec.Seq), "error", err)
@@ -616,7 +762,7 @@ func (g *Gateway) noteLeftJobs(ctx context.Context, k meta.ThreadKey, logged str
 		}
 		g.log.Info(logged, "tenant", k.Tenant, "thread", k.Thread, "job", jobID(rec.Seq), "note", text)
 		g.emit(Event{Type: EventJobEnded, Tenant: k.Tenant, Thread: k.Thread, Job: jobID(rec.Seq),
-			Label: rec.Label, User: rec.User, Message: text})
+			Label: rec.Label, User: rec.User, Exit: exit, Message: text})
 	}
 }
 

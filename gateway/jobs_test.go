@@ -425,10 +425,11 @@ func TestJobRestart(t *testing.T) {
 	if err := env.g.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// A clean stop records the jobs' ends itself.
+	// A clean stop records the jobs' ends itself: killed with their jail,
+	// with a note that says so.
 	recs, _ := store.ListJobs(ctx, meta.ThreadKey{Tenant: "acme", Thread: "t1"})
 	for _, r := range recs {
-		if r.Running || r.ExitCode == nil || r.Note != "" {
+		if r.Running || r.ExitCode == nil || *r.ExitCode != killedExit || r.Note != killedNote(jobID(r.Seq), "the daemon stopped") {
 			t.Errorf("job after a clean stop: %+v", r)
 		}
 	}
@@ -450,7 +451,7 @@ func TestJobRestart(t *testing.T) {
 		env := startEnv(t, cfg)
 		info, err := env.c.Job(ctx, "acme", "t1", jobID(seq))
 		want := fmt.Sprintf("Background job bash-%d stopped when the host restarted.", seq)
-		if err != nil || info.Running || !info.Ended || info.Note != want {
+		if err != nil || info.Running || !info.Ended || info.Note != want || info.ExitCode == nil || *info.ExitCode != killedExit {
 			t.Errorf("run %d: the crashed run's job: %+v, %v", run, info, err)
 		}
 		if info, _ := env.c.Job(ctx, "acme", "t1", jobID(other)); info.Ended || info.Running || info.Note != "" {

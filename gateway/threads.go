@@ -599,6 +599,7 @@ func (g *Gateway) DeleteThread(ctx context.Context, tenant, thread string) error
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", keyName(k), err)
 	}
+	g.noteStopping(k, "its thread was deleted")
 	if err := g.unmountThread(k, mountPath); err != nil {
 		return fmt.Errorf("delete %s: %w", keyName(k), err)
 	}

@@ -25,7 +25,15 @@
 //     CPU bound there: a jail asked for one refuses to start).
 //   - tree_linux.go: each command's processes in a cgroup of their own,
 //     entered at the fork, so a command's whole tree is signalled and
-//     ended as one, daemons that left its session too.
+//     ended as one, daemons that left its session too. The init itself
+//     is in a command's tree for the moment of its fork: Run signals a
+//     tree only once the init has answered Started or Done for it, or a
+//     hang-up that early would kill the init and the whole jail.
+//
+// A jail whose init ended (Close, or killed) serves no more commands:
+// Run returns ErrInitGone (exit 137 for a command that had started: the
+// kernel killed it with the rest of the pid namespace), and Err says so
+// at once, for the owner to start another jail.
 //   - seccomp_linux.go, landlock_linux.go: the filters.
 //
 // The gateway runs one jail per bound thread (gateway/exec.go) and its

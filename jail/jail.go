@@ -251,7 +251,7 @@ func (j *Jail) read(rc *receiver) {
 		fds, err := rc.receive(&r)
 		if err != nil {
 			j.mu.Lock()
-			j.dead = fmt.Errorf("jail: init gone: %w", err)
+			j.dead = fmt.Errorf("%w: %w", ErrInitGone, err)
 			for id, ch := range j.waiting {
 				close(ch)
 				delete(j.waiting, id)
@@ -310,6 +310,27 @@ func (j *Jail) noteStart(r reply) {
 			delete(j.pidRun, pid)
 		}
 	}
+}
+
+// Err returns nil while the jail serves commands, and an error that
+// wraps ErrInitGone once its init has ended: then no command can start in
+// it, and its owner closes it and starts another.
+func (j *Jail) Err() error {
+	j.mu.Lock()
+	dead := j.dead
+	j.mu.Unlock()
+	if dead != nil {
+		return dead
+	}
+	// The reader may not have seen the socket close yet. An init that is
+	// waitable (a zombie: WNOWAIT leaves it for Close to reap) closed its
+	// end before it got there.
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, j.init.Process.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	if err == nil && info.Signo == int32(unix.SIGCHLD) {
+		return fmt.Errorf("%w: it exited", ErrInitGone)
+	}
+	return nil
 }
 
 // InitPid is the host's pid of the jail's init: every command is its
@@ -393,6 +414,13 @@ type Cmd struct {
 	// the jail and the cgroup that holds its tree ("" without one).
 	Started func(pid int, cgroup string)
 }
+
+// ErrInitGone is the error of a command whose jail's init ended while it
+// ran (Close, or the init killed): the kernel ended the command with
+// every other process of the jail, and Run returns 128+SIGKILL (137)
+// with it, or -1 if the command had not started. The jail serves no
+// command after that.
+var ErrInitGone = errors.New("jail: init gone")
 
 // Run runs c in the jail and returns its exit code (128+n for a signal).
 // When ctx ends, the command's whole session is killed.
@@ -514,9 +542,34 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 	ttyDone := make(chan struct{})
 	var resizing sync.WaitGroup // the resizer must be done with master before it closes
 	exit = -1
+	// The init enters a command's tree for the moment of its fork, and
+	// says Started or Done only once it is back in its own cgroup
+	// (tree_linux.go). Until then a signal to the tree would hit the init
+	// itself, and with it every process of the jail: a hang-up, a timeout
+	// or a stop that comes that early waits for the answer (the init's
+	// kill of the command's session goes out at once, and the init reads
+	// it only after the fork).
+	answered, started := false, false
+	var early syscall.Signal // the signal due to the tree once it may be sent
+	toTree := func(sig syscall.Signal) {
+		switch {
+		case answered:
+			tr.signal(sig, j.InitPid())
+		case early != unix.SIGKILL:
+			early = sig
+		}
+	}
 	for waiting := true; waiting; {
 		select {
 		case m, ok := <-ch:
+			if ok && (m.Started || m.Done) {
+				answered = true
+				started = started || m.Started
+				if tr != nil && early != 0 {
+					tr.signal(early, j.InitPid())
+					early = 0
+				}
+			}
 			if ok && m.Started && c.Started != nil {
 				cg := ""
 				if tr != nil {
@@ -526,7 +579,12 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 			}
 			switch {
 			case !ok:
-				err, waiting = errors.New("jail: init gone"), false
+				err, waiting = ErrInitGone, false
+				if started {
+					// The kernel kills every process of a pid namespace
+					// whose init ends: the command got SIGKILL.
+					exit = 128 + int(unix.SIGKILL)
+				}
 			case m.Started && c.Tty && len(m.fds) > 0 && master == nil:
 				// The terminal's master: the command's output, input
 				// and size.
@@ -561,7 +619,7 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 			}
 		case sig := <-c.Signals:
 			if tr != nil {
-				tr.signal(sig)
+				toTree(sig)
 			} else {
 				j.sendMu.Lock()
 				send(j.conn, request{ID: id, Kill: true, Signal: int(sig)})
@@ -569,7 +627,7 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 			}
 		case <-ctx.Done():
 			if tr != nil {
-				tr.signal(unix.SIGKILL)
+				toTree(unix.SIGKILL)
 			}
 			j.sendMu.Lock()
 			send(j.conn, request{ID: id, Kill: true})

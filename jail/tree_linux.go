@@ -137,10 +137,16 @@ func (t *tree) procs() []int {
 	return pids
 }
 
-// signal sends sig to every process of the tree.
-func (t *tree) signal(sig syscall.Signal) {
+// signal sends sig to every process of the tree but init, the host pid
+// of the jail's init. The gateway signals a tree only once the init has
+// left it (Jail.Run), and the init is never one of a command's processes;
+// it is skipped all the same, since on the v1 hierarchy its pid is listed
+// while its forking thread is in the tree.
+func (t *tree) signal(sig syscall.Signal, init int) {
 	for _, p := range t.procs() {
-		unix.Kill(p, sig)
+		if p != init {
+			unix.Kill(p, sig)
+		}
 	}
 }
 

@@ -114,3 +114,35 @@ func waitUntil(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestJailTreeEarlyCancel: commands whose context ends before the init
+// answered their start (a client that hangs up at once), and commands
+// stopped by a signal that early, end alone: the init, which is in the
+// command's tree for the moment of the fork, lives on, and so does the
+// jail. The rounds end each command before it could start.
+func TestJailTreeEarlyCancel(t *testing.T) {
+	j, _ := startJail(t)
+	if j.cg == nil {
+		testenv.CannotRun(t, "no cgroup for command trees: %s", j.Limits)
+	}
+	env, _ := Env(nil, nil)
+	const rounds = 200
+	for i := range rounds {
+		ctx, cancel := context.WithCancel(context.Background())
+		signals := make(chan syscall.Signal, 1)
+		if i%2 == 0 {
+			cancel()
+		} else {
+			signals <- syscall.SIGTERM
+		}
+		code, err := j.Run(ctx, Cmd{Script: "exec sleep 30", Env: env, Signals: signals})
+		cancel()
+		if err != nil || (code != 128+int(syscall.SIGKILL) && code != 128+int(syscall.SIGTERM)) {
+			t.Fatalf("round %d: exit %d, %v; want killed by its signal, the jail alive (%v)", i, code, err, j.Err())
+		}
+	}
+	var out bytes.Buffer
+	if code, err := j.Run(context.Background(), Cmd{Script: "echo alive", Env: env, Stdout: &out}); err != nil || code != 0 || out.String() != "alive\n" {
+		t.Fatalf("after %d early ends: exit %d, %q, %v", rounds, code, out.String(), err)
+	}
+}

@@ -1,0 +1,275 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"warren/gateway"
+)
+
+// cpuLoad keeps n busy loops running until the test ends: a loaded machine
+// is where the scheduler lets a hang-up land in the middle of a start. The
+// loops are ended by pid.
+func cpuLoad(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start a CPU load: %v", err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+		})
+	}
+}
+
+// TestHangupEndsOnlyThatCommand: a client that hangs up right after it
+// got the id of its command (with open stdin, on a terminal, or after the
+// first output of a plain command), round after round on a loaded
+// machine. Each hang-up ends that command only: the thread's job runs on,
+// and the next command of the thread works.
+func TestHangupEndsOnlyThatCommand(t *testing.T) {
+	d := newDaemon(t)
+	c := gateway.NewClient(d.socket)
+	defer c.CloseIdleConnections()
+	ctx := context.Background()
+	const thread = "hangup"
+	job, err := c.Spawn(ctx, "", thread, gateway.SpawnRequest{Command: "sleep 600"})
+	must(t, err)
+	cpuLoad(t, 4)
+
+	variants := []struct {
+		name string
+		req  gateway.ExecRequest
+	}{
+		{"openStdin", gateway.ExecRequest{Command: "cat", OpenStdin: true}},
+		{"tty", gateway.ExecRequest{Command: "cat", Tty: true}},
+		{"stdin+openStdin", gateway.ExecRequest{Command: "sleep 600", Stdin: "x", OpenStdin: true}},
+		{"plain", gateway.ExecRequest{Command: "echo up; exec sleep 600"}},
+	}
+	const rounds = 25
+	var hangups int
+	for _, v := range variants {
+		for i := range rounds {
+			hctx, hangUp := context.WithCancel(ctx)
+			onID := func(string) { hangUp() }
+			var out bytes.Buffer
+			w := &out
+			if v.name == "plain" {
+				// Its id rides with its first output.
+				onID = nil
+				w = nil
+			}
+			_, err := c.ExecStream(hctx, "", thread, v.req, onID, hangupWriter{w, hangUp}, nil)
+			hangUp()
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("%s round %d: the hung-up exec ended with %v, want the client's cancel", v.name, i, err)
+			}
+			hangups++
+			var got bytes.Buffer
+			code, err := c.Exec(ctx, "", thread, gateway.ExecRequest{Command: fmt.Sprintf("echo after-%d", i)}, &got, nil)
+			if err != nil || code != 0 || got.String() != fmt.Sprintf("after-%d\n", i) {
+				t.Fatalf("%s round %d: the next command: exit %d, %q, %v (after %d hang-ups)", v.name, i, code, got.String(), err, hangups)
+			}
+		}
+	}
+	info, err := c.Job(ctx, "", thread, job.ID)
+	must(t, err)
+	if !info.Running {
+		t.Errorf("after %d hang-ups the job %s is not running: %+v", hangups, job.ID, info)
+	}
+	if logs := d.allLogs(); strings.Contains(logs, "init gone") {
+		t.Errorf("the jail's init died during the hang-ups")
+	}
+	t.Logf("%d hang-ups (%d rounds of %d kinds) under 4 busy loops: the job ran on and every next command worked", hangups, rounds, len(variants))
+}
+
+// hangupWriter hangs up at the first output of a command (the plain
+// variant's id comes with it); with a writer, it just writes.
+type hangupWriter struct {
+	w      *bytes.Buffer
+	hangUp context.CancelFunc
+}
+
+func (h hangupWriter) Write(p []byte) (int, error) {
+	if h.w != nil {
+		return h.w.Write(p)
+	}
+	h.hangUp()
+	return len(p), nil
+}
+
+// eventsOf follows the event stream of one thread until the test ends and
+// hands each event to the returned channel (which never blocks the
+// stream for long: it holds 256).
+func eventsOf(t *testing.T, c *gateway.Client, thread string) <-chan gateway.Event {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan gateway.Event, 256)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Events(ctx, "", thread, func(ev gateway.Event) error {
+			select {
+			case ch <- ev:
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return ch
+}
+
+// waitEvent waits for the first event of ch that match accepts.
+func waitEvent(t *testing.T, ch <-chan gateway.Event, what string, match func(gateway.Event) bool) gateway.Event {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case ev := <-ch:
+			if match(ev) {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("no %s event within 30s", what)
+		}
+	}
+}
+
+// spawnFollowed spawns a job in thread and waits until the stream ch told
+// its start, so that the stream sees its end.
+func spawnFollowed(t *testing.T, c *gateway.Client, ch <-chan gateway.Event, thread, command string) gateway.JobInfo {
+	t.Helper()
+	job, err := c.Spawn(context.Background(), "", thread, gateway.SpawnRequest{Command: command})
+	must(t, err)
+	waitEvent(t, ch, "job.started", func(ev gateway.Event) bool {
+		return ev.Type == gateway.EventJobStarted && ev.Job == job.ID
+	})
+	return job
+}
+
+// waitJobEnded waits until the store records the end of a job.
+func waitJobEnded(t *testing.T, c *gateway.Client, thread, id string) gateway.JobInfo {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := c.Job(context.Background(), "", thread, id)
+		must(t, err)
+		if info.Ended {
+			return info
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s of %s not ended within 30s: %+v", id, thread, info)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// checkKilled checks that a job's record says it was killed with SIGKILL
+// (137), with a note that says why.
+func checkKilled(t *testing.T, how string, info gateway.JobInfo, why string) {
+	t.Helper()
+	if info.ExitCode == nil || *info.ExitCode != 137 {
+		got := "none"
+		if info.ExitCode != nil {
+			got = fmt.Sprint(*info.ExitCode)
+		}
+		t.Errorf("%s: job %s recorded exit code %s, want 137 (SIGKILL)", how, info.ID, got)
+	}
+	if !strings.Contains(info.Note, why) {
+		t.Errorf("%s: job %s has the note %q, want it to say %q", how, info.ID, info.Note, why)
+	}
+}
+
+// TestJobExitWhenJailEnds: a job ended by a stop of the daemon, a crash
+// of it, a delete of its thread, or the death of its jail's init records
+// 137 (128 + SIGKILL, what each of them really sends it) with a note
+// saying why; and after an init's death, the thread's next command gets
+// a new jail, told by a jail.replaced event.
+func TestJobExitWhenJailEnds(t *testing.T) {
+	d := newDaemon(t, "--host-id", "host-a")
+	ctx := context.Background()
+	newClient := func() *gateway.Client {
+		c := gateway.NewClient(d.socket)
+		t.Cleanup(c.CloseIdleConnections)
+		return c
+	}
+
+	// A stop of the daemon ends its jails.
+	c := newClient()
+	stopped, err := c.Spawn(ctx, "", "stop", gateway.SpawnRequest{Command: "sleep 600"})
+	must(t, err)
+	d.stop()
+	d.start()
+	c = newClient()
+	info, err := c.Job(ctx, "", "stop", stopped.ID)
+	must(t, err)
+	checkKilled(t, "a stop of the daemon", info, "when the daemon stopped")
+
+	// A crash: the jail dies with its daemon.
+	crashed, err := c.Spawn(ctx, "", "crash", gateway.SpawnRequest{Command: "sleep 600"})
+	must(t, err)
+	d.kill9()
+	d.start()
+	c = newClient()
+	info, err = c.Job(ctx, "", "crash", crashed.ID)
+	must(t, err)
+	checkKilled(t, "kill -9 of the daemon", info, "stopped when the host restarted")
+
+	// A delete: the record goes with the thread; the event tells.
+	evs := eventsOf(t, c, "delete")
+	deleted := spawnFollowed(t, c, evs, "delete", "sleep 600")
+	must(t, c.DeleteThread(ctx, "", "delete"))
+	ev := waitEvent(t, evs, "job.ended", func(ev gateway.Event) bool {
+		return ev.Type == gateway.EventJobEnded && ev.Job == deleted.ID
+	})
+	if ev.Exit == nil || *ev.Exit != 137 || !strings.Contains(ev.Message, "its thread was deleted") {
+		t.Errorf("a delete: job.ended %+v, want exit 137 and a note that the thread was deleted", ev)
+	}
+
+	// The jail's init dies under its jobs.
+	evs = eventsOf(t, c, "died")
+	victim := spawnFollowed(t, c, evs, "died", "sleep 600")
+	initPid := jailOfTree(t, victim.Cgroup)
+	must(t, syscall.Kill(initPid, syscall.SIGKILL))
+	info = waitJobEnded(t, c, "died", victim.ID)
+	checkKilled(t, "the init's death", info, "its thread's jail ended unexpectedly")
+	var out bytes.Buffer
+	code, err := c.Exec(ctx, "", "died", gateway.ExecRequest{Command: "echo alive"}, &out, nil)
+	if err != nil || code != 0 || out.String() != "alive\n" {
+		t.Fatalf("the command after the init's death: exit %d, %q, %v", code, out.String(), err)
+	}
+	waitEvent(t, evs, "jail.replaced", func(ev gateway.Event) bool { return ev.Type == gateway.EventJailReplaced })
+	next, err := c.Spawn(ctx, "", "died", gateway.SpawnRequest{Command: "sleep 600"})
+	must(t, err)
+	if got := jailOfTree(t, next.Cgroup); got == initPid {
+		t.Errorf("a job after the init's death runs in the dead jail %d", got)
+	}
+	if !strings.Contains(d.allLogs(), "jail's init died") {
+		t.Errorf("the log does not tell the init's death")
+	}
+}
+
+// jailOfTree reads the host pid of a jail's init from the cgroup of one
+// of its commands (.../warren/jail-PID/cmd-N).
+func jailOfTree(t *testing.T, cgroup string) int {
+	t.Helper()
+	base := filepath.Base(filepath.Dir(cgroup))
+	pid, err := strconv.Atoi(strings.TrimPrefix(base, "jail-"))
+	if err != nil || !strings.HasPrefix(base, "jail-") {
+		t.Fatalf("the job's cgroup %q is not a command's tree of a jail", cgroup)
+	}
+	return pid
+}
