@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -203,10 +204,10 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		slices.Sort(allow)
 		w.Header().Set("Allow", strings.Join(allow, ", "))
 		g.writeErrorCode(w, r, params{}, http.StatusMethodNotAllowed, codeMethodNotAllowed,
-			fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, path, strings.Join(allow, ", ")))
+			fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", quote(r.Method), quote(path), strings.Join(allow, ", ")))
 		return
 	}
-	g.writeErrorCode(w, r, params{}, http.StatusNotFound, codeNotFound, fmt.Sprintf("no API call at %s", path))
+	g.writeErrorCode(w, r, params{}, http.StatusNotFound, codeNotFound, fmt.Sprintf("no API call at %s", quote(path)))
 }
 
 // matchSegs matches a request's escaped segments against a pattern and
@@ -237,7 +238,7 @@ func unescapeParams(raw map[string]string) (params, error) {
 	for name, v := range raw {
 		u, err := url.PathUnescape(v)
 		if err != nil {
-			return p, fmt.Errorf("%w: %s id %q is not a valid escaped path segment", ErrInvalid, name, v)
+			return p, fmt.Errorf("%w: %s id %s is not a valid escaped path segment", ErrInvalid, name, quote(v))
 		}
 		switch name {
 		case "tenant":
@@ -356,16 +357,17 @@ func (g *Gateway) handleUnmount(r *http.Request, _ params) (any, error) {
 	return UnmountResponse{Unmounted: vs[0], InUse: inUse}, nil
 }
 
-// decodeBody decodes the request body as one JSON value into v, refusing
+// decodeBody decodes the request body as one JSON object into v, refusing
 // unknown fields and trailing data. An empty body is accepted if
-// emptyOK.
+// emptyOK; any other JSON value (null, an array, a number) is refused:
+// decoded into a struct, null and an empty body would pass as an object
+// of zero fields, which no caller means.
 func decodeBody(r *http.Request, v any, emptyOK bool) error {
 	if err := noQuery(r); err != nil {
 		return err
 	}
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	br := bufio.NewReader(r.Body)
+	first, err := firstNonSpace(br)
 	if errors.Is(err, io.EOF) {
 		if emptyOK {
 			return nil
@@ -375,6 +377,14 @@ func decodeBody(r *http.Request, v any, emptyOK bool) error {
 	if err != nil {
 		return bodyError(err)
 	}
+	if first != '{' {
+		return fmt.Errorf("%w: the request body must be a JSON object", ErrInvalid)
+	}
+	dec := json.NewDecoder(br)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return bodyError(err)
+	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		if err != nil {
 			return bodyError(err)
@@ -382,6 +392,21 @@ func decodeBody(r *http.Request, v any, emptyOK bool) error {
 		return fmt.Errorf("%w: data after the JSON body", ErrInvalid)
 	}
 	return nil
+}
+
+// firstNonSpace peeks at the first byte of br after JSON white space.
+func firstNonSpace(br *bufio.Reader) (byte, error) {
+	for {
+		b, err := br.ReadByte()
+		if err != nil {
+			return 0, err
+		}
+		switch b {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return b, br.UnreadByte()
+	}
 }
 
 func bodyError(err error) error {
@@ -400,10 +425,10 @@ func query(r *http.Request, allowed ...string) (url.Values, error) {
 	}
 	for k, vs := range q {
 		if !slices.Contains(allowed, k) {
-			return nil, fmt.Errorf("%w: unknown query parameter %q", ErrInvalid, k)
+			return nil, fmt.Errorf("%w: unknown query parameter %s", ErrInvalid, quote(k))
 		}
 		if len(vs) > 1 {
-			return nil, fmt.Errorf("%w: query parameter %q given %d times", ErrInvalid, k, len(vs))
+			return nil, fmt.Errorf("%w: query parameter %s given %d times", ErrInvalid, quote(k), len(vs))
 		}
 	}
 	return q, nil
@@ -433,7 +458,9 @@ func (g *Gateway) writeErrorCode(w http.ResponseWriter, r *http.Request, p param
 		// The rest of the body was not read; do not reuse the connection.
 		w.Header().Set("Connection", "close")
 	}
-	writeJSON(w, status, errorBody{&APIError{Code: code, Message: msg}})
+	// The one bound on what an answer echoes: a message quotes client
+	// input through quote, and is cut here whatever it quotes.
+	writeJSON(w, status, errorBody{&APIError{Code: code, Message: boundMessage(msg)}})
 }
 
 // clip shortens what a client sent before it goes into a log line: a

@@ -106,6 +106,13 @@ var errorClasses = []struct {
 	// A folder of the gateway's own (a workspace, a mount point) could
 	// not be made on a full disk.
 	{syscall.ENOSPC, http.StatusInsufficientStorage, codeNoSpace},
+	// A name or an argument list too long for the kernel: the request's
+	// input cannot work. The bounds of input.go refuse it first; these
+	// are the backstop.
+	{syscall.ENAMETOOLONG, http.StatusBadRequest, codeInvalid},
+	{syscall.E2BIG, http.StatusBadRequest, codeInvalid},
+	// A command too large for the jail's socket (jail.send).
+	{syscall.EMSGSIZE, http.StatusBadRequest, codeInvalid},
 }
 
 // classify returns the status and code for err.

@@ -56,6 +56,9 @@ func checkSettings(s meta.Settings) error {
 	if s.DiskBytes != 0 && s.DiskBytes < minDiskBytes {
 		return fmt.Errorf("%w: settings: diskBytes %d is below %d", ErrInvalid, s.DiskBytes, minDiskBytes)
 	}
+	if err := checkEnvSize("settings: env", s.Env); err != nil {
+		return err
+	}
 	if _, err := jail.Env(s.Env, nil); err != nil {
 		return fmt.Errorf("%w: settings: %v", ErrInvalid, err)
 	}
