@@ -125,6 +125,16 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	if m := int(o.jailCPU); m != 0 && (m < jail.MinCPUMillis || m > gateway.MaxCPUMillis) {
 		return usagef("--jail-cpu is between %s and %s CPUs, not %s", cpuValue(jail.MinCPUMillis), cpuValue(gateway.MaxCPUMillis), o.jailCPU)
 	}
+	// Every number at once, before anything is opened: a daemon that
+	// started with a bound no jail can have would fail every command.
+	limits := gateway.Config{
+		JailMemoryBytes: o.jailMemory, JailMaxProcs: o.jailProcs, JailCPUMillis: int(o.jailCPU),
+		RenewEvery: o.renewEvery, ExpiresAfter: o.expiresAfter,
+		DiskQuotaBytes: o.diskQuota, DiskReserveBytes: o.diskReserve,
+	}
+	if err := limits.CheckLimits(); err != nil {
+		return usagef("bad flag: %v", err)
+	}
 	dataDir, err := filepath.Abs(o.dataDir)
 	if err != nil {
 		return fmt.Errorf("data folder: %w", err)
