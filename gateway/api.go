@@ -8,8 +8,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"warren/meta"
 )
@@ -165,6 +167,9 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := r.Body
+	if body != http.NoBody {
+		body = newDeadlineBody(w, body, g.cfg.BodyTimeout)
+	}
 	r.Body = http.MaxBytesReader(w, body, maxBodyBytes)
 
 	var allow []string
@@ -414,6 +419,9 @@ func bodyError(err error) error {
 	if errors.As(err, &tooLarge) {
 		return fmt.Errorf("request body larger than %d bytes: %w", tooLarge.Limit, err)
 	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w: the request body did not arrive in time", errBodyTimeout)
+	}
 	return fmt.Errorf("%w: malformed JSON body: %w", ErrInvalid, err)
 }
 
@@ -454,7 +462,7 @@ func (g *Gateway) writeErrorCode(w http.ResponseWriter, r *http.Request, p param
 	} else {
 		g.log.Warn("refused: request", args...)
 	}
-	if status == http.StatusRequestEntityTooLarge {
+	if status == http.StatusRequestEntityTooLarge || status == http.StatusRequestTimeout {
 		// The rest of the body was not read; do not reuse the connection.
 		w.Header().Set("Connection", "close")
 	}
@@ -508,4 +516,39 @@ func (g *Gateway) handleHosts(r *http.Request, _ params) (any, error) {
 		return nil, err
 	}
 	return HostsResponse{Hosts: hs}, nil
+}
+
+// deadlineBody bounds how long a request's body takes to arrive: the
+// connection's read deadline is set when the handler starts, and cleared
+// as soon as the body has been read to its end.
+//
+// Clearing it matters: once the body is read, net/http keeps a read
+// pending on the connection to notice a client that hangs up, and a
+// deadline firing there would cancel the request's context, cutting a
+// long answer (exec output, a bind that takes a while) that is still
+// wanted. net/http clears the deadline itself when it starts that read
+// (Go 1.26); this does not depend on it. Requests without a body never
+// get a deadline: their pending read starts before the handler.
+type deadlineBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	cleared bool
+}
+
+func newDeadlineBody(w http.ResponseWriter, body io.ReadCloser, timeout time.Duration) io.ReadCloser {
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		// Not a connection with deadlines (a test's recorder): no bound.
+		return body
+	}
+	return &deadlineBody{ReadCloser: body, rc: rc}
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.cleared {
+		b.cleared = true
+		_ = b.rc.SetReadDeadline(time.Time{}) // the connection is still there: it was just read
+	}
+	return n, err
 }

@@ -44,6 +44,13 @@ type Config struct {
 	// SeedCommand in it if that is set (a clone, say).
 	OnUnreachable string
 	SeedCommand   string
+	// BodyTimeout bounds how long a request's body may take to arrive,
+	// from the end of its headers (which have ReadHeaderTimeout): a client
+	// that stalls gets 408 and its connection closed, so stalled clients
+	// cannot hold descriptors. It never cuts an answer: once the body is
+	// read, the connection has no read deadline. 0 means
+	// DefaultBodyTimeout.
+	BodyTimeout time.Duration
 	// AllowUIDs are the peer uids allowed on the socket besides this
 	// process's own uid and root.
 	AllowUIDs []uint32
@@ -107,6 +114,9 @@ func (c Config) CheckLimits() error {
 	if renew < minRenewEvery || expires <= renew+leaseMargin {
 		return fmt.Errorf("renew-every %v must be at least %v, and expires-after %v longer than it and a margin of %v", renew, minRenewEvery, expires, leaseMargin)
 	}
+	if c.BodyTimeout < 0 {
+		return fmt.Errorf("body timeout %v is negative", c.BodyTimeout)
+	}
 	if err := checkCPUMillis(c.JailCPUMillis); err != nil {
 		return fmt.Errorf("jail CPU bound: %w", err)
 	}
@@ -127,6 +137,11 @@ func (c Config) CheckLimits() error {
 	}
 	return nil
 }
+
+// DefaultBodyTimeout is Config.BodyTimeout's default: the socket is local,
+// so the largest body (a 16 MiB file write) arrives in well under a
+// second; the rest is room for a loaded host.
+const DefaultBodyTimeout = 30 * time.Second
 
 // minRenewEvery bounds how often a host renews its lease: more often
 // would only load the store.
@@ -163,6 +178,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RenewEvery == 0 {
 		c.RenewEvery = DefaultRenewEvery
+	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = DefaultBodyTimeout
 	}
 	if c.ExpiresAfter == 0 {
 		c.ExpiresAfter = DefaultExpiresAfter

@@ -269,6 +269,7 @@ func TestServeBadFlags(t *testing.T) {
 		{[]string{"--renew-every", "1ns"}, "renew-every 1ns"},
 		{[]string{"--expires-after", "-1s"}, "expires-after -1s"},
 		{[]string{"--renew-every", "10s", "--expires-after", "5s"}, "expires-after 5s"},
+		{[]string{"--body-timeout", "-1s"}, "body timeout -1s"},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			data := filepath.Join(t.TempDir(), "data")
