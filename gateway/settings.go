@@ -36,7 +36,7 @@ func checkSettings(s meta.Settings) error {
 	switch s.Network {
 	case "", "none", "host":
 	default:
-		return fmt.Errorf("%w: settings: network %q is neither none nor host", ErrInvalid, s.Network)
+		return fmt.Errorf("%w: settings: network %s is neither none nor host", ErrInvalid, quote(s.Network))
 	}
 	if s.MemoryBytes != 0 && s.MemoryBytes < minMemoryBytes {
 		return fmt.Errorf("%w: settings: memoryBytes %d is below %d", ErrInvalid, s.MemoryBytes, minMemoryBytes)
