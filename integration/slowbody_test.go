@@ -137,4 +137,3 @@ func countFDs(t testing.TB, pid int) int {
 	}
 	return len(ents)
 }
-
