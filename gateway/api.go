@@ -1,14 +1,17 @@
 package gateway
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"warren/meta"
 )
@@ -164,6 +167,9 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := r.Body
+	if body != http.NoBody {
+		body = newDeadlineBody(w, body, g.cfg.BodyTimeout)
+	}
 	r.Body = http.MaxBytesReader(w, body, maxBodyBytes)
 
 	var allow []string
@@ -203,10 +209,10 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		slices.Sort(allow)
 		w.Header().Set("Allow", strings.Join(allow, ", "))
 		g.writeErrorCode(w, r, params{}, http.StatusMethodNotAllowed, codeMethodNotAllowed,
-			fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, path, strings.Join(allow, ", ")))
+			fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", quote(r.Method), quote(path), strings.Join(allow, ", ")))
 		return
 	}
-	g.writeErrorCode(w, r, params{}, http.StatusNotFound, codeNotFound, fmt.Sprintf("no API call at %s", path))
+	g.writeErrorCode(w, r, params{}, http.StatusNotFound, codeNotFound, fmt.Sprintf("no API call at %s", quote(path)))
 }
 
 // matchSegs matches a request's escaped segments against a pattern and
@@ -237,7 +243,7 @@ func unescapeParams(raw map[string]string) (params, error) {
 	for name, v := range raw {
 		u, err := url.PathUnescape(v)
 		if err != nil {
-			return p, fmt.Errorf("%w: %s id %q is not a valid escaped path segment", ErrInvalid, name, v)
+			return p, fmt.Errorf("%w: %s id %s is not a valid escaped path segment", ErrInvalid, name, quote(v))
 		}
 		switch name {
 		case "tenant":
@@ -356,16 +362,17 @@ func (g *Gateway) handleUnmount(r *http.Request, _ params) (any, error) {
 	return UnmountResponse{Unmounted: vs[0], InUse: inUse}, nil
 }
 
-// decodeBody decodes the request body as one JSON value into v, refusing
+// decodeBody decodes the request body as one JSON object into v, refusing
 // unknown fields and trailing data. An empty body is accepted if
-// emptyOK.
+// emptyOK; any other JSON value (null, an array, a number) is refused:
+// decoded into a struct, null and an empty body would pass as an object
+// of zero fields, which no caller means.
 func decodeBody(r *http.Request, v any, emptyOK bool) error {
 	if err := noQuery(r); err != nil {
 		return err
 	}
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	br := bufio.NewReader(r.Body)
+	first, err := firstNonSpace(br)
 	if errors.Is(err, io.EOF) {
 		if emptyOK {
 			return nil
@@ -373,6 +380,14 @@ func decodeBody(r *http.Request, v any, emptyOK bool) error {
 		return fmt.Errorf("%w: the request needs a JSON body", ErrInvalid)
 	}
 	if err != nil {
+		return bodyError(err)
+	}
+	if first != '{' {
+		return fmt.Errorf("%w: the request body must be a JSON object", ErrInvalid)
+	}
+	dec := json.NewDecoder(br)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
 		return bodyError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -384,10 +399,28 @@ func decodeBody(r *http.Request, v any, emptyOK bool) error {
 	return nil
 }
 
+// firstNonSpace peeks at the first byte of br after JSON white space.
+func firstNonSpace(br *bufio.Reader) (byte, error) {
+	for {
+		b, err := br.ReadByte()
+		if err != nil {
+			return 0, err
+		}
+		switch b {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return b, br.UnreadByte()
+	}
+}
+
 func bodyError(err error) error {
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		return fmt.Errorf("request body larger than %d bytes: %w", tooLarge.Limit, err)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w: the request body did not arrive in time", errBodyTimeout)
 	}
 	return fmt.Errorf("%w: malformed JSON body: %w", ErrInvalid, err)
 }
@@ -400,10 +433,10 @@ func query(r *http.Request, allowed ...string) (url.Values, error) {
 	}
 	for k, vs := range q {
 		if !slices.Contains(allowed, k) {
-			return nil, fmt.Errorf("%w: unknown query parameter %q", ErrInvalid, k)
+			return nil, fmt.Errorf("%w: unknown query parameter %s", ErrInvalid, quote(k))
 		}
 		if len(vs) > 1 {
-			return nil, fmt.Errorf("%w: query parameter %q given %d times", ErrInvalid, k, len(vs))
+			return nil, fmt.Errorf("%w: query parameter %s given %d times", ErrInvalid, quote(k), len(vs))
 		}
 	}
 	return q, nil
@@ -429,11 +462,13 @@ func (g *Gateway) writeErrorCode(w http.ResponseWriter, r *http.Request, p param
 	} else {
 		g.log.Warn("refused: request", args...)
 	}
-	if status == http.StatusRequestEntityTooLarge {
+	if status == http.StatusRequestEntityTooLarge || status == http.StatusRequestTimeout {
 		// The rest of the body was not read; do not reuse the connection.
 		w.Header().Set("Connection", "close")
 	}
-	writeJSON(w, status, errorBody{&APIError{Code: code, Message: msg}})
+	// The one bound on what an answer echoes: a message quotes client
+	// input through quote, and is cut here whatever it quotes.
+	writeJSON(w, status, errorBody{&APIError{Code: code, Message: boundMessage(msg)}})
 }
 
 // clip shortens what a client sent before it goes into a log line: a
@@ -481,4 +516,39 @@ func (g *Gateway) handleHosts(r *http.Request, _ params) (any, error) {
 		return nil, err
 	}
 	return HostsResponse{Hosts: hs}, nil
+}
+
+// deadlineBody bounds how long a request's body takes to arrive: the
+// connection's read deadline is set when the handler starts, and cleared
+// as soon as the body has been read to its end.
+//
+// Clearing it matters: once the body is read, net/http keeps a read
+// pending on the connection to notice a client that hangs up, and a
+// deadline firing there would cancel the request's context, cutting a
+// long answer (exec output, a bind that takes a while) that is still
+// wanted. net/http clears the deadline itself when it starts that read
+// (Go 1.26); this does not depend on it. Requests without a body never
+// get a deadline: their pending read starts before the handler.
+type deadlineBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	cleared bool
+}
+
+func newDeadlineBody(w http.ResponseWriter, body io.ReadCloser, timeout time.Duration) io.ReadCloser {
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		// Not a connection with deadlines (a test's recorder): no bound.
+		return body
+	}
+	return &deadlineBody{ReadCloser: body, rc: rc}
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.cleared {
+		b.cleared = true
+		_ = b.rc.SetReadDeadline(time.Time{}) // the connection is still there: it was just read
+	}
+	return n, err
 }

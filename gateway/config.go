@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +44,13 @@ type Config struct {
 	// SeedCommand in it if that is set (a clone, say).
 	OnUnreachable string
 	SeedCommand   string
+	// BodyTimeout bounds how long a request's body may take to arrive,
+	// from the end of its headers (which have ReadHeaderTimeout): a client
+	// that stalls gets 408 and its connection closed, so stalled clients
+	// cannot hold descriptors. It never cuts an answer: once the body is
+	// read, the connection has no read deadline. 0 means
+	// DefaultBodyTimeout.
+	BodyTimeout time.Duration
 	// AllowUIDs are the peer uids allowed on the socket besides this
 	// process's own uid and root.
 	AllowUIDs []uint32
@@ -96,6 +104,49 @@ func MetaDir(dataDir string) string { return filepath.Join(dataDir, "meta") }
 // Config.SocketPath is empty.
 func DefaultSocket(dataDir string) string { return filepath.Join(dataDir, "warren.sock") }
 
+// CheckLimits refuses numbers of c that no thread could work with: the
+// jails' defaults get the bounds a thread's own settings get
+// (checkSettings), so a bad default is refused at start rather than by
+// every command later. Zero fields mean defaults and pass. A daemon's
+// command line calls it before it opens anything.
+func (c Config) CheckLimits() error {
+	renew, expires := cmp.Or(c.RenewEvery, DefaultRenewEvery), cmp.Or(c.ExpiresAfter, DefaultExpiresAfter)
+	if renew < minRenewEvery || expires <= renew+leaseMargin {
+		return fmt.Errorf("renew-every %v must be at least %v, and expires-after %v longer than it and a margin of %v", renew, minRenewEvery, expires, leaseMargin)
+	}
+	if c.BodyTimeout < 0 {
+		return fmt.Errorf("body timeout %v is negative", c.BodyTimeout)
+	}
+	if err := checkCPUMillis(c.JailCPUMillis); err != nil {
+		return fmt.Errorf("jail CPU bound: %w", err)
+	}
+	if c.JailMemoryBytes != 0 && c.JailMemoryBytes < minMemoryBytes {
+		return fmt.Errorf("jail memory %d is below %d bytes", c.JailMemoryBytes, minMemoryBytes)
+	}
+	if c.JailMaxProcs != 0 && (c.JailMaxProcs < minMaxProcs || c.JailMaxProcs > maxMaxProcs) {
+		return fmt.Errorf("jail processes %d is not between %d and %d", c.JailMaxProcs, minMaxProcs, maxMaxProcs)
+	}
+	if c.MaxJobs != 0 && (c.MaxJobs < 1 || c.MaxJobs > maxMaxJobs) {
+		return fmt.Errorf("max jobs %d is not between 1 and %d", c.MaxJobs, maxMaxJobs)
+	}
+	if c.DiskQuotaBytes < 0 || c.DiskReserveBytes < 0 {
+		return fmt.Errorf("disk quota %d and reserve %d must not be negative", c.DiskQuotaBytes, c.DiskReserveBytes)
+	}
+	if c.DiskQuotaBytes != 0 && c.DiskQuotaBytes < minDiskBytes {
+		return fmt.Errorf("disk quota %d is below %d", c.DiskQuotaBytes, minDiskBytes)
+	}
+	return nil
+}
+
+// DefaultBodyTimeout is Config.BodyTimeout's default: the socket is local,
+// so the largest body (a 16 MiB file write) arrives in well under a
+// second; the rest is room for a loaded host.
+const DefaultBodyTimeout = 30 * time.Second
+
+// minRenewEvery bounds how often a host renews its lease: more often
+// would only load the store.
+const minRenewEvery = 100 * time.Millisecond
+
 // withDefaults checks c and fills in its defaults.
 func (c Config) withDefaults() (Config, error) {
 	if c.DataDir == "" || !filepath.IsAbs(c.DataDir) {
@@ -128,20 +179,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RenewEvery == 0 {
 		c.RenewEvery = DefaultRenewEvery
 	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = DefaultBodyTimeout
+	}
 	if c.ExpiresAfter == 0 {
 		c.ExpiresAfter = DefaultExpiresAfter
 	}
-	if c.RenewEvery < 0 || c.ExpiresAfter <= c.RenewEvery+leaseMargin {
-		return c, fmt.Errorf("config: expires-after %v must be longer than renew-every %v and a margin of %v", c.ExpiresAfter, c.RenewEvery, leaseMargin)
-	}
-	if err := checkCPUMillis(c.JailCPUMillis); err != nil {
-		return c, fmt.Errorf("config: jail CPU bound: %w", err)
-	}
-	if c.DiskQuotaBytes < 0 || c.DiskReserveBytes < 0 {
-		return c, fmt.Errorf("config: disk quota %d and reserve %d must not be negative", c.DiskQuotaBytes, c.DiskReserveBytes)
-	}
-	if c.DiskQuotaBytes != 0 && c.DiskQuotaBytes < minDiskBytes {
-		return c, fmt.Errorf("config: disk quota %d is below %d", c.DiskQuotaBytes, minDiskBytes)
+	if err := c.CheckLimits(); err != nil {
+		return c, fmt.Errorf("config: %w", err)
 	}
 	switch c.OnUnreachable {
 	case "":

@@ -107,7 +107,9 @@
 //	    'http://warren/v1/mounts?path=%2Fsrv%2Finspect'
 //
 // Every error is {"error":{"code":"...","message":"..."}}: 400 invalid
-// (malformed ids, JSON, unknown fields or query parameters), 403
+// (malformed ids, JSON, a body that is not an object, unknown fields or
+// query parameters, input over its bound in input.go), 408 timeout (a
+// body slower than Config.BodyTimeout), 403
 // forbidden (peer uid, a DIR the caller does not own), 404 not_found, 405
 // method_not_allowed (with Allow), 409 conflict, pinned, busy or stale, 410
 // gone, 413 too_large (bodies over 1 MiB, files over the file API's
@@ -136,4 +138,10 @@
 // package's sentinels (ErrInvalid, ErrNotFound, ErrConflict, ErrPinned,
 // ErrBusy, ErrClosed, ErrGone, ErrJobLimit, ErrFenced...) and on meta's; everything else is an internal error.
 // Every refusal is logged with the thread and the path.
+//
+// Input is bounded before it is used (input.go), by the kernel's limit for
+// what it becomes, so that bad input is a 400 and never a 500 from deep
+// inside. A message that quotes client input quotes it through quote (a
+// bounded prefix); writeErrorCode bounds every message again, whatever it
+// quotes.
 package gateway

@@ -47,6 +47,9 @@ var (
 	ErrFenced = errors.New("gateway: lease lapsed")
 	// ErrJobLimit means a thread runs as many background jobs as it may.
 	ErrJobLimit = errors.New("gateway: job limit")
+	// errBodyTimeout means a request's body did not arrive within
+	// Config.BodyTimeout.
+	errBodyTimeout = errors.New("gateway: request body timed out")
 	// ErrNoSpace means the metadata store's disk is (nearly) full: the
 	// write was refused, reads go on (meta.ErrNoSpace).
 	ErrNoSpace = errors.New("gateway: no space left for the metadata store")
@@ -71,6 +74,7 @@ const (
 	codeFenced           = "fenced"
 	codeMethodNotAllowed = "method_not_allowed"
 	codeInternal         = "internal"
+	codeTimeout          = "timeout"
 )
 
 // errorClasses is the one table from errors to statuses and codes; it is
@@ -81,6 +85,7 @@ var errorClasses = []struct {
 	code     string
 }{
 	{ErrInvalid, http.StatusBadRequest, codeInvalid},
+	{errBodyTimeout, http.StatusRequestTimeout, codeTimeout},
 	{ErrNotFound, http.StatusNotFound, codeNotFound},
 	{meta.ErrNotFound, http.StatusNotFound, codeNotFound},
 	{ErrPinned, http.StatusConflict, codePinned},
@@ -106,6 +111,13 @@ var errorClasses = []struct {
 	// A folder of the gateway's own (a workspace, a mount point) could
 	// not be made on a full disk.
 	{syscall.ENOSPC, http.StatusInsufficientStorage, codeNoSpace},
+	// A name or an argument list too long for the kernel: the request's
+	// input cannot work. The bounds of input.go refuse it first; these
+	// are the backstop.
+	{syscall.ENAMETOOLONG, http.StatusBadRequest, codeInvalid},
+	{syscall.E2BIG, http.StatusBadRequest, codeInvalid},
+	// A command too large for the jail's socket (jail.send).
+	{syscall.EMSGSIZE, http.StatusBadRequest, codeInvalid},
 }
 
 // classify returns the status and code for err.

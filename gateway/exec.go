@@ -259,6 +259,15 @@ func (g *Gateway) commandIn(ctx context.Context, tenant, thread, command, run, c
 	if command == "" {
 		return nil, meta.Settings{}, k, jail.Cmd{}, fmt.Errorf("%w: command is required", ErrInvalid)
 	}
+	if err := checkText("command", command, maxCommandBytes); err != nil {
+		return nil, meta.Settings{}, k, jail.Cmd{}, err
+	}
+	if err := checkPath("cwd", cwd); err != nil {
+		return nil, meta.Settings{}, k, jail.Cmd{}, err
+	}
+	if err := checkEnvSize("env", callEnv); err != nil {
+		return nil, meta.Settings{}, k, jail.Cmd{}, err
+	}
 	if run != "" {
 		if err := validRun(run); err != nil {
 			return nil, meta.Settings{}, k, jail.Cmd{}, err
@@ -294,7 +303,7 @@ func execCwd(cwd string) (string, error) {
 	}
 	p = path.Clean(p)
 	if p != jail.Workspace && !strings.HasPrefix(p, jail.Workspace+"/") {
-		return "", &toolError{ErrOutside, fmt.Sprintf("cwd %s is outside the workspace.", cwd)}
+		return "", &toolError{ErrOutside, fmt.Sprintf("cwd %s is outside the workspace.", quote(cwd))}
 	}
 	return p, nil
 }
@@ -369,7 +378,7 @@ func (g *Gateway) runningFor(p params) (*runningExec, error) {
 	re := g.execs[p.exec]
 	g.mu.Unlock()
 	if re == nil || re.key != k {
-		return nil, fmt.Errorf("%w: no running command %q in thread %s", ErrNotFound, p.exec, keyName(k))
+		return nil, fmt.Errorf("%w: no running command %s in thread %s", ErrNotFound, quote(p.exec), keyName(k))
 	}
 	return re, nil
 }

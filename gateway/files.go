@@ -185,6 +185,9 @@ func inWorkspace(p, mountPath string) string {
 
 // ReadFile reads a file of the thread's workspace for run.
 func (g *Gateway) ReadFile(ctx context.Context, tenant, thread string, req ReadFileRequest) (ReadFileResponse, error) {
+	if err := checkPath("path", req.Path); err != nil {
+		return ReadFileResponse{}, err
+	}
 	a, err := g.actorFor(ctx, req.Run)
 	if err != nil {
 		return ReadFileResponse{}, err
@@ -208,6 +211,9 @@ func (g *Gateway) ReadFile(ctx context.Context, tenant, thread string, req ReadF
 
 // WriteFile writes a file of the thread's workspace for run.
 func (g *Gateway) WriteFile(ctx context.Context, tenant, thread string, req WriteFileRequest) (WriteFileResponse, error) {
+	if err := checkPath("path", req.Path); err != nil {
+		return WriteFileResponse{}, err
+	}
 	a, err := g.actorFor(ctx, req.Run)
 	if err != nil {
 		return WriteFileResponse{}, err
@@ -220,7 +226,7 @@ func (g *Gateway) WriteFile(ctx context.Context, tenant, thread string, req Writ
 			return WriteFileResponse{}, fmt.Errorf("%w: content is not base64: %v", ErrInvalid, err)
 		}
 	default:
-		return WriteFileResponse{}, fmt.Errorf("%w: encoding is \"\" or \"base64\", not %q", ErrInvalid, req.Encoding)
+		return WriteFileResponse{}, fmt.Errorf("%w: encoding is \"\" or \"base64\", not %s", ErrInvalid, quote(req.Encoding))
 	}
 	var out WriteFileResponse
 	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
@@ -236,6 +242,9 @@ func (g *Gateway) WriteFile(ctx context.Context, tenant, thread string, req Writ
 
 // EditFile edits a file of the thread's workspace for run.
 func (g *Gateway) EditFile(ctx context.Context, tenant, thread string, req EditFileRequest) (EditFileResponse, error) {
+	if err := checkPath("path", req.Path); err != nil {
+		return EditFileResponse{}, err
+	}
 	a, err := g.actorFor(ctx, req.Run)
 	if err != nil {
 		return EditFileResponse{}, err
@@ -258,10 +267,13 @@ func (g *Gateway) EditFile(ctx context.Context, tenant, thread string, req EditF
 // RegisterRun makes process pid and its descendants act as run in the
 // thread's workspace (and every other this gateway serves).
 func (g *Gateway) RegisterRun(ctx context.Context, tenant, thread string, req RunRequest) (RunResponse, error) {
-	if req.Run == "" || req.Pid <= 0 {
+	if req.Run == "" || req.Pid == 0 {
 		return RunResponse{}, fmt.Errorf("%w: a run and a pid are required", ErrInvalid)
 	}
 	if err := validRun(req.Run); err != nil {
+		return RunResponse{}, err
+	}
+	if err := checkRunPid(req.Pid); err != nil {
 		return RunResponse{}, err
 	}
 	if _, err := g.Bind(ctx, tenant, thread); err != nil {
@@ -278,6 +290,9 @@ func (g *Gateway) RegisterRun(ctx context.Context, tenant, thread string, req Ru
 func (g *Gateway) EndRun(ctx context.Context, tenant, thread string, req RunRequest) (RunResponse, error) {
 	if req.Run == "" {
 		return RunResponse{}, fmt.Errorf("%w: a run is required", ErrInvalid)
+	}
+	if err := validRun(req.Run); err != nil {
+		return RunResponse{}, err
 	}
 	if _, err := threadKey(tenant, thread); err != nil {
 		return RunResponse{}, err

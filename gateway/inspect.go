@@ -51,6 +51,9 @@ func (g *Gateway) MountInspection(ctx context.Context, req MountRequest, owner u
 	if err != nil {
 		return MountInfo{}, err
 	}
+	if err := checkPath("path", req.Path); err != nil {
+		return MountInfo{}, err
+	}
 	dirFd, path, err := g.openInspectionDir(req.Path, owner)
 	if err != nil {
 		g.log.Warn("refused: inspection mount", "tenant", k.Tenant, "thread", k.Thread, "path", req.Path, "uid", owner, "error", err)
@@ -151,8 +154,11 @@ func within(dir, path string) bool {
 // The thread lock is held only while the mount is detached, which never
 // waits for the filesystem.
 func (g *Gateway) Unmount(ctx context.Context, path string) (inUse bool, err error) {
+	if err := checkPath("path", path); err != nil {
+		return false, err
+	}
 	if !filepath.IsAbs(path) {
-		return false, fmt.Errorf("%w: %q is not an absolute path", ErrInvalid, path)
+		return false, fmt.Errorf("%w: %s is not an absolute path", ErrInvalid, quote(path))
 	}
 	path = filepath.Clean(path)
 	g.mu.Lock()

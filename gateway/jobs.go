@@ -135,7 +135,7 @@ func parseJobID(id string) (uint64, error) {
 	n, ok := strings.CutPrefix(id, "bash-")
 	seq, err := strconv.ParseUint(n, 10, 64)
 	if !ok || err != nil || seq == 0 || jobID(seq) != id {
-		return 0, fmt.Errorf("%w: %q is not a job id (bash-N)", ErrInvalid, id)
+		return 0, fmt.Errorf("%w: %s is not a job id (bash-N)", ErrInvalid, quote(id))
 	}
 	return seq, nil
 }
@@ -437,6 +437,12 @@ type startInfo struct {
 // the limit's own message for the agent) and numbers a new job: labelled
 // label, else command.
 func (g *Gateway) reserveJob(ctx context.Context, k meta.ThreadKey, s meta.Settings, label, command, user string) (*job, error) {
+	if err := checkText("label", label, maxLabelBytes); err != nil {
+		return nil, err
+	}
+	if err := checkText("user", user, maxLabelBytes); err != nil {
+		return nil, err
+	}
 	if err := g.takeJobSlot(k, s); err != nil {
 		return nil, err
 	}

@@ -125,14 +125,14 @@ func (g *Gateway) handleJobOutput(r *http.Request, p params) (any, error) {
 	}
 	offset := int64(0)
 	if v := q.Get("offset"); v != "" {
-		if offset, err = strconv.ParseInt(v, 10, 64); err != nil {
-			return nil, fmt.Errorf("%w: offset %q is not a number", ErrInvalid, v)
+		if offset, err = strconv.ParseInt(v, 10, 64); err != nil || offset < 0 {
+			return nil, fmt.Errorf("%w: offset %s is not a number of 0 or more", ErrInvalid, quote(v))
 		}
 	}
 	follow := false
 	if v := q.Get("follow"); v != "" {
 		if follow, err = strconv.ParseBool(v); err != nil {
-			return nil, fmt.Errorf("%w: follow %q is not true or false", ErrInvalid, v)
+			return nil, fmt.Errorf("%w: follow %s is not true or false", ErrInvalid, quote(v))
 		}
 	}
 	jb, k, _, err := g.localJob(p)

@@ -36,7 +36,7 @@ func checkSettings(s meta.Settings) error {
 	switch s.Network {
 	case "", "none", "host":
 	default:
-		return fmt.Errorf("%w: settings: network %q is neither none nor host", ErrInvalid, s.Network)
+		return fmt.Errorf("%w: settings: network %s is neither none nor host", ErrInvalid, quote(s.Network))
 	}
 	if s.MemoryBytes != 0 && s.MemoryBytes < minMemoryBytes {
 		return fmt.Errorf("%w: settings: memoryBytes %d is below %d", ErrInvalid, s.MemoryBytes, minMemoryBytes)
@@ -55,6 +55,9 @@ func checkSettings(s meta.Settings) error {
 	}
 	if s.DiskBytes != 0 && s.DiskBytes < minDiskBytes {
 		return fmt.Errorf("%w: settings: diskBytes %d is below %d", ErrInvalid, s.DiskBytes, minDiskBytes)
+	}
+	if err := checkEnvSize("settings: env", s.Env); err != nil {
+		return err
 	}
 	if _, err := jail.Env(s.Env, nil); err != nil {
 		return fmt.Errorf("%w: settings: %v", ErrInvalid, err)

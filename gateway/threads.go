@@ -355,7 +355,7 @@ func (g *Gateway) mount(ctx context.Context, k meta.ThreadKey, root, mountPath s
 // names (fs.Options.Target).
 func (g *Gateway) mountAt(ctx context.Context, k meta.ThreadKey, root, mountPath string, readOnly bool, target *fs.Target) (io.Closer, error) {
 	log := g.log.Named("fs").With("tenant", k.Tenant, "thread", k.Thread, "mount_path", mountPath)
-	m, err := g.mounter.Mount(ctx, root, mountPath, fs.Options{
+	opts := fs.Options{
 		Name:     k.Tenant + "/" + k.Thread,
 		ReadOnly: readOnly,
 		Logger:   log,
@@ -364,7 +364,18 @@ func (g *Gateway) mountAt(ctx context.Context, k meta.ThreadKey, root, mountPath
 		OnRefusal: g.refusalEvents(k),
 		OnStale:   g.staleEvents(k),
 		Target:    target,
-	})
+	}
+	if target != nil {
+		// An inspection mount (the only mounts made onto a target) must
+		// show a file's size at once while a writer keeps it open through
+		// another mount: with passthrough its writes never reach the
+		// daemon, so no change can be pushed to this mount's cache (the
+		// Hub pushes at the write-open and the close). Its attributes are
+		// not cached: each stat asks the daemon, which asks the backing
+		// file. Names are still cached and pushed as before.
+		opts.AttrTimeout = -1
+	}
+	m, err := g.mounter.Mount(ctx, root, mountPath, opts)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s at %s: %w", root, mountPath, err)
 	}

@@ -135,6 +135,15 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jail: socket pair: %w", err)
 	}
+	// A packet must fit the sender's buffer whole, and the default
+	// (net.core.wmem_default, 208 KiB) is below maxPacket: a long command
+	// would fail with EMSGSIZE. The gateway sends the requests, so its end
+	// needs the room; FORCE passes over wmem_max, as root may.
+	if err := setSendBuffer(pair[0], maxPacket); err != nil {
+		unix.Close(pair[0])
+		unix.Close(pair[1])
+		return nil, fmt.Errorf("jail: socket send buffer: %w", err)
+	}
 	theirs := os.NewFile(uintptr(pair[1]), "jail-init")
 	defer theirs.Close()
 

@@ -87,7 +87,8 @@ func send(fd int, v any, fds ...int) error {
 		return err
 	}
 	if len(b) > maxPacket {
-		return fmt.Errorf("message of %d bytes is over %d", len(b), maxPacket)
+		// EMSGSIZE, as the kernel says it: the request is too large.
+		return fmt.Errorf("message of %d bytes is over %d: %w", len(b), maxPacket, unix.EMSGSIZE)
 	}
 	var oob []byte
 	if len(fds) > 0 {
@@ -99,6 +100,18 @@ func send(fd int, v any, fds ...int) error {
 			return err
 		}
 	}
+}
+
+// setSendBuffer lets fd send packets of up to n bytes. The kernel takes
+// the value as half of the buffer (the rest is its own overhead) and
+// keeps a packet under the buffer less a little: n with room to spare.
+func setSendBuffer(fd, n int) error {
+	size := n + 64<<10
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, size); err == nil {
+		return nil
+	}
+	// Without CAP_NET_ADMIN: as much as net.core.wmem_max allows.
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, size)
 }
 
 // receiver reads packets from one socket; it keeps its buffer, so a

@@ -247,3 +247,40 @@ func TestServeStoreUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestServeBadFlags checks that serve refuses, at start and before it
+// makes or opens anything, every number no jail or lease could work with:
+// a daemon that started with them would fail every command later.
+func TestServeBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--jail-memory", "-1", "--jail-procs", "-5"}, "jail memory -1"},
+		{[]string{"--jail-memory", "1000"}, "jail memory 1000 is below"},
+		{[]string{"--jail-procs", "-5"}, "jail processes -5"},
+		{[]string{"--jail-procs", "3"}, "jail processes 3"},
+		{[]string{"--jail-procs", "99999999"}, "jail processes 99999999"},
+		{[]string{"--jail-cpu", "-1"}, "-jail-cpu"},
+		{[]string{"--disk-quota", "-1"}, "disk quota -1"},
+		{[]string{"--disk-quota", "10"}, "disk quota 10 is below"},
+		{[]string{"--disk-reserve", "-1"}, "reserve -1"},
+		{[]string{"--renew-every", "-1s"}, "renew-every -1s"},
+		{[]string{"--renew-every", "1ns"}, "renew-every 1ns"},
+		{[]string{"--expires-after", "-1s"}, "expires-after -1s"},
+		{[]string{"--renew-every", "10s", "--expires-after", "5s"}, "expires-after 5s"},
+		{[]string{"--body-timeout", "-1s"}, "body timeout -1s"},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			data := filepath.Join(t.TempDir(), "data")
+			args := append([]string{"serve", "--data", data}, c.args...)
+			code, _, errOut := runCLI(t, "", args...)
+			if code != 2 || !strings.Contains(errOut, c.err) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", code, errOut, c.err)
+			}
+			if _, err := os.Lstat(data); !os.IsNotExist(err) {
+				t.Errorf("data folder made before the flags were checked: %v", err)
+			}
+		})
+	}
+}

@@ -40,6 +40,7 @@ type serveOptions struct {
 	store         string
 	etcdEndpoints string
 	etcdPrefix    string
+	bodyTimeout   time.Duration
 	renewEvery    time.Duration
 	expiresAfter  time.Duration
 	onUnreachable string
@@ -88,6 +89,7 @@ func serveCmd(ctx context.Context, e *cliEnv, args []string) error {
 	fs.StringVar(&o.store, "store", "badger", "metadata store: badger (embedded, one server) or etcd (several servers)")
 	fs.StringVar(&o.etcdEndpoints, "etcd-endpoints", "", "etcd client URLs, comma-separated (with --store etcd)")
 	fs.StringVar(&o.etcdPrefix, "etcd-prefix", "warren/", "prefix of warren's keys in etcd")
+	fs.DurationVar(&o.bodyTimeout, "body-timeout", gateway.DefaultBodyTimeout, "how long a request's body may take to arrive; a client that stalls longer gets 408")
 	fs.DurationVar(&o.renewEvery, "renew-every", gateway.DefaultRenewEvery, "how often this host renews its lease (with --host-id)")
 	fs.DurationVar(&o.expiresAfter, "expires-after", gateway.DefaultExpiresAfter, "how long after its last renewal a host counts as gone")
 	fs.StringVar(&o.onUnreachable, "on-unreachable", gateway.UnreachableGone, "a taken-over thread whose folder is not reachable here: gone, or fresh (a new workspace)")
@@ -124,6 +126,16 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	}
 	if m := int(o.jailCPU); m != 0 && (m < jail.MinCPUMillis || m > gateway.MaxCPUMillis) {
 		return usagef("--jail-cpu is between %s and %s CPUs, not %s", cpuValue(jail.MinCPUMillis), cpuValue(gateway.MaxCPUMillis), o.jailCPU)
+	}
+	// Every number at once, before anything is opened: a daemon that
+	// started with a bound no jail can have would fail every command.
+	limits := gateway.Config{
+		JailMemoryBytes: o.jailMemory, JailMaxProcs: o.jailProcs, JailCPUMillis: int(o.jailCPU),
+		RenewEvery: o.renewEvery, ExpiresAfter: o.expiresAfter, BodyTimeout: o.bodyTimeout,
+		DiskQuotaBytes: o.diskQuota, DiskReserveBytes: o.diskReserve,
+	}
+	if err := limits.CheckLimits(); err != nil {
+		return usagef("bad flag: %v", err)
 	}
 	dataDir, err := filepath.Abs(o.dataDir)
 	if err != nil {
@@ -169,6 +181,7 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 		JailMaxProcs:    o.jailProcs,
 		JailCPUMillis:   int(o.jailCPU),
 		RenewEvery:      o.renewEvery,
+		BodyTimeout:     o.bodyTimeout,
 		ExpiresAfter:    o.expiresAfter,
 		OnUnreachable:   o.onUnreachable,
 		SeedCommand:     o.seedCommand,
