@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -338,13 +339,14 @@ func TestEventsStalledStream(t *testing.T) {
 
 	// A few big events fill the socket's buffers, so the stream's handler
 	// blocks in a write and stops taking events out of its queue; the
-	// queue then stays as it is.
+	// queue then stays as it is until the test reads again.
 	big := strings.Repeat("x", 64<<10)
 	const first = 200
 	for range first {
 		env.g.emit(Event{Type: testEvent, Tenant: DefaultTenant, Thread: "t1", Message: big})
 	}
-	queued := waitStuck(t, sub)
+	waitWriteBlocked(t)
+	queued := len(sub.ch)
 
 	// Now the queue fills up and the rest is dropped: emit goes on.
 	const second = 5000
@@ -361,32 +363,39 @@ func TestEventsStalledStream(t *testing.T) {
 		t.Fatal("emit blocked on a stream that does not read")
 	}
 
-	// Read again. Markers go out until one arrives: the queue is full
-	// until the stream has taken events out of it, so the first markers
-	// may be lost too, and the first that fits carries the count.
+	// Read again, and send a marker once the stream has taken an event
+	// out of its full queue: only this test emits and only publish fills
+	// the queue, so the marker finds room and is the first delivery after
+	// the loss, which carries the count.
 	lines := readLines(t, resp)
 	var got []Event
-	markers := 0
 	deadline := time.After(60 * time.Second)
-	for arrived := false; !arrived; {
-		env.g.emit(Event{Type: testEvent, Tenant: DefaultTenant, Thread: "t1", Message: "marker"})
-		markers++
-		for quiet := false; !quiet && !arrived; {
-			select {
-			case ev, ok := <-lines:
-				if !ok {
-					t.Fatalf("stream ended after %d events", len(got))
-				}
-				got = append(got, ev)
-				arrived = ev.Message == "marker"
-			case <-time.After(100 * time.Millisecond):
-				quiet = true
-			case <-deadline:
-				t.Fatalf("no marker arrived; got %d events", len(got))
+	for len(sub.ch) == cap(sub.ch) {
+		select {
+		case ev, ok := <-lines:
+			if !ok {
+				t.Fatalf("stream ended after %d events", len(got))
 			}
+			got = append(got, ev)
+		case <-time.After(time.Millisecond): // look at the queue again
+		case <-deadline:
+			t.Fatalf("the stream took nothing out of its full queue; got %d events", len(got))
 		}
 	}
-	wantMissed := uint64(second - (eventBuffer - queued) + markers - 1)
+	env.g.emit(Event{Type: testEvent, Tenant: DefaultTenant, Thread: "t1", Message: "marker"})
+	for arrived := false; !arrived; {
+		select {
+		case ev, ok := <-lines:
+			if !ok {
+				t.Fatalf("stream ended after %d events", len(got))
+			}
+			got = append(got, ev)
+			arrived = ev.Message == "marker"
+		case <-deadline:
+			t.Fatalf("no marker arrived; got %d events", len(got))
+		}
+	}
+	wantMissed := uint64(second - (eventBuffer - queued))
 
 	var missed []Event
 	var lastSeq uint64
@@ -428,26 +437,30 @@ func onlySubscription(t *testing.T, g *Gateway) *subscription {
 	return nil
 }
 
-// waitStuck waits until nobody takes events out of sub's queue any more
-// (its stream is blocked in a write) and returns how many it holds.
-func waitStuck(t *testing.T, sub *subscription) int {
+// waitWriteBlocked waits until an event stream's handler is parked in a
+// write that the socket cannot take (a goroutine in serveStream waiting
+// for its descriptor to become writable). Nobody reads the client's end,
+// so it stays there: from then on the handler takes nothing out of its
+// queue. How long the queue looked still says nothing under load; where
+// the handler waits does.
+func waitWriteBlocked(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	last, since := -1, time.Now()
-	for time.Now().Before(deadline) {
-		n := len(sub.ch)
-		if n != last {
-			last, since = n, time.Now()
-		} else if time.Since(since) > 300*time.Millisecond {
-			if n == 0 {
-				t.Fatalf("the stream took every event: it is not blocked")
-			}
-			return n
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		n := runtime.Stack(buf, true)
+		if n == len(buf) { // cut short: look again with room for all
+			buf = make([]byte, 2*len(buf))
+			continue
 		}
-		time.Sleep(10 * time.Millisecond)
+		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+			if strings.Contains(g, "[IO wait") && strings.Contains(g, "waitWrite") && strings.Contains(g, ".(*eventStream).serveStream(") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no event stream blocked in a write")
+		}
 	}
-	t.Fatalf("the stream's queue never settled")
-	return 0
 }
 
 // TestEventsEndOnClose: Close ends every stream, one that reads (Events

@@ -266,13 +266,16 @@ func TestFenceOnLostLease(t *testing.T) {
 	if _, err := store.Heartbeat(ctx, "web-1", 0, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	// The thread leaves the gateway's map as the fence takes it down, but
+	// the fence logs only once it has taken down all it holds: wait for
+	// the fence to be over too, not only for the thread to be down.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		ti, err := env.c.Thread(ctx, "acme", "t1")
-		if err == nil && !ti.Mounted {
+		if err == nil && !ti.Mounted && !env.g.fencing.Load() {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("still mounted after the lease was lost: %+v, %v", ti, err)
+			t.Fatalf("still mounted or fencing after the lease was lost: %+v, %v, fencing %v", ti, err, env.g.fencing.Load())
 		}
 	}
 	info := waitJobEnd(t, env.c, "t1", "bash-1")
