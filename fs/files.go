@@ -198,7 +198,13 @@ func (f *Files) openDir(dir string, mkdir bool) (int, error) {
 		if err == unix.ENOENT {
 			var st syscall.Stat_t
 			if err = fstat(cur, &st); err == nil {
-				if err = unix.Mkdirat(cur, c, 0o755); err == nil || err == unix.EEXIST {
+				err = unix.Mkdirat(cur, c, 0o755)
+				if err == nil {
+					// The new folder's entry survives a power
+					// loss, as the file written in it will.
+					err = syncDir(cur)
+				}
+				if err == nil || err == unix.EEXIST {
 					next, err = openat2Retry(cur, c, &how)
 					if err == nil {
 						chownLike(next, &st)
