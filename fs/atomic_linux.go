@@ -4,6 +4,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,6 +19,8 @@ import (
 // replace leaves nothing behind; it gets a hidden random name only for
 // the instant between its link and the rename over the target.
 type tempFile struct {
+	temps *tempFiles
+	key   tempKey
 	dirFd int // the folder, borrowed
 	fd    int // open for writing
 	name  string
@@ -33,26 +39,71 @@ func tempName() string {
 	return tempPrefix + hex.EncodeToString(b[:])
 }
 
-// newTemp makes a temporary file in the folder dirFd, mode 0600 until the
-// caller sets the real one.
-func newTemp(dirFd int) (*tempFile, error) {
-	t := &tempFile{dirFd: dirFd, fd: -1, name: tempName()}
+// tempKey names a temporary file: its folder's device and inode, and its
+// name.
+type tempKey struct {
+	dev, dir uint64
+	name     string
+}
+
+// tempFiles knows the temporary files of the file API that are in use, so
+// that the sweep of what a crash left never removes one of them, and the
+// folders swept since the start.
+type tempFiles struct {
+	mu    sync.Mutex
+	live  map[tempKey]struct{}
+	swept map[[2]uint64]struct{}
+}
+
+// maxSwept bounds the folders remembered as swept; past it they are
+// forgotten, and swept again at their next write.
+const maxSwept = 1 << 16
+
+// newTemp makes a temporary file in the folder dirFd (dirSt), mode 0600
+// until the caller sets the real one.
+func (ts *tempFiles) newTemp(dirFd int, dirSt *syscall.Stat_t) (*tempFile, error) {
+	t := &tempFile{temps: ts, dirFd: dirFd, fd: -1, name: tempName()}
+	t.key = tempKey{dirSt.Dev, dirSt.Ino, t.name}
+	// Known before its name can exist in the folder.
+	ts.mu.Lock()
+	if ts.live == nil {
+		ts.live = make(map[tempKey]struct{})
+	}
+	ts.live[t.key] = struct{}{}
+	ts.mu.Unlock()
+	fd, err := t.open()
+	if err != nil {
+		t.forget()
+		return nil, err
+	}
+	t.fd = fd
+	return t, nil
+}
+
+func (t *tempFile) forget() {
+	t.temps.mu.Lock()
+	delete(t.temps.live, t.key)
+	t.temps.mu.Unlock()
+}
+
+// open opens the file: unnamed if the filesystem allows.
+func (t *tempFile) open() (int, error) {
+	dirFd := t.dirFd
 	fd, err := unix.Openat(dirFd, ".", unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
 	switch err {
 	case nil:
-		t.fd = fd
-		return t, nil
+		return fd, nil
 	case unix.EOPNOTSUPP, unix.EISDIR, unix.EINVAL:
 		// No O_TMPFILE here: a named one.
 	default:
-		return nil, err
+		return -1, err
 	}
 	fd, err = unix.Openat(dirFd, t.name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return nil, err
+		return -1, err
 	}
-	t.fd, t.named = fd, true
-	return t, nil
+	t.named = true
+	return fd, nil
 }
 
 // replace gives the file the name name in its folder, atomically in place
@@ -83,6 +134,58 @@ func (t *tempFile) discard() {
 		unix.Unlinkat(t.dirFd, t.name, 0)
 	}
 	unix.Close(t.fd)
+	t.forget()
+}
+
+// sweep removes, once per folder and run of the daemon, the temporary
+// files that a crash left in the folder dirFd (dirSt): a write killed
+// between the link of its new content and the rename. Such a write was
+// never acknowledged, and its file is no one's. Called before a write in
+// the folder; what it removes is told to the mounts and logged.
+func (h *Hub) sweepTemps(dirFd int, dirSt *syscall.Stat_t, label string) {
+	ts := &h.temps
+	dk := [2]uint64{dirSt.Dev, dirSt.Ino}
+	ts.mu.Lock()
+	_, done := ts.swept[dk]
+	if !done {
+		if ts.swept == nil || len(ts.swept) >= maxSwept {
+			ts.swept = make(map[[2]uint64]struct{})
+		}
+		ts.swept[dk] = struct{}{}
+	}
+	ts.mu.Unlock()
+	if done {
+		return
+	}
+	fd, err := unix.Openat(dirFd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	dir := os.NewFile(uintptr(fd), "folder")
+	names, _ := dir.Readdirnames(-1)
+	dir.Close()
+	for _, name := range names {
+		if !strings.HasPrefix(name, tempPrefix) {
+			continue
+		}
+		var st syscall.Stat_t
+		if fstatat(dirFd, name, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+			continue
+		}
+		// Under the lock: a temporary file in use is in live before
+		// its name exists.
+		ts.mu.Lock()
+		_, inUse := ts.live[tempKey{dirSt.Dev, dirSt.Ino, name}]
+		if !inUse {
+			err = unix.Unlinkat(dirFd, name, 0)
+		}
+		ts.mu.Unlock()
+		if inUse || err != nil {
+			continue
+		}
+		h.changed(dirSt.Dev, st.Ino, dirSt.Ino, name)
+		h.log.Info("removed the temporary file of a write that a crash interrupted", "workspace", label, "name", name)
+	}
 }
 
 // syncDir fsyncs the folder behind the (maybe O_PATH) descriptor dirFd,

@@ -81,7 +81,9 @@
 // and the folder is fsync'ed; the ledger records the new inode. A write
 // that fails before the rename changes nothing. A file with several hard
 // links is written in place instead (space reserved first, then fsync'ed),
-// so that its links stay.
+// so that its links stay. A crash between the link and the rename leaves
+// a hidden .warren-write- file, which the first write in its folder after
+// a start removes (never one in use: Hub.temps knows those).
 //
 // A mount whose kernel may hold a stale size or stale pages of a file
 // (changed through another mount, the file API, or behind the

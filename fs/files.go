@@ -433,7 +433,8 @@ func (f *Files) store(a Actor, t *target, g guarded, content []byte, created boo
 	} else {
 		uid, gid, mode = int(old.Uid), int(old.Gid), old.Mode&0o7777
 	}
-	tmp, err := newTemp(t.dirFd)
+	f.hub.sweepTemps(t.dirFd, &t.dirSt, f.label)
+	tmp, err := f.hub.temps.newTemp(t.dirFd, &t.dirSt)
 	if err != nil {
 		return 0, fmt.Errorf("%s: make a temporary file: %w", t.rel, err)
 	}

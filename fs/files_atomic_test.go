@@ -72,3 +72,25 @@ func TestFilesWriteKeepsFileOnFullDisk(t *testing.T) {
 		}
 	}
 }
+
+// TestFilesWriteSweepsCrashLeftovers: the temporary file of a write that
+// a crash cut between its link and its rename (a hidden .warren-write-
+// file) is removed by the next write in its folder after a start; other
+// files stay.
+func TestFilesWriteSweepsCrashLeftovers(t *testing.T) {
+	ctx := context.Background()
+	_, f, dir := newFiles(t, HubConfig{})
+	must(t, os.MkdirAll(filepath.Join(dir, "src"), 0o755))
+	left := filepath.Join(dir, "src", tempPrefix+"0123456789abcdef")
+	must(t, os.WriteFile(left, []byte("never acknowledged"), 0o600))
+	must(t, os.WriteFile(filepath.Join(dir, "src", ".warren-other"), []byte("mine"), 0o600))
+	if _, err := f.Write(ctx, RunActor("r"), "src/app.ts", []byte("let a = 1\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(left); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the leftover of a crashed write is still there: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "src", ".warren-other")); err != nil || string(got) != "mine" {
+		t.Errorf("another hidden file: %q, %v", got, err)
+	}
+}
