@@ -36,7 +36,7 @@
 //   - A mount point that no mount serves refuses writes, even root's: the
 //     folder is immutable from when it is made until delete clears the
 //     flag and removes it; what is found in one before a mount is moved
-//     to lost+found, never covered (mountpoint_linux.go).
+//     to moved-aside, never covered (mountpoint_linux.go).
 //   - A file API write or edit is atomic and durable when it answers
 //     (fs/files.go: a temporary file, fsync, rename, fsync of the folder).
 //   - Shutdown unmounts everything and keeps every record, so a restart
@@ -62,7 +62,7 @@
 //	                               above them: root and the daemon's group), each
 //	                               immutable from creation to delete, so an unserved
 //	                               one refuses writes (mountpoint_linux.go)
-//	lost+found/<time>/<t>/<th>     what was found in a mount point before a mount
+//	moved-aside/<time>/<t>/<th>    what was found in a mount point before a mount
 //	warren.sock                    the API socket, unless Config.SocketPath says otherwise
 //
 // # API

@@ -27,15 +27,16 @@ import (
 //
 // Whatever is found in a mount-point folder before it is mounted (written
 // before this daemon sealed its folders, or by someone who cleared the
-// flag) is moved aside to DataDir/lost+found and logged, never covered.
+// flag) is moved aside to DataDir/moved-aside and logged, never covered.
 //
 // Inspection folders are not sealed: they belong to their users, whom
 // warren does not take the folder from; a restart already refuses to
 // cover one that is not empty (inspect.go).
 
-// lostFoundDir is the folder, under DataDir, that holds what was found in
-// mount points.
-const lostFoundDir = "lost+found"
+// movedAsideDir is the folder, under DataDir, that holds what was found in
+// mount points (not "lost+found": the data folder may be the root of a
+// filesystem, whose lost+found belongs to fsck).
+const movedAsideDir = "moved-aside"
 
 // errSealUnsupported: the filesystem of the mount points has no
 // immutable flag.
@@ -138,7 +139,7 @@ func (g *Gateway) seal(path string) error {
 }
 
 // moveAside moves the existing mount point path of thread k, if anything
-// is in it, to DataDir/lost+found/<time>/<tenant>/<thread> and makes a
+// is in it, to DataDir/moved-aside/<time>/<tenant>/<thread> and makes a
 // new, empty one in its place.
 func (g *Gateway) moveAside(k meta.ThreadKey, path string) error {
 	fi, err := os.Lstat(path)
@@ -157,11 +158,11 @@ func (g *Gateway) moveAside(k meta.ThreadKey, path string) error {
 	if err != nil {
 		return fmt.Errorf("move aside %s: %w", path, err)
 	}
-	dest := filepath.Join(g.cfg.DataDir, lostFoundDir, time.Now().UTC().Format("20060102T150405.000000000Z"), rel)
+	dest := filepath.Join(g.cfg.DataDir, movedAsideDir, time.Now().UTC().Format("20060102T150405.000000000Z"), rel)
 	if err := os.MkdirAll(filepath.Dir(dest), 0o700); err != nil {
 		return fmt.Errorf("move aside %s: %w", path, err)
 	}
-	if err := os.Chmod(filepath.Join(g.cfg.DataDir, lostFoundDir), 0o700); err != nil {
+	if err := os.Chmod(filepath.Join(g.cfg.DataDir, movedAsideDir), 0o700); err != nil {
 		return fmt.Errorf("move aside %s: %w", path, err)
 	}
 	if fi.IsDir() {

@@ -93,7 +93,7 @@ func setImmutable(t *testing.T, path string, on bool) {
 // TestPlantedFilesMovedAsideAtStart plants files in the mount-point
 // folders of a bound and of a closed thread while the daemon is down
 // (clearing the flag that refuses them). At start the daemon moves them
-// aside to DATA/lost+found and logs it, rather than cover them with the
+// aside to DATA/moved-aside and logs it, rather than cover them with the
 // mount; the folders refuse writes again.
 func TestPlantedFilesMovedAsideAtStart(t *testing.T) {
 	d := newDaemon(t)
@@ -116,9 +116,9 @@ func TestPlantedFilesMovedAsideAtStart(t *testing.T) {
 	}
 	writeRefused(t, "the closed thread after the start", closed)
 	for _, p := range []string{bound, closed} {
-		found, _ := filepath.Glob(filepath.Join(d.data, "lost+found", "*", "default", filepath.Base(p), "planted.txt"))
+		found, _ := filepath.Glob(filepath.Join(d.data, "moved-aside", "*", "default", filepath.Base(p), "planted.txt"))
 		if len(found) != 1 {
-			t.Errorf("planted.txt of %s in lost+found: %v, want one", p, found)
+			t.Errorf("planted.txt of %s in moved-aside: %v, want one", p, found)
 			continue
 		}
 		if got, err := os.ReadFile(found[0]); err != nil || string(got) != "planted in "+filepath.Base(p) {
