@@ -80,8 +80,10 @@ func sealErr(path string, err error) error {
 
 // probeSeal tells, at start, whether the mount points' filesystem has the
 // immutable flag; if not, the gateway says so once and serves without it.
+// The probe is a folder next to mnt/ (on its filesystem), not in it, where
+// only mount points go.
 func (g *Gateway) probeSeal() {
-	dir, err := os.MkdirTemp(g.mntBase, ".probe-")
+	dir, err := os.MkdirTemp(filepath.Dir(g.mntBase), ".seal-probe-")
 	if err != nil {
 		g.log.Warn("cannot check whether mount points can be made immutable", "path", g.mntBase, "error", err)
 		return
