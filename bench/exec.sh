@@ -41,6 +41,8 @@ cleanup() {
 		say "detaching leftover mount $m"
 		umount -l "$m"
 	done
+	# The daemon's mount points are immutable (chattr +i).
+	chattr -i "$work"/data/mnt/*/* 2>/dev/null
 	rm -rf "$work"
 	exit "$status"
 }

@@ -81,6 +81,8 @@ cleanup() {
 	elif [[ ${BENCH_KEEP:-} == 1 ]]; then
 		say "kept $work"
 	else
+		# The daemons' mount points are immutable (chattr +i).
+		chattr -i "$work"/*-data/mnt/*/* 2>/dev/null
 		rm -rf "$work"
 	fi
 	exit "$status"

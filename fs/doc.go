@@ -74,6 +74,17 @@
 // writes pay nothing for it. Read records are bounded (HubConfig.MaxReads)
 // and dropped when their process ends or their run is ended.
 //
+// The file API's write and edit replace a file atomically and durably
+// under its path's lock (files.go, atomic_linux.go): the new content goes
+// to an O_TMPFILE in the same folder with the old file's mode and owner,
+// is fsync'ed, linked under a hidden name and renamed over the old one,
+// and the folder is fsync'ed; the ledger records the new inode. A write
+// that fails before the rename changes nothing. A file with several hard
+// links is written in place instead (space reserved first, then fsync'ed),
+// so that its links stay. A crash between the link and the rename leaves
+// a hidden .warren-write- file, which the first write in its folder after
+// a start removes (never one in use: Hub.temps knows those).
+//
 // A mount whose kernel may hold a stale size or stale pages of a file
 // (changed through another mount, the file API, or behind the
 // filesystem's back) is notified before its next open of the file is

@@ -198,7 +198,13 @@ func (f *Files) openDir(dir string, mkdir bool) (int, error) {
 		if err == unix.ENOENT {
 			var st syscall.Stat_t
 			if err = fstat(cur, &st); err == nil {
-				if err = unix.Mkdirat(cur, c, 0o755); err == nil || err == unix.EEXIST {
+				err = unix.Mkdirat(cur, c, 0o755)
+				if err == nil {
+					// The new folder's entry survives a power
+					// loss, as the file written in it will.
+					err = syncDir(cur)
+				}
+				if err == nil || err == unix.EEXIST {
 					next, err = openat2Retry(cur, c, &how)
 					if err == nil {
 						chownLike(next, &st)
@@ -392,11 +398,87 @@ func (f *Files) Edit(ctx context.Context, a Actor, p, old, new string, all bool)
 	return v, n, err
 }
 
-// store writes content as the file t in place (keeping its inode, mode,
-// owner and links), records the modification by a and tells the mounts.
-// t's lock is held.
+// store makes content the file t, durably and atomically, and records the
+// modification by a and tells the mounts. t's lock is held.
+//
+// The content goes to a new file in the same folder, which takes the old
+// file's mode and owner and is fsync'ed, then renamed over the old one,
+// and the folder is fsync'ed: once store returns, the file holds the whole
+// new content across a crash of the daemon or of the machine, and until
+// the rename it holds the whole old content. A write that fails (a full
+// disk, a quota) leaves the old file as it was and its version unmoved.
+//
+// A file with several hard links is the exception: a rename would cut it
+// from its other names, so it is written in place (after reserving its
+// blocks, so a full disk refuses it before anything is overwritten) and
+// fsync'ed; a crash in the middle of that write may leave it cut.
 func (f *Files) store(a Actor, t *target, g guarded, content []byte, created bool) (uint64, error) {
-	fd, err := unix.Openat(t.dirFd, t.name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0o644)
+	var old syscall.Stat_t
+	if err := fstatat(t.dirFd, t.name, &old); err != nil {
+		if err != unix.ENOENT {
+			return 0, fmt.Errorf("%s: %w", t.rel, err)
+		}
+		created = true
+	} else if old.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return 0, &NotFileError{Path: t.rel}
+	} else {
+		created = false
+		if old.Nlink > 1 {
+			return f.storeInPlace(a, t, g, content)
+		}
+	}
+	uid, gid, mode := unix.Geteuid(), unix.Getegid(), uint32(0o644)
+	if created {
+		uid, gid = int(t.dirSt.Uid), int(t.dirSt.Gid)
+	} else {
+		uid, gid, mode = int(old.Uid), int(old.Gid), old.Mode&0o7777
+	}
+	f.hub.sweepTemps(t.dirFd, &t.dirSt, f.label)
+	tmp, err := f.hub.temps.newTemp(t.dirFd, &t.dirSt)
+	if err != nil {
+		return 0, fmt.Errorf("%s: make a temporary file: %w", t.rel, err)
+	}
+	defer tmp.discard()
+	// Owner before mode: a chown clears the set-id bits.
+	if uid != unix.Geteuid() || gid != unix.Getegid() {
+		if err := unix.Fchown(tmp.fd, uid, gid); err != nil {
+			return 0, fmt.Errorf("%s: give the new content its owner: %w", t.rel, err)
+		}
+	}
+	if err := unix.Fchmod(tmp.fd, mode); err != nil {
+		return 0, fmt.Errorf("%s: give the new content its mode: %w", t.rel, err)
+	}
+	if err := writeAll(tmp.fd, content); err != nil {
+		return 0, fmt.Errorf("%s: %w", t.rel, err)
+	}
+	if err := fsyncRetry(tmp.fd); err != nil {
+		return 0, fmt.Errorf("%s: fsync: %w", t.rel, err)
+	}
+	if err := tmp.replace(t.name); err != nil {
+		return 0, fmt.Errorf("%s: %w", t.rel, err)
+	}
+	// From here the new content is the file: the version moves whatever
+	// the folder's fsync says.
+	v := f.hub.ledger.wrote(a, g.key, g.state, fingerprintFd(tmp.fd))
+	oldIno := old.Ino
+	if created {
+		var st syscall.Stat_t
+		if fstat(tmp.fd, &st) == nil {
+			oldIno = st.Ino
+		}
+	}
+	// The name now leads to another inode: the mounts look it up again.
+	f.hub.changed(t.dirSt.Dev, oldIno, t.dirSt.Ino, t.name)
+	if err := syncDir(t.dirFd); err != nil {
+		return 0, fmt.Errorf("%s: fsync its folder: %w", t.rel, err)
+	}
+	return v, nil
+}
+
+// storeInPlace is store for a file with several hard links: its inode
+// keeps the new content. t's lock is held.
+func (f *Files) storeInPlace(a Actor, t *target, g guarded, content []byte) (uint64, error) {
+	fd, err := unix.Openat(t.dirFd, t.name, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", t.rel, err)
 	}
@@ -408,21 +490,26 @@ func (f *Files) store(a Actor, t *target, g guarded, content []byte, created boo
 	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		return 0, &NotFileError{Path: t.rel}
 	}
-	if created {
-		chownLike(fd, &t.dirSt)
+	// The blocks first: a full disk refuses the write here, with the old
+	// content whole. A filesystem without fallocate goes on without.
+	if len(content) > 0 {
+		err := unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, 0, int64(len(content)))
+		if err != nil && err != unix.EOPNOTSUPP && err != unix.ENOSYS {
+			return 0, fmt.Errorf("%s: reserve space: %w", t.rel, err)
+		}
 	}
-	for b := content; len(b) > 0; {
-		n, err := unix.Write(fd, b)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			// The old content is gone already: the version moves.
-			f.hub.ledger.modified(a, g.key, g.state, fingerprintFd(fd))
-			f.hub.changed(t.dirSt.Dev, st.Ino, t.dirSt.Ino, t.name)
-			return 0, fmt.Errorf("%s: %w", t.rel, err)
-		}
-		b = b[n:]
+	err = pwriteAll(fd, content)
+	if err == nil {
+		err = unix.Ftruncate(fd, int64(len(content)))
+	}
+	if err == nil {
+		err = fsyncRetry(fd)
+	}
+	if err != nil {
+		// Part of the old content may be overwritten: the version moves.
+		f.hub.ledger.modified(a, g.key, g.state, fingerprintFd(fd))
+		f.hub.changed(t.dirSt.Dev, st.Ino, t.dirSt.Ino, t.name)
+		return 0, fmt.Errorf("%s: %w", t.rel, err)
 	}
 	// The run knows the whole content it left: as good as a read.
 	v := f.hub.ledger.wrote(a, g.key, g.state, fingerprintFd(fd))

@@ -32,6 +32,7 @@ type Hub struct {
 	fds     *fdCache      // the node descriptors of every mount of the hub
 	ledger  *ledger       // versions, locks and read records (ledger.go)
 	actors  *actors       // who makes a request (actors.go)
+	temps   tempFiles     // the file API's temporary files (atomic_linux.go)
 
 	mu     sync.Mutex
 	mounts map[*root]struct{} // guarded by mu

@@ -33,6 +33,12 @@
 //   - Only allowed peers talk to the API: the socket is mode 0660, and every
 //     connection's peer uid (SO_PEERCRED) must be this process's uid, root,
 //     or listed in Config.AllowUIDs.
+//   - A mount point that no mount serves refuses writes, even root's: the
+//     folder is immutable from when it is made until delete clears the
+//     flag and removes it; what is found in one before a mount is moved
+//     to moved-aside, never covered (mountpoint_linux.go).
+//   - A file API write or edit is atomic and durable when it answers
+//     (fs/files.go: a temporary file, fsync, rename, fsync of the folder).
 //   - Shutdown unmounts everything and keeps every record, so a restart
 //     serves the same threads again. Start first detaches the stale mounts a
 //     crashed daemon leaves behind.
@@ -56,7 +62,10 @@
 //	                               the daemon reaches them, agents use the mount); on btrfs each is a
 //	                               subvolume, whose quota group bounds it (diskquota.go)
 //	mnt/<tenant>/<thread>          FUSE mount points of bound threads (mode 0750
-//	                               above them: root and the daemon's group)
+//	                               above them: root and the daemon's group), each
+//	                               immutable from creation to delete, so an unserved
+//	                               one refuses writes (mountpoint_linux.go)
+//	moved-aside/<time>/<t>/<th>    what was found in a mount point before a mount
 //	warren.sock                    the API socket, unless Config.SocketPath says otherwise
 //
 // # API

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"warren/fs"
@@ -255,6 +256,12 @@ func (g *Gateway) EditFile(ctx context.Context, tenant, thread string, req EditF
 		if err != nil {
 			if e := fileError(err); e != err {
 				return e
+			}
+			// A system call's failure (a full disk) is not the
+			// request's fault.
+			var errno syscall.Errno
+			if errors.As(err, &errno) {
+				return err
 			}
 			return fmt.Errorf("%w: %s", ErrInvalid, err)
 		}

@@ -34,6 +34,7 @@ type Gateway struct {
 	wsBase  string // Config.WorkspacesDir: backing roots
 	wsReal  string // wsBase with symlinks resolved, to refuse inspection mounts in it
 	mntBase string // DataDir/mnt: mount points
+	sealOff bool   // mount points cannot be made immutable here (mountpoint_linux.go)
 	dataDir string // DataDir with symlinks resolved, to refuse inspection mounts in it
 	uid     uint32 // this process's uid, always allowed on the socket
 	allow   map[uint32]bool
@@ -142,6 +143,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.hub.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
+	g.probeSeal()
 	if err := g.startQuotas(); err != nil {
 		g.hub.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)

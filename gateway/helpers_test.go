@@ -259,7 +259,10 @@ func startEnv(t testing.TB, cfg Config) *testEnv {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// Registered before Close, so it runs after it.
-	t.Cleanup(func() { checkNoMountsLeft(t, append(env.m.mountpoints(), cfg.DataDir)...) })
+	t.Cleanup(func() {
+		checkNoMountsLeft(t, append(env.m.mountpoints(), cfg.DataDir)...)
+		testenv.UnsealMountPoints(t, cfg.DataDir)
+	})
 	g, err := Start(ctx, cfg)
 	if err != nil {
 		t.Fatalf("Start: %v", err)

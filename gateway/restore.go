@@ -41,6 +41,12 @@ func (g *Gateway) restore(ctx context.Context) {
 	)
 	g.noteRestartedJobs(ctx, bs)
 	for _, b := range bs {
+		if b.State == meta.StateClosed && (b.HostID == "" || b.HostID == g.cfg.HostID) {
+			// Not served: its mount point refuses writes, and what
+			// landed there before is moved aside now.
+			g.sealClosed(b)
+			continue
+		}
 		if b.State != meta.StateBound {
 			continue
 		}
@@ -137,8 +143,8 @@ func (g *Gateway) restoreThread(ctx context.Context, b meta.Binding) error {
 	if err := g.applyDiskQuota(k, root, b.Settings); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(mountPath, 0o755); err != nil {
-		return fmt.Errorf("create mount point: %w", err)
+	if err := g.prepareMountPoint(k, mountPath, nil); err != nil {
+		return fmt.Errorf("prepare mount point: %w", err)
 	}
 	m, err := g.mount(ctx, k, root, mountPath, false)
 	if err != nil {

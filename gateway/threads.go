@@ -205,8 +205,10 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	if err := g.applyDiskQuota(k, root, newSettings); err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
 	}
-	if err := makeLeaf(&undo, mountPath, 0o755); err != nil {
-		return meta.Binding{}, fmt.Errorf("bind %s: create mount point: %w", keyName(k), err)
+	// Immutable, with nothing in it: a write while it is not served is
+	// refused, and nothing is covered (mountpoint_linux.go).
+	if err := g.prepareMountPoint(k, mountPath, &undo); err != nil {
+		return meta.Binding{}, fmt.Errorf("bind %s: prepare mount point: %w", keyName(k), err)
 	}
 	m, err := g.mount(ctx, k, root, mountPath, false)
 	if err != nil {
@@ -619,7 +621,7 @@ func (g *Gateway) DeleteThread(ctx context.Context, tenant, thread string) error
 	if err := os.RemoveAll(root); err != nil {
 		return fmt.Errorf("delete %s: remove workspace %s: %w", keyName(k), root, err)
 	}
-	if err := os.Remove(mountPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := removeMountPoint(mountPath); err != nil {
 		return fmt.Errorf("delete %s: remove mount point %s: %w", keyName(k), mountPath, err)
 	}
 	for _, p := range inspections {

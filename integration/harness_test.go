@@ -195,8 +195,11 @@ func (d *daemon) bind(tenant, thread string) string {
 	return strings.TrimSpace(d.mustWarren("bind", "--tenant", tenant, "--thread", thread))
 }
 
-// detachAllUnder lazily unmounts every mount below dir, deepest first.
+// detachAllUnder lazily unmounts every mount below dir, deepest first,
+// then clears the immutable flag of the mount points of a data folder dir
+// so that the test's folders can be removed.
 func detachAllUnder(t testing.TB, dir string) {
+	defer testenv.UnsealMountPoints(t, dir)
 	for range 4 {
 		mps := testenv.MountsUnder(t, dir)
 		if len(mps) == 0 {

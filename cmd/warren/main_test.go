@@ -49,6 +49,7 @@ func startGateway(t *testing.T) string {
 				t.Errorf("detach %s: %v", p, err)
 			}
 		}
+		testenv.UnsealMountPoints(t, data)
 	})
 	g, err := gateway.Start(context.Background(), gateway.Config{
 		DataDir: data,

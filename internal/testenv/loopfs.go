@@ -114,3 +114,27 @@ func FillDisk(t testing.TB, dir string) string {
 	f.Sync()
 	return path
 }
+
+// UnsealMountPoints clears the immutable flag that a daemon sets on its
+// mount-point folders (DATA/mnt/TENANT/THREAD), so that the test's
+// temporary folder can be removed. Call it once the daemon is stopped and
+// its mounts detached.
+func UnsealMountPoints(t testing.TB, dataDir string) {
+	t.Helper()
+	paths, _ := filepath.Glob(filepath.Join(dataDir, "mnt", "*", "*"))
+	for _, p := range paths {
+		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			continue
+		}
+		if flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS); err == nil && flags&immutableFL != 0 {
+			if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags&^immutableFL)); err != nil {
+				t.Errorf("clear the immutable flag of %s: %v", p, err)
+			}
+		}
+		unix.Close(fd)
+	}
+}
+
+// immutableFL is FS_IMMUTABLE_FL of <linux/fs.h>.
+const immutableFL = 0x00000010
