@@ -56,6 +56,40 @@
 // and moved onto the descriptor (move_mount); Close detaches that mount
 // through its own descriptor, wherever it is by then, and never waits for
 // the filesystem (target_linux.go). The gateway's inspection mounts use it.
+// A mount at a path (the threads') is made the same way and moved onto the
+// folder at the path, opened without following links; Close detaches it
+// through its descriptor too, and waits a little for it to stop serving.
+//
+// # Requests to its own mounts
+//
+// The serving process never makes a FUSE request to a mount it serves, but
+// one (below): a thread waiting for its own server's answer cannot end when
+// the process is killed, the process then stays a zombie holding every
+// descriptor (the store's lock, /dev/fuse, so its mounts hang instead of
+// failing) until the connection is aborted through fusectl. The places
+// where go-fuse or this package made such requests, and what replaced them:
+//
+//   - go-fuse's WaitMount opens .go-fuse-epoll-hack on the mount (poll
+//     hack): not called; go-fuse is handed the /dev/fuse descriptor
+//     ("/dev/fd/N") and has answered INIT when NewServer returns.
+//   - go-fuse's mount(2) stats the mount point first (a stale mount there
+//     answers): replaced by fsopen/fsmount, and the mount point is opened
+//     O_PATH, which asks the filesystem below nothing.
+//   - statfs of the new mount to check its flags (nosymfollow...) sends
+//     STATFS: the flags are read from /proc/self/mountinfo instead, for the
+//     mount id statx gives without asking (AT_STATX_DONT_SYNC).
+//   - Close's umount without MNT_DETACH waited for the server: the mount is
+//     detached through its descriptor, which needs no answer.
+//   - the poll hack itself is still needed (a process that serves a mount
+//     and opens its files can deadlock its runtime on POLL otherwise), so
+//     it runs on a thread of its own whose copy of the descriptor table
+//     holds no /dev/fuse descriptor: killed there, that thread does not
+//     keep the connection open; it is aborted and the thread ends
+//     (pollhack_linux.go).
+//
+// go-fuse's mount(2) also left the /dev/fuse descriptor inheritable, so
+// every process started after a mount (a jail's init) held its connection
+// open after the daemon died; fsopen's descriptors are close-on-exec.
 //
 // # No lost edits
 //

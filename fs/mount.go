@@ -3,7 +3,6 @@ package fs
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -154,10 +153,12 @@ type Mount struct {
 	server     *fuse.Server
 	root       *root
 	done       chan struct{} // closed when the server stopped serving
-	// mntFd is the mount's own descriptor (fsmount's) for a mount made
-	// onto Options.Target, -1 otherwise. It is how Close finds the mount;
-	// closed by Close.
+	// mntFd is the mount's own descriptor (fsmount's): every mount is
+	// made detached and moved into place (target_linux.go). It is how
+	// Close finds the mount; closed by Close.
 	mntFd int
+	// atTarget says the mount was made onto Options.Target.
+	atTarget bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -269,15 +270,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		// would show it as 0644 otherwise.
 		NullPermissions: true,
 	})
-	if err == nil {
-		err = requireNoSymfollow(server, mountpoint)
-	}
 	if err != nil {
-		if mntFd >= 0 {
-			// A Target mount failed a later check: let it go.
-			unix.Unmount(mountpoint, unix.MNT_DETACH)
-			unix.Close(mntFd)
-		}
 		rootNode.fd.close()
 		unix.Close(fd)
 		unix.Close(handleFd)
@@ -286,7 +279,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		}
 		return nil, fmt.Errorf("fs: mount %s at %s: %w", backing, mountpoint, err)
 	}
-	m := &Mount{mountpoint: label, server: server, root: r, done: make(chan struct{}), mntFd: mntFd}
+	m := &Mount{mountpoint: label, server: server, root: r, done: make(chan struct{}), mntFd: mntFd, atTarget: opts.Target != nil}
 	r.hub.add(r)
 	go func() {
 		server.Wait()
@@ -306,19 +299,19 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 	return m, nil
 }
 
-// serveNodes mounts the node tree at mountpoint and serves it, with
-// directories served without OPENDIR where the kernel allows (dirs.go).
-func serveNodes(root fusefs.InodeEmbedder, mountpoint string, opts *fusefs.Options) (*fuse.Server, error) {
+// serveNodes serves the node tree on the /dev/fuse descriptor named by
+// fuseDev ("/dev/fd/N", target_linux.go), with directories served without
+// OPENDIR where the kernel allows (dirs.go). NewServer has read and
+// answered INIT when it returns, so the mount serves: WaitMount is not
+// called, for its poll hack would open a file of the mount, a request of
+// the daemon to its own mount (serveAt).
+func serveNodes(root fusefs.InodeEmbedder, fuseDev string, opts *fusefs.Options) (*fuse.Server, error) {
 	raw := &dirsWithoutOpen{RawFileSystem: capOpenFiles(&killPriv{RawFileSystem: fusefs.NewNodeFS(root, opts)}, root)}
-	server, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
+	server, err := fuse.NewServer(raw, fuseDev, &opts.MountOptions)
 	if err != nil {
 		return nil, err
 	}
 	go server.Serve()
-	if err := server.WaitMount(); err != nil {
-		// The serve loop ends by itself once the mount is gone.
-		return nil, err
-	}
 	if server.KernelSettings().Flags64()&fuse.CAP_NO_OPENDIR_SUPPORT != 0 {
 		raw.handleless.Store(true)
 	}
@@ -357,42 +350,32 @@ func (m *Mount) Mountpoint() string { return m.mountpoint }
 // Done is closed once the mount stopped serving.
 func (m *Mount) Done() <-chan struct{} { return m.done }
 
-// Close unmounts. If the mount is busy (a process still has a file open or
-// its cwd there), it is detached lazily: it disappears from the tree at
-// once and stops serving when its last user lets go. Close does not wait
-// for that; Done does. A mount made onto a Target is always detached so,
-// through its own descriptor, and Close returns nil only once it is gone
-// from the mount table.
+// Close unmounts. The mount is detached through its own descriptor,
+// wherever it is by then (never another mount by mistake, served or not),
+// and lazily: if it is busy (a process still has a file open or its cwd
+// there), it disappears from the tree at once and stops serving when its
+// last user lets go. Close returns nil only once it is gone from the mount
+// table. A mount at a path (no Target) then waits a little for serving to
+// stop, as an unused mount does at once; Done tells when it did.
 func (m *Mount) Close() error {
 	m.closeOnce.Do(func() {
-		if m.mntFd >= 0 {
-			// Known by its descriptor: never another mount by mistake,
-			// served or not.
-			m.closeErr = m.detach()
+		if m.closeErr = m.detach(); m.closeErr != nil || m.atTarget {
 			return
 		}
 		select {
 		case <-m.done:
-			// Already stopped (unmounted from outside): the path may hold
-			// another mount by now, which is not ours to take down.
-			return
-		default:
+		case <-time.After(closeWait):
+			m.root.log.Info("mount busy, detached lazily", "mountpoint", m.mountpoint)
 		}
-		err := m.server.Unmount()
-		if err == nil {
-			<-m.done
-			return
-		}
-		if derr := unix.Unmount(m.mountpoint, unix.MNT_DETACH); derr != nil && !errors.Is(derr, unix.EINVAL) {
-			m.closeErr = fmt.Errorf("fs: unmount %s: %w (lazy detach: %v)", m.mountpoint, err, derr)
-			return
-		}
-		m.root.log.Info("mount busy, detached lazily", "mountpoint", m.mountpoint)
 	})
 	return m.closeErr
 }
 
-// detach takes a mount made onto a Target out of the tree through its own
+// closeWait bounds how long Close waits for an unmounted path mount to
+// stop serving; a busy one serves on until its last user lets go.
+const closeWait = 2 * time.Second
+
+// detach takes the mount out of the tree through its own
 // descriptor, wherever it was moved, and lets it go: it stops serving once
 // no process uses it any more (at once when none does). It never waits for
 // the server, so it cannot hang on a busy or stuck mount; Done tells when

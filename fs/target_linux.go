@@ -30,17 +30,38 @@ type Target struct {
 	Fd int
 }
 
-// serveAt serves the node tree at *mountpoint, or, with a target, on a
-// mount made detached and then moved onto the target's folder; it returns
-// the server and, for a target, the mount's own descriptor (-1 otherwise).
+// serveAt serves the node tree on a mount made detached (fsmount) and then
+// moved onto the target's folder, or, without a target, onto the folder at
+// *mountpoint (opened without following links). It returns the server and
+// the mount's own descriptor (fsmount's), by which Close finds the mount.
 // With a target, *mountpoint is set to /proc/self/fd/N of that descriptor
-// once the mount is in place: every later use of the path in Serve (a
-// check of the mount, an undo) then reaches this mount, wherever it is,
-// and nothing else. The target is covered only once the mount serves.
+// once the mount is in place: every later use of the path in Serve (an
+// undo) then reaches this mount, wherever it is, and nothing else.
+//
+// The daemon never makes a request to a mount it serves (see doc.go,
+// "Requests to its own mounts"): a thread blocked on one cannot end while
+// the process dies, the dying daemon keeps every descriptor, its mounts
+// hang and its store stays locked. So nothing here opens or stats a file
+// of the new mount, but for the poll hack, made on a thread that cannot
+// hold the connection open (pollhack_linux.go); go-fuse's WaitMount (its
+// own poll hack opens .go-fuse-epoll-hack on the mount from the serving
+// process as it is) is never called, since go-fuse serves
+// a /dev/fuse descriptor it is handed as "/dev/fd/N" and reads INIT before
+// NewServer returns; the flags are checked in the mount table, not by
+// statfs (which asks the filesystem). The /dev/fuse descriptor is
+// close-on-exec (go-fuse's own mount(2) leaves it inheritable, so every
+// jail started after would hold the connection open past the daemon).
 func serveAt(root fusefs.InodeEmbedder, mountpoint *string, target *Target, opts *fusefs.Options) (*fuse.Server, int, error) {
-	if target == nil {
-		server, err := serveNodes(root, *mountpoint, opts)
-		return server, -1, err
+	targetFd := -1
+	if target != nil {
+		targetFd = target.Fd
+	} else {
+		fd, err := unix.Open(*mountpoint, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, -1, fmt.Errorf("open mount point: %w", err)
+		}
+		defer unix.Close(fd)
+		targetFd = fd
 	}
 	flags := opts.MountOptions.DirectMountFlags
 	fuseFd, mntFd, err := mountDetached(&opts.MountOptions, flags)
@@ -59,7 +80,9 @@ func serveAt(root fusefs.InodeEmbedder, mountpoint *string, target *Target, opts
 		return nil, -1, fmt.Errorf("serve the detached mount: %w", err)
 	}
 	undo := func() {
-		// The detached mount dissolves; the serve loop then ends.
+		// Out of the tree if it was moved there; the last reference then
+		// goes, the mount dissolves and the serve loop ends.
+		unix.Unmount(procFdPath(mntFd), unix.MNT_DETACH)
 		unix.Close(mntFd)
 		server.Wait()
 	}
@@ -67,45 +90,58 @@ func serveAt(root fusefs.InodeEmbedder, mountpoint *string, target *Target, opts
 		undo()
 		return nil, -1, err
 	}
+	if err := moveOnto(mntFd, targetFd); err != nil {
+		undo()
+		return nil, -1, err
+	}
 	if err := checkAttrs(mntFd, flags); err != nil {
 		undo()
 		return nil, -1, err
 	}
-	if err := moveOnto(mntFd, target.Fd); err != nil {
-		undo()
-		return nil, -1, err
+	if target != nil {
+		*mountpoint = procFdPath(mntFd)
 	}
-	*mountpoint = procFdPath(mntFd)
 	return server, mntFd, nil
 }
 
-// checkAttrs checks, on the mount's own descriptor, that the kernel set
-// the flags that statfs reports (read-only, nosuid, nodev, nosymfollow...)
-// as asked: a flag silently dropped would open a hole.
+// checkAttrs checks, in the mount table, that the kernel set the per-mount
+// flags (read-only, nosuid, nodev, nosymfollow...) as asked: a flag
+// silently dropped would open a hole (nosymfollow is what keeps a host
+// process from following an agent's link out of the workspace, hostview.go).
+// It reads /proc/self/mountinfo for the mount of mntFd, which asks the
+// filesystem nothing; statfs would send it a request.
 func checkAttrs(mntFd int, flags uintptr) error {
-	var s unix.Statfs_t
-	if err := unix.Fstatfs(mntFd, &s); err != nil {
-		return fmt.Errorf("statfs of the mount: %w", err)
+	id, _, err := MountID(mntFd)
+	if err != nil {
+		return err
+	}
+	e, ok, err := LookupMount(id)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("the mount %d is not in the mount table", id)
+	}
+	have := make(map[string]bool)
+	for _, o := range strings.Split(e.Options, ",") {
+		have[o] = true
 	}
 	for _, f := range []struct {
-		ms, st uintptr
-		name   string
+		ms   uintptr
+		name string
 	}{
-		{unix.MS_RDONLY, unix.ST_RDONLY, "ro"},
-		{unix.MS_NOSUID, unix.ST_NOSUID, "nosuid"},
-		{unix.MS_NODEV, unix.ST_NODEV, "nodev"},
-		{unix.MS_NOEXEC, unix.ST_NOEXEC, "noexec"},
-		{unix.MS_NOSYMFOLLOW, stNoSymfollowFlag, "nosymfollow"},
+		{unix.MS_RDONLY, "ro"},
+		{unix.MS_NOSUID, "nosuid"},
+		{unix.MS_NODEV, "nodev"},
+		{unix.MS_NOEXEC, "noexec"},
+		{unix.MS_NOSYMFOLLOW, "nosymfollow"},
 	} {
-		if flags&f.ms != 0 && uintptr(s.Flags)&f.st == 0 {
-			return fmt.Errorf("the mount is not %s", f.name)
+		if flags&f.ms != 0 && !have[f.name] {
+			return fmt.Errorf("the mount is not %s (mount options %q)", f.name, e.Options)
 		}
 	}
 	return nil
 }
-
-// stNoSymfollowFlag is ST_NOSYMFOLLOW, statfs's flag of a nosymfollow mount.
-const stNoSymfollowFlag = 0x2000
 
 // mountAttrs turns MS_ flags of mount(2) into the MOUNT_ATTR_ flags of
 // fsmount(2). Flags that have no attribute are refused, so a flag added to
@@ -196,21 +232,6 @@ func mountDetached(mo *fuse.MountOptions, flags uintptr) (fuseFd, mntFd int, err
 	return fuseFd, mntFd, nil
 }
 
-// pollHack makes the kernel ask POLL once, on go-fuse's special file, so
-// that go-fuse answers ENOSYS and the kernel never polls a file of the
-// mount again (go-fuse does the same for the mounts it makes itself; a
-// poll served by the daemon could deadlock its own event loop). It runs
-// on the detached mount, through its descriptor.
-func pollHack(mntFd int) error {
-	fd, err := unix.Openat(mntFd, ".go-fuse-epoll-hack", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open poll hack: %w", err)
-	}
-	defer unix.Close(fd)
-	unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
-	return nil
-}
-
 // moveOnto attaches the detached mount mntFd onto the folder targetFd.
 func moveOnto(mntFd, targetFd int) error {
 	if err := unix.MoveMount(mntFd, "", targetFd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
@@ -236,9 +257,15 @@ func MountID(fd int) (id uint64, root bool, err error) {
 
 // MountEntry is one line of /proc/self/mountinfo.
 type MountEntry struct {
-	ID     uint64
-	Path   string // the mount point, unescaped
-	FSType string // e.g. "fuse.warren"
+	ID      uint64
+	Path    string // the mount point, unescaped
+	FSType  string // e.g. "fuse.warren"
+	Options string // the per-mount options, e.g. "rw,nosuid,nodev,nosymfollow"
+	// Dev is the filesystem's device (major:minor): a FUSE mount's minor
+	// names its connection in /sys/fs/fuse/connections.
+	Dev string
+	// Source is the filesystem's source, e.g. "warren:tenant/thread".
+	Source string
 }
 
 // LookupMount returns the entry of mount id in this process's mount
@@ -260,14 +287,7 @@ func LookupMount(id uint64) (MountEntry, bool, error) {
 		if err != nil || got != id {
 			continue
 		}
-		e := MountEntry{ID: id, Path: unescapeMountinfo(fields[4])}
-		for i := 5; i < len(fields)-1; i++ {
-			if fields[i] == "-" {
-				e.FSType = fields[i+1]
-				break
-			}
-		}
-		return e, true, nil
+		return parseMountinfo(fields), true, nil
 	}
 	if err := sc.Err(); err != nil {
 		return MountEntry{}, false, fmt.Errorf("fs: read mount table: %w", err)
@@ -298,4 +318,20 @@ func DetachFd(fd int) error {
 		return fmt.Errorf("fs: detach mount %d: still attached at %s", id, e.Path)
 	}
 	return nil
+}
+
+// parseMountinfo reads the fields of one line of /proc/self/mountinfo.
+func parseMountinfo(fields []string) MountEntry {
+	id, _ := strconv.ParseUint(fields[0], 10, 64)
+	e := MountEntry{ID: id, Dev: fields[2], Path: unescapeMountinfo(fields[4]), Options: fields[5]}
+	for i := 6; i < len(fields)-1; i++ {
+		if fields[i] == "-" {
+			e.FSType = fields[i+1]
+			if i+2 < len(fields) {
+				e.Source = unescapeMountinfo(fields[i+2])
+			}
+			break
+		}
+	}
+	return e
 }

@@ -1,0 +1,104 @@
+package fs
+
+import (
+	"fmt"
+	"runtime"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// pollHack makes the kernel ask POLL once, on go-fuse's special file, so
+// that go-fuse answers ENOSYS and the kernel never polls a file of the
+// mount again. Without it, a process that serves a mount and also opens
+// its files (the tests do; the jail's do not count) can deadlock: the Go
+// runtime registers every file it opens in its epoll, a raw syscall that
+// keeps its P while the kernel waits for POLL to be answered, and with
+// every P so held no goroutine is left to answer.
+//
+// It is the one request the daemon makes to its own mount, so it is made
+// where it cannot keep the daemon from dying: on a locked thread of its
+// own with a copy of the descriptor table (unshare CLONE_FILES) that holds
+// no /dev/fuse descriptor. If the daemon is killed while the request is in
+// flight, that thread alone waits; the other threads exit and drop the
+// real table, the last /dev/fuse descriptor of the connection closes, the
+// kernel aborts the connection, the request fails and the thread ends. A
+// thread that shared the table would keep the /dev/fuse descriptor open
+// and wait for an answer no one can give: the process would stay a zombie
+// holding every descriptor, the store's lock too (issue 12).
+func pollHack(mntFd int) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// The main thread's table is the one /proc/self/fd shows
+			// (reopen uses it), and the main thread never ends: not
+			// here. Held by this goroutine, it cannot take the next one.
+			errc <- pollHack(mntFd)
+			runtime.UnlockOSThread()
+			return
+		}
+		// Never unlocked: the thread, with its own descriptor table, ends
+		// with this goroutine.
+		errc <- pollHackAlone(mntFd)
+	}()
+	return <-errc
+}
+
+func pollHackAlone(mntFd int) error {
+	if err := unix.Unshare(unix.CLONE_FILES); err != nil {
+		return fmt.Errorf("poll hack: unshare the descriptor table: %w", err)
+	}
+	if err := closeFuseDevices(); err != nil {
+		return fmt.Errorf("poll hack: %w", err)
+	}
+	fd, err := unix.Openat(mntFd, ".go-fuse-epoll-hack", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open poll hack: %w", err)
+	}
+	defer unix.Close(fd)
+	unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
+	return nil
+}
+
+// closeFuseDevices closes, in the calling thread's descriptor table, every
+// descriptor of /dev/fuse. Only those: the runtime's own (its epoll, its
+// wake-up eventfd) must stay, as the runtime may use them on this thread.
+func closeFuseDevices() error {
+	dir, err := unix.Open("/proc/thread-self/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the descriptor table: %w", err)
+	}
+	defer unix.Close(dir)
+	var fuseDev unix.Stat_t
+	if err := unix.Stat("/dev/fuse", &fuseDev); err != nil {
+		return fmt.Errorf("stat /dev/fuse: %w", err)
+	}
+	buf := make([]byte, 8<<10)
+	var names []string
+	for {
+		n, err := unix.ReadDirent(dir, buf)
+		if err != nil {
+			return fmt.Errorf("read the descriptor table: %w", err)
+		}
+		if n <= 0 {
+			break
+		}
+		_, _, names = syscall.ParseDirent(buf[:n], -1, names)
+	}
+	for _, name := range names {
+		fd, err := strconv.Atoi(name)
+		if err != nil || fd == dir {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) != nil {
+			continue
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == fuseDev.Rdev {
+			unix.Close(fd)
+		}
+	}
+	return nil
+}
