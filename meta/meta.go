@@ -62,6 +62,12 @@ const (
 	// its folder, and was configured not to start a fresh one: every call
 	// fails, naming the folder and the host it was on.
 	StateGone State = "gone"
+	// StateDeleting means a delete of the thread started: it is recorded
+	// before anything is removed, so a delete cut short (a crash, a failed
+	// unmount) is never served half done. Every call but another delete
+	// answers as gone; the next delete, or the next start of the host,
+	// finishes it.
+	StateDeleting State = "deleting"
 )
 
 // ThreadKey names a thread. Tenant and Thread are the client's ids as given

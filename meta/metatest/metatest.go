@@ -180,6 +180,30 @@ func testCreateGet(t *testing.T, s meta.Store) {
 	full.ClosedAt = boundAt.Add(time.Hour + time.Nanosecond)
 	mustCreate(t, s, full)
 	checkBinding(t, "GetBinding of a closed binding", mustGet(t, s, full.ThreadKey), full)
+
+	// A delete under way is a state like the others: recorded before the
+	// delete removes anything, read back by a restart that finishes it.
+	deleting := mustCreate(t, s, binding("acme", "t-3", "/srv/acme/t-3"))
+	deleting.State = meta.StateDeleting
+	deleting, err := s.UpdateBinding(t.Context(), deleting)
+	if err != nil {
+		t.Fatalf("UpdateBinding to deleting: %v", err)
+	}
+	checkBinding(t, "GetBinding of a binding being deleted", mustGet(t, s, deleting.ThreadKey), deleting)
+	all, err := s.ListBindings(t.Context())
+	if err != nil {
+		t.Fatalf("ListBindings: %v", err)
+	}
+	found := false
+	for _, b := range all {
+		if b.ThreadKey == deleting.ThreadKey {
+			found = true
+			checkBinding(t, "ListBindings of a binding being deleted", b, deleting)
+		}
+	}
+	if !found {
+		t.Errorf("ListBindings: the binding being deleted is missing")
+	}
 }
 
 func testCreateExisting(t *testing.T, s meta.Store) {
