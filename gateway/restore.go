@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -26,11 +28,25 @@ const restoreParallel = 16
 //
 // It runs before the API serves, so it takes no thread locks.
 func (g *Gateway) restore(ctx context.Context) {
+	// Every warren mount under the mount folder was left by a former run
+	// (a daemon holds its data folder alone), recorded or not (a bind cut
+	// short mounts before it records): its connection is aborted, so no
+	// process inside hangs on a server that is gone or stuck, and it is
+	// detached, so nothing is stacked on it or trips on ENOTCONN.
+	detached, err := fs.DetachUnder(g.mntBase)
+	for _, m := range detached {
+		g.log.Info("restore: detached a mount of a former run", "path", m.Path, "source", m.Source)
+	}
+	if err != nil {
+		g.log.Error("restore: detach the mounts of a former run", "error", err)
+	}
 	bs, err := g.store.ListBindings(ctx)
 	if err != nil {
 		g.log.Error("restore: list bindings", "error", err)
 		return
 	}
+	bs = g.finishDeletes(ctx, bs)
+	g.reconcileFolders(bs)
 	// Mount in parallel, a few at a time: a host with a thousand threads
 	// should not wait for them one by one. Each mount touches only its own
 	// thread's entry (under g.mu).
@@ -168,6 +184,11 @@ func (g *Gateway) restoreInspection(ctx context.Context, m meta.InspectionMount)
 	if err != nil {
 		return nil, fmt.Errorf("read binding: %w", err)
 	}
+	if b.State == meta.StateDeleting {
+		// Its delete failed again at this start: never served.
+		detachStaleInspection(m.Path)
+		return nil, fmt.Errorf("%w: thread is being deleted", meta.ErrNotFound)
+	}
 	// What a crashed run left there, reached without following links
 	// and detached through its own descriptor.
 	if err := detachStaleInspection(m.Path); err != nil {
@@ -186,4 +207,122 @@ func (g *Gateway) restoreInspection(ctx context.Context, m meta.InspectionMount)
 		return nil, fmt.Errorf("workspace %s is missing or not a folder (%v)", root, err)
 	}
 	return g.mountAt(ctx, m.ThreadKey, root, path, !m.Writable, &fs.Target{Fd: dirFd})
+}
+
+// finishDeletes finishes the deletes a former run recorded and did not
+// finish (state deleting), for threads this host serves, and returns the
+// bindings left. A delete that fails again stays recorded: the thread
+// answers as gone until a delete finishes it.
+func (g *Gateway) finishDeletes(ctx context.Context, bs []meta.Binding) []meta.Binding {
+	left := bs[:0:0]
+	for _, b := range bs {
+		if b.State != meta.StateDeleting || (b.HostID != "" && b.HostID != g.cfg.HostID) {
+			left = append(left, b)
+			continue
+		}
+		// The inspection mounts a former run left of the thread: their
+		// records go with the delete, the mounts go now.
+		if ms, err := g.store.ListInspectionMounts(ctx); err == nil {
+			for _, m := range ms {
+				if m.ThreadKey == b.ThreadKey {
+					if err := detachStaleInspection(m.Path); err != nil {
+						g.log.Warn("restore: detach an inspection mount of a deleted thread", "path", m.Path, "error", err)
+					}
+				}
+			}
+		}
+		err := g.claim(ctx, b.ThreadKey, &b)
+		if err == nil {
+			err = g.deleteLocked(ctx, b)
+		}
+		if err != nil {
+			g.log.Error("restore: finish a delete cut short", "tenant", b.Tenant, "thread", b.Thread, "error", err)
+			left = append(left, b)
+			continue
+		}
+		g.log.Info("restore: finished a delete cut short", "tenant", b.Tenant, "thread", b.Thread)
+	}
+	return left
+}
+
+// reconcileFolders takes away the folders a bind cut short left without a
+// record. It runs after every mount under the mount folder is detached.
+//
+// A mount-point folder with no record is removed if empty (a non-empty one
+// is left, and logged: what was written into a bare mount point is not
+// this function's to judge). A workspace folder with no record is removed
+// if empty, and moved aside (DataDir/orphans/<time>/...) if not: it may
+// still be someone's work (a bind whose record write timed out keeps its
+// folder on purpose; a store restored from an older copy), which no check
+// can tell from garbage, while left in place it would be adopted as the
+// workspace of the next bind of those ids. Workspace folders are
+// reconciled only when they are this daemon's own (the default folder in
+// DataDir): a workspaces folder shared with other servers holds the folders
+// of their binds in flight.
+func (g *Gateway) reconcileFolders(bs []meta.Binding) {
+	mounts := make(map[string]bool)
+	roots := make(map[string]bool)
+	for _, b := range bs {
+		if root, mountPath, err := g.threadPaths(b.ThreadKey); err == nil {
+			roots[root], mounts[mountPath] = true, true
+		}
+		if b.Root != "" {
+			roots[filepath.Clean(b.Root)] = true
+		}
+	}
+	for _, dir := range leafFolders(g.mntBase) {
+		if mounts[dir] {
+			continue
+		}
+		if err := os.Remove(dir); err != nil {
+			g.log.Warn("restore: a mount-point folder with no record is left as it is", "path", dir, "error", err)
+			continue
+		}
+		g.log.Info("restore: removed a mount-point folder with no record", "path", dir)
+	}
+	if filepath.Dir(g.wsBase) != filepath.Clean(g.cfg.DataDir) {
+		return
+	}
+	stamp := time.Now().UTC().Format("20060102T150405.000000000Z")
+	for _, dir := range leafFolders(g.wsBase) {
+		if roots[dir] {
+			continue
+		}
+		if err := os.Remove(dir); err == nil {
+			g.log.Info("restore: removed an empty workspace folder with no record", "path", dir)
+			continue
+		}
+		rel, err := filepath.Rel(g.wsBase, dir)
+		if err != nil {
+			continue
+		}
+		aside := filepath.Join(g.cfg.DataDir, "orphans", stamp, rel)
+		if err := os.MkdirAll(filepath.Dir(aside), 0o700); err == nil {
+			err = os.Rename(dir, aside)
+		}
+		if err != nil {
+			g.log.Error("restore: move aside a workspace folder with no record", "path", dir, "error", err)
+			continue
+		}
+		g.log.Warn("restore: moved aside a workspace folder with no record", "path", dir, "to", aside)
+	}
+}
+
+// leafFolders lists the folders two levels below base (base/tenant/thread),
+// without following links.
+func leafFolders(base string) []string {
+	var out []string
+	tenants, _ := os.ReadDir(base)
+	for _, t := range tenants {
+		if !t.IsDir() {
+			continue
+		}
+		threads, _ := os.ReadDir(filepath.Join(base, t.Name()))
+		for _, th := range threads {
+			if th.IsDir() {
+				out = append(out, filepath.Join(base, t.Name(), th.Name()))
+			}
+		}
+	}
+	return out
 }

@@ -115,6 +115,10 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	if err != nil && !errors.Is(err, meta.ErrNotFound) {
 		return meta.Binding{}, fmt.Errorf("bind %s: read binding: %w", keyName(k), err)
 	}
+	if found && old.State == meta.StateDeleting {
+		// Never served half deleted: the next delete or start finishes it.
+		return meta.Binding{}, deletingError(k)
+	}
 	var oldp *meta.Binding
 	if found {
 		oldp = &old
@@ -179,13 +183,14 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	var undo undoStack
 	defer undo.run(g.log)
 
+	// A dead FUSE mount would make every step below fail with ENOTCONN
+	// (or be covered by the new one). A record means this gateway (or a
+	// crashed one) mounted here before; without one, a bind cut short by
+	// a crash may have mounted here too.
+	if err := g.mounter.DetachStale(mountPath); err != nil {
+		return meta.Binding{}, fmt.Errorf("bind %s: detach stale mount %s: %w", keyName(k), mountPath, err)
+	}
 	if found {
-		// A record means this gateway (or a crashed one) mounted here
-		// before; a dead FUSE mount would make every step below fail with
-		// ENOTCONN.
-		if err := g.mounter.DetachStale(mountPath); err != nil {
-			return meta.Binding{}, fmt.Errorf("bind %s: detach stale mount %s: %w", keyName(k), mountPath, err)
-		}
 		// The thread had a workspace (unless a fresh one replaces it):
 		// if its folder vanished, say so rather than serve an empty one
 		// in its place.
@@ -546,6 +551,9 @@ func (g *Gateway) CloseThread(ctx context.Context, tenant, thread string) (Threa
 	if err != nil {
 		return ThreadInfo{}, fmt.Errorf("close %s: read binding: %w", keyName(k), err)
 	}
+	if b.State == meta.StateDeleting {
+		return ThreadInfo{}, fmt.Errorf("close %s: %w", keyName(k), deletingError(k))
+	}
 	if err := g.claim(ctx, k, &b); err != nil {
 		return ThreadInfo{}, err
 	}
@@ -574,8 +582,11 @@ func (g *Gateway) CloseThread(ctx context.Context, tenant, thread string) (Threa
 }
 
 // DeleteThread unmounts k and its inspection mounts, removes its folder and
-// then its records. If an unmount fails nothing is removed. The steps run in
-// an order that a retry can finish: the record goes last.
+// then its records. The delete is recorded first (state deleting): from
+// then on the thread is never served again, and a delete cut short (a
+// failed unmount, a crash) is finished by the next delete or the next
+// start (finishDeletes). The steps run in an order that a retry can
+// finish: the record goes last.
 func (g *Gateway) DeleteThread(ctx context.Context, tenant, thread string) error {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
@@ -597,6 +608,14 @@ func (g *Gateway) DeleteThread(ctx context.Context, tenant, thread string) error
 	if err := g.claim(ctx, k, &b); err != nil {
 		return err
 	}
+	return g.deleteLocked(ctx, b)
+}
+
+// deleteLocked deletes thread b, recording the delete first unless it is
+// recorded already. The thread lock must be held (or the API not serve
+// yet), and b's pin claimed.
+func (g *Gateway) deleteLocked(ctx context.Context, b meta.Binding) error {
+	k := b.ThreadKey
 	// A path read from the store is removed only if it is a workspace
 	// root of these ids (rootOf); else the ids' own root here is.
 	_, mountPath, err := g.threadPaths(k)
@@ -607,6 +626,12 @@ func (g *Gateway) DeleteThread(ctx context.Context, tenant, thread string) error
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", keyName(k), err)
 	}
+	if b.State != meta.StateDeleting {
+		b.State = meta.StateDeleting
+		if b, err = g.store.UpdateBinding(ctx, b); err != nil {
+			return fmt.Errorf("delete %s: record the delete: %w", keyName(k), err)
+		}
+	}
 
 	inspections, err := g.unmountInspectionsOf(ctx, k)
 	if err != nil {
@@ -615,6 +640,11 @@ func (g *Gateway) DeleteThread(ctx context.Context, tenant, thread string) error
 	g.noteStopping(k, "its thread was deleted")
 	if err := g.unmountThread(k, mountPath); err != nil {
 		return fmt.Errorf("delete %s: %w", keyName(k), err)
+	}
+	// A mount a crashed run left there (restore detached every one, but
+	// a delete may also follow a failed mount).
+	if err := g.mounter.DetachStale(mountPath); err != nil {
+		return fmt.Errorf("delete %s: detach stale mount %s: %w", keyName(k), mountPath, err)
 	}
 	// os.RemoveAll works fd-relative and does not follow links, so a link
 	// planted in the workspace cannot make it remove anything outside.
@@ -652,6 +682,12 @@ func (g *Gateway) DeleteThread(ctx context.Context, tenant, thread string) error
 	g.emit(Event{Type: EventThreadDeleted, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
 		Message: "workspace folder and records removed"})
 	return nil
+}
+
+// deletingError is the answer for a thread whose delete is under way or
+// was cut short: gone, as it will be.
+func deletingError(k meta.ThreadKey) error {
+	return fmt.Errorf("%w: thread %s is being deleted (delete it again to finish a delete that was cut short)", ErrGone, keyName(k))
 }
 
 // makeLeaf creates path (its parent is created as needed and kept) and, if

@@ -163,6 +163,11 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	if o.noEditChecks {
 		log.Warn("edit checks are off: writes based on stale reads are not refused (for benchmarks only)")
 	}
+	// A former daemon killed while it waited on its own mount may still
+	// hold the store and its mounts: free them first.
+	if err := gateway.RecoverStuck(ctx, log, dataDir); err != nil {
+		return fmt.Errorf("recover from the former daemon: %w", err)
+	}
 	store, err := openStore(ctx, log, o, dataDir)
 	if err != nil {
 		return err
