@@ -20,6 +20,31 @@ import (
 	"warren/internal/testenv"
 )
 
+// bulkFiles is how many files each thread of the crash test holds besides
+// its record: enough that a delete takes a while, and that a workspace
+// served half deleted shows.
+const bulkFiles = 1500
+
+// crashLoad spins n goroutines until the returned function is called.
+func crashLoad(n int) func() {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for i := 0; i < 1e5; i++ {
+				}
+			}
+		})
+	}
+	return func() { close(stop); wg.Wait() }
+}
+
 // crashRounds is how many times TestKill9DuringBindsRestoresDeletes kills
 // the daemon; WARREN_CRASH_ROUNDS sets more.
 func crashRounds(t *testing.T) int {
@@ -77,7 +102,8 @@ func TestKill9DuringBindsRestoresDeletes(t *testing.T) {
 				}
 				var out strings.Builder
 				code, err := c.Exec(ctx, "crash", th, gateway.ExecRequest{
-					Command: "printf %s " + value + " > /workspace/rec && sync /workspace/rec",
+					Command: "mkdir /workspace/bulk && cd /workspace/bulk && seq " + strconv.Itoa(bulkFiles) + " | xargs touch && " +
+						"printf %s " + value + " > /workspace/rec && sync /workspace/rec",
 				}, &out, &out)
 				if err != nil || code != 0 {
 					return
@@ -91,7 +117,7 @@ func TestKill9DuringBindsRestoresDeletes(t *testing.T) {
 		mu.Lock()
 		var victims []*record
 		for _, rec := range records {
-			if !rec.deleteAsked && len(victims) < 2 && rng.IntN(3) == 0 {
+			if !rec.deleteAsked && len(victims) < 3 && rng.IntN(2) == 0 {
 				rec.deleteAsked = true
 				victims = append(victims, rec)
 			}
@@ -125,19 +151,25 @@ func TestKill9DuringBindsRestoresDeletes(t *testing.T) {
 				}
 			}
 		})
-		time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond) // a random moment, not a wait
+		// Load, as on a busy host: the daemon's threads are preempted
+		// at any point, between reading a request and answering it too.
+		stopLoad := crashLoad(2)
+		time.Sleep(time.Duration(rng.IntN(600)) * time.Millisecond) // a random moment, not a wait
 		if !killAndReap(t, d, r, "during binds and deletes") {
 			stuck++
 		}
+		stopLoad()
 		cancel()
 		wg.Wait()
 		if r%2 == 1 {
 			// Killed again while it restores at start.
+			stopLoad := crashLoad(2)
 			startNoWait(t, d)
 			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond) // a random moment
 			if !killAndReap(t, d, r, "during its restore") {
 				stuck++
 			}
+			stopLoad()
 		}
 		d.start()
 
@@ -169,6 +201,12 @@ func TestKill9DuringBindsRestoresDeletes(t *testing.T) {
 			got, err := c.ReadFile(vctx, "crash", rec.thread, gateway.ReadFileRequest{Path: "rec"})
 			var out strings.Builder
 			code, xerr := c.Exec(vctx, "crash", rec.thread, gateway.ExecRequest{Command: "cat /workspace/rec"}, &out, &out)
+			var n strings.Builder
+			ncode, nerr := c.Exec(vctx, "crash", rec.thread, gateway.ExecRequest{Command: "ls /workspace/bulk | wc -l"}, &n, &n)
+			if nerr != nil || ncode != 0 || strings.TrimSpace(n.String()) != strconv.Itoa(bulkFiles) {
+				t.Errorf("round %d: thread %s (delete asked: %v) is served with its workspace cut: %d of %d files (%q, exit %d, %v)",
+					r, rec.thread, rec.deleteAsked, len(strings.Fields(n.String())), bulkFiles, n.String(), ncode, nerr)
+			}
 			if err != nil || got.Content != rec.value || xerr != nil || code != 0 || out.String() != rec.value {
 				t.Errorf("round %d: thread %s: record lost: file API %q, %v; jail %q, exit %d, %v; want %q",
 					r, rec.thread, got.Content, err, out.String(), code, xerr, rec.value)
