@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -12,6 +14,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 )
 
 var _ Store = (*Badger)(nil)
@@ -89,6 +92,9 @@ func OpenBadger(ctx context.Context, dir string, logger hclog.Logger) (*Badger, 
 		WithNumGoroutines(2)
 	s := &Badger{dir: dir, log: logger, writeSem: make(chan struct{}, 1)}
 	if err := s.roomToOpen(); err != nil {
+		return nil, fmt.Errorf("meta: open badger in %s: %w", dir, err)
+	}
+	if err := dropEmptyMemtables(dir, logger); err != nil {
 		return nil, fmt.Errorf("meta: open badger in %s: %w", dir, err)
 	}
 	db, err := badger.Open(opts)
@@ -467,4 +473,45 @@ func (b badgerLogger) Debugf(f string, v ...any) {
 // line formats a Badger message, which often ends in a newline of its own.
 func line(f string, v []any) string {
 	return strings.TrimSpace(fmt.Sprintf(f, v...))
+}
+
+// dropEmptyMemtables removes the memtable files (*.mem) of length zero in
+// dir. Badger creates a memtable file and then sizes it; a process killed
+// in between leaves an empty one, which Badger refuses to open ("while
+// opening fid: N err: Create a new file"), so no later start would serve.
+// An empty file holds no record: nothing is lost. It is done only while no
+// process holds the folder's lock (Badger's flock), so never under a live
+// store's feet.
+func dropEmptyMemtables(dir string, log hclog.Logger) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return nil // held: Badger's open says so
+	}
+	defer unix.Flock(fd, unix.LOCK_UN)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".mem") {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || fi.Size() != 0 {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if err := os.Remove(p); err != nil {
+			return fmt.Errorf("remove the empty memtable file %s: %w", p, err)
+		}
+		log.Warn("removed an empty memtable file left by a crash", "path", p)
+	}
+	return nil
 }
