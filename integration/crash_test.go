@@ -23,7 +23,7 @@ import (
 // bulkFiles is how many files each thread of the crash test holds besides
 // its record: enough that a delete takes a while, and that a workspace
 // served half deleted shows.
-const bulkFiles = 1500
+const bulkFiles = 800
 
 // crashLoad spins n goroutines until the returned function is called.
 func crashLoad(n int) func() {
@@ -154,7 +154,7 @@ func TestKill9DuringBindsRestoresDeletes(t *testing.T) {
 		// Load, as on a busy host: the daemon's threads are preempted
 		// at any point, between reading a request and answering it too.
 		stopLoad := crashLoad(2)
-		time.Sleep(time.Duration(rng.IntN(600)) * time.Millisecond) // a random moment, not a wait
+		time.Sleep(time.Duration(rng.IntN(2500)) * time.Millisecond) // a random moment, not a wait
 		if !killAndReap(t, d, r, "during binds and deletes") {
 			stuck++
 		}

@@ -94,7 +94,7 @@ func OpenBadger(ctx context.Context, dir string, logger hclog.Logger) (*Badger, 
 	if err := s.roomToOpen(); err != nil {
 		return nil, fmt.Errorf("meta: open badger in %s: %w", dir, err)
 	}
-	if err := dropEmptyMemtables(dir, logger); err != nil {
+	if err := dropEmptyLogFiles(dir, logger); err != nil {
 		return nil, fmt.Errorf("meta: open badger in %s: %w", dir, err)
 	}
 	db, err := badger.Open(opts)
@@ -475,14 +475,16 @@ func line(f string, v []any) string {
 	return strings.TrimSpace(fmt.Sprintf(f, v...))
 }
 
-// dropEmptyMemtables removes the memtable files (*.mem) of length zero in
-// dir. Badger creates a memtable file and then sizes it; a process killed
-// in between leaves an empty one, which Badger refuses to open ("while
-// opening fid: N err: Create a new file"), so no later start would serve.
+// dropEmptyLogFiles removes the memtable and value log files (*.mem,
+// *.vlog) of length zero in dir. Badger creates such a file and then sizes
+// it; a process killed in between leaves an empty one, which Badger
+// refuses to open ("while opening fid: N err: Create a new file", "Open
+// existing file: ...vlog err: Create a new file"), so no later start
+// would serve.
 // An empty file holds no record: nothing is lost. It is done only while no
 // process holds the folder's lock (Badger's flock), so never under a live
 // store's feet.
-func dropEmptyMemtables(dir string, log hclog.Logger) error {
+func dropEmptyLogFiles(dir string, log hclog.Logger) error {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return nil
@@ -500,7 +502,7 @@ func dropEmptyMemtables(dir string, log hclog.Logger) error {
 		return fmt.Errorf("read %s: %w", dir, err)
 	}
 	for _, e := range ents {
-		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".mem") {
+		if !e.Type().IsRegular() || !(strings.HasSuffix(e.Name(), ".mem") || strings.HasSuffix(e.Name(), ".vlog")) {
 			continue
 		}
 		fi, err := e.Info()
@@ -509,9 +511,9 @@ func dropEmptyMemtables(dir string, log hclog.Logger) error {
 		}
 		p := filepath.Join(dir, e.Name())
 		if err := os.Remove(p); err != nil {
-			return fmt.Errorf("remove the empty memtable file %s: %w", p, err)
+			return fmt.Errorf("remove the empty log file %s: %w", p, err)
 		}
-		log.Warn("removed an empty memtable file left by a crash", "path", p)
+		log.Warn("removed an empty log file left by a crash", "path", p)
 	}
 	return nil
 }

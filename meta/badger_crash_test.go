@@ -13,7 +13,7 @@ import (
 )
 
 // TestBadgerOpensAfterKillDuringMemtableCreate: a process killed between
-// creating a memtable file and sizing it leaves an empty *.mem file (seen
+// creating a memtable or value log file and sizing it leaves it empty (seen
 // with kill -9 during a daemon's start). The store must still open, with
 // every record it had: an empty file holds none.
 func TestBadgerOpensAfterKillDuringMemtableCreate(t *testing.T) {
@@ -33,9 +33,12 @@ func TestBadgerOpensAfterKillDuringMemtableCreate(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// What the kill leaves: the next memtable file, created, not sized.
-	if err := os.WriteFile(filepath.Join(dir, "00099.mem"), nil, 0o644); err != nil {
-		t.Fatal(err)
+	// What the kill leaves: the next memtable or value log file, created,
+	// not sized.
+	for _, name := range []string{"00099.mem", "000099.vlog"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s, err = meta.OpenBadger(ctx, dir, hclog.NewNullLogger())
 	if err != nil {
