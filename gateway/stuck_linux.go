@@ -27,7 +27,8 @@ const stuckWait = 30 * time.Second
 // mounts hang instead of failing). Only aborting the connection frees it.
 //
 // It runs before the store is opened. It acts only if the store's lock is
-// held by a process that is a zombie (a live daemon is left alone: the
+// held by a process that was killed and has not ended (a zombie main
+// thread, or a SIGKILL pending; a live daemon is left alone: the
 // store then refuses this start with its own message). It aborts the
 // connection of, and detaches, every warren mount under dataDir, and
 // waits for the lock to be let go.
@@ -44,10 +45,10 @@ func RecoverStuck(ctx context.Context, log hclog.Logger, dataDir string) error {
 	if held, err := lockHeld(metaDir); err != nil || !held {
 		return err
 	}
-	if state, _ := procState(pid); state != "Z" {
+	if !killedButAlive(pid) {
 		return nil
 	}
-	log.Warn("the former daemon is stuck (a zombie holding the store): aborting the connections of its mounts", "pid", pid, "data", dataDir)
+	log.Warn("the former daemon is stuck (killed, not ended, holding the store): aborting the connections of its mounts", "pid", pid, "data", dataDir)
 	ms, derr := fs.DetachUnder(dataDir)
 	for _, m := range ms {
 		log.Warn("aborted and detached a mount of the stuck daemon", "path", m.Path, "connection", m.Dev)
@@ -70,7 +71,7 @@ func RecoverStuck(ctx context.Context, log hclog.Logger, dataDir string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the former daemon (pid %d) is a zombie and still holds the store %s after its mounts' connections were aborted: "+
+			return fmt.Errorf("the former daemon (pid %d) was killed and still holds the store %s after its mounts' connections were aborted: "+
 				"it may wait on a mount outside the data folder; abort it through %s: %w", pid, metaDir, "/sys/fs/fuse/connections/N/abort", ctx.Err())
 		case <-tick.C:
 		}
@@ -99,16 +100,30 @@ func lockHeld(dir string) (bool, error) {
 	return false, nil
 }
 
-// procState returns the state letter of process pid ("R", "S", "D", "Z"...).
-func procState(pid int) (string, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+// killedButAlive reports whether process pid was killed and has not ended:
+// its main thread is a zombie (another thread is left), or a SIGKILL is
+// pending that it cannot act on (the thread waits uninterruptibly).
+func killedButAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
-		return "", err
+		return false
 	}
-	// The command name is in parentheses and may hold anything.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 || i+3 > len(b) {
-		return "", fmt.Errorf("bad /proc/%d/stat", pid)
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		switch k {
+		case "State":
+			if strings.HasPrefix(v, "Z") {
+				return true
+			}
+		case "SigPnd", "ShdPnd":
+			if mask, err := strconv.ParseUint(v, 16, 64); err == nil && mask&(1<<(uint(unix.SIGKILL)-1)) != 0 {
+				return true
+			}
+		}
 	}
-	return string(b[i+2 : i+3]), nil
+	return false
 }
