@@ -40,8 +40,21 @@
 //   - A file API write or edit is atomic and durable when it answers
 //     (fs/files.go: a temporary file, fsync, rename, fsync of the folder).
 //   - Shutdown unmounts everything and keeps every record, so a restart
-//     serves the same threads again. Start first detaches the stale mounts a
-//     crashed daemon leaves behind.
+//     serves the same threads again. Start first aborts the connection of,
+//     and detaches, every warren mount under mnt/ (a former run's, recorded
+//     or not), finishes the deletes a former run recorded (state
+//     deleting), and reconciles folders with records: an empty folder with
+//     no record goes, a workspace folder with files and no record is moved
+//     to orphans/ (restore.go). RecoverStuck, run before the store is
+//     opened, frees a store held by a former daemon that was killed and
+//     could not end (stuck_linux.go).
+//   - A delete is recorded (state deleting) before it removes anything;
+//     a thread being deleted answers as gone (410) to every call but
+//     another delete, which, like the next start, finishes it.
+//   - The daemon makes no request to a mount it serves (package fs, "Requests
+//     to its own mounts"): it reads the mount table instead of stat-ing a
+//     mount path, and detaches through descriptors or paths without
+//     walking into a mount.
 //   - Commands run in the thread's jail (exec.go, package jail); background
 //     jobs too (jobs.go), at most maxJobs at once, each keeping the newest
 //     1 MiB of its output (joboutput.go), recorded in the store. A client
@@ -66,6 +79,7 @@
 //	                               immutable from creation to delete, so an unserved
 //	                               one refuses writes (mountpoint_linux.go)
 //	moved-aside/<time>/<t>/<th>    what was found in a mount point before a mount
+//	orphans/<time>/<t>/<th>        workspace folders a start found with files and no record
 //	warren.sock                    the API socket, unless Config.SocketPath says otherwise
 //
 // # API
