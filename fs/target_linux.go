@@ -2,6 +2,8 @@ package fs
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -190,7 +192,7 @@ func mountDetached(mo *fuse.MountOptions, flags uintptr) (fuseFd, mntFd int, err
 	}
 	defer unix.Close(fsFd)
 	params := [][2]string{
-		{"source", mo.FsName},
+		{"source", fitSource(mo.FsName)},
 		{"subtype", mo.Name},
 		{"fd", strconv.Itoa(fuseFd)},
 		{"rootmode", strconv.FormatUint(unix.S_IFDIR, 8)},
@@ -334,4 +336,19 @@ func parseMountinfo(fields []string) MountEntry {
 		}
 	}
 	return e
+}
+
+// maxSource bounds the source (the name in the mount table): fsconfig
+// takes strings of at most 256 bytes, with the NUL.
+const maxSource = 255
+
+// fitSource shortens a source longer than fsconfig takes to a prefix and a
+// hash of the whole, so that two long names stay apart in the table.
+func fitSource(s string) string {
+	if len(s) <= maxSource {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	h := hex.EncodeToString(sum[:8])
+	return s[:maxSource-len(h)-1] + "~" + h
 }
