@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"warren/fs"
 	"warren/gateway"
 	"warren/internal/testenv"
@@ -335,4 +337,105 @@ func startNoWait(t *testing.T, d *daemon) {
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
 	d.cmd, d.done = cmd, done
+}
+
+// fsImmutableFl is FS_IMMUTABLE_FL (linux/fs.h), which x/sys does not name.
+const fsImmutableFl = 0x10
+
+// setImmutableFlag sets or clears FS_IMMUTABLE_FL on path.
+func setImmutableFlag(t *testing.T, path string, on bool) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	flags, err := unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS)
+	if err != nil {
+		testenv.CannotRun(t, "FS_IOC_GETFLAGS on %s: %v", path, err)
+	}
+	if on {
+		flags |= fsImmutableFl
+	} else {
+		flags &^= fsImmutableFl
+	}
+	if err := unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, int(flags)); err != nil {
+		testenv.CannotRun(t, "FS_IOC_SETFLAGS on %s: %v", path, err)
+	}
+}
+
+// TestDeleteCutShortIsNeverServed: a delete that stops half way (here a
+// file it cannot remove; a kill -9 does the same) leaves the thread
+// recorded as being deleted: it is never served again with its workspace
+// half removed, not by a bind, a command or a restart (issue 12, item 5).
+// A restart finishes the delete once it can.
+func TestDeleteCutShortIsNeverServed(t *testing.T) {
+	d := newDaemon(t)
+	c := gateway.NewClient(d.socket)
+	defer c.CloseIdleConnections()
+	ctx := context.Background()
+	if _, err := c.Bind(ctx, "del", "t"); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if code, err := c.Exec(ctx, "del", "t", gateway.ExecRequest{
+		Command: "mkdir /workspace/a /workspace/z && cd /workspace/a && seq 50 | xargs touch && touch /workspace/z/keep",
+	}, &out, &out); err != nil || code != 0 {
+		t.Fatalf("fill the workspace: %d, %v: %s", code, err, out.String())
+	}
+	info, err := c.Thread(ctx, "del", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep := filepath.Join(info.Root, "z", "keep")
+	// A new file reaches the backing folder when the mount releases it,
+	// which the kernel sends after the command ended: wait for it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Lstat(keep); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not appear in the backing folder within 10 s", keep)
+		}
+	}
+	setImmutableFlag(t, keep, true)
+	t.Cleanup(func() {
+		if _, err := os.Lstat(keep); err == nil {
+			setImmutableFlag(t, keep, false) // else the temporary folder stays
+		}
+	})
+
+	if err := c.DeleteThread(ctx, "del", "t"); err == nil {
+		t.Fatal("delete of a workspace with an immutable file succeeded")
+	}
+	served := func(when string) {
+		t.Helper()
+		if info, err := c.Thread(ctx, "del", "t"); err != nil || info.State != "deleting" {
+			t.Errorf("%s: thread is %q (%v), want deleting", when, info.State, err)
+		}
+		if _, err := c.Bind(ctx, "del", "t"); !errors.Is(err, gateway.ErrGone) {
+			t.Errorf("%s: bind answered %v, want gone", when, err)
+		}
+		var ls strings.Builder
+		code, err := c.Exec(ctx, "del", "t", gateway.ExecRequest{Command: "ls /workspace /workspace/a | wc -l"}, &ls, &ls)
+		if !errors.Is(err, gateway.ErrGone) {
+			t.Errorf("%s: a command in the half-deleted workspace answered exit %d, %v: %q; want gone", when, code, err, ls.String())
+		}
+	}
+	served("after the failed delete")
+	d.kill9()
+	d.start()
+	served("after a restart that could not finish the delete")
+
+	setImmutableFlag(t, keep, false)
+	d.kill9()
+	d.start()
+	if _, err := c.Thread(ctx, "del", "t"); !errors.Is(err, gateway.ErrNotFound) {
+		t.Errorf("after a restart that could finish the delete: %v, want not found", err)
+	}
+	for _, p := range []string{info.Root, info.MountPath} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is still there after the delete finished: %v", p, err)
+		}
+	}
 }
