@@ -248,9 +248,9 @@ func (g *Gateway) finishDeletes(ctx context.Context, bs []meta.Binding) []meta.B
 // reconcileFolders takes away the folders a bind cut short left without a
 // record. It runs after every mount under the mount folder is detached.
 //
-// A mount-point folder with no record is removed if empty (a non-empty one
-// is left, and logged: what was written into a bare mount point is not
-// this function's to judge). A workspace folder with no record is removed
+// A mount-point folder with no record is removed; what is in it (written
+// while it was not served and not sealed) is moved aside first, as for a
+// thread's mount point (mountpoint_linux.go). A workspace folder with no record is removed
 // if empty, and moved aside (DataDir/orphans/<time>/...) if not: it may
 // still be someone's work (a bind whose record write timed out keeps its
 // folder on purpose; a store restored from an older copy), which no check
@@ -274,7 +274,15 @@ func (g *Gateway) reconcileFolders(bs []meta.Binding) {
 		if mounts[dir] {
 			continue
 		}
-		if err := os.Remove(dir); err != nil {
+		// Immutable (mountpoint_linux.go): its flag goes first. What is
+		// in it goes aside, as for a mount point of a thread.
+		err := removeMountPoint(dir)
+		if err != nil {
+			if err = g.moveAside(meta.ThreadKey{}, dir); err == nil {
+				err = removeMountPoint(dir)
+			}
+		}
+		if err != nil {
 			g.log.Warn("restore: a mount-point folder with no record is left as it is", "path", dir, "error", err)
 			continue
 		}
