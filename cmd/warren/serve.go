@@ -127,14 +127,28 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	if m := int(o.jailCPU); m != 0 && (m < jail.MinCPUMillis || m > gateway.MaxCPUMillis) {
 		return usagef("--jail-cpu is between %s and %s CPUs, not %s", cpuValue(jail.MinCPUMillis), cpuValue(gateway.MaxCPUMillis), o.jailCPU)
 	}
+	// The configuration the flags give; the folders, the logger and the
+	// store are filled in once they are made.
+	cfg := gateway.Config{
+		HostID:          o.hostID,
+		AllowUIDs:       o.allowUIDs,
+		NoEditChecks:    o.noEditChecks,
+		JailNetwork:     o.jailNetwork,
+		JailMemoryBytes: o.jailMemory,
+		JailMaxProcs:    o.jailProcs,
+		JailCPUMillis:   int(o.jailCPU),
+		RenewEvery:      o.renewEvery,
+		BodyTimeout:     o.bodyTimeout,
+		ExpiresAfter:    o.expiresAfter,
+		OnUnreachable:   o.onUnreachable,
+		SeedCommand:     o.seedCommand,
+
+		DiskQuotaBytes:   o.diskQuota,
+		DiskReserveBytes: o.diskReserve,
+	}
 	// Every number at once, before anything is opened: a daemon that
 	// started with a bound no jail can have would fail every command.
-	limits := gateway.Config{
-		JailMemoryBytes: o.jailMemory, JailMaxProcs: o.jailProcs, JailCPUMillis: int(o.jailCPU),
-		RenewEvery: o.renewEvery, ExpiresAfter: o.expiresAfter, BodyTimeout: o.bodyTimeout,
-		DiskQuotaBytes: o.diskQuota, DiskReserveBytes: o.diskReserve,
-	}
-	if err := limits.CheckLimits(); err != nil {
+	if err := cfg.CheckLimits(); err != nil {
 		return usagef("bad flag: %v", err)
 	}
 	dataDir, err := filepath.Abs(o.dataDir)
@@ -172,28 +186,9 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	err = gateway.Run(ctx, gateway.Config{
-		DataDir:         dataDir,
-		SocketPath:      socket,
-		WorkspacesDir:   workspaces,
-		HostID:          o.hostID,
-		AllowUIDs:       o.allowUIDs,
-		Logger:          log,
-		Store:           store,
-		NoEditChecks:    o.noEditChecks,
-		JailNetwork:     o.jailNetwork,
-		JailMemoryBytes: o.jailMemory,
-		JailMaxProcs:    o.jailProcs,
-		JailCPUMillis:   int(o.jailCPU),
-		RenewEvery:      o.renewEvery,
-		BodyTimeout:     o.bodyTimeout,
-		ExpiresAfter:    o.expiresAfter,
-		OnUnreachable:   o.onUnreachable,
-		SeedCommand:     o.seedCommand,
-
-		DiskQuotaBytes:   o.diskQuota,
-		DiskReserveBytes: o.diskReserve,
-	})
+	cfg.DataDir, cfg.SocketPath, cfg.WorkspacesDir = dataDir, socket, workspaces
+	cfg.Logger, cfg.Store = log, store
+	err = gateway.Run(ctx, cfg)
 	if cerr := store.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("close metadata store: %w", cerr)
 	}
