@@ -294,7 +294,7 @@ func (g *Gateway) takeOver(ctx context.Context, old meta.Binding) (root string, 
 // machine is stopped here (its cgroup is on this machine); one elsewhere
 // may still run, and this gateway cannot stop it.
 func (g *Gateway) noteMovedJobs(ctx context.Context, k meta.ThreadKey) {
-	g.noteLeftJobs(ctx, k, "job of a former host noted", func(rec meta.Job) (string, bool) {
+	g.noteLeftJobs(ctx, k, "job of a former host noted", nil, func(rec meta.Job) (string, bool) {
 		if rec.HostID == g.cfg.HostID {
 			return "", false
 		}

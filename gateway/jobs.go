@@ -723,7 +723,7 @@ func (g *Gateway) noteRestartedJobs(ctx context.Context, bs []meta.Binding) {
 		// SIGKILL when its gateway dies (Pdeathsig), and the kernel kills
 		// every process of its pid namespace with it.
 		exit := killedExit
-		g.noteLeftJobsExit(ctx, b.ThreadKey, "job stopped by a restart", &exit, func(rec meta.Job) (string, bool) {
+		g.noteLeftJobs(ctx, b.ThreadKey, "job stopped by a restart", &exit, func(rec meta.Job) (string, bool) {
 			if rec.HostID != g.cfg.HostID || rec.Instance == g.instance {
 				return "", false
 			}
@@ -732,18 +732,13 @@ func (g *Gateway) noteRestartedJobs(ctx context.Context, bs []meta.Binding) {
 	}
 }
 
-// noteLeftJobs ends in the store, each with its note, the jobs of thread k
-// recorded running that note says were left by a gateway that no longer
-// runs them, and tells the stream (job.ended) and the log (logged). Each
-// is noted once: the update is a compare-and-set, so a job another
-// gateway, or another start of this one, noted first is not noted again.
-func (g *Gateway) noteLeftJobs(ctx context.Context, k meta.ThreadKey, logged string, note func(meta.Job) (string, bool)) {
-	g.noteLeftJobsExit(ctx, k, logged, nil, note)
-}
-
-// noteLeftJobsExit is noteLeftJobs that records exit, when set, as the
-// exit code of each job it notes.
-func (g *Gateway) noteLeftJobsExit(ctx context.Context, k meta.ThreadKey, logged string, exit *int, note func(meta.Job) (string, bool)) {
+// noteLeftJobs ends in the store, each with its note and exit (if not
+// nil) as its exit code, the jobs of thread k recorded running that note
+// says were left by a gateway that no longer runs them, and tells the
+// stream (job.ended) and the log (logged). Each is noted once: the update
+// is a compare-and-set, so a job another gateway, or another start of
+// this one, noted first is not noted again.
+func (g *Gateway) noteLeftJobs(ctx context.Context, k meta.ThreadKey, logged string, exit *int, note func(meta.Job) (string, bool)) {
 	recs, err := g.store.ListJobs(ctx, k)
 	if err != nil {
 		g.log.Error("list jobs to note", "tenant", k.Tenant, "thread", k.Thread, "error", err)
