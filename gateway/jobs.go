@@ -569,11 +569,11 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 		go g.closeIdle(jb.key)
 	}
 	close(jb.done)
+	logArgs := []any{"tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "exit", code}
 	if note != "" {
-		g.log.Info("job ended", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "exit", code, "note", note)
-	} else {
-		g.log.Info("job ended", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "exit", code)
+		logArgs = append(logArgs, "note", note)
 	}
+	g.log.Info("job ended", logArgs...)
 	g.emitJob(EventJobEnded, jb, &code, note)
 }
 
