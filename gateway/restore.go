@@ -215,6 +215,10 @@ func (g *Gateway) restoreInspection(ctx context.Context, m meta.InspectionMount)
 // answers as gone until a delete finishes it.
 func (g *Gateway) finishDeletes(ctx context.Context, bs []meta.Binding) []meta.Binding {
 	left := bs[:0:0]
+	var (
+		ms     []meta.InspectionMount // read at the first delete, for all
+		listed bool
+	)
 	for _, b := range bs {
 		if b.State != meta.StateDeleting || (b.HostID != "" && b.HostID != g.cfg.HostID) {
 			left = append(left, b)
@@ -222,12 +226,16 @@ func (g *Gateway) finishDeletes(ctx context.Context, bs []meta.Binding) []meta.B
 		}
 		// The inspection mounts a former run left of the thread: their
 		// records go with the delete, the mounts go now.
-		if ms, err := g.store.ListInspectionMounts(ctx); err == nil {
-			for _, m := range ms {
-				if m.ThreadKey == b.ThreadKey {
-					if err := detachStaleInspection(m.Path); err != nil {
-						g.log.Warn("restore: detach an inspection mount of a deleted thread", "path", m.Path, "error", err)
-					}
+		if !listed {
+			if l, err := g.store.ListInspectionMounts(ctx); err == nil {
+				ms = l
+			}
+			listed = true
+		}
+		for _, m := range ms {
+			if m.ThreadKey == b.ThreadKey {
+				if err := detachStaleInspection(m.Path); err != nil {
+					g.log.Warn("restore: detach an inspection mount of a deleted thread", "path", m.Path, "error", err)
 				}
 			}
 		}
