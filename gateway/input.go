@@ -106,11 +106,7 @@ func quote(s string) string {
 	if len(s) <= maxQuoteBytes {
 		return strconv.Quote(s)
 	}
-	cut := maxQuoteBytes
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s...(%d bytes)", strconv.Quote(s[:cut]), len(s))
+	return fmt.Sprintf("%s...(%d bytes)", strconv.Quote(runePrefix(s, maxQuoteBytes)), len(s))
 }
 
 // maxQuoteBytes bounds what quote keeps of a client's input.
@@ -125,9 +121,13 @@ func boundMessage(msg string) string {
 	if len(msg) <= maxErrorMessage {
 		return msg
 	}
-	cut := maxErrorMessage
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
+	return fmt.Sprintf("%s...(message of %d bytes cut)", runePrefix(msg, maxErrorMessage), len(msg))
+}
+
+// runePrefix is s cut to at most n bytes (n < len(s)), on a rune boundary.
+func runePrefix(s string, n int) string {
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
-	return fmt.Sprintf("%s...(message of %d bytes cut)", msg[:cut], len(msg))
+	return s[:n]
 }
