@@ -194,16 +194,12 @@ func TestInspectionMountRestartSymlinkedParent(t *testing.T) {
 	}
 }
 
-// TestInspectionUnmountTellsTheTruth moves a mounted folder away (its
-// parent renamed) and makes a fresh empty folder at the old path: DELETE
-// of the path answers "unmounted" only because the mount, wherever it
-// went, is gone.
-func TestInspectionUnmountTellsTheTruth(t *testing.T) {
-	testenv.RequireRootFUSE(t)
-	st := newSwapTree(t)
-	env := startEnv(t, Config{})
-	ctx := context.Background()
-	if _, err := env.g.MountInspection(ctx, MountRequest{Thread: "t", Path: st.asked}, attackerUID); err != nil {
+// mountMovedAway mounts thread t's workspace at st.asked for the
+// attacker, moves it away with its parent (base/p renamed base/r) and
+// makes a fresh empty folder at st.asked. It returns where the mount is.
+func (st swapTree) mountMovedAway(t *testing.T, env *testEnv) string {
+	t.Helper()
+	if _, err := env.g.MountInspection(context.Background(), MountRequest{Thread: "t", Path: st.asked}, attackerUID); err != nil {
 		t.Fatal(err)
 	}
 	moved := filepath.Join(st.base, "r", "d")
@@ -214,6 +210,19 @@ func TestInspectionUnmountTellsTheTruth(t *testing.T) {
 	if err := os.MkdirAll(st.asked, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return moved
+}
+
+// TestInspectionUnmountTellsTheTruth moves a mounted folder away (its
+// parent renamed) and makes a fresh empty folder at the old path: DELETE
+// of the path answers "unmounted" only because the mount, wherever it
+// went, is gone.
+func TestInspectionUnmountTellsTheTruth(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	st := newSwapTree(t)
+	env := startEnv(t, Config{})
+	ctx := context.Background()
+	st.mountMovedAway(t, env)
 
 	resp := rawRequest(t, env.g.SocketPath(), http.MethodDelete, "/v1/mounts?path="+st.asked, nil)
 	if resp.status == http.StatusOK {
@@ -238,15 +247,7 @@ func TestInspectionUnmountDoesNotBlockClose(t *testing.T) {
 	st := newSwapTree(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
-	if _, err := env.g.MountInspection(ctx, MountRequest{Thread: "t", Path: st.asked}, attackerUID); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(filepath.Join(st.base, "p"), filepath.Join(st.base, "r")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(st.asked, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	moved := st.mountMovedAway(t, env)
 	if err := unix.Mount("tmpfs", st.asked, "tmpfs", 0, "size=1m"); err != nil {
 		testenv.CannotRun(t, "mount tmpfs: %v", err)
 	}
@@ -273,7 +274,7 @@ func TestInspectionUnmountDoesNotBlockClose(t *testing.T) {
 	if _, err := env.g.CloseThread(cctx, "", "t"); err != nil {
 		t.Errorf("close of the thread after the unmount of its inspection mount: %v", err)
 	}
-	mustMounted(t, filepath.Join(st.base, "r", "d"), false)
+	mustMounted(t, moved, false)
 	if e := mountAt(t, st.asked); e.Type != "tmpfs" {
 		t.Errorf("%s: got a %s mount, want root's tmpfs left alone", st.asked, e.Type)
 	}
