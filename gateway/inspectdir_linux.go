@@ -238,7 +238,7 @@ func detachStaleAt(fd int) (bool, error) {
 		return true, err
 	}
 	e, ok, err := fs.LookupMount(id)
-	if err != nil || !ok || e.FSType != "fuse.warren" {
+	if err != nil || !ok || e.FSType != fs.FuseType {
 		return true, err
 	}
 	if err := fs.DetachFd(fd); err != nil {
