@@ -120,9 +120,8 @@ func (g *Gateway) applyDiskQuota(k meta.ThreadKey, root string, s meta.Settings)
 			ErrInvalid, bytes, keyName(k), g.wsBase, err)
 	}
 	if !sub {
-		if bytes == 0 && reserve == 0 {
-			return nil
-		}
+		// Something is asked (a plain folder with nothing asked returned
+		// above), and a plain folder cannot have it.
 		return fmt.Errorf("%w: disk quota of %d bytes and reserve of %d for thread %s: its workspace %s was made as a plain folder, before quotas; the filesystem cannot bound it",
 			ErrInvalid, bytes, reserve, keyName(k), root)
 	}
