@@ -51,7 +51,7 @@ func statID(path string) (fileID, error) {
 // caller closes the descriptor.
 func walkNoLinks(path string, visit func(fd int, at string) error) (int, error) {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
-		return -1, fmt.Errorf("%w: %q is not an absolute, clean path", ErrInvalid, path)
+		return -1, fmt.Errorf("%w: %s is not an absolute, clean path", ErrInvalid, quote(path))
 	}
 	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -140,7 +140,7 @@ func notThroughFUSE(fd int, at string) error {
 // descriptor.
 func (g *Gateway) openInspectionDir(dir string, owner uint32) (int, string, error) {
 	if !filepath.IsAbs(dir) {
-		return -1, "", fmt.Errorf("%w: %q is not an absolute path", ErrInvalid, dir)
+		return -1, "", fmt.Errorf("%w: %s is not an absolute path", ErrInvalid, quote(dir))
 	}
 	dir = filepath.Clean(dir)
 	fd, err := walkNoLinks(dir, func(fd int, at string) error {
