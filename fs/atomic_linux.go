@@ -208,21 +208,6 @@ func fsyncRetry(fd int) error {
 	}
 }
 
-// writeAll writes b at the descriptor's offset.
-func writeAll(fd int, b []byte) error {
-	for len(b) > 0 {
-		n, err := unix.Write(fd, b)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		b = b[n:]
-	}
-	return nil
-}
-
 // pwriteAll writes b from offset 0.
 func pwriteAll(fd int, b []byte) error {
 	var off int64

@@ -165,37 +165,29 @@ func (o *openFilesCapped) take() fuse.Status {
 	return fuse.Status(syscall.ENFILE)
 }
 
-func (o *openFilesCapped) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+// counted runs open, one of OPEN, CREATE and TMPFILE, if take allows it,
+// and gives the file back if open fails.
+func (o *openFilesCapped) counted(open func() fuse.Status) fuse.Status {
 	if st := o.take(); !st.Ok() {
 		return st
 	}
-	st := o.RawFileSystem.Open(cancel, in, out)
+	st := open()
 	if !st.Ok() {
 		o.r.fds.closeFile(o.r.id)
 	}
 	return st
+}
+
+func (o *openFilesCapped) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	return o.counted(func() fuse.Status { return o.RawFileSystem.Open(cancel, in, out) })
 }
 
 func (o *openFilesCapped) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	if st := o.take(); !st.Ok() {
-		return st
-	}
-	st := o.RawFileSystem.Create(cancel, in, name, out)
-	if !st.Ok() {
-		o.r.fds.closeFile(o.r.id)
-	}
-	return st
+	return o.counted(func() fuse.Status { return o.RawFileSystem.Create(cancel, in, name, out) })
 }
 
 func (o *openFilesCapped) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
-	if st := o.take(); !st.Ok() {
-		return st
-	}
-	st := o.RawFileSystem.Tmpfile(cancel, in, out)
-	if !st.Ok() {
-		o.r.fds.closeFile(o.r.id)
-	}
-	return st
+	return o.counted(func() fuse.Status { return o.RawFileSystem.Tmpfile(cancel, in, out) })
 }
 
 func (o *openFilesCapped) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {

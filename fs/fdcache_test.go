@@ -34,9 +34,7 @@ func TestDescriptorBudget(t *testing.T) {
 	}
 	check := func(when string) {
 		t.Helper()
-		hub.fds.mu.Lock()
-		open := hub.fds.open
-		hub.fds.mu.Unlock()
+		open, _ := hub.fds.counts()
 		if open > budget {
 			t.Errorf("%s: %d node descriptors open, budget %d", when, open, budget)
 		}
@@ -128,9 +126,7 @@ func TestDescriptorBudgetNewNodes(t *testing.T) {
 	base := pathFdsUnder(t, backing)
 	check := func(when string) {
 		t.Helper()
-		hub.fds.mu.Lock()
-		open := hub.fds.open
-		hub.fds.mu.Unlock()
+		open, _ := hub.fds.counts()
 		if open > budget {
 			t.Errorf("%s: %d node descriptors open, budget %d", when, open, budget)
 		}

@@ -448,7 +448,7 @@ func (f *Files) store(a Actor, t *target, g guarded, content []byte, created boo
 	if err := unix.Fchmod(tmp.fd, mode); err != nil {
 		return 0, fmt.Errorf("%s: give the new content its mode: %w", t.rel, err)
 	}
-	if err := writeAll(tmp.fd, content); err != nil {
+	if err := pwriteAll(tmp.fd, content); err != nil {
 		return 0, fmt.Errorf("%s: %w", t.rel, err)
 	}
 	if err := fsyncRetry(tmp.fd); err != nil {

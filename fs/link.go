@@ -323,6 +323,11 @@ func (r *root) checkMovedTree(p *placement, moves []*placement, rid rootID) sysc
 			f.dir.Close()
 		}
 	}()
+	// A sub-folder is opened as openChild opens a name, but for reading.
+	subdir := unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	}
 	entries := 0
 	for len(stack) > 0 {
 		f := stack[len(stack)-1]
@@ -362,11 +367,7 @@ func (r *root) checkMovedTree(p *placement, moves []*placement, rid rootID) sysc
 					r.refuse("rename", p.fromPath, "", fmt.Sprintf("the folder is more than %d deep to check; copy it instead", maxMovedDepth))
 					return syscall.EXDEV
 				}
-				how := unix.OpenHow{
-					Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-					Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
-				}
-				cfd, err := unix.Openat2(dfd, e.Name(), &how)
+				cfd, err := openat2Retry(dfd, e.Name(), &subdir)
 				if errors.Is(err, unix.ENOENT) {
 					continue
 				}

@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,31 +10,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
-)
 
-// openDirs makes (if missing) the nested folders names below dir with
-// fd-relative calls, so their joined path may exceed PATH_MAX, and returns
-// an O_PATH descriptor of dir and of each, closed when the test ends.
-func openDirs(t *testing.T, dir string, names []string) []int {
-	t.Helper()
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	must(t, err)
-	fds := []int{fd}
-	t.Cleanup(func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	})
-	for _, name := range names {
-		if err := unix.Mkdirat(fd, name, 0o755); err != nil && err != unix.EEXIST {
-			t.Fatalf("mkdir %.8s...: %v", name, err)
-		}
-		fd, err = unix.Openat(fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		must(t, err)
-		fds = append(fds, fd)
-	}
-	return fds
-}
+	"warren/internal/testenv"
+)
 
 // TestLinkCheckLongNames: below 20 folders of 250-byte names, a joined
 // path is far past PATH_MAX. The check walks one name at a time, as the
@@ -43,11 +20,8 @@ func openDirs(t *testing.T, dir string, names []string) []int {
 func TestLinkCheckLongNames(t *testing.T) {
 	quiet := hclog.New(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Off})
 	backing, mnt := mountTemp(t, Options{Logger: quiet})
-	names := make([]string, 20)
-	for i := range names {
-		names[i] = fmt.Sprintf("%03d", i) + strings.Repeat("n", 247)
-	}
-	fds := openDirs(t, mnt, names)
+	names := testenv.LongNames(20)
+	fds := testenv.NestedDirs(t, mnt, names)
 	// up climbs exactly to the root: allowed.
 	must(t, unix.Symlinkat(strings.Repeat("../", 20), fds[20], "up"))
 	buf := make([]byte, 256)
@@ -60,7 +34,7 @@ func TestLinkCheckLongNames(t *testing.T) {
 	// One that stays inside is made.
 	must(t, unix.Symlinkat(strings.Join(names[10:], "/")+"/up/x", fds[10], "ok"))
 	// Planted behind the filesystem's back, it is refused when read.
-	bfds := openDirs(t, backing, names)
+	bfds := testenv.NestedDirs(t, backing, names)
 	must(t, unix.Symlinkat(out, bfds[10], "planted"))
 	_, err := unix.Readlinkat(fds[10], "planted", buf)
 	wantErrno(t, "readlink of the planted link", err, syscall.EPERM)
@@ -137,7 +111,7 @@ func TestFolderMoveCarriesLinks(t *testing.T) {
 		names[i] = "d"
 	}
 	must(t, os.Mkdir(deep, 0o755))
-	openDirs(t, deep, names)
+	testenv.NestedDirs(t, deep, names)
 	wantErrno(t, "move a tree deeper than the bound", os.Rename(deep, p("t/deep")), syscall.EXDEV)
 	// A rename in place is not walked.
 	must(t, os.Rename(deep, p("deep2")))

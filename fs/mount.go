@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -408,25 +407,13 @@ func DetachStale(mountpoint string) error {
 
 // IsMountpoint reports whether something is mounted at path, by reading
 // the mount table (a stat of a dead FUSE mount would fail).
-func IsMountpoint(path string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, fmt.Errorf("fs: read mount table: %w", err)
-	}
-	defer f.Close()
+func IsMountpoint(path string) (mounted bool, err error) {
 	path = filepath.Clean(path)
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMountinfo(fields[4]) == path {
-			return true, nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return false, fmt.Errorf("fs: read mount table: %w", err)
-	}
-	return false, nil
+	err = scanMountTable(func(e MountEntry) bool {
+		mounted = e.Path == path
+		return !mounted
+	})
+	return mounted, err
 }
 
 // unescapeMountinfo undoes the octal escapes (\040 for a space...) of

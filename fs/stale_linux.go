@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -27,30 +26,15 @@ const fusectlDir = "/sys/fs/fuse/connections"
 // whose server is gone or stuck is listed without being asked anything.
 func MountsUnder(dir string) ([]MountEntry, error) {
 	dir = filepath.Clean(dir)
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("fs: read mount table: %w", err)
-	}
-	defer f.Close()
 	var out []MountEntry
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 7 {
-			continue
+	err := scanMountTable(func(e MountEntry) bool {
+		if e.FSType == FuseType && (e.Path == dir || strings.HasPrefix(e.Path, dir+"/")) {
+			out = append(out, e)
 		}
-		e := parseMountinfo(fields)
-		if e.FSType != FuseType {
-			continue
-		}
-		if e.Path != dir && !strings.HasPrefix(e.Path, dir+"/") {
-			continue
-		}
-		out = append(out, e)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("fs: read mount table: %w", err)
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
 	// Deepest first; of mounts stacked at one path, the topmost (the
 	// later line) first.

@@ -272,29 +272,14 @@ type MountEntry struct {
 
 // LookupMount returns the entry of mount id in this process's mount
 // namespace, and false if no mount of that id is attached there.
-func LookupMount(id uint64) (MountEntry, bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return MountEntry{}, false, fmt.Errorf("fs: read mount table: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
+func LookupMount(id uint64) (e MountEntry, found bool, err error) {
+	err = scanMountTable(func(m MountEntry) bool {
+		if m.ID == id {
+			e, found = m, true
 		}
-		got, err := strconv.ParseUint(fields[0], 10, 64)
-		if err != nil || got != id {
-			continue
-		}
-		return parseMountinfo(fields), true, nil
-	}
-	if err := sc.Err(); err != nil {
-		return MountEntry{}, false, fmt.Errorf("fs: read mount table: %w", err)
-	}
-	return MountEntry{}, false, nil
+		return !found
+	})
+	return e, found, err
 }
 
 // DetachFd lazily unmounts the mount whose root fd is: the mount itself,
@@ -318,6 +303,31 @@ func DetachFd(fd int) error {
 		return err
 	} else if attached {
 		return fmt.Errorf("fs: detach mount %d: still attached at %s", id, e.Path)
+	}
+	return nil
+}
+
+// scanMountTable calls visit with each entry of /proc/self/mountinfo, in
+// table order, until visit returns false. It asks no filesystem anything.
+func scanMountTable(visit func(MountEntry) bool) error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("fs: read mount table: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 6 {
+			continue
+		}
+		if !visit(parseMountinfo(fields)) {
+			return nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("fs: read mount table: %w", err)
 	}
 	return nil
 }

@@ -44,7 +44,7 @@ func TestServeOntoTarget(t *testing.T) {
 	}
 	defer unix.Close(target)
 	// The parent is swapped for a link to the victim after the check.
-	mustRename(t, filepath.Join(dir, "p"), filepath.Join(dir, "q"))
+	must(t, os.Rename(filepath.Join(dir, "p"), filepath.Join(dir, "q")))
 	if err := os.Symlink(victim, filepath.Join(dir, "p")); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestServeOntoTarget(t *testing.T) {
 
 	// The folder moves with its mount, and a link to the victim takes its
 	// old name: Close still finds the mount, and only it.
-	mustRename(t, filepath.Join(dir, "q"), filepath.Join(dir, "r"))
+	must(t, os.Rename(filepath.Join(dir, "q"), filepath.Join(dir, "r")))
 	if err := os.Symlink(victim, filepath.Join(dir, "q")); err != nil {
 		t.Fatal(err)
 	}
@@ -111,12 +111,5 @@ func TestServeOntoTarget(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(victim, "d", "secret")); err != nil {
 		t.Errorf("the victim's file: %v", err)
-	}
-}
-
-func mustRename(t testing.TB, from, to string) {
-	t.Helper()
-	if err := os.Rename(from, to); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,30 +73,6 @@ func wantNotFollowed(t *testing.T, path string) {
 	wantErrno(t, "host read through the link "+path, err, syscall.ELOOP)
 }
 
-// mkdirs makes the nested folders names below dir with fd-relative calls
-// (their joined path may be longer than PATH_MAX) and returns an O_PATH
-// descriptor of each, closed when the test ends.
-func mkdirs(t *testing.T, dir string, names []string) []int {
-	t.Helper()
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	must(t, err)
-	fds := []int{fd}
-	t.Cleanup(func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	})
-	for _, name := range names {
-		if err := unix.Mkdirat(fd, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-			t.Fatalf("mkdir %s: %v", name[:8], err)
-		}
-		fd, err = unix.Openat(fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		must(t, err)
-		fds = append(fds, fd)
-	}
-	return fds
-}
-
 // TestHostLinksLongNames: nested folders of 250-byte names make a path far
 // longer than PATH_MAX. The kernel walks it one name at a time; a link
 // check that opens joined paths fails there with ENAMETOOLONG and must not
@@ -106,11 +81,8 @@ func mkdirs(t *testing.T, dir string, names []string) []int {
 // climbs exactly to the root, and m goes on climbing from there.
 func TestHostLinksLongNames(t *testing.T) {
 	w := newHostWorld(t)
-	names := make([]string, 20)
-	for i := range names {
-		names[i] = fmt.Sprintf("%03d", i) + strings.Repeat("n", 247)
-	}
-	mnt := mkdirs(t, w.agent, names)
+	names := testenv.LongNames(20)
+	mnt := testenv.NestedDirs(t, w.agent, names)
 	// up climbs from the twentieth folder exactly to the root: allowed.
 	must(t, unix.Symlinkat(strings.Repeat("../", 20), mnt[20], "up"))
 	chain := strings.Join(names[10:], "/") + "/up/"
@@ -133,7 +105,7 @@ func TestHostLinksLongNames(t *testing.T) {
 	// follow L.
 	// (Fresh names: the mount may remember for a while that m-* is not
 	// there.)
-	back := mkdirs(t, w.agentRoot, names)
+	back := testenv.NestedDirs(t, w.agentRoot, names)
 	for m, target := range targets {
 		p := "planted-" + m
 		must(t, unix.Symlinkat(target, back[10], p))
