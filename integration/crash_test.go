@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -164,9 +163,10 @@ func TestKill9DuringBindsRestoresDeletes(t *testing.T) {
 		cancel()
 		wg.Wait()
 		if r%2 == 1 {
-			// Killed again while it restores at start.
+			// Killed again while it restores at start: launched, not
+			// waited for.
 			stopLoad := crashLoad(2)
-			startNoWait(t, d)
+			d.launch()
 			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond) // a random moment
 			if !killAndReap(t, d, r, "during its restore") {
 				stuck++
@@ -319,24 +319,6 @@ func procStateOf(pid int) string {
 		return s[i+2 : i+3]
 	}
 	return s
-}
-
-// startNoWait starts `warren serve` like daemon.start, without waiting for
-// it to serve: a kill then lands in its restore.
-func startNoWait(t *testing.T, d *daemon) {
-	t.Helper()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	argv := append([]string{warrenBin, "serve", "--data", d.data, "--log-level", "debug"}, d.args...)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = d.logs, d.logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start warren serve: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	d.cmd, d.done = cmd, done
 }
 
 // fsImmutableFl is FS_IMMUTABLE_FL (linux/fs.h), which x/sys does not name.
