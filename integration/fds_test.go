@@ -17,17 +17,8 @@ import (
 // below under, and lists those below under whose file was deleted.
 func daemonFds(t *testing.T, pid int, under string) (all, below int, deleted []string) {
 	t.Helper()
-	dir := fmt.Sprintf("/proc/%d/fd", pid)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatalf("read the daemon's descriptors: %v", err)
-	}
-	for _, e := range ents {
-		target, err := os.Readlink(filepath.Join(dir, e.Name()))
-		if err != nil {
-			continue // closed meanwhile
-		}
-		all++
+	targets := fdTargets(t, pid)
+	for _, target := range targets {
 		if strings.HasPrefix(target, under+"/") {
 			below++
 			if strings.HasSuffix(target, " (deleted)") {
@@ -35,7 +26,7 @@ func daemonFds(t *testing.T, pid int, under string) (all, below int, deleted []s
 			}
 		}
 	}
-	return all, below, deleted
+	return len(targets), below, deleted
 }
 
 // TestDescriptorBudgetOfTheDaemon runs the daemon with an open-file limit

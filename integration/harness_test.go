@@ -232,6 +232,30 @@ func detachAllUnder(t testing.TB, dir string) {
 	}
 }
 
+// fdTargets lists what the open descriptors of process pid name; one
+// closed meanwhile is left out.
+func fdTargets(t testing.TB, pid int) []string {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("descriptors of %d: %v", pid, err)
+	}
+	targets := make([]string, 0, len(ents))
+	for _, e := range ents {
+		if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil {
+			targets = append(targets, target)
+		}
+	}
+	return targets
+}
+
+// countFDs counts the open descriptors of process pid.
+func countFDs(t testing.TB, pid int) int {
+	t.Helper()
+	return len(fdTargets(t, pid))
+}
+
 func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
