@@ -26,26 +26,6 @@ import (
 // served half deleted shows.
 const bulkFiles = 800
 
-// crashLoad spins n goroutines until the returned function is called.
-func crashLoad(n int) func() {
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				for i := 0; i < 1e5; i++ {
-				}
-			}
-		})
-	}
-	return func() { close(stop); wg.Wait() }
-}
-
 // crashRounds is how many times TestKill9DuringBindsRestoresDeletes kills
 // the daemon; WARREN_CRASH_ROUNDS sets more.
 func crashRounds(t *testing.T) int {
@@ -154,7 +134,7 @@ func TestKill9DuringBindsRestoresDeletes(t *testing.T) {
 		})
 		// Load, as on a busy host: the daemon's threads are preempted
 		// at any point, between reading a request and answering it too.
-		stopLoad := crashLoad(2)
+		stopLoad := cpuLoad(t, 2)
 		time.Sleep(time.Duration(rng.IntN(2500)) * time.Millisecond) // a random moment, not a wait
 		if !killAndReap(t, d, r, "during binds and deletes") {
 			stuck++
@@ -165,7 +145,7 @@ func TestKill9DuringBindsRestoresDeletes(t *testing.T) {
 		if r%2 == 1 {
 			// Killed again while it restores at start: launched, not
 			// waited for.
-			stopLoad := crashLoad(2)
+			stopLoad := cpuLoad(t, 2)
 			d.launch()
 			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond) // a random moment
 			if !killAndReap(t, d, r, "during its restore") {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,22 +17,29 @@ import (
 	"warren/gateway"
 )
 
-// cpuLoad keeps n busy loops running until the test ends: a loaded machine
-// is where the scheduler lets a hang-up land in the middle of a start. The
-// loops are ended by pid.
-func cpuLoad(t *testing.T, n int) {
+// cpuLoad keeps n busy loops running until the returned function is
+// called or the test ends: a loaded machine is where the scheduler lets a
+// hang-up land in the middle of a start, or a kill between a request and
+// its answer. The loops are ended by pid.
+func cpuLoad(t *testing.T, n int) (stop func()) {
 	t.Helper()
+	var cmds []*exec.Cmd
+	stop = sync.OnceFunc(func() {
+		for _, cmd := range cmds {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	t.Cleanup(stop)
 	for range n {
 		cmd := exec.Command("sh", "-c", "while :; do :; done")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("start a CPU load: %v", err)
 		}
-		t.Cleanup(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
-		})
+		cmds = append(cmds, cmd)
 	}
+	return stop
 }
 
 // TestHangupEndsOnlyThatCommand: a client that hangs up right after it
