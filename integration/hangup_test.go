@@ -118,51 +118,23 @@ func (h hangupWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// eventsOf follows the event stream of one thread until the test ends and
-// hands each event to the returned channel (which never blocks the
-// stream for long: it holds 256).
-func eventsOf(t *testing.T, c *gateway.Client, thread string) <-chan gateway.Event {
+// waitEvent waits up to 30 s for an event of l that match accepts.
+func waitEvent(t *testing.T, l *eventLog, what string, match func(gateway.Event) bool) gateway.Event {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ch := make(chan gateway.Event, 256)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c.Events(ctx, "", thread, func(ev gateway.Event) error {
-			select {
-			case ch <- ev:
-			case <-ctx.Done():
-			}
-			return nil
-		})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return ch
-}
-
-// waitEvent waits for the first event of ch that match accepts.
-func waitEvent(t *testing.T, ch <-chan gateway.Event, what string, match func(gateway.Event) bool) gateway.Event {
-	t.Helper()
-	timeout := time.After(30 * time.Second)
-	for {
-		select {
-		case ev := <-ch:
-			if match(ev) {
-				return ev
-			}
-		case <-timeout:
-			t.Fatalf("no %s event within 30s", what)
-		}
+	ev, ok := l.waitFor(30*time.Second, match)
+	if !ok {
+		t.Fatalf("no %s event within 30s", what)
 	}
+	return ev
 }
 
-// spawnFollowed spawns a job in thread and waits until the stream ch told
-// its start, so that the stream sees its end.
-func spawnFollowed(t *testing.T, c *gateway.Client, ch <-chan gateway.Event, thread, command string) gateway.JobInfo {
+// spawnFollowed spawns a job in thread and waits until the stream l told
+// its start.
+func spawnFollowed(t *testing.T, c *gateway.Client, l *eventLog, thread, command string) gateway.JobInfo {
 	t.Helper()
 	job, err := c.Spawn(context.Background(), "", thread, gateway.SpawnRequest{Command: command})
 	must(t, err)
-	waitEvent(t, ch, "job.started", func(ev gateway.Event) bool {
+	waitEvent(t, l, "job.started", func(ev gateway.Event) bool {
 		return ev.Type == gateway.EventJobStarted && ev.Job == job.ID
 	})
 	return job
@@ -237,7 +209,7 @@ func TestJobExitWhenJailEnds(t *testing.T) {
 	checkKilled(t, "kill -9 of the daemon", info, "stopped when the host restarted")
 
 	// A delete: the record goes with the thread; the event tells.
-	evs := eventsOf(t, c, "delete")
+	evs := d.subscribe("delete")
 	deleted := spawnFollowed(t, c, evs, "delete", "sleep 600")
 	must(t, c.DeleteThread(ctx, "", "delete"))
 	ev := waitEvent(t, evs, "job.ended", func(ev gateway.Event) bool {
@@ -248,7 +220,7 @@ func TestJobExitWhenJailEnds(t *testing.T) {
 	}
 
 	// The jail's init dies under its jobs.
-	evs = eventsOf(t, c, "died")
+	evs = d.subscribe("died")
 	victim := spawnFollowed(t, c, evs, "died", "sleep 600")
 	initPid := jailOfTree(t, victim.Cgroup)
 	must(t, syscall.Kill(initPid, syscall.SIGKILL))
