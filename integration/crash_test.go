@@ -289,16 +289,13 @@ func killAndReap(t *testing.T, d *daemon, r int, when string) bool {
 	return false
 }
 
+// procStateOf is the state of process pid as /proc/PID/stat says it (R,
+// S, D, Z...), or "gone".
 func procStateOf(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return err.Error()
+	if f := statFields(pid); len(f) > 0 {
+		return f[0]
 	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+3 <= len(s) {
-		return s[i+2 : i+3]
-	}
-	return s
+	return "gone"
 }
 
 // fsImmutableFl is FS_IMMUTABLE_FL (linux/fs.h), which x/sys does not name.
