@@ -181,19 +181,14 @@ func checkKilled(t *testing.T, how string, info gateway.JobInfo, why string) {
 func TestJobExitWhenJailEnds(t *testing.T) {
 	d := newDaemon(t, "--host-id", "host-a")
 	ctx := context.Background()
-	newClient := func() *gateway.Client {
-		c := gateway.NewClient(d.socket)
-		t.Cleanup(c.CloseIdleConnections)
-		return c
-	}
 
 	// A stop of the daemon ends its jails.
-	c := newClient()
+	c := d.client()
 	stopped, err := c.Spawn(ctx, "", "stop", gateway.SpawnRequest{Command: "sleep 600"})
 	must(t, err)
 	d.stop()
 	d.start()
-	c = newClient()
+	c = d.client()
 	info, err := c.Job(ctx, "", "stop", stopped.ID)
 	must(t, err)
 	checkKilled(t, "a stop of the daemon", info, "when the daemon stopped")
@@ -203,7 +198,7 @@ func TestJobExitWhenJailEnds(t *testing.T) {
 	must(t, err)
 	d.kill9()
 	d.start()
-	c = newClient()
+	c = d.client()
 	info, err = c.Job(ctx, "", "crash", crashed.ID)
 	must(t, err)
 	checkKilled(t, "kill -9 of the daemon", info, "stopped when the host restarted")
