@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,26 +25,6 @@ import (
 // its record: enough that a delete takes a while, and that a workspace
 // served half deleted shows.
 const bulkFiles = 800
-
-// crashLoad spins n goroutines until the returned function is called.
-func crashLoad(n int) func() {
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				for i := 0; i < 1e5; i++ {
-				}
-			}
-		})
-	}
-	return func() { close(stop); wg.Wait() }
-}
 
 // crashRounds is how many times TestKill9DuringBindsRestoresDeletes kills
 // the daemon; WARREN_CRASH_ROUNDS sets more.
@@ -155,7 +134,7 @@ func TestKill9DuringBindsRestoresDeletes(t *testing.T) {
 		})
 		// Load, as on a busy host: the daemon's threads are preempted
 		// at any point, between reading a request and answering it too.
-		stopLoad := crashLoad(2)
+		stopLoad := cpuLoad(t, 2)
 		time.Sleep(time.Duration(rng.IntN(2500)) * time.Millisecond) // a random moment, not a wait
 		if !killAndReap(t, d, r, "during binds and deletes") {
 			stuck++
@@ -164,9 +143,10 @@ func TestKill9DuringBindsRestoresDeletes(t *testing.T) {
 		cancel()
 		wg.Wait()
 		if r%2 == 1 {
-			// Killed again while it restores at start.
-			stopLoad := crashLoad(2)
-			startNoWait(t, d)
+			// Killed again while it restores at start: launched, not
+			// waited for.
+			stopLoad := cpuLoad(t, 2)
+			d.launch()
 			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond) // a random moment
 			if !killAndReap(t, d, r, "during its restore") {
 				stuck++
@@ -309,34 +289,13 @@ func killAndReap(t *testing.T, d *daemon, r int, when string) bool {
 	return false
 }
 
+// procStateOf is the state of process pid as /proc/PID/stat says it (R,
+// S, D, Z...), or "gone".
 func procStateOf(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return err.Error()
+	if f := statFields(pid); len(f) > 0 {
+		return f[0]
 	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+3 <= len(s) {
-		return s[i+2 : i+3]
-	}
-	return s
-}
-
-// startNoWait starts `warren serve` like daemon.start, without waiting for
-// it to serve: a kill then lands in its restore.
-func startNoWait(t *testing.T, d *daemon) {
-	t.Helper()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	argv := append([]string{warrenBin, "serve", "--data", d.data, "--log-level", "debug"}, d.args...)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = d.logs, d.logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start warren serve: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	d.cmd, d.done = cmd, done
+	return "gone"
 }
 
 // fsImmutableFl is FS_IMMUTABLE_FL (linux/fs.h), which x/sys does not name.

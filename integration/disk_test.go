@@ -90,10 +90,7 @@ func TestStoreSurvivesFullDisk(t *testing.T) {
 // through both, a passthrough write through neither.
 func (d *daemon) daemonIO() int64 {
 	d.t.Helper()
-	d.mu.Lock()
-	pid := d.cmd.Process.Pid
-	d.mu.Unlock()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", d.pid()))
 	if err != nil {
 		d.t.Fatal(err)
 	}

@@ -13,40 +13,12 @@ import (
 	"warren/internal/testenv"
 )
 
-// newDaemonThrough is newDaemon with warren serve started through wrap, a
-// command that execs the rest of its arguments (so the pid is the
-// daemon's), e.g. prlimit with limits for the daemon.
-func newDaemonThrough(t *testing.T, wrap []string, serveArgs ...string) *daemon {
-	t.Helper()
-	testenv.RequireRootFUSE(t)
-	data := filepath.Join(t.TempDir(), "data")
-	d := &daemon{t: t, data: data, socket: filepath.Join(data, "warren.sock"), args: serveArgs, wrap: wrap}
-	t.Cleanup(func() {
-		d.stop()
-		detachAllUnder(t, data)
-		if t.Failed() {
-			t.Logf("daemon logs:\n%s", d.allLogs())
-		}
-	})
-	d.start()
-	return d
-}
-
 // daemonFds counts the daemon's open descriptors, all and those of files
 // below under, and lists those below under whose file was deleted.
 func daemonFds(t *testing.T, pid int, under string) (all, below int, deleted []string) {
 	t.Helper()
-	dir := fmt.Sprintf("/proc/%d/fd", pid)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatalf("read the daemon's descriptors: %v", err)
-	}
-	for _, e := range ents {
-		target, err := os.Readlink(filepath.Join(dir, e.Name()))
-		if err != nil {
-			continue // closed meanwhile
-		}
-		all++
+	targets := fdTargets(t, pid)
+	for _, target := range targets {
 		if strings.HasPrefix(target, under+"/") {
 			below++
 			if strings.HasSuffix(target, " (deleted)") {
@@ -54,7 +26,7 @@ func daemonFds(t *testing.T, pid int, under string) (all, below int, deleted []s
 			}
 		}
 	}
-	return all, below, deleted
+	return len(targets), below, deleted
 }
 
 // TestDescriptorBudgetOfTheDaemon runs the daemon with an open-file limit

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,22 +17,29 @@ import (
 	"warren/gateway"
 )
 
-// cpuLoad keeps n busy loops running until the test ends: a loaded machine
-// is where the scheduler lets a hang-up land in the middle of a start. The
-// loops are ended by pid.
-func cpuLoad(t *testing.T, n int) {
+// cpuLoad keeps n busy loops running until the returned function is
+// called or the test ends: a loaded machine is where the scheduler lets a
+// hang-up land in the middle of a start, or a kill between a request and
+// its answer. The loops are ended by pid.
+func cpuLoad(t *testing.T, n int) (stop func()) {
 	t.Helper()
+	var cmds []*exec.Cmd
+	stop = sync.OnceFunc(func() {
+		for _, cmd := range cmds {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	t.Cleanup(stop)
 	for range n {
 		cmd := exec.Command("sh", "-c", "while :; do :; done")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("start a CPU load: %v", err)
 		}
-		t.Cleanup(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
-		})
+		cmds = append(cmds, cmd)
 	}
+	return stop
 }
 
 // TestHangupEndsOnlyThatCommand: a client that hangs up right after it
@@ -110,51 +118,23 @@ func (h hangupWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// eventsOf follows the event stream of one thread until the test ends and
-// hands each event to the returned channel (which never blocks the
-// stream for long: it holds 256).
-func eventsOf(t *testing.T, c *gateway.Client, thread string) <-chan gateway.Event {
+// waitEvent waits up to 30 s for an event of l that match accepts.
+func waitEvent(t *testing.T, l *eventLog, what string, match func(gateway.Event) bool) gateway.Event {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ch := make(chan gateway.Event, 256)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c.Events(ctx, "", thread, func(ev gateway.Event) error {
-			select {
-			case ch <- ev:
-			case <-ctx.Done():
-			}
-			return nil
-		})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return ch
-}
-
-// waitEvent waits for the first event of ch that match accepts.
-func waitEvent(t *testing.T, ch <-chan gateway.Event, what string, match func(gateway.Event) bool) gateway.Event {
-	t.Helper()
-	timeout := time.After(30 * time.Second)
-	for {
-		select {
-		case ev := <-ch:
-			if match(ev) {
-				return ev
-			}
-		case <-timeout:
-			t.Fatalf("no %s event within 30s", what)
-		}
+	ev, ok := l.waitFor(30*time.Second, match)
+	if !ok {
+		t.Fatalf("no %s event within 30s", what)
 	}
+	return ev
 }
 
-// spawnFollowed spawns a job in thread and waits until the stream ch told
-// its start, so that the stream sees its end.
-func spawnFollowed(t *testing.T, c *gateway.Client, ch <-chan gateway.Event, thread, command string) gateway.JobInfo {
+// spawnFollowed spawns a job in thread and waits until the stream l told
+// its start.
+func spawnFollowed(t *testing.T, c *gateway.Client, l *eventLog, thread, command string) gateway.JobInfo {
 	t.Helper()
 	job, err := c.Spawn(context.Background(), "", thread, gateway.SpawnRequest{Command: command})
 	must(t, err)
-	waitEvent(t, ch, "job.started", func(ev gateway.Event) bool {
+	waitEvent(t, l, "job.started", func(ev gateway.Event) bool {
 		return ev.Type == gateway.EventJobStarted && ev.Job == job.ID
 	})
 	return job
@@ -201,19 +181,14 @@ func checkKilled(t *testing.T, how string, info gateway.JobInfo, why string) {
 func TestJobExitWhenJailEnds(t *testing.T) {
 	d := newDaemon(t, "--host-id", "host-a")
 	ctx := context.Background()
-	newClient := func() *gateway.Client {
-		c := gateway.NewClient(d.socket)
-		t.Cleanup(c.CloseIdleConnections)
-		return c
-	}
 
 	// A stop of the daemon ends its jails.
-	c := newClient()
+	c := d.client()
 	stopped, err := c.Spawn(ctx, "", "stop", gateway.SpawnRequest{Command: "sleep 600"})
 	must(t, err)
 	d.stop()
 	d.start()
-	c = newClient()
+	c = d.client()
 	info, err := c.Job(ctx, "", "stop", stopped.ID)
 	must(t, err)
 	checkKilled(t, "a stop of the daemon", info, "when the daemon stopped")
@@ -223,13 +198,13 @@ func TestJobExitWhenJailEnds(t *testing.T) {
 	must(t, err)
 	d.kill9()
 	d.start()
-	c = newClient()
+	c = d.client()
 	info, err = c.Job(ctx, "", "crash", crashed.ID)
 	must(t, err)
 	checkKilled(t, "kill -9 of the daemon", info, "stopped when the host restarted")
 
 	// A delete: the record goes with the thread; the event tells.
-	evs := eventsOf(t, c, "delete")
+	evs := d.subscribe("delete")
 	deleted := spawnFollowed(t, c, evs, "delete", "sleep 600")
 	must(t, c.DeleteThread(ctx, "", "delete"))
 	ev := waitEvent(t, evs, "job.ended", func(ev gateway.Event) bool {
@@ -240,7 +215,7 @@ func TestJobExitWhenJailEnds(t *testing.T) {
 	}
 
 	// The jail's init dies under its jobs.
-	evs = eventsOf(t, c, "died")
+	evs = d.subscribe("died")
 	victim := spawnFollowed(t, c, evs, "died", "sleep 600")
 	initPid := jailOfTree(t, victim.Cgroup)
 	must(t, syscall.Kill(initPid, syscall.SIGKILL))

@@ -72,8 +72,23 @@ func newDaemon(t testing.TB, serveArgs ...string) *daemon {
 // the test's own, say).
 func newDaemonAt(t testing.TB, data string, serveArgs ...string) *daemon {
 	t.Helper()
+	return startDaemon(t, data, nil, serveArgs)
+}
+
+// newDaemonThrough is newDaemon with warren serve started through wrap, a
+// command that execs the rest of its arguments (so the pid is the
+// daemon's), e.g. prlimit with limits for the daemon.
+func newDaemonThrough(t testing.TB, wrap []string, serveArgs ...string) *daemon {
+	t.Helper()
+	return startDaemon(t, filepath.Join(t.TempDir(), "data"), wrap, serveArgs)
+}
+
+// startDaemon is what the newDaemon functions share: a daemon on data,
+// started through wrap (if any) with the flags serveArgs.
+func startDaemon(t testing.TB, data string, wrap, serveArgs []string) *daemon {
+	t.Helper()
 	testenv.RequireRootFUSE(t)
-	d := &daemon{t: t, data: data, socket: filepath.Join(data, "warren.sock"), args: serveArgs}
+	d := &daemon{t: t, data: data, socket: filepath.Join(data, "warren.sock"), args: serveArgs, wrap: wrap}
 	t.Cleanup(func() {
 		d.stop()
 		detachAllUnder(t, data)
@@ -97,24 +112,7 @@ func (d *daemon) allLogs() string {
 // start runs `warren serve` and waits until its socket answers.
 func (d *daemon) start() {
 	d.t.Helper()
-	d.mu.Lock()
-	if d.logs == nil {
-		d.logs = &testenv.SyncBuffer{}
-	}
-	argv := append([]string{warrenBin, "serve", "--data", d.data, "--log-level", "debug"}, d.args...)
-	argv = append(append([]string{}, d.wrap...), argv...)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = d.logs, d.logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		d.mu.Unlock()
-		d.t.Fatalf("start warren serve: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	d.cmd, d.done = cmd, done
-	d.mu.Unlock()
-
+	cmd, done := d.launch()
 	c := gateway.NewClient(d.socket)
 	defer c.CloseIdleConnections()
 	deadline := time.Now().Add(20 * time.Second)
@@ -135,6 +133,29 @@ func (d *daemon) start() {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// launch runs `warren serve` without waiting for it to serve and returns
+// its command and the channel closed when it has exited.
+func (d *daemon) launch() (*exec.Cmd, chan struct{}) {
+	d.t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.logs == nil {
+		d.logs = &testenv.SyncBuffer{}
+	}
+	argv := append([]string{warrenBin, "serve", "--data", d.data, "--log-level", "debug"}, d.args...)
+	argv = append(append([]string{}, d.wrap...), argv...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = d.logs, d.logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		d.t.Fatalf("start warren serve: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	d.cmd, d.done = cmd, done
+	return cmd, done
 }
 
 // stop ends the daemon with SIGTERM (SIGKILL after 20 s) and waits.
@@ -209,6 +230,30 @@ func detachAllUnder(t testing.TB, dir string) {
 			unix.Unmount(mps[i], unix.MNT_DETACH)
 		}
 	}
+}
+
+// fdTargets lists what the open descriptors of process pid name; one
+// closed meanwhile is left out.
+func fdTargets(t testing.TB, pid int) []string {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("descriptors of %d: %v", pid, err)
+	}
+	targets := make([]string, 0, len(ents))
+	for _, e := range ents {
+		if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil {
+			targets = append(targets, target)
+		}
+	}
+	return targets
+}
+
+// countFDs counts the open descriptors of process pid.
+func countFDs(t testing.TB, pid int) int {
+	t.Helper()
+	return len(fdTargets(t, pid))
 }
 
 func must(t testing.TB, err error) {

@@ -51,6 +51,14 @@ func depth(p string) int {
 	return len(strings.Split(strings.Trim(filepath.Clean(p), "/"), "/"))
 }
 
+// nested is dir/<prefix>1/<prefix>2/.../<prefix>n.
+func nested(dir, prefix string, n int) string {
+	for i := 1; i <= n; i++ {
+		dir = filepath.Join(dir, fmt.Sprintf("%s%d", prefix, i))
+	}
+	return dir
+}
+
 // fromTop is the secret's path relative to /.
 func (w *hostWorld) fromTop() string { return strings.TrimPrefix(w.secret, "/") }
 
@@ -129,11 +137,7 @@ func TestHostLinksLongNames(t *testing.T) {
 func TestHostLinksHardLinkedSymlink(t *testing.T) {
 	w := newHostWorld(t)
 	k := depth(w.agent) + 3
-	var deep []string
-	for i := 1; i < k; i++ {
-		deep = append(deep, fmt.Sprintf("p%d", i))
-	}
-	parent := filepath.Join(append([]string{w.agent}, deep...)...)
+	parent := nested(w.agent, "p", k-1)
 	must(t, os.MkdirAll(filepath.Join(parent, "c"), 0o755))
 	must(t, os.MkdirAll(filepath.Join(parent, "s"), 0o755))
 	up := filepath.Join(parent, "c", "up")
@@ -176,11 +180,7 @@ func TestHostLinksHardLinkedSymlink(t *testing.T) {
 func TestHostLinksFolderRenameRace(t *testing.T) {
 	w := newHostWorld(t)
 	k := depth(w.agent) + 2
-	var path []string
-	for i := 1; i < k; i++ {
-		path = append(path, fmt.Sprintf("d%d", i))
-	}
-	home := filepath.Join(append(append([]string{w.agent}, path...), "F")...)
+	home := filepath.Join(nested(w.agent, "d", k-1), "F")
 	top := filepath.Join(w.agent, "F")
 	must(t, os.MkdirAll(home, 0o755))
 	// From home (k deep) these reach root/tmp/... and root/globex/...,
@@ -241,11 +241,7 @@ func TestHostLinksFolderRenameRace(t *testing.T) {
 func TestHostLinksSwapRace(t *testing.T) {
 	w := newHostWorld(t)
 	j := depth(w.agent)
-	var qs []string
-	for i := 1; i <= j; i++ {
-		qs = append(qs, fmt.Sprintf("q%d", i))
-	}
-	q := filepath.Join(append([]string{w.agent}, qs...)...)
+	q := nested(w.agent, "q", j)
 	d := filepath.Join(q, "d")
 	must(t, os.MkdirAll(filepath.Join(d, "e"), 0o755))
 	harmless, evil := "e", strings.Repeat("../", j+1) // evil: the root

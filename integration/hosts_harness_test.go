@@ -420,16 +420,21 @@ func processesUnder(ancestor int, argv ...string) []int {
 	return out
 }
 
-// parentPid reads a process's parent from /proc, 0 if it is gone.
-func parentPid(pid int) int {
+// statFields are the fields of /proc/PID/stat after the command name
+// (state, ppid, ...), nil if the process is gone. The name, in
+// parentheses, may hold spaces: the fields start after its last ')'.
+func statFields(pid int) []string {
 	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if err != nil {
-		return 0
+		return nil
 	}
-	// The command name, in parentheses, may hold spaces: the fields
-	// after its last ')' are state, then ppid.
 	i := bytes.LastIndexByte(stat, ')')
-	f := strings.Fields(string(stat[i+1:]))
+	return strings.Fields(string(stat[i+1:]))
+}
+
+// parentPid reads a process's parent from /proc, 0 if it is gone.
+func parentPid(pid int) int {
+	f := statFields(pid)
 	if len(f) < 2 {
 		return 0
 	}
@@ -439,11 +444,6 @@ func parentPid(pid int) int {
 
 // alive reports whether pid is a process that is not a zombie.
 func alive(pid int) bool {
-	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	f := strings.Fields(string(stat[i+1:]))
+	f := statFields(pid)
 	return len(f) > 0 && f[0] != "Z"
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -129,14 +128,4 @@ func TestSlowBodies(t *testing.T) {
 	if err != nil || code != 0 || out.String() != "start\ndone\n" {
 		t.Errorf("exec past the body timeout: code %d, err %v, output %q; want 0 and start, done", code, err, out.String())
 	}
-}
-
-// countFDs counts the open descriptors of process pid.
-func countFDs(t testing.TB, pid int) int {
-	t.Helper()
-	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		t.Fatalf("descriptors of %d: %v", pid, err)
-	}
-	return len(ents)
 }

@@ -29,12 +29,12 @@
 //     is in a command's tree for the moment of its fork: Run signals a
 //     tree only once the init has answered Started or Done for it, or a
 //     hang-up that early would kill the init and the whole jail.
+//   - seccomp_linux.go, landlock_linux.go: the filters.
 //
 // A jail whose init ended (Close, or killed) serves no more commands:
 // Run returns ErrInitGone (exit 137 for a command that had started: the
 // kernel killed it with the rest of the pid namespace), and Err says so
 // at once, for the owner to start another jail.
-//   - seccomp_linux.go, landlock_linux.go: the filters.
 //
 // The gateway runs one jail per bound thread (gateway/exec.go) and its
 // background jobs in it (gateway/jobs.go).
