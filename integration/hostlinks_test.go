@@ -177,6 +177,12 @@ func TestHostLinksHardLinkedSymlink(t *testing.T) {
 // back in a loop while a host process reads through a link in it. The
 // link's target climbs exactly to the root from the folder's own place,
 // and far above it from the top.
+//
+// Through the mount, the rename check refuses every move that would carry
+// the link to where it leads out, so that phase shows the check holding
+// under a reader. The second phase makes the same moves in the backing
+// folder, behind the filesystem's back, where nothing checks them: there
+// the moves happen, and only nosymfollow keeps the reader inside.
 func TestHostLinksFolderRenameRace(t *testing.T) {
 	w := newHostWorld(t)
 	k := depth(w.agent) + 2
@@ -189,9 +195,32 @@ func TestHostLinksFolderRenameRace(t *testing.T) {
 	must(t, os.Symlink(strings.Repeat("../", k)+w.fromTop(), filepath.Join(home, "l-host")))
 	must(t, os.Symlink("../../../"+strings.TrimPrefix(w.victimRel, "../../"), filepath.Join(home, "l-victim")))
 
+	through := func(p string) string { return strings.Replace(p, w.agent, w.agentRoot, 1) }
+	for _, phase := range []struct {
+		name      string
+		home, top string
+		mustMove  bool
+	}{
+		{"through the mount", home, top, false},
+		{"behind the filesystem's back", through(home), through(top), true},
+	} {
+		reads, moves, refused := raceFolderMoves(t, phase.home, phase.top, home)
+		t.Logf("%s: %d host reads, %d folder moves, %d refused", phase.name, reads, moves, refused)
+		if phase.mustMove && moves == 0 {
+			t.Errorf("%s: no folder move happened, so the race was not run", phase.name)
+		}
+		os.Rename(phase.top, phase.home)
+	}
+	wantNotFollowed(t, filepath.Join(home, "l-host"))
+	w.sameOutside(t)
+}
+
+// raceFolderMoves moves the folder home to top and back in a loop, for
+// raceFor, while a host process reads the links in it through read (the
+// folder's path in the mount). It fails the test if a read leaks.
+func raceFolderMoves(t *testing.T, home, top, read string) (reads, moves, refused int) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var moves, refused int
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -212,24 +241,20 @@ func TestHostLinksFolderRenameRace(t *testing.T) {
 			}
 		}
 	}()
-	reads := 0
 	for deadline := time.Now().Add(raceFor); time.Now().Before(deadline); {
 		reads++
-		b, err := os.ReadFile(filepath.Join(home, "l-host"))
+		b, err := os.ReadFile(filepath.Join(read, "l-host"))
 		if leaked(t, "read F/l-host", b, err) {
 			break
 		}
-		b, err = os.ReadFile(filepath.Join(home, "l-victim"))
+		b, err = os.ReadFile(filepath.Join(read, "l-victim"))
 		if leaked(t, "read F/l-victim", b, err) {
 			break
 		}
 	}
 	close(stop)
 	wg.Wait()
-	t.Logf("%d host reads, %d folder moves, %d refused", reads, moves, refused)
-	os.Rename(top, home)
-	wantNotFollowed(t, filepath.Join(home, "l-host"))
-	w.sameOutside(t)
+	return reads, moves, refused
 }
 
 // TestHostLinksSwapRace: the race between a check and the kernel's
