@@ -14,7 +14,6 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
 )
 
 var _ Store = (*Badger)(nil)
@@ -91,10 +90,7 @@ func OpenBadger(ctx context.Context, dir string, logger hclog.Logger) (*Badger, 
 		WithNumCompactors(2).
 		WithNumGoroutines(2)
 	s := &Badger{dir: dir, log: logger, writeSem: make(chan struct{}, 1)}
-	if err := s.roomToOpen(); err != nil {
-		return nil, fmt.Errorf("meta: open badger in %s: %w", dir, err)
-	}
-	if err := dropEmptyLogFiles(dir, logger); err != nil {
+	if err := s.prepareOpen(); err != nil {
 		return nil, fmt.Errorf("meta: open badger in %s: %w", dir, err)
 	}
 	db, err := badger.Open(opts)
@@ -483,20 +479,8 @@ func line(f string, v []any) string {
 // would serve.
 // An empty file holds no record: nothing is lost. It is done only while no
 // process holds the folder's lock (Badger's flock), so never under a live
-// store's feet.
+// store's feet: the caller holds the folder's lock (prepareOpen).
 func dropEmptyLogFiles(dir string, log hclog.Logger) error {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("open %s: %w", dir, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return nil // held: Badger's open says so
-	}
-	defer unix.Flock(fd, unix.LOCK_UN)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", dir, err)

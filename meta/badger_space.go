@@ -124,13 +124,36 @@ func (s *Badger) releaseBallast(why string) {
 		"dir", s.dir, "step", why)
 }
 
-// roomToOpen makes sure Badger's open has room: it makes the ballast if
-// the disk has room for it, and gives it up if the disk is nearly full.
-// A store is never created on a full disk.
-func (s *Badger) roomToOpen() error {
+// prepareOpen readies the folder for Badger's open: room on the disk
+// (roomToOpen) and no empty log file a crash left (dropEmptyLogFiles).
+// Both run under the folder's lock, the one Badger takes for itself, so a
+// second opener of a store another process holds touches nothing of it
+// (neither its ballast nor its logs); Badger's open then refuses it.
+func (s *Badger) prepareOpen() error {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return fmt.Errorf("meta: create %s: %w", s.dir, err)
 	}
+	fd, err := unix.Open(s.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("meta: open %s: %w", s.dir, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return nil // held: Badger's open says so
+	}
+	defer unix.Flock(fd, unix.LOCK_UN)
+	if err := s.roomToOpen(); err != nil {
+		return err
+	}
+	return dropEmptyLogFiles(s.dir, s.log)
+}
+
+// roomToOpen makes sure Badger's open has room: it makes the ballast if
+// the disk has room for it, and gives it up if the disk is nearly full.
+// A store is never created on a full disk.
+//
+// The folder's lock must be held (prepareOpen).
+func (s *Badger) roomToOpen() error {
 	free, err := freeBytes(s.dir)
 	if err != nil {
 		return err

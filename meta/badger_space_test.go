@@ -64,3 +64,26 @@ func TestBadgerFullDisk(t *testing.T) {
 		}
 	}
 }
+
+// TestBadgerSecondOpenLeavesTheLiveStore: a second open of a store that
+// another opener holds fails on Badger's lock, and before that touches
+// nothing of the live store: on a nearly full disk it must not give up the
+// live store's ballast, which the live store needs for its own writes.
+func TestBadgerSecondOpenLeavesTheLiveStore(t *testing.T) {
+	mnt := testenv.LoopFS(t, 128<<20, "mkfs.ext4", []string{"-q"}, "")
+	dir := filepath.Join(mnt, "meta")
+	s := openBadger(t, dir)
+	ballast := filepath.Join(dir, "warren-ballast")
+	if _, err := os.Stat(ballast); err != nil {
+		t.Fatalf("the live store's ballast: %v", err)
+	}
+	testenv.FillDisk(t, mnt)
+	if s2, err := meta.OpenBadger(t.Context(), dir, nil); err == nil {
+		s2.Close()
+		t.Fatal("a second open of a held store succeeded")
+	}
+	if _, err := os.Stat(ballast); err != nil {
+		t.Fatalf("the second open took the live store's ballast: %v", err)
+	}
+	closeBadger(t, s)
+}
