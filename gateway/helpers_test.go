@@ -25,6 +25,7 @@ import (
 	"warren/fs"
 	"warren/internal/testenv"
 	"warren/meta"
+	"warren/meta/badger"
 )
 
 // tapMounter is the real filesystem with a tap on it: every mount it
@@ -289,7 +290,7 @@ func (e *testEnv) live(t testing.TB, extra ...string) []string {
 // newStore returns an empty Badger store closed when the test ends.
 func newStore(t testing.TB) meta.Store {
 	t.Helper()
-	s, err := meta.OpenBadger(context.Background(), filepath.Join(t.TempDir(), "meta"), hclog.NewNullLogger())
+	s, err := badger.Open(context.Background(), filepath.Join(t.TempDir(), "meta"), hclog.NewNullLogger())
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}

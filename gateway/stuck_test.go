@@ -16,7 +16,7 @@ import (
 
 	"warren/fs"
 	"warren/internal/testenv"
-	"warren/meta"
+	"warren/meta/badger"
 )
 
 // stuckChildEnv makes the test binary act as a daemon that got stuck (see
@@ -38,7 +38,7 @@ func (r *blockingRoot) Lookup(ctx context.Context, name string, out *fuse.EntryO
 // stuckChild is the stuck former daemon. It never returns on success.
 func stuckChild(data string) int {
 	ctx := context.Background()
-	store, err := meta.OpenBadger(ctx, MetaDir(data), nil) // its lock
+	store, err := badger.Open(ctx, MetaDir(data), nil) // its lock
 	if err != nil {
 		os.Stderr.WriteString(err.Error() + "\n")
 		return 1
@@ -136,7 +136,7 @@ func TestRecoverStuckFormerDaemon(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stuck child is still not gone after RecoverStuck")
 	}
-	s, err := meta.OpenBadger(context.Background(), MetaDir(data), nil)
+	s, err := badger.Open(context.Background(), MetaDir(data), nil)
 	if err != nil {
 		t.Fatalf("open the store after RecoverStuck: %v", err)
 	}

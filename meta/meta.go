@@ -1,19 +1,26 @@
-// Package meta is warren's metadata store: the durable record of which
-// threads are bound, where their workspaces live and which host serves them,
-// their background jobs, and the hosts' leases and the pins they hold on
-// threads.
+// Package meta is the interface of warren's metadata store: the durable
+// record of which threads are bound, where their workspaces live and which
+// host serves them, their background jobs, and the hosts' leases and the
+// pins they hold on threads. It holds the Store interface, the records it
+// keeps and the errors it returns, and imports only the standard library,
+// so what merely uses a store links no engine.
 //
-// The Store interface is small on purpose. It is shaped for two real
-// engines: Badger, embedded, the default for one server (OpenBadger); and
-// etcd, for several servers that share one view (OpenEtcd). Every write is a
-// compare-and-set on a record's Revision, so two servers (or two goroutines)
-// racing to bind one thread cannot both win: the loser gets ErrConflict or
-// ErrExists and reads again.
+// The engines live in packages of their own: warren/meta/badger, embedded,
+// the default for one server; and warren/meta/etcd, for several servers
+// that share one view. Both keep the same key layout (meta/internal/keys,
+// internal: it is how they store records, not part of the interface).
+// warren/meta/metatest is the conformance suite that each engine's tests
+// run: the promises below are checked there, once, for both.
+//
+// The Store interface is small on purpose. Every write is a compare-and-set
+// on a record's Revision, so two servers (or two goroutines) racing to bind
+// one thread cannot both win: the loser gets ErrConflict or ErrExists and
+// reads again.
 //
 // Errors: lookups of missing records return an error matching ErrNotFound;
 // failed compare-and-sets return ErrExists or ErrConflict; a write the
 // Badger store refuses on a nearly full disk returns ErrNoSpace (reads go
-// on; see badger_space.go). Callers branch with errors.Is.
+// on; see warren/meta/badger). Callers branch with errors.Is.
 package meta
 
 import (
@@ -38,8 +45,8 @@ var (
 	// have been applied: read again before writing again.
 	ErrUnavailable = errors.New("meta: store unavailable")
 	// ErrNoSpace means the disk of an embedded store has too little room
-	// left for it to write safely (see MinFreeBytes); it reads on. The
-	// write was not applied.
+	// left for it to write safely (see badger.MinFreeBytes); it reads on.
+	// The write was not applied.
 	ErrNoSpace = errors.New("meta: no space left for the metadata store")
 )
 

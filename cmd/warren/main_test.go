@@ -16,7 +16,7 @@ import (
 	"warren/fs"
 	"warren/gateway"
 	"warren/internal/testenv"
-	"warren/meta"
+	"warren/meta/badger"
 )
 
 // startGateway serves a gateway, with its real FUSE mounts, on a socket in
@@ -27,7 +27,7 @@ func startGateway(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
-	store, err := meta.OpenBadger(context.Background(), filepath.Join(dir, "meta"), hclog.NewNullLogger())
+	store, err := badger.Open(context.Background(), filepath.Join(dir, "meta"), hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"warren/gateway"
 	"warren/jail"
 	"warren/meta"
+	"warren/meta/badger"
+	"warren/meta/etcd"
 )
 
 // serveOptions are the flags of warren serve.
@@ -205,7 +207,7 @@ func openStore(ctx context.Context, log hclog.Logger, o serveOptions, dataDir st
 		}
 		metaDir := gateway.MetaDir(dataDir)
 		log.Info("data folder", "data", dataDir, "meta", metaDir)
-		store, err := meta.OpenBadger(ctx, metaDir, log.Named("meta"))
+		store, err := badger.Open(ctx, metaDir, log.Named("meta"))
 		if err != nil {
 			return nil, fmt.Errorf("open metadata store: %w", err)
 		}
@@ -221,7 +223,7 @@ func openStore(ctx context.Context, log hclog.Logger, o serveOptions, dataDir st
 			return nil, usagef("--store etcd needs --etcd-endpoints")
 		}
 		log.Info("data folder", "data", dataDir, "etcd", eps, "prefix", o.etcdPrefix)
-		store, err := meta.OpenEtcd(ctx, meta.EtcdConfig{Endpoints: eps, Prefix: o.etcdPrefix, Logger: log.Named("meta")})
+		store, err := etcd.Open(ctx, etcd.Config{Endpoints: eps, Prefix: o.etcdPrefix, Logger: log.Named("meta")})
 		if err != nil {
 			return nil, fmt.Errorf("open metadata store: %w", err)
 		}

@@ -76,6 +76,21 @@ func Run(t *testing.T, open func(t *testing.T) meta.Store) {
 // precision is caught.
 var boundAt = time.Date(2025, 3, 14, 15, 9, 26, 535897932, time.UTC)
 
+// Binding returns a bound binding of thread in tenant, on host-1, with a
+// root and a mount path named after the thread: a record for a backend's
+// own tests to write.
+func Binding(tenant, thread string) meta.Binding {
+	return meta.Binding{
+		ThreadKey: meta.ThreadKey{Tenant: tenant, Thread: thread},
+		Kind:      meta.KindHost,
+		HostID:    "host-1",
+		Root:      "/srv/warren/" + thread,
+		MountPath: "/run/warren/" + thread,
+		BoundAt:   time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC),
+		State:     meta.StateBound,
+	}
+}
+
 func binding(tenant, thread, root string) meta.Binding {
 	return meta.Binding{
 		ThreadKey: meta.ThreadKey{Tenant: tenant, Thread: thread},

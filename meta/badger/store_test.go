@@ -1,4 +1,4 @@
-package meta_test
+package badger_test
 
 import (
 	"bufio"
@@ -13,13 +13,14 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"warren/meta"
+	"warren/meta/badger"
 	"warren/meta/metatest"
 )
 
 // openBadger opens a store in dir and closes it when the test ends.
-func openBadger(t testing.TB, dir string) *meta.Badger {
+func openBadger(t testing.TB, dir string) *badger.Store {
 	t.Helper()
-	s, err := meta.OpenBadger(t.Context(), dir, hclog.NewNullLogger())
+	s, err := badger.Open(t.Context(), dir, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatalf("OpenBadger: %v", err)
 	}
@@ -31,7 +32,7 @@ func openBadger(t testing.TB, dir string) *meta.Badger {
 	return s
 }
 
-func closeBadger(t testing.TB, s *meta.Badger) {
+func closeBadger(t testing.TB, s *badger.Store) {
 	t.Helper()
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -44,23 +45,11 @@ func TestBadgerConformance(t *testing.T) {
 	})
 }
 
-func testBinding(tenant, thread string) meta.Binding {
-	return meta.Binding{
-		ThreadKey: meta.ThreadKey{Tenant: tenant, Thread: thread},
-		Kind:      meta.KindHost,
-		HostID:    "host-1",
-		Root:      "/srv/warren/" + thread,
-		MountPath: "/run/warren/" + thread,
-		BoundAt:   time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC),
-		State:     meta.StateBound,
-	}
-}
-
 func TestBadgerReopen(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
 	s := openBadger(t, dir)
-	want, err := s.CreateBinding(ctx, testBinding("a\x00/", "t-1"))
+	want, err := s.CreateBinding(ctx, metatest.Binding("a\x00/", "t-1"))
 	if err != nil {
 		t.Fatalf("CreateBinding: %v", err)
 	}
@@ -94,7 +83,7 @@ func TestBadgerRevisionsAfterReopen(t *testing.T) {
 	var last uint64
 	for cycle := range 3 {
 		s := openBadger(t, dir)
-		b, err := s.CreateBinding(ctx, testBinding("acme", fmt.Sprintf("t-%d", cycle)))
+		b, err := s.CreateBinding(ctx, metatest.Binding("acme", fmt.Sprintf("t-%d", cycle)))
 		if err != nil {
 			t.Fatalf("cycle %d CreateBinding: %v", cycle, err)
 		}
@@ -118,7 +107,7 @@ func TestBadgerRevisionsAfterReopen(t *testing.T) {
 func TestBadgerSecondOpenRefused(t *testing.T) {
 	dir := t.TempDir()
 	openBadger(t, dir)
-	s, err := meta.OpenBadger(t.Context(), dir, nil)
+	s, err := badger.Open(t.Context(), dir, nil)
 	if err == nil {
 		s.Close()
 		t.Fatalf("second OpenBadger of one folder: got nil error, want a refusal")
@@ -128,7 +117,7 @@ func TestBadgerSecondOpenRefused(t *testing.T) {
 func TestBadgerOpenCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	s, err := meta.OpenBadger(ctx, t.TempDir(), nil)
+	s, err := badger.Open(ctx, t.TempDir(), nil)
 	if !errors.Is(err, context.Canceled) {
 		if s != nil {
 			s.Close()
@@ -149,7 +138,7 @@ func TestBadgerRefusesTextJSONWouldRewrite(t *testing.T) {
 		{"host id", func(b *meta.Binding) { b.HostID = "h\xc0" }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			b := testBinding("acme", "t-1")
+			b := metatest.Binding("acme", "t-1")
 			tt.edit(&b)
 			if _, err := s.CreateBinding(ctx, b); err == nil {
 				t.Fatalf("CreateBinding with a %s that is not UTF-8: got nil error, want a refusal", tt.name)
@@ -196,7 +185,7 @@ func TestBadgerSurvivesKill(t *testing.T) {
 	cmd.Wait() // killed: the error is expected
 
 	s := openBadger(t, dir)
-	want := testBinding("acme", "t-1")
+	want := metatest.Binding("acme", "t-1")
 	got, err := s.GetBinding(t.Context(), want.ThreadKey)
 	if err != nil {
 		t.Fatalf("GetBinding after kill: %v", err)
@@ -209,12 +198,12 @@ func TestBadgerSurvivesKill(t *testing.T) {
 // killChild is the child's side of TestBadgerSurvivesKill: write, report,
 // and wait to be killed without ever closing the store.
 func killChild(dir string) {
-	s, err := meta.OpenBadger(context.Background(), dir, nil)
+	s, err := badger.Open(context.Background(), dir, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if _, err := s.CreateBinding(context.Background(), testBinding("acme", "t-1")); err != nil {
+	if _, err := s.CreateBinding(context.Background(), metatest.Binding("acme", "t-1")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -1,4 +1,4 @@
-package meta_test
+package badger_test
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 
 	"warren/internal/testenv"
 	"warren/meta"
+	"warren/meta/badger"
+	"warren/meta/metatest"
 )
 
 // TestBadgerFullDisk fills the disk of a store (a small ext4 of the test's
@@ -22,7 +24,7 @@ func TestBadgerFullDisk(t *testing.T) {
 	mnt := testenv.LoopFS(t, 128<<20, "mkfs.ext4", []string{"-q"}, "")
 	dir := filepath.Join(mnt, "meta")
 	s := openBadger(t, dir)
-	kept, err := s.CreateBinding(ctx, testBinding("acme", "kept"))
+	kept, err := s.CreateBinding(ctx, metatest.Binding("acme", "kept"))
 	if err != nil {
 		t.Fatalf("CreateBinding: %v", err)
 	}
@@ -30,10 +32,10 @@ func TestBadgerFullDisk(t *testing.T) {
 
 	// Enough writes, with big enough records, to need new pages of the
 	// log: each would be a SIGBUS.
-	refused := func(s *meta.Badger, when string) {
+	refused := func(s *badger.Store, when string) {
 		t.Helper()
 		for i := range 64 {
-			b := testBinding("acme", fmt.Sprintf("new-%d", i))
+			b := metatest.Binding("acme", fmt.Sprintf("new-%d", i))
 			b.Settings.Env = map[string]string{"PAD": strings.Repeat("x", 8<<10)}
 			if _, err := s.CreateBinding(ctx, b); !errors.Is(err, meta.ErrNoSpace) {
 				t.Fatalf("CreateBinding %s: %v; want ErrNoSpace", when, err)
@@ -52,7 +54,7 @@ func TestBadgerFullDisk(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	added, err := s.CreateBinding(ctx, testBinding("acme", "added"))
+	added, err := s.CreateBinding(ctx, metatest.Binding("acme", "added"))
 	if err != nil {
 		t.Fatalf("CreateBinding once space is back: %v", err)
 	}
@@ -78,7 +80,7 @@ func TestBadgerSecondOpenLeavesTheLiveStore(t *testing.T) {
 		t.Fatalf("the live store's ballast: %v", err)
 	}
 	testenv.FillDisk(t, mnt)
-	if s2, err := meta.OpenBadger(t.Context(), dir, nil); err == nil {
+	if s2, err := badger.Open(t.Context(), dir, nil); err == nil {
 		s2.Close()
 		t.Fatal("a second open of a held store succeeded")
 	}

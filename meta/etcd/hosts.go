@@ -1,4 +1,4 @@
-package meta
+package etcd
 
 import (
 	"bytes"
@@ -11,6 +11,9 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"warren/meta"
+	"warren/meta/internal/keys"
 )
 
 // Hosts and pins on etcd. A host's lease is an etcd lease: its heartbeat
@@ -21,8 +24,8 @@ import (
 // last heartbeat) is kept apart, without the lease, so that a host that
 // went away still shows in the list.
 
-// Heartbeat implements Store.
-func (s *Etcd) Heartbeat(ctx context.Context, host string, lease LeaseID, ttl time.Duration) (LeaseID, error) {
+// Heartbeat implements meta.Store.
+func (s *Store) Heartbeat(ctx context.Context, host string, lease meta.LeaseID, ttl time.Duration) (meta.LeaseID, error) {
 	if host == "" || ttl <= 0 {
 		return 0, fmt.Errorf("meta: heartbeat: host %q with ttl %v", host, ttl)
 	}
@@ -33,21 +36,21 @@ func (s *Etcd) Heartbeat(ctx context.Context, host string, lease LeaseID, ttl ti
 			if err != nil {
 				return err
 			}
-			lease = LeaseID(g.ID)
+			lease = meta.LeaseID(g.ID)
 			return nil
 		}
 		_, err := s.client.KeepAliveOnce(ctx, clientv3.LeaseID(lease))
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return ErrLeaseLost
+			return meta.ErrLeaseLost
 		}
 		return err
 	})
 	if err == nil {
 		var val string
-		val, err = encode(hostRecord{Lease: lease, LastBeat: time.Now().UTC(), TTL: ttl})
+		val, err = encode(keys.HostRecord{Lease: lease, LastBeat: time.Now().UTC(), TTL: ttl})
 		if err == nil {
 			err = s.call(ctx, func(ctx context.Context) error {
-				_, err := s.kv.Put(ctx, string(hostKey(host)), val)
+				_, err := s.kv.Put(ctx, string(keys.Host(host)), val)
 				return err
 			})
 		}
@@ -58,17 +61,17 @@ func (s *Etcd) Heartbeat(ctx context.Context, host string, lease LeaseID, ttl ti
 	return lease, nil
 }
 
-// ListHosts implements Store. Whether a host is alive is its lease's
+// ListHosts implements meta.Store. Whether a host is alive is its lease's
 // remaining time, asked of etcd, whose clock is the one that expires it.
-func (s *Etcd) ListHosts(ctx context.Context) ([]Host, error) {
-	list := []Host{}
-	var leases []LeaseID
-	err := s.scan(ctx, hostPrefix, func(kv *mvccpb.KeyValue) error {
-		var h hostRecord
+func (s *Store) ListHosts(ctx context.Context) ([]meta.Host, error) {
+	list := []meta.Host{}
+	var leases []meta.LeaseID
+	err := s.scan(ctx, keys.HostPrefix, func(kv *mvccpb.KeyValue) error {
+		var h keys.HostRecord
 		if err := decode(kv, &h); err != nil {
 			return err
 		}
-		list = append(list, Host{ID: string(bytes.TrimPrefix(kv.Key, []byte(hostPrefix))), LastBeat: h.LastBeat, TTL: h.TTL})
+		list = append(list, meta.Host{ID: string(bytes.TrimPrefix(kv.Key, []byte(keys.HostPrefix))), LastBeat: h.LastBeat, TTL: h.TTL})
 		leases = append(leases, h.Lease)
 		return nil
 	})
@@ -88,13 +91,13 @@ func (s *Etcd) ListHosts(ctx context.Context) ([]Host, error) {
 	return list, nil
 }
 
-// Pin implements Store.
-func (s *Etcd) Pin(ctx context.Context, k ThreadKey, host string, lease LeaseID) (Pin, error) {
-	key := string(pinKey(k))
-	want := Pin{HostID: host, Lease: lease}
+// Pin implements meta.Store.
+func (s *Store) Pin(ctx context.Context, k meta.ThreadKey, host string, lease meta.LeaseID) (meta.Pin, error) {
+	key := string(keys.Pin(k))
+	want := meta.Pin{HostID: host, Lease: lease}
 	val, err := encode(want)
 	if err != nil {
-		return Pin{}, err
+		return meta.Pin{}, err
 	}
 	want.ThreadKey = k
 	// Absent: take it. Ours under an older lease (a former run of this
@@ -113,19 +116,19 @@ func (s *Etcd) Pin(ctx context.Context, k ThreadKey, host string, lease LeaseID)
 			return want, nil
 		}
 		if err != nil {
-			return Pin{}, pinError(k, host, err)
+			return meta.Pin{}, pinError(k, host, err)
 		}
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 {
 			continue // it expired in between: try again
 		}
-		var cur Pin
+		var cur meta.Pin
 		if err := decode(kvs[0], &cur); err != nil {
-			return Pin{}, pinError(k, host, err)
+			return meta.Pin{}, pinError(k, host, err)
 		}
 		cur.ThreadKey = k
 		if cur.HostID != host {
-			return cur, pinError(k, host, ErrPinned)
+			return cur, pinError(k, host, meta.ErrPinned)
 		}
 		if cur.Lease == lease {
 			return want, nil
@@ -138,7 +141,7 @@ func (s *Etcd) Pin(ctx context.Context, k ThreadKey, host string, lease LeaseID)
 			return err
 		})
 		if err != nil {
-			return Pin{}, pinError(k, host, err)
+			return meta.Pin{}, pinError(k, host, err)
 		}
 		if resp.Succeeded {
 			return want, nil
@@ -148,37 +151,37 @@ func (s *Etcd) Pin(ctx context.Context, k ThreadKey, host string, lease LeaseID)
 
 // pinError words a failed pin; a put under an expired lease is a lost
 // lease.
-func pinError(k ThreadKey, host string, err error) error {
+func pinError(k meta.ThreadKey, host string, err error) error {
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		err = ErrLeaseLost
+		err = meta.ErrLeaseLost
 	}
 	return fmt.Errorf("meta: pin %q/%q to %q: %w", k.Tenant, k.Thread, host, err)
 }
 
-// GetPin implements Store.
-func (s *Etcd) GetPin(ctx context.Context, k ThreadKey) (Pin, error) {
-	kv, err := s.get(ctx, string(pinKey(k)))
-	var p Pin
+// GetPin implements meta.Store.
+func (s *Store) GetPin(ctx context.Context, k meta.ThreadKey) (meta.Pin, error) {
+	kv, err := s.get(ctx, string(keys.Pin(k)))
+	var p meta.Pin
 	if err == nil {
 		err = decode(kv, &p)
 	}
 	if err != nil {
-		return Pin{}, fmt.Errorf("meta: pin of %q/%q: %w", k.Tenant, k.Thread, err)
+		return meta.Pin{}, fmt.Errorf("meta: pin of %q/%q: %w", k.Tenant, k.Thread, err)
 	}
 	p.ThreadKey = k
 	return p, nil
 }
 
-// ListPins implements Store. A pin that exists is live: etcd deletes it
+// ListPins implements meta.Store. A pin that exists is live: etcd deletes it
 // with its lease.
-func (s *Etcd) ListPins(ctx context.Context) ([]Pin, error) {
-	list := []Pin{}
-	err := s.scan(ctx, pinPrefix, func(kv *mvccpb.KeyValue) error {
-		k, err := parseThreadKey(kv.Key[len(pinPrefix):])
+func (s *Store) ListPins(ctx context.Context) ([]meta.Pin, error) {
+	list := []meta.Pin{}
+	err := s.scan(ctx, keys.PinPrefix, func(kv *mvccpb.KeyValue) error {
+		k, err := keys.ParseThreadKey(kv.Key[len(keys.PinPrefix):])
 		if err != nil {
 			return err
 		}
-		var p Pin
+		var p meta.Pin
 		if err := decode(kv, &p); err != nil {
 			return err
 		}
@@ -192,14 +195,14 @@ func (s *Etcd) ListPins(ctx context.Context) ([]Pin, error) {
 	return list, nil
 }
 
-// Unpin implements Store.
-func (s *Etcd) Unpin(ctx context.Context, k ThreadKey, host string) error {
-	key := string(pinKey(k))
+// Unpin implements meta.Store.
+func (s *Store) Unpin(ctx context.Context, k meta.ThreadKey, host string) error {
+	key := string(keys.Pin(k))
 	kv, err := s.get(ctx, key)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, meta.ErrNotFound) {
 		return nil
 	}
-	var p Pin
+	var p meta.Pin
 	if err == nil {
 		err = decode(kv, &p)
 	}

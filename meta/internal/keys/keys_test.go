@@ -1,30 +1,32 @@
-package meta
+package keys
 
 import (
 	"bytes"
 	"cmp"
 	"strings"
 	"testing"
+
+	"warren/meta"
 )
 
 func TestBindingKey(t *testing.T) {
 	tests := []struct {
-		k    ThreadKey
+		k    meta.ThreadKey
 		want string
 	}{
-		{ThreadKey{"", ""}, "binding/\x00\x01\x00\x01"},
-		{ThreadKey{"acme", "t-1"}, "binding/acme\x00\x01t-1\x00\x01"},
-		{ThreadKey{"a/b", "c"}, "binding/a/b\x00\x01c\x00\x01"},
-		{ThreadKey{"a\x00", "\x00b"}, "binding/a\x00\xff\x00\x01\x00\xffb\x00\x01"},
+		{meta.ThreadKey{Tenant: "", Thread: ""}, "binding/\x00\x01\x00\x01"},
+		{meta.ThreadKey{Tenant: "acme", Thread: "t-1"}, "binding/acme\x00\x01t-1\x00\x01"},
+		{meta.ThreadKey{Tenant: "a/b", Thread: "c"}, "binding/a/b\x00\x01c\x00\x01"},
+		{meta.ThreadKey{Tenant: "a\x00", Thread: "\x00b"}, "binding/a\x00\xff\x00\x01\x00\xffb\x00\x01"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
-			if got := string(bindingKey(tt.k)); got != tt.want {
-				t.Errorf("bindingKey(%q) = %q, want %q", tt.k, got, tt.want)
+			if got := string(Binding(tt.k)); got != tt.want {
+				t.Errorf("Binding(%q) = %q, want %q", tt.k, got, tt.want)
 			}
-			got, err := parseBindingKey([]byte(tt.want))
+			got, err := ParseBinding([]byte(tt.want))
 			if err != nil || got != tt.k {
-				t.Errorf("parseBindingKey(%q) = %q, %v, want %q", tt.want, got, err, tt.k)
+				t.Errorf("ParseBinding(%q) = %q, %v, want %q", tt.want, got, err, tt.k)
 			}
 		})
 	}
@@ -43,8 +45,8 @@ func TestParseBindingKeyRefuses(t *testing.T) {
 		"binding/a\x00\x01b\x00\x01c",
 	} {
 		t.Run(key, func(t *testing.T) {
-			if k, err := parseBindingKey([]byte(key)); err == nil {
-				t.Errorf("parseBindingKey(%q) = %q, want an error", key, k)
+			if k, err := ParseBinding([]byte(key)); err == nil {
+				t.Errorf("ParseBinding(%q) = %q, want an error", key, k)
 			}
 		})
 	}
@@ -68,18 +70,18 @@ func FuzzBindingKey(f *testing.F) {
 		f.Add(s[0], s[1], s[2], s[3])
 	}
 	f.Fuzz(func(t *testing.T, t1, th1, t2, th2 string) {
-		a, b := ThreadKey{t1, th1}, ThreadKey{t2, th2}
-		ka, kb := bindingKey(a), bindingKey(b)
+		a, b := meta.ThreadKey{Tenant: t1, Thread: th1}, meta.ThreadKey{Tenant: t2, Thread: th2}
+		ka, kb := Binding(a), Binding(b)
 		if got, want := bytes.Compare(ka, kb), cmp.Or(strings.Compare(t1, t2), strings.Compare(th1, th2)); got != want {
 			t.Errorf("key order of %q and %q: got %d, want %d", a, b, got, want)
 		}
 		for _, c := range []struct {
-			k   ThreadKey
+			k   meta.ThreadKey
 			key []byte
 		}{{a, ka}, {b, kb}} {
-			got, err := parseBindingKey(c.key)
+			got, err := ParseBinding(c.key)
 			if err != nil || got != c.k {
-				t.Errorf("parseBindingKey(bindingKey(%q)) = %q, %v", c.k, got, err)
+				t.Errorf("ParseBinding(Binding(%q)) = %q, %v", c.k, got, err)
 			}
 		}
 	})

@@ -1,4 +1,4 @@
-package meta
+package etcd
 
 import (
 	"context"
@@ -17,42 +17,43 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/namespace"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"warren/meta"
+	"warren/meta/internal/keys"
 )
 
-var _ Store = (*Etcd)(nil)
+var _ meta.Store = (*Store)(nil)
 
 // defaultRequestTimeout bounds one request when the config sets none:
 // longer than an election (about a second with etcd's defaults), shorter
 // than a client would wait for an answer.
 const defaultRequestTimeout = 3 * time.Second
 
-// defaultDialTimeout bounds OpenEtcd's first round trip when the config
+// defaultDialTimeout bounds Open's first round trip when the config
 // sets no DialTimeout.
 const defaultDialTimeout = 5 * time.Second
 
-// listPage is how many records one range read of a list returns. Lists
-// are read in pages so that no single response grows with the store (a
-// gRPC message has a size limit on each side). Tests make it small, so
-// their lists cross pages.
-var listPage int64 = 500
+// defaultListPage is how many records one range read of a list returns.
+// Lists are read in pages so that no single response grows with the store
+// (a gRPC message has a size limit on each side).
+const defaultListPage = 500
 
-// EtcdConfig says how to reach the etcd cluster.
-type EtcdConfig struct {
+// Config says how to reach the etcd cluster.
+type Config struct {
 	// Endpoints are the client URLs of the cluster's members
 	// ("http://127.0.0.1:2379"); the client spreads calls over them and
 	// moves off a member that stops answering.
 	Endpoints []string
-	// Prefix is put before every key of keys.go, so several gateways'
+	// Prefix is put before every key of meta/internal/keys, so several gateways'
 	// deployments or test runs can share one cluster. The prefixes of
 	// stores that share a cluster must not be prefixes of one another
 	// ("warren/" and "warren/test/" clash; "warren/prod/" and
 	// "warren/test/" do not): a range read under one would see the
 	// other's keys. End each with a "/".
 	Prefix string
-	// DialTimeout bounds OpenEtcd's check that the cluster answers
+	// DialTimeout bounds Open's check that the cluster answers
 	// (default 5s).
 	DialTimeout time.Duration
 	// RequestTimeout bounds each request to the cluster (default 3s), so
@@ -65,9 +66,9 @@ type EtcdConfig struct {
 	Logger hclog.Logger
 }
 
-// Etcd is the Store on an etcd cluster, for several gateways that share
+// Store is the meta.Store on an etcd cluster, for several gateways that share
 // one view of the threads. Records are JSON values under the keys of
-// keys.go, below EtcdConfig.Prefix.
+// meta/internal/keys, below Config.Prefix.
 //
 // A record's Revision is its etcd ModRevision: etcd gives every write
 // transaction a revision above all earlier ones in the cluster and never
@@ -80,8 +81,8 @@ type EtcdConfig struct {
 // still have been applied, as with any request over a network: the caller
 // reads the record again, and its revision tells.
 //
-// Create one with OpenEtcd and call Close when finished.
-type Etcd struct {
+// Create one with Open and call Close when finished.
+type Store struct {
 	// client is the connection to the cluster; it stays reachable here
 	// for what needs more than the key space (leases, watches).
 	client *clientv3.Client
@@ -97,17 +98,20 @@ type Etcd struct {
 	// The client's own shutdown would not stop a call in flight soon:
 	// its retry loop takes a closing connection for a passing failure
 	// and tries again, with back-off, for seconds.
-	life      context.Context
-	end       context.CancelFunc
-	timeout   time.Duration // RequestTimeout
+	life    context.Context
+	end     context.CancelFunc
+	timeout time.Duration // RequestTimeout
+	// listPage is how many records one range read of a list returns
+	// (defaultListPage; tests make it small, so their lists cross pages).
+	listPage  int64
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// OpenEtcd connects to the cluster in cfg and checks that it answers (a
+// Open connects to the cluster in cfg and checks that it answers (a
 // linearizable read, so a quorum is there) within cfg.DialTimeout and ctx.
-func OpenEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
+func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("meta: open etcd: no endpoints")
 	}
@@ -138,13 +142,14 @@ func OpenEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 		return nil, fmt.Errorf("meta: open etcd %v: %w", cfg.Endpoints, err)
 	}
 	life, end := context.WithCancel(context.Background())
-	s := &Etcd{
-		client:  client,
-		kv:      namespace.NewKV(client.KV, cfg.Prefix),
-		prefix:  cfg.Prefix,
-		life:    life,
-		end:     end,
-		timeout: cfg.RequestTimeout,
+	s := &Store{
+		client:   client,
+		kv:       namespace.NewKV(client.KV, cfg.Prefix),
+		prefix:   cfg.Prefix,
+		life:     life,
+		end:      end,
+		timeout:  cfg.RequestTimeout,
+		listPage: defaultListPage,
 	}
 	if s.timeout <= 0 {
 		s.timeout = defaultRequestTimeout
@@ -155,7 +160,7 @@ func OpenEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 	pingCtx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
 	err = s.call(pingCtx, func(ctx context.Context) error {
-		_, err := s.kv.Get(ctx, bindingPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		_, err := s.kv.Get(ctx, keys.BindingPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		return err
 	})
 	if err != nil {
@@ -167,7 +172,7 @@ func OpenEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 
 // Close closes the client; calls in flight fail with ErrClosed. Calling
 // it again does nothing; other calls after Close return ErrClosed.
-func (s *Etcd) Close() error {
+func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		s.end()
@@ -178,36 +183,36 @@ func (s *Etcd) Close() error {
 	return s.closeErr
 }
 
-// CreateBinding implements Store.
-func (s *Etcd) CreateBinding(ctx context.Context, b Binding) (Binding, error) {
+// CreateBinding implements meta.Store.
+func (s *Store) CreateBinding(ctx context.Context, b meta.Binding) (meta.Binding, error) {
 	rev, err := s.createBinding(ctx, b)
 	if err != nil {
-		return Binding{}, fmt.Errorf("meta: create binding %q/%q: %w", b.Tenant, b.Thread, err)
+		return meta.Binding{}, fmt.Errorf("meta: create binding %q/%q: %w", b.Tenant, b.Thread, err)
 	}
 	b.Revision = rev
 	return b, nil
 }
 
-func (s *Etcd) createBinding(ctx context.Context, b Binding) (uint64, error) {
-	if err := checkText(b); err != nil {
+func (s *Store) createBinding(ctx context.Context, b meta.Binding) (uint64, error) {
+	if err := keys.CheckText(b); err != nil {
 		return 0, err
 	}
 	b.Revision = 0 // the stored value holds none; see encode
-	return s.create(ctx, string(bindingKey(b.ThreadKey)), b)
+	return s.create(ctx, string(keys.Binding(b.ThreadKey)), b)
 }
 
-// UpdateBinding implements Store.
-func (s *Etcd) UpdateBinding(ctx context.Context, b Binding) (Binding, error) {
+// UpdateBinding implements meta.Store.
+func (s *Store) UpdateBinding(ctx context.Context, b meta.Binding) (meta.Binding, error) {
 	rev, err := s.updateBinding(ctx, b)
 	if err != nil {
-		return Binding{}, fmt.Errorf("meta: update binding %q/%q: %w", b.Tenant, b.Thread, err)
+		return meta.Binding{}, fmt.Errorf("meta: update binding %q/%q: %w", b.Tenant, b.Thread, err)
 	}
 	b.Revision = rev
 	return b, nil
 }
 
-func (s *Etcd) updateBinding(ctx context.Context, b Binding) (uint64, error) {
-	if err := checkText(b); err != nil {
+func (s *Store) updateBinding(ctx context.Context, b meta.Binding) (uint64, error) {
+	if err := keys.CheckText(b); err != nil {
 		return 0, err
 	}
 	want := b.Revision
@@ -216,35 +221,35 @@ func (s *Etcd) updateBinding(ctx context.Context, b Binding) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	key := string(bindingKey(b.ThreadKey))
+	key := string(keys.Binding(b.ThreadKey))
 	return s.compareAndSet(ctx, key, want, clientv3.OpPut(key, val))
 }
 
-// GetBinding implements Store.
-func (s *Etcd) GetBinding(ctx context.Context, k ThreadKey) (Binding, error) {
-	var b Binding
-	kv, err := s.get(ctx, string(bindingKey(k)))
+// GetBinding implements meta.Store.
+func (s *Store) GetBinding(ctx context.Context, k meta.ThreadKey) (meta.Binding, error) {
+	var b meta.Binding
+	kv, err := s.get(ctx, string(keys.Binding(k)))
 	if err == nil {
 		err = decode(kv, &b)
 	}
 	if err != nil {
-		return Binding{}, fmt.Errorf("meta: get binding %q/%q: %w", k.Tenant, k.Thread, err)
+		return meta.Binding{}, fmt.Errorf("meta: get binding %q/%q: %w", k.Tenant, k.Thread, err)
 	}
 	// The key is the identity; JSON cannot carry ids that are not UTF-8.
 	b.ThreadKey = k
 	return b, nil
 }
 
-// ListBindings implements Store. Range reads yield keys in byte order,
+// ListBindings implements meta.Store. Range reads yield keys in byte order,
 // which the key layout makes the promised one (tenant, then thread).
-func (s *Etcd) ListBindings(ctx context.Context) ([]Binding, error) {
-	list := []Binding{}
-	err := s.scan(ctx, bindingPrefix, func(kv *mvccpb.KeyValue) error {
-		k, err := parseBindingKey(kv.Key)
+func (s *Store) ListBindings(ctx context.Context) ([]meta.Binding, error) {
+	list := []meta.Binding{}
+	err := s.scan(ctx, keys.BindingPrefix, func(kv *mvccpb.KeyValue) error {
+		k, err := keys.ParseBinding(kv.Key)
 		if err != nil {
 			return err
 		}
-		var b Binding
+		var b meta.Binding
 		if err := decode(kv, &b); err != nil {
 			return fmt.Errorf("binding %q/%q: %w", k.Tenant, k.Thread, err)
 		}
@@ -258,35 +263,35 @@ func (s *Etcd) ListBindings(ctx context.Context) ([]Binding, error) {
 	return list, nil
 }
 
-// DeleteBinding implements Store.
-func (s *Etcd) DeleteBinding(ctx context.Context, k ThreadKey, rev uint64) error {
-	key := string(bindingKey(k))
+// DeleteBinding implements meta.Store.
+func (s *Store) DeleteBinding(ctx context.Context, k meta.ThreadKey, rev uint64) error {
+	key := string(keys.Binding(k))
 	if _, err := s.compareAndSet(ctx, key, rev, clientv3.OpDelete(key)); err != nil {
 		return fmt.Errorf("meta: delete binding %q/%q: %w", k.Tenant, k.Thread, err)
 	}
 	return nil
 }
 
-// PutInspectionMount implements Store. The thread key travels in the
-// value in the encoding of keys.go, as in Badger (mountRecord).
-func (s *Etcd) PutInspectionMount(ctx context.Context, m InspectionMount) (InspectionMount, error) {
+// PutInspectionMount implements meta.Store. The thread key travels in the
+// value in the encoding of meta/internal/keys, as in Badger (keys.MountRecord).
+func (s *Store) PutInspectionMount(ctx context.Context, m meta.InspectionMount) (meta.InspectionMount, error) {
 	rev, err := s.putMount(ctx, m)
 	if err != nil {
-		return InspectionMount{}, fmt.Errorf("meta: put inspection mount %q: %w", m.Path, err)
+		return meta.InspectionMount{}, fmt.Errorf("meta: put inspection mount %q: %w", m.Path, err)
 	}
 	m.Revision = rev
 	return m, nil
 }
 
-func (s *Etcd) putMount(ctx context.Context, m InspectionMount) (uint64, error) {
+func (s *Store) putMount(ctx context.Context, m meta.InspectionMount) (uint64, error) {
 	m.Revision = 0
-	val, err := encode(mountRecord{InspectionMount: m, RawThreadKey: appendThreadKey(nil, m.ThreadKey)})
+	val, err := encode(keys.MountRecord{InspectionMount: m, RawThreadKey: keys.AppendThreadKey(nil, m.ThreadKey)})
 	if err != nil {
 		return 0, err
 	}
 	var resp *clientv3.PutResponse
 	err = s.call(ctx, func(ctx context.Context) (err error) {
-		resp, err = s.kv.Put(ctx, string(mountKey(m.Path)), val)
+		resp, err = s.kv.Put(ctx, string(keys.Mount(m.Path)), val)
 		return err
 	})
 	if err != nil {
@@ -295,19 +300,19 @@ func (s *Etcd) putMount(ctx context.Context, m InspectionMount) (uint64, error) 
 	return uint64(resp.Header.Revision), nil
 }
 
-// ListInspectionMounts implements Store.
-func (s *Etcd) ListInspectionMounts(ctx context.Context) ([]InspectionMount, error) {
-	list := []InspectionMount{}
-	err := s.scan(ctx, mountPrefix, func(kv *mvccpb.KeyValue) error {
-		path, err := parseMountKey(kv.Key)
+// ListInspectionMounts implements meta.Store.
+func (s *Store) ListInspectionMounts(ctx context.Context) ([]meta.InspectionMount, error) {
+	list := []meta.InspectionMount{}
+	err := s.scan(ctx, keys.MountPrefix, func(kv *mvccpb.KeyValue) error {
+		path, err := keys.ParseMount(kv.Key)
 		if err != nil {
 			return err
 		}
-		var rec mountRecord
+		var rec keys.MountRecord
 		if err := decode(kv, &rec); err != nil {
 			return fmt.Errorf("inspection mount %q: %w", path, err)
 		}
-		k, err := parseThreadKey(rec.RawThreadKey)
+		k, err := keys.ParseThreadKey(rec.RawThreadKey)
 		if err != nil {
 			return fmt.Errorf("inspection mount %q: thread key: %w", path, err)
 		}
@@ -322,10 +327,10 @@ func (s *Etcd) ListInspectionMounts(ctx context.Context) ([]InspectionMount, err
 	return list, nil
 }
 
-// DeleteInspectionMount implements Store.
-func (s *Etcd) DeleteInspectionMount(ctx context.Context, path string) error {
+// DeleteInspectionMount implements meta.Store.
+func (s *Store) DeleteInspectionMount(ctx context.Context, path string) error {
 	err := s.call(ctx, func(ctx context.Context) error {
-		_, err := s.kv.Delete(ctx, string(mountKey(path)))
+		_, err := s.kv.Delete(ctx, string(keys.Mount(path)))
 		return err
 	})
 	if err != nil {
@@ -340,9 +345,9 @@ func (s *Etcd) DeleteInspectionMount(ctx context.Context, path string) error {
 // closed under it, or ctx ended (the client may report either as a gRPC
 // error of its own, which errors.Is does not match with ErrClosed or
 // ctx.Err()).
-func (s *Etcd) call(ctx context.Context, rpc func(ctx context.Context) error) error {
+func (s *Store) call(ctx context.Context, rpc func(ctx context.Context) error) error {
 	if s.closed.Load() {
-		return ErrClosed
+		return meta.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -355,11 +360,11 @@ func (s *Etcd) call(ctx context.Context, rpc func(ctx context.Context) error) er
 	case err == nil:
 		return nil
 	case s.closed.Load():
-		return fmt.Errorf("%w: %w", ErrClosed, err)
+		return fmt.Errorf("%w: %w", meta.ErrClosed, err)
 	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
 		return fmt.Errorf("%w: %w", ctx.Err(), err)
 	case ctx.Err() == nil && (rpcCtx.Err() != nil || unavailable(err)):
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", meta.ErrUnavailable, err)
 	}
 	return err
 }
@@ -384,7 +389,7 @@ func unavailable(err error) bool {
 // create stores v under key if no record is there: one transaction that
 // compares the key's CreateRevision with 0 (etcd's "key is absent"). It
 // returns the new record's revision.
-func (s *Etcd) create(ctx context.Context, key string, v any) (uint64, error) {
+func (s *Store) create(ctx context.Context, key string, v any) (uint64, error) {
 	val, err := encode(v)
 	if err != nil {
 		return 0, err
@@ -401,7 +406,7 @@ func (s *Etcd) create(ctx context.Context, key string, v any) (uint64, error) {
 		return 0, err
 	}
 	if !resp.Succeeded {
-		return 0, ErrExists
+		return 0, meta.ErrExists
 	}
 	// Every put of a transaction gets the transaction's revision, which
 	// the response header carries.
@@ -412,7 +417,7 @@ func (s *Etcd) create(ctx context.Context, key string, v any) (uint64, error) {
 // key is stored with revision want; it returns the revision of the write.
 // Otherwise it reads the record in the same transaction to tell
 // ErrNotFound from ErrConflict, so a refusal costs no second round trip.
-func (s *Etcd) compareAndSet(ctx context.Context, key string, want uint64, op clientv3.Op) (uint64, error) {
+func (s *Store) compareAndSet(ctx context.Context, key string, want uint64, op clientv3.Op) (uint64, error) {
 	var resp *clientv3.TxnResponse
 	err := s.call(ctx, func(ctx context.Context) (err error) {
 		resp, err = s.kv.Txn(ctx).
@@ -434,9 +439,9 @@ func (s *Etcd) compareAndSet(ctx context.Context, key string, want uint64, op cl
 	}
 	kvs := resp.Responses[0].GetResponseRange().GetKvs()
 	if len(kvs) == 0 {
-		return 0, ErrNotFound
+		return 0, meta.ErrNotFound
 	}
-	return 0, fmt.Errorf("%w: stored revision %d, caller has %d", ErrConflict, kvs[0].ModRevision, want)
+	return 0, fmt.Errorf("%w: stored revision %d, caller has %d", meta.ErrConflict, kvs[0].ModRevision, want)
 }
 
 // etcdRevision converts a caller's revision for a compare. etcd revisions
@@ -450,7 +455,7 @@ func etcdRevision(rev uint64) int64 {
 }
 
 // get reads the record under key, or ErrNotFound.
-func (s *Etcd) get(ctx context.Context, key string) (*mvccpb.KeyValue, error) {
+func (s *Store) get(ctx context.Context, key string) (*mvccpb.KeyValue, error) {
 	var resp *clientv3.GetResponse
 	err := s.call(ctx, func(ctx context.Context) (err error) {
 		resp, err = s.kv.Get(ctx, key)
@@ -460,21 +465,21 @@ func (s *Etcd) get(ctx context.Context, key string) (*mvccpb.KeyValue, error) {
 		return nil, err
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, ErrNotFound
+		return nil, meta.ErrNotFound
 	}
 	return resp.Kvs[0], nil
 }
 
 // scan calls fn for each record whose key starts with prefix, in key
-// order. It reads in pages of listPage; every page after the first reads
+// order. It reads in pages of s.listPage; every page after the first reads
 // at the first one's revision, so the list is one snapshot, as a single
 // read would be. (A compaction past that revision between two pages fails
 // the list with etcd's "compacted" error rather than mixing two states.)
-func (s *Etcd) scan(ctx context.Context, prefix string, fn func(*mvccpb.KeyValue) error) error {
+func (s *Store) scan(ctx context.Context, prefix string, fn func(*mvccpb.KeyValue) error) error {
 	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 	var rev int64
 	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(s.listPage)}
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
@@ -519,73 +524,12 @@ func decode(kv *mvccpb.KeyValue, v any) error {
 	}
 	rev := uint64(kv.ModRevision)
 	switch r := v.(type) {
-	case *Binding:
+	case *meta.Binding:
 		r.Revision = rev
-	case *Job:
+	case *meta.Job:
 		r.Revision = rev
-	case *mountRecord:
+	case *keys.MountRecord:
 		r.Revision = rev
 	}
 	return nil
 }
-
-// zapHclog is a zap core that writes to hclog, so the etcd client's lines
-// land in warren's log with its format and level. The client reports
-// routine work (retries, balancer changes) at info and debug; those go one
-// level down, as Badger's do, so a daemon's log at info stays quiet.
-type zapHclog struct {
-	l      hclog.Logger
-	fields []zapcore.Field
-}
-
-var _ zapcore.Core = zapHclog{}
-
-func hclogLevel(l zapcore.Level) hclog.Level {
-	switch {
-	case l < zapcore.InfoLevel:
-		return hclog.Trace
-	case l < zapcore.WarnLevel:
-		return hclog.Debug
-	case l < zapcore.ErrorLevel:
-		return hclog.Warn
-	}
-	return hclog.Error
-}
-
-func (c zapHclog) Enabled(l zapcore.Level) bool {
-	switch hclogLevel(l) {
-	case hclog.Trace:
-		return c.l.IsTrace()
-	case hclog.Debug:
-		return c.l.IsDebug()
-	case hclog.Warn:
-		return c.l.IsWarn()
-	}
-	return c.l.IsError()
-}
-
-func (c zapHclog) With(fields []zapcore.Field) zapcore.Core {
-	return zapHclog{l: c.l, fields: append(slices.Clip(c.fields), fields...)}
-}
-
-func (c zapHclog) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if c.Enabled(e.Level) {
-		return ce.AddCore(e, c)
-	}
-	return ce
-}
-
-func (c zapHclog) Write(e zapcore.Entry, fields []zapcore.Field) error {
-	var args []any
-	for _, f := range slices.Concat(c.fields, fields) {
-		enc := zapcore.NewMapObjectEncoder()
-		f.AddTo(enc)
-		for k, v := range enc.Fields {
-			args = append(args, k, v)
-		}
-	}
-	c.l.Log(hclogLevel(e.Level), e.Message, args...)
-	return nil
-}
-
-func (zapHclog) Sync() error { return nil }

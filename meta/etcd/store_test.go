@@ -1,4 +1,4 @@
-package meta_test
+package etcd_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"warren/internal/testenv"
 	"warren/meta"
+	"warren/meta/etcd"
 	"warren/meta/metatest"
 )
 
@@ -28,9 +29,9 @@ func testPrefix() string {
 
 // openEtcd opens a store on endpoints under prefix and closes it when the
 // test ends.
-func openEtcd(t testing.TB, endpoints []string, prefix string) *meta.Etcd {
+func openEtcd(t testing.TB, endpoints []string, prefix string) *etcd.Store {
 	t.Helper()
-	s, err := meta.OpenEtcd(t.Context(), meta.EtcdConfig{Endpoints: endpoints, Prefix: prefix})
+	s, err := etcd.Open(t.Context(), etcd.Config{Endpoints: endpoints, Prefix: prefix})
 	if err != nil {
 		t.Fatalf("OpenEtcd: %v", err)
 	}
@@ -58,14 +59,15 @@ func rawClient(t testing.TB, endpoints []string) *clientv3.Client {
 // Lists are read three records a page, so the suite's lists cross pages.
 func TestEtcdConformance(t *testing.T) {
 	cluster := testenv.EtcdCluster(t, 1)
-	t.Cleanup(meta.SetListPage(3))
 	metatest.Run(t, func(t *testing.T) meta.Store {
-		return openEtcd(t, cluster.Endpoints(), testPrefix())
+		s := openEtcd(t, cluster.Endpoints(), testPrefix())
+		etcd.SetListPage(s, 3)
+		return s
 	})
 }
 
 // TestEtcdPrefix checks that the store keeps its keys under its prefix, in
-// the layout of keys.go, and that stores under other prefixes don't see
+// the layout of meta/internal/keys, and that stores under other prefixes don't see
 // them.
 func TestEtcdPrefix(t *testing.T) {
 	ctx := t.Context()
@@ -74,7 +76,7 @@ func TestEtcdPrefix(t *testing.T) {
 	a := openEtcd(t, cluster.Endpoints(), prefix)
 	b := openEtcd(t, cluster.Endpoints(), testPrefix())
 	k := meta.ThreadKey{Tenant: "a\x00/", Thread: "\xff"}
-	bk := testBinding("acme", "t-1")
+	bk := metatest.Binding("acme", "t-1")
 	bk.ThreadKey = k
 	created, err := a.CreateBinding(ctx, bk)
 	if err != nil {
@@ -121,7 +123,7 @@ func TestEtcdSurvivesMemberKill(t *testing.T) {
 	cluster := testenv.EtcdCluster(t, 3)
 	prefix := testPrefix()
 	s := openEtcd(t, cluster.Endpoints(), prefix)
-	b, err := s.CreateBinding(ctx, testBinding("acme", "t-1"))
+	b, err := s.CreateBinding(ctx, metatest.Binding("acme", "t-1"))
 	if err != nil {
 		t.Fatalf("CreateBinding: %v", err)
 	}
@@ -150,7 +152,7 @@ func TestEtcdSurvivesMemberKill(t *testing.T) {
 	if _, err := s.UpdateBinding(ctx, got); !errors.Is(err, meta.ErrConflict) {
 		t.Errorf("stale UpdateBinding after the kill: got error %v, want ErrConflict", err)
 	}
-	if _, err := s.CreateBinding(ctx, testBinding("acme", "t-2")); err != nil {
+	if _, err := s.CreateBinding(ctx, metatest.Binding("acme", "t-2")); err != nil {
 		t.Errorf("CreateBinding after the kill: %v", err)
 	}
 	if seq, err := s.NextJobSeq(ctx, b.ThreadKey); err != nil || seq != 2 {
@@ -200,7 +202,7 @@ func TestEtcdOpenUnreachable(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close() // nothing listens there now
 	start := time.Now()
-	s, err := meta.OpenEtcd(t.Context(), meta.EtcdConfig{
+	s, err := etcd.Open(t.Context(), etcd.Config{
 		Endpoints:   []string{"http://" + addr},
 		Prefix:      testPrefix(),
 		DialTimeout: 300 * time.Millisecond,
@@ -217,7 +219,7 @@ func TestEtcdOpenUnreachable(t *testing.T) {
 func TestEtcdOpenCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	s, err := meta.OpenEtcd(ctx, meta.EtcdConfig{Endpoints: []string{"http://127.0.0.1:1"}})
+	s, err := etcd.Open(ctx, etcd.Config{Endpoints: []string{"http://127.0.0.1:1"}})
 	if !errors.Is(err, context.Canceled) {
 		if s != nil {
 			s.Close()
@@ -227,7 +229,7 @@ func TestEtcdOpenCanceled(t *testing.T) {
 }
 
 func TestEtcdOpenNoEndpoints(t *testing.T) {
-	if _, err := meta.OpenEtcd(t.Context(), meta.EtcdConfig{}); err == nil {
+	if _, err := etcd.Open(t.Context(), etcd.Config{}); err == nil {
 		t.Fatal("OpenEtcd without endpoints: got nil error")
 	}
 }
@@ -253,7 +255,7 @@ func TestEtcdCloseInFlight(t *testing.T) {
 			t.Errorf("call in flight at Close: got error %v, want ErrClosed", err)
 		}
 	case <-time.After(5 * time.Second):
-		// The client alone would retry for seconds (see Etcd.life).
+		// The client alone would retry for seconds (see Store.life).
 		t.Fatal("call in flight at Close still waits 5s later")
 	}
 }

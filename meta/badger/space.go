@@ -1,4 +1,4 @@
-package meta
+package badger
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"warren/meta"
 )
 
 // A full disk and Badger. Badger writes its write-ahead log (the memtable's
@@ -66,15 +68,15 @@ func freeBytes(dir string) (uint64, error) {
 }
 
 // spaceError is the refusal of a write with free bytes left.
-func (s *Badger) spaceError(free uint64, why string) error {
-	return fmt.Errorf("%w: %d bytes free on the disk of %s, %s (%w)", ErrNoSpace, free, s.dir, why, syscall.ENOSPC)
+func (s *Store) spaceError(free uint64, why string) error {
+	return fmt.Errorf("%w: %d bytes free on the disk of %s, %s (%w)", meta.ErrNoSpace, free, s.dir, why, syscall.ENOSPC)
 }
 
-func (s *Badger) ballastPath() string { return filepath.Join(s.dir, ballastName) }
+func (s *Store) ballastPath() string { return filepath.Join(s.dir, ballastName) }
 
 // makeBallast allocates the ballast file. A filesystem without fallocate
 // gets it written with zeros.
-func (s *Badger) makeBallast() error {
+func (s *Store) makeBallast() error {
 	path := s.ballastPath()
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
@@ -107,13 +109,13 @@ func (s *Badger) makeBallast() error {
 }
 
 // hasBallast says whether the ballast is in place.
-func (s *Badger) hasBallast() bool {
+func (s *Store) hasBallast() bool {
 	fi, err := os.Stat(s.ballastPath())
 	return err == nil && fi.Size() >= BallastBytes
 }
 
 // releaseBallast gives the ballast's room back to the filesystem.
-func (s *Badger) releaseBallast(why string) {
+func (s *Store) releaseBallast(why string) {
 	if err := os.Remove(s.ballastPath()); err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			s.log.Error("release the ballast", "error", err)
@@ -129,7 +131,7 @@ func (s *Badger) releaseBallast(why string) {
 // Both run under the folder's lock, the one Badger takes for itself, so a
 // second opener of a store another process holds touches nothing of it
 // (neither its ballast nor its logs); Badger's open then refuses it.
-func (s *Badger) prepareOpen() error {
+func (s *Store) prepareOpen() error {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return fmt.Errorf("meta: create %s: %w", s.dir, err)
 	}
@@ -153,7 +155,7 @@ func (s *Badger) prepareOpen() error {
 // A store is never created on a full disk.
 //
 // The folder's lock must be held (prepareOpen).
-func (s *Badger) roomToOpen() error {
+func (s *Store) roomToOpen() error {
 	free, err := freeBytes(s.dir)
 	if err != nil {
 		return err
@@ -172,7 +174,7 @@ func (s *Badger) roomToOpen() error {
 
 // roomToClose gives up the ballast before Badger's close (which flushes
 // the memtable into a new mmap'd table) when the disk is nearly full.
-func (s *Badger) roomToClose() {
+func (s *Store) roomToClose() {
 	if free, err := freeBytes(s.dir); err != nil || free < MinFreeBytes {
 		s.releaseBallast("close")
 	}
@@ -181,7 +183,7 @@ func (s *Badger) roomToClose() {
 // checkSpace refuses a write unless the disk has MinFreeBytes free and the
 // ballast is in place, making the ballast again first if the disk has room
 // for it. An error of statfs refuses too. The write turn must be held.
-func (s *Badger) checkSpace() error {
+func (s *Store) checkSpace() error {
 	free, err := freeBytes(s.dir)
 	if err != nil {
 		return err

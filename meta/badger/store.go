@@ -1,4 +1,4 @@
-package meta
+package badger
 
 import (
 	"context"
@@ -9,14 +9,16 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"unicode/utf8"
 
-	"github.com/dgraph-io/badger/v4"
+	badgerdb "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
 	"github.com/hashicorp/go-hclog"
+
+	"warren/meta"
+	"warren/meta/internal/keys"
 )
 
-var _ Store = (*Badger)(nil)
+var _ meta.Store = (*Store)(nil)
 
 // conflictRetries is how many times a write transaction is tried when
 // Badger reports a conflict between transactions. Writes are serialized
@@ -25,8 +27,8 @@ var _ Store = (*Badger)(nil)
 // a revision mismatch the caller must handle.
 const conflictRetries = 4
 
-// Badger is the embedded Store: one Badger database in a folder on the
-// local disk. Records are JSON values under the keys described in keys.go;
+// Store is the embedded meta.Store: one Badger database in a folder on the
+// local disk. Records are JSON values under the keys of meta/internal/keys;
 // revisions come from one counter stored beside them and bumped in the same
 // transaction as the write, so a revision is never handed out twice, even
 // across restarts or crashes.
@@ -34,12 +36,12 @@ const conflictRetries = 4
 // Every write is synced to disk before it returns: a binding that was
 // acknowledged survives kill -9. On a nearly full disk writes fail with
 // ErrNoSpace and reads go on, instead of Badger dying of SIGBUS in its
-// mmap'd files (badger_space.go).
+// mmap'd files (space.go).
 //
 // Only one process may open a folder at a time (Badger locks it). Create
-// one with OpenBadger and call Close when finished.
-type Badger struct {
-	db  *badger.DB // set at open, never changes
+// one with Open and call Close when finished.
+type Store struct {
+	db  *badgerdb.DB // set at open, never changes
 	dir string
 	log hclog.Logger
 
@@ -59,7 +61,7 @@ type Badger struct {
 	closed bool
 }
 
-// OpenBadger opens (creating if needed) the store in dir. Badger's own
+// Open opens (creating if needed) the store in dir. Badger's own
 // messages go to logger, named "badger", one level quieter than Badger
 // ranks them: its routine info lines are debug lines here. A nil logger
 // discards them.
@@ -69,14 +71,14 @@ type Badger struct {
 // in the LSM tree (no value-log garbage to collect), and there is no block
 // cache (compression is off, so none is needed; the OS page cache serves
 // the tables).
-func OpenBadger(ctx context.Context, dir string, logger hclog.Logger) (*Badger, error) {
+func Open(ctx context.Context, dir string, logger hclog.Logger) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("meta: open badger in %s: %w", dir, err)
 	}
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	opts := badger.DefaultOptions(dir).
+	opts := badgerdb.DefaultOptions(dir).
 		WithLogger(badgerLogger{logger.Named("badger")}).
 		WithSyncWrites(true).
 		WithMetricsEnabled(false).
@@ -89,11 +91,11 @@ func OpenBadger(ctx context.Context, dir string, logger hclog.Logger) (*Badger, 
 		WithIndexCacheSize(0).
 		WithNumCompactors(2).
 		WithNumGoroutines(2)
-	s := &Badger{dir: dir, log: logger, writeSem: make(chan struct{}, 1)}
+	s := &Store{dir: dir, log: logger, writeSem: make(chan struct{}, 1)}
 	if err := s.prepareOpen(); err != nil {
 		return nil, fmt.Errorf("meta: open badger in %s: %w", dir, err)
 	}
-	db, err := badger.Open(opts)
+	db, err := badgerdb.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("meta: open badger in %s: %w", dir, err)
 	}
@@ -111,7 +113,7 @@ func OpenBadger(ctx context.Context, dir string, logger hclog.Logger) (*Badger, 
 
 // Close waits for the calls in flight, then closes the database. Calling
 // it again does nothing; other calls after Close return ErrClosed.
-func (s *Badger) Close() error {
+func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -125,37 +127,37 @@ func (s *Badger) Close() error {
 	return nil
 }
 
-// CreateBinding implements Store.
-func (s *Badger) CreateBinding(ctx context.Context, b Binding) (Binding, error) {
-	if err := checkText(b); err != nil {
-		return Binding{}, fmt.Errorf("meta: create binding %q/%q: %w", b.Tenant, b.Thread, err)
+// CreateBinding implements meta.Store.
+func (s *Store) CreateBinding(ctx context.Context, b meta.Binding) (meta.Binding, error) {
+	if err := keys.CheckText(b); err != nil {
+		return meta.Binding{}, fmt.Errorf("meta: create binding %q/%q: %w", b.Tenant, b.Thread, err)
 	}
-	err := s.writeRecord(ctx, bindingKey(b.ThreadKey), true, 0, func(rev uint64) any { b.Revision = rev; return b })
+	err := s.writeRecord(ctx, keys.Binding(b.ThreadKey), true, 0, func(rev uint64) any { b.Revision = rev; return b })
 	if err != nil {
-		return Binding{}, fmt.Errorf("meta: create binding %q/%q: %w", b.Tenant, b.Thread, err)
+		return meta.Binding{}, fmt.Errorf("meta: create binding %q/%q: %w", b.Tenant, b.Thread, err)
 	}
 	return b, nil
 }
 
-// UpdateBinding implements Store.
-func (s *Badger) UpdateBinding(ctx context.Context, b Binding) (Binding, error) {
-	if err := checkText(b); err != nil {
-		return Binding{}, fmt.Errorf("meta: update binding %q/%q: %w", b.Tenant, b.Thread, err)
+// UpdateBinding implements meta.Store.
+func (s *Store) UpdateBinding(ctx context.Context, b meta.Binding) (meta.Binding, error) {
+	if err := keys.CheckText(b); err != nil {
+		return meta.Binding{}, fmt.Errorf("meta: update binding %q/%q: %w", b.Tenant, b.Thread, err)
 	}
-	err := s.writeRecord(ctx, bindingKey(b.ThreadKey), false, b.Revision, func(rev uint64) any { b.Revision = rev; return b })
+	err := s.writeRecord(ctx, keys.Binding(b.ThreadKey), false, b.Revision, func(rev uint64) any { b.Revision = rev; return b })
 	if err != nil {
-		return Binding{}, fmt.Errorf("meta: update binding %q/%q: %w", b.Tenant, b.Thread, err)
+		return meta.Binding{}, fmt.Errorf("meta: update binding %q/%q: %w", b.Tenant, b.Thread, err)
 	}
 	return b, nil
 }
 
-// GetBinding implements Store.
-func (s *Badger) GetBinding(ctx context.Context, k ThreadKey) (Binding, error) {
-	var b Binding
-	err := s.view(ctx, func(txn *badger.Txn) error {
-		item, err := txn.Get(bindingKey(k))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return ErrNotFound
+// GetBinding implements meta.Store.
+func (s *Store) GetBinding(ctx context.Context, k meta.ThreadKey) (meta.Binding, error) {
+	var b meta.Binding
+	err := s.view(ctx, func(txn *badgerdb.Txn) error {
+		item, err := txn.Get(keys.Binding(k))
+		if errors.Is(err, badgerdb.ErrKeyNotFound) {
+			return meta.ErrNotFound
 		}
 		if err != nil {
 			return fmt.Errorf("read: %w", err)
@@ -163,24 +165,24 @@ func (s *Badger) GetBinding(ctx context.Context, k ThreadKey) (Binding, error) {
 		return getJSON(item, &b)
 	})
 	if err != nil {
-		return Binding{}, fmt.Errorf("meta: get binding %q/%q: %w", k.Tenant, k.Thread, err)
+		return meta.Binding{}, fmt.Errorf("meta: get binding %q/%q: %w", k.Tenant, k.Thread, err)
 	}
 	// The key is the identity; JSON cannot carry ids that are not UTF-8.
 	b.ThreadKey = k
 	return b, nil
 }
 
-// ListBindings implements Store. The key layout makes Badger's own order
+// ListBindings implements meta.Store. The key layout makes Badger's own order
 // the promised one (tenant, then thread).
-func (s *Badger) ListBindings(ctx context.Context) ([]Binding, error) {
-	list := []Binding{}
-	err := s.view(ctx, func(txn *badger.Txn) error {
-		return scan(ctx, txn, bindingPrefix, func(item *badger.Item) error {
-			k, err := parseBindingKey(item.Key())
+func (s *Store) ListBindings(ctx context.Context) ([]meta.Binding, error) {
+	list := []meta.Binding{}
+	err := s.view(ctx, func(txn *badgerdb.Txn) error {
+		return scan(ctx, txn, keys.BindingPrefix, func(item *badgerdb.Item) error {
+			k, err := keys.ParseBinding(item.Key())
 			if err != nil {
 				return err
 			}
-			var b Binding
+			var b meta.Binding
 			if err := getJSON(item, &b); err != nil {
 				return fmt.Errorf("binding %q/%q: %w", k.Tenant, k.Thread, err)
 			}
@@ -195,10 +197,10 @@ func (s *Badger) ListBindings(ctx context.Context) ([]Binding, error) {
 	return list, nil
 }
 
-// DeleteBinding implements Store.
-func (s *Badger) DeleteBinding(ctx context.Context, k ThreadKey, rev uint64) error {
-	key := bindingKey(k)
-	err := s.update(ctx, func(txn *badger.Txn) error {
+// DeleteBinding implements meta.Store.
+func (s *Store) DeleteBinding(ctx context.Context, k meta.ThreadKey, rev uint64) error {
+	key := keys.Binding(k)
+	err := s.update(ctx, func(txn *badgerdb.Txn) error {
 		if err := checkRevision(txn, key, rev); err != nil {
 			return err
 		}
@@ -213,39 +215,39 @@ func (s *Badger) DeleteBinding(ctx context.Context, k ThreadKey, rev uint64) err
 	return nil
 }
 
-// PutInspectionMount implements Store.
-func (s *Badger) PutInspectionMount(ctx context.Context, m InspectionMount) (InspectionMount, error) {
-	err := s.update(ctx, func(txn *badger.Txn) error {
+// PutInspectionMount implements meta.Store.
+func (s *Store) PutInspectionMount(ctx context.Context, m meta.InspectionMount) (meta.InspectionMount, error) {
+	err := s.update(ctx, func(txn *badgerdb.Txn) error {
 		rev, err := nextRevision(txn)
 		if err != nil {
 			return err
 		}
 		m.Revision = rev
-		return setJSON(txn, mountKey(m.Path), mountRecord{
+		return setJSON(txn, keys.Mount(m.Path), keys.MountRecord{
 			InspectionMount: m,
-			RawThreadKey:    appendThreadKey(nil, m.ThreadKey),
+			RawThreadKey:    keys.AppendThreadKey(nil, m.ThreadKey),
 		})
 	})
 	if err != nil {
-		return InspectionMount{}, fmt.Errorf("meta: put inspection mount %q: %w", m.Path, err)
+		return meta.InspectionMount{}, fmt.Errorf("meta: put inspection mount %q: %w", m.Path, err)
 	}
 	return m, nil
 }
 
-// ListInspectionMounts implements Store.
-func (s *Badger) ListInspectionMounts(ctx context.Context) ([]InspectionMount, error) {
-	list := []InspectionMount{}
-	err := s.view(ctx, func(txn *badger.Txn) error {
-		return scan(ctx, txn, mountPrefix, func(item *badger.Item) error {
-			path, err := parseMountKey(item.Key())
+// ListInspectionMounts implements meta.Store.
+func (s *Store) ListInspectionMounts(ctx context.Context) ([]meta.InspectionMount, error) {
+	list := []meta.InspectionMount{}
+	err := s.view(ctx, func(txn *badgerdb.Txn) error {
+		return scan(ctx, txn, keys.MountPrefix, func(item *badgerdb.Item) error {
+			path, err := keys.ParseMount(item.Key())
 			if err != nil {
 				return err
 			}
-			var rec mountRecord
+			var rec keys.MountRecord
 			if err := getJSON(item, &rec); err != nil {
 				return fmt.Errorf("inspection mount %q: %w", path, err)
 			}
-			k, err := parseThreadKey(rec.RawThreadKey)
+			k, err := keys.ParseThreadKey(rec.RawThreadKey)
 			if err != nil {
 				return fmt.Errorf("inspection mount %q: thread key: %w", path, err)
 			}
@@ -261,10 +263,10 @@ func (s *Badger) ListInspectionMounts(ctx context.Context) ([]InspectionMount, e
 	return list, nil
 }
 
-// DeleteInspectionMount implements Store.
-func (s *Badger) DeleteInspectionMount(ctx context.Context, path string) error {
-	err := s.update(ctx, func(txn *badger.Txn) error {
-		if err := txn.Delete(mountKey(path)); err != nil {
+// DeleteInspectionMount implements meta.Store.
+func (s *Store) DeleteInspectionMount(ctx context.Context, path string) error {
+	err := s.update(ctx, func(txn *badgerdb.Txn) error {
+		if err := txn.Delete(keys.Mount(path)); err != nil {
 			return fmt.Errorf("delete: %w", err)
 		}
 		return nil
@@ -280,13 +282,13 @@ func (s *Badger) DeleteInspectionMount(ctx context.Context, path string) error {
 // the record stored with revision want (else ErrConflict or ErrNotFound).
 // record is called with the record's new revision and returns the value
 // to store; it may be called more than once (see update).
-func (s *Badger) writeRecord(ctx context.Context, key []byte, create bool, want uint64, record func(rev uint64) any) error {
-	return s.update(ctx, func(txn *badger.Txn) error {
+func (s *Store) writeRecord(ctx context.Context, key []byte, create bool, want uint64, record func(rev uint64) any) error {
+	return s.update(ctx, func(txn *badgerdb.Txn) error {
 		if create {
 			switch _, err := txn.Get(key); {
 			case err == nil:
-				return ErrExists
-			case !errors.Is(err, badger.ErrKeyNotFound):
+				return meta.ErrExists
+			case !errors.Is(err, badgerdb.ErrKeyNotFound):
 				return fmt.Errorf("read: %w", err)
 			}
 		} else if err := checkRevision(txn, key, want); err != nil {
@@ -302,11 +304,11 @@ func (s *Badger) writeRecord(ctx context.Context, key []byte, create bool, want 
 
 // view runs fn in a read-only transaction, unless the store is closed or
 // ctx is done.
-func (s *Badger) view(ctx context.Context, fn func(txn *badger.Txn) error) error {
+func (s *Store) view(ctx context.Context, fn func(txn *badgerdb.Txn) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return ErrClosed
+		return meta.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -317,11 +319,11 @@ func (s *Badger) view(ctx context.Context, fn func(txn *badger.Txn) error) error
 // update runs fn in a write transaction and commits it, once it is this
 // caller's turn to write (see writeSem). fn may run more than once, so it
 // must set everything it writes afresh on each run.
-func (s *Badger) update(ctx context.Context, fn func(txn *badger.Txn) error) error {
+func (s *Store) update(ctx context.Context, fn func(txn *badgerdb.Txn) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return ErrClosed
+		return meta.ErrClosed
 	}
 	select {
 	case s.writeSem <- struct{}{}:
@@ -342,7 +344,7 @@ func (s *Badger) update(ctx context.Context, fn func(txn *badger.Txn) error) err
 			return err
 		}
 		err := s.db.Update(fn)
-		if !errors.Is(err, badger.ErrConflict) || attempt == conflictRetries {
+		if !errors.Is(err, badgerdb.ErrConflict) || attempt == conflictRetries {
 			return err
 		}
 	}
@@ -350,8 +352,8 @@ func (s *Badger) update(ctx context.Context, fn func(txn *badger.Txn) error) err
 
 // nextRevision bumps the revision counter in txn and returns its new
 // value. The first revision is 1, so zero never names a stored record.
-func nextRevision(txn *badger.Txn) (uint64, error) {
-	rev, err := bumpCounter(txn, []byte(revKey))
+func nextRevision(txn *badgerdb.Txn) (uint64, error) {
+	rev, err := bumpCounter(txn, []byte(keys.Rev))
 	if err != nil {
 		return 0, fmt.Errorf("revision: %w", err)
 	}
@@ -360,10 +362,10 @@ func nextRevision(txn *badger.Txn) (uint64, error) {
 
 // checkRevision returns nil if the record under key is stored with
 // revision want, ErrConflict if it has another, ErrNotFound if it is gone.
-func checkRevision(txn *badger.Txn, key []byte, want uint64) error {
+func checkRevision(txn *badgerdb.Txn, key []byte, want uint64) error {
 	item, err := txn.Get(key)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return ErrNotFound
+	if errors.Is(err, badgerdb.ErrKeyNotFound) {
+		return meta.ErrNotFound
 	}
 	if err != nil {
 		return fmt.Errorf("read: %w", err)
@@ -375,14 +377,14 @@ func checkRevision(txn *badger.Txn, key []byte, want uint64) error {
 		return err
 	}
 	if stored.Revision != want {
-		return fmt.Errorf("%w: stored revision %d, caller has %d", ErrConflict, stored.Revision, want)
+		return fmt.Errorf("%w: stored revision %d, caller has %d", meta.ErrConflict, stored.Revision, want)
 	}
 	return nil
 }
 
 // scan calls fn for each item whose key starts with prefix, in key order.
-func scan(ctx context.Context, txn *badger.Txn, prefix string, fn func(*badger.Item) error) error {
-	opts := badger.DefaultIteratorOptions
+func scan(ctx context.Context, txn *badgerdb.Txn, prefix string, fn func(*badgerdb.Item) error) error {
+	opts := badgerdb.DefaultIteratorOptions
 	opts.Prefix = []byte(prefix)
 	it := txn.NewIterator(opts)
 	defer it.Close()
@@ -397,7 +399,7 @@ func scan(ctx context.Context, txn *badger.Txn, prefix string, fn func(*badger.I
 	return nil
 }
 
-func setJSON(txn *badger.Txn, key []byte, v any) error {
+func setJSON(txn *badgerdb.Txn, key []byte, v any) error {
 	val, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode: %w", err)
@@ -408,7 +410,7 @@ func setJSON(txn *badger.Txn, key []byte, v any) error {
 	return nil
 }
 
-func getJSON(item *badger.Item, v any) error {
+func getJSON(item *badgerdb.Item, v any) error {
 	err := item.Value(func(val []byte) error {
 		return json.Unmarshal(val, v)
 	})
@@ -418,37 +420,12 @@ func getJSON(item *badger.Item, v any) error {
 	return nil
 }
 
-// mountRecord is an InspectionMount as stored. JSON strings cannot carry
-// ids that are not UTF-8, so the thread key also travels in the encoding of
-// keys.go, which is what is read back; the path is read back from the key.
-type mountRecord struct {
-	InspectionMount
-	RawThreadKey []byte `json:"rawThreadKey"`
-}
-
-// checkText refuses string fields that JSON would silently rewrite (bytes
-// that are not UTF-8 become U+FFFD): a root or mount path read back must be
-// the one that was written. Tenant and thread need no check, the key
-// carries them.
-func checkText(b Binding) error {
-	for _, f := range []struct{ name, val string }{
-		{"host id", b.HostID},
-		{"root", b.Root},
-		{"mount path", b.MountPath},
-	} {
-		if !utf8.ValidString(f.val) {
-			return fmt.Errorf("%s %q is not valid UTF-8", f.name, f.val)
-		}
-	}
-	return nil
-}
-
 // badgerLogger passes Badger's messages to hclog one level down: Badger
 // reports routine work (tables opened, compactions) as info, which is
 // noise in a daemon's log.
 type badgerLogger struct{ l hclog.Logger }
 
-var _ badger.Logger = badgerLogger{}
+var _ badgerdb.Logger = badgerLogger{}
 
 func (b badgerLogger) Errorf(f string, v ...any) { b.l.Error(line(f, v)) }
 

@@ -1,4 +1,4 @@
-package meta
+package etcd
 
 import (
 	"context"
@@ -7,9 +7,12 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"warren/meta"
+	"warren/meta/internal/keys"
 )
 
-// NextJobSeq implements Store.
+// NextJobSeq implements meta.Store.
 //
 // The counter is the etcd version of the thread's jobseq key: etcd counts
 // the puts to a key since it was created (1 for the first) and starts
@@ -19,7 +22,7 @@ import (
 // each get their own number in a single round trip, where a
 // read-then-compare loop would retry under contention. The value is
 // empty; the version is the count.
-func (s *Etcd) NextJobSeq(ctx context.Context, k ThreadKey) (uint64, error) {
+func (s *Store) NextJobSeq(ctx context.Context, k meta.ThreadKey) (uint64, error) {
 	seq, err := s.nextJobSeq(ctx, k)
 	if err != nil {
 		return 0, fmt.Errorf("meta: next job number of %q/%q: %w", k.Tenant, k.Thread, err)
@@ -27,10 +30,10 @@ func (s *Etcd) NextJobSeq(ctx context.Context, k ThreadKey) (uint64, error) {
 	return seq, nil
 }
 
-func (s *Etcd) nextJobSeq(ctx context.Context, k ThreadKey) (uint64, error) {
+func (s *Store) nextJobSeq(ctx context.Context, k meta.ThreadKey) (uint64, error) {
 	var resp *clientv3.PutResponse
 	err := s.call(ctx, func(ctx context.Context) (err error) {
-		resp, err = s.kv.Put(ctx, string(jobSeqKey(k)), "", clientv3.WithPrevKV())
+		resp, err = s.kv.Put(ctx, string(keys.JobSeq(k)), "", clientv3.WithPrevKV())
 		return err
 	})
 	if err != nil {
@@ -42,64 +45,64 @@ func (s *Etcd) nextJobSeq(ctx context.Context, k ThreadKey) (uint64, error) {
 	return uint64(resp.PrevKv.Version) + 1, nil
 }
 
-// CreateJob implements Store.
-func (s *Etcd) CreateJob(ctx context.Context, j Job) (Job, error) {
+// CreateJob implements meta.Store.
+func (s *Store) CreateJob(ctx context.Context, j meta.Job) (meta.Job, error) {
 	stored := j
 	stored.Revision = 0 // the stored value holds none; see encode
-	rev, err := s.create(ctx, string(jobKey(j.ThreadKey, j.Seq)), stored)
+	rev, err := s.create(ctx, string(keys.Job(j.ThreadKey, j.Seq)), stored)
 	if err != nil {
-		return Job{}, fmt.Errorf("meta: create job %d of %q/%q: %w", j.Seq, j.Tenant, j.Thread, err)
+		return meta.Job{}, fmt.Errorf("meta: create job %d of %q/%q: %w", j.Seq, j.Tenant, j.Thread, err)
 	}
 	j.Revision = rev
 	return j, nil
 }
 
-// UpdateJob implements Store.
-func (s *Etcd) UpdateJob(ctx context.Context, j Job) (Job, error) {
+// UpdateJob implements meta.Store.
+func (s *Store) UpdateJob(ctx context.Context, j meta.Job) (meta.Job, error) {
 	rev, err := s.updateJob(ctx, j)
 	if err != nil {
-		return Job{}, fmt.Errorf("meta: update job %d of %q/%q: %w", j.Seq, j.Tenant, j.Thread, err)
+		return meta.Job{}, fmt.Errorf("meta: update job %d of %q/%q: %w", j.Seq, j.Tenant, j.Thread, err)
 	}
 	j.Revision = rev
 	return j, nil
 }
 
-func (s *Etcd) updateJob(ctx context.Context, j Job) (uint64, error) {
+func (s *Store) updateJob(ctx context.Context, j meta.Job) (uint64, error) {
 	want := j.Revision
 	j.Revision = 0
 	val, err := encode(j)
 	if err != nil {
 		return 0, err
 	}
-	key := string(jobKey(j.ThreadKey, j.Seq))
+	key := string(keys.Job(j.ThreadKey, j.Seq))
 	return s.compareAndSet(ctx, key, want, clientv3.OpPut(key, val))
 }
 
-// GetJob implements Store.
-func (s *Etcd) GetJob(ctx context.Context, k ThreadKey, seq uint64) (Job, error) {
-	var j Job
-	kv, err := s.get(ctx, string(jobKey(k, seq)))
+// GetJob implements meta.Store.
+func (s *Store) GetJob(ctx context.Context, k meta.ThreadKey, seq uint64) (meta.Job, error) {
+	var j meta.Job
+	kv, err := s.get(ctx, string(keys.Job(k, seq)))
 	if err == nil {
 		err = decode(kv, &j)
 	}
 	if err != nil {
-		return Job{}, fmt.Errorf("meta: get job %d of %q/%q: %w", seq, k.Tenant, k.Thread, err)
+		return meta.Job{}, fmt.Errorf("meta: get job %d of %q/%q: %w", seq, k.Tenant, k.Thread, err)
 	}
 	j.ThreadKey, j.Seq = k, seq
 	return j, nil
 }
 
-// ListJobs implements Store. The number is big-endian in the key, so
+// ListJobs implements meta.Store. The number is big-endian in the key, so
 // key order is numeric order.
-func (s *Etcd) ListJobs(ctx context.Context, k ThreadKey) ([]Job, error) {
-	list := []Job{}
-	prefix := jobsKey(k)
+func (s *Store) ListJobs(ctx context.Context, k meta.ThreadKey) ([]meta.Job, error) {
+	list := []meta.Job{}
+	prefix := keys.Jobs(k)
 	err := s.scan(ctx, string(prefix), func(kv *mvccpb.KeyValue) error {
 		rest := kv.Key[len(prefix):]
 		if len(rest) != 8 {
-			return fmt.Errorf("%w: job key %q", errBadKey, kv.Key)
+			return fmt.Errorf("%w: job key %q", keys.ErrBadKey, kv.Key)
 		}
-		var j Job
+		var j meta.Job
 		if err := decode(kv, &j); err != nil {
 			return fmt.Errorf("job key %q: %w", kv.Key, err)
 		}
@@ -113,14 +116,14 @@ func (s *Etcd) ListJobs(ctx context.Context, k ThreadKey) ([]Job, error) {
 	return list, nil
 }
 
-// DeleteJobs implements Store: the thread's job records and its counter go
+// DeleteJobs implements meta.Store: the thread's job records and its counter go
 // in one transaction, so no caller sees the counter restarted while old
 // records with its next numbers are still there.
-func (s *Etcd) DeleteJobs(ctx context.Context, k ThreadKey) error {
+func (s *Store) DeleteJobs(ctx context.Context, k meta.ThreadKey) error {
 	err := s.call(ctx, func(ctx context.Context) error {
 		_, err := s.kv.Txn(ctx).Then(
-			clientv3.OpDelete(string(jobsKey(k)), clientv3.WithPrefix()),
-			clientv3.OpDelete(string(jobSeqKey(k))),
+			clientv3.OpDelete(string(keys.Jobs(k)), clientv3.WithPrefix()),
+			clientv3.OpDelete(string(keys.JobSeq(k))),
 		).Commit()
 		return err
 	})

@@ -1,4 +1,4 @@
-package meta_test
+package badger_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"warren/meta"
+	"warren/meta/badger"
 )
 
 // TestBadgerOpensAfterKillDuringMemtableCreate: a process killed between
@@ -19,7 +20,7 @@ import (
 func TestBadgerOpensAfterKillDuringMemtableCreate(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "meta")
 	ctx := context.Background()
-	s, err := meta.OpenBadger(ctx, dir, hclog.NewNullLogger())
+	s, err := badger.Open(ctx, dir, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func TestBadgerOpensAfterKillDuringMemtableCreate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s, err = meta.OpenBadger(ctx, dir, hclog.NewNullLogger())
+	s, err = badger.Open(ctx, dir, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatalf("open after a kill during a memtable's creation: %v", err)
 	}
