@@ -22,7 +22,7 @@ var _ meta.Store = (*Store)(nil)
 
 // conflictRetries is how many times a write transaction is tried when
 // Badger reports a conflict between transactions. Writes are serialized
-// (see Badger.writeSem), so a conflict is not expected at all; the retry is
+// (see Store.writeSem), so a conflict is not expected at all; the retry is
 // a safety net, and it never turns into ErrConflict, which is reserved for
 // a revision mismatch the caller must handle.
 const conflictRetries = 4
@@ -35,7 +35,7 @@ const conflictRetries = 4
 //
 // Every write is synced to disk before it returns: a binding that was
 // acknowledged survives kill -9. On a nearly full disk writes fail with
-// ErrNoSpace and reads go on, instead of Badger dying of SIGBUS in its
+// meta.ErrNoSpace and reads go on, instead of Badger dying of SIGBUS in its
 // mmap'd files (space.go).
 //
 // Only one process may open a folder at a time (Badger locks it). Create
@@ -112,7 +112,7 @@ func Open(ctx context.Context, dir string, logger hclog.Logger) (*Store, error) 
 }
 
 // Close waits for the calls in flight, then closes the database. Calling
-// it again does nothing; other calls after Close return ErrClosed.
+// it again does nothing; other calls after Close return meta.ErrClosed.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -22,7 +22,7 @@ func openBadger(t testing.TB, dir string) *badger.Store {
 	t.Helper()
 	s, err := badger.Open(t.Context(), dir, hclog.NewNullLogger())
 	if err != nil {
-		t.Fatalf("OpenBadger: %v", err)
+		t.Fatalf("badger.Open: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {
@@ -110,7 +110,7 @@ func TestBadgerSecondOpenRefused(t *testing.T) {
 	s, err := badger.Open(t.Context(), dir, nil)
 	if err == nil {
 		s.Close()
-		t.Fatalf("second OpenBadger of one folder: got nil error, want a refusal")
+		t.Fatalf("second badger.Open of one folder: got nil error, want a refusal")
 	}
 }
 
@@ -122,7 +122,7 @@ func TestBadgerOpenCanceled(t *testing.T) {
 		if s != nil {
 			s.Close()
 		}
-		t.Fatalf("OpenBadger with a canceled context: got error %v, want context.Canceled", err)
+		t.Fatalf("badger.Open with a canceled context: got error %v, want context.Canceled", err)
 	}
 }
 

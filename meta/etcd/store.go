@@ -170,8 +170,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the client; calls in flight fail with ErrClosed. Calling
-// it again does nothing; other calls after Close return ErrClosed.
+// Close closes the client; calls in flight fail with meta.ErrClosed. Calling
+// it again does nothing; other calls after Close return meta.ErrClosed.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)

@@ -33,7 +33,7 @@ func openEtcd(t testing.TB, endpoints []string, prefix string) *etcd.Store {
 	t.Helper()
 	s, err := etcd.Open(t.Context(), etcd.Config{Endpoints: endpoints, Prefix: prefix})
 	if err != nil {
-		t.Fatalf("OpenEtcd: %v", err)
+		t.Fatalf("etcd.Open: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {
@@ -192,7 +192,7 @@ func leaderIndex(t testing.TB, cluster *testenv.Etcd) int {
 	return -1
 }
 
-// TestEtcdOpenUnreachable checks that OpenEtcd fails, within its dial
+// TestEtcdOpenUnreachable checks that Open fails, within its dial
 // timeout, when no server answers.
 func TestEtcdOpenUnreachable(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -209,10 +209,10 @@ func TestEtcdOpenUnreachable(t *testing.T) {
 	})
 	if err == nil {
 		s.Close()
-		t.Fatalf("OpenEtcd of %s with nothing there: got nil error", addr)
+		t.Fatalf("etcd.Open of %s with nothing there: got nil error", addr)
 	}
 	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("OpenEtcd took %v to fail, want about its 300ms dial timeout", d)
+		t.Errorf("etcd.Open took %v to fail, want about its 300ms dial timeout", d)
 	}
 }
 
@@ -224,13 +224,13 @@ func TestEtcdOpenCanceled(t *testing.T) {
 		if s != nil {
 			s.Close()
 		}
-		t.Fatalf("OpenEtcd with a canceled context: got error %v, want context.Canceled", err)
+		t.Fatalf("etcd.Open with a canceled context: got error %v, want context.Canceled", err)
 	}
 }
 
 func TestEtcdOpenNoEndpoints(t *testing.T) {
 	if _, err := etcd.Open(t.Context(), etcd.Config{}); err == nil {
-		t.Fatal("OpenEtcd without endpoints: got nil error")
+		t.Fatal("etcd.Open without endpoints: got nil error")
 	}
 }
 
