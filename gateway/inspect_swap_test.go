@@ -81,7 +81,6 @@ func (st swapTree) victimCovered(t testing.TB) bool {
 // own: no mount ever covers the victim's folder, no answer is a 500, and
 // every mount made is unmounted when asked.
 func TestInspectionMountSymlinkSwapRace(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	st := newSwapTree(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
@@ -160,7 +159,6 @@ func onlyThreadMounts(env *testEnv, got []string) bool {
 // that has a d with files, and starts again: the record is dropped, and
 // nothing covers the victim's folder.
 func TestInspectionMountRestartSymlinkedParent(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	st := newSwapTree(t)
 	store := newStore(t)
 	dataDir := filepath.Join(t.TempDir(), "data")
@@ -218,7 +216,6 @@ func (st swapTree) mountMovedAway(t *testing.T, env *testEnv) string {
 // of the path answers "unmounted" only because the mount, wherever it
 // went, is gone.
 func TestInspectionUnmountTellsTheTruth(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	st := newSwapTree(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
@@ -243,7 +240,6 @@ func TestInspectionUnmountTellsTheTruth(t *testing.T) {
 // the inspection mount takes down its own mount only, and neither it nor
 // a close of the thread at the same time hangs.
 func TestInspectionUnmountDoesNotBlockClose(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	st := newSwapTree(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
@@ -284,7 +280,6 @@ func TestInspectionUnmountDoesNotBlockClose(t *testing.T) {
 // still uses (its working folder is there): the answer comes within the
 // drain bound, says the mount is in use, and the mount is out of the tree.
 func TestInspectionUnmountInUse(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -322,7 +317,6 @@ func TestInspectionUnmountInUse(t *testing.T) {
 // walk refuses to go through a FUSE mount (here one this daemon serves),
 // whatever the recorded paths say.
 func TestInspectionMountNotInsideFUSE(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	st := newSwapTree(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()

@@ -84,7 +84,6 @@ func TestInspectionMountChecks(t *testing.T) {
 }
 
 func TestInspectionMountLifecycle(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	ro, rw := t.TempDir(), t.TempDir()
@@ -151,7 +150,6 @@ func TestInspectionMountLifecycle(t *testing.T) {
 }
 
 func TestInspectionMountRestored(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	store := newStore(t)
 	dataDir := filepath.Join(t.TempDir(), "data")
 	ctx := context.Background()
