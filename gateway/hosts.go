@@ -145,14 +145,7 @@ func (g *Gateway) heartbeat(ctx context.Context) (lost bool, err error) {
 // mounts it again.
 func (g *Gateway) fence() {
 	// A jail or a job runs only in a mounted thread: the mounts are all.
-	g.mu.Lock()
-	var keys []meta.ThreadKey
-	for k, t := range g.threads {
-		if t.mount != nil {
-			keys = append(keys, k)
-		}
-	}
-	g.mu.Unlock()
+	keys := g.threads.mountedKeys()
 	for _, k := range keys {
 		if _, err := g.takeDown(k, nil); err != nil {
 			g.log.Error("fence: take down a thread", "tenant", k.Tenant, "thread", k.Thread, "error", err)

@@ -81,7 +81,7 @@ func TestBindIdempotent(t *testing.T) {
 	if live, made := env.live(t), env.m.made(); len(live) != 1 || made != 1 {
 		t.Errorf("got %d live mounts (%v) from %d mounts, want 1 from 1", len(live), live, made)
 	}
-	if n := env.g.threadLocks.size(); n != 0 {
+	if n := env.g.threads.locks.size(); n != 0 {
 		t.Errorf("got %d thread locks left, want 0", n)
 	}
 }
