@@ -303,9 +303,9 @@ func (g *Gateway) noteMovedJobs(ctx context.Context, k meta.ThreadKey) {
 	})
 }
 
-// Unpin moves a thread to this gateway at once, if the host that holds
+// unpin moves a thread to this gateway at once, if the host that holds
 // it is no longer alive; while it lives, the call is refused.
-func (g *Gateway) Unpin(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+func (g *Gateway) unpin(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
 		return ThreadInfo{}, err
@@ -320,11 +320,11 @@ func (g *Gateway) Unpin(ctx context.Context, tenant, thread string) (ThreadInfo,
 	case err != nil && !errors.Is(err, meta.ErrNotFound):
 		return ThreadInfo{}, fmt.Errorf("unpin %s: %w", keyName(k), err)
 	}
-	return g.Bind(ctx, tenant, thread)
+	return g.bind(ctx, tenant, thread)
 }
 
-// Hosts lists the hosts the store knows.
-func (g *Gateway) Hosts(ctx context.Context) ([]meta.Host, error) {
+// listHosts lists the hosts the store knows.
+func (g *Gateway) listHosts(ctx context.Context) ([]meta.Host, error) {
 	hs, err := g.store.ListHosts(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list hosts: %w", err)

@@ -158,7 +158,7 @@ func (is *inspectionSet) drain() map[string]io.Closer {
 // inspection mount it took out of the tree to stop serving.
 var unmountDrain = 5 * time.Second
 
-// MountInspection serves thread (req.Tenant, req.Thread)'s workspace a
+// mountInspection serves thread (req.Tenant, req.Thread)'s workspace a
 // second time at req.Path, binding the thread first if it is not bound.
 // owner is the uid the mount is made for (the API's peer): unless it is
 // root, req.Path must belong to it, so a caller cannot cover a folder of
@@ -168,7 +168,7 @@ var unmountDrain = 5 * time.Second
 // descriptor, and the mount is made onto that descriptor
 // (inspectdir_linux.go): a link swapped into a parent folder meanwhile
 // changes nothing. A path through a link is refused.
-func (g *Gateway) MountInspection(ctx context.Context, req MountRequest, owner uint32) (MountInfo, error) {
+func (g *Gateway) mountInspection(ctx context.Context, req MountRequest, owner uint32) (MountInfo, error) {
 	k, err := threadKey(req.Tenant, req.Thread)
 	if err != nil {
 		return MountInfo{}, err
@@ -245,7 +245,7 @@ func within(dir, path string) bool {
 	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
-// Unmount takes down the inspection mount known by path and forgets it.
+// unmount takes down the inspection mount known by path and forgets it.
 // path only names the mount (as it was recorded): the mount is found by
 // its own descriptor, wherever its folder is now, and nothing else is
 // unmounted. It returns once the mount is gone from the mount table;
@@ -253,7 +253,7 @@ func within(dir, path string) bool {
 // hold files or their working folder in it (it stops when they let go).
 // The thread lock is held only while the mount is detached, which never
 // waits for the filesystem.
-func (g *Gateway) Unmount(ctx context.Context, path string) (inUse bool, err error) {
+func (g *Gateway) unmount(ctx context.Context, path string) (inUse bool, err error) {
 	if err := checkPath("path", path); err != nil {
 		return false, err
 	}
@@ -360,8 +360,8 @@ func (g *Gateway) unmountInspectionsOf(ctx context.Context, k meta.ThreadKey) ([
 	return paths, nil
 }
 
-// Mounts lists the inspection mounts.
-func (g *Gateway) Mounts(ctx context.Context) ([]MountInfo, error) {
+// listMounts lists the inspection mounts.
+func (g *Gateway) listMounts(ctx context.Context) ([]MountInfo, error) {
 	recs, err := g.store.ListInspectionMounts(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list inspection mounts: %w", err)

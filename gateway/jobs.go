@@ -419,9 +419,9 @@ type runResult struct {
 	err  error
 }
 
-// Spawn starts a background job in a thread's jail and returns once it
+// spawn starts a background job in a thread's jail and returns once it
 // runs and is recorded.
-func (g *Gateway) Spawn(ctx context.Context, tenant, thread string, req SpawnRequest) (JobInfo, error) {
+func (g *Gateway) spawn(ctx context.Context, tenant, thread string, req SpawnRequest) (JobInfo, error) {
 	j, settings, k, cmd, err := g.commandIn(ctx, tenant, thread, req.Command, req.Run, req.Cwd, req.Env)
 	if err != nil {
 		return JobInfo{}, err
@@ -661,9 +661,9 @@ func (g *Gateway) localJob(p params) (*job, meta.ThreadKey, uint64, error) {
 	return nil, k, seq, nil
 }
 
-// Jobs lists a thread's jobs from the store: those of every host and of
+// listJobs lists a thread's jobs from the store: those of every host and of
 // earlier runs of this one, running true only for those that run here.
-func (g *Gateway) Jobs(ctx context.Context, tenant, thread string) ([]JobInfo, error) {
+func (g *Gateway) listJobs(ctx context.Context, tenant, thread string) ([]JobInfo, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
 		return nil, err
@@ -693,8 +693,8 @@ func (g *Gateway) jobInfo(k meta.ThreadKey, rec meta.Job) JobInfo {
 	return JobInfo{Job: rec, ID: jobID(rec.Seq), Ended: !rec.Running}
 }
 
-// Job returns one job of a thread.
-func (g *Gateway) Job(ctx context.Context, tenant, thread, id string) (JobInfo, error) {
+// showJob returns one job of a thread.
+func (g *Gateway) showJob(ctx context.Context, tenant, thread, id string) (JobInfo, error) {
 	_, k, seq, err := g.localJob(params{tenant: tenant, thread: thread, job: id})
 	if err != nil {
 		return JobInfo{}, err
@@ -709,16 +709,16 @@ func (g *Gateway) Job(ctx context.Context, tenant, thread, id string) (JobInfo, 
 	return g.jobInfo(k, rec), nil
 }
 
-// StopJob stops a running job: SIGTERM to its whole tree, SIGKILL after
+// stopJob stops a running job: SIGTERM to its whole tree, SIGKILL after
 // grace. It returns once the job's end is recorded. A job that ended
 // already is returned as it is.
-func (g *Gateway) StopJob(ctx context.Context, tenant, thread, id string, grace time.Duration) (JobInfo, error) {
+func (g *Gateway) stopJob(ctx context.Context, tenant, thread, id string, grace time.Duration) (JobInfo, error) {
 	jb, _, _, err := g.localJob(params{tenant: tenant, thread: thread, job: id})
 	if err != nil {
 		return JobInfo{}, err
 	}
 	if jb == nil {
-		info, err := g.Job(ctx, tenant, thread, id)
+		info, err := g.showJob(ctx, tenant, thread, id)
 		if err != nil {
 			return JobInfo{}, err
 		}

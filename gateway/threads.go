@@ -209,17 +209,17 @@ func (g *Gateway) threadPaths(k meta.ThreadKey) (root, mountPath string, err err
 	return root, mountPath, nil
 }
 
-// Bind binds thread k (lazily, idempotently) and returns its binding.
-func (g *Gateway) Bind(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
-	return g.BindWith(ctx, tenant, thread, nil)
+// bind binds thread k (lazily, idempotently) and returns its binding.
+func (g *Gateway) bind(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+	return g.bindWith(ctx, tenant, thread, nil)
 }
 
-// BindWith binds thread k like Bind and, unless settings is nil, gives it
+// bindWith binds thread k like Bind and, unless settings is nil, gives it
 // those settings (replacing any it had). New variables and job limits
 // apply to the next command; a running jail whose network or limits would
 // change is not restarted behind its commands' backs: the call is refused
 // until the thread is closed.
-func (g *Gateway) BindWith(ctx context.Context, tenant, thread string, settings *meta.Settings) (ThreadInfo, error) {
+func (g *Gateway) bindWith(ctx context.Context, tenant, thread string, settings *meta.Settings) (ThreadInfo, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
 		return ThreadInfo{}, err
@@ -595,8 +595,8 @@ func (g *Gateway) info(b meta.Binding) ThreadInfo {
 	return ti
 }
 
-// Thread returns k's binding without binding it.
-func (g *Gateway) Thread(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+// showThread returns k's binding without binding it.
+func (g *Gateway) showThread(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
 		return ThreadInfo{}, err
@@ -626,8 +626,8 @@ func (g *Gateway) owner(ctx context.Context, b meta.Binding) string {
 	return p.HostID
 }
 
-// Threads lists the bindings, of one tenant if tenant is not nil.
-func (g *Gateway) Threads(ctx context.Context, tenant *string) ([]ThreadInfo, error) {
+// listThreads lists the bindings, of one tenant if tenant is not nil.
+func (g *Gateway) listThreads(ctx context.Context, tenant *string) ([]ThreadInfo, error) {
 	var want string
 	if tenant != nil {
 		want = *tenant
@@ -659,9 +659,9 @@ func (g *Gateway) Threads(ctx context.Context, tenant *string) ([]ThreadInfo, er
 	return out, nil
 }
 
-// CloseThread unmounts k and records it as closed, keeping its folder. A
+// closeThread unmounts k and records it as closed, keeping its folder. A
 // closed thread is bound again by the next call that needs it.
-func (g *Gateway) CloseThread(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+func (g *Gateway) closeThread(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
 		return ThreadInfo{}, err
@@ -709,13 +709,13 @@ func (g *Gateway) CloseThread(ctx context.Context, tenant, thread string) (Threa
 	return g.info(b), nil
 }
 
-// DeleteThread unmounts k and its inspection mounts, removes its folder and
+// deleteThread unmounts k and its inspection mounts, removes its folder and
 // then its records. The delete is recorded first (state deleting): from
 // then on the thread is never served again, and a delete cut short (a
 // failed unmount, a crash) is finished by the next delete or the next
 // start (finishDeletes). The steps run in an order that a retry can
 // finish: the record goes last.
-func (g *Gateway) DeleteThread(ctx context.Context, tenant, thread string) error {
+func (g *Gateway) deleteThread(ctx context.Context, tenant, thread string) error {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
 		return err
