@@ -190,7 +190,9 @@ func (g *Gateway) Done() <-chan struct{} { return g.serveDone }
 
 // Close stops accepting connections, waits a while for requests in flight,
 // unmounts every mount and keeps every record, so that the next Start
-// serves the same threads. It does not close the Store. Calling it again
+// serves the same threads. It returns only once nothing of the gateway
+// runs (no goroutine, request, job, jail or mount; see the package's
+// Goroutines), so the caller may close the Store then. Calling it again
 // returns the first call's result.
 func (g *Gateway) Close() error {
 	g.closeOnce.Do(func() {
@@ -214,8 +216,9 @@ func (g *Gateway) Close() error {
 		defer cancel()
 		err := g.srv.Shutdown(ctx)
 		if err != nil {
-			// Handlers still running see g.closed and undo what they
-			// mount from now on; cut their connections.
+			// Handlers still running are refused where they would add
+			// a mount, a jail or a job, and undo what they made; cut
+			// their connections (requests waits for them below).
 			g.log.Warn("requests still running at shutdown", "error", err)
 			err = g.srv.Close()
 		}
