@@ -264,7 +264,7 @@ func (g *Gateway) handleBind(r *http.Request, p params) (any, error) {
 	if err := decodeBody(r, &req, true); err != nil {
 		return nil, err
 	}
-	ti, err := g.BindWith(r.Context(), p.tenant, p.thread, req.Settings)
+	ti, err := g.bindWith(r.Context(), p.tenant, p.thread, req.Settings)
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +275,7 @@ func (g *Gateway) handleThread(r *http.Request, p params) (any, error) {
 	if err := noQuery(r); err != nil {
 		return nil, err
 	}
-	ti, err := g.Thread(r.Context(), p.tenant, p.thread)
+	ti, err := g.showThread(r.Context(), p.tenant, p.thread)
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +286,7 @@ func (g *Gateway) handleClose(r *http.Request, p params) (any, error) {
 	if err := decodeBody(r, &struct{}{}, true); err != nil {
 		return nil, err
 	}
-	ti, err := g.CloseThread(r.Context(), p.tenant, p.thread)
+	ti, err := g.closeThread(r.Context(), p.tenant, p.thread)
 	if err != nil {
 		return nil, err
 	}
@@ -301,7 +301,7 @@ func (g *Gateway) handleDelete(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := g.DeleteThread(r.Context(), k.Tenant, k.Thread); err != nil {
+	if err := g.deleteThread(r.Context(), k.Tenant, k.Thread); err != nil {
 		return nil, err
 	}
 	return DeleteResponse{Deleted: k}, nil
@@ -316,7 +316,7 @@ func (g *Gateway) handleThreads(r *http.Request, _ params) (any, error) {
 	if vs, ok := q["tenant"]; ok {
 		tenant = &vs[0]
 	}
-	tis, err := g.Threads(r.Context(), tenant)
+	tis, err := g.listThreads(r.Context(), tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +328,7 @@ func (g *Gateway) handleMount(r *http.Request, _ params) (any, error) {
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
-	mi, err := g.MountInspection(r.Context(), req, peerFrom(r.Context()).uid)
+	mi, err := g.mountInspection(r.Context(), req, peerFrom(r.Context()).uid)
 	if err != nil {
 		return nil, err
 	}
@@ -339,7 +339,7 @@ func (g *Gateway) handleMounts(r *http.Request, _ params) (any, error) {
 	if err := noQuery(r); err != nil {
 		return nil, err
 	}
-	ms, err := g.Mounts(r.Context())
+	ms, err := g.listMounts(r.Context())
 	if err != nil {
 		return nil, err
 	}
@@ -355,7 +355,7 @@ func (g *Gateway) handleUnmount(r *http.Request, _ params) (any, error) {
 	if !ok || vs[0] == "" {
 		return nil, fmt.Errorf("%w: the query parameter path is required", ErrInvalid)
 	}
-	inUse, err := g.Unmount(r.Context(), vs[0])
+	inUse, err := g.unmount(r.Context(), vs[0])
 	if err != nil {
 		return nil, err
 	}
@@ -500,7 +500,7 @@ func (g *Gateway) handleUnpin(r *http.Request, p params) (any, error) {
 	if err := decodeBody(r, &struct{}{}, true); err != nil {
 		return nil, err
 	}
-	ti, err := g.Unpin(r.Context(), p.tenant, p.thread)
+	ti, err := g.unpin(r.Context(), p.tenant, p.thread)
 	if err != nil {
 		return nil, err
 	}
@@ -511,7 +511,7 @@ func (g *Gateway) handleHosts(r *http.Request, _ params) (any, error) {
 	if err := noQuery(r); err != nil {
 		return nil, err
 	}
-	hs, err := g.Hosts(r.Context())
+	hs, err := g.listHosts(r.Context())
 	if err != nil {
 		return nil, err
 	}

@@ -8,12 +8,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-
-	"warren/internal/testenv"
 )
 
 func TestRoutingHostileIDs(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	tests := []struct {
 		name         string
@@ -188,7 +185,6 @@ func TestClientErrorsMatchSentinels(t *testing.T) {
 }
 
 func TestListThreads(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	for _, k := range [][2]string{{"b", "t2"}, {"a", "t1"}, {"", "t0"}, {"b", "t1"}} {
@@ -227,7 +223,6 @@ func TestListThreads(t *testing.T) {
 }
 
 func TestEmptyBindBodies(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	for _, body := range [][]byte{nil, []byte("{}"), []byte(" {} \n")} {
 		resp := rawRequest(t, env.g.SocketPath(), "POST", "/v1/tenants/a/threads/t/bind", body)

@@ -19,7 +19,6 @@ import (
 // out of range is refused, and a new bound is refused while the jail runs
 // (it would need another jail) and applies once it is closed.
 func TestExecCPUSetting(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	testenv.RequireCommand(t, "perl")
 	env := startEnv(t, Config{JailCPUMillis: 300})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -143,16 +143,76 @@
 // 64 KiB, are refused by net/http itself before the route table, in plain
 // text. A refused request changes nothing.
 //
+// # State
+//
+// The Gateway's state is grouped by concern, each group with its own mu
+// written above the fields it guards: threadSet (the thread locks and the
+// mounts, threads.go), jailSet (the jails and the commands running in
+// them, jails.go), jobSet (the background jobs, jobs.go), inspectionSet
+// (the inspection mounts, inspect.go), and the host lease (hosts.go). Each
+// group that adds something Close must undo has a closed flag, set by
+// Close before anything is undone: from then on no mount, jail, job slot
+// or inspection path is added, and a request that would add one is
+// refused with ErrClosed and undoes what it made.
+//
 // # Lock order
 //
-// A thread lock (one per ThreadKey, see keyedLocks) is taken first and held
-// across the slow steps of an operation on that thread: mounting, store
-// writes, removing folders. Gateway.mu is a leaf: it guards the in-memory
-// maps only and is never held across a mount, an unmount, a store call or a
-// filesystem call. keyedLocks.mu is a leaf too, held only to find or drop a
-// thread's lock. diskQuotas.mu is a leaf, held only while the workspaces'
-// quota filesystem is opened (once). There is no global lock held during a
+// A thread lock (one per ThreadKey, threadSet.locks, see keyedLocks) is
+// taken first and held across the slow steps of an operation on that
+// thread: mounting, store writes, removing folders, ending a jail. At most
+// one thread lock is held at a time. There is no global lock held during a
 // mount, so threads bind in parallel.
+//
+// Every other lock is a leaf: no other lock of the package is taken under
+// it, and but for diskQuotas.mu it is held only over in-memory work, never
+// across a mount, an unmount, a store call, a filesystem call or a wait.
+// They may be taken under a thread lock, one at a time:
+//
+//   - threadSet.mu, jailSet.mu, jobSet.mu, inspectionSet.mu: the groups'
+//     maps and closed flags. Code that needs two groups takes one, lets
+//     go, then takes the other.
+//   - requestSet.mu: the count of requests being answered.
+//   - keyedLocks.mu: finding or dropping a thread's lock.
+//   - diskQuotas.mu: opening the workspaces' quota filesystem (once).
+//   - broker.mu: numbering an event and offering it to each queue.
+//   - job.mu: a job's record and why it is being stopped.
+//   - jobOutput.mu: copying a job's output in or out of its ring.
+//   - the host lease's mu (hosts.go): its id, expiry and pins.
+//
+// Three locks serialize writes and are held across one write, with only
+// leaves under them: job.stdinMu (a job's input pipe), runningExec.mu (a
+// command's input pipe), and switchWriter.mu, under which an exec's output
+// goes to frames.mu (the client's answer) or, once it moved to the
+// background, to the job's jobOutput.mu and broker.mu.
+//
+// # Goroutines
+//
+// Every goroutine has an owner that stops it and waits for it, and Close
+// returns only when none of them runs:
+//
+//   - the API's serving goroutine (Start): Close shuts the server down
+//     and waits for serveDone;
+//   - the connections' goroutines and the handlers of net/http: Close's
+//     Shutdown (or, after shutdownGrace, Close) of the server, then
+//     requestSet, which waits for handlers of cut connections and refuses
+//     requests after it;
+//   - an event stream's watcher (events.go): its stream, which stops it
+//     and waits for it when it returns;
+//   - a command's run (exec.go): its exec stream, which waits for its
+//     result, or the job it became;
+//   - a job's run, and its finishJob: the job, counted in jobSet.wg from
+//     its slot's reservation until its end is recorded; Close waits for
+//     jobSet.wg once no slot can be taken, after ending the jails;
+//   - closeIdle, started by the end of the last job of a closed thread:
+//     counted in jobSet.wg too;
+//   - restore's mounts: restore, which waits for them;
+//   - a jail's goroutines (package jail): its threadJail, closed by the
+//     thread's close, delete or fence, or by Close (closeJails);
+//   - a mount's FUSE server (package fs): its entry in threadSet or
+//     inspectionSet, unmounted by the thread's close or delete, by an
+//     unmount, or by Close (unmountAll); the fs.Hub's own: Close (Hub.Close);
+//   - the host lease's heartbeats and fence (hosts.go): the lease, ended by
+//     Close (endLease) after unmountAll.
 //
 // # Errors
 //

@@ -192,3 +192,13 @@ func (e *APIError) Is(target error) bool {
 type errorBody struct {
 	Error *APIError `json:"error"`
 }
+
+// toolError is a refusal whose message is meant for the agent as it is,
+// without the gateway's prefixes; it matches its sentinel.
+type toolError struct {
+	sentinel error
+	msg      string
+}
+
+func (e *toolError) Error() string        { return e.msg }
+func (e *toolError) Is(target error) bool { return target == e.sentinel }

@@ -348,9 +348,15 @@ func (s *eventStream) serveStream(w http.ResponseWriter, r *http.Request) {
 	}
 	log.Debug("event stream opened")
 
-	finished := make(chan struct{})
-	defer close(finished)
+	// The watcher below belongs to this stream: it is told to stop and
+	// waited for when the stream ends.
+	finished, watched := make(chan struct{}), make(chan struct{})
+	defer func() {
+		close(finished)
+		<-watched
+	}()
 	go func() {
+		defer close(watched)
 		select {
 		case <-finished:
 			return

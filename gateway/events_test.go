@@ -18,8 +18,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"warren/internal/testenv"
 )
 
 // testEvent is a kind of event that only tests emit.
@@ -501,7 +499,6 @@ func TestEventsEndOnClose(t *testing.T) {
 // a thread, and reads the real stream: one thread event per change, none
 // for what changed nothing, in order, as NDJSON.
 func TestEventsThreadLifecycle(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	t1 := follow(t, env.c, "acme", "t1")
@@ -568,7 +565,6 @@ func TestEventsThreadLifecycle(t *testing.T) {
 // TestEventsEscapeRefused: an escape refused by a thread's mount is an
 // event of that thread.
 func TestEventsEscapeRefused(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	s := follow(t, env.c, "acme", "t1")

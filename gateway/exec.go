@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,158 +94,6 @@ const maxExecTimeout = 24 * time.Hour
 // timeoutExit is the exit code of a command that ran out of time, as
 // timeout(1) gives it.
 const timeoutExit = 124
-
-// jailFor returns k's jail, starting it at the thread's first command
-// with the settings of its binding b. The workspace's root is given to the
-// jail's user, whose commands otherwise could not write it. The thread
-// lock of k must be held.
-func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey, b meta.Binding) (*threadJail, error) {
-	g.mu.Lock()
-	tj := g.jails[k]
-	g.mu.Unlock()
-	if tj != nil {
-		dead := tj.jail.Err()
-		if dead == nil {
-			return tj, nil
-		}
-		g.replaceDeadJail(k, tj, dead)
-	}
-	s := b.Settings
-	_, mountPath, err := g.threadPaths(k)
-	if err != nil {
-		return nil, err
-	}
-	root, err := g.rootOf(b)
-	if err != nil {
-		return nil, err
-	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(root, &st); err != nil {
-		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
-	}
-	if st.Uid == 0 {
-		if err := os.Chown(root, jail.NobodyID, jail.NobodyID); err != nil {
-			return nil, fmt.Errorf("jail for %s: give the workspace to its user: %w", keyName(k), err)
-		}
-	}
-	cfg := g.jailConfig(s, mountPath)
-	j, err := jail.Start(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
-	}
-	// Its commands act as their runs in every mount of the gateway.
-	unregister, err := g.hub.RegisterJail(j.InitPid(), j.RunOf)
-	if err != nil {
-		j.Close()
-		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
-	}
-	tj = &threadJail{jail: j, unregister: unregister, settings: cloneSettings(s)}
-	g.mu.Lock()
-	g.jails[k] = tj
-	g.mu.Unlock()
-	g.log.Info("jail started", "tenant", k.Tenant, "thread", k.Thread, "network", cfg.Network, "limits", j.Limits)
-	return tj, nil
-}
-
-// replaceDeadJail forgets k's jail tj, whose init died (killed from the
-// host, or out of memory): its commands and jobs ended with it (137), and
-// no command can start in it. It is closed (its cgroup goes), and the
-// thread gets a new jail at this command: a thread never stays without
-// one. The note goes to the log and the event stream. The thread lock of
-// k must be held.
-func (g *Gateway) replaceDeadJail(k meta.ThreadKey, tj *threadJail, dead error) {
-	g.mu.Lock()
-	if g.jails[k] == tj {
-		delete(g.jails, k)
-	}
-	g.mu.Unlock()
-	tj.close()
-	g.log.Warn("jail's init died: its commands ended; starting a new jail", "tenant", k.Tenant, "thread", k.Thread, "error", dead)
-	g.emit(Event{Type: EventJailReplaced, Tenant: k.Tenant, Thread: k.Thread,
-		Message: "The jail of this thread ended unexpectedly, with every command and job in it. The next command starts a new jail."})
-}
-
-// threadJail is a thread's running jail.
-type threadJail struct {
-	jail       *jail.Jail
-	unregister func() // forgets it in the hub's actors
-	// settings are the thread's, as its jail was started with them or
-	// last changed (resettle); guarded by Gateway.mu.
-	settings meta.Settings
-}
-
-func (tj *threadJail) close() {
-	tj.unregister()
-	tj.jail.Close()
-}
-
-// threadJail returns the jail of a thread and the thread's settings,
-// binding the thread and starting its jail if need be. A running jail means
-// a bound, mounted thread (closing or deleting it ends the jail first), so
-// a warm command costs no look-up in the store.
-func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (*jail.Jail, meta.Settings, meta.ThreadKey, error) {
-	k, err := threadKey(tenant, thread)
-	if err != nil {
-		return nil, meta.Settings{}, k, err
-	}
-	g.mu.Lock()
-	tj := g.jails[k]
-	var s meta.Settings
-	// A jail whose init died is replaced under the thread's lock
-	// (jailFor).
-	warm := tj != nil && !g.closingLocked(k) && tj.jail.Err() == nil
-	if tj != nil {
-		s = tj.settings
-	}
-	g.mu.Unlock()
-	if warm {
-		// A warm jail still needs the thread's pin (a map look-up while
-		// the lease holds).
-		if err := g.claim(ctx, k, nil); err != nil {
-			return nil, s, k, err
-		}
-		return tj.jail, s, k, nil
-	}
-	unlock, err := g.threadLocks.lock(ctx, k)
-	if err != nil {
-		return nil, s, k, fmt.Errorf("jail for %s: %w", keyName(k), err)
-	}
-	defer unlock()
-	b, err := g.bindLocked(ctx, k, nil)
-	if err != nil {
-		return nil, s, k, err
-	}
-	tj, err = g.jailFor(ctx, k, b)
-	if err != nil {
-		return nil, s, k, err
-	}
-	g.mu.Lock()
-	s = tj.settings
-	g.mu.Unlock()
-	return tj.jail, s, k, nil
-}
-
-// closeJail ends k's jail, if it has one, and every command in it.
-func (g *Gateway) closeJail(k meta.ThreadKey) {
-	g.mu.Lock()
-	tj := g.jails[k]
-	delete(g.jails, k)
-	g.mu.Unlock()
-	if tj != nil {
-		tj.close()
-	}
-}
-
-// closeJails ends every jail, at shutdown.
-func (g *Gateway) closeJails() {
-	g.mu.Lock()
-	js := g.jails
-	g.jails = make(map[meta.ThreadKey]*threadJail)
-	g.mu.Unlock()
-	for _, tj := range js {
-		tj.close()
-	}
-}
 
 // commandIn checks a command line of a request (exec or spawn) before
 // anything runs, then finds the thread's jail (binding the thread and
@@ -345,20 +191,12 @@ type moveReply struct {
 }
 
 // startExec registers a running command and returns its id.
-func (g *Gateway) startExec(re *runningExec) string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.execSeq++
-	id := "exec-" + strconv.FormatUint(g.execSeq, 10)
-	g.execs[id] = re
-	return id
-}
+func (g *Gateway) startExec(re *runningExec) string { return g.jails.startExec(re) }
 
+// endExec forgets running command id and closes its input, unless its job
+// owns it now.
 func (g *Gateway) endExec(id string) {
-	g.mu.Lock()
-	re := g.execs[id]
-	delete(g.execs, id)
-	g.mu.Unlock()
+	re := g.jails.endExec(id)
 	if re == nil {
 		return
 	}
@@ -374,9 +212,7 @@ func (g *Gateway) runningFor(p params) (*runningExec, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.mu.Lock()
-	re := g.execs[p.exec]
-	g.mu.Unlock()
+	re := g.jails.exec(p.exec)
 	if re == nil || re.key != k {
 		return nil, fmt.Errorf("%w: no running command %s in thread %s", ErrNotFound, quote(p.exec), keyName(k))
 	}

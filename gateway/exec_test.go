@@ -20,7 +20,6 @@ import (
 // exit codes, cwd, env, stdin, a timeout, a refused cwd, and the jail gone
 // with the thread.
 func TestExec(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	t.Setenv("OPENAI_API_KEY", "sk-server-secret")
 	env := startEnv(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -78,7 +77,6 @@ func TestExec(t *testing.T) {
 // reads a file, run B edits it with sed -i, and A's write based on its
 // older read fails with ESTALE; after a fresh read it goes through.
 func TestExecStaleWrite(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -120,7 +118,6 @@ func TestExecStaleWrite(t *testing.T) {
 // TestExecTty: a command on a terminal, fed and resized while it runs
 // through its id; and open input without a terminal.
 func TestExecTty(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	testenv.RequireCommand(t, "stty")
 	env := startEnv(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -195,7 +192,6 @@ func TestExecTty(t *testing.T) {
 // its jail, are kept in its binding, change at once where they can and are
 // refused where they would restart a running jail.
 func TestExecSettings(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -89,16 +89,6 @@ type (
 	}
 )
 
-// toolError is a refusal whose message is meant for the agent as it is,
-// without the gateway's prefixes; it matches its sentinel.
-type toolError struct {
-	sentinel error
-	msg      string
-}
-
-func (e *toolError) Error() string        { return e.msg }
-func (e *toolError) Is(target error) bool { return target == e.sentinel }
-
 // fileError turns an error of the fs core into the API's.
 func fileError(err error) error {
 	var (
@@ -128,7 +118,7 @@ func fileError(err error) error {
 
 // withFiles binds the thread if need be and runs fn on its workspace.
 func (g *Gateway) withFiles(ctx context.Context, tenant, thread string, fn func(k meta.ThreadKey, f *fs.Files, mountPath string) error) error {
-	info, err := g.Bind(ctx, tenant, thread)
+	info, err := g.bind(ctx, tenant, thread)
 	if err != nil {
 		return err
 	}
@@ -184,8 +174,8 @@ func inWorkspace(p, mountPath string) string {
 	return p
 }
 
-// ReadFile reads a file of the thread's workspace for run.
-func (g *Gateway) ReadFile(ctx context.Context, tenant, thread string, req ReadFileRequest) (ReadFileResponse, error) {
+// readFile reads a file of the thread's workspace for run.
+func (g *Gateway) readFile(ctx context.Context, tenant, thread string, req ReadFileRequest) (ReadFileResponse, error) {
 	if err := checkPath("path", req.Path); err != nil {
 		return ReadFileResponse{}, err
 	}
@@ -210,8 +200,8 @@ func (g *Gateway) ReadFile(ctx context.Context, tenant, thread string, req ReadF
 	return out, err
 }
 
-// WriteFile writes a file of the thread's workspace for run.
-func (g *Gateway) WriteFile(ctx context.Context, tenant, thread string, req WriteFileRequest) (WriteFileResponse, error) {
+// writeFile writes a file of the thread's workspace for run.
+func (g *Gateway) writeFile(ctx context.Context, tenant, thread string, req WriteFileRequest) (WriteFileResponse, error) {
 	if err := checkPath("path", req.Path); err != nil {
 		return WriteFileResponse{}, err
 	}
@@ -241,8 +231,8 @@ func (g *Gateway) WriteFile(ctx context.Context, tenant, thread string, req Writ
 	return out, err
 }
 
-// EditFile edits a file of the thread's workspace for run.
-func (g *Gateway) EditFile(ctx context.Context, tenant, thread string, req EditFileRequest) (EditFileResponse, error) {
+// editFile edits a file of the thread's workspace for run.
+func (g *Gateway) editFile(ctx context.Context, tenant, thread string, req EditFileRequest) (EditFileResponse, error) {
 	if err := checkPath("path", req.Path); err != nil {
 		return EditFileResponse{}, err
 	}
@@ -271,9 +261,9 @@ func (g *Gateway) EditFile(ctx context.Context, tenant, thread string, req EditF
 	return out, err
 }
 
-// RegisterRun makes process pid and its descendants act as run in the
+// registerRun makes process pid and its descendants act as run in the
 // thread's workspace (and every other this gateway serves).
-func (g *Gateway) RegisterRun(ctx context.Context, tenant, thread string, req RunRequest) (RunResponse, error) {
+func (g *Gateway) registerRun(ctx context.Context, tenant, thread string, req RunRequest) (RunResponse, error) {
 	if req.Run == "" || req.Pid == 0 {
 		return RunResponse{}, fmt.Errorf("%w: a run and a pid are required", ErrInvalid)
 	}
@@ -283,7 +273,7 @@ func (g *Gateway) RegisterRun(ctx context.Context, tenant, thread string, req Ru
 	if err := checkRunPid(req.Pid); err != nil {
 		return RunResponse{}, err
 	}
-	if _, err := g.Bind(ctx, tenant, thread); err != nil {
+	if _, err := g.bind(ctx, tenant, thread); err != nil {
 		return RunResponse{}, err
 	}
 	if err := g.hub.RegisterRun(req.Pid, req.Run); err != nil {
@@ -293,8 +283,8 @@ func (g *Gateway) RegisterRun(ctx context.Context, tenant, thread string, req Ru
 	return RunResponse{Run: req.Run, Pid: req.Pid}, nil
 }
 
-// EndRun forgets run: its registered processes and its read records.
-func (g *Gateway) EndRun(ctx context.Context, tenant, thread string, req RunRequest) (RunResponse, error) {
+// endRun forgets run: its registered processes and its read records.
+func (g *Gateway) endRun(ctx context.Context, tenant, thread string, req RunRequest) (RunResponse, error) {
 	if req.Run == "" {
 		return RunResponse{}, fmt.Errorf("%w: a run is required", ErrInvalid)
 	}
@@ -328,7 +318,7 @@ func (g *Gateway) handleReadFile(r *http.Request, p params) (any, error) {
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
-	return g.ReadFile(r.Context(), p.tenant, p.thread, req)
+	return g.readFile(r.Context(), p.tenant, p.thread, req)
 }
 
 func (g *Gateway) handleWriteFile(r *http.Request, p params) (any, error) {
@@ -336,7 +326,7 @@ func (g *Gateway) handleWriteFile(r *http.Request, p params) (any, error) {
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
-	return g.WriteFile(r.Context(), p.tenant, p.thread, req)
+	return g.writeFile(r.Context(), p.tenant, p.thread, req)
 }
 
 func (g *Gateway) handleEditFile(r *http.Request, p params) (any, error) {
@@ -344,7 +334,7 @@ func (g *Gateway) handleEditFile(r *http.Request, p params) (any, error) {
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
-	return g.EditFile(r.Context(), p.tenant, p.thread, req)
+	return g.editFile(r.Context(), p.tenant, p.thread, req)
 }
 
 func (g *Gateway) handleRegisterRun(r *http.Request, p params) (any, error) {
@@ -352,7 +342,7 @@ func (g *Gateway) handleRegisterRun(r *http.Request, p params) (any, error) {
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
-	return g.RegisterRun(r.Context(), p.tenant, p.thread, req)
+	return g.registerRun(r.Context(), p.tenant, p.thread, req)
 }
 
 func (g *Gateway) handleEndRun(r *http.Request, p params) (any, error) {
@@ -360,5 +350,5 @@ func (g *Gateway) handleEndRun(r *http.Request, p params) (any, error) {
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
-	return g.EndRun(r.Context(), p.tenant, p.thread, req)
+	return g.endRun(r.Context(), p.tenant, p.thread, req)
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"warren/fs"
-	"warren/internal/testenv"
 )
 
 // nextOfType reads s until an event of type typ arrives.
@@ -33,7 +32,6 @@ func nextOfType(t *testing.T, s *stream, typ EventType) Event {
 // the seed's message as an error and as an event, and the thread's mount
 // sees every change at once.
 func TestFileAPI(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	c := env.c
@@ -111,7 +109,6 @@ func TestFileAPI(t *testing.T) {
 // mount are one actor's; an unregistered process is its own actor, and
 // its stale write on the mount is refused and reported with the thread.
 func TestFileAPIRunOnMount(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	c := env.c
@@ -203,7 +200,6 @@ func TestFileAPIRunOnMount(t *testing.T) {
 // TestFileAPIBodies: a file over 1 MiB may be written (the file API's own
 // body bound), one over the file bound may not.
 func TestFileAPIBodies(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

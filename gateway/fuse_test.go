@@ -11,14 +11,12 @@ import (
 	"testing"
 
 	"warren/fs"
-	"warren/internal/testenv"
 )
 
 // These tests follow a thread's life through the mounts themselves: files
 // written and read through them, and the mount table.
 
 func TestFUSEThreadLifecycle(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	store := newStore(t)
 	dataDir := filepath.Join(t.TempDir(), "data")
 	ctx := context.Background()
@@ -102,7 +100,6 @@ func TestFUSEThreadLifecycle(t *testing.T) {
 // daemon does, and checks that the next start detaches it and serves the
 // thread again.
 func TestFUSEStaleMountAtStart(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	store := newStore(t)
 	dataDir := filepath.Join(t.TempDir(), "data")
 	ctx := context.Background()

@@ -49,17 +49,16 @@ type Gateway struct {
 	dataID, wsID fileID
 	// events fans the gateway's events out to GET /v1/events (events.go).
 	events *broker
-	// jails are the threads' sandboxes, made at their first command
-	// (exec.go); guarded by mu.
-	jails map[meta.ThreadKey]*threadJail
-	// execs are the running commands by id, for their input and size;
-	// execSeq numbers them. Guarded by mu.
-	execs   map[string]*runningExec
-	execSeq uint64
-	// jobs are the background jobs this gateway runs or ran, by thread
-	// (jobs.go); guarded by mu. jobWG counts those not ended yet.
-	jobs  map[meta.ThreadKey]*threadJobs
-	jobWG sync.WaitGroup
+
+	// The gateway's state, by concern; each group has its own lock (see
+	// the package's lock order).
+	threads     threadSet     // thread locks and mounts (threads.go)
+	jails       jailSet       // jails and the commands in them (jails.go)
+	jobs        jobSet        // background jobs (jobs.go)
+	inspections inspectionSet // inspection mounts (inspect.go)
+	// requests counts the API's requests being answered (Close waits).
+	requests requestSet
+
 	// instance names this run of the gateway in the job records, and
 	// machine the machine it runs on.
 	instance string
@@ -71,8 +70,6 @@ type Gateway struct {
 	stopLease context.CancelFunc
 	leaseDone chan struct{}
 
-	threadLocks keyedLocks[meta.ThreadKey]
-
 	// quotas holds the workspaces' quota groups (diskquota.go).
 	quotas diskQuotas
 
@@ -80,30 +77,6 @@ type Gateway struct {
 	serveErr  error         // written before serveDone is closed
 	closeOnce sync.Once
 	closeErr  error
-
-	mu sync.Mutex
-	// closed is set by Close; no mount is added after it.
-	closed bool
-	// threads holds the mounted threads, and the last mount error of bound
-	// threads that are not mounted.
-	threads map[meta.ThreadKey]*threadMount
-	// inspections holds the inspection mounts by path, including ones being
-	// made (mount nil, pending true) and ones that failed at start.
-	inspections map[string]*inspectionMount
-}
-
-// threadMount is the in-memory state of one bound thread.
-type threadMount struct {
-	mount io.Closer // nil when not mounted
-	err   error     // why the last mount attempt failed, when mount is nil
-}
-
-// inspectionMount is the in-memory state of one inspection mount.
-type inspectionMount struct {
-	key     meta.ThreadKey
-	mount   io.Closer // nil while pending, or when mounting failed at start
-	pending bool      // reserved by a request that is mounting it now
-	err     error
 }
 
 // Start prepares the data folder, mounts again every thread and inspection
@@ -125,12 +98,11 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		uid:         uint32(os.Getuid()),
 		allow:       make(map[uint32]bool),
 		serveDone:   make(chan struct{}),
-		threads:     make(map[meta.ThreadKey]*threadMount),
-		inspections: make(map[string]*inspectionMount),
+		threads:     threadSet{mounts: make(map[meta.ThreadKey]*threadMount)},
+		inspections: inspectionSet{mounts: make(map[string]*inspectionMount)},
 		events:      newBroker(eventBuffer),
-		jails:       make(map[meta.ThreadKey]*threadJail),
-		execs:       make(map[string]*runningExec),
-		jobs:        make(map[meta.ThreadKey]*threadJobs),
+		jails:       jailSet{jails: make(map[meta.ThreadKey]*threadJail), execs: make(map[string]*runningExec)},
+		jobs:        jobSet{threads: make(map[meta.ThreadKey]*threadJobs)},
 		instance:    newInstance(),
 		machine:     machineID(),
 		lease:       lease{pins: make(map[meta.ThreadKey]meta.LeaseID)},
@@ -174,7 +146,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	g.ln = ln
 	g.srv = &http.Server{
-		Handler:           g.handler(),
+		Handler:           g.tracked(g.handler()),
 		MaxHeaderBytes:    64 << 10,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -218,33 +190,42 @@ func (g *Gateway) Done() <-chan struct{} { return g.serveDone }
 
 // Close stops accepting connections, waits a while for requests in flight,
 // unmounts every mount and keeps every record, so that the next Start
-// serves the same threads. It does not close the Store. Calling it again
+// serves the same threads. It returns only once nothing of the gateway
+// runs (no goroutine, request, job, jail or mount; see the package's
+// Goroutines), so the caller may close the Store then. Calling it again
 // returns the first call's result.
 func (g *Gateway) Close() error {
 	g.closeOnce.Do(func() {
-		g.mu.Lock()
-		g.closed = true
-		g.mu.Unlock()
+		// From now on no mount, jail or job is added: a request still
+		// running is refused (ErrClosed) where it would add one, and
+		// undoes what it made.
+		g.threads.close()
+		g.inspections.close()
+		g.jobs.close()
 		// Commands end with their jails, and their streams with them.
 		// Jobs end too, and their ends are recorded (before the caller
-		// closes the store) and told. Event streams never go idle by
-		// themselves: end them next, so that Shutdown does not wait its
-		// whole grace for them.
+		// closes the store) and told; spawns under way end or are
+		// refused. Event streams never go idle by themselves: end them
+		// next, so that Shutdown does not wait its whole grace for them.
 		g.noteStoppingAll("the daemon stopped")
 		g.closeJails()
-		g.jobWG.Wait()
+		g.jobs.wg.Wait()
 		g.events.close()
 
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		defer cancel()
 		err := g.srv.Shutdown(ctx)
 		if err != nil {
-			// Handlers still running see g.closed and undo what they
-			// mount from now on; cut their connections.
+			// Handlers still running are refused where they would add
+			// a mount, a jail or a job, and undo what they made; cut
+			// their connections (requests waits for them below).
 			g.log.Warn("requests still running at shutdown", "error", err)
 			err = g.srv.Close()
 		}
 		<-g.serveDone
+		// Shutdown waited for the requests, but Close does not: the
+		// handlers of cut connections may still run.
+		g.requests.closeAndWait()
 		// The listener does not unlink the socket (see listenSocket).
 		if rmErr := os.Remove(g.cfg.SocketPath); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
 			g.log.Warn("remove socket", "socket", g.cfg.SocketPath, "error", rmErr)
@@ -299,29 +280,19 @@ func (g *Gateway) makeLayout() error {
 }
 
 // unmountAll unmounts every thread and inspection mount, keeping records.
-// It is called once g.closed is set (or before serving started), so no
-// mount is added behind it.
+// No mount is added or put back after it (threadSet.drain,
+// inspectionSet.drain).
 func (g *Gateway) unmountAll() error {
-	g.mu.Lock()
 	var closers []io.Closer
 	var names []string
-	for k, t := range g.threads {
-		if t.mount != nil {
-			closers = append(closers, t.mount)
-			names = append(names, g.workspacePath(k))
-		}
+	for k, m := range g.threads.drain() {
+		closers = append(closers, m)
+		names = append(names, g.workspacePath(k))
 	}
-	clear(g.threads)
-	for p, im := range g.inspections {
-		if im.mount != nil {
-			closers = append(closers, im.mount)
-			names = append(names, p)
-		}
-		if !im.pending {
-			delete(g.inspections, p)
-		}
+	for p, m := range g.inspections.drain() {
+		closers = append(closers, m)
+		names = append(names, p)
 	}
-	g.mu.Unlock()
 
 	var errs []error
 	for i, c := range closers {
@@ -349,4 +320,50 @@ func (g *Gateway) endLease() {
 		g.stopLease()
 		<-g.leaseDone
 	}
+}
+
+// requestSet counts the API's requests being answered, so that Close
+// returns only once none runs: http.Server.Close, unlike Shutdown, does
+// not wait for them.
+type requestSet struct {
+	mu sync.Mutex
+	// closed is set by closeAndWait: a request that comes after it is
+	// answered 503 at once.
+	closed bool
+	// wg counts the requests being answered; Add runs only under mu while
+	// closed is not set, so no Add follows the Wait.
+	wg sync.WaitGroup
+}
+
+// tracked counts the requests h answers in g.requests; one that comes
+// after Close waited for them is refused.
+func (g *Gateway) tracked(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !g.requests.enter() {
+			g.writeError(w, r, params{}, fmt.Errorf("answer %s: %w", clip(r.URL.EscapedPath()), ErrClosed))
+			return
+		}
+		defer g.requests.wg.Done()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// enter counts a request, unless closeAndWait ran: then it says false.
+func (rs *requestSet) enter() bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.closed {
+		return false
+	}
+	rs.wg.Add(1)
+	return true
+}
+
+// closeAndWait refuses requests from now on and waits for those being
+// answered.
+func (rs *requestSet) closeAndWait() {
+	rs.mu.Lock()
+	rs.closed = true
+	rs.mu.Unlock()
+	rs.wg.Wait()
 }

@@ -234,9 +234,11 @@ type testEnv struct {
 // startEnv starts a gateway that mounts with FUSE and stops it when the
 // test ends, then checks that no mount it made is left. cfg's zero fields
 // get test defaults. cfg.mounter is tapped (see tapMounter) unless it is a
-// tap already; nil means the real fuseMounter.
+// tap already; nil means the real fuseMounter. It needs root and FUSE
+// (testenv.RequireRootFUSE), so the tests that call it do not ask again.
 func startEnv(t testing.TB, cfg Config) *testEnv {
 	t.Helper()
+	testenv.RequireRootFUSE(t)
 	env := &testEnv{logBuf: &testenv.SyncBuffer{}}
 	if cfg.DataDir == "" {
 		cfg.DataDir = filepath.Join(t.TempDir(), "data")

@@ -145,14 +145,7 @@ func (g *Gateway) heartbeat(ctx context.Context) (lost bool, err error) {
 // mounts it again.
 func (g *Gateway) fence() {
 	// A jail or a job runs only in a mounted thread: the mounts are all.
-	g.mu.Lock()
-	var keys []meta.ThreadKey
-	for k, t := range g.threads {
-		if t.mount != nil {
-			keys = append(keys, k)
-		}
-	}
-	g.mu.Unlock()
+	keys := g.threads.mountedKeys()
 	for _, k := range keys {
 		if _, err := g.takeDown(k, nil); err != nil {
 			g.log.Error("fence: take down a thread", "tenant", k.Tenant, "thread", k.Thread, "error", err)
@@ -310,9 +303,9 @@ func (g *Gateway) noteMovedJobs(ctx context.Context, k meta.ThreadKey) {
 	})
 }
 
-// Unpin moves a thread to this gateway at once, if the host that holds
+// unpin moves a thread to this gateway at once, if the host that holds
 // it is no longer alive; while it lives, the call is refused.
-func (g *Gateway) Unpin(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+func (g *Gateway) unpin(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
 		return ThreadInfo{}, err
@@ -327,11 +320,11 @@ func (g *Gateway) Unpin(ctx context.Context, tenant, thread string) (ThreadInfo,
 	case err != nil && !errors.Is(err, meta.ErrNotFound):
 		return ThreadInfo{}, fmt.Errorf("unpin %s: %w", keyName(k), err)
 	}
-	return g.Bind(ctx, tenant, thread)
+	return g.bind(ctx, tenant, thread)
 }
 
-// Hosts lists the hosts the store knows.
-func (g *Gateway) Hosts(ctx context.Context) ([]meta.Host, error) {
+// listHosts lists the hosts the store knows.
+func (g *Gateway) listHosts(ctx context.Context) ([]meta.Host, error) {
 	hs, err := g.store.ListHosts(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list hosts: %w", err)

@@ -48,6 +48,7 @@ func formerHost(t *testing.T, store meta.Store, host string, threads map[string]
 // formerRoot makes a workspace root of a former host's data folder.
 func formerRoot(t *testing.T, thread string, files map[string]string) string {
 	t.Helper()
+	testenv.RequireRoot(t) // the files are given to the jail's user
 	root, err := WorkspaceRoot(filepath.Join(t.TempDir(), "data", "workspaces"), "acme", thread)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +73,6 @@ func formerRoot(t *testing.T, thread string, files map[string]string) string {
 // where it is reachable, gone (with its message and a stranded event)
 // where not; the jobs the host left running are noted once each.
 func TestTakeOver(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	store := newStore(t)
 	ctx := context.Background()
 	resumed := formerRoot(t, "resumed", map[string]string{"notes.txt": "from web-1\n"})
@@ -153,7 +153,6 @@ func TestTakeOver(t *testing.T) {
 // TestTakeOverFresh: configured so, a gateway gives a taken-over thread
 // whose folder it cannot reach a fresh workspace, seeded by its command.
 func TestTakeOverFresh(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	store := newStore(t)
 	formerHost(t, store, "web-1", map[string]string{"t1": "/nonexistent/data/workspaces/acme/t1"})
 	env := startEnv(t, Config{HostID: "web-2", Store: store, OnUnreachable: UnreachableFresh, SeedCommand: "echo seeded > SEED"})
@@ -171,7 +170,6 @@ func TestTakeOverFresh(t *testing.T) {
 // TestUnpin: refused while the owner lives; once it is gone, it moves the
 // thread here at once.
 func TestUnpin(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	store := newStore(t)
 	ctx := context.Background()
 	root := formerRoot(t, "t1", map[string]string{"f": "x"})
@@ -256,7 +254,6 @@ func BenchmarkOwnershipCheck(b *testing.B) {
 // it served, jail, jobs and mount, and serves it again only after pinning
 // it anew.
 func TestFenceOnLostLease(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	store := newStore(t)
 	ctx := context.Background()
 	env := startEnv(t, Config{HostID: "web-1", Store: store, RenewEvery: 100 * time.Millisecond, ExpiresAfter: 2 * time.Second})
@@ -296,7 +293,6 @@ func TestFenceOnLostLease(t *testing.T) {
 // store and a workspaces folder (a shared disk), each binds any thread
 // there and serves the same files.
 func TestSharedWorkspaces(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	store := newStore(t)
 	shared := filepath.Join(t.TempDir(), "shared")
 	a := startEnv(t, Config{Store: store, WorkspacesDir: shared})
@@ -337,7 +333,6 @@ func (s lostAnswerStore) CreateBinding(ctx context.Context, b meta.Binding) (met
 // was lost fails with 503, keeps the folder, and the retry serves the
 // thread (not "gone").
 func TestBindLostAnswer(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{Store: lostAnswerStore{newStore(t)}})
 	ctx := context.Background()
 	_, err := env.c.Bind(ctx, "acme", "t1")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -32,11 +33,132 @@ type MountInfo struct {
 	Error   string `json:"error,omitempty"`
 }
 
+// inspectionSet is the inspection mounts by path, including ones being
+// made (mount nil, pending true) and ones that failed at start.
+type inspectionSet struct {
+	mu sync.Mutex
+	// closed is set by Close: no path is reserved after it.
+	closed bool
+	// drained is set once Close unmounted everything (unmountAll): no
+	// mount is put back after it.
+	drained bool
+	mounts  map[string]*inspectionMount
+}
+
+// inspectionMount is the in-memory state of one inspection mount.
+type inspectionMount struct {
+	key     meta.ThreadKey
+	mount   io.Closer // nil while pending, or when mounting failed at start
+	pending bool      // reserved by a request that is mounting it now
+	err     error
+}
+
+// get returns the inspection mount at path, or nil.
+func (is *inspectionSet) get(path string) *inspectionMount {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	return is.mounts[path]
+}
+
+// reserve claims path for a mount being made, refusing a path that is
+// served already, or that lies inside or around one, and every path once
+// the gateway is closing.
+func (is *inspectionSet) reserve(path string, k meta.ThreadKey) error {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	if is.closed {
+		return ErrClosed
+	}
+	for p := range is.mounts {
+		if p == path || within(p, path) || within(path, p) {
+			return fmt.Errorf("%w: %s is inside or around the inspection mount %s", ErrConflict, path, p)
+		}
+	}
+	is.mounts[path] = &inspectionMount{key: k, pending: true}
+	return nil
+}
+
+// fill makes the reservation of path a mount, m; it refuses with
+// ErrClosed once the gateway is closing, and then drops the reservation:
+// the caller unmounts m.
+func (is *inspectionSet) fill(path string, m io.Closer) error {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	if is.closed {
+		if im := is.mounts[path]; im != nil && im.pending {
+			delete(is.mounts, path)
+		}
+		return ErrClosed
+	}
+	is.mounts[path] = &inspectionMount{key: is.mounts[path].key, mount: m}
+	return nil
+}
+
+// unreserve drops the reservation of path, if it is still one.
+func (is *inspectionSet) unreserve(path string) {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	if im := is.mounts[path]; im != nil && im.pending {
+		delete(is.mounts, path)
+	}
+}
+
+// put keeps im at path: one restored at start, or one whose unmount
+// failed. It says false once unmountAll ran, which would never see it.
+func (is *inspectionSet) put(path string, im *inspectionMount) bool {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	if is.drained {
+		return false
+	}
+	is.mounts[path] = im
+	return true
+}
+
+// take removes the inspection mount at path, if it belongs to k and is
+// not being made, and returns it (nil if not).
+func (is *inspectionSet) take(path string, k meta.ThreadKey) *inspectionMount {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	im := is.mounts[path]
+	if im == nil || im.key != k || im.pending {
+		return nil
+	}
+	delete(is.mounts, path)
+	return im
+}
+
+// close refuses new reservations from now on.
+func (is *inspectionSet) close() {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	is.closed = true
+}
+
+// drain empties the set but for the reservations (their requests see
+// closed and undo them), refuses mounts put back from now on, and returns
+// the mounts it held, by path, for unmountAll.
+func (is *inspectionSet) drain() map[string]io.Closer {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	is.closed, is.drained = true, true
+	out := make(map[string]io.Closer)
+	for p, im := range is.mounts {
+		if im.mount != nil {
+			out[p] = im.mount
+		}
+		if !im.pending {
+			delete(is.mounts, p)
+		}
+	}
+	return out
+}
+
 // unmountDrain bounds how long Unmount waits, outside every lock, for an
 // inspection mount it took out of the tree to stop serving.
 var unmountDrain = 5 * time.Second
 
-// MountInspection serves thread (req.Tenant, req.Thread)'s workspace a
+// mountInspection serves thread (req.Tenant, req.Thread)'s workspace a
 // second time at req.Path, binding the thread first if it is not bound.
 // owner is the uid the mount is made for (the API's peer): unless it is
 // root, req.Path must belong to it, so a caller cannot cover a folder of
@@ -46,7 +168,7 @@ var unmountDrain = 5 * time.Second
 // descriptor, and the mount is made onto that descriptor
 // (inspectdir_linux.go): a link swapped into a parent folder meanwhile
 // changes nothing. A path through a link is refused.
-func (g *Gateway) MountInspection(ctx context.Context, req MountRequest, owner uint32) (MountInfo, error) {
+func (g *Gateway) mountInspection(ctx context.Context, req MountRequest, owner uint32) (MountInfo, error) {
 	k, err := threadKey(req.Tenant, req.Thread)
 	if err != nil {
 		return MountInfo{}, err
@@ -60,20 +182,18 @@ func (g *Gateway) MountInspection(ctx context.Context, req MountRequest, owner u
 		return MountInfo{}, fmt.Errorf("mount %s for %s: %w", req.Path, keyName(k), err)
 	}
 	defer unix.Close(dirFd)
-	if err := g.reserveInspection(path, k); err != nil {
+	if err := g.inspections.reserve(path, k); err != nil {
 		g.log.Warn("refused: inspection mount", "tenant", k.Tenant, "thread", k.Thread, "path", path, "uid", owner, "error", err)
 		return MountInfo{}, fmt.Errorf("mount %s for %s: %w", path, keyName(k), err)
 	}
 	reserved := true
 	defer func() {
 		if reserved {
-			g.mu.Lock()
-			delete(g.inspections, path)
-			g.mu.Unlock()
+			g.inspections.unreserve(path)
 		}
 	}()
 
-	unlock, err := g.threadLocks.lock(ctx, k)
+	unlock, err := g.threads.locks.lock(ctx, k)
 	if err != nil {
 		return MountInfo{}, fmt.Errorf("mount %s for %s: %w", path, keyName(k), err)
 	}
@@ -105,38 +225,18 @@ func (g *Gateway) MountInspection(ctx context.Context, req MountRequest, owner u
 		return MountInfo{}, fmt.Errorf("mount %s: write record: %w", path, err)
 	}
 
-	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
+	if err := g.inspections.fill(path, m); err != nil {
+		reserved = false
 		// Close did not see this mount; take it down here. The record
 		// stays, so the next start serves it again.
 		if cerr := m.Close(); cerr != nil {
 			g.log.Error("unmount at shutdown", "path", path, "error", cerr)
 		}
-		return MountInfo{}, fmt.Errorf("mount %s: %w", path, ErrClosed)
+		return MountInfo{}, fmt.Errorf("mount %s: %w", path, err)
 	}
-	g.inspections[path] = &inspectionMount{key: k, mount: m}
 	reserved = false
-	g.mu.Unlock()
 	g.log.Info("inspection mount made", "tenant", k.Tenant, "thread", k.Thread, "path", path, "writable", req.Writable, "uid", owner)
 	return MountInfo{InspectionMount: rec, Mounted: true}, nil
-}
-
-// reserveInspection claims path for a mount being made, refusing a path
-// that is served already, or that lies inside or around one.
-func (g *Gateway) reserveInspection(path string, k meta.ThreadKey) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return ErrClosed
-	}
-	for p := range g.inspections {
-		if p == path || within(p, path) || within(path, p) {
-			return fmt.Errorf("%w: %s is inside or around the inspection mount %s", ErrConflict, path, p)
-		}
-	}
-	g.inspections[path] = &inspectionMount{key: k, pending: true}
-	return nil
 }
 
 // within reports whether path lies strictly below dir.
@@ -145,7 +245,7 @@ func within(dir, path string) bool {
 	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
-// Unmount takes down the inspection mount known by path and forgets it.
+// unmount takes down the inspection mount known by path and forgets it.
 // path only names the mount (as it was recorded): the mount is found by
 // its own descriptor, wherever its folder is now, and nothing else is
 // unmounted. It returns once the mount is gone from the mount table;
@@ -153,7 +253,7 @@ func within(dir, path string) bool {
 // hold files or their working folder in it (it stops when they let go).
 // The thread lock is held only while the mount is detached, which never
 // waits for the filesystem.
-func (g *Gateway) Unmount(ctx context.Context, path string) (inUse bool, err error) {
+func (g *Gateway) unmount(ctx context.Context, path string) (inUse bool, err error) {
 	if err := checkPath("path", path); err != nil {
 		return false, err
 	}
@@ -161,9 +261,7 @@ func (g *Gateway) Unmount(ctx context.Context, path string) (inUse bool, err err
 		return false, fmt.Errorf("%w: %s is not an absolute path", ErrInvalid, quote(path))
 	}
 	path = filepath.Clean(path)
-	g.mu.Lock()
-	im := g.inspections[path]
-	g.mu.Unlock()
+	im := g.inspections.get(path)
 	if im == nil {
 		g.log.Warn("refused: no inspection mount", "path", path)
 		return false, fmt.Errorf("unmount %s: %w: no inspection mount there", path, ErrNotFound)
@@ -172,7 +270,7 @@ func (g *Gateway) Unmount(ctx context.Context, path string) (inUse bool, err err
 		return false, fmt.Errorf("unmount %s: %w: it is being mounted", path, ErrConflict)
 	}
 	k := im.key
-	unlock, err := g.threadLocks.lock(ctx, k)
+	unlock, err := g.threads.locks.lock(ctx, k)
 	if err != nil {
 		return false, fmt.Errorf("unmount %s: %w", path, err)
 	}
@@ -209,15 +307,11 @@ func (g *Gateway) Unmount(ctx context.Context, path string) (inUse bool, err err
 // It returns the unmounted mount (nil if it was not mounted). The thread
 // lock of k must be held.
 func (g *Gateway) unmountInspection(k meta.ThreadKey, path string) (io.Closer, error) {
-	g.mu.Lock()
-	im := g.inspections[path]
-	if im == nil || im.key != k || im.pending {
-		g.mu.Unlock()
+	im := g.inspections.take(path, k)
+	if im == nil {
 		// Gone or replaced while we waited for the lock.
 		return nil, fmt.Errorf("unmount %s: %w: no inspection mount of %s there", path, ErrNotFound, keyName(k))
 	}
-	delete(g.inspections, path)
-	g.mu.Unlock()
 
 	var err error
 	if im.mount != nil {
@@ -230,9 +324,10 @@ func (g *Gateway) unmountInspection(k meta.ThreadKey, path string) (io.Closer, e
 		err = detachStaleInspection(path)
 	}
 	if err != nil {
-		g.mu.Lock()
-		g.inspections[path] = im
-		g.mu.Unlock()
+		if !g.inspections.put(path, im) && im.mount != nil {
+			// Unmounted everything already: nobody else will try again.
+			g.log.Error("unmount failed at shutdown: the mount stays", "tenant", k.Tenant, "thread", k.Thread, "path", path, "error", err)
+		}
 		g.log.Warn("refused: unmount failed", "tenant", k.Tenant, "thread", k.Thread, "path", path, "error", err)
 		return nil, fmt.Errorf("unmount %s: %w", path, err)
 	}
@@ -254,9 +349,7 @@ func (g *Gateway) unmountInspectionsOf(ctx context.Context, k meta.ThreadKey) ([
 		}
 	}
 	for _, p := range paths {
-		g.mu.Lock()
-		im := g.inspections[p]
-		g.mu.Unlock()
+		im := g.inspections.get(p)
 		if im == nil || im.key != k || im.pending {
 			continue
 		}
@@ -267,18 +360,18 @@ func (g *Gateway) unmountInspectionsOf(ctx context.Context, k meta.ThreadKey) ([
 	return paths, nil
 }
 
-// Mounts lists the inspection mounts.
-func (g *Gateway) Mounts(ctx context.Context) ([]MountInfo, error) {
+// listMounts lists the inspection mounts.
+func (g *Gateway) listMounts(ctx context.Context) ([]MountInfo, error) {
 	recs, err := g.store.ListInspectionMounts(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list inspection mounts: %w", err)
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.inspections.mu.Lock()
+	defer g.inspections.mu.Unlock()
 	out := make([]MountInfo, 0, len(recs))
 	for _, r := range recs {
 		mi := MountInfo{InspectionMount: r}
-		if im := g.inspections[r.Path]; im != nil && !im.pending {
+		if im := g.inspections.mounts[r.Path]; im != nil && !im.pending {
 			mi.Mounted = im.mount != nil
 			if im.mount == nil && im.err != nil {
 				mi.Error = im.err.Error()

@@ -81,7 +81,6 @@ func (st swapTree) victimCovered(t testing.TB) bool {
 // own: no mount ever covers the victim's folder, no answer is a 500, and
 // every mount made is unmounted when asked.
 func TestInspectionMountSymlinkSwapRace(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	st := newSwapTree(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
@@ -117,7 +116,7 @@ func TestInspectionMountSymlinkSwapRace(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	made, refused := 0, 0
 	for i := 0; i < tries && time.Now().Before(deadline); i++ {
-		_, err := env.g.MountInspection(ctx, MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID)
+		_, err := env.g.mountInspection(ctx, MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID)
 		if st.victimCovered(t) {
 			t.Fatalf("try %d: the mount covers the victim's folder (answer: %v)", i, err)
 		}
@@ -129,7 +128,7 @@ func TestInspectionMountSymlinkSwapRace(t *testing.T) {
 			continue
 		}
 		made++
-		if _, err := env.g.Unmount(ctx, st.asked); err != nil {
+		if _, err := env.g.unmount(ctx, st.asked); err != nil {
 			t.Fatalf("try %d: unmount: %v", i, err)
 		}
 		if got := env.live(t, st.base); len(got) > 0 && !onlyThreadMounts(env, got) {
@@ -160,14 +159,13 @@ func onlyThreadMounts(env *testEnv, got []string) bool {
 // that has a d with files, and starts again: the record is dropped, and
 // nothing covers the victim's folder.
 func TestInspectionMountRestartSymlinkedParent(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	st := newSwapTree(t)
 	store := newStore(t)
 	dataDir := filepath.Join(t.TempDir(), "data")
 	ctx := context.Background()
 
 	env1 := startEnv(t, Config{DataDir: dataDir, Store: store})
-	if _, err := env1.g.MountInspection(ctx, MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID); err != nil {
+	if _, err := env1.g.mountInspection(ctx, MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID); err != nil {
 		t.Fatal(err)
 	}
 	if err := env1.g.Close(); err != nil {
@@ -199,7 +197,7 @@ func TestInspectionMountRestartSymlinkedParent(t *testing.T) {
 // makes a fresh empty folder at st.asked. It returns where the mount is.
 func (st swapTree) mountMovedAway(t *testing.T, env *testEnv) string {
 	t.Helper()
-	if _, err := env.g.MountInspection(context.Background(), MountRequest{Thread: "t", Path: st.asked}, attackerUID); err != nil {
+	if _, err := env.g.mountInspection(context.Background(), MountRequest{Thread: "t", Path: st.asked}, attackerUID); err != nil {
 		t.Fatal(err)
 	}
 	moved := filepath.Join(st.base, "r", "d")
@@ -218,7 +216,6 @@ func (st swapTree) mountMovedAway(t *testing.T, env *testEnv) string {
 // of the path answers "unmounted" only because the mount, wherever it
 // went, is gone.
 func TestInspectionUnmountTellsTheTruth(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	st := newSwapTree(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
@@ -243,7 +240,6 @@ func TestInspectionUnmountTellsTheTruth(t *testing.T) {
 // the inspection mount takes down its own mount only, and neither it nor
 // a close of the thread at the same time hangs.
 func TestInspectionUnmountDoesNotBlockClose(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	st := newSwapTree(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
@@ -257,7 +253,7 @@ func TestInspectionUnmountDoesNotBlockClose(t *testing.T) {
 	go func() {
 		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		_, err := env.g.Unmount(uctx, st.asked)
+		_, err := env.g.unmount(uctx, st.asked)
 		unmounted <- err
 	}()
 	select {
@@ -271,7 +267,7 @@ func TestInspectionUnmountDoesNotBlockClose(t *testing.T) {
 	// Then the thread's close, which waits for the thread's lock.
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := env.g.CloseThread(cctx, "", "t"); err != nil {
+	if _, err := env.g.closeThread(cctx, "", "t"); err != nil {
 		t.Errorf("close of the thread after the unmount of its inspection mount: %v", err)
 	}
 	mustMounted(t, moved, false)
@@ -284,7 +280,6 @@ func TestInspectionUnmountDoesNotBlockClose(t *testing.T) {
 // still uses (its working folder is there): the answer comes within the
 // drain bound, says the mount is in use, and the mount is out of the tree.
 func TestInspectionUnmountInUse(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -322,11 +317,10 @@ func TestInspectionUnmountInUse(t *testing.T) {
 // walk refuses to go through a FUSE mount (here one this daemon serves),
 // whatever the recorded paths say.
 func TestInspectionMountNotInsideFUSE(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	st := newSwapTree(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
-	if _, err := env.g.MountInspection(ctx, MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID); err != nil {
+	if _, err := env.g.mountInspection(ctx, MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(filepath.Join(st.base, "p"), filepath.Join(st.base, "r")); err != nil {
@@ -339,12 +333,12 @@ func TestInspectionMountNotInsideFUSE(t *testing.T) {
 	if err := os.Chown(inside, attackerUID, attackerUID); err != nil {
 		t.Fatal(err)
 	}
-	_, err := env.g.MountInspection(ctx, MountRequest{Thread: "other", Path: inside}, attackerUID)
+	_, err := env.g.mountInspection(ctx, MountRequest{Thread: "other", Path: inside}, attackerUID)
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "FUSE") {
 		t.Errorf("mount inside a moved inspection mount: got %v, want ErrInvalid (a FUSE mount)", err)
 	}
 	mustMounted(t, inside, false)
-	if _, err := env.g.Unmount(ctx, st.asked); err != nil {
+	if _, err := env.g.unmount(ctx, st.asked); err != nil {
 		t.Errorf("unmount: %v", err)
 	}
 }

@@ -59,7 +59,7 @@ func TestInspectionMountChecks(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := env.g.MountInspection(ctx, MountRequest{Thread: "t", Path: tt.path}, tt.owner)
+			_, err := env.g.mountInspection(ctx, MountRequest{Thread: "t", Path: tt.path}, tt.owner)
 			if !errors.Is(err, tt.want) {
 				t.Errorf("got %v, want %v", err, tt.want)
 			}
@@ -76,7 +76,7 @@ func TestInspectionMountChecks(t *testing.T) {
 			testenv.CannotRun(t, "mount tmpfs: %v", err)
 		}
 		defer unix.Unmount(dir, unix.MNT_DETACH)
-		_, err := env.g.MountInspection(ctx, MountRequest{Thread: "t", Path: dir}, 0)
+		_, err := env.g.mountInspection(ctx, MountRequest{Thread: "t", Path: dir}, 0)
 		if !errors.Is(err, ErrConflict) {
 			t.Errorf("got %v, want ErrConflict", err)
 		}
@@ -84,7 +84,6 @@ func TestInspectionMountChecks(t *testing.T) {
 }
 
 func TestInspectionMountLifecycle(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	ro, rw := t.TempDir(), t.TempDir()
@@ -151,7 +150,6 @@ func TestInspectionMountLifecycle(t *testing.T) {
 }
 
 func TestInspectionMountRestored(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	store := newStore(t)
 	dataDir := filepath.Join(t.TempDir(), "data")
 	ctx := context.Background()

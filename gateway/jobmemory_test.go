@@ -5,8 +5,6 @@ import (
 	"runtime"
 	"testing"
 	"time"
-
-	"warren/internal/testenv"
 )
 
 // liveHeap is the bytes of live objects of this process, after two
@@ -23,7 +21,6 @@ func liveHeap() uint64 {
 // daemon about the ring (1 MiB) and little more: 50 such jobs, idle after
 // writing 2 MiB each, add at most 1.25 MiB of live heap apiece.
 func TestJobMemory(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	const jobs, written = 50, 2 << 20
 	env := startEnv(t, Config{MaxJobs: jobs})
 	c, ctx := env.c, jobCtx(t)

@@ -148,6 +148,36 @@ func newInstance() string {
 	return hex.EncodeToString(b)
 }
 
+// jobSet is the background jobs this gateway runs or ran, by thread.
+type jobSet struct {
+	mu sync.Mutex
+	// closed is set by Close: no job slot is taken after it.
+	closed bool
+	// threads holds each thread's jobs.
+	threads map[meta.ThreadKey]*threadJobs
+	// wg counts the job slots taken (spawns and moves under way, running
+	// jobs), each until its job's end is recorded, and the closeIdle calls
+	// those ends start. A slot is taken only under mu while closed is not
+	// set, and Close waits for wg after setting it: no Add follows the
+	// Wait but those of closeIdle, made while the ending job still counts.
+	wg sync.WaitGroup
+}
+
+// closing says whether k was closed while its jobs run.
+func (js *jobSet) closing(k meta.ThreadKey) bool {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	tj := js.threads[k]
+	return tj != nil && tj.closing
+}
+
+// close refuses new job slots from now on.
+func (js *jobSet) close() {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	js.closed = true
+}
+
 // threadJobs are the jobs of one thread that this gateway runs or ran.
 type threadJobs struct {
 	slots int             // running jobs, and moves or spawns under way
@@ -182,14 +212,14 @@ type job struct {
 // noteStopping tells k's jobs why the gateway is about to end their jail,
 // so that their ends say why (finishJob); the jail must end after it.
 func (g *Gateway) noteStopping(k meta.ThreadKey, why string) {
-	g.mu.Lock()
+	g.jobs.mu.Lock()
 	var jbs []*job
-	if tj := g.jobs[k]; tj != nil {
+	if tj := g.jobs.threads[k]; tj != nil {
 		for _, jb := range tj.jobs {
 			jbs = append(jbs, jb)
 		}
 	}
-	g.mu.Unlock()
+	g.jobs.mu.Unlock()
 	for _, jb := range jbs {
 		jb.mu.Lock()
 		jb.stopping = why
@@ -199,12 +229,12 @@ func (g *Gateway) noteStopping(k meta.ThreadKey, why string) {
 
 // noteStoppingAll is noteStopping for every thread, at shutdown.
 func (g *Gateway) noteStoppingAll(why string) {
-	g.mu.Lock()
-	keys := make([]meta.ThreadKey, 0, len(g.jobs))
-	for k := range g.jobs {
+	g.jobs.mu.Lock()
+	keys := make([]meta.ThreadKey, 0, len(g.jobs.threads))
+	for k := range g.jobs.threads {
 		keys = append(keys, k)
 	}
-	g.mu.Unlock()
+	g.jobs.mu.Unlock()
 	for _, k := range keys {
 		g.noteStopping(k, why)
 	}
@@ -353,31 +383,34 @@ func (w jobWriter) readFromReader(r io.Reader) (int64, error) {
 // takeJobSlot reserves one of k's job slots, or refuses with the limit.
 func (g *Gateway) takeJobSlot(k meta.ThreadKey, s meta.Settings) error {
 	limit := g.maxJobs(s)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
+	g.jobs.mu.Lock()
+	defer g.jobs.mu.Unlock()
+	if g.jobs.closed {
 		return ErrClosed
 	}
-	tj := g.jobs[k]
+	tj := g.jobs.threads[k]
 	if tj == nil {
 		tj = &threadJobs{jobs: make(map[uint64]*job)}
-		g.jobs[k] = tj
+		g.jobs.threads[k] = tj
 	}
 	if tj.slots >= limit {
 		g.log.Warn("refused: job limit", "tenant", k.Tenant, "thread", k.Thread, "max_jobs", limit)
 		return &toolError{ErrJobLimit, fmt.Sprintf("This thread already runs %d background jobs, its limit (maxJobs). Wait for one to end, or stop one, before you start another.", limit)}
 	}
 	tj.slots++
+	g.jobs.wg.Add(1)
 	return nil
 }
 
-// releaseJobSlot gives back a slot of k.
+// releaseJobSlot gives back a slot of k whose job never ran or was never
+// recorded.
 func (g *Gateway) releaseJobSlot(k meta.ThreadKey) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if tj := g.jobs[k]; tj != nil && tj.slots > 0 {
+	g.jobs.mu.Lock()
+	defer g.jobs.mu.Unlock()
+	if tj := g.jobs.threads[k]; tj != nil && tj.slots > 0 {
 		tj.slots--
 	}
+	g.jobs.wg.Done()
 }
 
 // runResult is how a command ended.
@@ -386,9 +419,9 @@ type runResult struct {
 	err  error
 }
 
-// Spawn starts a background job in a thread's jail and returns once it
+// spawn starts a background job in a thread's jail and returns once it
 // runs and is recorded.
-func (g *Gateway) Spawn(ctx context.Context, tenant, thread string, req SpawnRequest) (JobInfo, error) {
+func (g *Gateway) spawn(ctx context.Context, tenant, thread string, req SpawnRequest) (JobInfo, error) {
 	j, settings, k, cmd, err := g.commandIn(ctx, tenant, thread, req.Command, req.Run, req.Cwd, req.Env)
 	if err != nil {
 		return JobInfo{}, err
@@ -479,7 +512,8 @@ func (g *Gateway) abandonJob(jb *job, code int) {
 }
 
 // adoptJob records a running job, keeps it, and follows it to its end,
-// which result tells. Its slot must be taken.
+// which result tells. Its slot must be taken: the slot's count in
+// jobs.wg is the job's until finishJob ends.
 func (g *Gateway) adoptJob(jb *job, st startInfo, result chan runResult) (JobInfo, error) {
 	rec := meta.Job{
 		ThreadKey: jb.key, Seq: jb.seq, Label: jb.label, User: jb.user,
@@ -499,15 +533,14 @@ func (g *Gateway) adoptJob(jb *job, st startInfo, result chan runResult) (JobInf
 	jb.mu.Lock()
 	jb.rec = rec
 	jb.mu.Unlock()
-	g.mu.Lock()
-	tj := g.jobs[jb.key]
+	g.jobs.mu.Lock()
+	tj := g.jobs.threads[jb.key]
 	if tj == nil {
 		tj = &threadJobs{jobs: make(map[uint64]*job)}
-		g.jobs[jb.key] = tj
+		g.jobs.threads[jb.key] = tj
 	}
 	tj.jobs[jb.seq] = jb
-	g.jobWG.Add(1)
-	g.mu.Unlock()
+	g.jobs.mu.Unlock()
 	g.log.Info("job started", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "pid", st.pid, "user", jb.user)
 	go g.finishJob(jb, result)
 	return jb.info(), nil
@@ -516,7 +549,7 @@ func (g *Gateway) adoptJob(jb *job, st startInfo, result chan runResult) (JobInf
 // finishJob waits for a job's end, then records it, tells the stream and
 // frees its slot.
 func (g *Gateway) finishJob(jb *job, result chan runResult) {
-	defer g.jobWG.Done()
+	defer g.jobs.wg.Done()
 	res := <-result
 	code := res.code
 	jb.stdin.Close()
@@ -553,20 +586,29 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 	jb.mu.Unlock()
 	jb.out.Close()
 
-	g.mu.Lock()
+	g.jobs.mu.Lock()
 	idle := false
-	if tj := g.jobs[jb.key]; tj != nil {
+	if tj := g.jobs.threads[jb.key]; tj != nil {
 		tj.slots--
 		tj.ended = append(tj.ended, jb.seq)
 		if len(tj.ended) > endedJobsKept {
 			delete(tj.jobs, tj.ended[0])
 			tj.ended = tj.ended[1:]
 		}
-		idle = tj.closing && tj.slots == 0
+		// A gateway that is closing unmounts everything itself.
+		idle = tj.closing && tj.slots == 0 && !g.jobs.closed
 	}
-	g.mu.Unlock()
 	if idle {
-		go g.closeIdle(jb.key)
+		// Counted while this job's own count holds, so it cannot follow
+		// Close's Wait.
+		g.jobs.wg.Add(1)
+	}
+	g.jobs.mu.Unlock()
+	if idle {
+		go func() {
+			defer g.jobs.wg.Done()
+			g.closeIdle(jb.key)
+		}()
 	}
 	close(jb.done)
 	logArgs := []any{"tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "exit", code}
@@ -611,17 +653,17 @@ func (g *Gateway) localJob(p params) (*job, meta.ThreadKey, uint64, error) {
 	if err != nil {
 		return nil, k, 0, err
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if tj := g.jobs[k]; tj != nil {
+	g.jobs.mu.Lock()
+	defer g.jobs.mu.Unlock()
+	if tj := g.jobs.threads[k]; tj != nil {
 		return tj.jobs[seq], k, seq, nil
 	}
 	return nil, k, seq, nil
 }
 
-// Jobs lists a thread's jobs from the store: those of every host and of
+// listJobs lists a thread's jobs from the store: those of every host and of
 // earlier runs of this one, running true only for those that run here.
-func (g *Gateway) Jobs(ctx context.Context, tenant, thread string) ([]JobInfo, error) {
+func (g *Gateway) listJobs(ctx context.Context, tenant, thread string) ([]JobInfo, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
 		return nil, err
@@ -639,20 +681,20 @@ func (g *Gateway) Jobs(ctx context.Context, tenant, thread string) ([]JobInfo, e
 
 // jobInfo shows a stored job, with what this gateway knows of it.
 func (g *Gateway) jobInfo(k meta.ThreadKey, rec meta.Job) JobInfo {
-	g.mu.Lock()
+	g.jobs.mu.Lock()
 	var jb *job
-	if tj := g.jobs[k]; tj != nil {
+	if tj := g.jobs.threads[k]; tj != nil {
 		jb = tj.jobs[rec.Seq]
 	}
-	g.mu.Unlock()
+	g.jobs.mu.Unlock()
 	if jb != nil {
 		return jb.info()
 	}
 	return JobInfo{Job: rec, ID: jobID(rec.Seq), Ended: !rec.Running}
 }
 
-// Job returns one job of a thread.
-func (g *Gateway) Job(ctx context.Context, tenant, thread, id string) (JobInfo, error) {
+// showJob returns one job of a thread.
+func (g *Gateway) showJob(ctx context.Context, tenant, thread, id string) (JobInfo, error) {
 	_, k, seq, err := g.localJob(params{tenant: tenant, thread: thread, job: id})
 	if err != nil {
 		return JobInfo{}, err
@@ -667,16 +709,16 @@ func (g *Gateway) Job(ctx context.Context, tenant, thread, id string) (JobInfo, 
 	return g.jobInfo(k, rec), nil
 }
 
-// StopJob stops a running job: SIGTERM to its whole tree, SIGKILL after
+// stopJob stops a running job: SIGTERM to its whole tree, SIGKILL after
 // grace. It returns once the job's end is recorded. A job that ended
 // already is returned as it is.
-func (g *Gateway) StopJob(ctx context.Context, tenant, thread, id string, grace time.Duration) (JobInfo, error) {
+func (g *Gateway) stopJob(ctx context.Context, tenant, thread, id string, grace time.Duration) (JobInfo, error) {
 	jb, _, _, err := g.localJob(params{tenant: tenant, thread: thread, job: id})
 	if err != nil {
 		return JobInfo{}, err
 	}
 	if jb == nil {
-		info, err := g.Job(ctx, tenant, thread, id)
+		info, err := g.showJob(ctx, tenant, thread, id)
 		if err != nil {
 			return JobInfo{}, err
 		}
@@ -770,10 +812,10 @@ func (g *Gateway) noteLeftJobs(ctx context.Context, k meta.ThreadKey, logged str
 // endThreadJobs waits for the jobs of k to end and forgets them; their
 // jail must be closed already (that ends them).
 func (g *Gateway) endThreadJobs(k meta.ThreadKey) {
-	g.mu.Lock()
-	tj := g.jobs[k]
-	delete(g.jobs, k)
-	g.mu.Unlock()
+	g.jobs.mu.Lock()
+	tj := g.jobs.threads[k]
+	delete(g.jobs.threads, k)
+	g.jobs.mu.Unlock()
 	if tj == nil {
 		return
 	}
@@ -786,9 +828,9 @@ func (g *Gateway) endThreadJobs(k meta.ThreadKey) {
 // runningJobs counts the jobs k runs on this gateway (and those being
 // started).
 func (g *Gateway) runningJobs(k meta.ThreadKey) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if tj := g.jobs[k]; tj != nil {
+	g.jobs.mu.Lock()
+	defer g.jobs.mu.Unlock()
+	if tj := g.jobs.threads[k]; tj != nil {
 		return tj.slots
 	}
 	return 0
@@ -796,25 +838,15 @@ func (g *Gateway) runningJobs(k meta.ThreadKey) int {
 
 // setClosing marks k as closed while its jobs run, or not.
 func (g *Gateway) setClosing(k meta.ThreadKey, closing bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if tj := g.jobs[k]; tj != nil {
+	g.jobs.mu.Lock()
+	defer g.jobs.mu.Unlock()
+	if tj := g.jobs.threads[k]; tj != nil {
 		tj.closing = closing
 	}
 }
 
 // closing says whether k was closed while its jobs run.
-func (g *Gateway) closing(k meta.ThreadKey) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.closingLocked(k)
-}
-
-// closingLocked is closing with g.mu held.
-func (g *Gateway) closingLocked(k meta.ThreadKey) bool {
-	tj := g.jobs[k]
-	return tj != nil && tj.closing
-}
+func (g *Gateway) closing(k meta.ThreadKey) bool { return g.jobs.closing(k) }
 
 // closeIdle takes down the jail and mount of a thread that was closed
 // while its jobs ran, once the last one ended, unless the thread was
@@ -830,28 +862,4 @@ func (g *Gateway) closeIdle(k meta.ThreadKey) {
 	case done:
 		g.log.Info("closed thread idle: jail and mount gone", "tenant", k.Tenant, "thread", k.Thread)
 	}
-}
-
-// takeDown ends thread k's jail, its jobs and its mount, under the
-// thread's lock, unless still (when set) says otherwise once the lock is
-// held. It keeps the thread's records. It says whether it took k down.
-func (g *Gateway) takeDown(k meta.ThreadKey, still func(context.Context) bool) (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
-	defer cancel()
-	unlock, err := g.threadLocks.lock(ctx, k)
-	if err != nil {
-		return false, err
-	}
-	defer unlock()
-	if still != nil && !still(ctx) {
-		return false, nil
-	}
-	_, mountPath, err := g.threadPaths(k)
-	if err != nil {
-		return false, err
-	}
-	if err := g.unmountThread(k, mountPath); err != nil {
-		return false, err
-	}
-	return true, nil
 }

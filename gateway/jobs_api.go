@@ -16,7 +16,7 @@ func (g *Gateway) handleSpawn(r *http.Request, p params) (any, error) {
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
-	info, err := g.Spawn(r.Context(), p.tenant, p.thread, req)
+	info, err := g.spawn(r.Context(), p.tenant, p.thread, req)
 	if err != nil {
 		return nil, err
 	}
@@ -27,7 +27,7 @@ func (g *Gateway) handleJobs(r *http.Request, p params) (any, error) {
 	if err := noQuery(r); err != nil {
 		return nil, err
 	}
-	jobs, err := g.Jobs(r.Context(), p.tenant, p.thread)
+	jobs, err := g.listJobs(r.Context(), p.tenant, p.thread)
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +38,7 @@ func (g *Gateway) handleJob(r *http.Request, p params) (any, error) {
 	if err := noQuery(r); err != nil {
 		return nil, err
 	}
-	info, err := g.Job(r.Context(), p.tenant, p.thread, p.job)
+	info, err := g.showJob(r.Context(), p.tenant, p.thread, p.job)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +57,7 @@ func (g *Gateway) handleStopJob(r *http.Request, p params) (any, error) {
 	if req.GraceSeconds > 0 {
 		grace = time.Duration(req.GraceSeconds * float64(time.Second))
 	}
-	info, err := g.StopJob(r.Context(), p.tenant, p.thread, p.job, grace)
+	info, err := g.stopJob(r.Context(), p.tenant, p.thread, p.job, grace)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +140,7 @@ func (g *Gateway) handleJobOutput(r *http.Request, p params) (any, error) {
 		return nil, err
 	}
 	if jb == nil {
-		info, err := g.Job(r.Context(), p.tenant, p.thread, p.job)
+		info, err := g.showJob(r.Context(), p.tenant, p.thread, p.job)
 		if err != nil {
 			return nil, err
 		}

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"warren/internal/testenv"
 	"warren/meta"
 )
 
@@ -74,7 +73,6 @@ func waitJobEnd(t *testing.T, c *Client, thread, id string) JobInfo {
 // thread's jail with its env and cwd, its output and end are kept and
 // recorded, input reaches it, and bad requests are refused.
 func TestJobBasics(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	c, ctx := env.c, jobCtx(t)
 
@@ -133,7 +131,6 @@ func TestJobBasics(t *testing.T) {
 // go on unaffected; a running exec moved to the background at the limit
 // is refused and stays in the foreground; below it, it moves and counts.
 func TestJobLimit(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	c, ctx := env.c, jobCtx(t)
 	for i := 1; i <= 8; i++ {
@@ -215,7 +212,6 @@ func TestJobLimit(t *testing.T) {
 // TestJobOutputKept: of a 50 MiB output the job keeps exactly the newest
 // 1 MiB, and says how much it dropped.
 func TestJobOutputKept(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	c, ctx := env.c, jobCtx(t)
 	// 3276800 lines of 16 bytes: 50 MiB, every line different.
@@ -244,7 +240,6 @@ func TestJobOutputKept(t *testing.T) {
 // each follower gets every byte it did not lose at its true offset, and
 // is told exactly how many it lost.
 func TestJobFollowers(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	c, ctx := env.c, jobCtx(t)
 	const total = 64 << 20
@@ -341,7 +336,6 @@ func offsetLine(b []byte, off int64) []byte {
 // SIGTERM) and kills what does not; a daemon it started, which left its
 // session, is gone too.
 func TestJobStopTree(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	c, ctx := env.c, jobCtx(t)
 	if _, err := c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: `setsid sh -c 'trap "" TERM; exec sleep 314' </dev/null >/dev/null 2>&1 &
@@ -412,7 +406,6 @@ func waitHost(t *testing.T, marker string, n int) {
 // and a job that a former run of this host left running (it crashed) is
 // noted stopped exactly once.
 func TestJobRestart(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	store := newStore(t)
 	cfg := Config{Store: store, DataDir: t.TempDir() + "/data", HostID: "host-a"}
 	env := startEnv(t, cfg)
@@ -475,7 +468,6 @@ func TestJobRestart(t *testing.T) {
 // TestJobEvents: a thread's job events arrive in order: started, the
 // output in order, ended with the exit code and the user.
 func TestJobEvents(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	c := env.c
 	ctx, cancel := context.WithCancel(jobCtx(t))
@@ -535,7 +527,6 @@ func TestJobEvents(t *testing.T) {
 // mount for them, and takes them down once the last one ends; a bind in
 // between keeps them for good.
 func TestCloseWithJobs(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	c, ctx := env.c, jobCtx(t)
 	mounted := func(thread string) (meta.State, bool) {

@@ -49,7 +49,7 @@ func (g *Gateway) restore(ctx context.Context) {
 	g.reconcileFolders(bs)
 	// Mount in parallel, a few at a time: a host with a thousand threads
 	// should not wait for them one by one. Each mount touches only its own
-	// thread's entry (under g.mu).
+	// thread's entry (under threadSet.mu).
 	var (
 		wg              sync.WaitGroup
 		sem             = make(chan struct{}, restoreParallel)
@@ -118,9 +118,7 @@ func (g *Gateway) restore(ctx context.Context) {
 			}
 			continue
 		}
-		g.mu.Lock()
-		g.inspections[m.Path] = &inspectionMount{key: m.ThreadKey, mount: mount, err: err}
-		g.mu.Unlock()
+		g.inspections.put(m.Path, &inspectionMount{key: m.ThreadKey, mount: mount, err: err})
 		if err != nil {
 			failed.Add(1)
 			g.log.Error("restore: inspection mount", "tenant", m.Tenant, "thread", m.Thread, "path", m.Path, "error", err)

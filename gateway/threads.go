@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -35,6 +36,143 @@ type ThreadInfo struct {
 	// Owner is the host that holds the thread's pin now, if a live host
 	// does (only threads of gateways with a host id are pinned).
 	Owner string `json:"owner,omitempty"`
+}
+
+// threadSet is the threads this gateway serves: the lock of each thread,
+// and the mounts.
+type threadSet struct {
+	// locks holds a lock per thread, taken first and held across the slow
+	// steps of an operation on the thread (see the package's lock order).
+	locks keyedLocks[meta.ThreadKey]
+
+	mu sync.Mutex
+	// closed is set by Close: no mount is added after it.
+	closed bool
+	// drained is set once Close unmounted everything (unmountAll): no
+	// mount is put back after it.
+	drained bool
+	// mounts holds the mounted threads, and the last mount error of bound
+	// threads that are not mounted.
+	mounts map[meta.ThreadKey]*threadMount
+}
+
+// threadMount is the in-memory state of one bound thread.
+type threadMount struct {
+	mount io.Closer // nil when not mounted
+	err   error     // why the last mount attempt failed, when mount is nil
+}
+
+// add keeps k's new mount m, or refuses it with ErrClosed once the
+// gateway is closing: the caller then unmounts m.
+func (ts *threadSet) add(k meta.ThreadKey, m io.Closer) error {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.closed {
+		return ErrClosed
+	}
+	ts.mounts[k] = &threadMount{mount: m}
+	return nil
+}
+
+// put keeps k's mount m: one restored at start, or one whose unmount
+// failed. It says false once unmountAll ran, which would never see it.
+func (ts *threadSet) put(k meta.ThreadKey, m io.Closer) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.drained {
+		return false
+	}
+	ts.mounts[k] = &threadMount{mount: m}
+	return true
+}
+
+// take removes k's mount from the set and returns it (nil if none). The
+// caller unmounts it, or puts it back if that fails.
+func (ts *threadSet) take(k meta.ThreadKey) io.Closer {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t := ts.mounts[k]
+	delete(ts.mounts, k)
+	if t == nil {
+		return nil
+	}
+	return t.mount
+}
+
+// forget drops what the set knows of k.
+func (ts *threadSet) forget(k meta.ThreadKey) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	delete(ts.mounts, k)
+}
+
+// mounted reports whether k is mounted.
+func (ts *threadSet) mounted(k meta.ThreadKey) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t := ts.mounts[k]
+	return t != nil && t.mount != nil
+}
+
+// mountedKeys lists the mounted threads.
+func (ts *threadSet) mountedKeys() []meta.ThreadKey {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	var keys []meta.ThreadKey
+	for k, t := range ts.mounts {
+		if t.mount != nil {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// setErr remembers why k could not be mounted, unless it is mounted.
+func (ts *threadSet) setErr(k meta.ThreadKey, err error) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if t := ts.mounts[k]; t != nil && t.mount != nil {
+		return
+	}
+	ts.mounts[k] = &threadMount{err: err}
+}
+
+// state returns whether k is mounted and, if it is not, why its last
+// mount failed.
+func (ts *threadSet) state(k meta.ThreadKey) (mounted bool, err error) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t := ts.mounts[k]
+	if t == nil {
+		return false, nil
+	}
+	if t.mount != nil {
+		return true, nil
+	}
+	return false, t.err
+}
+
+// close refuses new mounts from now on (add).
+func (ts *threadSet) close() {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.closed = true
+}
+
+// drain empties the set, refuses mounts put back from now on, and returns
+// the mounts it held, for unmountAll.
+func (ts *threadSet) drain() map[meta.ThreadKey]io.Closer {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.closed, ts.drained = true, true
+	out := make(map[meta.ThreadKey]io.Closer)
+	for k, t := range ts.mounts {
+		if t.mount != nil {
+			out[k] = t.mount
+		}
+	}
+	clear(ts.mounts)
+	return out
 }
 
 // threadKey checks a client's ids and applies the tenant default.
@@ -71,17 +209,17 @@ func (g *Gateway) threadPaths(k meta.ThreadKey) (root, mountPath string, err err
 	return root, mountPath, nil
 }
 
-// Bind binds thread k (lazily, idempotently) and returns its binding.
-func (g *Gateway) Bind(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
-	return g.BindWith(ctx, tenant, thread, nil)
+// bind binds thread k (lazily, idempotently) and returns its binding.
+func (g *Gateway) bind(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+	return g.bindWith(ctx, tenant, thread, nil)
 }
 
-// BindWith binds thread k like Bind and, unless settings is nil, gives it
+// bindWith binds thread k like Bind and, unless settings is nil, gives it
 // those settings (replacing any it had). New variables and job limits
 // apply to the next command; a running jail whose network or limits would
 // change is not restarted behind its commands' backs: the call is refused
 // until the thread is closed.
-func (g *Gateway) BindWith(ctx context.Context, tenant, thread string, settings *meta.Settings) (ThreadInfo, error) {
+func (g *Gateway) bindWith(ctx context.Context, tenant, thread string, settings *meta.Settings) (ThreadInfo, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
 		return ThreadInfo{}, err
@@ -93,7 +231,7 @@ func (g *Gateway) BindWith(ctx context.Context, tenant, thread string, settings 
 		s := cloneSettings(*settings)
 		settings = &s
 	}
-	unlock, err := g.threadLocks.lock(ctx, k)
+	unlock, err := g.threads.locks.lock(ctx, k)
 	if err != nil {
 		return ThreadInfo{}, fmt.Errorf("bind %s: %w", keyName(k), err)
 	}
@@ -256,14 +394,11 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 		return meta.Binding{}, fmt.Errorf("bind %s: write binding: %w", keyName(k), err)
 	}
 
-	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
-		// The record stays "bound": the next start mounts it again.
-		return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), ErrClosed)
+	if err := g.threads.add(k, m); err != nil {
+		// The record stays "bound": the next start mounts it again. The
+		// undo unmounts m.
+		return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
 	}
-	g.threads[k] = &threadMount{mount: m}
-	g.mu.Unlock()
 	undo.done()
 	g.log.Info("thread bound", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
 	g.emit(Event{Type: EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
@@ -300,13 +435,7 @@ func (g *Gateway) seed(ctx context.Context, b meta.Binding) {
 
 // resettle gives bound thread b new settings. The thread lock must be held.
 func (g *Gateway) resettle(ctx context.Context, b meta.Binding, s meta.Settings) (meta.Binding, error) {
-	g.mu.Lock()
-	tj := g.jails[b.ThreadKey]
-	var running meta.Settings
-	if tj != nil {
-		running = tj.settings
-	}
-	g.mu.Unlock()
+	tj, running := g.jails.get(b.ThreadKey)
 	if tj != nil {
 		now, next := g.jailConfig(running, ""), g.jailConfig(s, "")
 		if !sameJail(now, next) {
@@ -339,9 +468,7 @@ func (g *Gateway) resettle(ctx context.Context, b meta.Binding, s meta.Settings)
 		return meta.Binding{}, fmt.Errorf("settings of %s: write binding: %w", keyName(k), err)
 	}
 	if tj != nil {
-		g.mu.Lock()
-		tj.settings = cloneSettings(s)
-		g.mu.Unlock()
+		g.jails.setSettings(tj, cloneSettings(s))
 	}
 	g.log.Info("thread settings changed", "tenant", b.Tenant, "thread", b.Thread, "settings", fmt.Sprintf("%+v", s))
 	return b, nil
@@ -390,40 +517,20 @@ func (g *Gateway) mountAt(ctx context.Context, k meta.ThreadKey, root, mountPath
 }
 
 // mounted reports whether this gateway serves k's mount.
-func (g *Gateway) mounted(k meta.ThreadKey) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	t := g.threads[k]
-	return t != nil && t.mount != nil
-}
+func (g *Gateway) mounted(k meta.ThreadKey) bool { return g.threads.mounted(k) }
 
 // setMountErr remembers why k could not be mounted, for ThreadInfo.
-func (g *Gateway) setMountErr(k meta.ThreadKey, err error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if t := g.threads[k]; t != nil && t.mount != nil {
+func (g *Gateway) setMountErr(k meta.ThreadKey, err error) { g.threads.setErr(k, err) }
+
+// putMount keeps k's mount m, unless the gateway unmounted everything
+// already: then m is unmounted here, as unmountAll would have done.
+func (g *Gateway) putMount(k meta.ThreadKey, m io.Closer) {
+	if g.threads.put(k, m) {
 		return
 	}
-	g.threads[k] = &threadMount{err: err}
-}
-
-// takeMount removes k's mount from the map and returns it (nil if none).
-// The caller unmounts it, or puts it back with putMount if that fails.
-func (g *Gateway) takeMount(k meta.ThreadKey) io.Closer {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	t := g.threads[k]
-	delete(g.threads, k)
-	if t == nil {
-		return nil
+	if err := m.Close(); err != nil {
+		g.log.Error("unmount at shutdown", "tenant", k.Tenant, "thread", k.Thread, "error", err)
 	}
-	return t.mount
-}
-
-func (g *Gateway) putMount(k meta.ThreadKey, m io.Closer) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.threads[k] = &threadMount{mount: m}
 }
 
 // unmountThread unmounts k's mount, if it has one, putting it back into the
@@ -433,7 +540,7 @@ func (g *Gateway) unmountThread(k meta.ThreadKey, mountPath string) error {
 	// it goes first, with every command and job in it.
 	g.closeJail(k)
 	g.endThreadJobs(k)
-	m := g.takeMount(k)
+	m := g.threads.take(k)
 	if m == nil {
 		return nil
 	}
@@ -443,6 +550,30 @@ func (g *Gateway) unmountThread(k meta.ThreadKey, mountPath string) error {
 		return fmt.Errorf("unmount %s: %w", mountPath, busy(err))
 	}
 	return nil
+}
+
+// takeDown ends thread k's jail, its jobs and its mount, under the
+// thread's lock, unless still (when set) says otherwise once the lock is
+// held. It keeps the thread's records. It says whether it took k down.
+func (g *Gateway) takeDown(k meta.ThreadKey, still func(context.Context) bool) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	defer cancel()
+	unlock, err := g.threads.locks.lock(ctx, k)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	if still != nil && !still(ctx) {
+		return false, nil
+	}
+	_, mountPath, err := g.threadPaths(k)
+	if err != nil {
+		return false, err
+	}
+	if err := g.unmountThread(k, mountPath); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // busy marks an unmount failure caused by a mount in use as ErrBusy.
@@ -455,20 +586,17 @@ func busy(err error) error {
 
 // info adds the in-memory mount state to b.
 func (g *Gateway) info(b meta.Binding) ThreadInfo {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	ti := ThreadInfo{Binding: b}
-	if t := g.threads[b.ThreadKey]; t != nil {
-		ti.Mounted = t.mount != nil
-		if t.mount == nil && t.err != nil {
-			ti.Error = t.err.Error()
-		}
+	var err error
+	ti.Mounted, err = g.threads.state(b.ThreadKey)
+	if err != nil {
+		ti.Error = err.Error()
 	}
 	return ti
 }
 
-// Thread returns k's binding without binding it.
-func (g *Gateway) Thread(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+// showThread returns k's binding without binding it.
+func (g *Gateway) showThread(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
 		return ThreadInfo{}, err
@@ -498,8 +626,8 @@ func (g *Gateway) owner(ctx context.Context, b meta.Binding) string {
 	return p.HostID
 }
 
-// Threads lists the bindings, of one tenant if tenant is not nil.
-func (g *Gateway) Threads(ctx context.Context, tenant *string) ([]ThreadInfo, error) {
+// listThreads lists the bindings, of one tenant if tenant is not nil.
+func (g *Gateway) listThreads(ctx context.Context, tenant *string) ([]ThreadInfo, error) {
 	var want string
 	if tenant != nil {
 		want = *tenant
@@ -531,14 +659,14 @@ func (g *Gateway) Threads(ctx context.Context, tenant *string) ([]ThreadInfo, er
 	return out, nil
 }
 
-// CloseThread unmounts k and records it as closed, keeping its folder. A
+// closeThread unmounts k and records it as closed, keeping its folder. A
 // closed thread is bound again by the next call that needs it.
-func (g *Gateway) CloseThread(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+func (g *Gateway) closeThread(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
 		return ThreadInfo{}, err
 	}
-	unlock, err := g.threadLocks.lock(ctx, k)
+	unlock, err := g.threads.locks.lock(ctx, k)
 	if err != nil {
 		return ThreadInfo{}, fmt.Errorf("close %s: %w", keyName(k), err)
 	}
@@ -581,18 +709,18 @@ func (g *Gateway) CloseThread(ctx context.Context, tenant, thread string) (Threa
 	return g.info(b), nil
 }
 
-// DeleteThread unmounts k and its inspection mounts, removes its folder and
+// deleteThread unmounts k and its inspection mounts, removes its folder and
 // then its records. The delete is recorded first (state deleting): from
 // then on the thread is never served again, and a delete cut short (a
 // failed unmount, a crash) is finished by the next delete or the next
 // start (finishDeletes). The steps run in an order that a retry can
 // finish: the record goes last.
-func (g *Gateway) DeleteThread(ctx context.Context, tenant, thread string) error {
+func (g *Gateway) deleteThread(ctx context.Context, tenant, thread string) error {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
 		return err
 	}
-	unlock, err := g.threadLocks.lock(ctx, k)
+	unlock, err := g.threads.locks.lock(ctx, k)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", keyName(k), err)
 	}
@@ -675,9 +803,7 @@ func (g *Gateway) deleteLocked(ctx context.Context, b meta.Binding) error {
 		delete(g.lease.pins, k)
 		g.lease.mu.Unlock()
 	}
-	g.mu.Lock()
-	delete(g.threads, k)
-	g.mu.Unlock()
+	g.threads.forget(k)
 	g.log.Info("thread deleted", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
 	g.emit(Event{Type: EventThreadDeleted, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
 		Message: "workspace folder and records removed"})

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"warren/internal/testenv"
 	"warren/meta"
 )
 
@@ -45,7 +44,6 @@ func exists(t *testing.T, p string) bool {
 }
 
 func TestBindIdempotent(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{HostID: "host-a"})
 	ctx := context.Background()
 
@@ -83,13 +81,12 @@ func TestBindIdempotent(t *testing.T) {
 	if live, made := env.live(t), env.m.made(); len(live) != 1 || made != 1 {
 		t.Errorf("got %d live mounts (%v) from %d mounts, want 1 from 1", len(live), live, made)
 	}
-	if n := env.g.threadLocks.size(); n != 0 {
+	if n := env.g.threads.locks.size(); n != 0 {
 		t.Errorf("got %d thread locks left, want 0", n)
 	}
 }
 
 func TestBindConcurrentThreads(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -111,7 +108,6 @@ func TestBindConcurrentThreads(t *testing.T) {
 }
 
 func TestFailedBindLeavesNothing(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	mountErr := errors.New("no mount today")
 	storeErr := errors.New("store is down")
 	tests := []struct {
@@ -164,7 +160,6 @@ func TestFailedBindLeavesNothing(t *testing.T) {
 }
 
 func TestCloseAndDelete(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	br, err := env.c.Bind(ctx, "acme", "t-1")
@@ -221,7 +216,6 @@ func TestCloseAndDelete(t *testing.T) {
 // real busy mount does not: fs.Mount.Close detaches it lazily. The fault is
 // for an unmount that fails outright.
 func TestDeleteRefusedWhenUnmountFails(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	br, err := env.c.Bind(ctx, "acme", "t-1")
@@ -296,7 +290,6 @@ func TestPinnedToAnotherHost(t *testing.T) {
 }
 
 func TestRestart(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	store := newStore(t)
 	dataDir := t.TempDir() + "/data"
 	ctx := context.Background()
@@ -379,7 +372,6 @@ func TestKeyedLocksCancel(t *testing.T) {
 }
 
 func TestRestartMany(t *testing.T) {
-	testenv.RequireRootFUSE(t)
 	store := newStore(t)
 	dataDir := t.TempDir() + "/data"
 	ctx := context.Background()

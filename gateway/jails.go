@@ -1,0 +1,256 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"warren/jail"
+	"warren/meta"
+)
+
+// The threads' jails (package jail): one per bound thread, made at its
+// first command and closed when the thread is closed or deleted, when a
+// fence takes it down, or when the gateway stops. The commands running in
+// them are kept by id (exec.go), for their input and size.
+
+// jailSet is the jails of the threads and the commands running in them.
+type jailSet struct {
+	mu sync.Mutex
+	// closed is set by Close once it ended every jail: no jail is added
+	// after it.
+	closed bool
+	// jails are the threads' sandboxes, made at their first command.
+	jails map[meta.ThreadKey]*threadJail
+	// execs are the running commands by id, for their input and size;
+	// execSeq numbers them.
+	execs   map[string]*runningExec
+	execSeq uint64
+}
+
+// get returns k's jail (nil if none) and the settings it runs with.
+func (js *jailSet) get(k meta.ThreadKey) (*threadJail, meta.Settings) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	tj := js.jails[k]
+	if tj == nil {
+		return nil, meta.Settings{}
+	}
+	return tj, tj.settings
+}
+
+// settings returns the settings tj runs with.
+func (js *jailSet) settings(tj *threadJail) meta.Settings {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	return tj.settings
+}
+
+// setSettings records that tj runs with s now.
+func (js *jailSet) setSettings(tj *threadJail, s meta.Settings) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	tj.settings = s
+}
+
+// add keeps tj as k's jail, or refuses it with ErrClosed once Close ended
+// the jails: the caller then closes tj.
+func (js *jailSet) add(k meta.ThreadKey, tj *threadJail) error {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if js.closed {
+		return ErrClosed
+	}
+	js.jails[k] = tj
+	return nil
+}
+
+// remove forgets tj as k's jail, if it still is.
+func (js *jailSet) remove(k meta.ThreadKey, tj *threadJail) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if js.jails[k] == tj {
+		delete(js.jails, k)
+	}
+}
+
+// take forgets k's jail and returns it (nil if none), for the caller to
+// close.
+func (js *jailSet) take(k meta.ThreadKey) *threadJail {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	tj := js.jails[k]
+	delete(js.jails, k)
+	return tj
+}
+
+// closeAll forgets every jail, refuses new ones from now on, and returns
+// them for the caller to close.
+func (js *jailSet) closeAll() map[meta.ThreadKey]*threadJail {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	js.closed = true
+	all := js.jails
+	js.jails = make(map[meta.ThreadKey]*threadJail)
+	return all
+}
+
+// startExec registers a running command and returns its id.
+func (js *jailSet) startExec(re *runningExec) string {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	js.execSeq++
+	id := "exec-" + strconv.FormatUint(js.execSeq, 10)
+	js.execs[id] = re
+	return id
+}
+
+// endExec forgets running command id and returns it (nil if unknown).
+func (js *jailSet) endExec(id string) *runningExec {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	re := js.execs[id]
+	delete(js.execs, id)
+	return re
+}
+
+// exec returns running command id, or nil.
+func (js *jailSet) exec(id string) *runningExec {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	return js.execs[id]
+}
+
+// jailFor returns k's jail, starting it at the thread's first command
+// with the settings of its binding b. The workspace's root is given to the
+// jail's user, whose commands otherwise could not write it. The thread
+// lock of k must be held.
+func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey, b meta.Binding) (*threadJail, error) {
+	tj, _ := g.jails.get(k)
+	if tj != nil {
+		dead := tj.jail.Err()
+		if dead == nil {
+			return tj, nil
+		}
+		g.replaceDeadJail(k, tj, dead)
+	}
+	s := b.Settings
+	_, mountPath, err := g.threadPaths(k)
+	if err != nil {
+		return nil, err
+	}
+	root, err := g.rootOf(b)
+	if err != nil {
+		return nil, err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(root, &st); err != nil {
+		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
+	}
+	if st.Uid == 0 {
+		if err := os.Chown(root, jail.NobodyID, jail.NobodyID); err != nil {
+			return nil, fmt.Errorf("jail for %s: give the workspace to its user: %w", keyName(k), err)
+		}
+	}
+	cfg := g.jailConfig(s, mountPath)
+	j, err := jail.Start(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
+	}
+	// Its commands act as their runs in every mount of the gateway.
+	unregister, err := g.hub.RegisterJail(j.InitPid(), j.RunOf)
+	if err != nil {
+		j.Close()
+		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
+	}
+	tj = &threadJail{jail: j, unregister: unregister, settings: cloneSettings(s)}
+	if err := g.jails.add(k, tj); err != nil {
+		// Close ended every jail already: this one would outlive it.
+		tj.close()
+		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
+	}
+	g.log.Info("jail started", "tenant", k.Tenant, "thread", k.Thread, "network", cfg.Network, "limits", j.Limits)
+	return tj, nil
+}
+
+// replaceDeadJail forgets k's jail tj, whose init died (killed from the
+// host, or out of memory): its commands and jobs ended with it (137), and
+// no command can start in it. It is closed (its cgroup goes), and the
+// thread gets a new jail at this command: a thread never stays without
+// one. The note goes to the log and the event stream. The thread lock of
+// k must be held.
+func (g *Gateway) replaceDeadJail(k meta.ThreadKey, tj *threadJail, dead error) {
+	g.jails.remove(k, tj)
+	tj.close()
+	g.log.Warn("jail's init died: its commands ended; starting a new jail", "tenant", k.Tenant, "thread", k.Thread, "error", dead)
+	g.emit(Event{Type: EventJailReplaced, Tenant: k.Tenant, Thread: k.Thread,
+		Message: "The jail of this thread ended unexpectedly, with every command and job in it. The next command starts a new jail."})
+}
+
+// threadJail is a thread's running jail.
+type threadJail struct {
+	jail       *jail.Jail
+	unregister func() // forgets it in the hub's actors
+	// settings are the thread's, as its jail was started with them or
+	// last changed (resettle); guarded by jailSet.mu.
+	settings meta.Settings
+}
+
+func (tj *threadJail) close() {
+	tj.unregister()
+	tj.jail.Close()
+}
+
+// threadJail returns the jail of a thread and the thread's settings,
+// binding the thread and starting its jail if need be. A running jail means
+// a bound, mounted thread (closing or deleting it ends the jail first), so
+// a warm command costs no look-up in the store.
+func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (*jail.Jail, meta.Settings, meta.ThreadKey, error) {
+	k, err := threadKey(tenant, thread)
+	if err != nil {
+		return nil, meta.Settings{}, k, err
+	}
+	tj, s := g.jails.get(k)
+	// A jail whose init died is replaced under the thread's lock
+	// (jailFor); a thread closed while its jobs run is bound again there.
+	warm := tj != nil && tj.jail.Err() == nil && !g.jobs.closing(k)
+	if warm {
+		// A warm jail still needs the thread's pin (a map look-up while
+		// the lease holds).
+		if err := g.claim(ctx, k, nil); err != nil {
+			return nil, s, k, err
+		}
+		return tj.jail, s, k, nil
+	}
+	unlock, err := g.threads.locks.lock(ctx, k)
+	if err != nil {
+		return nil, s, k, fmt.Errorf("jail for %s: %w", keyName(k), err)
+	}
+	defer unlock()
+	b, err := g.bindLocked(ctx, k, nil)
+	if err != nil {
+		return nil, s, k, err
+	}
+	tj, err = g.jailFor(ctx, k, b)
+	if err != nil {
+		return nil, s, k, err
+	}
+	return tj.jail, g.jails.settings(tj), k, nil
+}
+
+// closeJail ends k's jail, if it has one, and every command in it.
+func (g *Gateway) closeJail(k meta.ThreadKey) {
+	if tj := g.jails.take(k); tj != nil {
+		tj.close()
+	}
+}
+
+// closeJails ends every jail, at shutdown, and refuses new ones.
+func (g *Gateway) closeJails() {
+	for _, tj := range g.jails.closeAll() {
+		tj.close()
+	}
+}
