@@ -64,7 +64,7 @@
 //   - With a host id, a gateway keeps a lease in the store and pins the
 //     threads it serves; another gateway refuses them while the lease
 //     holds, takes them over once it lapsed, and a gateway whose lease
-//     lapsed serves none of them (hosts.go).
+//     lapsed serves none of them (hosts.go, package lease).
 //
 // # Layout
 //
