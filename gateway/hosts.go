@@ -95,8 +95,8 @@ func (g *Gateway) endLease() {
 // and takeDown checks under it. Records stay: once this gateway holds a
 // lease again, a call pins a thread again (if nobody took it) and mounts
 // it again. ctx ends when the gateway closes, whose unmountAll takes down
-// the rest.
-func (g *Gateway) fence(ctx context.Context, old meta.LeaseID, pinned []meta.ThreadKey) {
+// the rest. It asks s, not g.lease: it may run before startLease set it.
+func (g *Gateway) fence(ctx context.Context, s *lease.Session, old meta.LeaseID, pinned []meta.ThreadKey) {
 	keys := slices.Clone(pinned)
 	listed := make(map[meta.ThreadKey]bool, len(pinned))
 	for _, k := range pinned {
@@ -116,7 +116,7 @@ func (g *Gateway) fence(ctx context.Context, old meta.LeaseID, pinned []meta.Thr
 			break
 		}
 		took, err := g.takeDown(k, func(context.Context) bool {
-			_, held := g.lease.Holds(k)
+			_, held := s.Holds(k)
 			return !held && g.mounted(k)
 		})
 		if err != nil {

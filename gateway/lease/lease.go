@@ -34,14 +34,15 @@ type Hosts interface {
 }
 
 // FenceFunc takes down what a host serves of threads it may no longer own.
-// lease is the lease that ended, threads every thread pinned under it,
-// ordered by tenant then thread. Some may have been pinned again under
-// the lease now in force by the time the callback reaches them: it must
-// check Session.Holds under the lock that orders its pins and take-downs
-// of a thread, and spare those held. A mounted thread missing from
-// threads (none should be) is the callee's to judge. ctx ends when the
-// session is closed.
-type FenceFunc func(ctx context.Context, lease meta.LeaseID, threads []meta.ThreadKey)
+// s is the session calling it (it may run before Start has returned s to
+// its caller). lease is the lease that ended, threads every thread pinned
+// under it, ordered by tenant then thread. Some may have been pinned
+// again under the lease now in force by the time the callback reaches
+// them: it must check s.Holds under the lock that orders its pins and
+// take-downs of a thread, and spare those held. A mounted thread missing
+// from threads (none should be) is the callee's to judge. ctx ends when
+// the session is closed.
+type FenceFunc func(ctx context.Context, s *Session, lease meta.LeaseID, threads []meta.ThreadKey)
 
 // Config sets up a session.
 type Config struct {
@@ -308,7 +309,7 @@ func (s *Session) fenceLoop(ctx context.Context) {
 					"host_id", s.cfg.HostID, "lease", f.lease)
 			}
 			if s.cfg.Fence != nil {
-				s.cfg.Fence(ctx, f.lease, f.threads)
+				s.cfg.Fence(ctx, s, f.lease, f.threads)
 			}
 			continue
 		}

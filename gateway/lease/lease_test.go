@@ -134,7 +134,7 @@ type fenceCall struct {
 // fences records the fence calls on a channel.
 func fences() (lease.FenceFunc, chan fenceCall) {
 	ch := make(chan fenceCall, 64)
-	return func(ctx context.Context, l meta.LeaseID, threads []meta.ThreadKey) {
+	return func(ctx context.Context, _ *lease.Session, l meta.LeaseID, threads []meta.ThreadKey) {
 		ch <- fenceCall{l, threads}
 	}, ch
 }
@@ -363,8 +363,7 @@ func TestFenceSparesRepinned(t *testing.T) {
 		down, spared []meta.ThreadKey
 	}
 	entered, release, verdicts := make(chan struct{}), make(chan struct{}), make(chan verdict, 1)
-	var s *lease.Session
-	fence := func(ctx context.Context, l meta.LeaseID, threads []meta.ThreadKey) {
+	fence := func(ctx context.Context, s *lease.Session, l meta.LeaseID, threads []meta.ThreadKey) {
 		// A long fence: the heartbeats go on meanwhile.
 		close(entered)
 		<-release
@@ -378,7 +377,7 @@ func TestFenceSparesRepinned(t *testing.T) {
 		}
 		verdicts <- v
 	}
-	s = start(t, h, lease.Config{RenewEvery: 20 * time.Millisecond, ExpiresAfter: 10 * time.Second, Fence: fence})
+	s := start(t, h, lease.Config{RenewEvery: 20 * time.Millisecond, ExpiresAfter: 10 * time.Second, Fence: fence})
 	first, _ := s.Holds(ka)
 	pin(t, s, ka, kb)
 	if _, err := h.Store.Heartbeat(context.Background(), host, 0, 10*time.Second); err != nil {
@@ -444,7 +443,7 @@ func TestCloseWaitsForFence(t *testing.T) {
 	h := newHosts(t)
 	entered := make(chan struct{})
 	var finished atomic.Bool
-	fence := func(ctx context.Context, l meta.LeaseID, threads []meta.ThreadKey) {
+	fence := func(ctx context.Context, _ *lease.Session, l meta.LeaseID, threads []meta.ThreadKey) {
 		close(entered)
 		<-ctx.Done()
 		finished.Store(true)
