@@ -47,10 +47,9 @@ func newStore(t *testing.T) meta.Store {
 
 // beat is the outcome of one heartbeat the session sent.
 type beat struct {
-	sent  time.Time
-	asked meta.LeaseID
-	got   meta.LeaseID
-	err   error
+	sent time.Time
+	got  meta.LeaseID
+	err  error
 }
 
 // hosts is the real store with heartbeats a test can fail or hang, and
@@ -59,26 +58,28 @@ type hosts struct {
 	meta.Store
 	fail atomic.Bool // heartbeats fail at once
 	hang atomic.Bool // heartbeats wait until their context ends
-	// hanging and hung are closed when the first hung heartbeat starts
-	// to wait, and once it returns.
-	hanging, hung chan struct{}
-	once, once2   sync.Once
-	beats         chan beat
+	// hanging is closed when the first hung heartbeat starts to wait;
+	// inHang counts those waiting.
+	hanging     chan struct{}
+	hangingOnce sync.Once
+	inHang      atomic.Int32
+	beats       chan beat
 	// onPin, when set, runs before each Pin reaches the store.
 	onPin func()
 }
 
 func newHosts(t *testing.T) *hosts {
-	return &hosts{Store: newStore(t), hanging: make(chan struct{}), hung: make(chan struct{}), beats: make(chan beat, 4096)}
+	return &hosts{Store: newStore(t), hanging: make(chan struct{}), beats: make(chan beat, 4096)}
 }
 
 func (h *hosts) Heartbeat(ctx context.Context, id string, l meta.LeaseID, ttl time.Duration) (meta.LeaseID, error) {
-	b := beat{sent: time.Now(), asked: l}
+	b := beat{sent: time.Now()}
 	switch {
 	case h.hang.Load():
-		h.once2.Do(func() { close(h.hanging) })
+		h.inHang.Add(1)
+		defer h.inHang.Add(-1)
+		h.hangingOnce.Do(func() { close(h.hanging) })
 		<-ctx.Done()
-		h.once.Do(func() { close(h.hung) })
 		b.err = ctx.Err()
 	case h.fail.Load():
 		b.err = meta.ErrUnavailable
@@ -309,6 +310,38 @@ func TestPinLeaseLost(t *testing.T) {
 	}
 }
 
+// TestPinDuringLapse: a pin the store accepts, but under a lease that
+// lapsed before the answer (its fence may have run without the thread),
+// is refused and not held.
+func TestPinDuringLapse(t *testing.T) {
+	h := newHosts(t)
+	fence, fenced := fences()
+	s := start(t, h, lease.Config{RenewEvery: 20 * time.Millisecond, ExpiresAfter: 2 * time.Second, Fence: fence})
+	first, _ := s.Holds(ka)
+	pin(t, s, ka)
+	var f fenceCall
+	h.onPin = func() {
+		// The store keeps the lease half a second longer than the
+		// session counts it: only the session's view of it lapses
+		// before the pin reaches the store.
+		h.fail.Store(true)
+		f = nextFence(t, fenced)
+	}
+	if _, err := s.Pin(context.Background(), kb); !errors.Is(err, meta.ErrLeaseLost) {
+		t.Errorf("a pin answered after the lease lapsed: %v, want ErrLeaseLost", err)
+	}
+	if f.lease != first || !slices.Equal(f.threads, []meta.ThreadKey{ka}) {
+		t.Errorf("fence %+v; want lease %v, thread a", f, first)
+	}
+	h.onPin = nil
+	h.fail.Store(false)
+	resumed := time.Now()
+	h.recorded(t, "once heartbeats succeed again", func(b beat) bool { return b.err == nil && b.sent.After(resumed) })
+	if id, held := s.Holds(kb); id == 0 || held {
+		t.Errorf("renewed: holds b %v, %v; want a lease, not b", id, held)
+	}
+}
+
 // TestPinned: a thread another host holds is refused with its pin.
 func TestPinned(t *testing.T) {
 	h := newHosts(t)
@@ -397,6 +430,43 @@ func TestFenceSparesRepinned(t *testing.T) {
 	}
 }
 
+// TestFenceQueued: a lease that ends while the fence of a former one
+// runs is fenced next, with its own threads: fences run one at a time and
+// none is dropped.
+func TestFenceQueued(t *testing.T) {
+	h := newHosts(t)
+	release := make(chan struct{})
+	calls := make(chan fenceCall, 8)
+	fence := func(ctx context.Context, _ *lease.Session, l meta.LeaseID, threads []meta.ThreadKey) {
+		calls <- fenceCall{l, threads}
+		<-release
+	}
+	s := start(t, h, lease.Config{RenewEvery: 20 * time.Millisecond, ExpiresAfter: 10 * time.Second, Fence: fence})
+	first, _ := s.Holds(ka)
+	pin(t, s, ka)
+	steal := func() {
+		t.Helper()
+		if _, err := h.Store.Heartbeat(context.Background(), host, 0, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steal()
+	if f := nextFence(t, calls); f.lease != first || !slices.Equal(f.threads, []meta.ThreadKey{ka}) {
+		t.Errorf("first fence %+v; want lease %v, thread a", f, first)
+	}
+	b := h.recorded(t, "a second lease", func(b beat) bool { return b.err == nil && b.got != first })
+	pin(t, s, kb)
+	steal()
+	h.recorded(t, "a third lease", func(x beat) bool { return x.err == nil && x.got != first && x.got != b.got })
+	if len(calls) != 0 {
+		t.Error("a second fence ran while the first did")
+	}
+	close(release)
+	if f := nextFence(t, calls); f.lease != b.got || !slices.Equal(f.threads, []meta.ThreadKey{kb}) {
+		t.Errorf("second fence %+v; want lease %v, thread b", f, b.got)
+	}
+}
+
 // TestTwoSessionsOneHost: a second session on a host id takes the host's
 // lease over; the first learns it at its next heartbeat, fences its
 // threads and takes a new lease, which ends the second's: a pin under it
@@ -472,14 +542,14 @@ func TestCloseWaitsForFence(t *testing.T) {
 // returns only once it returned.
 func TestCloseWaitsForHeartbeat(t *testing.T) {
 	h := newHosts(t)
-	s := start(t, h, lease.Config{RenewEvery: 20 * time.Millisecond, ExpiresAfter: 10 * time.Second})
+	// A heartbeat's own timeout is RenewEvery: long enough that only
+	// Close ends the hung one.
+	s := start(t, h, lease.Config{RenewEvery: 200 * time.Millisecond, ExpiresAfter: 10 * time.Second})
 	h.hang.Store(true)
 	<-h.hanging
 	s.Close()
-	select {
-	case <-h.hung:
-	default:
-		t.Error("Close returned before the hung heartbeat did")
+	if n := h.inHang.Load(); n != 0 {
+		t.Errorf("Close returned with %d heartbeats still in the store", n)
 	}
 }
 
