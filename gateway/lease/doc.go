@@ -22,11 +22,12 @@
 //     counts it.
 //   - When a lease ends, by a lapse (no heartbeat succeeded in time, or the
 //     store refused a pin for it) or a loss (the store refused to renew it),
-//     Config.Fence is called once for it with every thread pinned under
-//     it. A lost lease is replaced by a new one in the same heartbeat; a
-//     lapsed one is renewed by the next heartbeat the store accepts, or
-//     replaced if the store had let it go. The threads pinned under the
-//     old lease are held again only once pinned again.
+//     Config.Fence is called once for that end, with every thread pinned
+//     under the lease. A lost lease is replaced by a new one in the same
+//     heartbeat, and the threads pinned under it are held again only once
+//     pinned again. A lapsed one is renewed by the next heartbeat the store
+//     accepts (its pins hold again: the store kept them), or replaced if
+//     the store had let it go.
 //   - The session does not end by itself: a lease that ends is replaced.
 //     Done is closed only by Close, once every goroutine of the session has
 //     returned. Whoever needs to know whether the lease holds now asks

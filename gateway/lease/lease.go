@@ -263,7 +263,7 @@ func (s *Session) heartbeat(ctx context.Context) error {
 		got, err = s.store.Heartbeat(ctx, s.cfg.HostID, 0, s.cfg.ExpiresAfter)
 	}
 	if err != nil {
-		return fmt.Errorf("heartbeat: %w", err)
+		return err // the store's errors name the call and the host
 	}
 	s.mu.Lock()
 	if got != s.id {

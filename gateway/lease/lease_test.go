@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// The store satisfies what a session needs of it.
+var _ lease.Hosts = meta.Store(nil)
+
 const host = "web-1"
 
 var (
