@@ -496,28 +496,6 @@ type HostsResponse struct {
 	Hosts []meta.Host `json:"hosts"`
 }
 
-func (g *Gateway) handleUnpin(r *http.Request, p params) (any, error) {
-	if err := decodeBody(r, &struct{}{}, true); err != nil {
-		return nil, err
-	}
-	ti, err := g.unpin(r.Context(), p.tenant, p.thread)
-	if err != nil {
-		return nil, err
-	}
-	return ThreadResponse{Binding: ti}, nil
-}
-
-func (g *Gateway) handleHosts(r *http.Request, _ params) (any, error) {
-	if err := noQuery(r); err != nil {
-		return nil, err
-	}
-	hs, err := g.listHosts(r.Context())
-	if err != nil {
-		return nil, err
-	}
-	return HostsResponse{Hosts: hs}, nil
-}
-
 // deadlineBody bounds how long a request's body takes to arrive: the
 // connection's read deadline is set when the handler starts, and cleared
 // as soon as the body has been read to its end.

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"warren/fs"
+	"warren/gateway/lease"
 	"warren/meta"
 )
 
@@ -111,8 +112,8 @@ func DefaultSocket(dataDir string) string { return filepath.Join(dataDir, "warre
 // command line calls it before it opens anything.
 func (c Config) CheckLimits() error {
 	renew, expires := cmp.Or(c.RenewEvery, DefaultRenewEvery), cmp.Or(c.ExpiresAfter, DefaultExpiresAfter)
-	if renew < minRenewEvery || expires <= renew+leaseMargin {
-		return fmt.Errorf("renew-every %v must be at least %v, and expires-after %v longer than it and a margin of %v", renew, minRenewEvery, expires, leaseMargin)
+	if renew < minRenewEvery || expires <= renew+lease.Margin {
+		return fmt.Errorf("renew-every %v must be at least %v, and expires-after %v longer than it and a margin of %v", renew, minRenewEvery, expires, lease.Margin)
 	}
 	if c.BodyTimeout < 0 {
 		return fmt.Errorf("body timeout %v is negative", c.BodyTimeout)

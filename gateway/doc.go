@@ -64,7 +64,7 @@
 //   - With a host id, a gateway keeps a lease in the store and pins the
 //     threads it serves; another gateway refuses them while the lease
 //     holds, takes them over once it lapsed, and a gateway whose lease
-//     lapsed serves none of them (hosts.go).
+//     lapsed serves none of them (hosts.go, package lease).
 //
 // # Layout
 //
@@ -149,7 +149,8 @@
 // written above the fields it guards: threadSet (the thread locks and the
 // mounts, threads.go), jailSet (the jails and the commands running in
 // them, jails.go), jobSet (the background jobs, jobs.go), inspectionSet
-// (the inspection mounts, inspect.go), and the host lease (hosts.go). Each
+// (the inspection mounts, inspect.go), and the host lease (a
+// lease.Session, wired in hosts.go). Each
 // group that adds something Close must undo has a closed flag, set by
 // Close before anything is undone: from then on no mount, jail, job slot
 // or inspection path is added, and a request that would add one is
@@ -177,7 +178,9 @@
 //   - broker.mu: numbering an event and offering it to each queue.
 //   - job.mu: a job's record and why it is being stopped.
 //   - jobOutput.mu: copying a job's output in or out of its ring.
-//   - the host lease's mu (hosts.go): its id, expiry and pins.
+//   - lease.Session's mu (package lease): the lease's id, expiry and pins;
+//     held over map and clock work only, never across a store call or the
+//     fence.
 //
 // Three locks serialize writes and are held across one write, with only
 // leaves under them: job.stdinMu (a job's input pipe), runningExec.mu (a
@@ -211,8 +214,10 @@
 //   - a mount's FUSE server (package fs): its entry in threadSet or
 //     inspectionSet, unmounted by the thread's close or delete, by an
 //     unmount, or by Close (unmountAll); the fs.Hub's own: Close (Hub.Close);
-//   - the host lease's heartbeats and fence (hosts.go): the lease, ended by
-//     Close (endLease) after unmountAll.
+//   - the host lease's heartbeats and fence (package lease): the
+//     lease.Session, ended by Close (endLease), which waits for both,
+//     before unmountAll and before the caller may close the store. The
+//     fence takes thread locks, so endLease is called holding none.
 //
 // # Errors
 //

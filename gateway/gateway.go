@@ -10,12 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"warren/fs"
+	"warren/gateway/lease"
 	"warren/jail"
 	"warren/meta"
 )
@@ -63,12 +63,10 @@ type Gateway struct {
 	// machine the machine it runs on.
 	instance string
 	machine  string
-	// lease is this gateway's hold on its host id (hosts.go); stopLease
-	// ends its heartbeats, and leaseDone is closed when they ended.
-	lease     lease
-	fencing   atomic.Bool // a fence is under way
-	stopLease context.CancelFunc
-	leaseDone chan struct{}
+	// lease is this gateway's hold on its host id, nil without one
+	// (hosts.go, package lease). It owns its heartbeat and fence
+	// goroutines; endLease ends them.
+	lease *lease.Session
 
 	// quotas holds the workspaces' quota groups (diskquota.go).
 	quotas diskQuotas
@@ -105,7 +103,6 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		jobs:        jobSet{threads: make(map[meta.ThreadKey]*threadJobs)},
 		instance:    newInstance(),
 		machine:     machineID(),
-		lease:       lease{pins: make(map[meta.ThreadKey]meta.LeaseID)},
 		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks}),
 	}
 	for _, u := range cfg.AllowUIDs {
@@ -120,16 +117,9 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.hub.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
-	if cfg.HostID != "" {
-		// The first lease, before anything is served: a gateway that
-		// cannot hold its host id serves nothing pinned.
-		if _, err := g.heartbeat(ctx); err != nil {
-			g.hub.Close()
-			return nil, fmt.Errorf("start gateway: first heartbeat of host %q: %w", cfg.HostID, err)
-		}
-		lctx, stop := context.WithCancel(context.Background())
-		g.stopLease, g.leaseDone = stop, make(chan struct{})
-		go g.keepLease(lctx)
+	if err := g.startLease(ctx); err != nil {
+		g.hub.Close()
+		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	// A gateway killed with SIGKILL leaves its jails' cgroups behind.
 	if err := jail.RemoveStaleCgroups(); err != nil {
@@ -139,8 +129,8 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 
 	ln, err := listenSocket(cfg.SocketPath)
 	if err != nil {
-		g.unmountAll()
 		g.endLease()
+		g.unmountAll()
 		g.hub.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
@@ -230,8 +220,8 @@ func (g *Gateway) Close() error {
 		if rmErr := os.Remove(g.cfg.SocketPath); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
 			g.log.Warn("remove socket", "socket", g.cfg.SocketPath, "error", rmErr)
 		}
+		g.endLease() // no fence behind unmountAll, nor on a closed store
 		g.closeErr = errors.Join(g.serveErr, err, g.unmountAll())
-		g.endLease()
 		g.hub.Close()
 		g.log.Info("gateway stopped", "socket", g.cfg.SocketPath)
 	})
@@ -311,15 +301,6 @@ func (g *Gateway) workspacePath(k meta.ThreadKey) string {
 		return fmt.Sprintf("%q/%q", k.Tenant, k.Thread)
 	}
 	return p
-}
-
-// endLease stops the heartbeats. The lease is not revoked: it runs out,
-// and a restart of this host in time takes its pins over without a gap.
-func (g *Gateway) endLease() {
-	if g.stopLease != nil {
-		g.stopLease()
-		<-g.leaseDone
-	}
 }
 
 // requestSet counts the API's requests being answered, so that Close

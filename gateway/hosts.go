@@ -6,41 +6,39 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 
+	"warren/gateway/lease"
 	"warren/jail"
 	"warren/meta"
 )
 
 // Threads and hosts. A gateway with a host id keeps a lease in the store
-// by heartbeats (every Config.RenewEvery; it lapses after
-// Config.ExpiresAfter without one) and pins every thread it serves: the
-// pin lasts as long as the lease, and while it lasts every other gateway
-// refuses the thread. When a host dies its lease lapses, its pins go with
-// it, and the next gateway that gets a call for one of its threads pins
-// it and takes it over: it resumes in the same folder if it can reach it,
-// else starts a fresh workspace or marks the thread gone, as configured.
+// (a lease.Session: heartbeats every Config.RenewEvery; the lease lapses
+// after Config.ExpiresAfter without one) and pins every thread it serves:
+// the pin lasts as long as the lease, and while it lasts every other
+// gateway refuses the thread. When a host dies its lease lapses, its pins
+// go with it, and the next gateway that gets a call for one of its threads
+// pins it and takes it over: it resumes in the same folder if it can reach
+// it, else starts a fresh workspace or marks the thread gone, as
+// configured.
 //
 // Fencing: a gateway never serves a pinned thread beyond what its lease
-// covers. It counts its lease as valid until the time it sent its last
-// successful heartbeat plus the lease's length, minus a margin: the store
-// renews the lease when it receives the heartbeat, later than it was
-// sent, so the store's lease never ends before this gateway's view of it.
-// A thread another host may take over is therefore never served by two.
+// covers (package lease counts the lease valid a margin short of the
+// store's view of it), and once a lease ended the session calls fence,
+// which takes down every thread served under it. A thread another host
+// may take over is therefore never served by two.
 //
-// The check a call pays is a map look-up and a clock read: a pin made
-// under the current lease holds until the lease lapses, so it is not read
-// again from the store.
+// The check a call pays is a map look-up and a clock read (Session.Holds):
+// a pin made under the current lease holds until the lease lapses, so it
+// is not read again from the store.
 
 // Defaults of the lease.
 const (
 	DefaultRenewEvery   = 10 * time.Second
 	DefaultExpiresAfter = 30 * time.Second
-	// leaseMargin is taken off the lease's length, for clock rates and
-	// the time between reading the clock and sending the heartbeat.
-	leaseMargin = 500 * time.Millisecond
 )
 
 // What a gateway does with a thread it takes over whose folder it cannot
@@ -50,109 +48,87 @@ const (
 	UnreachableFresh = "fresh"
 )
 
-// lease is this gateway's hold on its host id.
-type lease struct {
-	mu         sync.Mutex
-	id         meta.LeaseID // 0 while it has none
-	validUntil time.Time    // by this gateway's monotonic clock
-	pins       map[meta.ThreadKey]meta.LeaseID
-}
+// EventThreadFenced: this gateway's lease ended, and it took the thread
+// down (jail, commands, jobs, mount) as another host may take it now. The
+// thread's next call pins it again, if no other host took it, and mounts
+// it again.
+const EventThreadFenced EventType = "thread.fenced"
 
-// valid returns the lease in force now, or 0.
-func (l *lease) valid(now time.Time) meta.LeaseID {
-	id, _ := l.holds(now, meta.ThreadKey{})
-	return id
-}
-
-// holds returns the lease in force now (0 if none), and whether k is
-// pinned under it.
-func (l *lease) holds(now time.Time, k meta.ThreadKey) (meta.LeaseID, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.id == 0 || !now.Before(l.validUntil) {
-		return 0, false
+// startLease takes the host's lease, before anything is served: a gateway
+// that cannot hold its host id serves nothing pinned. ctx bounds the first
+// heartbeat only. Without a host id there is no lease (g.lease stays nil).
+func (g *Gateway) startLease(ctx context.Context) error {
+	if g.cfg.HostID == "" {
+		return nil
 	}
-	return l.id, l.pins[k] == l.id
-}
-
-// keepLease sends heartbeats until ctx ends. It is started only on a
-// gateway with a host id, after a first heartbeat succeeded.
-func (g *Gateway) keepLease(ctx context.Context) {
-	defer close(g.leaseDone)
-	t := time.NewTicker(g.cfg.RenewEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		lost, err := g.heartbeat(ctx)
-		if err != nil && ctx.Err() == nil {
-			g.log.Warn("heartbeat failed", "host_id", g.cfg.HostID, "error", err)
-		}
-		if (lost || g.lease.valid(time.Now()) == 0) && g.fencing.CompareAndSwap(false, true) {
-			// Ending jobs records their ends, which may wait on the
-			// store: the heartbeats go on meanwhile.
-			go func() {
-				defer g.fencing.Store(false)
-				g.fence()
-			}()
-		}
-	}
-}
-
-// heartbeat renews the lease, or gets a new one when it lapsed (lost):
-// then every pin made under the old one is gone, and the threads are
-// pinned again, each at its next call, if no other host took them
-// meanwhile.
-func (g *Gateway) heartbeat(ctx context.Context) (lost bool, err error) {
-	g.lease.mu.Lock()
-	id := g.lease.id
-	g.lease.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.RenewEvery)
-	defer cancel()
-	sent := time.Now()
-	got, err := g.store.Heartbeat(ctx, g.cfg.HostID, id, g.cfg.ExpiresAfter)
-	if errors.Is(err, meta.ErrLeaseLost) {
-		lost = true
-		g.log.Warn("lease lapsed: serving no pinned thread until a new lease and new pins", "host_id", g.cfg.HostID, "lease", id)
-		g.lease.mu.Lock()
-		g.lease.id = 0 // refuses every call until the new lease is in
-		g.lease.mu.Unlock()
-		sent = time.Now()
-		got, err = g.store.Heartbeat(ctx, g.cfg.HostID, 0, g.cfg.ExpiresAfter)
-	}
+	s, err := lease.Start(ctx, g.store, lease.Config{
+		HostID:       g.cfg.HostID,
+		RenewEvery:   g.cfg.RenewEvery,
+		ExpiresAfter: g.cfg.ExpiresAfter,
+		Fence:        g.fence,
+		Logger:       g.log,
+	})
 	if err != nil {
-		return lost, err
+		return err
 	}
-	g.lease.mu.Lock()
-	if got != id {
-		// A new lease: every pin made under the old one is gone.
-		g.log.Info("lease granted", "host_id", g.cfg.HostID, "lease", got)
-		g.lease.pins = make(map[meta.ThreadKey]meta.LeaseID)
-	}
-	g.lease.id, g.lease.validUntil = got, sent.Add(g.cfg.ExpiresAfter-leaseMargin)
-	g.lease.mu.Unlock()
-	return lost, nil
+	g.lease = s
+	return nil
 }
 
-// fence takes down every thread this gateway serves, with its jail, its
-// commands and jobs and its mount, once the lease is no longer valid:
-// another host may take any of them now, and nothing of this gateway may
-// go on writing in their folders. Their records stay: once this gateway
-// holds a lease again, a call pins a thread again (if nobody took it) and
-// mounts it again.
-func (g *Gateway) fence() {
+// endLease stops the heartbeats and waits for a fence under way, so that
+// no fence runs behind unmountAll, nor once the caller closes the store.
+// The lease is not revoked: it runs out, and a restart of this host in
+// time takes its pins over without a gap.
+func (g *Gateway) endLease() {
+	if g.lease != nil {
+		g.lease.Close()
+	}
+}
+
+// fence is the lease session's fence: once the lease old ended, another
+// host may take any thread pinned under it, and nothing of this gateway
+// may go on writing in their folders. It takes down every thread this
+// gateway serves that is not pinned under the lease now in force, with
+// its jail, its commands and jobs and its mount: those pinned under old,
+// and any other mount (there should be none). A thread that a call pinned
+// again under the new lease is spared: claim pins under the thread's lock,
+// and takeDown checks under it. Records stay: once this gateway holds a
+// lease again, a call pins a thread again (if nobody took it) and mounts
+// it again. ctx ends when the gateway closes, whose unmountAll takes down
+// the rest. It asks s, not g.lease: it may run before startLease set it.
+func (g *Gateway) fence(ctx context.Context, s *lease.Session, old meta.LeaseID, pinned []meta.ThreadKey) {
+	keys := slices.Clone(pinned)
+	listed := make(map[meta.ThreadKey]bool, len(pinned))
+	for _, k := range pinned {
+		listed[k] = true
+	}
 	// A jail or a job runs only in a mounted thread: the mounts are all.
-	keys := g.threads.mountedKeys()
-	for _, k := range keys {
-		if _, err := g.takeDown(k, nil); err != nil {
-			g.log.Error("fence: take down a thread", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+	for _, k := range g.threads.mountedKeys() {
+		if !listed[k] {
+			keys = append(keys, k)
 		}
 	}
-	if len(keys) > 0 {
-		g.log.Warn("fenced: took down the threads this host may no longer own", "host_id", g.cfg.HostID, "threads", len(keys))
+	down := 0
+	for _, k := range keys {
+		if ctx.Err() != nil {
+			break
+		}
+		took, err := g.takeDown(k, func(context.Context) bool {
+			_, held := s.Holds(k)
+			return !held && g.mounted(k)
+		})
+		if err != nil {
+			g.log.Error("fence: take down a thread", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+			continue
+		}
+		if took {
+			down++
+			g.emit(Event{Type: EventThreadFenced, Tenant: k.Tenant, Thread: k.Thread,
+				Message: "This server's lease on the metadata store ended: it took the thread down, as another host may take it now."})
+		}
+	}
+	if down > 0 {
+		g.log.Warn("fenced: took down the threads this host may no longer own", "host_id", g.cfg.HostID, "lease", old, "threads", down)
 	}
 }
 
@@ -176,7 +152,7 @@ func (g *Gateway) claim(ctx context.Context, k meta.ThreadKey, b *meta.Binding) 
 		}
 		return g.pinnedError(ctx, k, b, p.HostID)
 	}
-	id, held := g.lease.holds(time.Now(), k)
+	id, held := g.lease.Holds(k)
 	if id == 0 {
 		g.log.Warn("refused: no valid lease", "tenant", k.Tenant, "thread", k.Thread, "host_id", g.cfg.HostID)
 		return errFenced
@@ -184,25 +160,15 @@ func (g *Gateway) claim(ctx context.Context, k meta.ThreadKey, b *meta.Binding) 
 	if held {
 		return nil
 	}
-	p, err := g.store.Pin(ctx, k, g.cfg.HostID, id)
+	p, err := g.lease.Pin(ctx, k)
 	switch {
 	case errors.Is(err, meta.ErrPinned):
 		return g.pinnedError(ctx, k, b, p.HostID)
 	case errors.Is(err, meta.ErrLeaseLost):
-		g.lease.mu.Lock()
-		if g.lease.id == id {
-			g.lease.validUntil = time.Time{}
-		}
-		g.lease.mu.Unlock()
 		return errFenced
 	case err != nil:
 		return fmt.Errorf("pin %s: %w", keyName(k), err)
 	}
-	g.lease.mu.Lock()
-	if g.lease.id == id {
-		g.lease.pins[k] = id
-	}
-	g.lease.mu.Unlock()
 	return nil
 }
 
@@ -228,25 +194,6 @@ func (g *Gateway) pinnedError(ctx context.Context, k meta.ThreadKey, b *meta.Bin
 func goneError(b meta.Binding) error {
 	return &toolError{ErrGone, fmt.Sprintf("The workspace of this thread, %s on the host %s, is gone, so the tools cannot work on it.",
 		b.Root, hostName(b.HostID))}
-}
-
-// rootOf returns the backing folder of a binding: its recorded root if
-// that is a workspace root of the binding's ids, in this gateway's
-// workspaces folder or in one named "workspaces" (a thread taken over from
-// another host keeps its folder there), else this gateway's own root for
-// the ids. A root read from the store is trusted only in that shape, so a
-// damaged record cannot make a delete remove anything else.
-func (g *Gateway) rootOf(b meta.Binding) (string, error) {
-	if b.Root != "" && filepath.IsAbs(b.Root) {
-		base := filepath.Dir(filepath.Dir(b.Root))
-		if filepath.Base(base) == "workspaces" || base == g.wsBase {
-			if want, err := WorkspaceRoot(base, b.Tenant, b.Thread); err == nil && want == filepath.Clean(b.Root) {
-				return want, nil
-			}
-		}
-	}
-	root, _, err := g.threadPaths(b.ThreadKey)
-	return root, err
 }
 
 // takeOver takes a thread another host served: the caller holds its pin

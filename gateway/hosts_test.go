@@ -251,41 +251,127 @@ func BenchmarkOwnershipCheck(b *testing.B) {
 
 // TestFenceOnLostLease: a gateway that finds its lease gone (here another
 // run of its host id took the host's lease over) takes down every thread
-// it served, jail, jobs and mount, and serves it again only after pinning
-// it anew.
+// it served, jail, jobs and mount, tells it (thread.fenced), and serves it
+// again only after pinning it anew.
 func TestFenceOnLostLease(t *testing.T) {
 	store := newStore(t)
 	ctx := context.Background()
 	env := startEnv(t, Config{HostID: "web-1", Store: store, RenewEvery: 100 * time.Millisecond, ExpiresAfter: 2 * time.Second})
+	evs := subscribe(t, env, "t1")
 	if _, err := env.c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: "sleep 300"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.Heartbeat(ctx, "web-1", 0, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	// The thread leaves the gateway's map as the fence takes it down, but
-	// the fence logs only once it has taken down all it holds: wait for
-	// the fence to be over too, not only for the thread to be down.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		ti, err := env.c.Thread(ctx, "acme", "t1")
-		if err == nil && !ti.Mounted && !env.g.fencing.Load() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still mounted or fencing after the lease was lost: %+v, %v, fencing %v", ti, err, env.g.fencing.Load())
-		}
+	// The fence tells a thread once it took it down.
+	ev := waitEventOf(t, evs, EventThreadFenced, "t1")
+	if ev.Tenant != "acme" || !strings.Contains(ev.Message, "lease") {
+		t.Errorf("fence event: %+v", ev)
+	}
+	if ti, err := env.c.Thread(ctx, "acme", "t1"); err != nil || ti.Mounted {
+		t.Errorf("after the fence: %+v, %v; want not mounted", ti, err)
 	}
 	info := waitJobEnd(t, env.c, "t1", "bash-1")
 	if *info.ExitCode == 0 {
 		t.Errorf("the job of a fenced thread: %+v", info)
 	}
-	if !strings.Contains(env.logBuf.String(), "fenced: took down the threads") {
-		t.Error("no fence in the log")
-	}
 	// Pinned again at its next call, and served.
 	var out strings.Builder
 	if code, err := env.c.Exec(ctx, "acme", "t1", ExecRequest{Command: "echo back"}, &out, nil); err != nil || code != 0 || out.String() != "back\n" {
 		t.Errorf("after the fence: exit %d, %v, %q", code, err, out.String())
+	}
+}
+
+// TestFenceSparesRepinned: a fence that reaches a thread a call pinned
+// again under the new lease leaves it served, jail, jobs and mount, and
+// takes down only the threads not pinned again.
+func TestFenceSparesRepinned(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	store := newStore(t)
+	ctx := context.Background()
+	env := startEnv(t, Config{HostID: "web-1", Store: store, RenewEvery: 100 * time.Millisecond, ExpiresAfter: 2 * time.Second})
+	evs := subscribe(t, env, "")
+	k1 := meta.ThreadKey{Tenant: "acme", Thread: "t1"}
+	if _, err := env.c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: "sleep 300"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.c.Exec(ctx, "acme", "t2", ExecRequest{Command: "true"}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	old, held := env.g.lease.Holds(k1)
+	if !held {
+		t.Fatal("t1 not pinned")
+	}
+	jailOf := func() *threadJail {
+		tj, _ := env.g.jails.get(k1)
+		return tj
+	}
+	j1 := jailOf()
+	if j1 == nil {
+		t.Fatal("t1 has no jail")
+	}
+	// The fence goes through the threads in order, t1 first: holding
+	// t1's lock keeps it there while a call pins t1 again, as a request
+	// that came in between the new lease and the fence would.
+	unlock, err := env.g.threads.locks.lock(ctx, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Heartbeat(ctx, "web-1", 0, 2*time.Second); err != nil {
+		unlock()
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if id, _ := env.g.lease.Holds(k1); id != 0 && id != old {
+			break
+		}
+		if time.Now().After(deadline) {
+			unlock()
+			t.Fatal("no new lease")
+		}
+	}
+	err = env.g.claim(ctx, k1, nil)
+	unlock()
+	if err != nil {
+		t.Fatalf("pin t1 again: %v", err)
+	}
+	// A fence event of t1 would come before t2's: waitEventOf fails on it.
+	waitEventOf(t, evs, EventThreadFenced, "t2")
+	if ti, err := env.c.Thread(ctx, "acme", "t1"); err != nil || !ti.Mounted {
+		t.Errorf("t1 after the fence: %+v, %v; want mounted", ti, err)
+	}
+	if ti, err := env.c.Thread(ctx, "acme", "t2"); err != nil || ti.Mounted {
+		t.Errorf("t2 after the fence: %+v, %v; want not mounted", ti, err)
+	}
+	// The jail (and so its job) is the one from before the fence. Not the
+	// job's state: in a process where another gateway ran before, a new
+	// jail's init is sometimes killed by something outside the lease (seen
+	// before this test existed), which would make that check flaky.
+	if j := jailOf(); j != j1 {
+		t.Errorf("t1's jail after the fence: %p, want %p", j, j1)
+	}
+}
+
+// waitEventOf returns the first event of type typ of thread, skipping
+// others, but failing the test at a thread.fenced event of another thread
+// on the way.
+func waitEventOf(t *testing.T, evs <-chan Event, typ EventType, thread string) Event {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case ev := <-evs:
+			if ev.Type == EventThreadFenced && ev.Thread != thread {
+				t.Errorf("fenced %s while waiting for %s of %s", ev.Thread, typ, thread)
+			}
+			if ev.Type == typ && ev.Thread == thread {
+				return ev
+			}
+		case <-deadline:
+			t.Fatalf("no %s event of %s", typ, thread)
+			return Event{}
+		}
 	}
 }
 

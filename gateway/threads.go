@@ -796,12 +796,9 @@ func (g *Gateway) deleteLocked(ctx context.Context, b meta.Binding) error {
 	if g.cfg.HostID != "" {
 		// The last record: a failure leaves a pin that runs out with
 		// this host's lease, and holds no thread.
-		if err := g.store.Unpin(ctx, k, g.cfg.HostID); err != nil {
+		if err := g.lease.Unpin(ctx, k); err != nil {
 			g.log.Warn("unpin a deleted thread", "tenant", k.Tenant, "thread", k.Thread, "error", err)
 		}
-		g.lease.mu.Lock()
-		delete(g.lease.pins, k)
-		g.lease.mu.Unlock()
 	}
 	g.threads.forget(k)
 	g.log.Info("thread deleted", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"warren/meta"
 )
 
 // DefaultTenant is the tenant of a thread whose client gave none.
@@ -109,4 +111,23 @@ func encodeID(id string) string {
 	}
 	sum := sha256.Sum256([]byte(id))
 	return enc[:cut] + "~" + hex.EncodeToString(sum[:])
+}
+
+// rootOf returns the backing folder of a binding: its recorded root if
+// that is a workspace root of the binding's ids, in this gateway's
+// workspaces folder or in one named "workspaces" (a thread taken over from
+// another host keeps its folder there), else this gateway's own root for
+// the ids. A root read from the store is trusted only in that shape, so a
+// damaged record cannot make a delete remove anything else.
+func (g *Gateway) rootOf(b meta.Binding) (string, error) {
+	if b.Root != "" && filepath.IsAbs(b.Root) {
+		base := filepath.Dir(filepath.Dir(b.Root))
+		if filepath.Base(base) == "workspaces" || base == g.wsBase {
+			if want, err := WorkspaceRoot(base, b.Tenant, b.Thread); err == nil && want == filepath.Clean(b.Root) {
+				return want, nil
+			}
+		}
+	}
+	root, _, err := g.threadPaths(b.ThreadKey)
+	return root, err
 }
