@@ -113,7 +113,7 @@ func (g *Gateway) fence(ctx context.Context, s *lease.Session, old meta.LeaseID,
 		if ctx.Err() != nil {
 			break
 		}
-		took, err := g.takeDown(k, func(context.Context) bool {
+		took, err := g.takeDown(ctx, k, func(context.Context) bool {
 			_, held := s.Holds(k)
 			return !held && g.mounted(k)
 		})

@@ -852,7 +852,7 @@ func (g *Gateway) closing(k meta.ThreadKey) bool { return g.jobs.closing(k) }
 // while its jobs ran, once the last one ended, unless the thread was
 // bound again meanwhile.
 func (g *Gateway) closeIdle(k meta.ThreadKey) {
-	done, err := g.takeDown(k, func(ctx context.Context) bool {
+	done, err := g.takeDown(context.Background(), k, func(ctx context.Context) bool {
 		b, err := g.store.GetBinding(ctx, k)
 		return err == nil && b.State == meta.StateClosed && g.closing(k) && g.runningJobs(k) == 0
 	})

@@ -555,8 +555,11 @@ func (g *Gateway) unmountThread(k meta.ThreadKey, mountPath string) error {
 // takeDown ends thread k's jail, its jobs and its mount, under the
 // thread's lock, unless still (when set) says otherwise once the lock is
 // held. It keeps the thread's records. It says whether it took k down.
-func (g *Gateway) takeDown(k meta.ThreadKey, still func(context.Context) bool) (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+// ctx bounds the wait for the lock and still's store calls: a fence ends
+// it when the gateway closes, so Close does not wait behind a thread lock
+// that a cut-off request holds.
+func (g *Gateway) takeDown(ctx context.Context, k meta.ThreadKey, still func(context.Context) bool) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
 	unlock, err := g.threads.locks.lock(ctx, k)
 	if err != nil {
