@@ -31,11 +31,6 @@
 //     hang-up that early would kill the init and the whole jail.
 //   - seccomp_linux.go, landlock_linux.go: the filters.
 //
-// A jail whose init ended (Close, or killed) serves no more commands:
-// Run returns ErrInitGone (exit 137 for a command that had started: the
-// kernel killed it with the rest of the pid namespace), and Err says so
-// at once, for the owner to start another jail.
-//
 // A jail dies with its gateway's process, whatever way that ends (kill -9
 // too): the init ends when its socket to the gateway reaches its end of
 // file (serve). The gateway's end is close-on-exec from its creation and
@@ -47,6 +42,11 @@
 // the Go runtime ends a thread whenever a goroutine returns locked to it
 // (the poll hack of fs/pollhack_linux.go does, on purpose): a jail forked
 // on that thread was killed, with its jobs, under a live gateway.
+//
+// A jail whose init ended (Close, or killed) serves no more commands:
+// Run returns ErrInitGone (exit 137 for a command that had started: the
+// kernel killed it with the rest of the pid namespace), and Err says so
+// at once, for the owner to start another jail.
 //
 // The gateway runs one jail per bound thread (gateway/exec.go) and its
 // background jobs in it (gateway/jobs.go).

@@ -155,7 +155,9 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	// The jail dies with the gateway, whatever way it goes: the init ends
 	// when the gateway's end of their socket closes. Not Pdeathsig, which
 	// comes when the forking thread ends, not the process (doc.go).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: flags}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: flags,
+	}
 	if err := cmd.Start(); err != nil {
 		unix.Close(pair[0])
 		return nil, fmt.Errorf("jail: start init: %w", err)
