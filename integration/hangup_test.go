@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"warren/gateway"
-	"warren/internal/testenv"
 )
 
 // cpuLoad keeps n busy loops running until the returned function is
@@ -34,7 +33,8 @@ func cpuLoad(t *testing.T, n int) (stop func()) {
 	t.Cleanup(stop)
 	for range n {
 		cmd := exec.Command("sh", "-c", "while :; do :; done")
-		if err := testenv.StartTied(cmd); err != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
 			t.Fatalf("start a CPU load: %v", err)
 		}
 		cmds = append(cmds, cmd)
