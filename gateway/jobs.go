@@ -761,9 +761,9 @@ func (g *Gateway) noteRestartedJobs(ctx context.Context, bs []meta.Binding) {
 		if b.HostID != g.cfg.HostID {
 			continue
 		}
-		// They died with this host's former run: a jail's init gets
-		// SIGKILL when its gateway dies (Pdeathsig), and the kernel kills
-		// every process of its pid namespace with it.
+		// They died with this host's former run: a jail's init ends
+		// when its gateway's process does (jail/doc.go), and the kernel
+		// kills every process of its pid namespace with it.
 		exit := killedExit
 		g.noteLeftJobs(ctx, b.ThreadKey, "job stopped by a restart", &exit, func(rec meta.Job) (string, bool) {
 			if rec.HostID != g.cfg.HostID || rec.Instance == g.instance {

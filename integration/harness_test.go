@@ -148,8 +148,7 @@ func (d *daemon) launch() (*exec.Cmd, chan struct{}) {
 	argv = append(append([]string{}, d.wrap...), argv...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = d.logs, d.logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := testenv.StartTied(cmd); err != nil {
 		d.t.Fatalf("start warren serve: %v", err)
 	}
 	done := make(chan struct{})

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestJobsAfterKill9: a daemon killed with SIGKILL while a job runs. The
@@ -26,7 +28,17 @@ func TestJobsAfterKill9(t *testing.T) {
 		t.Fatalf("output of the second job: %q", out)
 	}
 	initPid := jailInit(t, d.cmd.Process.Pid)
+	// Opened while the daemon lives: the init is its child, unreaped, so
+	// the pid is still the init's.
+	initFd, err := unix.PidfdOpen(initPid, 0)
+	must(t, err)
+	defer unix.Close(initFd)
 	d.kill9()
+	// The jail dies with its daemon's process (jail/doc.go), and with it
+	// the job.
+	if !pidfdEnds(t, initFd, 10*time.Second) {
+		t.Fatalf("the jail's init %d still runs 10 s after its daemon's kill -9", initPid)
+	}
 	d.start()
 	out := d.mustWarren("jobs", "--thread", "t1")
 	note := "Background job bash-1 stopped when the host restarted."
@@ -51,6 +63,27 @@ func TestJobsAfterKill9(t *testing.T) {
 	for _, h := range []string{"memory", "pids"} {
 		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", h, "warren", "jail-"+strconv.Itoa(initPid))); err == nil {
 			t.Errorf("the dead jail's %s cgroup is left", h)
+		}
+	}
+}
+
+// pidfdEnds waits until the process of pidfd has ended, at most d, and
+// reports whether it has.
+func pidfdEnds(t *testing.T, pidfd int, d time.Duration) bool {
+	t.Helper()
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for deadline := time.Now().Add(d); ; {
+		left := max(time.Until(deadline), 0)
+		n, err := unix.Poll(fds, int((left+time.Millisecond-1)/time.Millisecond))
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			t.Fatalf("poll a pidfd: %v", err)
+		case n > 0:
+			return true
+		case left == 0:
+			return false
 		}
 	}
 }

@@ -31,6 +31,18 @@
 //     hang-up that early would kill the init and the whole jail.
 //   - seccomp_linux.go, landlock_linux.go: the filters.
 //
+// A jail dies with its gateway's process, whatever way that ends (kill -9
+// too): the init ends when its socket to the gateway reaches its end of
+// file (serve). The gateway's end is close-on-exec from its creation and
+// never handed to a child, so no other process holds it past an exec, and
+// the kernel closes it when the gateway's last thread exits. An end of
+// file is a state, not an event: a gateway gone before the init's first
+// read is seen there too. Not Pdeathsig: Linux sends the parent-death
+// signal when the thread that forked the child exits, not its process, and
+// the Go runtime ends a thread whenever a goroutine returns locked to it
+// (the poll hack of fs/pollhack_linux.go does, on purpose): a jail forked
+// on that thread was killed, with its jobs, under a live gateway.
+//
 // A jail whose init ended (Close, or killed) serves no more commands:
 // Run returns ErrInitGone (exit 137 for a command that had started: the
 // kernel killed it with the rest of the pid namespace), and Err says so

@@ -89,6 +89,17 @@ func helperMain(name string, args []string) int {
 		}
 		fmt.Println(j.InitPid())
 		select {}
+	case "hold-jail-plain":
+		// hold-jail-plain WORKSPACE: starts a jail without limits asked
+		// for over WORKSPACE, prints its init's pid, and holds it until
+		// killed.
+		j, err := Start(context.Background(), Config{Workspace: args[0]})
+		if err != nil {
+			fmt.Println(err)
+			return 2
+		}
+		fmt.Println(j.InitPid())
+		select {}
 	default:
 		fmt.Printf("no helper %q\n", name)
 		return 2

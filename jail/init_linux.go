@@ -169,6 +169,9 @@ type initState struct {
 
 // serve starts and stops commands until the gateway goes away, then ends
 // the jail (the kernel kills every process of the namespace with pid 1).
+// The socket's end of file is what ties the jail to its gateway's
+// process (doc.go): the gateway's end closes when its last thread exits,
+// whatever way it goes.
 func (in *initState) serve(rc *receiver) {
 	in.ids = make(map[uint64]int)
 	for {

@@ -152,10 +152,11 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	cmd.Env, _ = Env(nil, nil)
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{theirs}
+	// The jail dies with the gateway, whatever way it goes: the init ends
+	// when the gateway's end of their socket closes. Not Pdeathsig, which
+	// comes when the forking thread ends, not the process (doc.go).
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: flags,
-		// The jail dies with the gateway, whatever way it goes.
-		Pdeathsig: syscall.SIGKILL,
 	}
 	if err := cmd.Start(); err != nil {
 		unix.Close(pair[0])

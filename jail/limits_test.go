@@ -165,7 +165,7 @@ func TestRemoveStaleCgroups(t *testing.T) {
 	gw.Process.Signal(syscall.SIGKILL)
 	gw.Wait()
 	killed = true
-	// Its init dies with it (Pdeathsig). Wait until it is gone and its
+	// Its init dies with it (doc.go). Wait until it is gone and its
 	// cgroups are empty: the leader of a process shows as a zombie while
 	// its other threads are still leaving, and RemoveStaleCgroups keeps a
 	// cgroup that holds any process.

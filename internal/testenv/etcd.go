@@ -266,10 +266,8 @@ func (m *etcdMember) start(bin string) error {
 	}
 	cmd := exec.Command(bin, m.args...)
 	cmd.Stdout, cmd.Stderr = log, log
-	// Pdeathsig kills the server if the test binary dies without its
-	// cleanups (a -timeout panic, os.Exit), so no server outlives it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// Tied: the server dies with the test binary, cleanups or not.
+	if err := StartTied(cmd); err != nil {
 		log.Close()
 		return fmt.Errorf("start etcd member %s: %w", m.name, err)
 	}
