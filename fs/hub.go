@@ -14,7 +14,8 @@ import (
 // through one mount must be pushed to the others, or they would show a
 // stale tree until their caches expire.
 //
-// Mounts register with the hub at Serve and leave it at Close. Every
+// Mounts register with the hub at Serve and leave it once they stopped
+// serving (after Close). Every
 // change a mount makes is queued and delivered by one goroutine as FUSE
 // notifications to the other mounts of the same filesystem that know the
 // changed inode. Delivery is asynchronous on purpose: a notification waits
