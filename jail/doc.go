@@ -77,6 +77,6 @@
 //     fork and the Started reply, so the reaper's Done for it never comes
 //     first.
 //
-// The gateway runs one jail per bound thread (gateway/exec.go) and its
-// background jobs in it (gateway/jobs.go).
+// The gateway runs one jail per bound thread, and the thread's
+// background jobs in it.
 package jail
