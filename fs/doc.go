@@ -184,16 +184,61 @@
 // FUSE_NOTIFY_INVAL_ENTRY on older kernels), and the kernel forgets the
 // inodes nobody uses.
 //
+// # Goroutines
+//
+// Every goroutine the package starts has an owner that stops it and waits
+// for it:
+//
+//   - A Hub's three: delivery (Hub.deliver: the change notices to the
+//     other mounts), the sweeper (Hub.sweeper: the records and
+//     registrations of ended processes, every sweepEvery) and the node
+//     evictor (fdCache.evictNodes). NewHub starts them; Hub.Close stops
+//     them and waits for all three, every call of it, a second or
+//     concurrent one too.
+//   - A Mount's: go-fuse's serving goroutines (serveNodes; a request is
+//     served on the goroutine that read it, and fuse.Server.Wait waits
+//     for them all), and the mount's watcher (Serve), which waits for
+//     them, then closes the descriptors of the mount's nodes, leaves the
+//     hub (and closes it if it was the mount's own) and closes Done. They
+//     end when the kernel ends the connection: Mount.Close detaches the
+//     mount, and serving stops once no process uses it, at once if none
+//     does. Close waits for that a while (closeWait) for a mount at a
+//     path, and not at all for a Target mount: a busy mount cannot be
+//     made to stop sooner. Done is closed when they all ended.
+//   - The poll hack's (pollhack_linux.go): pollHack waits for its answer,
+//     and its thread ends with it.
+//
 // # Locks
 //
-// Lock order, outermost first: a ledger path lock (two for a rename,
-// taken in one global order), then a pathFd's mu, then the fdCache's mu
-// (which takes a pathFd's mu only with TryLock); the ledger's mu, a Hub's
-// mu and a root's mu are leaves. No path lock is
-// held across a FUSE notification: a WRITE waiting for a path lock may
-// hold the pages a notification waits for (the Hub delivers its
-// notifications from its own goroutine; an open notifies with no path
-// locked). The data path takes no lock of this package with passthrough
-// (reads and writes never reach it); without it, a WRITE holds its path's
-// lock and nothing else.
+// Lock order, outermost first: a lock is taken only while no lock below
+// it in this list is held.
+//
+//  1. A ledger path lock (pathState.mu, ledger.go); two for a rename,
+//     taken in one global order (comparePathKeys). A modification holds
+//     it from its check to its record (guard.go).
+//  2. A node's descriptor lock (pathFd.mu, fdcache.go).
+//  3. The descriptor cache's lock (fdCache.mu), which takes a pathFd's
+//     mu only with TryLock: its eviction finds the descriptors the other
+//     way round.
+//  4. Leaves, which take no other lock while held: the ledger's own mu
+//     (references to path states, read records, idleList), a Hub's mu
+//     (its mounts), a root's mu (the nodes its kernel knows), an inode's
+//     open-file mode (ioMode.mu, iomode.go), the actors' mu (actors.mu,
+//     actors.go: registrations and cached callers; a jail's RunOf is
+//     called with it released) and the file API's temporary files
+//     (tempFiles.mu, atomic_linux.go).
+//
+// go-fuse's own locks (its bridge's, each Inode's) come after all of
+// these: the package may call into go-fuse's tree (NewInode, Parent,
+// Path) holding a lock of its own, and go-fuse calls the package's code
+// (the node operations, OnForget) with none of its locks held. A Mount's
+// closeOnce is held while Close waits for the watcher, which takes only
+// the locks above and never calls Close.
+//
+// No path lock is held across a FUSE notification: a WRITE waiting for a
+// path lock may hold the pages a notification waits for (the Hub
+// delivers its notifications from its own goroutine; an open notifies
+// with no path locked). The data path takes no lock of this package with
+// passthrough (reads and writes never reach it); without it, a WRITE
+// holds its path's lock and nothing else.
 package fs

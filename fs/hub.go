@@ -14,7 +14,8 @@ import (
 // through one mount must be pushed to the others, or they would show a
 // stale tree until their caches expire.
 //
-// Mounts register with the hub at Serve and leave it at Close. Every
+// Mounts register with the hub at Serve and leave it once they stopped
+// serving (after Close). Every
 // change a mount makes is queued and delivered by one goroutine as FUSE
 // notifications to the other mounts of the same filesystem that know the
 // changed inode. Delivery is asynchronous on purpose: a notification waits
@@ -26,9 +27,11 @@ type Hub struct {
 	log     hclog.Logger
 	queue   chan notice
 	done    chan struct{}
-	stop    chan struct{} // closed by Close: ends the sweeper
+	stop    chan struct{} // closed by Close: ends the sweeper and the evictor
 	swept   chan struct{} // closed when the sweeper ended
 	evicted chan struct{} // closed when the node evictor ended
+	ended   chan struct{} // closed when the first Close is done: nothing of the hub runs
+	onSweep func()        // if set, runs on the sweeper before each sweep (tests); set before start
 	fds     *fdCache      // the node descriptors of every mount of the hub
 	ledger  *ledger       // versions, locks and read records (ledger.go)
 	actors  *actors       // who makes a request (actors.go)
@@ -99,6 +102,13 @@ func NewHub(cfg HubConfig) *Hub {
 // newHub starts a hub with a node descriptor budget and a cap of open
 // files (0: none).
 func newHub(cfg HubConfig, budget, maxFiles int) *Hub {
+	h := makeHub(cfg, budget, maxFiles)
+	h.start()
+	return h
+}
+
+// makeHub makes a hub that runs nothing yet: start starts it.
+func makeHub(cfg HubConfig, budget, maxFiles int) *Hub {
 	logger := cfg.Logger
 	if logger == nil {
 		logger = hclog.NewNullLogger()
@@ -120,15 +130,21 @@ func newHub(cfg HubConfig, budget, maxFiles int) *Hub {
 		stop:    make(chan struct{}),
 		swept:   make(chan struct{}),
 		evicted: make(chan struct{}),
+		ended:   make(chan struct{}),
 		mounts:  make(map[*root]struct{}),
 	}
+	return h
+}
+
+// start starts the hub's three goroutines. The hub owns them: Close stops
+// them and waits for them.
+func (h *Hub) start() {
 	go h.deliver()
 	go h.sweeper()
 	go func() {
 		defer close(h.evicted)
 		h.fds.evictNodes(h.stop)
 	}()
-	return h
 }
 
 // sweeper drops, now and then, the read records of actors that are gone
@@ -142,6 +158,9 @@ func (h *Hub) sweeper() {
 		case <-h.stop:
 			return
 		case <-t.C:
+			if h.onSweep != nil {
+				h.onSweep()
+			}
 			h.Sweep()
 		}
 	}
@@ -156,22 +175,28 @@ func (h *Hub) Sweep() {
 	}
 }
 
-// Close stops delivery and waits for the delivering goroutine.
+// Close stops delivery, the sweeper and the node evictor, waits for the
+// three goroutines to end and drops what the hub caches of callers. Every
+// call returns only once all that is done: a second or concurrent Close
+// waits for the first.
 func (h *Hub) Close() {
 	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		<-h.done
+	first := !h.closed
+	if first {
+		h.closed = true
+		close(h.queue)
+		close(h.stop)
+	}
+	h.mu.Unlock()
+	if !first {
+		<-h.ended
 		return
 	}
-	h.closed = true
-	close(h.queue)
-	close(h.stop)
-	h.mu.Unlock()
 	<-h.done
 	<-h.swept
 	<-h.evicted
 	h.actors.close()
+	close(h.ended)
 }
 
 func (h *Hub) add(r *root) {

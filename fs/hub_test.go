@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"warren/internal/testenv"
@@ -88,4 +90,55 @@ func listNames(t *testing.T, dir string) string {
 		names[i] = e.Name()
 	}
 	return strings.Join(names, " ")
+}
+
+// TestHubCloseWaitsForItsGoroutines holds the sweeper in the middle of a
+// sweep while one Close runs and more Closes come: none may return while
+// the sweeper runs (a second Close used to wait only for delivery), and
+// all return once it ended. synctest tells, without a sleep, that every
+// Close is blocked rather than slow, and fails the test if any goroutine
+// of the hub is left at its end.
+func TestHubCloseWaitsForItsGoroutines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		entered, release := make(chan struct{}), make(chan struct{})
+		h := makeHub(HubConfig{}, 1<<20, 0)
+		h.onSweep = func() {
+			select {
+			case entered <- struct{}{}:
+				<-release
+			default: // a later sweep, after the test let go
+			}
+		}
+		h.start()
+		<-entered // the sweeper is in a sweep
+
+		var returned atomic.Int32
+		closeHub := func() {
+			h.Close()
+			returned.Add(1)
+		}
+		go closeHub()
+		synctest.Wait() // the first Close has stopped what it could
+		const more = 3
+		for range more {
+			go closeHub()
+		}
+		synctest.Wait()
+		if n := returned.Load(); n != 0 {
+			t.Errorf("%d Close calls returned while the sweeper still ran", n)
+		}
+		close(release)
+		h.Close()
+		synctest.Wait() // the others are on their way out
+		if n := returned.Load(); n != more+1 {
+			t.Errorf("%d of %d Close calls returned", n, more+1)
+		}
+		for name, ch := range map[string]chan struct{}{"delivery": h.done, "sweeper": h.swept, "evictor": h.evicted} {
+			select {
+			case <-ch:
+			default:
+				t.Errorf("Close returned before the %s ended", name)
+			}
+		}
+	})
 }

@@ -92,7 +92,7 @@ type pathState struct {
 	writers map[Actor]int // open handles that may write, by actor
 	refs    int           // lock holders and waiters, open writers; ledger.mu
 	reads   int           // read records of this path; ledger.mu
-	idle    *list.Element // in ledger.idle while nobody holds or read it; ledger.mu
+	idle    *list.Element // in ledger.idleList while nobody holds or read it; ledger.mu
 }
 
 // readKey names one read record.
@@ -238,7 +238,7 @@ func (l *ledger) forgetIfIdle(k pathKey, st *pathState) {
 	}
 }
 
-// idleState is an entry of ledger.idle.
+// idleState is an entry of ledger.idleList.
 type idleState struct {
 	key pathKey
 	st  *pathState

@@ -48,6 +48,47 @@
 // kernel killed it with the rest of the pid namespace), and Err says so
 // at once, for the owner to start another jail.
 //
-// The gateway runs one jail per bound thread (gateway/exec.go) and its
-// background jobs in it (gateway/jobs.go).
+// # Goroutines
+//
+// Each goroutine has an owner that ends it and waits for it, or, where
+// it waits on the caller's reader, says so:
+//
+//   - The jail's reader (Jail.read) hands the init's replies to the
+//     commands. Start starts it once the init is ready; it ends when the
+//     init's end of the socket closes, which Close brings about by
+//     killing the init, and Close waits for it.
+//   - Start itself leaves nothing running when it fails: a ctx that ends
+//     before the init answered kills the init (context.AfterFunc), and
+//     Start reaps it and removes its cgroup before it returns. ctx bounds
+//     only the start: the jail Start returns lives until Close.
+//   - Run's, for one command: the copies of its output (stdout, stderr,
+//     a terminal's master) and the terminal's resizer, which Run waits
+//     for before it returns (waitTimeout's helper ends with the copies);
+//     and the feeder of its input, which copies Cmd.Stdin into the
+//     command's stdin pipe or terminal. Run does not wait for the feeder,
+//     as a Read cannot be interrupted: it ends at Stdin's end or error,
+//     or at its first write after the command ended. A caller that must
+//     see it end ends what its Stdin reads from.
+//   - The init process's reaper (initState.reap) runs in the init for the
+//     jail's whole life, and ends with it.
+//
+// # Locks
+//
+// Every lock of the package is a leaf: none is held while another is
+// taken, nor while a caller's code runs (Cmd.Started, the writers of the
+// output):
+//
+//   - Jail.sendMu keeps the requests to the init whole and in order on
+//     the socket;
+//   - Jail.mu guards the commands waiting for replies, the runs of the
+//     commands (RunOf) and whether the init is gone; the reader hands a
+//     reply to its command only after it released it;
+//   - cgroup.mu (limits_linux.go) guards the empty command trees kept for
+//     reuse;
+//   - in the init's own process, initState.mu is held across a command's
+//     fork and the Started reply, so the reaper's Done for it never comes
+//     first.
+//
+// The gateway runs one jail per bound thread, and the thread's
+// background jobs in it.
 package jail

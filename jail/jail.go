@@ -91,6 +91,12 @@ type Jail struct {
 }
 
 // Start builds a jail and waits until its init is ready.
+//
+// ctx bounds the start alone. If it ends before the init has answered,
+// Start kills and reaps the init, removes its cgroup, closes what it
+// opened and returns an error that wraps ctx's. Once Start has returned a
+// jail, ctx no longer matters: the jail lives until Close (or until its
+// init dies).
 func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	if cfg.Workspace == "" {
 		return nil, errors.New("jail: no workspace")
@@ -131,6 +137,9 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	if bin == "" {
 		bin = "/proc/self/exe"
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("jail: start: %w", err)
+	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("jail: socket pair: %w", err)
@@ -145,7 +154,6 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		return nil, fmt.Errorf("jail: socket send buffer: %w", err)
 	}
 	theirs := os.NewFile(uintptr(pair[1]), "jail-init")
-	defer theirs.Close()
 
 	cmd := exec.Command(bin, InitArg)
 	// The init starts with the jail's environment, never the server's.
@@ -158,9 +166,40 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: flags,
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	// The init holds its end now. Ours goes, so that the init's end
+	// closes when the init ends, and a wait for its answer ends with it.
+	theirs.Close()
+	if err != nil {
 		unix.Close(pair[0])
 		return nil, fmt.Errorf("jail: start init: %w", err)
+	}
+	// A ctx that ends before the init answered kills the init: whatever
+	// Start is doing then fails (the wait for the answer sees the socket
+	// close), and Start returns ctx's error.
+	killed := make(chan struct{})
+	stopKill := context.AfterFunc(ctx, func() {
+		cmd.Process.Kill()
+		close(killed)
+	})
+	var devNull *os.File
+	// abandon undoes the start: the init killed and reaped, its cgroup
+	// (if made) removed, what was opened closed.
+	abandon := func(cg *cgroup, err error) (*Jail, error) {
+		if !stopKill() {
+			<-killed
+			err = fmt.Errorf("jail: start: %w", ctx.Err())
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+		if cg != nil {
+			cg.remove()
+		}
+		if devNull != nil {
+			devNull.Close()
+		}
+		unix.Close(pair[0])
+		return nil, err
 	}
 	// The init waits for its setup: it runs nothing before it is in its
 	// cgroup.
@@ -175,18 +214,11 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	}
 	if cgErr != nil && cfg.CPUMillis > 0 {
 		// rlimits have no rate of CPU time: the jail would run unbounded.
-		cmd.Process.Kill()
-		cmd.Wait()
-		unix.Close(pair[0])
-		return nil, fmt.Errorf("jail: a CPU bound needs a cgroup: %w", cgErr)
+		return abandon(nil, fmt.Errorf("jail: a CPU bound needs a cgroup: %w", cgErr))
 	}
 	if cgErr == nil {
 		if err := cg.add(cmd.Process.Pid); err != nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-			cg.remove()
-			unix.Close(pair[0])
-			return nil, fmt.Errorf("jail: %w", err)
+			return abandon(cg, fmt.Errorf("jail: %w", err))
 		}
 		limits = fmt.Sprintf("cgroup %s: %d bytes of memory, %d processes", cg.kind, cfg.MemoryBytes, cfg.MaxProcs)
 		switch {
@@ -202,21 +234,8 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		rl = &rlimits{AddressSpace: cfg.MemoryBytes, Procs: cfg.MaxProcs}
 		limits = fmt.Sprintf("rlimits (no cgroup: %v): %d bytes of address space per process, %d processes of uid %d", cgErr, cfg.MemoryBytes, cfg.MaxProcs, cfg.UID)
 	}
-	devNull, err := os.Open(os.DevNull)
-	if err != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if cg != nil {
-			cg.remove()
-		}
-		unix.Close(pair[0])
-		return nil, fmt.Errorf("jail: %w", err)
-	}
-	j := &Jail{
-		cg: cg, Limits: limits, devNull: devNull,
-		init: cmd, conn: pair[0], waiting: make(map[uint64]chan replyMsg), done: make(chan struct{}),
-		runOfID: make(map[uint64]string), idPid: make(map[uint64]int), pidRun: make(map[int]string),
-		started: make(chan struct{}),
+	if devNull, err = os.Open(os.DevNull); err != nil {
+		return abandon(cg, fmt.Errorf("jail: %w", err))
 	}
 	s := setup{
 		Workspace: cfg.Workspace, ReadOnly: cfg.ReadOnly,
@@ -226,13 +245,13 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	if cg != nil {
 		var home *os.File
 		if home, err = cg.homeFile(); err == nil {
-			err = send(j.conn, s, int(home.Fd()))
+			err = send(pair[0], s, int(home.Fd()))
 			home.Close()
 		}
 	} else {
-		err = send(j.conn, s)
+		err = send(pair[0], s)
 	}
-	rc := newReceiver(j.conn)
+	rc := newReceiver(pair[0])
 	var ready reply
 	if err == nil {
 		_, err = rc.receive(&ready)
@@ -241,14 +260,20 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		err = errors.New(ready.Err)
 	}
 	if err != nil {
-		j.stop()
-		devNull.Close()
-		unix.Close(j.conn)
-		if j.cg != nil {
-			j.cg.remove()
-		}
-		return nil, fmt.Errorf("jail: set up: %w", err)
+		return abandon(cg, fmt.Errorf("jail: set up: %w", err))
 	}
+	if !stopKill() {
+		// ctx ended as the init answered: it is killed already.
+		return abandon(cg, nil)
+	}
+	j := &Jail{
+		cg: cg, Limits: limits, devNull: devNull,
+		init: cmd, conn: pair[0], waiting: make(map[uint64]chan replyMsg), done: make(chan struct{}),
+		runOfID: make(map[uint64]string), idPid: make(map[uint64]int), pidRun: make(map[int]string),
+		started: make(chan struct{}),
+	}
+	// The reader is the jail's: it ends when the init's end of the socket
+	// closes, which Close brings, and Close waits for it.
 	go j.read(rc)
 	return j, nil
 }

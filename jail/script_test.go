@@ -7,9 +7,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"warren/internal/testenv"
 )
 
 func TestPlainWords(t *testing.T) {
@@ -74,7 +75,7 @@ func TestJailScriptAsBash(t *testing.T) {
 	}
 	runWith := func(c Cmd) (int, string) {
 		t.Helper()
-		var out lockedBuffer
+		var out testenv.SyncBuffer
 		c.Env, c.Stdout, c.Stderr = env, &out, &out
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -108,25 +109,6 @@ func sortLines(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
-}
-
-// lockedBuffer takes both output streams of a command, in the order they
-// come.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestJailScriptWithoutShell proves the plain-words path runs no shell: in
