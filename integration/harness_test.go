@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warren/gateway"
+	"warren/client"
 	"warren/internal/testenv"
 )
 
@@ -113,7 +113,7 @@ func (d *daemon) allLogs() string {
 func (d *daemon) start() {
 	d.t.Helper()
 	cmd, done := d.launch()
-	c := gateway.NewClient(d.socket)
+	c := client.New(d.socket)
 	defer c.CloseIdleConnections()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

@@ -32,7 +32,8 @@ import (
 	"strings"
 	"time"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
 )
 
 func main() {
@@ -51,14 +52,14 @@ func main() {
 		log.Fatal("-socket is required")
 	}
 	ctx := context.Background()
-	c := gateway.NewClient(*socket)
+	c := client.New(*socket)
 	defer c.CloseIdleConnections()
 
 	plain := func() error { return exec.Command("/bin/true").Run() }
 	// What the API runs for "true": bash -c true, without a jail.
 	plainBash := func() error { return exec.Command("/bin/bash", "-c", "true").Run() }
 	warm := func() error {
-		code, err := c.Exec(ctx, "bench", "warm", gateway.ExecRequest{Command: "true"}, nil, nil)
+		code, err := c.Exec(ctx, "bench", "warm", api.ExecRequest{Command: "true"}, nil, nil)
 		if err == nil && code != 0 {
 			err = fmt.Errorf("exit %d", code)
 		}
@@ -101,7 +102,7 @@ func main() {
 	for i := range *firsts {
 		thread := fmt.Sprintf("first-%d-%d", os.Getpid(), i)
 		start := time.Now()
-		code, err := c.Exec(ctx, "bench", thread, gateway.ExecRequest{Command: "true"}, nil, nil)
+		code, err := c.Exec(ctx, "bench", thread, api.ExecRequest{Command: "true"}, nil, nil)
 		if err != nil || code != 0 {
 			log.Fatalf("first command of %s: exit %d, %v", thread, code, err)
 		}
@@ -143,10 +144,10 @@ func main() {
 
 // measureThreads binds n threads, writing a file in each, and compares a
 // file read with one thread bound to the same read with n bound.
-func measureThreads(ctx context.Context, c *gateway.Client, n, runs, daemonPid int) {
+func measureThreads(ctx context.Context, c *client.Client, n, runs, daemonPid int) {
 	read := func() time.Duration {
 		start := time.Now()
-		if _, err := c.ReadFile(ctx, "many", "t-0", gateway.ReadFileRequest{Path: "f"}); err != nil {
+		if _, err := c.ReadFile(ctx, "many", "t-0", api.ReadFileRequest{Path: "f"}); err != nil {
 			log.Fatalf("read: %v", err)
 		}
 		return time.Since(start)
@@ -154,7 +155,7 @@ func measureThreads(ctx context.Context, c *gateway.Client, n, runs, daemonPid i
 	bind := func(i int) time.Duration {
 		start := time.Now()
 		thread := fmt.Sprintf("t-%d", i)
-		if _, err := c.WriteFile(ctx, "many", thread, gateway.WriteFileRequest{Path: "f", Content: thread + "\n"}); err != nil {
+		if _, err := c.WriteFile(ctx, "many", thread, api.WriteFileRequest{Path: "f", Content: thread + "\n"}); err != nil {
 			log.Fatalf("bind and write %s: %v", thread, err)
 		}
 		return time.Since(start)
@@ -226,7 +227,7 @@ func procUsage(pid int) (rss int64, fds int) {
 
 // measureJobs times a job that writes n bytes, kept by the gateway, and
 // the same job writing them to /dev/null, taking turns.
-func measureJobs(ctx context.Context, c *gateway.Client, n int64, runs, daemonPid int) {
+func measureJobs(ctx context.Context, c *client.Client, n int64, runs, daemonPid int) {
 	cmd := fmt.Sprintf("head -c %d /dev/zero", n)
 	var kept, null []time.Duration
 	var cpu []float64 // daemon CPU seconds per kept job
@@ -257,9 +258,9 @@ func measureJobs(ctx context.Context, c *gateway.Client, n int64, runs, daemonPi
 
 // runJob runs one job to its end and returns how long it took and how
 // much output the gateway kept count of.
-func runJob(ctx context.Context, c *gateway.Client, cmd string) (time.Duration, int64) {
+func runJob(ctx context.Context, c *client.Client, cmd string) (time.Duration, int64) {
 	start := time.Now()
-	job, err := c.Spawn(ctx, "bench", "jobs", gateway.SpawnRequest{Command: cmd})
+	job, err := c.Spawn(ctx, "bench", "jobs", api.SpawnRequest{Command: cmd})
 	if err != nil {
 		log.Fatalf("spawn: %v", err)
 	}

@@ -6,7 +6,8 @@ import (
 	"flag"
 	"fmt"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
 	"warren/meta"
 )
 
@@ -35,13 +36,13 @@ func bindCmd(ctx context.Context, e *cliEnv, args []string) error {
 			settings = &s
 		}
 	})
-	return bind(ctx, e, gateway.NewClient(tf.socket), tf, settings, *asJSON)
+	return bind(ctx, e, client.New(tf.socket), tf, settings, *asJSON)
 }
 
 // bind binds a thread, with settings unless they are nil, and prints its
 // mount path, or its record as JSON.
-func bind(ctx context.Context, e *cliEnv, c *gateway.Client, tf threadFlags, settings *meta.Settings, asJSON bool) error {
-	var br gateway.BindResponse
+func bind(ctx context.Context, e *cliEnv, c *client.Client, tf threadFlags, settings *meta.Settings, asJSON bool) error {
+	var br api.BindResponse
 	var err error
 	if settings != nil {
 		br, err = c.BindWith(ctx, tf.tenant, tf.thread, *settings)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"warren/gateway"
+	"warren/client"
 )
 
 func closeCmd(ctx context.Context, e *cliEnv, args []string) error {
@@ -14,11 +14,11 @@ func closeCmd(ctx context.Context, e *cliEnv, args []string) error {
 	if err := parseThreadOnly(fs, &tf, args); err != nil {
 		return err
 	}
-	return closeThread(ctx, e, gateway.NewClient(tf.socket), tf)
+	return closeThread(ctx, e, client.New(tf.socket), tf)
 }
 
 // closeThread unmounts a thread, keeping its folder and its record.
-func closeThread(ctx context.Context, e *cliEnv, c *gateway.Client, tf threadFlags) error {
+func closeThread(ctx context.Context, e *cliEnv, c *client.Client, tf threadFlags) error {
 	if _, err := c.CloseThread(ctx, tf.tenant, tf.thread); err != nil {
 		return callError(tf.socket, fmt.Sprintf("close %s", showThread(tf.tenant, tf.thread)), err)
 	}

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"unicode"
 
-	"warren/gateway"
+	"warren/api"
 )
 
 // newFlags returns a flag set for verb whose errors and help go to e.stderr
@@ -75,7 +75,7 @@ type threadFlags struct {
 func clientFlags(e *cliEnv, fs *flag.FlagSet, socket *string) {
 	def := e.getenv("WARREN_SOCKET")
 	if def == "" {
-		def = gateway.DefaultSocket(defaultDataDir(e.getenv))
+		def = api.DefaultSocket(defaultDataDir(e.getenv))
 	}
 	fs.StringVar(socket, "socket", def, "gateway socket (default from WARREN_SOCKET, else the default data folder's)")
 }
@@ -112,7 +112,7 @@ func parseThreadOnly(fs *flag.FlagSet, tf *threadFlags, args []string) error {
 // gateway's own answers already name the thread and the step; other
 // errors (the socket) get what was being done and a hint.
 func callError(socket, doing string, err error) error {
-	var apiErr *gateway.APIError
+	var apiErr *api.APIError
 	switch {
 	case errors.As(err, &apiErr):
 		return err
@@ -142,7 +142,7 @@ func showID(id string) string {
 // showThread names a thread in messages.
 func showThread(tenant, thread string) string {
 	if tenant == "" {
-		tenant = gateway.DefaultTenant
+		tenant = api.DefaultTenant
 	}
 	return showID(tenant) + "/" + showID(thread)
 }

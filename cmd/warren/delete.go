@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"warren/gateway"
+	"warren/client"
 )
 
 func deleteCmd(ctx context.Context, e *cliEnv, args []string) error {
@@ -14,11 +14,11 @@ func deleteCmd(ctx context.Context, e *cliEnv, args []string) error {
 	if err := parseThreadOnly(fs, &tf, args); err != nil {
 		return err
 	}
-	return deleteThread(ctx, e, gateway.NewClient(tf.socket), tf)
+	return deleteThread(ctx, e, client.New(tf.socket), tf)
 }
 
 // deleteThread unmounts a thread and removes its folder and its record.
-func deleteThread(ctx context.Context, e *cliEnv, c *gateway.Client, tf threadFlags) error {
+func deleteThread(ctx context.Context, e *cliEnv, c *client.Client, tf threadFlags) error {
 	if err := c.DeleteThread(ctx, tf.tenant, tf.thread); err != nil {
 		return callError(tf.socket, fmt.Sprintf("delete %s", showThread(tf.tenant, tf.thread)), err)
 	}

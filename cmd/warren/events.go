@@ -7,7 +7,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
 )
 
 func eventsCmd(ctx context.Context, e *cliEnv, args []string) error {
@@ -25,17 +26,17 @@ func eventsCmd(ctx context.Context, e *cliEnv, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return events(ctx, e, gateway.NewClient(socket), socket, tenant, thread)
+	return events(ctx, e, client.New(socket), socket, tenant, thread)
 }
 
 // events prints the gateway's events, one JSON object per line, until ctx
 // is done (the user interrupted it: not an error) or the stream ends.
-func events(ctx context.Context, e *cliEnv, c *gateway.Client, socket, tenant, thread string) error {
+func events(ctx context.Context, e *cliEnv, c *client.Client, socket, tenant, thread string) error {
 	enc := json.NewEncoder(e.stdout)
 	// JSON escapes control characters, so hostile ids cannot drive the
 	// terminal; "<", ">" and "&" in paths stay as they are.
 	enc.SetEscapeHTML(false)
-	err := c.Events(ctx, tenant, thread, func(ev gateway.Event) error { return enc.Encode(ev) })
+	err := c.Events(ctx, tenant, thread, func(ev api.Event) error { return enc.Encode(ev) })
 	if ctx.Err() != nil {
 		return nil
 	}

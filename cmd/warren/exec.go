@@ -11,7 +11,8 @@ import (
 	"strings"
 	"syscall"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
 )
 
 // exitCodeError makes warren exit with a command's own exit code.
@@ -35,7 +36,7 @@ func (l envList) Set(v string) error {
 
 func execCmd(ctx context.Context, e *cliEnv, args []string) error {
 	var tf threadFlags
-	req := gateway.ExecRequest{Env: map[string]string{}}
+	req := api.ExecRequest{Env: map[string]string{}}
 	var withStdin, tty bool
 	fs := newFlags(e, "exec", "[--run R] [--cwd D] [--env K=V]... [--timeout S] [--stdin] [-t] --thread ID -- CMD [ARG...]")
 	addThreadFlags(e, fs, &tf)
@@ -59,7 +60,7 @@ func execCmd(ctx context.Context, e *cliEnv, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c := gateway.NewClient(tf.socket)
+	c := client.New(tf.socket)
 	var onID func(string)
 	if tty {
 		// Keys go to the command as they are typed: ^C is the command's,

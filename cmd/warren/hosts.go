@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"warren/gateway"
+	"warren/client"
 )
 
 // The verbs of several servers: hosts and unpin.
@@ -24,7 +24,7 @@ func hostsCmd(ctx context.Context, e *cliEnv, args []string) error {
 	if len(rest) > 0 {
 		return usagef("unexpected arguments %q", rest)
 	}
-	hosts, err := gateway.NewClient(socket).Hosts(ctx)
+	hosts, err := client.New(socket).Hosts(ctx)
 	if err != nil {
 		return callError(socket, "list hosts", err)
 	}
@@ -54,7 +54,7 @@ func unpinCmd(ctx context.Context, e *cliEnv, args []string) error {
 	if err := parseThreadOnly(fs, &tf, args); err != nil {
 		return err
 	}
-	ti, err := gateway.NewClient(tf.socket).Unpin(ctx, tf.tenant, tf.thread)
+	ti, err := client.New(tf.socket).Unpin(ctx, tf.tenant, tf.thread)
 	if err != nil {
 		return callError(tf.socket, fmt.Sprintf("unpin %s", showThread(tf.tenant, tf.thread)), err)
 	}

@@ -14,14 +14,15 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
 )
 
 // The verbs of background jobs: spawn, jobs, logs, kill.
 
 func spawnCmd(ctx context.Context, e *cliEnv, args []string) error {
 	var tf threadFlags
-	req := gateway.SpawnRequest{Env: map[string]string{}}
+	req := api.SpawnRequest{Env: map[string]string{}}
 	fs := newFlags(e, "spawn", "[--run R] [--cwd D] [--env K=V]... [--user U] [--label L] --thread ID -- CMD [ARG...]")
 	addThreadFlags(e, fs, &tf)
 	fs.StringVar(&req.Run, "run", "", "the agent run the job acts as in the workspace")
@@ -34,7 +35,7 @@ func spawnCmd(ctx context.Context, e *cliEnv, args []string) error {
 		return err
 	}
 	req.Command = command
-	job, err := gateway.NewClient(tf.socket).Spawn(ctx, tf.tenant, tf.thread, req)
+	job, err := client.New(tf.socket).Spawn(ctx, tf.tenant, tf.thread, req)
 	if err != nil {
 		return callError(tf.socket, "start the job", err)
 	}
@@ -50,7 +51,7 @@ func jobsCmd(ctx context.Context, e *cliEnv, args []string) error {
 	if err := parseThreadOnly(fs, &tf, args); err != nil {
 		return err
 	}
-	jobs, err := gateway.NewClient(tf.socket).Jobs(ctx, tf.tenant, tf.thread)
+	jobs, err := client.New(tf.socket).Jobs(ctx, tf.tenant, tf.thread)
 	if err != nil {
 		return callError(tf.socket, "list jobs", err)
 	}
@@ -96,7 +97,7 @@ func logsCmd(ctx context.Context, e *cliEnv, args []string) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var exit *int
-	err = gateway.NewClient(tf.socket).JobOutput(ctx, tf.tenant, tf.thread, id, *offset, *follow, func(f gateway.JobFrame) error {
+	err = client.New(tf.socket).JobOutput(ctx, tf.tenant, tf.thread, id, *offset, *follow, func(f api.JobFrame) error {
 		if f.Dropped > 0 {
 			fmt.Fprintf(e.stderr, "warren: %d bytes of the output were dropped before byte %d (a job keeps its newest 1 MiB)\n", f.Dropped, f.Offset)
 		}
@@ -127,7 +128,7 @@ func killCmd(ctx context.Context, e *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	job, err := gateway.NewClient(tf.socket).StopJob(ctx, tf.tenant, tf.thread, id, time.Duration(*grace*float64(time.Second)))
+	job, err := client.New(tf.socket).StopJob(ctx, tf.tenant, tf.thread, id, time.Duration(*grace*float64(time.Second)))
 	if err != nil {
 		return callError(tf.socket, "stop the job", err)
 	}

@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"text/tabwriter"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
 )
 
 func lsCmd(ctx context.Context, e *cliEnv, args []string) error {
@@ -29,13 +30,13 @@ func lsCmd(ctx context.Context, e *cliEnv, args []string) error {
 			only = &tenant
 		}
 	})
-	return ls(ctx, e, gateway.NewClient(socket), socket, only, *asJSON)
+	return ls(ctx, e, client.New(socket), socket, only, *asJSON)
 }
 
 // ls prints the bindings, of one tenant if tenant is not nil, as a table
 // or as JSON.
-func ls(ctx context.Context, e *cliEnv, c *gateway.Client, socket string, tenant *string, asJSON bool) error {
-	var tis []gateway.ThreadInfo
+func ls(ctx context.Context, e *cliEnv, c *client.Client, socket string, tenant *string, asJSON bool) error {
+	var tis []api.ThreadInfo
 	var err error
 	if tenant != nil {
 		tis, err = c.TenantThreads(ctx, *tenant)
@@ -47,7 +48,7 @@ func ls(ctx context.Context, e *cliEnv, c *gateway.Client, socket string, tenant
 	}
 	if asJSON {
 		if tis == nil {
-			tis = []gateway.ThreadInfo{}
+			tis = []api.ThreadInfo{}
 		}
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")

@@ -13,6 +13,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"warren/api"
+	"warren/client"
 	"warren/fs"
 	"warren/gateway"
 	"warren/internal/testenv"
@@ -160,7 +162,7 @@ func TestLsJSONEmpty(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("got exit %d (%s)", code, errOut)
 	}
-	var got []gateway.ThreadInfo
+	var got []api.ThreadInfo
 	if err := json.Unmarshal([]byte(out), &got); err != nil || got == nil || len(got) != 0 {
 		t.Errorf("got %q (%v), want an empty JSON list", out, err)
 	}
@@ -176,8 +178,8 @@ func TestServe(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, log, serveOptions{dataDir: data}) }()
 
-	sock := gateway.DefaultSocket(data)
-	c := gateway.NewClient(sock)
+	sock := api.DefaultSocket(data)
+	c := client.New(sock)
 	defer c.CloseIdleConnections()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

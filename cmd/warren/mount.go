@@ -4,7 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
 )
 
 func mountCmd(ctx context.Context, e *cliEnv, args []string) error {
@@ -26,13 +27,13 @@ func mountCmd(ctx context.Context, e *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	return mount(ctx, e, gateway.NewClient(tf.socket), tf, dir, *rw)
+	return mount(ctx, e, client.New(tf.socket), tf, dir, *rw)
 }
 
 // mount asks the gateway to serve a thread's workspace at dir, and prints
 // where it is.
-func mount(ctx context.Context, e *cliEnv, c *gateway.Client, tf threadFlags, dir string, writable bool) error {
-	mi, err := c.Mount(ctx, gateway.MountRequest{Tenant: tf.tenant, Thread: tf.thread, Path: dir, Writable: writable})
+func mount(ctx context.Context, e *cliEnv, c *client.Client, tf threadFlags, dir string, writable bool) error {
+	mi, err := c.Mount(ctx, api.MountRequest{Tenant: tf.tenant, Thread: tf.thread, Path: dir, Writable: writable})
 	if err != nil {
 		return callError(tf.socket, fmt.Sprintf("mount %s at %s", showThread(tf.tenant, tf.thread), dir), err)
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"warren/gateway"
+	"warren/client"
 )
 
 func umountCmd(ctx context.Context, e *cliEnv, args []string) error {
@@ -22,11 +22,11 @@ func umountCmd(ctx context.Context, e *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	return umount(ctx, gateway.NewClient(socket), socket, dir)
+	return umount(ctx, client.New(socket), socket, dir)
 }
 
 // umount takes down the inspection mount at dir.
-func umount(ctx context.Context, c *gateway.Client, socket, dir string) error {
+func umount(ctx context.Context, c *client.Client, socket, dir string) error {
 	if err := c.Unmount(ctx, dir); err != nil {
 		return callError(socket, fmt.Sprintf("unmount %s", dir), err)
 	}
