@@ -18,8 +18,14 @@ var (
 	ErrPinned = errors.New("gateway: pinned to another host")
 	// ErrBusy means an unmount failed because the mount is in use.
 	ErrBusy = errors.New("gateway: mount busy")
-	// ErrClosed means the daemon is shutting down.
+	// ErrClosed means the daemon is shutting down: this one will not
+	// answer again. A client gives up, or connects again once a daemon
+	// serves the socket anew.
 	ErrClosed = errors.New("gateway: closed")
+	// ErrUnavailable means the metadata store did not answer in time (an
+	// etcd cluster electing a leader, say): the daemon is up and the same
+	// call is likely to work if retried after a pause.
+	ErrUnavailable = errors.New("gateway: metadata store unavailable")
 	// ErrForbidden means the caller may not do this.
 	ErrForbidden = errors.New("gateway: forbidden")
 	// ErrGone means the thread's workspace folder no longer exists: the
@@ -54,7 +60,8 @@ const (
 	CodeConflict         = "conflict"
 	CodePinned           = "pinned"
 	CodeBusy             = "busy"
-	CodeClosed           = "unavailable"
+	CodeClosed           = "closed"
+	CodeUnavailable      = "unavailable"
 	CodeForbidden        = "forbidden"
 	CodeGone             = "gone"
 	CodeTooLarge         = "too_large"
@@ -91,6 +98,8 @@ func sentinelFor(code string) error {
 		return ErrBusy
 	case CodeClosed:
 		return ErrClosed
+	case CodeUnavailable:
+		return ErrUnavailable
 	case CodeForbidden:
 		return ErrForbidden
 	case CodeGone:

@@ -4,7 +4,9 @@
 //
 // Every error answer comes back as an *api.APIError, which matches the
 // sentinel of its code with errors.Is: api.ErrNotFound, api.ErrStale,
-// api.ErrClosed and the others api lists. Errors of the socket itself (no
+// api.ErrUnavailable (the metadata store did not answer: retry after a
+// pause), api.ErrClosed (the daemon is shutting down: give up or connect
+// again later) and the others api lists. Errors of the socket itself (no
 // daemon, no permission) come back wrapped as they are.
 //
 // The package imports only the standard library and package api (and

@@ -42,8 +42,9 @@ var errorClasses = []struct {
 	{ErrClosed, http.StatusServiceUnavailable, codeClosed},
 	{meta.ErrClosed, http.StatusServiceUnavailable, codeClosed},
 	// The metadata store did not answer in time (an etcd election): a
-	// retry will do.
-	{meta.ErrUnavailable, http.StatusServiceUnavailable, codeClosed},
+	// retry will do, so the code is not the one of a closing gateway,
+	// after which the client must give up or connect anew.
+	{meta.ErrUnavailable, http.StatusServiceUnavailable, codeUnavailable},
 	{ErrNoSpace, http.StatusInsufficientStorage, codeNoSpace},
 	{meta.ErrNoSpace, http.StatusInsufficientStorage, codeNoSpace},
 	// A folder of the gateway's own (a workspace, a mount point) could

@@ -73,21 +73,22 @@ const (
 
 // Sentinel errors (see api for what each means).
 var (
-	ErrInvalid   = api.ErrInvalid
-	ErrNotFound  = api.ErrNotFound
-	ErrConflict  = api.ErrConflict
-	ErrPinned    = api.ErrPinned
-	ErrBusy      = api.ErrBusy
-	ErrClosed    = api.ErrClosed
-	ErrForbidden = api.ErrForbidden
-	ErrGone      = api.ErrGone
-	ErrStale     = api.ErrStale
-	ErrNoMatch   = api.ErrNoMatch
-	ErrOutside   = api.ErrOutside
-	ErrTooLarge  = api.ErrTooLarge
-	ErrFenced    = api.ErrFenced
-	ErrJobLimit  = api.ErrJobLimit
-	ErrNoSpace   = api.ErrNoSpace
+	ErrInvalid     = api.ErrInvalid
+	ErrNotFound    = api.ErrNotFound
+	ErrConflict    = api.ErrConflict
+	ErrPinned      = api.ErrPinned
+	ErrBusy        = api.ErrBusy
+	ErrClosed      = api.ErrClosed
+	ErrUnavailable = api.ErrUnavailable
+	ErrForbidden   = api.ErrForbidden
+	ErrGone        = api.ErrGone
+	ErrStale       = api.ErrStale
+	ErrNoMatch     = api.ErrNoMatch
+	ErrOutside     = api.ErrOutside
+	ErrTooLarge    = api.ErrTooLarge
+	ErrFenced      = api.ErrFenced
+	ErrJobLimit    = api.ErrJobLimit
+	ErrNoSpace     = api.ErrNoSpace
 )
 
 // Error codes.
@@ -98,6 +99,7 @@ const (
 	codePinned           = api.CodePinned
 	codeBusy             = api.CodeBusy
 	codeClosed           = api.CodeClosed
+	codeUnavailable      = api.CodeUnavailable
 	codeForbidden        = api.CodeForbidden
 	codeGone             = api.CodeGone
 	codeTooLarge         = api.CodeTooLarge
