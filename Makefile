@@ -1,5 +1,6 @@
 # warren: build, run, test and benchmark.
 #
+#   make build  build the client CLI bin/warren and the daemon bin/warrend
 #   make run    build and start the daemon on its defaults (ARGS="..." adds flags)
 #   make test   go vet, then every test, unit and integration
 #   make bench  filesystem benchmark: native ext4, go-fuse loopback, warren (edit checks on and off);
@@ -10,6 +11,7 @@
 
 GO   ?= go
 BIN  := bin/warren
+BIND := bin/warrend
 ARGS ?=
 
 # The concurrent parts run under the race detector: the metadata store and
@@ -32,8 +34,12 @@ all: build
 help:
 	@sed -n 's/^#   make/make/p' Makefile
 
+# Two programs: the CLI links only the client, so that a client call does
+# not pay for the daemon's packages; `bin/warren serve` execs the warrend
+# beside it.
 build:
 	$(GO) build -o $(BIN) ./cmd/warren
+	$(GO) build -o $(BIND) ./cmd/warrend
 
 run: build
 	exec $(BIN) serve $(ARGS)

@@ -5,6 +5,9 @@
 //     bash -c true the same way (what the API runs for "true");
 //   - warren: `true` through the API in a thread's warm jail (POST .../exec,
 //     bash -c, the answer's frames read to the end);
+//   - warren CLI: `warren exec -- true` end to end, the CLI binary forked
+//     and executed each time, against the same warm jail; and `warren help`,
+//     the CLI's start alone;
 //   - bwrap:  one bubblewrap call running /bin/true in new namespaces;
 //   - first:  the first command of a new thread: bind, mount, jail, exec;
 //   - jobs:   head -c 1G /dev/zero as a background job, its output kept by
@@ -16,8 +19,8 @@
 //     the same read with one.
 //
 // It prints medians and the ratios the targets speak of: warm warren at
-// most 1.5× plain and faster than bwrap, and a first command in at most
-// 100 ms. bench/exec.sh starts the daemon and runs this.
+// most 1.5× plain and faster than bwrap, the CLI's `exec -- true` faster
+// than bwrap too, and a first command in at most 100 ms. bench/exec.sh starts the daemon and runs this.
 package main
 
 import (
@@ -43,6 +46,7 @@ func main() {
 	runs := flag.Int("runs", 200, "timed runs of each warm measure")
 	firsts := flag.Int("firsts", 20, "new threads for the first-command measure")
 	bwrap := flag.String("bwrap", "bwrap", "the bubblewrap binary; empty to skip")
+	warrenCLI := flag.String("warren", "", "the warren CLI binary, to time `warren exec -- true` end to end; empty to skip")
 	daemonPid := flag.Int("daemon-pid", 0, "the daemon's pid, to measure its CPU time per MB of job output")
 	jobBytes := flag.Int64("job-bytes", 1<<30, "output of the job throughput measure")
 	jobRuns := flag.Int("job-runs", 5, "timed runs of each job measure")
@@ -79,6 +83,21 @@ func main() {
 		d    []time.Duration
 	}
 	ms := []*measure{{name: "plain fork+exec", f: plain}, {name: "plain bash -c true", f: plainBash}, {name: "warren, warm jail", f: warm}}
+	if *warrenCLI != "" {
+		// The whole CLI call, as an agent's tool runs it: fork, exec,
+		// the CLI's start, one API call, the CLI's exit.
+		cliExec := func() error {
+			return exec.Command(*warrenCLI, "exec", "--socket", *socket, "--tenant", "bench", "--thread", "warm", "--", "true").Run()
+		}
+		// The CLI's start alone (help prints its usage and exits).
+		cliHelp := func() error {
+			return exec.Command(*warrenCLI, "help").Run()
+		}
+		if err := cliExec(); err != nil {
+			log.Fatalf("%s exec -- true: %v", *warrenCLI, err)
+		}
+		ms = append(ms, &measure{name: "warren CLI exec", f: cliExec}, &measure{name: "warren CLI help", f: cliHelp})
+	}
 	if *bwrap != "" {
 		if _, err := exec.LookPath(*bwrap); err != nil {
 			log.Printf("bwrap: not measured (%v)", err)
@@ -129,6 +148,14 @@ func main() {
 	if b, ok := med["bwrap"]; ok {
 		r := float64(med["warren, warm jail"]) / float64(b)
 		fmt.Printf("warm warren / bwrap:           %.2fx (target < 1.00x): %s\n", r, verdict(r < 1))
+	}
+	if ce, ok := med["warren CLI exec"]; ok {
+		fmt.Printf("CLI exec / plain fork+exec:    %.2fx (warren exec -- true end to end)\n", float64(ce)/float64(med["plain fork+exec"]))
+		if b, ok := med["bwrap"]; ok {
+			r := float64(ce) / float64(b)
+			fmt.Printf("CLI exec / bwrap:              %.2fx (target < 1.00x): %s\n", r, verdict(r < 1))
+		}
+		fmt.Printf("CLI help / plain fork+exec:    %.2fx (the CLI's start)\n", float64(med["warren CLI help"])/float64(med["plain fork+exec"]))
 	}
 	fmt.Printf("first command median:          %s (target <= 100ms): %s\n", round(pf[1]), verdict(pf[1] <= 100*time.Millisecond))
 

@@ -5,11 +5,12 @@ import (
 	"fmt"
 
 	"warren/client"
+	"warren/internal/cli"
 )
 
-func deleteCmd(ctx context.Context, e *cliEnv, args []string) error {
+func deleteCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
-	fs := newFlags(e, "delete", "--thread ID [--tenant T]")
+	fs := cli.NewFlags(e, "warren delete", "--thread ID [--tenant T]")
 	addThreadFlags(e, fs, &tf)
 	if err := parseThreadOnly(fs, &tf, args); err != nil {
 		return err
@@ -18,10 +19,10 @@ func deleteCmd(ctx context.Context, e *cliEnv, args []string) error {
 }
 
 // deleteThread unmounts a thread and removes its folder and its record.
-func deleteThread(ctx context.Context, e *cliEnv, c *client.Client, tf threadFlags) error {
+func deleteThread(ctx context.Context, e *cli.Env, c *client.Client, tf threadFlags) error {
 	if err := c.DeleteThread(ctx, tf.tenant, tf.thread); err != nil {
 		return callError(tf.socket, fmt.Sprintf("delete %s", showThread(tf.tenant, tf.thread)), err)
 	}
-	_, err := fmt.Fprintf(e.stdout, "deleted %s\n", showThread(tf.tenant, tf.thread))
+	_, err := fmt.Fprintf(e.Stdout, "deleted %s\n", showThread(tf.tenant, tf.thread))
 	return err
 }

@@ -9,20 +9,21 @@ import (
 
 	"warren/api"
 	"warren/client"
+	"warren/internal/cli"
 )
 
-func eventsCmd(ctx context.Context, e *cliEnv, args []string) error {
+func eventsCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var socket, tenant, thread string
-	fs := newFlags(e, "events", "[--tenant T] [--thread ID]")
+	fs := cli.NewFlags(e, "warren events", "[--tenant T] [--thread ID]")
 	clientFlags(e, fs, &socket)
 	fs.StringVar(&tenant, "tenant", "", "only this tenant's events (with --thread: default \"default\")")
 	fs.StringVar(&thread, "thread", "", "only this thread's events")
-	rest, err := parse(fs, args)
+	rest, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(rest) > 0 {
-		return usagef("unexpected arguments %q", rest)
+		return cli.Usagef("unexpected arguments %q", rest)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -31,8 +32,8 @@ func eventsCmd(ctx context.Context, e *cliEnv, args []string) error {
 
 // events prints the gateway's events, one JSON object per line, until ctx
 // is done (the user interrupted it: not an error) or the stream ends.
-func events(ctx context.Context, e *cliEnv, c *client.Client, socket, tenant, thread string) error {
-	enc := json.NewEncoder(e.stdout)
+func events(ctx context.Context, e *cli.Env, c *client.Client, socket, tenant, thread string) error {
+	enc := json.NewEncoder(e.Stdout)
 	// JSON escapes control characters, so hostile ids cannot drive the
 	// terminal; "<", ">" and "&" in paths stay as they are.
 	enc.SetEscapeHTML(false)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/internal/cli"
 	"warren/internal/testenv"
 )
 
@@ -18,7 +19,7 @@ func TestEventsVerb(t *testing.T) {
 	testenv.RequireRootFUSE(t)
 	sock := startGateway(t)
 	var out, errOut testenv.SyncBuffer
-	e := &cliEnv{stdout: &out, stderr: &errOut, getenv: func(k string) string {
+	e := &cli.Env{Stdout: &out, Stderr: &errOut, Getenv: func(k string) string {
 		if k == "WARREN_SOCKET" {
 			return sock
 		}

@@ -16,14 +16,15 @@ import (
 
 	"warren/api"
 	"warren/client"
+	"warren/internal/cli"
 )
 
 // The verbs of background jobs: spawn, jobs, logs, kill.
 
-func spawnCmd(ctx context.Context, e *cliEnv, args []string) error {
+func spawnCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
 	req := api.SpawnRequest{Env: map[string]string{}}
-	fs := newFlags(e, "spawn", "[--run R] [--cwd D] [--env K=V]... [--user U] [--label L] --thread ID -- CMD [ARG...]")
+	fs := cli.NewFlags(e, "warren spawn", "[--run R] [--cwd D] [--env K=V]... [--user U] [--label L] --thread ID -- CMD [ARG...]")
 	addThreadFlags(e, fs, &tf)
 	fs.StringVar(&req.Run, "run", "", "the agent run the job acts as in the workspace")
 	fs.StringVar(&req.Cwd, "cwd", "", "folder to run in, inside /workspace (default /workspace)")
@@ -39,13 +40,13 @@ func spawnCmd(ctx context.Context, e *cliEnv, args []string) error {
 	if err != nil {
 		return callError(tf.socket, "start the job", err)
 	}
-	_, err = fmt.Fprintln(e.stdout, job.ID)
+	_, err = fmt.Fprintln(e.Stdout, job.ID)
 	return err
 }
 
-func jobsCmd(ctx context.Context, e *cliEnv, args []string) error {
+func jobsCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
-	fs := newFlags(e, "jobs", "--thread ID [--tenant T] [--json]")
+	fs := cli.NewFlags(e, "warren jobs", "--thread ID [--tenant T] [--json]")
 	addThreadFlags(e, fs, &tf)
 	asJSON := fs.Bool("json", false, "print the jobs as JSON")
 	if err := parseThreadOnly(fs, &tf, args); err != nil {
@@ -56,12 +57,12 @@ func jobsCmd(ctx context.Context, e *cliEnv, args []string) error {
 		return callError(tf.socket, "list jobs", err)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
+		enc := json.NewEncoder(e.Stdout)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
 		return enc.Encode(jobs)
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATE\tEXIT\tSTARTED\tUSER\tHOST\tLABEL")
 	for _, j := range jobs {
 		state := "ended"
@@ -84,9 +85,9 @@ func jobsCmd(ctx context.Context, e *cliEnv, args []string) error {
 	return tw.Flush()
 }
 
-func logsCmd(ctx context.Context, e *cliEnv, args []string) error {
+func logsCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
-	fs := newFlags(e, "logs", "[-f] [--offset N] --thread ID JOB")
+	fs := cli.NewFlags(e, "warren logs", "[-f] [--offset N] --thread ID JOB")
 	addThreadFlags(e, fs, &tf)
 	follow := fs.Bool("f", false, "follow the output until the job ends")
 	offset := fs.Int64("offset", 0, "start at this byte of the job's output (negative: the oldest kept)")
@@ -99,9 +100,9 @@ func logsCmd(ctx context.Context, e *cliEnv, args []string) error {
 	var exit *int
 	err = client.New(tf.socket).JobOutput(ctx, tf.tenant, tf.thread, id, *offset, *follow, func(f api.JobFrame) error {
 		if f.Dropped > 0 {
-			fmt.Fprintf(e.stderr, "warren: %d bytes of the output were dropped before byte %d (a job keeps its newest 1 MiB)\n", f.Dropped, f.Offset)
+			fmt.Fprintf(e.Stderr, "warren: %d bytes of the output were dropped before byte %d (a job keeps its newest 1 MiB)\n", f.Dropped, f.Offset)
 		}
-		if _, err := io.WriteString(e.stdout, f.Data); err != nil {
+		if _, err := io.WriteString(e.Stdout, f.Data); err != nil {
 			return err
 		}
 		if f.End {
@@ -119,9 +120,9 @@ func logsCmd(ctx context.Context, e *cliEnv, args []string) error {
 	return nil
 }
 
-func killCmd(ctx context.Context, e *cliEnv, args []string) error {
+func killCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
-	fs := newFlags(e, "kill", "[--grace S] --thread ID JOB")
+	fs := cli.NewFlags(e, "warren kill", "[--grace S] --thread ID JOB")
 	addThreadFlags(e, fs, &tf)
 	grace := fs.Float64("grace", 0, "seconds between SIGTERM and SIGKILL (default 5)")
 	id, err := parseJobArgs(fs, &tf, args)
@@ -136,7 +137,7 @@ func killCmd(ctx context.Context, e *cliEnv, args []string) error {
 	if job.ExitCode != nil {
 		exit = "exit " + strconv.Itoa(*job.ExitCode)
 	}
-	_, err = fmt.Fprintf(e.stdout, "%s ended (%s)\n", job.ID, exit)
+	_, err = fmt.Fprintf(e.Stdout, "%s ended (%s)\n", job.ID, exit)
 	return err
 }
 
@@ -151,7 +152,7 @@ func orDash(id string) string {
 // parseJobArgs parses the flags of a verb that names a thread and one job,
 // and returns the job's id.
 func parseJobArgs(fs *flag.FlagSet, tf *threadFlags, args []string) (string, error) {
-	rest, err := parse(fs, args)
+	rest, err := cli.Parse(fs, args)
 	if err != nil {
 		return "", err
 	}
@@ -159,7 +160,7 @@ func parseJobArgs(fs *flag.FlagSet, tf *threadFlags, args []string) (string, err
 		return "", err
 	}
 	if len(rest) != 1 {
-		return "", usagef("give one job id (bash-N)")
+		return "", cli.Usagef("give one job id (bash-N)")
 	}
 	return rest[0], nil
 }

@@ -5,18 +5,19 @@ import (
 	"fmt"
 
 	"warren/client"
+	"warren/internal/cli"
 )
 
-func umountCmd(ctx context.Context, e *cliEnv, args []string) error {
+func umountCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var socket string
-	fs := newFlags(e, "umount", "DIR")
+	fs := cli.NewFlags(e, "warren umount", "DIR")
 	clientFlags(e, fs, &socket)
-	rest, err := parse(fs, args)
+	rest, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 1 {
-		return usagef("want exactly one DIR, got %d arguments", len(rest))
+		return cli.Usagef("want exactly one DIR, got %d arguments", len(rest))
 	}
 	dir, err := absDir(rest[0])
 	if err != nil {
