@@ -36,9 +36,11 @@ help:
 
 # Two programs: the CLI links only the client, so that a client call does
 # not pay for the daemon's packages; `bin/warren serve` execs the warrend
-# beside it.
+# beside it. The CLI is built without cgo: with it, package net links the C
+# resolver and the binary loads the dynamic linker and libc at every start
+# (about 0.6 ms of a 1.6 ms start); it dials only a Unix socket.
 build:
-	$(GO) build -o $(BIN) ./cmd/warren
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/warren
 	$(GO) build -o $(BIND) ./cmd/warrend
 
 run: build

@@ -65,7 +65,8 @@ fi
 say "building"
 "$GO" build -o bin/execbench ./bench/execbench
 warren=${BENCH_WARREN:-bin/warren}
-[[ -n ${BENCH_WARREN:-} ]] || { "$GO" build -o bin/warren ./cmd/warren && "$GO" build -o bin/warrend ./cmd/warrend; }
+# The CLI as make build makes it: without cgo (see the Makefile).
+[[ -n ${BENCH_WARREN:-} ]] || { CGO_ENABLED=0 "$GO" build -o bin/warren ./cmd/warren && "$GO" build -o bin/warrend ./cmd/warrend; }
 
 sock=$work/data/warren.sock
 "$warren" serve --data "$work/data" --socket "$sock" </dev/null >"$work/warren.log" 2>&1 &

@@ -192,7 +192,7 @@ start_warren() {
 		warren_off_args=(-warren-off "$mnt")
 	fi
 }
-if [[ -z ${BENCH_WARREN:-} ]] && ! { "$GO" build -o bin/warren ./cmd/warren && "$GO" build -o bin/warrend ./cmd/warrend; } 2>"$work/warren-build.log"; then
+if [[ -z ${BENCH_WARREN:-} ]] && ! { CGO_ENABLED=0 "$GO" build -o bin/warren ./cmd/warren && "$GO" build -o bin/warrend ./cmd/warrend; } 2>"$work/warren-build.log"; then
 	why="build failed: $(grep -v '^#' "$work/warren-build.log" | head -n 1)"
 	warren_unavailable on "$why"
 	warren_unavailable off "$why"
