@@ -69,7 +69,9 @@ func run(ctx context.Context, e *cli.Env, args []string) int {
 		return 2
 	}
 	err := v.run(ctx, e, args[1:])
-	if ec := (*exitCodeError)(nil); errors.As(err, &ec) {
+	// A command's own exit code (exec, logs) is passed on as it is.
+	var ec *exitCodeError
+	if errors.As(err, &ec) {
 		return ec.code
 	}
 	return cli.Status(e, "warren "+args[0], err)
