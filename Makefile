@@ -1,5 +1,6 @@
 # warren: build, run, test and benchmark.
 #
+#   make build  build the client CLI bin/warren and the daemon bin/warrend
 #   make run    build and start the daemon on its defaults (ARGS="..." adds flags)
 #   make test   go vet, then every test, unit and integration
 #   make bench  filesystem benchmark: native ext4, go-fuse loopback, warren (edit checks on and off);
@@ -10,6 +11,7 @@
 
 GO   ?= go
 BIN  := bin/warren
+BIND := bin/warrend
 ARGS ?=
 
 # The concurrent parts run under the race detector: the metadata store, the
@@ -35,8 +37,14 @@ all: build
 help:
 	@sed -n 's/^#   make/make/p' Makefile
 
+# Two programs: the CLI links only the client, so that a client call does
+# not pay for the daemon's packages; `bin/warren serve` execs the warrend
+# beside it. The CLI is built without cgo: with it, package net links the C
+# resolver and the binary loads the dynamic linker and libc at every start
+# (about 0.6 ms of a 1.6 ms start); it dials only a Unix socket.
 build:
-	$(GO) build -o $(BIN) ./cmd/warren
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/warren
+	$(GO) build -o $(BIND) ./cmd/warrend
 
 run: build
 	exec $(BIN) serve $(ARGS)

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Command benchmark: /bin/true by plain fork+exec, through warren's API in
-# a warm jail, and by one bubblewrap call, side by side in one run; and the
-# first command of a new thread. See bench/README.md.
+# a warm jail, through the warren CLI (`warren exec -- true`, the binary run
+# each time) in the same jail, and by one bubblewrap call, side by side in
+# one run; and the first command of a new thread. See bench/README.md.
 #
 # Environment:
 #   BENCH_EXEC_RUNS  timed runs of each warm measure (default 200)
 #   BENCH_DIR        where the daemon's data folder goes (default /var/tmp)
 #   BENCH_WARREN     a warren binary to measure instead of building ./cmd/warren
+#                    and ./cmd/warrend (its serve runs the warrend beside it,
+#                    else on PATH)
 #
 # The daemon this script starts is stopped by its pid on exit and every
 # mount under its data folder is detached, whether the run succeeds or not.
@@ -62,7 +65,8 @@ fi
 say "building"
 "$GO" build -o bin/execbench ./bench/execbench
 warren=${BENCH_WARREN:-bin/warren}
-[[ -n ${BENCH_WARREN:-} ]] || "$GO" build -o bin/warren ./cmd/warren
+# The CLI as make build makes it: without cgo (see the Makefile).
+[[ -n ${BENCH_WARREN:-} ]] || { CGO_ENABLED=0 "$GO" build -o bin/warren ./cmd/warren && "$GO" build -o bin/warrend ./cmd/warrend; }
 
 sock=$work/data/warren.sock
 "$warren" serve --data "$work/data" --socket "$sock" </dev/null >"$work/warren.log" 2>&1 &
@@ -76,5 +80,5 @@ done
 
 mkdir -p bench/out
 report=bench/out/exec-$(date +%Y%m%d-%H%M%S).txt
-bin/execbench -socket "$sock" -runs "$runs" -daemon-pid "$warren_pid" -job-runs "${BENCH_JOB_RUNS:-5}" -threads "${BENCH_THREADS:-1000}" | tee "$report"
+bin/execbench -socket "$sock" -warren "$warren" -runs "$runs" -daemon-pid "$warren_pid" -job-runs "${BENCH_JOB_RUNS:-5}" -threads "${BENCH_THREADS:-1000}" | tee "$report"
 say "report written to $report"

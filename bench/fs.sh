@@ -10,7 +10,8 @@
 #   BENCH_SEQ_MIB  size of the sequential file in MiB (default 1024)
 #   BENCH_ONLY     comma-separated subset of workloads (see bin/fsbench -h)
 #   BENCH_KEEP=1   keep the work folder afterwards
-#   BENCH_WARREN   a warren binary to measure instead of building ./cmd/warren
+#   BENCH_WARREN   a warren binary to measure instead of building ./cmd/warren and
+#                  ./cmd/warrend (its serve runs the warrend beside it, else on PATH)
 #                  (without --no-edit-checks, the checks-off root is unavailable)
 #
 # Everything this script starts is stopped by its pid on exit, and every
@@ -191,7 +192,7 @@ start_warren() {
 		warren_off_args=(-warren-off "$mnt")
 	fi
 }
-if [[ -z ${BENCH_WARREN:-} ]] && ! "$GO" build -o bin/warren ./cmd/warren 2>"$work/warren-build.log"; then
+if [[ -z ${BENCH_WARREN:-} ]] && ! { CGO_ENABLED=0 "$GO" build -o bin/warren ./cmd/warren && "$GO" build -o bin/warrend ./cmd/warrend; } 2>"$work/warren-build.log"; then
 	why="build failed: $(grep -v '^#' "$work/warren-build.log" | head -n 1)"
 	warren_unavailable on "$why"
 	warren_unavailable off "$why"

@@ -12,54 +12,10 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"warren/meta"
 )
 
 // maxBodyBytes bounds a request body; a larger one is answered 413.
 const maxBodyBytes = 1 << 20
-
-// BindRequest is the optional body of POST .../bind.
-type BindRequest struct {
-	// Settings, if given, replace the thread's settings.
-	Settings *meta.Settings `json:"settings,omitempty"`
-}
-
-// Answers of the API. The Client decodes into the same types.
-type (
-	// BindResponse answers POST .../bind.
-	BindResponse struct {
-		Binding   ThreadInfo `json:"binding"`
-		MountPath string     `json:"mountPath"`
-	}
-	// ThreadResponse answers GET and POST .../close of one thread.
-	ThreadResponse struct {
-		Binding ThreadInfo `json:"binding"`
-	}
-	// ThreadsResponse answers GET /v1/threads.
-	ThreadsResponse struct {
-		Bindings []ThreadInfo `json:"bindings"`
-	}
-	// DeleteResponse answers DELETE of a thread.
-	DeleteResponse struct {
-		Deleted meta.ThreadKey `json:"deleted"`
-	}
-	// MountResponse answers POST /v1/mounts.
-	MountResponse struct {
-		Mount MountInfo `json:"mount"`
-	}
-	// MountsResponse answers GET /v1/mounts.
-	MountsResponse struct {
-		Mounts []MountInfo `json:"mounts"`
-	}
-	// UnmountResponse answers DELETE /v1/mounts.
-	UnmountResponse struct {
-		Unmounted string `json:"unmounted"`
-		// InUse says the mount left the tree but still serves processes
-		// that use it, until they let go.
-		InUse bool `json:"inUse,omitempty"`
-	}
-)
 
 // route is one entry of the API's route table. Pattern segments in braces
 // are ids: they match any one escaped segment, which is unescaped on its
@@ -489,11 +445,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	// Paths and ids are data: keep "<", ">" and "&" as they are.
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v) // the client went away; nothing left to tell it
-}
-
-// HostsResponse answers GET /v1/hosts.
-type HostsResponse struct {
-	Hosts []meta.Host `json:"hosts"`
 }
 
 // deadlineBody bounds how long a request's body takes to arrive: the

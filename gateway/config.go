@@ -101,10 +101,6 @@ type Config struct {
 // MetaDir is where the metadata store of a gateway with dataDir lives.
 func MetaDir(dataDir string) string { return filepath.Join(dataDir, "meta") }
 
-// DefaultSocket is the socket of a gateway with dataDir when
-// Config.SocketPath is empty.
-func DefaultSocket(dataDir string) string { return filepath.Join(dataDir, "warren.sock") }
-
 // CheckLimits refuses numbers of c that no thread could work with: the
 // jails' defaults get the bounds a thread's own settings get
 // (checkSettings), so a bad default is refused at start rather than by

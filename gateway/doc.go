@@ -137,8 +137,8 @@
 // method_not_allowed (with Allow), 409 conflict, pinned, busy or stale, 410
 // gone, 413 too_large (bodies over 1 MiB, files over the file API's
 // bound), 403 outside and 422 no_match (file API), 429 job_limit, 503
-// unavailable (shutting down, or the store did not answer) or fenced (the
-// lease lapsed), 507 no_space (the store's disk is nearly full; reads go
+// closed (shutting down), unavailable (the store did not answer: retry) or
+// fenced (the lease lapsed), 507 no_space (the store's disk is nearly full; reads go
 // on), 500 internal. A request line that net/http cannot parse, or headers over
 // 64 KiB, are refused by net/http itself before the route table, in plain
 // text. A refused request changes nothing.

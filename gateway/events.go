@@ -33,45 +33,6 @@ import (
 // To add a kind of event (jobs, files), add its EventType constant and call
 // g.emit where it happens; fields that apply to every event go into Event.
 
-// EventType names what an event tells.
-type EventType string
-
-// The kinds of events.
-const (
-	// EventThreadBound: a bind mounted the thread's workspace (a first
-	// bind, a bind after close, or a bind that mounted again a thread whose
-	// mount had failed). A bind of a mounted thread changes nothing and
-	// tells nothing.
-	EventThreadBound EventType = "thread.bound"
-	// EventThreadClosed: the thread went from bound to closed.
-	EventThreadClosed EventType = "thread.closed"
-	// EventThreadDeleted: the thread's folder and records were removed.
-	EventThreadDeleted EventType = "thread.deleted"
-	// EventThreadStranded: a gateway took the thread over from a host that
-	// died and could not reach its folder: every call fails now.
-	EventThreadStranded EventType = "thread.stranded"
-	// EventEscapeRefused: a mount of the thread refused an operation that
-	// would have left the workspace (a link out of it, a device node...).
-	EventEscapeRefused EventType = "escape.refused"
-	// EventWriteStale: a write was made from an outdated view of a file.
-	EventWriteStale EventType = "write.stale"
-	// EventJobStarted: a background job started (Job, Label, User).
-	EventJobStarted EventType = "job.started"
-	// EventJobOutput: a chunk of a job's output (Job, Data), in order.
-	EventJobOutput EventType = "job.output"
-	// EventJobEnded: a job ended (Job, Exit, and User, who started it),
-	// or was found stopped by a restart (Message says so, no Exit).
-	EventJobEnded EventType = "job.ended"
-	// EventJailReplaced: the thread's jail ended unexpectedly (its init
-	// died), with its commands and jobs; the thread's next command started
-	// a new one. Message says so.
-	EventJailReplaced EventType = "jail.replaced"
-	// EventMissed is not something that happened to a thread: the stream
-	// writes it where it dropped events because its reader fell behind.
-	// Missed says how many; Tenant and Thread are the stream's filter.
-	EventMissed EventType = "missed"
-)
-
 // eventBuffer bounds the events queued for one subscriber. A reader that
 // falls this far behind loses events (and is told how many) rather than
 // making the gateway wait or grow without bound.
@@ -81,38 +42,6 @@ const eventBuffer = 1024
 // closes. A reader ends at once; a client that stopped reading leaves its
 // handler stuck in a write, which only a write deadline ends.
 const streamCloseGrace = time.Second
-
-// Event is one line of the event stream.
-type Event struct {
-	// Seq numbers the events of this gateway: 1, 2, 3... in the order they
-	// were emitted, from the start of the process. A filtered stream sees
-	// gaps. A missed event has Seq 0: it is a note about one stream, not
-	// something the gateway emitted.
-	Seq uint64 `json:"seq"`
-	// Time is when the event was emitted (UTC); JSON gives it as RFC 3339
-	// with nanoseconds.
-	Time   time.Time `json:"time"`
-	Type   EventType `json:"type"`
-	Tenant string    `json:"tenant"`
-	Thread string    `json:"thread"`
-	// Actor is who caused the event, when the gateway knows: "uid:N" for
-	// the peer of an API call.
-	Actor string `json:"actor,omitempty"`
-	// Path is a path inside the thread's workspace, "/"-separated and
-	// starting with "/", for events about one file.
-	Path string `json:"path,omitempty"`
-	// Message says what happened, for a person.
-	Message string `json:"message,omitempty"`
-	// Missed is how many events a missed event stands for.
-	Missed uint64 `json:"missed,omitempty"`
-	// Job, Label, User, Exit and Data tell about a background job: its
-	// id, its label, who started it, its exit code, a chunk of its output.
-	Job   string `json:"job,omitempty"`
-	Label string `json:"label,omitempty"`
-	User  string `json:"user,omitempty"`
-	Exit  *int   `json:"exit,omitempty"`
-	Data  string `json:"data,omitempty"`
-}
 
 // emit tells every interested subscriber about ev. It never blocks: a
 // subscriber that is behind loses the event (see broker.publish). The

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"warren/client"
 )
 
 // testEvent is a kind of event that only tests emit.
@@ -51,7 +53,7 @@ type stream struct {
 }
 
 // follow starts c.Events(tenant, thread) and stops it when the test ends.
-func follow(t *testing.T, c *Client, tenant, thread string) *stream {
+func follow(t *testing.T, c *client.Client, tenant, thread string) *stream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &stream{events: make(chan Event, 4*eventBuffer), cancel: cancel}
@@ -286,13 +288,15 @@ func openStream(t *testing.T, env *testEnv, query string) *http.Response {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := env.c.hc.Do(req)
+	hc := unixHTTP(env.g.SocketPath())
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		cancel()
 		resp.Body.Close()
+		hc.CloseIdleConnections()
 	})
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /v1/events: got status %s", resp.Status)

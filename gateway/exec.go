@@ -22,69 +22,6 @@ import (
 // deleted or the gateway stops. The answer streams the command's output as
 // NDJSON frames and ends with its exit code.
 
-// ExecRequest runs a command for a thread.
-type ExecRequest struct {
-	// Command is run with bash -c.
-	Command string `json:"command"`
-	// Cwd is where it runs: relative to /workspace, or absolute inside
-	// it; "" means /workspace.
-	Cwd string `json:"cwd,omitempty"`
-	// Env are extra variables for this call (see jail.Env for what may
-	// not be set).
-	Env map[string]string `json:"env,omitempty"`
-	// Run is the agent run the command acts as in the filesystem: its
-	// processes' reads and writes on the workspace are checked against
-	// the run's reads (the file API's too). "" means each process acts on
-	// its own.
-	Run string `json:"run,omitempty"`
-	// Stdin is the command's whole input; none means empty.
-	Stdin string `json:"stdin,omitempty"`
-	// TimeoutSeconds ends the command's whole session after so long, with
-	// exit code 124; 0 means DefaultExecTimeout.
-	TimeoutSeconds float64 `json:"timeoutSeconds,omitempty"`
-	// OpenStdin keeps the command's input open after Stdin, for
-	// POST .../exec/{id}/stdin, until one of them closes it.
-	OpenStdin bool `json:"openStdin,omitempty"`
-	// Tty runs the command on a terminal of its own of Rows × Cols
-	// (default 24 × 80); output then comes as one "tty" stream, input is
-	// open (as with OpenStdin), and POST .../exec/{id}/resize resizes it.
-	Tty  bool   `json:"tty,omitempty"`
-	Rows uint16 `json:"rows,omitempty"`
-	Cols uint16 `json:"cols,omitempty"`
-}
-
-// ExecStdinRequest sends input to a running command.
-type ExecStdinRequest struct {
-	Data  string `json:"data,omitempty"`
-	Close bool   `json:"close,omitempty"` // end of input, after Data
-}
-
-// ExecResizeRequest resizes a running command's terminal.
-type ExecResizeRequest struct {
-	Rows uint16 `json:"rows"`
-	Cols uint16 `json:"cols"`
-}
-
-// ExecAck answers stdin and resize calls.
-type ExecAck struct {
-	ID string `json:"id"`
-}
-
-// ExecFrame is one line of an exec answer: first the command's id (ID),
-// then output (Stream "stdout", "stderr" or "tty" with Data), and last
-// the end (Exit set).
-type ExecFrame struct {
-	ID       string `json:"id,omitempty"`
-	Stream   string `json:"stream,omitempty"`
-	Data     string `json:"data,omitempty"`
-	Exit     *int   `json:"exit,omitempty"`
-	TimedOut bool   `json:"timedOut,omitempty"`
-	// Background is the job the command became (POST .../background):
-	// the answer ends there, and the job has the rest of its output.
-	Background string `json:"background,omitempty"`
-	Error      string `json:"error,omitempty"`
-}
-
 // DefaultExecTimeout bounds a command with no timeout of its own.
 const DefaultExecTimeout = 10 * time.Minute
 

@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"warren/client"
 	"warren/fs"
 	"warren/internal/testenv"
 	"warren/meta"
@@ -225,7 +226,7 @@ func testLogger(t testing.TB) hclog.Logger {
 // testEnv is a gateway on a real Unix socket in a temporary folder.
 type testEnv struct {
 	g      *Gateway
-	c      *Client
+	c      *client.Client
 	cfg    Config
 	m      *tapMounter // the real mounts, tapped
 	logBuf *testenv.SyncBuffer
@@ -276,7 +277,7 @@ func startEnv(t testing.TB, cfg Config) *testEnv {
 		}
 	})
 	env.g, env.cfg = g, cfg
-	env.c = NewClient(g.SocketPath())
+	env.c = client.New(g.SocketPath())
 	t.Cleanup(env.c.CloseIdleConnections)
 	return env
 }
@@ -349,4 +350,13 @@ func rawRequest(t testing.TB, socket, method, target string, body []byte) rawRes
 		t.Fatalf("%s %s: read body: %v", method, target, err)
 	}
 	return rawResponse{status: resp.StatusCode, header: resp.Header, body: data}
+}
+
+// unixHTTP returns a plain HTTP client of the gateway's socket, for tests
+// that need an answer's body as it streams, past what package client shows.
+func unixHTTP(sock string) *http.Client {
+	var d net.Dialer
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, "unix", sock)
+	}}}
 }

@@ -15,24 +15,6 @@ import (
 	"warren/meta"
 )
 
-// MountRequest asks for an inspection mount of a thread's workspace.
-type MountRequest struct {
-	Tenant string `json:"tenant"`
-	Thread string `json:"thread"`
-	// Path is the folder to mount on: absolute, existing, empty, owned by
-	// the caller, not a mount already and not inside the data folder.
-	Path string `json:"path"`
-	// Writable allows writes; inspection mounts are read-only otherwise.
-	Writable bool `json:"writable"`
-}
-
-// MountInfo is an inspection mount as the API shows it.
-type MountInfo struct {
-	meta.InspectionMount
-	Mounted bool   `json:"mounted"`
-	Error   string `json:"error,omitempty"`
-}
-
 // inspectionSet is the inspection mounts by path, including ones being
 // made (mount nil, pending true) and ones that failed at start.
 type inspectionSet struct {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"warren/api"
+	"warren/client"
 	"warren/meta"
 )
 
@@ -27,7 +29,7 @@ func jobCtx(t *testing.T) context.Context {
 // readJob reads a job's whole output as it stands (or, with follow, to its
 // end) and returns the data, the offset it starts at, what was dropped
 // before it, and the exit code if the end was seen.
-func readJob(t *testing.T, c *Client, thread, id string, follow bool) (data string, start, dropped int64, exit *int) {
+func readJob(t *testing.T, c *client.Client, thread, id string, follow bool) (data string, start, dropped int64, exit *int) {
 	t.Helper()
 	var buf strings.Builder
 	first := true
@@ -52,7 +54,7 @@ func readJob(t *testing.T, c *Client, thread, id string, follow bool) (data stri
 }
 
 // waitJobEnd waits until job id of thread ended and returns it.
-func waitJobEnd(t *testing.T, c *Client, thread, id string) JobInfo {
+func waitJobEnd(t *testing.T, c *client.Client, thread, id string) JobInfo {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		info, err := c.Job(jobCtx(t), "acme", thread, id)
@@ -193,7 +195,7 @@ func TestJobLimit(t *testing.T) {
 		t.Fatalf("move: %+v, %v", moved, err)
 	}
 	r := <-done
-	var mv *MovedError
+	var mv *api.MovedError
 	if !errors.As(r.err, &mv) || mv.Job != "bash-9" {
 		t.Errorf("the moved exec's answer: exit %d, %v", r.code, r.err)
 	}
@@ -260,13 +262,20 @@ func TestJobFollowers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The stalled reader asks to follow and never reads.
-	stalled := NewClient(env.g.SocketPath())
+	stalled := unixHTTP(env.g.SocketPath())
 	defer stalled.CloseIdleConnections()
-	resp, err := stalled.send(ctx, http.MethodGet, threadPath("acme", "t1")+"/jobs/bash-1/output", map[string][]string{"follow": {"true"}}, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://warren/v1/tenants/acme/threads/t1/jobs/bash-1/output?follow=true", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stalled.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the stalled reader got status %s", resp.Status)
+	}
 
 	var wg sync.WaitGroup
 	for f := range 2 {
@@ -374,7 +383,7 @@ trap 'echo bye; exit 0' TERM; echo up; while :; do sleep 0.05; done`}); err != n
 }
 
 // waitLine waits until a job's output is want.
-func waitLine(t *testing.T, c *Client, thread, id, want string) {
+func waitLine(t *testing.T, c *client.Client, thread, id, want string) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if out, _, _, _ := readJob(t, c, thread, id, false); out == want {

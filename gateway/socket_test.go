@@ -37,9 +37,8 @@ func TestMain(m *testing.M) {
 
 // peerClient sends GET /v1/threads on sock and prints the status and body.
 func peerClient(sock string) int {
-	c := NewClient(sock)
 	req, _ := http.NewRequest(http.MethodGet, "http://warren/v1/threads", nil)
-	resp, err := c.hc.Do(req)
+	resp, err := unixHTTP(sock).Do(req)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

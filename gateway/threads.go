@@ -20,24 +20,6 @@ import (
 	"warren/meta"
 )
 
-// MaxIDBytes bounds a tenant or thread id. Longer ids are refused rather
-// than hashed: no client needs them, and they would bloat every log line.
-const MaxIDBytes = 1024
-
-// ThreadInfo is a binding as the API shows it: the stored record plus what
-// this gateway knows about its mount.
-type ThreadInfo struct {
-	meta.Binding
-	// Mounted says whether this gateway serves the thread's mount now.
-	Mounted bool `json:"mounted"`
-	// Error is why the last attempt to mount the thread failed, while it is
-	// not mounted. The next call that needs the thread tries again.
-	Error string `json:"error,omitempty"`
-	// Owner is the host that holds the thread's pin now, if a live host
-	// does (only threads of gateways with a host id are pinned).
-	Owner string `json:"owner,omitempty"`
-}
-
 // threadSet is the threads this gateway serves: the lock of each thread,
 // and the mounts.
 type threadSet struct {

@@ -11,9 +11,6 @@ import (
 	"warren/meta"
 )
 
-// DefaultTenant is the tenant of a thread whose client gave none.
-const DefaultTenant = "default"
-
 // ErrOutsideBase means a computed workspace path would not sit exactly two
 // levels below its base folder. With the encoding below this cannot happen;
 // the check is there so that a future bug refuses instead of escaping.

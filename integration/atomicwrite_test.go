@@ -14,7 +14,8 @@ import (
 	"syscall"
 	"testing"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
 	"warren/internal/testenv"
 )
 
@@ -45,7 +46,7 @@ func TestFileWritesSurviveKill9(t *testing.T) {
 	)
 	d := newDaemon(t)
 	ctx := context.Background()
-	c := gateway.NewClient(d.socket)
+	c := client.New(d.socket)
 	if _, err := c.Bind(ctx, "default", "k9"); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func TestFileWritesSurviveKill9(t *testing.T) {
 		acked[i], inflight[i] = -1, -1
 	}
 	for round := range rounds {
-		c := gateway.NewClient(d.socket)
+		c := client.New(d.socket)
 		// The daemon dies after a number of acknowledged writes drawn at
 		// random, once every writer has had one, so that the kill lands
 		// anywhere in a write.
@@ -89,7 +90,7 @@ func TestFileWritesSurviveKill9(t *testing.T) {
 					seq := seqs[n]
 					inflight[n] = seq
 					mu.Unlock()
-					_, err := c.WriteFile(ctx, "default", "k9", gateway.WriteFileRequest{
+					_, err := c.WriteFile(ctx, "default", "k9", api.WriteFileRequest{
 						Path: fmt.Sprintf("f%d.txt", n), Run: fmt.Sprintf("writer-%d", n), Content: string(fileContent(n, seq)),
 					})
 					if err != nil {
@@ -118,10 +119,10 @@ func TestFileWritesSurviveKill9(t *testing.T) {
 		left, _ := filepath.Glob(filepath.Join(ws, ".warren-write-*"))
 		leftover += len(left)
 
-		c = gateway.NewClient(d.socket)
+		c = client.New(d.socket)
 		for n := range writers {
 			checked++
-			r, err := c.ReadFile(ctx, "default", "k9", gateway.ReadFileRequest{Path: fmt.Sprintf("f%d.txt", n), Run: "checker"})
+			r, err := c.ReadFile(ctx, "default", "k9", api.ReadFileRequest{Path: fmt.Sprintf("f%d.txt", n), Run: "checker"})
 			if err != nil {
 				lost++
 				t.Errorf("round %d: read f%d.txt: %v", round, n, err)
@@ -148,9 +149,9 @@ func TestFileWritesSurviveKill9(t *testing.T) {
 	// A kill between the link and the rename of a write leaves its
 	// hidden temporary file; the first write in the folder after the
 	// start removes it.
-	c = gateway.NewClient(d.socket)
+	c = client.New(d.socket)
 	defer c.CloseIdleConnections()
-	if _, err := c.WriteFile(ctx, "default", "k9", gateway.WriteFileRequest{Path: "last.txt", Run: "checker", Content: "last"}); err != nil {
+	if _, err := c.WriteFile(ctx, "default", "k9", api.WriteFileRequest{Path: "last.txt", Run: "checker", Content: "last"}); err != nil {
 		t.Fatal(err)
 	}
 	if left, _ := filepath.Glob(filepath.Join(ws, ".warren-write-*")); len(left) != 0 {
@@ -168,24 +169,24 @@ func TestFileWriteOnFullDiskKeepsOldContent(t *testing.T) {
 	mnt := testenv.LoopFS(t, 96<<20, "mkfs.ext4", []string{"-q"}, "")
 	d := newDaemonAt(t, filepath.Join(mnt, "data"))
 	ctx := context.Background()
-	c := gateway.NewClient(d.socket)
+	c := client.New(d.socket)
 	defer c.CloseIdleConnections()
 	oldContent := strings.Repeat("old line\n", 20000)
 	newContent := strings.Repeat("new line!\n", 200000)
-	if _, err := c.WriteFile(ctx, "default", "full", gateway.WriteFileRequest{Path: "keep.txt", Run: "r", Content: oldContent}); err != nil {
+	if _, err := c.WriteFile(ctx, "default", "full", api.WriteFileRequest{Path: "keep.txt", Run: "r", Content: oldContent}); err != nil {
 		t.Fatal(err)
 	}
 	filler := testenv.FillDisk(t, mnt)
 
-	_, err := c.WriteFile(ctx, "default", "full", gateway.WriteFileRequest{Path: "keep.txt", Run: "r", Content: newContent})
-	if err == nil || !errors.Is(err, gateway.ErrNoSpace) {
+	_, err := c.WriteFile(ctx, "default", "full", api.WriteFileRequest{Path: "keep.txt", Run: "r", Content: newContent})
+	if err == nil || !errors.Is(err, api.ErrNoSpace) {
 		t.Fatalf("write on a full disk: %v; want a no_space refusal", err)
 	}
-	_, err = c.EditFile(ctx, "default", "full", gateway.EditFileRequest{Path: "keep.txt", Run: "r", Old: "old line", New: strings.Repeat("x", 64), All: true})
-	if err == nil || !errors.Is(err, gateway.ErrNoSpace) {
+	_, err = c.EditFile(ctx, "default", "full", api.EditFileRequest{Path: "keep.txt", Run: "r", Old: "old line", New: strings.Repeat("x", 64), All: true})
+	if err == nil || !errors.Is(err, api.ErrNoSpace) {
 		t.Fatalf("edit on a full disk: %v; want a no_space refusal", err)
 	}
-	r, err := c.ReadFile(ctx, "default", "full", gateway.ReadFileRequest{Path: "keep.txt", Run: "r"})
+	r, err := c.ReadFile(ctx, "default", "full", api.ReadFileRequest{Path: "keep.txt", Run: "r"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,10 +197,10 @@ func TestFileWriteOnFullDiskKeepsOldContent(t *testing.T) {
 
 	must(t, os.Remove(filler))
 	syscall.Sync()
-	if _, err := c.WriteFile(ctx, "default", "full", gateway.WriteFileRequest{Path: "keep.txt", Run: "r", Content: newContent}); err != nil {
+	if _, err := c.WriteFile(ctx, "default", "full", api.WriteFileRequest{Path: "keep.txt", Run: "r", Content: newContent}); err != nil {
 		t.Fatalf("write once space is back: %v", err)
 	}
-	r, err = c.ReadFile(ctx, "default", "full", gateway.ReadFileRequest{Path: "keep.txt", Run: "r"})
+	r, err = c.ReadFile(ctx, "default", "full", api.ReadFileRequest{Path: "keep.txt", Run: "r"})
 	if err != nil || r.Content != newContent {
 		t.Fatalf("read after the write: %d bytes, %v", len(r.Content), err)
 	}

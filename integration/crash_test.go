@@ -16,8 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/api"
+	"warren/client"
 	"warren/fs"
-	"warren/gateway"
 	"warren/internal/testenv"
 )
 
@@ -55,7 +56,7 @@ func crashRounds(t *testing.T) int {
 func TestKill9DuringBindsRestoresDeletes(t *testing.T) {
 	rounds := crashRounds(t)
 	d := newDaemon(t)
-	c := gateway.NewClient(d.socket)
+	c := client.New(d.socket)
 	defer c.CloseIdleConnections()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 12))
 
@@ -82,7 +83,7 @@ func TestKill9DuringBindsRestoresDeletes(t *testing.T) {
 					return
 				}
 				var out strings.Builder
-				code, err := c.Exec(ctx, "crash", th, gateway.ExecRequest{
+				code, err := c.Exec(ctx, "crash", th, api.ExecRequest{
 					Command: "mkdir /workspace/bulk && cd /workspace/bulk && seq " + strconv.Itoa(bulkFiles) + " | xargs touch && " +
 						"printf %s " + value + " > /workspace/rec && sync /workspace/rec",
 				}, &out, &out)
@@ -167,11 +168,11 @@ func TestKill9DuringBindsRestoresDeletes(t *testing.T) {
 			info, err := c.Thread(vctx, "crash", rec.thread)
 			switch {
 			case rec.deleted:
-				if !errors.Is(err, gateway.ErrNotFound) {
+				if !errors.Is(err, api.ErrNotFound) {
 					t.Errorf("round %d: thread %s: delete was acknowledged, but it is back: %+v, %v", r, rec.thread, info, err)
 				}
 				continue
-			case rec.deleteAsked && errors.Is(err, gateway.ErrNotFound):
+			case rec.deleteAsked && errors.Is(err, api.ErrNotFound):
 				continue // the delete ran to its end, or was finished at start
 			case err != nil:
 				t.Errorf("round %d: thread %s: %v", r, rec.thread, err)
@@ -180,11 +181,11 @@ func TestKill9DuringBindsRestoresDeletes(t *testing.T) {
 			case info.State != "bound" && info.State != "closed":
 				t.Errorf("round %d: thread %s is %q after a restart, want bound, closed or deleted", r, rec.thread, info.State)
 			}
-			got, err := c.ReadFile(vctx, "crash", rec.thread, gateway.ReadFileRequest{Path: "rec"})
+			got, err := c.ReadFile(vctx, "crash", rec.thread, api.ReadFileRequest{Path: "rec"})
 			var out strings.Builder
-			code, xerr := c.Exec(vctx, "crash", rec.thread, gateway.ExecRequest{Command: "cat /workspace/rec"}, &out, &out)
+			code, xerr := c.Exec(vctx, "crash", rec.thread, api.ExecRequest{Command: "cat /workspace/rec"}, &out, &out)
 			var n strings.Builder
-			ncode, nerr := c.Exec(vctx, "crash", rec.thread, gateway.ExecRequest{Command: "ls /workspace/bulk | wc -l"}, &n, &n)
+			ncode, nerr := c.Exec(vctx, "crash", rec.thread, api.ExecRequest{Command: "ls /workspace/bulk | wc -l"}, &n, &n)
 			if nerr != nil || ncode != 0 || strings.TrimSpace(n.String()) != strconv.Itoa(bulkFiles) {
 				t.Errorf("round %d: thread %s (delete asked: %v) is served with its workspace cut: %d of %d files (%q, exit %d, %v)",
 					r, rec.thread, rec.deleteAsked, len(strings.Fields(n.String())), bulkFiles, n.String(), ncode, nerr)
@@ -222,7 +223,7 @@ func TestKill9DuringBindsRestoresDeletes(t *testing.T) {
 // checkMountsAndFolders checks the mount table and the data folder after a
 // restart: one mount per path, each of a recorded thread, and no folder
 // without a record.
-func checkMountsAndFolders(t *testing.T, d *daemon, c *gateway.Client, r int) {
+func checkMountsAndFolders(t *testing.T, d *daemon, c *client.Client, r int) {
 	t.Helper()
 	infos, err := c.Threads(context.Background())
 	if err != nil {
@@ -330,14 +331,14 @@ func setImmutableFlag(t *testing.T, path string, on bool) {
 // A restart finishes the delete once it can.
 func TestDeleteCutShortIsNeverServed(t *testing.T) {
 	d := newDaemon(t)
-	c := gateway.NewClient(d.socket)
+	c := client.New(d.socket)
 	defer c.CloseIdleConnections()
 	ctx := context.Background()
 	if _, err := c.Bind(ctx, "del", "t"); err != nil {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	if code, err := c.Exec(ctx, "del", "t", gateway.ExecRequest{
+	if code, err := c.Exec(ctx, "del", "t", api.ExecRequest{
 		Command: "mkdir /workspace/a /workspace/z && cd /workspace/a && seq 50 | xargs touch && touch /workspace/z/keep",
 	}, &out, &out); err != nil || code != 0 {
 		t.Fatalf("fill the workspace: %d, %v: %s", code, err, out.String())
@@ -372,12 +373,12 @@ func TestDeleteCutShortIsNeverServed(t *testing.T) {
 		if info, err := c.Thread(ctx, "del", "t"); err != nil || info.State != "deleting" {
 			t.Errorf("%s: thread is %q (%v), want deleting", when, info.State, err)
 		}
-		if _, err := c.Bind(ctx, "del", "t"); !errors.Is(err, gateway.ErrGone) {
+		if _, err := c.Bind(ctx, "del", "t"); !errors.Is(err, api.ErrGone) {
 			t.Errorf("%s: bind answered %v, want gone", when, err)
 		}
 		var ls strings.Builder
-		code, err := c.Exec(ctx, "del", "t", gateway.ExecRequest{Command: "ls /workspace /workspace/a | wc -l"}, &ls, &ls)
-		if !errors.Is(err, gateway.ErrGone) {
+		code, err := c.Exec(ctx, "del", "t", api.ExecRequest{Command: "ls /workspace /workspace/a | wc -l"}, &ls, &ls)
+		if !errors.Is(err, api.ErrGone) {
 			t.Errorf("%s: a command in the half-deleted workspace answered exit %d, %v: %q; want gone", when, code, err, ls.String())
 		}
 	}
@@ -389,7 +390,7 @@ func TestDeleteCutShortIsNeverServed(t *testing.T) {
 	setImmutableFlag(t, keep, false)
 	d.kill9()
 	d.start()
-	if _, err := c.Thread(ctx, "del", "t"); !errors.Is(err, gateway.ErrNotFound) {
+	if _, err := c.Thread(ctx, "del", "t"); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("after a restart that could finish the delete: %v, want not found", err)
 	}
 	for _, p := range []string{info.Root, info.MountPath} {

@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
 )
 
 // cpuLoad keeps n busy loops running until the returned function is
@@ -49,22 +50,22 @@ func cpuLoad(t *testing.T, n int) (stop func()) {
 // and the next command of the thread works.
 func TestHangupEndsOnlyThatCommand(t *testing.T) {
 	d := newDaemon(t)
-	c := gateway.NewClient(d.socket)
+	c := client.New(d.socket)
 	defer c.CloseIdleConnections()
 	ctx := context.Background()
 	const thread = "hangup"
-	job, err := c.Spawn(ctx, "", thread, gateway.SpawnRequest{Command: "sleep 600"})
+	job, err := c.Spawn(ctx, "", thread, api.SpawnRequest{Command: "sleep 600"})
 	must(t, err)
 	cpuLoad(t, 4)
 
 	variants := []struct {
 		name string
-		req  gateway.ExecRequest
+		req  api.ExecRequest
 	}{
-		{"openStdin", gateway.ExecRequest{Command: "cat", OpenStdin: true}},
-		{"tty", gateway.ExecRequest{Command: "cat", Tty: true}},
-		{"stdin+openStdin", gateway.ExecRequest{Command: "sleep 600", Stdin: "x", OpenStdin: true}},
-		{"plain", gateway.ExecRequest{Command: "echo up; exec sleep 600"}},
+		{"openStdin", api.ExecRequest{Command: "cat", OpenStdin: true}},
+		{"tty", api.ExecRequest{Command: "cat", Tty: true}},
+		{"stdin+openStdin", api.ExecRequest{Command: "sleep 600", Stdin: "x", OpenStdin: true}},
+		{"plain", api.ExecRequest{Command: "echo up; exec sleep 600"}},
 	}
 	const rounds = 25
 	var hangups int
@@ -86,7 +87,7 @@ func TestHangupEndsOnlyThatCommand(t *testing.T) {
 			}
 			hangups++
 			var got bytes.Buffer
-			code, err := c.Exec(ctx, "", thread, gateway.ExecRequest{Command: fmt.Sprintf("echo after-%d", i)}, &got, nil)
+			code, err := c.Exec(ctx, "", thread, api.ExecRequest{Command: fmt.Sprintf("echo after-%d", i)}, &got, nil)
 			if err != nil || code != 0 || got.String() != fmt.Sprintf("after-%d\n", i) {
 				t.Fatalf("%s round %d: the next command: exit %d, %q, %v (after %d hang-ups)", v.name, i, code, got.String(), err, hangups)
 			}
@@ -119,7 +120,7 @@ func (h hangupWriter) Write(p []byte) (int, error) {
 }
 
 // waitEvent waits up to 30 s for an event of l that match accepts.
-func waitEvent(t *testing.T, l *eventLog, what string, match func(gateway.Event) bool) gateway.Event {
+func waitEvent(t *testing.T, l *eventLog, what string, match func(api.Event) bool) api.Event {
 	t.Helper()
 	ev, ok := l.waitFor(30*time.Second, match)
 	if !ok {
@@ -130,18 +131,18 @@ func waitEvent(t *testing.T, l *eventLog, what string, match func(gateway.Event)
 
 // spawnFollowed spawns a job in thread and waits until the stream l told
 // its start.
-func spawnFollowed(t *testing.T, c *gateway.Client, l *eventLog, thread, command string) gateway.JobInfo {
+func spawnFollowed(t *testing.T, c *client.Client, l *eventLog, thread, command string) api.JobInfo {
 	t.Helper()
-	job, err := c.Spawn(context.Background(), "", thread, gateway.SpawnRequest{Command: command})
+	job, err := c.Spawn(context.Background(), "", thread, api.SpawnRequest{Command: command})
 	must(t, err)
-	waitEvent(t, l, "job.started", func(ev gateway.Event) bool {
-		return ev.Type == gateway.EventJobStarted && ev.Job == job.ID
+	waitEvent(t, l, "job.started", func(ev api.Event) bool {
+		return ev.Type == api.EventJobStarted && ev.Job == job.ID
 	})
 	return job
 }
 
 // waitJobEnded waits until the store records the end of a job.
-func waitJobEnded(t *testing.T, c *gateway.Client, thread, id string) gateway.JobInfo {
+func waitJobEnded(t *testing.T, c *client.Client, thread, id string) api.JobInfo {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -159,7 +160,7 @@ func waitJobEnded(t *testing.T, c *gateway.Client, thread, id string) gateway.Jo
 
 // checkKilled checks that a job's record says it was killed with SIGKILL
 // (137), with a note that says why.
-func checkKilled(t *testing.T, how string, info gateway.JobInfo, why string) {
+func checkKilled(t *testing.T, how string, info api.JobInfo, why string) {
 	t.Helper()
 	if info.ExitCode == nil || *info.ExitCode != 137 {
 		got := "none"
@@ -184,7 +185,7 @@ func TestJobExitWhenJailEnds(t *testing.T) {
 
 	// A stop of the daemon ends its jails.
 	c := d.client()
-	stopped, err := c.Spawn(ctx, "", "stop", gateway.SpawnRequest{Command: "sleep 600"})
+	stopped, err := c.Spawn(ctx, "", "stop", api.SpawnRequest{Command: "sleep 600"})
 	must(t, err)
 	d.stop()
 	d.start()
@@ -194,7 +195,7 @@ func TestJobExitWhenJailEnds(t *testing.T) {
 	checkKilled(t, "a stop of the daemon", info, "when the daemon stopped")
 
 	// A crash: the jail dies with its daemon.
-	crashed, err := c.Spawn(ctx, "", "crash", gateway.SpawnRequest{Command: "sleep 600"})
+	crashed, err := c.Spawn(ctx, "", "crash", api.SpawnRequest{Command: "sleep 600"})
 	must(t, err)
 	d.kill9()
 	d.start()
@@ -207,8 +208,8 @@ func TestJobExitWhenJailEnds(t *testing.T) {
 	evs := d.subscribe("delete")
 	deleted := spawnFollowed(t, c, evs, "delete", "sleep 600")
 	must(t, c.DeleteThread(ctx, "", "delete"))
-	ev := waitEvent(t, evs, "job.ended", func(ev gateway.Event) bool {
-		return ev.Type == gateway.EventJobEnded && ev.Job == deleted.ID
+	ev := waitEvent(t, evs, "job.ended", func(ev api.Event) bool {
+		return ev.Type == api.EventJobEnded && ev.Job == deleted.ID
 	})
 	if ev.Exit == nil || *ev.Exit != 137 || !strings.Contains(ev.Message, "its thread was deleted") {
 		t.Errorf("a delete: job.ended %+v, want exit 137 and a note that the thread was deleted", ev)
@@ -222,12 +223,12 @@ func TestJobExitWhenJailEnds(t *testing.T) {
 	info = waitJobEnded(t, c, "died", victim.ID)
 	checkKilled(t, "the init's death", info, "its thread's jail ended unexpectedly")
 	var out bytes.Buffer
-	code, err := c.Exec(ctx, "", "died", gateway.ExecRequest{Command: "echo alive"}, &out, nil)
+	code, err := c.Exec(ctx, "", "died", api.ExecRequest{Command: "echo alive"}, &out, nil)
 	if err != nil || code != 0 || out.String() != "alive\n" {
 		t.Fatalf("the command after the init's death: exit %d, %q, %v", code, out.String(), err)
 	}
-	waitEvent(t, evs, "jail.replaced", func(ev gateway.Event) bool { return ev.Type == gateway.EventJailReplaced })
-	next, err := c.Spawn(ctx, "", "died", gateway.SpawnRequest{Command: "sleep 600"})
+	waitEvent(t, evs, "jail.replaced", func(ev api.Event) bool { return ev.Type == api.EventJailReplaced })
+	next, err := c.Spawn(ctx, "", "died", api.SpawnRequest{Command: "sleep 600"})
 	must(t, err)
 	if got := jailOfTree(t, next.Cgroup); got == initPid {
 		t.Errorf("a job after the init's death runs in the dead jail %d", got)

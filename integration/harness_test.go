@@ -15,11 +15,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warren/gateway"
+	"warren/client"
 	"warren/internal/testenv"
 )
 
-// warrenBin is the binary under test, built once by TestMain.
+// warrenBin is the CLI under test, built once by TestMain with the daemon
+// warrend beside it.
 var warrenBin string
 
 func TestMain(m *testing.M) {
@@ -36,12 +37,16 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	// The CLI and the daemon, side by side: `warren serve` execs the
+	// warrend beside it, so the tests run the daemon as users do.
 	warrenBin = filepath.Join(dir, "warren")
-	build := exec.Command("go", "build", "-o", warrenBin, "warren/cmd/warren")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build warren:", err)
-		return 1
+	for _, b := range []struct{ out, pkg string }{{warrenBin, "warren/cmd/warren"}, {filepath.Join(dir, "warrend"), "warren/cmd/warrend"}} {
+		build := exec.Command("go", "build", "-o", b.out, b.pkg)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", b.pkg+":", err)
+			return 1
+		}
 	}
 	return m.Run()
 }
@@ -113,7 +118,7 @@ func (d *daemon) allLogs() string {
 func (d *daemon) start() {
 	d.t.Helper()
 	cmd, done := d.launch()
-	c := gateway.NewClient(d.socket)
+	c := client.New(d.socket)
 	defer c.CloseIdleConnections()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

@@ -20,7 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
 	"warren/internal/testenv"
 )
 
@@ -98,8 +99,8 @@ func (d *daemon) resume() {
 }
 
 // client is an API client on the daemon's socket, closed with the test.
-func (d *daemon) client() *gateway.Client {
-	c := gateway.NewClient(d.socket)
+func (d *daemon) client() *client.Client {
+	c := client.New(d.socket)
 	d.t.Cleanup(c.CloseIdleConnections)
 	return c
 }
@@ -145,9 +146,9 @@ func (d *daemon) run(timeout time.Duration, args ...string) cliResult {
 }
 
 // threadInfo binds thread (default tenant) and returns its record.
-func (d *daemon) threadInfo(thread string) gateway.ThreadInfo {
+func (d *daemon) threadInfo(thread string) api.ThreadInfo {
 	d.t.Helper()
-	var b gateway.ThreadInfo
+	var b api.ThreadInfo
 	out := d.mustWarren("bind", "--thread", thread, "--json")
 	if err := json.Unmarshal([]byte(out), &b); err != nil {
 		d.t.Fatalf("bind --json: %v: %q", err, out)
@@ -157,23 +158,23 @@ func (d *daemon) threadInfo(thread string) gateway.ThreadInfo {
 
 // listed returns the record of thread (default tenant) in `warren ls
 // --json`, and whether it is there.
-func (d *daemon) listed(thread string) (gateway.ThreadInfo, bool) {
+func (d *daemon) listed(thread string) (api.ThreadInfo, bool) {
 	d.t.Helper()
 	out := d.mustWarren("ls", "--json")
-	var list []gateway.ThreadInfo
+	var list []api.ThreadInfo
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
-		var wrapped struct{ Bindings []gateway.ThreadInfo }
+		var wrapped struct{ Bindings []api.ThreadInfo }
 		if err2 := json.Unmarshal([]byte(out), &wrapped); err2 != nil {
 			d.t.Fatalf("ls --json: %v / %v: %q", err, err2, out)
 		}
 		list = wrapped.Bindings
 	}
 	for _, b := range list {
-		if b.Tenant == gateway.DefaultTenant && b.Thread == thread {
+		if b.Tenant == api.DefaultTenant && b.Thread == thread {
 			return b, true
 		}
 	}
-	return gateway.ThreadInfo{}, false
+	return api.ThreadInfo{}, false
 }
 
 // hostEntry is one host of `warren hosts --json`.
@@ -203,18 +204,18 @@ func (d *daemon) hosts() map[string]hostEntry {
 }
 
 // jobs lists thread's jobs through `warren jobs --json`.
-func (d *daemon) jobs(thread string) map[string]gateway.JobInfo {
+func (d *daemon) jobs(thread string) map[string]api.JobInfo {
 	d.t.Helper()
 	out := d.mustWarren("jobs", "--thread", thread, "--json")
-	var list []gateway.JobInfo
+	var list []api.JobInfo
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
-		var wrapped struct{ Jobs []gateway.JobInfo }
+		var wrapped struct{ Jobs []api.JobInfo }
 		if err2 := json.Unmarshal([]byte(out), &wrapped); err2 != nil {
 			d.t.Fatalf("jobs --json: %v / %v: %q", err, err2, out)
 		}
 		list = wrapped.Jobs
 	}
-	m := map[string]gateway.JobInfo{}
+	m := map[string]api.JobInfo{}
 	for _, j := range list {
 		m[j.ID] = j
 	}
@@ -234,8 +235,8 @@ func goneMessage(root, host string) string {
 }
 
 // apiError returns err as an API error answer, or nil if it is not one.
-func apiError(err error) *gateway.APIError {
-	var e *gateway.APIError
+func apiError(err error) *api.APIError {
+	var e *api.APIError
 	if errors.As(err, &e) {
 		return e
 	}
@@ -244,11 +245,11 @@ func apiError(err error) *gateway.APIError {
 
 // execAPI runs command in thread (default tenant) through the API, with
 // its own timeout, and returns its stdout.
-func execAPI(c *gateway.Client, timeout time.Duration, thread, command string) (string, int, error) {
+func execAPI(c *client.Client, timeout time.Duration, thread, command string) (string, int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var out bytes.Buffer
-	code, err := c.Exec(ctx, "", thread, gateway.ExecRequest{Command: command}, &out, nil)
+	code, err := c.Exec(ctx, "", thread, api.ExecRequest{Command: command}, &out, nil)
 	return out.String(), code, err
 }
 
@@ -256,7 +257,7 @@ func execAPI(c *gateway.Client, timeout time.Duration, thread, command string) (
 // stream.
 type eventLog struct {
 	mu     sync.Mutex
-	events []gateway.Event
+	events []api.Event
 	err    error // why the stream ended, once it has
 }
 
@@ -304,7 +305,7 @@ func (d *daemon) subscribe(thread string) *eventLog {
 		defer resp.Body.Close()
 		dec := json.NewDecoder(resp.Body)
 		for {
-			var ev gateway.Event
+			var ev api.Event
 			if err := dec.Decode(&ev); err != nil {
 				l.mu.Lock()
 				l.err = err
@@ -325,14 +326,14 @@ func (d *daemon) subscribe(thread string) *eventLog {
 }
 
 // all returns the events collected so far.
-func (l *eventLog) all() []gateway.Event {
+func (l *eventLog) all() []api.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]gateway.Event(nil), l.events...)
+	return append([]api.Event(nil), l.events...)
 }
 
 // count counts the events collected so far that match.
-func (l *eventLog) count(match func(gateway.Event) bool) int {
+func (l *eventLog) count(match func(api.Event) bool) int {
 	n := 0
 	for _, ev := range l.all() {
 		if match(ev) {
@@ -343,7 +344,7 @@ func (l *eventLog) count(match func(gateway.Event) bool) int {
 }
 
 // waitFor waits up to timeout for an event that matches.
-func (l *eventLog) waitFor(timeout time.Duration, match func(gateway.Event) bool) (gateway.Event, bool) {
+func (l *eventLog) waitFor(timeout time.Duration, match func(api.Event) bool) (api.Event, bool) {
 	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
 		for _, ev := range l.all() {
 			if match(ev) {
@@ -351,7 +352,7 @@ func (l *eventLog) waitFor(timeout time.Duration, match func(gateway.Event) bool
 			}
 		}
 		if time.Now().After(deadline) {
-			return gateway.Event{}, false
+			return api.Event{}, false
 		}
 	}
 }

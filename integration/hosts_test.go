@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
 	"warren/internal/testenv"
 )
 
@@ -48,7 +49,7 @@ type namedCall struct {
 
 // threadCalls are the calls of the API on one thread (default tenant)
 // that work on its workspace, then close and delete if withEnd.
-func threadCalls(c *gateway.Client, thread string, withEnd bool) []namedCall {
+func threadCalls(c *client.Client, thread string, withEnd bool) []namedCall {
 	ctx := context.Background()
 	calls := []namedCall{
 		{"bind", func() error { _, err := c.Bind(ctx, "", thread); return err }},
@@ -57,15 +58,15 @@ func threadCalls(c *gateway.Client, thread string, withEnd bool) []namedCall {
 			return err
 		}},
 		{"spawn", func() error {
-			_, err := c.Spawn(ctx, "", thread, gateway.SpawnRequest{Command: "sleep 1"})
+			_, err := c.Spawn(ctx, "", thread, api.SpawnRequest{Command: "sleep 1"})
 			return err
 		}},
 		{"files/read", func() error {
-			_, err := c.ReadFile(ctx, "", thread, gateway.ReadFileRequest{Path: "f"})
+			_, err := c.ReadFile(ctx, "", thread, api.ReadFileRequest{Path: "f"})
 			return err
 		}},
 		{"files/write", func() error {
-			_, err := c.WriteFile(ctx, "", thread, gateway.WriteFileRequest{Path: "w", Content: "x"})
+			_, err := c.WriteFile(ctx, "", thread, api.WriteFileRequest{Path: "w", Content: "x"})
 			return err
 		}},
 	}
@@ -261,8 +262,8 @@ func TestHostsGoneAndFresh(t *testing.T) {
 	if r := g.run(20*time.Second, "bind", "--thread", "t-gone"); r.code != 1 || !strings.Contains(r.stderr, wantGone) {
 		t.Errorf("gone server: bind: %v", r)
 	}
-	if _, ok := events.waitFor(5*time.Second, func(ev gateway.Event) bool {
-		return ev.Type == "thread.stranded" && ev.Tenant == gateway.DefaultTenant && ev.Thread == "t-gone"
+	if _, ok := events.waitFor(5*time.Second, func(ev api.Event) bool {
+		return ev.Type == "thread.stranded" && ev.Tenant == api.DefaultTenant && ev.Thread == "t-gone"
 	}); !ok {
 		t.Errorf("no thread.stranded event for t-gone on the gone server's stream:\n%s", events)
 	}
@@ -380,7 +381,7 @@ func TestHostsJobsAfterMove(t *testing.T) {
 	if r, _ := waitPastPinned(t, b, "t1", "true", rootA, "host-a"); r.code != 0 {
 		t.Fatalf("B after A's lease expired: %v", r)
 	}
-	notes := func(ev gateway.Event) bool { return strings.Contains(ev.Message, "Background job bash-1") }
+	notes := func(ev api.Event) bool { return strings.Contains(ev.Message, "Background job bash-1") }
 	if _, ok := events.waitFor(5*time.Second, notes); !ok {
 		t.Errorf("no note about bash-1 on B's event stream:\n%s", events)
 	}
@@ -593,7 +594,7 @@ func TestHostsEtcdMemberKilled(t *testing.T) {
 				for _, th := range []string{thread, id + "-base", other} {
 					call("exec "+th, func(ctx context.Context) error {
 						var out strings.Builder
-						code, err := cl.Exec(ctx, "", th, gateway.ExecRequest{Command: "echo ok"}, &out, nil)
+						code, err := cl.Exec(ctx, "", th, api.ExecRequest{Command: "echo ok"}, &out, nil)
 						if err == nil && (code != 0 || out.String() != "ok\n") {
 							err = fmt.Errorf("exit %d, output %q", code, out.String())
 						}
@@ -676,7 +677,7 @@ func TestHostsNeverTwoOwners(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for id, d := range servers {
-		cl := gateway.NewClient(d.socket)
+		cl := client.New(d.socket)
 		defer cl.CloseIdleConnections()
 		wg.Go(func() {
 			for {

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
 )
 
 // TestSlowBodies starts 200 clients that send a request's headers and
@@ -118,13 +119,13 @@ func TestSlowBodies(t *testing.T) {
 
 	// A command that runs past the body timeout streams to its end: the
 	// deadline is gone once the request's body was read.
-	c := gateway.NewClient(d.socket)
+	c := client.New(d.socket)
 	defer c.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var out bytes.Buffer
 	cmd := fmt.Sprintf("echo start; sleep %d; echo done", int(2*bodyTimeout/time.Second))
-	code, err := c.Exec(ctx, "default", "t", gateway.ExecRequest{Command: cmd}, &out, io.Discard)
+	code, err := c.Exec(ctx, "default", "t", api.ExecRequest{Command: cmd}, &out, io.Discard)
 	if err != nil || code != 0 || out.String() != "start\ndone\n" {
 		t.Errorf("exec past the body timeout: code %d, err %v, output %q; want 0 and start, done", code, err, out.String())
 	}

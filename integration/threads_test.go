@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
 	"warren/internal/testenv"
 )
 
@@ -44,7 +45,7 @@ func TestHostileIDsGetTheirOwnFolders(t *testing.T) {
 	base := filepath.Join(d.data, "workspaces")
 	seenMount := map[string]string{}
 	seenRoot := map[string]string{}
-	c := gateway.NewClient(d.socket)
+	c := client.New(d.socket)
 	defer c.CloseIdleConnections()
 	for i, id := range hostileIDs {
 		for _, tenant := range []string{"default", "../evil"} {
@@ -234,10 +235,10 @@ func TestVanishedFolderIsGone(t *testing.T) {
 	d.stop()
 	must(t, os.RemoveAll(b.Root))
 	d.start()
-	c := gateway.NewClient(d.socket)
+	c := client.New(d.socket)
 	defer c.CloseIdleConnections()
 	_, err := c.Bind(context.Background(), "default", "vanish")
-	if !errors.Is(err, gateway.ErrGone) {
+	if !errors.Is(err, api.ErrGone) {
 		t.Fatalf("bind of a thread whose folder vanished: got %v, want ErrGone", err)
 	}
 	if !strings.Contains(err.Error(), "is gone, so the tools cannot work on it.") {
@@ -253,7 +254,7 @@ func TestVanishedFolderIsGone(t *testing.T) {
 // one of them stays mounted and answers.
 func TestThousandThreads(t *testing.T) {
 	d := newDaemon(t)
-	c := gateway.NewClient(d.socket)
+	c := client.New(d.socket)
 	defer c.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -261,7 +262,7 @@ func TestThousandThreads(t *testing.T) {
 	start := time.Now()
 	for i := range n {
 		thread := fmt.Sprintf("t-%d", i)
-		if _, err := c.WriteFile(ctx, "many", thread, gateway.WriteFileRequest{Path: "f", Content: thread}); err != nil {
+		if _, err := c.WriteFile(ctx, "many", thread, api.WriteFileRequest{Path: "f", Content: thread}); err != nil {
 			t.Fatalf("bind and write %s: %v", thread, err)
 		}
 	}

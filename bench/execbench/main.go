@@ -5,6 +5,9 @@
 //     bash -c true the same way (what the API runs for "true");
 //   - warren: `true` through the API in a thread's warm jail (POST .../exec,
 //     bash -c, the answer's frames read to the end);
+//   - warren CLI: `warren exec -- true` end to end, the CLI binary forked
+//     and executed each time, against the same warm jail; and `warren help`,
+//     the CLI's start alone;
 //   - bwrap:  one bubblewrap call running /bin/true in new namespaces;
 //   - first:  the first command of a new thread: bind, mount, jail, exec;
 //   - jobs:   head -c 1G /dev/zero as a background job, its output kept by
@@ -16,8 +19,8 @@
 //     the same read with one.
 //
 // It prints medians and the ratios the targets speak of: warm warren at
-// most 1.5× plain and faster than bwrap, and a first command in at most
-// 100 ms. bench/exec.sh starts the daemon and runs this.
+// most 1.5× plain and faster than bwrap, the CLI's `exec -- true` faster
+// than bwrap too, and a first command in at most 100 ms. bench/exec.sh starts the daemon and runs this.
 package main
 
 import (
@@ -32,7 +35,8 @@ import (
 	"strings"
 	"time"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
 )
 
 func main() {
@@ -42,6 +46,7 @@ func main() {
 	runs := flag.Int("runs", 200, "timed runs of each warm measure")
 	firsts := flag.Int("firsts", 20, "new threads for the first-command measure")
 	bwrap := flag.String("bwrap", "bwrap", "the bubblewrap binary; empty to skip")
+	warrenCLI := flag.String("warren", "", "the warren CLI binary, to time `warren exec -- true` end to end; empty to skip")
 	daemonPid := flag.Int("daemon-pid", 0, "the daemon's pid, to measure its CPU time per MB of job output")
 	jobBytes := flag.Int64("job-bytes", 1<<30, "output of the job throughput measure")
 	jobRuns := flag.Int("job-runs", 5, "timed runs of each job measure")
@@ -51,14 +56,14 @@ func main() {
 		log.Fatal("-socket is required")
 	}
 	ctx := context.Background()
-	c := gateway.NewClient(*socket)
+	c := client.New(*socket)
 	defer c.CloseIdleConnections()
 
 	plain := func() error { return exec.Command("/bin/true").Run() }
 	// What the API runs for "true": bash -c true, without a jail.
 	plainBash := func() error { return exec.Command("/bin/bash", "-c", "true").Run() }
 	warm := func() error {
-		code, err := c.Exec(ctx, "bench", "warm", gateway.ExecRequest{Command: "true"}, nil, nil)
+		code, err := c.Exec(ctx, "bench", "warm", api.ExecRequest{Command: "true"}, nil, nil)
 		if err == nil && code != 0 {
 			err = fmt.Errorf("exit %d", code)
 		}
@@ -78,6 +83,21 @@ func main() {
 		d    []time.Duration
 	}
 	ms := []*measure{{name: "plain fork+exec", f: plain}, {name: "plain bash -c true", f: plainBash}, {name: "warren, warm jail", f: warm}}
+	if *warrenCLI != "" {
+		// The whole CLI call, as an agent's tool runs it: fork, exec,
+		// the CLI's start, one API call, the CLI's exit.
+		cliExec := func() error {
+			return exec.Command(*warrenCLI, "exec", "--socket", *socket, "--tenant", "bench", "--thread", "warm", "--", "true").Run()
+		}
+		// The CLI's start alone (help prints its usage and exits).
+		cliHelp := func() error {
+			return exec.Command(*warrenCLI, "help").Run()
+		}
+		if err := cliExec(); err != nil {
+			log.Fatalf("%s exec -- true: %v", *warrenCLI, err)
+		}
+		ms = append(ms, &measure{name: "warren CLI exec", f: cliExec}, &measure{name: "warren CLI help", f: cliHelp})
+	}
 	if *bwrap != "" {
 		if _, err := exec.LookPath(*bwrap); err != nil {
 			log.Printf("bwrap: not measured (%v)", err)
@@ -101,7 +121,7 @@ func main() {
 	for i := range *firsts {
 		thread := fmt.Sprintf("first-%d-%d", os.Getpid(), i)
 		start := time.Now()
-		code, err := c.Exec(ctx, "bench", thread, gateway.ExecRequest{Command: "true"}, nil, nil)
+		code, err := c.Exec(ctx, "bench", thread, api.ExecRequest{Command: "true"}, nil, nil)
 		if err != nil || code != 0 {
 			log.Fatalf("first command of %s: exit %d, %v", thread, code, err)
 		}
@@ -129,6 +149,14 @@ func main() {
 		r := float64(med["warren, warm jail"]) / float64(b)
 		fmt.Printf("warm warren / bwrap:           %.2fx (target < 1.00x): %s\n", r, verdict(r < 1))
 	}
+	if ce, ok := med["warren CLI exec"]; ok {
+		fmt.Printf("CLI exec / plain fork+exec:    %.2fx (warren exec -- true end to end)\n", float64(ce)/float64(med["plain fork+exec"]))
+		if b, ok := med["bwrap"]; ok {
+			r := float64(ce) / float64(b)
+			fmt.Printf("CLI exec / bwrap:              %.2fx (target < 1.00x): %s\n", r, verdict(r < 1))
+		}
+		fmt.Printf("CLI help / plain fork+exec:    %.2fx (the CLI's start)\n", float64(med["warren CLI help"])/float64(med["plain fork+exec"]))
+	}
 	fmt.Printf("first command median:          %s (target <= 100ms): %s\n", round(pf[1]), verdict(pf[1] <= 100*time.Millisecond))
 
 	if *jobRuns > 0 {
@@ -143,10 +171,10 @@ func main() {
 
 // measureThreads binds n threads, writing a file in each, and compares a
 // file read with one thread bound to the same read with n bound.
-func measureThreads(ctx context.Context, c *gateway.Client, n, runs, daemonPid int) {
+func measureThreads(ctx context.Context, c *client.Client, n, runs, daemonPid int) {
 	read := func() time.Duration {
 		start := time.Now()
-		if _, err := c.ReadFile(ctx, "many", "t-0", gateway.ReadFileRequest{Path: "f"}); err != nil {
+		if _, err := c.ReadFile(ctx, "many", "t-0", api.ReadFileRequest{Path: "f"}); err != nil {
 			log.Fatalf("read: %v", err)
 		}
 		return time.Since(start)
@@ -154,7 +182,7 @@ func measureThreads(ctx context.Context, c *gateway.Client, n, runs, daemonPid i
 	bind := func(i int) time.Duration {
 		start := time.Now()
 		thread := fmt.Sprintf("t-%d", i)
-		if _, err := c.WriteFile(ctx, "many", thread, gateway.WriteFileRequest{Path: "f", Content: thread + "\n"}); err != nil {
+		if _, err := c.WriteFile(ctx, "many", thread, api.WriteFileRequest{Path: "f", Content: thread + "\n"}); err != nil {
 			log.Fatalf("bind and write %s: %v", thread, err)
 		}
 		return time.Since(start)
@@ -226,7 +254,7 @@ func procUsage(pid int) (rss int64, fds int) {
 
 // measureJobs times a job that writes n bytes, kept by the gateway, and
 // the same job writing them to /dev/null, taking turns.
-func measureJobs(ctx context.Context, c *gateway.Client, n int64, runs, daemonPid int) {
+func measureJobs(ctx context.Context, c *client.Client, n int64, runs, daemonPid int) {
 	cmd := fmt.Sprintf("head -c %d /dev/zero", n)
 	var kept, null []time.Duration
 	var cpu []float64 // daemon CPU seconds per kept job
@@ -257,9 +285,9 @@ func measureJobs(ctx context.Context, c *gateway.Client, n int64, runs, daemonPi
 
 // runJob runs one job to its end and returns how long it took and how
 // much output the gateway kept count of.
-func runJob(ctx context.Context, c *gateway.Client, cmd string) (time.Duration, int64) {
+func runJob(ctx context.Context, c *client.Client, cmd string) (time.Duration, int64) {
 	start := time.Now()
-	job, err := c.Spawn(ctx, "bench", "jobs", gateway.SpawnRequest{Command: cmd})
+	job, err := c.Spawn(ctx, "bench", "jobs", api.SpawnRequest{Command: cmd})
 	if err != nil {
 		log.Fatalf("spawn: %v", err)
 	}

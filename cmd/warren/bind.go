@@ -6,20 +6,22 @@ import (
 	"flag"
 	"fmt"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
+	"warren/internal/cli"
 	"warren/meta"
 )
 
-func bindCmd(ctx context.Context, e *cliEnv, args []string) error {
+func bindCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
-	fs := newFlags(e, "bind", "--thread ID [--tenant T] [--network none|host] [--memory BYTES] [--procs N] [--cpu CPUS] [--max-jobs N] [--disk BYTES] [--env K=V]... [--json]")
+	fs := cli.NewFlags(e, "warren bind", "--thread ID [--tenant T] [--network none|host] [--memory BYTES] [--procs N] [--cpu CPUS] [--max-jobs N] [--disk BYTES] [--env K=V]... [--json]")
 	addThreadFlags(e, fs, &tf)
 	asJSON := fs.Bool("json", false, "print the binding record as JSON")
 	s := meta.Settings{Env: map[string]string{}}
 	fs.StringVar(&s.Network, "network", "", "the jail's network: none (its own loopback only) or host")
 	fs.Int64Var(&s.MemoryBytes, "memory", 0, "memory of the thread's jail, in bytes")
 	fs.IntVar(&s.MaxProcs, "procs", 0, "processes of the thread's jail")
-	fs.Var((*cpuValue)(&s.CPUMillis), "cpu", "CPU time of the thread's jail: CPUs (0.5, 2) or thousandths of a CPU (500m)")
+	fs.Var((*cli.CPU)(&s.CPUMillis), "cpu", "CPU time of the thread's jail: CPUs (0.5, 2) or thousandths of a CPU (500m)")
 	fs.IntVar(&s.MaxJobs, "max-jobs", 0, "background jobs that run at once")
 	fs.Int64Var(&s.DiskBytes, "disk", 0, "disk quota of the thread's workspace, in bytes")
 	fs.Var(envList(s.Env), "env", "variable K=V for every command of the thread (repeatable)")
@@ -35,13 +37,13 @@ func bindCmd(ctx context.Context, e *cliEnv, args []string) error {
 			settings = &s
 		}
 	})
-	return bind(ctx, e, gateway.NewClient(tf.socket), tf, settings, *asJSON)
+	return bind(ctx, e, client.New(tf.socket), tf, settings, *asJSON)
 }
 
 // bind binds a thread, with settings unless they are nil, and prints its
 // mount path, or its record as JSON.
-func bind(ctx context.Context, e *cliEnv, c *gateway.Client, tf threadFlags, settings *meta.Settings, asJSON bool) error {
-	var br gateway.BindResponse
+func bind(ctx context.Context, e *cli.Env, c *client.Client, tf threadFlags, settings *meta.Settings, asJSON bool) error {
+	var br api.BindResponse
 	var err error
 	if settings != nil {
 		br, err = c.BindWith(ctx, tf.tenant, tf.thread, *settings)
@@ -52,11 +54,11 @@ func bind(ctx context.Context, e *cliEnv, c *gateway.Client, tf threadFlags, set
 		return callError(tf.socket, fmt.Sprintf("bind %s", showThread(tf.tenant, tf.thread)), err)
 	}
 	if asJSON {
-		enc := json.NewEncoder(e.stdout)
+		enc := json.NewEncoder(e.Stdout)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
 		return enc.Encode(br.Binding)
 	}
-	_, err = fmt.Fprintln(e.stdout, br.MountPath)
+	_, err = fmt.Fprintln(e.Stdout, br.MountPath)
 	return err
 }

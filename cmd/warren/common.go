@@ -4,67 +4,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"unicode"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/internal/cli"
 )
-
-// newFlags returns a flag set for verb whose errors and help go to e.stderr
-// and come back as errors (never os.Exit).
-func newFlags(e *cliEnv, verb, args string) *flag.FlagSet {
-	fs := flag.NewFlagSet("warren "+verb, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "usage: warren %s %s\n", verb, args)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parse parses args, letting flags and arguments come in any order
-// ("warren mount DIR --thread t" and "warren mount --thread t DIR"), and
-// returns the arguments. A flag error is a usage error.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			// The flag package has printed the error and the usage.
-			return nil, &usageError{msg: err.Error(), shown: true}
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
-}
-
-// defaultDataDir is where warren keeps its data when --data is not given:
-// /var/lib/warren for root, else the user's state folder.
-func defaultDataDir(getenv func(string) string) string {
-	if os.Geteuid() == 0 {
-		return "/var/lib/warren"
-	}
-	if s := getenv("XDG_STATE_HOME"); s != "" && filepath.IsAbs(s) {
-		return filepath.Join(s, "warren")
-	}
-	if h := getenv("HOME"); h != "" {
-		return filepath.Join(h, ".local", "state", "warren")
-	}
-	if h, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(h, ".local", "state", "warren")
-	}
-	return filepath.Join(os.TempDir(), "warren-"+strconv.Itoa(os.Geteuid()))
-}
 
 // threadFlags are the flags that name a thread and the socket.
 type threadFlags struct {
@@ -72,16 +20,16 @@ type threadFlags struct {
 }
 
 // clientFlags adds --socket to fs.
-func clientFlags(e *cliEnv, fs *flag.FlagSet, socket *string) {
-	def := e.getenv("WARREN_SOCKET")
+func clientFlags(e *cli.Env, fs *flag.FlagSet, socket *string) {
+	def := e.Getenv("WARREN_SOCKET")
 	if def == "" {
-		def = gateway.DefaultSocket(defaultDataDir(e.getenv))
+		def = api.DefaultSocket(cli.DefaultDataDir(e.Getenv))
 	}
 	fs.StringVar(socket, "socket", def, "gateway socket (default from WARREN_SOCKET, else the default data folder's)")
 }
 
 // addThreadFlags adds --socket, --tenant and --thread to fs.
-func addThreadFlags(e *cliEnv, fs *flag.FlagSet, tf *threadFlags) {
+func addThreadFlags(e *cli.Env, fs *flag.FlagSet, tf *threadFlags) {
 	clientFlags(e, fs, &tf.socket)
 	fs.StringVar(&tf.tenant, "tenant", "", "tenant id (default \"default\")")
 	fs.StringVar(&tf.thread, "thread", "", "thread id (required)")
@@ -90,7 +38,7 @@ func addThreadFlags(e *cliEnv, fs *flag.FlagSet, tf *threadFlags) {
 // check reports a missing --thread as a usage error.
 func (tf *threadFlags) check() error {
 	if tf.thread == "" {
-		return usagef("--thread is required")
+		return cli.Usagef("--thread is required")
 	}
 	return nil
 }
@@ -98,12 +46,12 @@ func (tf *threadFlags) check() error {
 // parseThreadOnly parses the args of a verb that takes flags and no
 // arguments and names a thread (bind, close, delete).
 func parseThreadOnly(fs *flag.FlagSet, tf *threadFlags, args []string) error {
-	rest, err := parse(fs, args)
+	rest, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(rest) > 0 {
-		return usagef("unexpected arguments %q", rest)
+		return cli.Usagef("unexpected arguments %q", rest)
 	}
 	return tf.check()
 }
@@ -112,7 +60,7 @@ func parseThreadOnly(fs *flag.FlagSet, tf *threadFlags, args []string) error {
 // gateway's own answers already name the thread and the step; other
 // errors (the socket) get what was being done and a hint.
 func callError(socket, doing string, err error) error {
-	var apiErr *gateway.APIError
+	var apiErr *api.APIError
 	switch {
 	case errors.As(err, &apiErr):
 		return err
@@ -142,7 +90,7 @@ func showID(id string) string {
 // showThread names a thread in messages.
 func showThread(tenant, thread string) string {
 	if tenant == "" {
-		tenant = gateway.DefaultTenant
+		tenant = api.DefaultTenant
 	}
 	return showID(tenant) + "/" + showID(thread)
 }
@@ -151,7 +99,7 @@ func showThread(tenant, thread string) string {
 // elsewhere and needs a full path.
 func absDir(dir string) (string, error) {
 	if strings.TrimSpace(dir) == "" {
-		return "", usagef("DIR is empty")
+		return "", cli.Usagef("DIR is empty")
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/internal/cli"
 	"warren/internal/testenv"
 )
 
@@ -18,7 +19,7 @@ func TestEventsVerb(t *testing.T) {
 	testenv.RequireRootFUSE(t)
 	sock := startGateway(t)
 	var out, errOut testenv.SyncBuffer
-	e := &cliEnv{stdout: &out, stderr: &errOut, getenv: func(k string) string {
+	e := &cli.Env{Stdout: &out, Stderr: &errOut, Getenv: func(k string) string {
 		if k == "WARREN_SOCKET" {
 			return sock
 		}
@@ -58,16 +59,16 @@ func TestEventsVerb(t *testing.T) {
 	}
 
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-	var last gateway.EventType
+	var last api.EventType
 	for i, line := range lines {
-		var ev gateway.Event
+		var ev api.Event
 		if err := json.Unmarshal([]byte(line), &ev); err != nil {
 			t.Fatalf("line %d %q is not a JSON event: %v", i, line, err)
 		}
-		if ev.Tenant != gateway.DefaultTenant || ev.Thread != "t1" {
+		if ev.Tenant != api.DefaultTenant || ev.Thread != "t1" {
 			t.Errorf("line %d: got an event of %s/%s, want only default/t1", i, ev.Tenant, ev.Thread)
 		}
-		if (ev.Type != gateway.EventThreadBound && ev.Type != gateway.EventThreadClosed) || ev.Type == last {
+		if (ev.Type != api.EventThreadBound && ev.Type != api.EventThreadClosed) || ev.Type == last {
 			t.Errorf("line %d: got %s after %q, want thread.bound and thread.closed in turn", i, ev.Type, last)
 		}
 		last = ev.Type
@@ -96,7 +97,7 @@ func TestEventsVerbErrors(t *testing.T) {
 	}
 	// A refused filter is the gateway's answer, said as it is.
 	sock := startGateway(t)
-	code, _, errOut := runCLI(t, sock, "events", "--thread", strings.Repeat("x", gateway.MaxIDBytes+1))
+	code, _, errOut := runCLI(t, sock, "events", "--thread", strings.Repeat("x", api.MaxIDBytes+1))
 	if code != 1 || !strings.Contains(errOut, "more than 1024") {
 		t.Errorf("got exit %d, stderr %q; want 1 and the gateway's reason", code, errOut)
 	}

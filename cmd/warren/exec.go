@@ -11,7 +11,9 @@ import (
 	"strings"
 	"syscall"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
+	"warren/internal/cli"
 )
 
 // exitCodeError makes warren exit with a command's own exit code.
@@ -33,11 +35,11 @@ func (l envList) Set(v string) error {
 	return nil
 }
 
-func execCmd(ctx context.Context, e *cliEnv, args []string) error {
+func execCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
-	req := gateway.ExecRequest{Env: map[string]string{}}
+	req := api.ExecRequest{Env: map[string]string{}}
 	var withStdin, tty bool
-	fs := newFlags(e, "exec", "[--run R] [--cwd D] [--env K=V]... [--timeout S] [--stdin] [-t] --thread ID -- CMD [ARG...]")
+	fs := cli.NewFlags(e, "warren exec", "[--run R] [--cwd D] [--env K=V]... [--timeout S] [--stdin] [-t] --thread ID -- CMD [ARG...]")
 	addThreadFlags(e, fs, &tf)
 	fs.StringVar(&req.Run, "run", "", "the agent run the command acts as in the workspace")
 	fs.StringVar(&req.Cwd, "cwd", "", "folder to run in, inside /workspace (default /workspace)")
@@ -59,7 +61,7 @@ func execCmd(ctx context.Context, e *cliEnv, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c := gateway.NewClient(tf.socket)
+	c := client.New(tf.socket)
 	var onID func(string)
 	if tty {
 		// Keys go to the command as they are typed: ^C is the command's,
@@ -71,7 +73,7 @@ func execCmd(ctx context.Context, e *cliEnv, args []string) error {
 		}
 		onID = func(id string) { relayTerminal(ctx, c, tf.tenant, tf.thread, id) }
 	}
-	code, err := c.ExecStream(ctx, tf.tenant, tf.thread, req, onID, e.stdout, e.stderr)
+	code, err := c.ExecStream(ctx, tf.tenant, tf.thread, req, onID, e.Stdout, e.Stderr)
 	if err != nil {
 		return callError(tf.socket, "run the command", err)
 	}
@@ -89,13 +91,13 @@ func parseCommand(fs *flag.FlagSet, tf *threadFlags, args []string) (string, err
 		if errors.Is(err, flag.ErrHelp) {
 			return "", err
 		}
-		return "", &usageError{msg: err.Error(), shown: true}
+		return "", &cli.UsageError{Msg: err.Error(), Shown: true}
 	}
 	if err := tf.check(); err != nil {
 		return "", err
 	}
 	if len(fs.Args()) == 0 {
-		return "", usagef("no command given")
+		return "", cli.Usagef("no command given")
 	}
 	return shellCommand(fs.Args()), nil
 }

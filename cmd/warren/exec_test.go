@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -14,6 +15,11 @@ func TestMain(m *testing.M) {
 	// init.
 	if jail.IsInit() {
 		jail.RunInit()
+	}
+	// Run as `warren serve` by TestServeExecsDaemon.
+	if self := os.Getenv(execDaemonEnv); self != "" {
+		fmt.Fprintln(os.Stderr, execDaemon(self, os.Args[1:], os.Environ()))
+		os.Exit(1)
 	}
 	os.Exit(m.Run())
 }

@@ -14,15 +14,17 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
+	"warren/internal/cli"
 )
 
 // The verbs of background jobs: spawn, jobs, logs, kill.
 
-func spawnCmd(ctx context.Context, e *cliEnv, args []string) error {
+func spawnCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
-	req := gateway.SpawnRequest{Env: map[string]string{}}
-	fs := newFlags(e, "spawn", "[--run R] [--cwd D] [--env K=V]... [--user U] [--label L] --thread ID -- CMD [ARG...]")
+	req := api.SpawnRequest{Env: map[string]string{}}
+	fs := cli.NewFlags(e, "warren spawn", "[--run R] [--cwd D] [--env K=V]... [--user U] [--label L] --thread ID -- CMD [ARG...]")
 	addThreadFlags(e, fs, &tf)
 	fs.StringVar(&req.Run, "run", "", "the agent run the job acts as in the workspace")
 	fs.StringVar(&req.Cwd, "cwd", "", "folder to run in, inside /workspace (default /workspace)")
@@ -34,33 +36,33 @@ func spawnCmd(ctx context.Context, e *cliEnv, args []string) error {
 		return err
 	}
 	req.Command = command
-	job, err := gateway.NewClient(tf.socket).Spawn(ctx, tf.tenant, tf.thread, req)
+	job, err := client.New(tf.socket).Spawn(ctx, tf.tenant, tf.thread, req)
 	if err != nil {
 		return callError(tf.socket, "start the job", err)
 	}
-	_, err = fmt.Fprintln(e.stdout, job.ID)
+	_, err = fmt.Fprintln(e.Stdout, job.ID)
 	return err
 }
 
-func jobsCmd(ctx context.Context, e *cliEnv, args []string) error {
+func jobsCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
-	fs := newFlags(e, "jobs", "--thread ID [--tenant T] [--json]")
+	fs := cli.NewFlags(e, "warren jobs", "--thread ID [--tenant T] [--json]")
 	addThreadFlags(e, fs, &tf)
 	asJSON := fs.Bool("json", false, "print the jobs as JSON")
 	if err := parseThreadOnly(fs, &tf, args); err != nil {
 		return err
 	}
-	jobs, err := gateway.NewClient(tf.socket).Jobs(ctx, tf.tenant, tf.thread)
+	jobs, err := client.New(tf.socket).Jobs(ctx, tf.tenant, tf.thread)
 	if err != nil {
 		return callError(tf.socket, "list jobs", err)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
+		enc := json.NewEncoder(e.Stdout)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
 		return enc.Encode(jobs)
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATE\tEXIT\tSTARTED\tUSER\tHOST\tLABEL")
 	for _, j := range jobs {
 		state := "ended"
@@ -83,9 +85,9 @@ func jobsCmd(ctx context.Context, e *cliEnv, args []string) error {
 	return tw.Flush()
 }
 
-func logsCmd(ctx context.Context, e *cliEnv, args []string) error {
+func logsCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
-	fs := newFlags(e, "logs", "[-f] [--offset N] --thread ID JOB")
+	fs := cli.NewFlags(e, "warren logs", "[-f] [--offset N] --thread ID JOB")
 	addThreadFlags(e, fs, &tf)
 	follow := fs.Bool("f", false, "follow the output until the job ends")
 	offset := fs.Int64("offset", 0, "start at this byte of the job's output (negative: the oldest kept)")
@@ -96,11 +98,11 @@ func logsCmd(ctx context.Context, e *cliEnv, args []string) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var exit *int
-	err = gateway.NewClient(tf.socket).JobOutput(ctx, tf.tenant, tf.thread, id, *offset, *follow, func(f gateway.JobFrame) error {
+	err = client.New(tf.socket).JobOutput(ctx, tf.tenant, tf.thread, id, *offset, *follow, func(f api.JobFrame) error {
 		if f.Dropped > 0 {
-			fmt.Fprintf(e.stderr, "warren: %d bytes of the output were dropped before byte %d (a job keeps its newest 1 MiB)\n", f.Dropped, f.Offset)
+			fmt.Fprintf(e.Stderr, "warren: %d bytes of the output were dropped before byte %d (a job keeps its newest 1 MiB)\n", f.Dropped, f.Offset)
 		}
-		if _, err := io.WriteString(e.stdout, f.Data); err != nil {
+		if _, err := io.WriteString(e.Stdout, f.Data); err != nil {
 			return err
 		}
 		if f.End {
@@ -118,16 +120,16 @@ func logsCmd(ctx context.Context, e *cliEnv, args []string) error {
 	return nil
 }
 
-func killCmd(ctx context.Context, e *cliEnv, args []string) error {
+func killCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
-	fs := newFlags(e, "kill", "[--grace S] --thread ID JOB")
+	fs := cli.NewFlags(e, "warren kill", "[--grace S] --thread ID JOB")
 	addThreadFlags(e, fs, &tf)
 	grace := fs.Float64("grace", 0, "seconds between SIGTERM and SIGKILL (default 5)")
 	id, err := parseJobArgs(fs, &tf, args)
 	if err != nil {
 		return err
 	}
-	job, err := gateway.NewClient(tf.socket).StopJob(ctx, tf.tenant, tf.thread, id, time.Duration(*grace*float64(time.Second)))
+	job, err := client.New(tf.socket).StopJob(ctx, tf.tenant, tf.thread, id, time.Duration(*grace*float64(time.Second)))
 	if err != nil {
 		return callError(tf.socket, "stop the job", err)
 	}
@@ -135,7 +137,7 @@ func killCmd(ctx context.Context, e *cliEnv, args []string) error {
 	if job.ExitCode != nil {
 		exit = "exit " + strconv.Itoa(*job.ExitCode)
 	}
-	_, err = fmt.Fprintf(e.stdout, "%s ended (%s)\n", job.ID, exit)
+	_, err = fmt.Fprintf(e.Stdout, "%s ended (%s)\n", job.ID, exit)
 	return err
 }
 
@@ -150,7 +152,7 @@ func orDash(id string) string {
 // parseJobArgs parses the flags of a verb that names a thread and one job,
 // and returns the job's id.
 func parseJobArgs(fs *flag.FlagSet, tf *threadFlags, args []string) (string, error) {
-	rest, err := parse(fs, args)
+	rest, err := cli.Parse(fs, args)
 	if err != nil {
 		return "", err
 	}
@@ -158,7 +160,7 @@ func parseJobArgs(fs *flag.FlagSet, tf *threadFlags, args []string) (string, err
 		return "", err
 	}
 	if len(rest) != 1 {
-		return "", usagef("give one job id (bash-N)")
+		return "", cli.Usagef("give one job id (bash-N)")
 	}
 	return rest[0], nil
 }

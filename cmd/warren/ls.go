@@ -7,21 +7,23 @@ import (
 	"fmt"
 	"text/tabwriter"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
+	"warren/internal/cli"
 )
 
-func lsCmd(ctx context.Context, e *cliEnv, args []string) error {
+func lsCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var socket, tenant string
-	fs := newFlags(e, "ls", "[--tenant T] [--json]")
+	fs := cli.NewFlags(e, "warren ls", "[--tenant T] [--json]")
 	clientFlags(e, fs, &socket)
 	fs.StringVar(&tenant, "tenant", "", "list only this tenant's threads")
 	asJSON := fs.Bool("json", false, "print the bindings as JSON")
-	rest, err := parse(fs, args)
+	rest, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(rest) > 0 {
-		return usagef("unexpected arguments %q", rest)
+		return cli.Usagef("unexpected arguments %q", rest)
 	}
 	var only *string
 	fs.Visit(func(f *flag.Flag) {
@@ -29,13 +31,13 @@ func lsCmd(ctx context.Context, e *cliEnv, args []string) error {
 			only = &tenant
 		}
 	})
-	return ls(ctx, e, gateway.NewClient(socket), socket, only, *asJSON)
+	return ls(ctx, e, client.New(socket), socket, only, *asJSON)
 }
 
 // ls prints the bindings, of one tenant if tenant is not nil, as a table
 // or as JSON.
-func ls(ctx context.Context, e *cliEnv, c *gateway.Client, socket string, tenant *string, asJSON bool) error {
-	var tis []gateway.ThreadInfo
+func ls(ctx context.Context, e *cli.Env, c *client.Client, socket string, tenant *string, asJSON bool) error {
+	var tis []api.ThreadInfo
 	var err error
 	if tenant != nil {
 		tis, err = c.TenantThreads(ctx, *tenant)
@@ -47,14 +49,14 @@ func ls(ctx context.Context, e *cliEnv, c *gateway.Client, socket string, tenant
 	}
 	if asJSON {
 		if tis == nil {
-			tis = []gateway.ThreadInfo{}
+			tis = []api.ThreadInfo{}
 		}
-		enc := json.NewEncoder(e.stdout)
+		enc := json.NewEncoder(e.Stdout)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
 		return enc.Encode(tis)
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 	// HOST is the host that served the thread last; PINNED the one that
 	// holds it now, if a live one does.
 	fmt.Fprintln(tw, "TENANT\tTHREAD\tSTATE\tHOST\tPINNED\tMOUNT")

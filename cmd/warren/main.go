@@ -1,6 +1,9 @@
-// Command warren runs the warren gateway (warren serve) and talks to it
-// (every other verb). Each verb lives in its own file: it parses its flags
-// and calls an unexported function that the tests call too.
+// Command warren is the client of the warren daemon: every verb but serve
+// talks to its socket through package client. `warren serve` runs the
+// daemon, which is the separate program warrend (cmd/warrend): this one
+// links none of it, so that a client call starts fast. Each verb lives in
+// its own file: it parses its flags and calls an unexported function that
+// the tests call too.
 //
 // Exit status: 0 on success, 1 when the call failed, 2 on a usage error.
 package main
@@ -8,26 +11,25 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"sort"
 	"strings"
 
-	"warren/jail"
+	"warren/internal/cli"
 )
 
 // verb is one subcommand.
 type verb struct {
 	summary string
-	run     func(ctx context.Context, e *cliEnv, args []string) error
+	run     func(ctx context.Context, e *cli.Env, args []string) error
 }
 
 // verbs is the table of subcommands.
 func verbs() map[string]verb {
 	return map[string]verb{
-		"serve":  {"run the gateway daemon", serveCmd},
+		"serve":  {"run the daemon (warrend, found beside this program or on PATH)", serveCmd},
 		"bind":   {"bind a thread and print its mount path", bindCmd},
 		"ls":     {"list bound threads", lsCmd},
 		"close":  {"unmount a thread, keep its folder", closeCmd},
@@ -45,39 +47,16 @@ func verbs() map[string]verb {
 	}
 }
 
-// cliEnv is what a verb may touch of the outside world; tests fill it in.
-type cliEnv struct {
-	stdout, stderr io.Writer
-	getenv         func(string) string
-}
-
-// usageError marks a mistake in how warren was called (exit status 2).
-type usageError struct {
-	msg   string
-	shown bool // already printed, with the usage
-}
-
-func (e *usageError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error {
-	return &usageError{msg: fmt.Sprintf(format, args...)}
-}
-
 func main() {
-	// Re-executed as a thread's jail init (package jail): that, and
-	// nothing else.
-	if jail.IsInit() {
-		jail.RunInit()
-	}
-	e := &cliEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	e := &cli.Env{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
 	os.Exit(run(context.Background(), e, os.Args[1:]))
 }
 
 // run runs one warren command line and returns its exit status.
-func run(ctx context.Context, e *cliEnv, args []string) int {
+func run(ctx context.Context, e *cli.Env, args []string) int {
 	vs := verbs()
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		printUsage(e.stderr, vs)
+		printUsage(e.Stderr, vs)
 		if len(args) == 0 {
 			return 2
 		}
@@ -85,29 +64,17 @@ func run(ctx context.Context, e *cliEnv, args []string) int {
 	}
 	v, ok := vs[args[0]]
 	if !ok {
-		fmt.Fprintf(e.stderr, "warren: unknown command %q\n", args[0])
-		printUsage(e.stderr, vs)
+		fmt.Fprintf(e.Stderr, "warren: unknown command %q\n", args[0])
+		printUsage(e.Stderr, vs)
 		return 2
 	}
 	err := v.run(ctx, e, args[1:])
-	var ue *usageError
+	// A command's own exit code (exec, logs) is passed on as it is.
 	var ec *exitCodeError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ec):
+	if errors.As(err, &ec) {
 		return ec.code
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.As(err, &ue):
-		if !ue.shown {
-			fmt.Fprintf(e.stderr, "warren %s: %v\n", args[0], err)
-		}
-		return 2
-	default:
-		fmt.Fprintf(e.stderr, "warren %s: %v\n", args[0], err)
-		return 1
 	}
+	return cli.Status(e, "warren "+args[0], err)
 }
 
 func printUsage(w io.Writer, vs map[string]verb) {

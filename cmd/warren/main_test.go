@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,8 +12,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"warren/api"
 	"warren/fs"
 	"warren/gateway"
+	"warren/internal/cli"
 	"warren/internal/testenv"
 	"warren/meta/badger"
 )
@@ -72,7 +73,7 @@ func startGateway(t *testing.T) string {
 func runCLI(t *testing.T, socket string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	e := &cliEnv{stdout: &out, stderr: &errOut, getenv: func(k string) string {
+	e := &cli.Env{Stdout: &out, Stderr: &errOut, Getenv: func(k string) string {
 		if k == "WARREN_SOCKET" {
 			return socket
 		}
@@ -160,128 +161,8 @@ func TestLsJSONEmpty(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("got exit %d (%s)", code, errOut)
 	}
-	var got []gateway.ThreadInfo
+	var got []api.ThreadInfo
 	if err := json.Unmarshal([]byte(out), &got); err != nil || got == nil || len(got) != 0 {
 		t.Errorf("got %q (%v), want an empty JSON list", out, err)
-	}
-}
-
-// TestServe runs the real serve path (Badger, socket) until its context
-// ends, and checks that it said where everything is.
-func TestServe(t *testing.T) {
-	data := filepath.Join(t.TempDir(), "data")
-	var logs testenv.SyncBuffer
-	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, log, serveOptions{dataDir: data}) }()
-
-	sock := gateway.DefaultSocket(data)
-	c := gateway.NewClient(sock)
-	defer c.CloseIdleConnections()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := c.Threads(context.Background()); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("gateway did not answer on %s: %v (log: %s)", sock, err, logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("serve: %v", err)
-	}
-	for _, want := range []string{"data=" + data, "socket=" + sock, "mounts=" + filepath.Join(data, "mnt")} {
-		if !strings.Contains(logs.String(), want) {
-			t.Errorf("log does not say %q:\n%s", want, logs.String())
-		}
-	}
-	if _, err := os.Stat(gateway.MetaDir(data)); err != nil {
-		t.Errorf("metadata store not in the data folder: %v", err)
-	}
-	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
-		t.Errorf("socket left after serve returned: %v", err)
-	}
-}
-
-func TestServeUsage(t *testing.T) {
-	code, _, errOut := runCLI(t, "", "serve", "--log-level", "loud")
-	if code != 2 || !strings.Contains(errOut, "unknown log level") {
-		t.Errorf("got exit %d, stderr %q; want 2 and the reason", code, errOut)
-	}
-	code, _, errOut = runCLI(t, "", "serve", "--jail-network", "bridge")
-	if code != 2 || !strings.Contains(errOut, "none or host") {
-		t.Errorf("--jail-network bridge: exit %d, stderr %q; want 2 and the reason", code, errOut)
-	}
-	code, _, errOut = runCLI(t, "", "serve", "--allow-uid", "x")
-	if code != 2 || !strings.Contains(errOut, "not a uid") {
-		t.Errorf("got exit %d, stderr %q; want 2 and the reason", code, errOut)
-	}
-}
-
-func TestDefaultDataDir(t *testing.T) {
-	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-	got := defaultDataDir(env(map[string]string{"XDG_STATE_HOME": "/st", "HOME": "/h"}))
-	want := "/st/warren"
-	if os.Geteuid() == 0 {
-		want = "/var/lib/warren"
-	}
-	if got != want {
-		t.Errorf("got %q, want %q", got, want)
-	}
-}
-
-func TestServeStoreUsage(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		err  string
-	}{
-		{[]string{"serve", "--store", "zookeeper"}, "--store is badger or etcd"},
-		{[]string{"serve", "--store", "etcd"}, "--store etcd needs --etcd-endpoints"},
-		{[]string{"serve", "--etcd-endpoints", "http://127.0.0.1:1"}, "--etcd-endpoints needs --store etcd"},
-	} {
-		args := append(c.args, "--data", filepath.Join(t.TempDir(), "data"))
-		if code, _, errOut := runCLI(t, "", args...); code != 2 || !strings.Contains(errOut, c.err) {
-			t.Errorf("%q: exit %d, %q; want 2 and %q", c.args, code, errOut, c.err)
-		}
-	}
-}
-
-// TestServeBadFlags checks that serve refuses, at start and before it
-// makes or opens anything, every number no jail or lease could work with:
-// a daemon that started with them would fail every command later.
-func TestServeBadFlags(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		err  string
-	}{
-		{[]string{"--jail-memory", "-1", "--jail-procs", "-5"}, "jail memory -1"},
-		{[]string{"--jail-memory", "1000"}, "jail memory 1000 is below"},
-		{[]string{"--jail-procs", "-5"}, "jail processes -5"},
-		{[]string{"--jail-procs", "3"}, "jail processes 3"},
-		{[]string{"--jail-procs", "99999999"}, "jail processes 99999999"},
-		{[]string{"--jail-cpu", "-1"}, "-jail-cpu"},
-		{[]string{"--disk-quota", "-1"}, "disk quota -1"},
-		{[]string{"--disk-quota", "10"}, "disk quota 10 is below"},
-		{[]string{"--disk-reserve", "-1"}, "reserve -1"},
-		{[]string{"--renew-every", "-1s"}, "renew-every -1s"},
-		{[]string{"--renew-every", "1ns"}, "renew-every 1ns"},
-		{[]string{"--expires-after", "-1s"}, "expires-after -1s"},
-		{[]string{"--renew-every", "10s", "--expires-after", "5s"}, "expires-after 5s"},
-		{[]string{"--body-timeout", "-1s"}, "body timeout -1s"},
-	} {
-		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
-			data := filepath.Join(t.TempDir(), "data")
-			args := append([]string{"serve", "--data", data}, c.args...)
-			code, _, errOut := runCLI(t, "", args...)
-			if code != 2 || !strings.Contains(errOut, c.err) {
-				t.Errorf("exit %d, stderr %q; want 2 and %q", code, errOut, c.err)
-			}
-			if _, err := os.Lstat(data); !os.IsNotExist(err) {
-				t.Errorf("data folder made before the flags were checked: %v", err)
-			}
-		})
 	}
 }

@@ -4,20 +4,22 @@ import (
 	"context"
 	"fmt"
 
-	"warren/gateway"
+	"warren/api"
+	"warren/client"
+	"warren/internal/cli"
 )
 
-func mountCmd(ctx context.Context, e *cliEnv, args []string) error {
+func mountCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
-	fs := newFlags(e, "mount", "--thread ID [--tenant T] [--rw] DIR")
+	fs := cli.NewFlags(e, "warren mount", "--thread ID [--tenant T] [--rw] DIR")
 	addThreadFlags(e, fs, &tf)
 	rw := fs.Bool("rw", false, "allow writes (the mount is read-only otherwise)")
-	rest, err := parse(fs, args)
+	rest, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 1 {
-		return usagef("want exactly one DIR, got %d arguments", len(rest))
+		return cli.Usagef("want exactly one DIR, got %d arguments", len(rest))
 	}
 	if err := tf.check(); err != nil {
 		return err
@@ -26,13 +28,13 @@ func mountCmd(ctx context.Context, e *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	return mount(ctx, e, gateway.NewClient(tf.socket), tf, dir, *rw)
+	return mount(ctx, e, client.New(tf.socket), tf, dir, *rw)
 }
 
 // mount asks the gateway to serve a thread's workspace at dir, and prints
 // where it is.
-func mount(ctx context.Context, e *cliEnv, c *gateway.Client, tf threadFlags, dir string, writable bool) error {
-	mi, err := c.Mount(ctx, gateway.MountRequest{Tenant: tf.tenant, Thread: tf.thread, Path: dir, Writable: writable})
+func mount(ctx context.Context, e *cli.Env, c *client.Client, tf threadFlags, dir string, writable bool) error {
+	mi, err := c.Mount(ctx, api.MountRequest{Tenant: tf.tenant, Thread: tf.thread, Path: dir, Writable: writable})
 	if err != nil {
 		return callError(tf.socket, fmt.Sprintf("mount %s at %s", showThread(tf.tenant, tf.thread), dir), err)
 	}
@@ -40,6 +42,6 @@ func mount(ctx context.Context, e *cliEnv, c *gateway.Client, tf threadFlags, di
 	if mi.Writable {
 		mode = "read-write"
 	}
-	_, err = fmt.Fprintf(e.stdout, "%s (%s)\n", mi.Path, mode)
+	_, err = fmt.Fprintf(e.Stdout, "%s (%s)\n", mi.Path, mode)
 	return err
 }

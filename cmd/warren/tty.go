@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warren/gateway"
+	"warren/client"
 )
 
 // The local side of `warren exec -t`: this terminal in raw mode, its keys
@@ -45,7 +45,7 @@ func terminalSize(fd int) (uint16, uint16) {
 
 // relayTerminal sends this process's input to the running command id and
 // follows the terminal's size, until ctx ends.
-func relayTerminal(ctx context.Context, c *gateway.Client, tenant, thread, id string) {
+func relayTerminal(ctx context.Context, c *client.Client, tenant, thread, id string) {
 	go func() {
 		buf := make([]byte, 4096)
 		for {

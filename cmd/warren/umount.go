@@ -4,29 +4,30 @@ import (
 	"context"
 	"fmt"
 
-	"warren/gateway"
+	"warren/client"
+	"warren/internal/cli"
 )
 
-func umountCmd(ctx context.Context, e *cliEnv, args []string) error {
+func umountCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var socket string
-	fs := newFlags(e, "umount", "DIR")
+	fs := cli.NewFlags(e, "warren umount", "DIR")
 	clientFlags(e, fs, &socket)
-	rest, err := parse(fs, args)
+	rest, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 1 {
-		return usagef("want exactly one DIR, got %d arguments", len(rest))
+		return cli.Usagef("want exactly one DIR, got %d arguments", len(rest))
 	}
 	dir, err := absDir(rest[0])
 	if err != nil {
 		return err
 	}
-	return umount(ctx, gateway.NewClient(socket), socket, dir)
+	return umount(ctx, client.New(socket), socket, dir)
 }
 
 // umount takes down the inspection mount at dir.
-func umount(ctx context.Context, c *gateway.Client, socket, dir string) error {
+func umount(ctx context.Context, c *client.Client, socket, dir string) error {
 	if err := c.Unmount(ctx, dir); err != nil {
 		return callError(socket, fmt.Sprintf("unmount %s", dir), err)
 	}

@@ -15,13 +15,14 @@ import (
 
 	"warren/fs"
 	"warren/gateway"
+	"warren/internal/cli"
 	"warren/jail"
 	"warren/meta"
 	"warren/meta/badger"
 	"warren/meta/etcd"
 )
 
-// serveOptions are the flags of warren serve.
+// serveOptions are the flags of warrend (warren serve).
 type serveOptions struct {
 	dataDir    string
 	socket     string
@@ -37,7 +38,7 @@ type serveOptions struct {
 	jailNetwork string
 	jailMemory  int64
 	jailProcs   int
-	jailCPU     cpuValue
+	jailCPU     cli.CPU
 	// The metadata store, and this host's lease in it.
 	store         string
 	etcdEndpoints string
@@ -73,10 +74,12 @@ func (u *uidList) Set(v string) error {
 	return nil
 }
 
-func serveCmd(ctx context.Context, e *cliEnv, args []string) error {
+// serveCmd parses the daemon's flags and runs it; name is how it was
+// called, for its usage and errors.
+func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error {
 	var o serveOptions
-	fs := newFlags(e, "serve", "[--data DIR] [--socket PATH] [--host-id ID] [--store badger|etcd --etcd-endpoints URL,...] [--allow-uid N]... [--log-level L] [--log-json]")
-	fs.StringVar(&o.dataDir, "data", defaultDataDir(e.getenv), "data folder: metadata, workspaces, mounts")
+	fs := cli.NewFlags(e, name, "[--data DIR] [--socket PATH] [--host-id ID] [--store badger|etcd --etcd-endpoints URL,...] [--allow-uid N]... [--log-level L] [--log-json]")
+	fs.StringVar(&o.dataDir, "data", cli.DefaultDataDir(e.Getenv), "data folder: metadata, workspaces, mounts")
 	fs.StringVar(&o.socket, "socket", "", "API socket (default DATA/warren.sock)")
 	fs.StringVar(&o.workspaces, "workspaces", "", "folder of the threads' workspaces (default DATA/workspaces); servers without a host id may share one")
 	fs.StringVar(&o.hostID, "host-id", "", "stable id of this host; pins its threads to it (default: not pinned)")
@@ -98,23 +101,23 @@ func serveCmd(ctx context.Context, e *cliEnv, args []string) error {
 	fs.StringVar(&o.seedCommand, "seed-command", "", "with --on-unreachable fresh: a command run in the new workspace's jail (a clone, say)")
 	fs.Int64Var(&o.diskQuota, "disk-quota", 0, "disk quota of each thread's workspace, in bytes (default none; needs workspaces on btrfs)")
 	fs.Int64Var(&o.diskReserve, "disk-reserve", 0, "bytes of the workspaces' disk that their writes leave free (default none; needs workspaces on btrfs)")
-	rest, err := parse(fs, args)
+	rest, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(rest) > 0 {
-		return usagef("unexpected arguments %q", rest)
+		return cli.Usagef("unexpected arguments %q", rest)
 	}
 	level := hclog.LevelFromString(o.logLevel)
 	if level == hclog.NoLevel {
-		return usagef("unknown log level %q", o.logLevel)
+		return cli.Usagef("unknown log level %q", o.logLevel)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := hclog.New(&hclog.LoggerOptions{
 		Name:       "warren",
 		Level:      level,
-		Output:     e.stderr,
+		Output:     e.Stderr,
 		JSONFormat: o.logJSON,
 	})
 	return serve(ctx, log, o)
@@ -124,10 +127,10 @@ func serveCmd(ctx context.Context, e *cliEnv, args []string) error {
 // opens the metadata store in it and serves the API.
 func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	if o.jailNetwork != "" && o.jailNetwork != "none" && o.jailNetwork != "host" {
-		return usagef("--jail-network is none or host, not %q", o.jailNetwork)
+		return cli.Usagef("--jail-network is none or host, not %q", o.jailNetwork)
 	}
 	if m := int(o.jailCPU); m != 0 && (m < jail.MinCPUMillis || m > gateway.MaxCPUMillis) {
-		return usagef("--jail-cpu is between %s and %s CPUs, not %s", cpuValue(jail.MinCPUMillis), cpuValue(gateway.MaxCPUMillis), o.jailCPU)
+		return cli.Usagef("--jail-cpu is between %s and %s CPUs, not %s", cli.CPU(jail.MinCPUMillis), cli.CPU(gateway.MaxCPUMillis), o.jailCPU)
 	}
 	// The configuration the flags give; the folders, the logger and the
 	// store are filled in once they are made.
@@ -151,7 +154,7 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	// Every number at once, before anything is opened: a daemon that
 	// started with a bound no jail can have would fail every command.
 	if err := cfg.CheckLimits(); err != nil {
-		return usagef("bad flag: %v", err)
+		return cli.Usagef("bad flag: %v", err)
 	}
 	dataDir, err := filepath.Abs(o.dataDir)
 	if err != nil {
@@ -203,7 +206,7 @@ func openStore(ctx context.Context, log hclog.Logger, o serveOptions, dataDir st
 	switch o.store {
 	case "badger", "":
 		if o.etcdEndpoints != "" {
-			return nil, usagef("--etcd-endpoints needs --store etcd")
+			return nil, cli.Usagef("--etcd-endpoints needs --store etcd")
 		}
 		metaDir := gateway.MetaDir(dataDir)
 		log.Info("data folder", "data", dataDir, "meta", metaDir)
@@ -220,7 +223,7 @@ func openStore(ctx context.Context, log hclog.Logger, o serveOptions, dataDir st
 			}
 		}
 		if len(eps) == 0 {
-			return nil, usagef("--store etcd needs --etcd-endpoints")
+			return nil, cli.Usagef("--store etcd needs --etcd-endpoints")
 		}
 		log.Info("data folder", "data", dataDir, "etcd", eps, "prefix", o.etcdPrefix)
 		store, err := etcd.Open(ctx, etcd.Config{Endpoints: eps, Prefix: o.etcdPrefix, Logger: log.Named("meta")})
@@ -229,5 +232,5 @@ func openStore(ctx context.Context, log hclog.Logger, o serveOptions, dataDir st
 		}
 		return store, nil
 	}
-	return nil, usagef("--store is badger or etcd, not %q", o.store)
+	return nil, cli.Usagef("--store is badger or etcd, not %q", o.store)
 }

@@ -1,4 +1,4 @@
-package gateway
+package client
 
 import (
 	"bytes"
@@ -14,19 +14,20 @@ import (
 	"strings"
 	"time"
 
+	"warren/api"
 	"warren/meta"
 )
 
-// Client speaks the gateway's API over its Unix socket. The zero value is
-// not usable; make one with NewClient. It is safe for concurrent use.
+// Client speaks the daemon's API over its Unix socket. The zero value is
+// not usable; make one with New. It is safe for concurrent use.
 type Client struct {
 	socket string
 	hc     *http.Client
 }
 
-// NewClient returns a client of the gateway listening at socketPath. It
+// New returns a client of the daemon listening at socketPath. It
 // connects on first use.
-func NewClient(socketPath string) *Client {
+func New(socketPath string) *Client {
 	var d net.Dialer
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -42,114 +43,114 @@ func NewClient(socketPath string) *Client {
 func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 
 // Bind binds a thread (or returns its binding if it is bound).
-func (c *Client) Bind(ctx context.Context, tenant, thread string) (BindResponse, error) {
-	var out BindResponse
+func (c *Client) Bind(ctx context.Context, tenant, thread string) (api.BindResponse, error) {
+	var out api.BindResponse
 	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/bind", nil, nil, &out)
 	return out, err
 }
 
-// BindWith binds a thread and gives it settings (Gateway.BindWith).
-func (c *Client) BindWith(ctx context.Context, tenant, thread string, s meta.Settings) (BindResponse, error) {
-	var out BindResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/bind", nil, BindRequest{Settings: &s}, &out)
+// BindWith binds a thread and gives it settings (see api.BindRequest).
+func (c *Client) BindWith(ctx context.Context, tenant, thread string, s meta.Settings) (api.BindResponse, error) {
+	var out api.BindResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/bind", nil, api.BindRequest{Settings: &s}, &out)
 	return out, err
 }
 
-// Thread returns a thread's binding; an error matching ErrNotFound if it
+// Thread returns a thread's binding; an error matching api.ErrNotFound if it
 // has none.
-func (c *Client) Thread(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
-	var out ThreadResponse
+func (c *Client) Thread(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
+	var out api.ThreadResponse
 	err := c.do(ctx, http.MethodGet, threadPath(tenant, thread), nil, nil, &out)
 	return out.Binding, err
 }
 
 // ReadFile reads a file of a thread's workspace for a run.
-func (c *Client) ReadFile(ctx context.Context, tenant, thread string, req ReadFileRequest) (ReadFileResponse, error) {
-	var out ReadFileResponse
+func (c *Client) ReadFile(ctx context.Context, tenant, thread string, req api.ReadFileRequest) (api.ReadFileResponse, error) {
+	var out api.ReadFileResponse
 	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/read", nil, req, &out)
 	return out, err
 }
 
 // WriteFile writes a file of a thread's workspace for a run.
-func (c *Client) WriteFile(ctx context.Context, tenant, thread string, req WriteFileRequest) (WriteFileResponse, error) {
-	var out WriteFileResponse
+func (c *Client) WriteFile(ctx context.Context, tenant, thread string, req api.WriteFileRequest) (api.WriteFileResponse, error) {
+	var out api.WriteFileResponse
 	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/write", nil, req, &out)
 	return out, err
 }
 
 // EditFile edits a file of a thread's workspace for a run.
-func (c *Client) EditFile(ctx context.Context, tenant, thread string, req EditFileRequest) (EditFileResponse, error) {
-	var out EditFileResponse
+func (c *Client) EditFile(ctx context.Context, tenant, thread string, req api.EditFileRequest) (api.EditFileResponse, error) {
+	var out api.EditFileResponse
 	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/edit", nil, req, &out)
 	return out, err
 }
 
 // RegisterRun makes a process and its descendants act as a run.
 func (c *Client) RegisterRun(ctx context.Context, tenant, thread string, pid int, run string) error {
-	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/runs", nil, RunRequest{Pid: pid, Run: run}, &RunResponse{})
+	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/runs", nil, api.RunRequest{Pid: pid, Run: run}, &api.RunResponse{})
 }
 
 // EndRun forgets a run: its processes and read records.
 func (c *Client) EndRun(ctx context.Context, tenant, thread, run string) error {
-	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/runs/end", nil, RunRequest{Run: run}, &RunResponse{})
+	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/runs/end", nil, api.RunRequest{Run: run}, &api.RunResponse{})
 }
 
 // Threads lists the bindings of every tenant.
-func (c *Client) Threads(ctx context.Context) ([]ThreadInfo, error) {
-	var out ThreadsResponse
+func (c *Client) Threads(ctx context.Context) ([]api.ThreadInfo, error) {
+	var out api.ThreadsResponse
 	err := c.do(ctx, http.MethodGet, "/v1/threads", nil, nil, &out)
 	return out.Bindings, err
 }
 
 // TenantThreads lists the bindings of one tenant ("" is the default one).
-func (c *Client) TenantThreads(ctx context.Context, tenant string) ([]ThreadInfo, error) {
-	var out ThreadsResponse
+func (c *Client) TenantThreads(ctx context.Context, tenant string) ([]api.ThreadInfo, error) {
+	var out api.ThreadsResponse
 	err := c.do(ctx, http.MethodGet, "/v1/threads", url.Values{"tenant": {tenant}}, nil, &out)
 	return out.Bindings, err
 }
 
 // CloseThread unmounts a thread and records it as closed.
-func (c *Client) CloseThread(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
-	var out ThreadResponse
+func (c *Client) CloseThread(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
+	var out api.ThreadResponse
 	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/close", nil, nil, &out)
 	return out.Binding, err
 }
 
 // DeleteThread unmounts a thread, removes its folder and its record.
 func (c *Client) DeleteThread(ctx context.Context, tenant, thread string) error {
-	return c.do(ctx, http.MethodDelete, threadPath(tenant, thread), nil, nil, &DeleteResponse{})
+	return c.do(ctx, http.MethodDelete, threadPath(tenant, thread), nil, nil, &api.DeleteResponse{})
 }
 
 // Mount makes an inspection mount.
-func (c *Client) Mount(ctx context.Context, req MountRequest) (MountInfo, error) {
-	var out MountResponse
+func (c *Client) Mount(ctx context.Context, req api.MountRequest) (api.MountInfo, error) {
+	var out api.MountResponse
 	err := c.do(ctx, http.MethodPost, "/v1/mounts", nil, req, &out)
 	return out.Mount, err
 }
 
 // Mounts lists the inspection mounts.
-func (c *Client) Mounts(ctx context.Context) ([]MountInfo, error) {
-	var out MountsResponse
+func (c *Client) Mounts(ctx context.Context) ([]api.MountInfo, error) {
+	var out api.MountsResponse
 	err := c.do(ctx, http.MethodGet, "/v1/mounts", nil, nil, &out)
 	return out.Mounts, err
 }
 
 // Unmount takes down the inspection mount at path.
 func (c *Client) Unmount(ctx context.Context, path string) error {
-	return c.do(ctx, http.MethodDelete, "/v1/mounts", url.Values{"path": {path}}, nil, &UnmountResponse{})
+	return c.do(ctx, http.MethodDelete, "/v1/mounts", url.Values{"path": {path}}, nil, &api.UnmountResponse{})
 }
 
 // Events streams the gateway's events to fn, one at a time, in the order
 // the gateway emitted them. thread "" means every thread; tenant "" means
 // every tenant, unless thread is set: then, as in every call, it is the
-// default tenant. A missed event (Type EventMissed) says how many events
+// default tenant. A missed event (Type api.EventMissed) says how many events
 // this stream lost because it fell behind.
 //
 // It returns when ctx is done (ctx's error), when fn returns an error
 // (that error, as it is), or when the stream ends: an error matching
-// ErrClosed when the gateway ended it because it is shutting down,
+// api.ErrClosed when the gateway ended it because it is shutting down,
 // another error when the connection broke.
-func (c *Client) Events(ctx context.Context, tenant, thread string, fn func(Event) error) error {
+func (c *Client) Events(ctx context.Context, tenant, thread string, fn func(api.Event) error) error {
 	const path = "/v1/events"
 	q := url.Values{}
 	if tenant != "" {
@@ -166,14 +167,14 @@ func (c *Client) Events(ctx context.Context, tenant, thread string, fn func(Even
 	// One JSON value per line; the decoder needs no line length limit.
 	dec := json.NewDecoder(resp.Body)
 	for {
-		var ev Event
+		var ev api.Event
 		err := dec.Decode(&ev)
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, io.EOF):
 			// The gateway ends a stream cleanly only when it closes.
-			return fmt.Errorf("GET %s: the gateway ended the event stream: %w", path, ErrClosed)
+			return fmt.Errorf("GET %s: the gateway ended the event stream: %w", path, api.ErrClosed)
 		case err != nil:
 			return fmt.Errorf("GET %s: read event stream: %w", path, err)
 		}
@@ -186,14 +187,14 @@ func (c *Client) Events(ctx context.Context, tenant, thread string, fn func(Even
 // Exec runs a command in a thread's jail, writes its output to stdout and
 // stderr (either may be nil) as it comes, and returns the command's exit
 // code (124 when it ran out of time).
-func (c *Client) Exec(ctx context.Context, tenant, thread string, req ExecRequest, stdout, stderr io.Writer) (int, error) {
+func (c *Client) Exec(ctx context.Context, tenant, thread string, req api.ExecRequest, stdout, stderr io.Writer) (int, error) {
 	return c.ExecStream(ctx, tenant, thread, req, nil, stdout, stderr)
 }
 
 // ExecStream is Exec that also tells onID, if set, the running command's
 // id as soon as it starts (for ExecStdin and ExecResize). A terminal's
 // output goes to stdout.
-func (c *Client) ExecStream(ctx context.Context, tenant, thread string, req ExecRequest, onID func(string), stdout, stderr io.Writer) (int, error) {
+func (c *Client) ExecStream(ctx context.Context, tenant, thread string, req api.ExecRequest, onID func(string), stdout, stderr io.Writer) (int, error) {
 	path := threadPath(tenant, thread) + "/exec"
 	resp, err := c.send(ctx, http.MethodPost, path, nil, req)
 	if err != nil {
@@ -202,7 +203,7 @@ func (c *Client) ExecStream(ctx context.Context, tenant, thread string, req Exec
 	defer resp.Body.Close()
 	dec := json.NewDecoder(resp.Body)
 	for {
-		var f ExecFrame
+		var f api.ExecFrame
 		if err := dec.Decode(&f); err != nil {
 			if ctx.Err() != nil {
 				return -1, ctx.Err()
@@ -212,7 +213,7 @@ func (c *Client) ExecStream(ctx context.Context, tenant, thread string, req Exec
 		switch {
 		case f.Background != "":
 			io.Copy(io.Discard, resp.Body)
-			return -1, &MovedError{Job: f.Background}
+			return -1, &api.MovedError{Job: f.Background}
 		case f.Exit != nil:
 			// Read the answer to its end, so that its connection is
 			// used again.
@@ -231,75 +232,67 @@ func (c *Client) ExecStream(ctx context.Context, tenant, thread string, req Exec
 	}
 }
 
-// MovedError ends an exec whose command moved to the background: the job
-// has the rest of its output and its end.
-type MovedError struct {
-	Job string
-}
-
-func (e *MovedError) Error() string { return "the command moved to the background as job " + e.Job }
-
 // Background moves a running command to the background as a job.
-func (c *Client) Background(ctx context.Context, tenant, thread, execID string, req BackgroundRequest) (JobInfo, error) {
-	var out JobResponse
+func (c *Client) Background(ctx context.Context, tenant, thread, execID string, req api.BackgroundRequest) (api.JobInfo, error) {
+	var out api.JobResponse
 	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/exec/"+escapeID(execID)+"/background", nil, req, &out)
 	return out.Job, err
 }
 
 // Unpin moves a thread whose owner died to this gateway at once.
-func (c *Client) Unpin(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
-	var out ThreadResponse
+func (c *Client) Unpin(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
+	var out api.ThreadResponse
 	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/unpin", nil, nil, &out)
 	return out.Binding, err
 }
 
 // Hosts lists the hosts the store knows.
 func (c *Client) Hosts(ctx context.Context) ([]meta.Host, error) {
-	var out HostsResponse
+	var out api.HostsResponse
 	err := c.do(ctx, http.MethodGet, "/v1/hosts", nil, nil, &out)
 	return out.Hosts, err
 }
 
 // Spawn starts a background job.
-func (c *Client) Spawn(ctx context.Context, tenant, thread string, req SpawnRequest) (JobInfo, error) {
-	var out JobResponse
+func (c *Client) Spawn(ctx context.Context, tenant, thread string, req api.SpawnRequest) (api.JobInfo, error) {
+	var out api.JobResponse
 	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/jobs", nil, req, &out)
 	return out.Job, err
 }
 
 // Jobs lists a thread's jobs.
-func (c *Client) Jobs(ctx context.Context, tenant, thread string) ([]JobInfo, error) {
-	var out JobsResponse
+func (c *Client) Jobs(ctx context.Context, tenant, thread string) ([]api.JobInfo, error) {
+	var out api.JobsResponse
 	err := c.do(ctx, http.MethodGet, threadPath(tenant, thread)+"/jobs", nil, nil, &out)
 	return out.Jobs, err
 }
 
 // Job returns one job.
-func (c *Client) Job(ctx context.Context, tenant, thread, id string) (JobInfo, error) {
-	var out JobResponse
+func (c *Client) Job(ctx context.Context, tenant, thread, id string) (api.JobInfo, error) {
+	var out api.JobResponse
 	err := c.do(ctx, http.MethodGet, threadPath(tenant, thread)+"/jobs/"+escapeID(id), nil, nil, &out)
 	return out.Job, err
 }
 
 // StopJob stops a job (SIGTERM, then SIGKILL after grace; 0 means the
 // gateway's default) and returns it ended.
-func (c *Client) StopJob(ctx context.Context, tenant, thread, id string, grace time.Duration) (JobInfo, error) {
-	var out JobResponse
+func (c *Client) StopJob(ctx context.Context, tenant, thread, id string, grace time.Duration) (api.JobInfo, error) {
+	var out api.JobResponse
 	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/jobs/"+escapeID(id)+"/stop", nil,
-		StopJobRequest{GraceSeconds: grace.Seconds()}, &out)
+		api.StopJobRequest{GraceSeconds: grace.Seconds()}, &out)
 	return out.Job, err
 }
 
 // JobStdin sends input to a job; closeIt ends its input after data.
 func (c *Client) JobStdin(ctx context.Context, tenant, thread, id, data string, closeIt bool) error {
 	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/jobs/"+escapeID(id)+"/stdin", nil,
-		ExecStdinRequest{Data: data, Close: closeIt}, &JobResponse{})
+		api.ExecStdinRequest{Data: data, Close: closeIt}, &api.JobResponse{})
 }
 
 // JobOutput reads a job's output from offset (negative: from the oldest
 // byte kept) and calls fn with each frame; with follow it goes on until
 // the job ends. It returns after the last frame.
-func (c *Client) JobOutput(ctx context.Context, tenant, thread, id string, offset int64, follow bool, fn func(JobFrame) error) error {
+func (c *Client) JobOutput(ctx context.Context, tenant, thread, id string, offset int64, follow bool, fn func(api.JobFrame) error) error {
 	path := threadPath(tenant, thread) + "/jobs/" + escapeID(id) + "/output"
 	q := url.Values{"offset": {strconv.FormatInt(offset, 10)}}
 	if follow {
@@ -312,7 +305,7 @@ func (c *Client) JobOutput(ctx context.Context, tenant, thread, id string, offse
 	defer resp.Body.Close()
 	dec := json.NewDecoder(resp.Body)
 	for {
-		var f JobFrame
+		var f api.JobFrame
 		if err := dec.Decode(&f); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -329,17 +322,17 @@ func (c *Client) JobOutput(ctx context.Context, tenant, thread, id string, offse
 	}
 }
 
-// ExecStdin sends input to a running command (see ExecRequest.OpenStdin);
+// ExecStdin sends input to a running command (see api.ExecRequest.OpenStdin);
 // closeIt ends its input after data.
 func (c *Client) ExecStdin(ctx context.Context, tenant, thread, id, data string, closeIt bool) error {
 	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/exec/"+escapeID(id)+"/stdin", nil,
-		ExecStdinRequest{Data: data, Close: closeIt}, &ExecAck{})
+		api.ExecStdinRequest{Data: data, Close: closeIt}, &api.ExecAck{})
 }
 
 // ExecResize resizes a running command's terminal.
 func (c *Client) ExecResize(ctx context.Context, tenant, thread, id string, rows, cols uint16) error {
 	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/exec/"+escapeID(id)+"/resize", nil,
-		ExecResizeRequest{Rows: rows, Cols: cols}, &ExecAck{})
+		api.ExecResizeRequest{Rows: rows, Cols: cols}, &api.ExecAck{})
 }
 
 // threadPath is the escaped API path of a thread.
@@ -368,7 +361,7 @@ func escapeID(id string) string {
 }
 
 // do sends one request and decodes a 200 answer into out, or an error
-// answer into an *APIError.
+// answer into an *api.APIError.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body, out any) error {
 	resp, err := c.send(ctx, method, path, q, body)
 	if err != nil {
@@ -390,7 +383,7 @@ const maxAnswerBytes = 64 << 20
 
 // send sends one request and returns a 200 answer for the caller to read
 // and close. Any other answer is read, closed and returned as an error: an
-// *APIError.
+// *api.APIError.
 func (c *Client) send(ctx context.Context, method, path string, q url.Values, body any) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
@@ -425,9 +418,9 @@ func (c *Client) send(ctx context.Context, method, path string, q url.Values, bo
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: read answer: %w", method, path, err)
 	}
-	var eb errorBody
+	var eb api.ErrorBody
 	if err := json.Unmarshal(data, &eb); err != nil || eb.Error == nil {
-		return nil, &APIError{Status: resp.StatusCode, Code: codeInternal,
+		return nil, &api.APIError{Status: resp.StatusCode, Code: api.CodeInternal,
 			Message: fmt.Sprintf("%s %s: status %s: %s", method, path, resp.Status, bytes.TrimSpace(data))}
 	}
 	eb.Error.Status = resp.StatusCode

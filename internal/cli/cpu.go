@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -6,27 +6,27 @@ import (
 	"strings"
 )
 
-// cpuValue is a CPU bound flag, held in thousandths of a CPU as the API
+// CPU is a CPU bound flag, held in thousandths of a CPU as the API
 // has it, and written in CPUs ("0.5", "2") or in thousandths with the
 // suffix m ("500m"), as container tools write them. 0 is no bound.
-type cpuValue int
+type CPU int
 
-func (c cpuValue) String() string {
+func (c CPU) String() string {
 	return strconv.FormatFloat(float64(c)/1000, 'f', -1, 64)
 }
 
-func (c *cpuValue) Set(v string) error {
-	m, err := parseCPU(v)
+func (c *CPU) Set(v string) error {
+	m, err := ParseCPU(v)
 	if err != nil {
 		return err
 	}
-	*c = cpuValue(m)
+	*c = CPU(m)
 	return nil
 }
 
-// parseCPU reads a CPU bound into thousandths of a CPU. Finer values than
+// ParseCPU reads a CPU bound into thousandths of a CPU. Finer values than
 // a thousandth, signs and exponents are refused rather than rounded.
-func parseCPU(v string) (int, error) {
+func ParseCPU(v string) (int, error) {
 	bad := fmt.Errorf("%q is not a number of CPUs (0.5, 2) or of thousandths of a CPU (500m)", v)
 	digits := func(s string) bool {
 		return strings.Trim(s, "0123456789") == ""

@@ -1,0 +1,100 @@
+package api
+
+import (
+	"path/filepath"
+
+	"warren/meta"
+)
+
+// DefaultTenant is the tenant of a thread whose client gave none.
+const DefaultTenant = "default"
+
+// MaxIDBytes bounds a tenant or thread id. Longer ids are refused rather
+// than hashed: no client needs them, and they would bloat every log line.
+const MaxIDBytes = 1024
+
+// DefaultSocket is the API socket of a daemon whose data folder is dataDir
+// and that was given no socket path of its own.
+func DefaultSocket(dataDir string) string { return filepath.Join(dataDir, "warren.sock") }
+
+// BindRequest is the optional body of POST .../bind.
+type BindRequest struct {
+	// Settings, if given, replace the thread's settings.
+	Settings *meta.Settings `json:"settings,omitempty"`
+}
+
+// ThreadInfo is a binding as the API shows it: the stored record plus what
+// the daemon knows about its mount.
+type ThreadInfo struct {
+	meta.Binding
+	// Mounted says whether the daemon serves the thread's mount now.
+	Mounted bool `json:"mounted"`
+	// Error is why the last attempt to mount the thread failed, while it is
+	// not mounted. The next call that needs the thread tries again.
+	Error string `json:"error,omitempty"`
+	// Owner is the host that holds the thread's pin now, if a live host
+	// does (only threads of daemons with a host id are pinned).
+	Owner string `json:"owner,omitempty"`
+}
+
+// Answers of the thread calls.
+type (
+	// BindResponse answers POST .../bind.
+	BindResponse struct {
+		Binding   ThreadInfo `json:"binding"`
+		MountPath string     `json:"mountPath"`
+	}
+	// ThreadResponse answers GET and POST .../close of one thread.
+	ThreadResponse struct {
+		Binding ThreadInfo `json:"binding"`
+	}
+	// ThreadsResponse answers GET /v1/threads.
+	ThreadsResponse struct {
+		Bindings []ThreadInfo `json:"bindings"`
+	}
+	// DeleteResponse answers DELETE of a thread.
+	DeleteResponse struct {
+		Deleted meta.ThreadKey `json:"deleted"`
+	}
+	// HostsResponse answers GET /v1/hosts.
+	HostsResponse struct {
+		Hosts []meta.Host `json:"hosts"`
+	}
+)
+
+// MountRequest asks for an inspection mount of a thread's workspace.
+type MountRequest struct {
+	Tenant string `json:"tenant"`
+	Thread string `json:"thread"`
+	// Path is the folder to mount on: absolute, existing, empty, owned by
+	// the caller, not a mount already and not inside the data folder.
+	Path string `json:"path"`
+	// Writable allows writes; inspection mounts are read-only otherwise.
+	Writable bool `json:"writable"`
+}
+
+// MountInfo is an inspection mount as the API shows it.
+type MountInfo struct {
+	meta.InspectionMount
+	Mounted bool   `json:"mounted"`
+	Error   string `json:"error,omitempty"`
+}
+
+// Answers of the inspection mount calls.
+type (
+	// MountResponse answers POST /v1/mounts.
+	MountResponse struct {
+		Mount MountInfo `json:"mount"`
+	}
+	// MountsResponse answers GET /v1/mounts.
+	MountsResponse struct {
+		Mounts []MountInfo `json:"mounts"`
+	}
+	// UnmountResponse answers DELETE /v1/mounts.
+	UnmountResponse struct {
+		Unmounted string `json:"unmounted"`
+		// InUse says the mount left the tree but still serves processes
+		// that use it, until they let go.
+		InUse bool `json:"inUse,omitempty"`
+	}
+)

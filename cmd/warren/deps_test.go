@@ -1,0 +1,42 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestLinksOnlyTheClient keeps the client side light: the wire types, the
+// Go client and this CLI link none of the daemon (gateway, fs, jail, the
+// store engines, FUSE, gRPC, a logger). Go runs the init of every package
+// a binary links, so each of them would slow every CLI call.
+func TestLinksOnlyTheClient(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	wire := []string{"warren/api", "warren/meta"}
+	for _, c := range []struct {
+		pkg     string
+		allowed []string // besides the standard library and pkg itself
+	}{
+		{"warren/api", wire},
+		{"warren/client", wire},
+		// The terminal code of exec -t needs x/sys/unix.
+		{"warren/cmd/warren", append([]string{"warren/client", "warren/internal/cli", "golang.org/x/sys/unix"}, wire...)},
+	} {
+		out, err := exec.CommandContext(t.Context(), goTool, "list", "-deps",
+			"-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", c.pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", c.pkg, err)
+		}
+		for _, p := range strings.Fields(string(out)) {
+			if p != c.pkg && !slices.Contains(c.allowed, p) {
+				t.Errorf("%s depends on %s; it may import only the standard library and %v", c.pkg, p, c.allowed)
+			}
+		}
+	}
+}
