@@ -35,6 +35,11 @@ const (
 	// died), with its commands and jobs; the thread's next command started
 	// a new one. Message says so.
 	EventJailReplaced EventType = "jail.replaced"
+	// EventThreadFenced: this gateway's lease ended, and it took the thread
+	// down (jail, commands, jobs, mount) as another host may take it now. The
+	// thread's next call pins it again, if no other host took it, and mounts
+	// it again.
+	EventThreadFenced EventType = "thread.fenced"
 	// EventMissed is not something that happened to a thread: the stream
 	// writes it where it dropped events because its reader fell behind.
 	// Missed says how many; Tenant and Thread are the stream's filter.

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"warren/api"
 )
 
 // maxBodyBytes bounds a request body; a larger one is answered 413.
@@ -116,8 +118,8 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"method", r.Method, "path", clip(path), "error", p.err)
 		// Close the connection: a refused peer gets one answer, no more.
 		w.Header().Set("Connection", "close")
-		writeJSON(w, http.StatusForbidden, errorBody{&APIError{
-			Code:    codeForbidden,
+		writeJSON(w, http.StatusForbidden, api.ErrorBody{Error: &api.APIError{
+			Code:    api.CodeForbidden,
 			Message: fmt.Sprintf("uid %d may not use this gateway", p.uid),
 		}})
 		return
@@ -164,11 +166,11 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(allow) > 0 {
 		slices.Sort(allow)
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		g.writeErrorCode(w, r, params{}, http.StatusMethodNotAllowed, codeMethodNotAllowed,
+		g.writeErrorCode(w, r, params{}, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed,
 			fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", quote(r.Method), quote(path), strings.Join(allow, ", ")))
 		return
 	}
-	g.writeErrorCode(w, r, params{}, http.StatusNotFound, codeNotFound, fmt.Sprintf("no API call at %s", quote(path)))
+	g.writeErrorCode(w, r, params{}, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no API call at %s", quote(path)))
 }
 
 // matchSegs matches a request's escaped segments against a pattern and
@@ -199,7 +201,7 @@ func unescapeParams(raw map[string]string) (params, error) {
 	for name, v := range raw {
 		u, err := url.PathUnescape(v)
 		if err != nil {
-			return p, fmt.Errorf("%w: %s id %s is not a valid escaped path segment", ErrInvalid, name, quote(v))
+			return p, fmt.Errorf("%w: %s id %s is not a valid escaped path segment", api.ErrInvalid, name, quote(v))
 		}
 		switch name {
 		case "tenant":
@@ -216,7 +218,7 @@ func unescapeParams(raw map[string]string) (params, error) {
 }
 
 func (g *Gateway) handleBind(r *http.Request, p params) (any, error) {
-	var req BindRequest
+	var req api.BindRequest
 	if err := decodeBody(r, &req, true); err != nil {
 		return nil, err
 	}
@@ -224,7 +226,7 @@ func (g *Gateway) handleBind(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return BindResponse{Binding: ti, MountPath: ti.MountPath}, nil
+	return api.BindResponse{Binding: ti, MountPath: ti.MountPath}, nil
 }
 
 func (g *Gateway) handleThread(r *http.Request, p params) (any, error) {
@@ -235,7 +237,7 @@ func (g *Gateway) handleThread(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ThreadResponse{Binding: ti}, nil
+	return api.ThreadResponse{Binding: ti}, nil
 }
 
 func (g *Gateway) handleClose(r *http.Request, p params) (any, error) {
@@ -246,7 +248,7 @@ func (g *Gateway) handleClose(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ThreadResponse{Binding: ti}, nil
+	return api.ThreadResponse{Binding: ti}, nil
 }
 
 func (g *Gateway) handleDelete(r *http.Request, p params) (any, error) {
@@ -260,7 +262,7 @@ func (g *Gateway) handleDelete(r *http.Request, p params) (any, error) {
 	if err := g.deleteThread(r.Context(), k.Tenant, k.Thread); err != nil {
 		return nil, err
 	}
-	return DeleteResponse{Deleted: k}, nil
+	return api.DeleteResponse{Deleted: k}, nil
 }
 
 func (g *Gateway) handleThreads(r *http.Request, _ params) (any, error) {
@@ -276,11 +278,11 @@ func (g *Gateway) handleThreads(r *http.Request, _ params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ThreadsResponse{Bindings: tis}, nil
+	return api.ThreadsResponse{Bindings: tis}, nil
 }
 
 func (g *Gateway) handleMount(r *http.Request, _ params) (any, error) {
-	var req MountRequest
+	var req api.MountRequest
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
@@ -288,7 +290,7 @@ func (g *Gateway) handleMount(r *http.Request, _ params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return MountResponse{Mount: mi}, nil
+	return api.MountResponse{Mount: mi}, nil
 }
 
 func (g *Gateway) handleMounts(r *http.Request, _ params) (any, error) {
@@ -299,7 +301,7 @@ func (g *Gateway) handleMounts(r *http.Request, _ params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return MountsResponse{Mounts: ms}, nil
+	return api.MountsResponse{Mounts: ms}, nil
 }
 
 func (g *Gateway) handleUnmount(r *http.Request, _ params) (any, error) {
@@ -309,13 +311,13 @@ func (g *Gateway) handleUnmount(r *http.Request, _ params) (any, error) {
 	}
 	vs, ok := q["path"]
 	if !ok || vs[0] == "" {
-		return nil, fmt.Errorf("%w: the query parameter path is required", ErrInvalid)
+		return nil, fmt.Errorf("%w: the query parameter path is required", api.ErrInvalid)
 	}
 	inUse, err := g.unmount(r.Context(), vs[0])
 	if err != nil {
 		return nil, err
 	}
-	return UnmountResponse{Unmounted: vs[0], InUse: inUse}, nil
+	return api.UnmountResponse{Unmounted: vs[0], InUse: inUse}, nil
 }
 
 // decodeBody decodes the request body as one JSON object into v, refusing
@@ -333,13 +335,13 @@ func decodeBody(r *http.Request, v any, emptyOK bool) error {
 		if emptyOK {
 			return nil
 		}
-		return fmt.Errorf("%w: the request needs a JSON body", ErrInvalid)
+		return fmt.Errorf("%w: the request needs a JSON body", api.ErrInvalid)
 	}
 	if err != nil {
 		return bodyError(err)
 	}
 	if first != '{' {
-		return fmt.Errorf("%w: the request body must be a JSON object", ErrInvalid)
+		return fmt.Errorf("%w: the request body must be a JSON object", api.ErrInvalid)
 	}
 	dec := json.NewDecoder(br)
 	dec.DisallowUnknownFields()
@@ -350,7 +352,7 @@ func decodeBody(r *http.Request, v any, emptyOK bool) error {
 		if err != nil {
 			return bodyError(err)
 		}
-		return fmt.Errorf("%w: data after the JSON body", ErrInvalid)
+		return fmt.Errorf("%w: data after the JSON body", api.ErrInvalid)
 	}
 	return nil
 }
@@ -378,21 +380,21 @@ func bodyError(err error) error {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return fmt.Errorf("%w: the request body did not arrive in time", errBodyTimeout)
 	}
-	return fmt.Errorf("%w: malformed JSON body: %w", ErrInvalid, err)
+	return fmt.Errorf("%w: malformed JSON body: %w", api.ErrInvalid, err)
 }
 
 // query parses the query string, allowing only the named keys, each once.
 func query(r *http.Request, allowed ...string) (url.Values, error) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return nil, fmt.Errorf("%w: malformed query: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: malformed query: %w", api.ErrInvalid, err)
 	}
 	for k, vs := range q {
 		if !slices.Contains(allowed, k) {
-			return nil, fmt.Errorf("%w: unknown query parameter %s", ErrInvalid, quote(k))
+			return nil, fmt.Errorf("%w: unknown query parameter %s", api.ErrInvalid, quote(k))
 		}
 		if len(vs) > 1 {
-			return nil, fmt.Errorf("%w: query parameter %s given %d times", ErrInvalid, quote(k), len(vs))
+			return nil, fmt.Errorf("%w: query parameter %s given %d times", api.ErrInvalid, quote(k), len(vs))
 		}
 	}
 	return q, nil
@@ -424,7 +426,7 @@ func (g *Gateway) writeErrorCode(w http.ResponseWriter, r *http.Request, p param
 	}
 	// The one bound on what an answer echoes: a message quotes client
 	// input through quote, and is cut here whatever it quotes.
-	writeJSON(w, status, errorBody{&APIError{Code: code, Message: boundMessage(msg)}})
+	writeJSON(w, status, api.ErrorBody{Error: &api.APIError{Code: code, Message: boundMessage(msg)}})
 }
 
 // clip shortens what a client sent before it goes into a log line: a

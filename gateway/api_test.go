@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"warren/api"
 )
 
 func TestRoutingHostileIDs(t *testing.T) {
@@ -29,7 +31,7 @@ func TestRoutingHostileIDs(t *testing.T) {
 		{"latin", "/v1/tenants/acme/threads/a/bind", "acme", "a"},
 		{"upper", "/v1/tenants/acme/threads/A/bind", "acme", "A"},
 		{"tenant dotdot", "/v1/tenants/../threads/t/bind", "..", "t"},
-		{"empty tenant is default", "/v1/tenants//threads/t/bind", DefaultTenant, "t"},
+		{"empty tenant is default", "/v1/tenants//threads/t/bind", api.DefaultTenant, "t"},
 		{"space", "/v1/tenants/acme/threads/a%20b/bind", "acme", "a b"},
 	}
 	seen := make(map[string]string)
@@ -39,7 +41,7 @@ func TestRoutingHostileIDs(t *testing.T) {
 			if resp.status != http.StatusOK {
 				t.Fatalf("POST %s: got status %d (%s), want 200", tt.target, resp.status, resp.body)
 			}
-			var br BindResponse
+			var br api.BindResponse
 			if err := json.Unmarshal(resp.body, &br); err != nil {
 				t.Fatalf("decode %s: %v", resp.body, err)
 			}
@@ -78,7 +80,7 @@ func TestRoutingHostileIDs(t *testing.T) {
 func TestRoutingErrors(t *testing.T) {
 	env := startEnv(t, Config{})
 	mountDir := t.TempDir()
-	longID := strings.Repeat("x", MaxIDBytes+1)
+	longID := strings.Repeat("x", api.MaxIDBytes+1)
 	tests := []struct {
 		name       string
 		method     string
@@ -88,35 +90,35 @@ func TestRoutingErrors(t *testing.T) {
 		wantCode   string
 		wantAllow  string
 	}{
-		{"unknown path", "GET", "/v1/nothing", nil, 404, codeNotFound, ""},
-		{"root", "GET", "/", nil, 404, codeNotFound, ""},
-		{"trailing slash", "GET", "/v1/threads/", nil, 404, codeNotFound, ""},
-		{"not cleaned", "GET", "/v1/x/../threads", nil, 404, codeNotFound, ""},
-		{"asterisk", "OPTIONS", "*", nil, 404, codeNotFound, ""},
-		{"wrong method on bind", "GET", "/v1/tenants/a/threads/t/bind", nil, 405, codeMethodNotAllowed, "POST"},
-		{"wrong method on thread", "PUT", "/v1/tenants/a/threads/t", nil, 405, codeMethodNotAllowed, "DELETE, GET"},
-		{"wrong method on mounts", "PATCH", "/v1/mounts", nil, 405, codeMethodNotAllowed, "DELETE, GET, POST"},
-		{"empty thread", "POST", "/v1/tenants/a/threads//bind", nil, 400, codeInvalid, ""},
-		{"long thread", "POST", "/v1/tenants/a/threads/" + longID + "/bind", nil, 400, codeInvalid, ""},
-		{"long tenant", "POST", "/v1/tenants/" + longID + "/threads/t/bind", nil, 400, codeInvalid, ""},
-		{"not utf-8", "POST", "/v1/tenants/a/threads/%FF/bind", nil, 400, codeInvalid, ""},
-		{"bind body not json", "POST", "/v1/tenants/a/threads/t/bind", []byte("{"), 400, codeInvalid, ""},
-		{"bind body unknown field", "POST", "/v1/tenants/a/threads/t/bind", []byte(`{"x":1}`), 400, codeInvalid, ""},
-		{"mount no body", "POST", "/v1/mounts", nil, 400, codeInvalid, ""},
-		{"mount malformed", "POST", "/v1/mounts", []byte(`{"thread":`), 400, codeInvalid, ""},
-		{"mount wrong type", "POST", "/v1/mounts", []byte(`{"thread":1}`), 400, codeInvalid, ""},
-		{"mount unknown field", "POST", "/v1/mounts", []byte(`{"thread":"t","path":"` + mountDir + `","rw":true}`), 400, codeInvalid, ""},
-		{"mount trailing data", "POST", "/v1/mounts", []byte(`{"thread":"t","path":"` + mountDir + `"} {}`), 400, codeInvalid, ""},
-		{"mount too large", "POST", "/v1/mounts", []byte(`{"thread":"` + strings.Repeat("x", 2<<20) + `"}`), 413, codeTooLarge, ""},
-		{"mount relative path", "POST", "/v1/mounts", []byte(`{"thread":"t","path":"rel"}`), 400, codeInvalid, ""},
-		{"unknown query", "GET", "/v1/threads?x=1", nil, 400, codeInvalid, ""},
-		{"repeated query", "GET", "/v1/threads?tenant=a&tenant=b", nil, 400, codeInvalid, ""},
-		{"bad query", "GET", "/v1/threads?tenant=%zz", nil, 400, codeInvalid, ""},
-		{"unmount without path", "DELETE", "/v1/mounts", nil, 400, codeInvalid, ""},
-		{"unmount unknown", "DELETE", "/v1/mounts?path=%2Fnowhere", nil, 404, codeNotFound, ""},
-		{"thread not bound", "GET", "/v1/tenants/a/threads/nobody", nil, 404, codeNotFound, ""},
-		{"close not bound", "POST", "/v1/tenants/a/threads/nobody/close", nil, 404, codeNotFound, ""},
-		{"delete not bound", "DELETE", "/v1/tenants/a/threads/nobody", nil, 404, codeNotFound, ""},
+		{"unknown path", "GET", "/v1/nothing", nil, 404, api.CodeNotFound, ""},
+		{"root", "GET", "/", nil, 404, api.CodeNotFound, ""},
+		{"trailing slash", "GET", "/v1/threads/", nil, 404, api.CodeNotFound, ""},
+		{"not cleaned", "GET", "/v1/x/../threads", nil, 404, api.CodeNotFound, ""},
+		{"asterisk", "OPTIONS", "*", nil, 404, api.CodeNotFound, ""},
+		{"wrong method on bind", "GET", "/v1/tenants/a/threads/t/bind", nil, 405, api.CodeMethodNotAllowed, "POST"},
+		{"wrong method on thread", "PUT", "/v1/tenants/a/threads/t", nil, 405, api.CodeMethodNotAllowed, "DELETE, GET"},
+		{"wrong method on mounts", "PATCH", "/v1/mounts", nil, 405, api.CodeMethodNotAllowed, "DELETE, GET, POST"},
+		{"empty thread", "POST", "/v1/tenants/a/threads//bind", nil, 400, api.CodeInvalid, ""},
+		{"long thread", "POST", "/v1/tenants/a/threads/" + longID + "/bind", nil, 400, api.CodeInvalid, ""},
+		{"long tenant", "POST", "/v1/tenants/" + longID + "/threads/t/bind", nil, 400, api.CodeInvalid, ""},
+		{"not utf-8", "POST", "/v1/tenants/a/threads/%FF/bind", nil, 400, api.CodeInvalid, ""},
+		{"bind body not json", "POST", "/v1/tenants/a/threads/t/bind", []byte("{"), 400, api.CodeInvalid, ""},
+		{"bind body unknown field", "POST", "/v1/tenants/a/threads/t/bind", []byte(`{"x":1}`), 400, api.CodeInvalid, ""},
+		{"mount no body", "POST", "/v1/mounts", nil, 400, api.CodeInvalid, ""},
+		{"mount malformed", "POST", "/v1/mounts", []byte(`{"thread":`), 400, api.CodeInvalid, ""},
+		{"mount wrong type", "POST", "/v1/mounts", []byte(`{"thread":1}`), 400, api.CodeInvalid, ""},
+		{"mount unknown field", "POST", "/v1/mounts", []byte(`{"thread":"t","path":"` + mountDir + `","rw":true}`), 400, api.CodeInvalid, ""},
+		{"mount trailing data", "POST", "/v1/mounts", []byte(`{"thread":"t","path":"` + mountDir + `"} {}`), 400, api.CodeInvalid, ""},
+		{"mount too large", "POST", "/v1/mounts", []byte(`{"thread":"` + strings.Repeat("x", 2<<20) + `"}`), 413, api.CodeTooLarge, ""},
+		{"mount relative path", "POST", "/v1/mounts", []byte(`{"thread":"t","path":"rel"}`), 400, api.CodeInvalid, ""},
+		{"unknown query", "GET", "/v1/threads?x=1", nil, 400, api.CodeInvalid, ""},
+		{"repeated query", "GET", "/v1/threads?tenant=a&tenant=b", nil, 400, api.CodeInvalid, ""},
+		{"bad query", "GET", "/v1/threads?tenant=%zz", nil, 400, api.CodeInvalid, ""},
+		{"unmount without path", "DELETE", "/v1/mounts", nil, 400, api.CodeInvalid, ""},
+		{"unmount unknown", "DELETE", "/v1/mounts?path=%2Fnowhere", nil, 404, api.CodeNotFound, ""},
+		{"thread not bound", "GET", "/v1/tenants/a/threads/nobody", nil, 404, api.CodeNotFound, ""},
+		{"close not bound", "POST", "/v1/tenants/a/threads/nobody/close", nil, 404, api.CodeNotFound, ""},
+		{"delete not bound", "DELETE", "/v1/tenants/a/threads/nobody", nil, 404, api.CodeNotFound, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,17 +171,17 @@ func TestClientErrorsMatchSentinels(t *testing.T) {
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	_, err := env.c.Thread(ctx, "a", "nobody")
-	if !errors.Is(err, ErrNotFound) {
+	if !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("Thread of an unbound thread: got %v, want ErrNotFound", err)
 	}
-	var apiErr *APIError
+	var apiErr *api.APIError
 	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound {
 		t.Errorf("got %#v, want an *APIError with status 404", err)
 	}
-	if _, err := env.c.Bind(ctx, "a", ""); !errors.Is(err, ErrInvalid) {
+	if _, err := env.c.Bind(ctx, "a", ""); !errors.Is(err, api.ErrInvalid) {
 		t.Errorf("Bind with an empty thread: got %v, want ErrInvalid", err)
 	}
-	if err := env.c.Unmount(ctx, "/nowhere"); !errors.Is(err, ErrNotFound) {
+	if err := env.c.Unmount(ctx, "/nowhere"); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("Unmount of nothing: got %v, want ErrNotFound", err)
 	}
 }
@@ -194,13 +196,13 @@ func TestListThreads(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		list   func() ([]ThreadInfo, error)
+		list   func() ([]api.ThreadInfo, error)
 		wantID []string
 	}{
-		{"all", func() ([]ThreadInfo, error) { return env.c.Threads(ctx) }, []string{"a/t1", "b/t1", "b/t2", "default/t0"}},
-		{"tenant b", func() ([]ThreadInfo, error) { return env.c.TenantThreads(ctx, "b") }, []string{"b/t1", "b/t2"}},
-		{"default tenant", func() ([]ThreadInfo, error) { return env.c.TenantThreads(ctx, "") }, []string{"default/t0"}},
-		{"unknown tenant", func() ([]ThreadInfo, error) { return env.c.TenantThreads(ctx, "zz") }, nil},
+		{"all", func() ([]api.ThreadInfo, error) { return env.c.Threads(ctx) }, []string{"a/t1", "b/t1", "b/t2", "default/t0"}},
+		{"tenant b", func() ([]api.ThreadInfo, error) { return env.c.TenantThreads(ctx, "b") }, []string{"b/t1", "b/t2"}},
+		{"default tenant", func() ([]api.ThreadInfo, error) { return env.c.TenantThreads(ctx, "") }, []string{"default/t0"}},
+		{"unknown tenant", func() ([]api.ThreadInfo, error) { return env.c.TenantThreads(ctx, "zz") }, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

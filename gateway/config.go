@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"warren/api"
 	"warren/fs"
 	"warren/gateway/lease"
 	"warren/meta"
@@ -154,7 +155,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("config: no metadata store")
 	}
 	if c.SocketPath == "" {
-		c.SocketPath = DefaultSocket(c.DataDir)
+		c.SocketPath = api.DefaultSocket(c.DataDir)
 	}
 	if c.WorkspacesDir == "" {
 		c.WorkspacesDir = filepath.Join(c.DataDir, "workspaces")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"warren/api"
 	"warren/internal/testenv"
 	"warren/meta"
 )
@@ -26,7 +27,7 @@ func TestExecCPUSetting(t *testing.T) {
 	c := env.c
 
 	for _, bad := range []int{MaxCPUMillis + 1, 5, -1} {
-		if _, err := c.BindWith(ctx, "acme", "t1", meta.Settings{CPUMillis: bad}); !errors.Is(err, ErrInvalid) {
+		if _, err := c.BindWith(ctx, "acme", "t1", meta.Settings{CPUMillis: bad}); !errors.Is(err, api.ErrInvalid) {
 			t.Errorf("cpuMillis %d: %v, want invalid", bad, err)
 		}
 	}
@@ -39,7 +40,7 @@ func TestExecCPUSetting(t *testing.T) {
 	}
 	const spin = 1.5
 	var out bytes.Buffer
-	code, err := c.Exec(ctx, "acme", "t1", ExecRequest{Command: `perl -MTime::HiRes=time -e '$e = time + ` +
+	code, err := c.Exec(ctx, "acme", "t1", api.ExecRequest{Command: `perl -MTime::HiRes=time -e '$e = time + ` +
 		strconv.FormatFloat(spin, 'f', -1, 64) + `; 1 while time < $e; @t = times; printf "%.3f\n", $t[0] + $t[1]'`}, &out, nil)
 	if err != nil || code != 0 {
 		t.Fatalf("spin: exit %d, %v: %q", code, err, out.String())
@@ -57,7 +58,7 @@ func TestExecCPUSetting(t *testing.T) {
 	}
 
 	// Another bound would need another jail: refused while it runs.
-	if _, err := c.BindWith(ctx, "acme", "t1", meta.Settings{CPUMillis: 500}); !errors.Is(err, ErrConflict) {
+	if _, err := c.BindWith(ctx, "acme", "t1", meta.Settings{CPUMillis: 500}); !errors.Is(err, api.ErrConflict) {
 		t.Errorf("a new CPU bound for a running jail: %v, want conflict", err)
 	}
 	if ti, err := c.Thread(ctx, "acme", "t1"); err != nil || !reflect.DeepEqual(ti.Settings, settings) {
@@ -71,7 +72,7 @@ func TestExecCPUSetting(t *testing.T) {
 	if _, err := c.BindWith(ctx, "acme", "t1", meta.Settings{}); err != nil {
 		t.Fatal(err)
 	}
-	if code, err := c.Exec(ctx, "acme", "t1", ExecRequest{Command: "true"}, nil, nil); err != nil || code != 0 {
+	if code, err := c.Exec(ctx, "acme", "t1", api.ExecRequest{Command: "true"}, nil, nil); err != nil || code != 0 {
 		t.Fatalf("exec: exit %d, %v", code, err)
 	}
 	if !strings.Contains(env.logBuf.String(), "1024 processes, 0.3 CPUs") {

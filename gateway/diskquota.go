@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/api"
 	"warren/internal/diskquota"
 	"warren/meta"
 	"warren/meta/badger"
@@ -118,13 +119,13 @@ func (g *Gateway) applyDiskQuota(k meta.ThreadKey, root string, s meta.Settings)
 	q, err := g.quotaFS()
 	if err != nil {
 		return fmt.Errorf("%w: disk quota of %d bytes for thread %s: workspaces folder %s cannot enforce it: %w",
-			ErrInvalid, bytes, keyName(k), g.wsBase, err)
+			api.ErrInvalid, bytes, keyName(k), g.wsBase, err)
 	}
 	if !sub {
 		// Something is asked (a plain folder with nothing asked returned
 		// above), and a plain folder cannot have it.
 		return fmt.Errorf("%w: disk quota of %d bytes and reserve of %d for thread %s: its workspace %s was made as a plain folder, before quotas; the filesystem cannot bound it",
-			ErrInvalid, bytes, reserve, keyName(k), root)
+			api.ErrInvalid, bytes, reserve, keyName(k), root)
 	}
 	if err := q.Limit(root, bytes); err != nil {
 		return fmt.Errorf("disk quota of thread %s: %w", keyName(k), err)

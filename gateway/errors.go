@@ -5,11 +5,12 @@ import (
 	"net/http"
 	"syscall"
 
+	"warren/api"
 	"warren/meta"
 )
 
 // The sentinel errors and the error codes are the API's (package api);
-// wire.go names them here. errBodyTimeout is the gateway's own.
+// the gateway uses them from there. errBodyTimeout is its own.
 
 // errBodyTimeout means a request's body did not arrive within
 // Config.BodyTimeout.
@@ -22,55 +23,55 @@ var errorClasses = []struct {
 	status   int
 	code     string
 }{
-	{ErrInvalid, http.StatusBadRequest, codeInvalid},
-	{errBodyTimeout, http.StatusRequestTimeout, codeTimeout},
-	{ErrNotFound, http.StatusNotFound, codeNotFound},
-	{meta.ErrNotFound, http.StatusNotFound, codeNotFound},
-	{ErrPinned, http.StatusConflict, codePinned},
-	{ErrBusy, http.StatusConflict, codeBusy},
-	{ErrConflict, http.StatusConflict, codeConflict},
-	{meta.ErrConflict, http.StatusConflict, codeConflict},
-	{meta.ErrExists, http.StatusConflict, codeConflict},
-	{ErrForbidden, http.StatusForbidden, codeForbidden},
-	{ErrGone, http.StatusGone, codeGone},
-	{ErrStale, http.StatusConflict, codeStale},
-	{ErrNoMatch, http.StatusUnprocessableEntity, codeNoMatch},
-	{ErrOutside, http.StatusForbidden, codeOutside},
-	{ErrTooLarge, http.StatusRequestEntityTooLarge, codeTooLarge},
-	{ErrJobLimit, http.StatusTooManyRequests, codeJobLimit},
-	{ErrFenced, http.StatusServiceUnavailable, codeFenced},
-	{ErrClosed, http.StatusServiceUnavailable, codeClosed},
-	{meta.ErrClosed, http.StatusServiceUnavailable, codeClosed},
+	{api.ErrInvalid, http.StatusBadRequest, api.CodeInvalid},
+	{errBodyTimeout, http.StatusRequestTimeout, api.CodeTimeout},
+	{api.ErrNotFound, http.StatusNotFound, api.CodeNotFound},
+	{meta.ErrNotFound, http.StatusNotFound, api.CodeNotFound},
+	{api.ErrPinned, http.StatusConflict, api.CodePinned},
+	{api.ErrBusy, http.StatusConflict, api.CodeBusy},
+	{api.ErrConflict, http.StatusConflict, api.CodeConflict},
+	{meta.ErrConflict, http.StatusConflict, api.CodeConflict},
+	{meta.ErrExists, http.StatusConflict, api.CodeConflict},
+	{api.ErrForbidden, http.StatusForbidden, api.CodeForbidden},
+	{api.ErrGone, http.StatusGone, api.CodeGone},
+	{api.ErrStale, http.StatusConflict, api.CodeStale},
+	{api.ErrNoMatch, http.StatusUnprocessableEntity, api.CodeNoMatch},
+	{api.ErrOutside, http.StatusForbidden, api.CodeOutside},
+	{api.ErrTooLarge, http.StatusRequestEntityTooLarge, api.CodeTooLarge},
+	{api.ErrJobLimit, http.StatusTooManyRequests, api.CodeJobLimit},
+	{api.ErrFenced, http.StatusServiceUnavailable, api.CodeFenced},
+	{api.ErrClosed, http.StatusServiceUnavailable, api.CodeClosed},
+	{meta.ErrClosed, http.StatusServiceUnavailable, api.CodeClosed},
 	// The metadata store did not answer in time (an etcd election): a
 	// retry will do, so the code is not the one of a closing gateway,
 	// after which the client must give up or connect anew.
-	{meta.ErrUnavailable, http.StatusServiceUnavailable, codeUnavailable},
-	{ErrNoSpace, http.StatusInsufficientStorage, codeNoSpace},
-	{meta.ErrNoSpace, http.StatusInsufficientStorage, codeNoSpace},
+	{meta.ErrUnavailable, http.StatusServiceUnavailable, api.CodeUnavailable},
+	{api.ErrNoSpace, http.StatusInsufficientStorage, api.CodeNoSpace},
+	{meta.ErrNoSpace, http.StatusInsufficientStorage, api.CodeNoSpace},
 	// A folder of the gateway's own (a workspace, a mount point) could
 	// not be made on a full disk.
-	{syscall.ENOSPC, http.StatusInsufficientStorage, codeNoSpace},
+	{syscall.ENOSPC, http.StatusInsufficientStorage, api.CodeNoSpace},
 	// A name or an argument list too long for the kernel: the request's
 	// input cannot work. The bounds of input.go refuse it first; these
 	// are the backstop.
-	{syscall.ENAMETOOLONG, http.StatusBadRequest, codeInvalid},
-	{syscall.E2BIG, http.StatusBadRequest, codeInvalid},
+	{syscall.ENAMETOOLONG, http.StatusBadRequest, api.CodeInvalid},
+	{syscall.E2BIG, http.StatusBadRequest, api.CodeInvalid},
 	// A command too large for the jail's socket (jail.send).
-	{syscall.EMSGSIZE, http.StatusBadRequest, codeInvalid},
+	{syscall.EMSGSIZE, http.StatusBadRequest, api.CodeInvalid},
 }
 
 // classify returns the status and code for err.
 func classify(err error) (int, string) {
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		return http.StatusRequestEntityTooLarge, codeTooLarge
+		return http.StatusRequestEntityTooLarge, api.CodeTooLarge
 	}
 	for _, c := range errorClasses {
 		if errors.Is(err, c.sentinel) {
 			return c.status, c.code
 		}
 	}
-	return http.StatusInternalServerError, codeInternal
+	return http.StatusInternalServerError, api.CodeInternal
 }
 
 // toolError is a refusal whose message is meant for the agent as it is,

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"warren/api"
 	"warren/fs"
 	"warren/meta"
 )
@@ -46,7 +47,7 @@ const streamCloseGrace = time.Second
 // emit tells every interested subscriber about ev. It never blocks: a
 // subscriber that is behind loses the event (see broker.publish). The
 // broker sets Seq and Time.
-func (g *Gateway) emit(ev Event) {
+func (g *Gateway) emit(ev api.Event) {
 	g.events.publish(ev)
 }
 
@@ -69,7 +70,7 @@ func (g *Gateway) refusalEvents(k meta.ThreadKey) func(fs.Refusal) {
 		if r.Target != "" {
 			msg += fmt.Sprintf(" (link target %q)", r.Target)
 		}
-		g.emit(Event{Type: EventEscapeRefused, Tenant: k.Tenant, Thread: k.Thread, Path: r.Path, Message: msg})
+		g.emit(api.Event{Type: api.EventEscapeRefused, Tenant: k.Tenant, Thread: k.Thread, Path: r.Path, Message: msg})
 	}
 }
 
@@ -79,7 +80,7 @@ type eventFilter struct {
 	tenant, thread string
 }
 
-func (f eventFilter) match(ev Event) bool {
+func (f eventFilter) match(ev api.Event) bool {
 	return (f.tenant == "" || f.tenant == ev.Tenant) && (f.thread == "" || f.thread == ev.Thread)
 }
 
@@ -102,7 +103,7 @@ type broker struct {
 // lost just before it.
 type delivery struct {
 	missed uint64
-	ev     Event
+	ev     api.Event
 }
 
 // subscription is one subscriber's queue. Only the broker sends on ch, and
@@ -129,7 +130,7 @@ func (b *broker) subscribe(f eventFilter) (*subscription, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return nil, ErrClosed
+		return nil, api.ErrClosed
 	}
 	s := &subscription{b: b, filter: f, ch: make(chan delivery, b.buffer)}
 	b.subs[s] = struct{}{}
@@ -148,14 +149,14 @@ func (s *subscription) cancel() {
 }
 
 // missedEvent is the missed event that precedes d.
-func (s *subscription) missedEvent(d delivery) Event {
-	return Event{Time: d.ev.Time, Type: EventMissed, Tenant: s.filter.tenant, Thread: s.filter.thread, Missed: d.missed}
+func (s *subscription) missedEvent(d delivery) api.Event {
+	return api.Event{Time: d.ev.Time, Type: api.EventMissed, Tenant: s.filter.tenant, Thread: s.filter.thread, Missed: d.missed}
 }
 
 // publish numbers ev, stamps it and queues it for every subscriber whose
 // filter it passes. A full queue drops it and counts the loss, which the
 // next delivery to that subscriber carries. After close it does nothing.
-func (b *broker) publish(ev Event) {
+func (b *broker) publish(ev api.Event) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -186,7 +187,7 @@ func (b *broker) wants(k meta.ThreadKey) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for s := range b.subs {
-		if s.filter.match(Event{Tenant: k.Tenant, Thread: k.Thread}) {
+		if s.filter.match(api.Event{Tenant: k.Tenant, Thread: k.Thread}) {
 			return true
 		}
 	}
@@ -302,7 +303,7 @@ func (s *eventStream) serveStream(w http.ResponseWriter, r *http.Request) {
 
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false) // ids and paths are data
-	send := func(ev Event) error {
+	send := func(ev api.Event) error {
 		if err := enc.Encode(ev); err != nil {
 			return err
 		}

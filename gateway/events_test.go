@@ -19,11 +19,12 @@ import (
 	"testing"
 	"time"
 
+	"warren/api"
 	"warren/client"
 )
 
 // testEvent is a kind of event that only tests emit.
-const testEvent EventType = "test.tick"
+const testEvent api.EventType = "test.tick"
 
 // waitSubscribers waits until g's broker has n subscribers: a stream
 // subscribes before it answers, but a Client.Events caller cannot see when
@@ -47,8 +48,8 @@ func waitSubscribers(t *testing.T, g *Gateway, n int) {
 
 // stream is a Client.Events call running in the background.
 type stream struct {
-	events chan Event // closed when Events returned
-	err    error      // what Events returned; read after events is closed
+	events chan api.Event // closed when Events returned
+	err    error          // what Events returned; read after events is closed
 	cancel context.CancelFunc
 }
 
@@ -56,10 +57,10 @@ type stream struct {
 func follow(t *testing.T, c *client.Client, tenant, thread string) *stream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &stream{events: make(chan Event, 4*eventBuffer), cancel: cancel}
+	s := &stream{events: make(chan api.Event, 4*eventBuffer), cancel: cancel}
 	go func() {
 		defer close(s.events)
-		s.err = c.Events(ctx, tenant, thread, func(ev Event) error {
+		s.err = c.Events(ctx, tenant, thread, func(ev api.Event) error {
 			s.events <- ev
 			return nil
 		})
@@ -73,7 +74,7 @@ func follow(t *testing.T, c *client.Client, tenant, thread string) *stream {
 }
 
 // next returns the stream's next event, failing the test if none comes.
-func (s *stream) next(t *testing.T) Event {
+func (s *stream) next(t *testing.T) api.Event {
 	t.Helper()
 	select {
 	case ev, ok := <-s.events:
@@ -84,7 +85,7 @@ func (s *stream) next(t *testing.T) Event {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("no event within 20s")
 	}
-	return Event{}
+	return api.Event{}
 }
 
 // end waits for the stream to end and returns Events' error.
@@ -123,7 +124,7 @@ func TestBrokerStalledSubscriber(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := range 14 {
-			b.publish(Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: strconv.Itoa(i)})
+			b.publish(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: strconv.Itoa(i)})
 		}
 	}()
 	select {
@@ -138,14 +139,14 @@ func TestBrokerStalledSubscriber(t *testing.T) {
 			t.Errorf("delivery %d: got %+v, want event %d (seq %d) with nothing missed", i, d, i, i+1)
 		}
 	}
-	b.publish(Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: "after"})
-	b.publish(Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: "after 2"})
+	b.publish(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: "after"})
+	b.publish(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: "after 2"})
 	d := <-stalled.ch
 	if d.missed != 10 || d.ev.Message != "after" || d.ev.Seq != 15 {
 		t.Errorf("got %+v, want event \"after\" (seq 15) with 10 missed before it", d)
 	}
 	m := stalled.missedEvent(d)
-	if m.Type != EventMissed || m.Missed != 10 || m.Seq != 0 || !m.Time.Equal(d.ev.Time) {
+	if m.Type != api.EventMissed || m.Missed != 10 || m.Seq != 0 || !m.Time.Equal(d.ev.Time) {
 		t.Errorf("got missed event %+v, want type missed, 10 missed, seq 0, the time of the next event", m)
 	}
 	if d := <-stalled.ch; d.missed != 0 || d.ev.Message != "after 2" {
@@ -160,11 +161,11 @@ func TestBrokerStalledSubscriber(t *testing.T) {
 	if _, ok := <-stalled.ch; ok {
 		t.Errorf("queue still open after close")
 	}
-	if _, err := b.subscribe(eventFilter{}); !errors.Is(err, ErrClosed) {
+	if _, err := b.subscribe(eventFilter{}); !errors.Is(err, api.ErrClosed) {
 		t.Errorf("subscribe after close: got %v, want ErrClosed", err)
 	}
-	b.publish(Event{Type: testEvent}) // must neither panic nor block
-	stalled.cancel()                  // after close: nothing to do
+	b.publish(api.Event{Type: testEvent}) // must neither panic nor block
+	stalled.cancel()                      // after close: nothing to do
 }
 
 func TestEventFilterOf(t *testing.T) {
@@ -174,8 +175,8 @@ func TestEventFilterOf(t *testing.T) {
 	}{
 		{"", eventFilter{}},
 		{"tenant=acme", eventFilter{tenant: "acme"}},
-		{"tenant=", eventFilter{tenant: DefaultTenant}},
-		{"thread=t1", eventFilter{tenant: DefaultTenant, thread: "t1"}},
+		{"tenant=", eventFilter{tenant: api.DefaultTenant}},
+		{"thread=t1", eventFilter{tenant: api.DefaultTenant, thread: "t1"}},
 		{"tenant=acme&thread=a%2Fb", eventFilter{tenant: "acme", thread: "a/b"}},
 	}
 	for _, tt := range tests {
@@ -192,18 +193,18 @@ func TestEventFilterOf(t *testing.T) {
 
 func TestEventsRequestErrors(t *testing.T) {
 	env := startEnv(t, Config{})
-	long := strings.Repeat("x", MaxIDBytes+1)
+	long := strings.Repeat("x", api.MaxIDBytes+1)
 	tests := []struct {
 		name, method, target string
 		wantStatus           int
 		wantCode             string
 	}{
-		{"unknown query", "GET", "/v1/events?job=1", 400, codeInvalid},
-		{"empty thread", "GET", "/v1/events?thread=", 400, codeInvalid},
-		{"thread twice", "GET", "/v1/events?thread=a&thread=b", 400, codeInvalid},
-		{"long tenant", "GET", "/v1/events?tenant=" + long, 400, codeInvalid},
-		{"tenant not utf-8", "GET", "/v1/events?tenant=%FF", 400, codeInvalid},
-		{"wrong method", "POST", "/v1/events", 405, codeMethodNotAllowed},
+		{"unknown query", "GET", "/v1/events?job=1", 400, api.CodeInvalid},
+		{"empty thread", "GET", "/v1/events?thread=", 400, api.CodeInvalid},
+		{"thread twice", "GET", "/v1/events?thread=a&thread=b", 400, api.CodeInvalid},
+		{"long tenant", "GET", "/v1/events?tenant=" + long, 400, api.CodeInvalid},
+		{"tenant not utf-8", "GET", "/v1/events?tenant=%FF", 400, api.CodeInvalid},
+		{"wrong method", "POST", "/v1/events", 405, api.CodeMethodNotAllowed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -232,12 +233,12 @@ func TestEventsOrderAndFilter(t *testing.T) {
 	waitSubscribers(t, env.g, 4)
 
 	const perThread = 200
-	threads := [][2]string{{"acme", "t1"}, {"acme", "t2"}, {"other", "t1"}, {DefaultTenant, "t1"}}
+	threads := [][2]string{{"acme", "t1"}, {"acme", "t2"}, {"other", "t1"}, {api.DefaultTenant, "t1"}}
 	var wg sync.WaitGroup
 	for _, k := range threads {
 		wg.Go(func() {
 			for i := range perThread {
-				env.g.emit(Event{Type: testEvent, Tenant: k[0], Thread: k[1], Message: strconv.Itoa(i)})
+				env.g.emit(api.Event{Type: testEvent, Tenant: k[0], Thread: k[1], Message: strconv.Itoa(i)})
 			}
 		})
 	}
@@ -309,9 +310,9 @@ func openStream(t *testing.T, env *testEnv, query string) *http.Response {
 
 // readLines decodes the NDJSON lines of r into a channel, strictly: every
 // line one event, no field the Event type does not have.
-func readLines(t *testing.T, r *http.Response) <-chan Event {
+func readLines(t *testing.T, r *http.Response) <-chan api.Event {
 	t.Helper()
-	ch := make(chan Event, 1<<16)
+	ch := make(chan api.Event, 1<<16)
 	go func() {
 		defer close(ch)
 		sc := bufio.NewScanner(r.Body)
@@ -319,7 +320,7 @@ func readLines(t *testing.T, r *http.Response) <-chan Event {
 		for sc.Scan() {
 			dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
 			dec.DisallowUnknownFields()
-			var ev Event
+			var ev api.Event
 			if err := dec.Decode(&ev); err != nil {
 				t.Errorf("line %q is not an event: %v", sc.Bytes(), err)
 				return
@@ -345,7 +346,7 @@ func TestEventsStalledStream(t *testing.T) {
 	big := strings.Repeat("x", 64<<10)
 	const first = 200
 	for range first {
-		env.g.emit(Event{Type: testEvent, Tenant: DefaultTenant, Thread: "t1", Message: big})
+		env.g.emit(api.Event{Type: testEvent, Tenant: api.DefaultTenant, Thread: "t1", Message: big})
 	}
 	waitWriteBlocked(t)
 	queued := len(sub.ch)
@@ -356,7 +357,7 @@ func TestEventsStalledStream(t *testing.T) {
 	go func() {
 		defer close(done)
 		for range second {
-			env.g.emit(Event{Type: testEvent, Tenant: DefaultTenant, Thread: "t1"})
+			env.g.emit(api.Event{Type: testEvent, Tenant: api.DefaultTenant, Thread: "t1"})
 		}
 	}()
 	select {
@@ -370,7 +371,7 @@ func TestEventsStalledStream(t *testing.T) {
 	// the queue, so the marker finds room and is the first delivery after
 	// the loss, which carries the count.
 	lines := readLines(t, resp)
-	var got []Event
+	var got []api.Event
 	deadline := time.After(60 * time.Second)
 	for len(sub.ch) == cap(sub.ch) {
 		select {
@@ -384,7 +385,7 @@ func TestEventsStalledStream(t *testing.T) {
 			t.Fatalf("the stream took nothing out of its full queue; got %d events", len(got))
 		}
 	}
-	env.g.emit(Event{Type: testEvent, Tenant: DefaultTenant, Thread: "t1", Message: "marker"})
+	env.g.emit(api.Event{Type: testEvent, Tenant: api.DefaultTenant, Thread: "t1", Message: "marker"})
 	for arrived := false; !arrived; {
 		select {
 		case ev, ok := <-lines:
@@ -399,20 +400,20 @@ func TestEventsStalledStream(t *testing.T) {
 	}
 	wantMissed := uint64(second - (eventBuffer - queued))
 
-	var missed []Event
+	var missed []api.Event
 	var lastSeq uint64
 	for i, ev := range got {
-		if ev.Type == EventMissed {
+		if ev.Type == api.EventMissed {
 			missed = append(missed, ev)
 			if gap := got[i+1].Seq - lastSeq - 1; ev.Missed != gap {
 				t.Errorf("missed event says %d, but seq jumps from %d to %d", ev.Missed, lastSeq, got[i+1].Seq)
 			}
-			if ev.Tenant != DefaultTenant || ev.Thread != "t1" || ev.Seq != 0 {
+			if ev.Tenant != api.DefaultTenant || ev.Thread != "t1" || ev.Seq != 0 {
 				t.Errorf("got missed event %+v, want the stream's filter and seq 0", ev)
 			}
 			continue
 		}
-		if ev.Seq != lastSeq+1 && (i == 0 || got[i-1].Type != EventMissed) {
+		if ev.Seq != lastSeq+1 && (i == 0 || got[i-1].Type != api.EventMissed) {
 			t.Fatalf("seq jumps from %d to %d with no missed event", lastSeq, ev.Seq)
 		}
 		lastSeq = ev.Seq
@@ -420,7 +421,7 @@ func TestEventsStalledStream(t *testing.T) {
 	if len(missed) != 1 || missed[0].Missed != wantMissed {
 		t.Errorf("got missed events %+v, want one of %d", missed, wantMissed)
 	}
-	if last := got[len(got)-2]; last.Type != EventMissed {
+	if last := got[len(got)-2]; last.Type != api.EventMissed {
 		t.Errorf("got %+v before the marker, want the missed event", last)
 	}
 }
@@ -476,9 +477,9 @@ func TestEventsEndOnClose(t *testing.T) {
 	// Enough for the stream nobody reads to block in a write.
 	big := strings.Repeat("x", 64<<10)
 	for range 100 {
-		env.g.emit(Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: big})
+		env.g.emit(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: big})
 	}
-	env.g.emit(Event{Type: testEvent, Tenant: "acme", Thread: "t2"})
+	env.g.emit(api.Event{Type: testEvent, Tenant: "acme", Thread: "t2"})
 	if ev := reading.next(t); ev.Thread != "t2" {
 		t.Fatalf("got %+v, want the event of acme/t2", ev)
 	}
@@ -490,13 +491,13 @@ func TestEventsEndOnClose(t *testing.T) {
 	if took := time.Since(start); took > shutdownGrace/2 {
 		t.Errorf("Close took %v with event streams open", took)
 	}
-	if err := reading.end(t, 10*time.Second); !errors.Is(err, ErrClosed) {
+	if err := reading.end(t, 10*time.Second); !errors.Is(err, api.ErrClosed) {
 		t.Errorf("Events after Close: got %v, want ErrClosed", err)
 	}
-	if err := env.c.Events(context.Background(), "", "", func(Event) error { return nil }); err == nil || errors.Is(err, ErrClosed) {
+	if err := env.c.Events(context.Background(), "", "", func(api.Event) error { return nil }); err == nil || errors.Is(err, api.ErrClosed) {
 		t.Errorf("Events on a closed gateway: got %v, want a failure to connect", err)
 	}
-	env.g.emit(Event{Type: testEvent}) // after Close: dropped, no panic
+	env.g.emit(api.Event{Type: testEvent}) // after Close: dropped, no panic
 }
 
 // TestEventsThreadLifecycle binds, binds again, closes twice and deletes
@@ -530,16 +531,16 @@ func TestEventsThreadLifecycle(t *testing.T) {
 		}
 	}
 	// Whatever the steps emitted for t1 is queued before this.
-	env.g.emit(Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: "end"})
+	env.g.emit(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: "end"})
 
 	actor := fmt.Sprintf("uid:%d", os.Getuid())
 	want := []struct {
-		typ     EventType
+		typ     api.EventType
 		message string // a part of it
 	}{
-		{EventThreadBound, "mounted at " + br.MountPath},
-		{EventThreadClosed, "closed"},
-		{EventThreadDeleted, ""},
+		{api.EventThreadBound, "mounted at " + br.MountPath},
+		{api.EventThreadClosed, "closed"},
+		{api.EventThreadDeleted, ""},
 	}
 	lines := readLines(t, raw)
 	var lastSeq uint64
@@ -577,7 +578,7 @@ func TestEventsEscapeRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev := s.next(t); ev.Type != EventThreadBound {
+	if ev := s.next(t); ev.Type != api.EventThreadBound {
 		t.Fatalf("got %+v, want thread.bound first", ev)
 	}
 	err = os.Symlink("/etc/passwd", filepath.Join(br.MountPath, "leak"))
@@ -585,7 +586,7 @@ func TestEventsEscapeRefused(t *testing.T) {
 		t.Fatalf("symlink out of the workspace: got %v, want EPERM", err)
 	}
 	ev := s.next(t)
-	if ev.Type != EventEscapeRefused || ev.Tenant != "acme" || ev.Thread != "t1" || ev.Path != "/leak" ||
+	if ev.Type != api.EventEscapeRefused || ev.Tenant != "acme" || ev.Thread != "t1" || ev.Path != "/leak" ||
 		!strings.HasPrefix(ev.Message, "symlink of /leak refused: ") || !strings.Contains(ev.Message, `"/etc/passwd"`) {
 		t.Errorf("got %+v, want escape.refused of acme/t1 at /leak naming the target", ev)
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"warren/api"
 	"warren/jail"
 	"warren/meta"
 )
@@ -40,7 +41,7 @@ const timeoutExit = 124
 func (g *Gateway) commandIn(ctx context.Context, tenant, thread, command, run, cwd string, callEnv map[string]string) (*jail.Jail, meta.Settings, meta.ThreadKey, jail.Cmd, error) {
 	var k meta.ThreadKey
 	if command == "" {
-		return nil, meta.Settings{}, k, jail.Cmd{}, fmt.Errorf("%w: command is required", ErrInvalid)
+		return nil, meta.Settings{}, k, jail.Cmd{}, fmt.Errorf("%w: command is required", api.ErrInvalid)
 	}
 	if err := checkText("command", command, maxCommandBytes); err != nil {
 		return nil, meta.Settings{}, k, jail.Cmd{}, err
@@ -61,7 +62,7 @@ func (g *Gateway) commandIn(ctx context.Context, tenant, thread, command, run, c
 		return nil, meta.Settings{}, k, jail.Cmd{}, err
 	}
 	if _, err := jail.Env(nil, callEnv); err != nil {
-		return nil, meta.Settings{}, k, jail.Cmd{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, meta.Settings{}, k, jail.Cmd{}, fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	}
 	j, settings, k, err := g.threadJail(ctx, tenant, thread)
 	if err != nil {
@@ -69,7 +70,7 @@ func (g *Gateway) commandIn(ctx context.Context, tenant, thread, command, run, c
 	}
 	env, err := jail.Env(settings.Env, callEnv)
 	if err != nil {
-		return nil, settings, k, jail.Cmd{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, settings, k, jail.Cmd{}, fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	}
 	return j, settings, k, jail.Cmd{Run: run, Script: command, Env: env, Dir: dir}, nil
 }
@@ -86,7 +87,7 @@ func execCwd(cwd string) (string, error) {
 	}
 	p = path.Clean(p)
 	if p != jail.Workspace && !strings.HasPrefix(p, jail.Workspace+"/") {
-		return "", &toolError{ErrOutside, fmt.Sprintf("cwd %s is outside the workspace.", quote(cwd))}
+		return "", &toolError{api.ErrOutside, fmt.Sprintf("cwd %s is outside the workspace.", quote(cwd))}
 	}
 	return p, nil
 }
@@ -118,12 +119,12 @@ type runningExec struct {
 
 // moveRequest asks a running exec to become a job.
 type moveRequest struct {
-	req   BackgroundRequest
+	req   api.BackgroundRequest
 	reply chan moveReply
 }
 
 type moveReply struct {
-	job JobInfo
+	job api.JobInfo
 	err error
 }
 
@@ -151,13 +152,13 @@ func (g *Gateway) runningFor(p params) (*runningExec, error) {
 	}
 	re := g.jails.exec(p.exec)
 	if re == nil || re.key != k {
-		return nil, fmt.Errorf("%w: no running command %s in thread %s", ErrNotFound, quote(p.exec), keyName(k))
+		return nil, fmt.Errorf("%w: no running command %s in thread %s", api.ErrNotFound, quote(p.exec), keyName(k))
 	}
 	return re, nil
 }
 
 func (g *Gateway) handleExecStdin(r *http.Request, p params) (any, error) {
-	var req ExecStdinRequest
+	var req api.ExecStdinRequest
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
@@ -166,41 +167,41 @@ func (g *Gateway) handleExecStdin(r *http.Request, p params) (any, error) {
 		return nil, err
 	}
 	if re.stdin == nil {
-		return nil, fmt.Errorf("%w: the input of %s is not open (ask for openStdin or tty)", ErrConflict, p.exec)
+		return nil, fmt.Errorf("%w: the input of %s is not open (ask for openStdin or tty)", api.ErrConflict, p.exec)
 	}
 	re.mu.Lock()
 	defer re.mu.Unlock()
 	if req.Data != "" {
 		if _, err := io.WriteString(re.stdin, req.Data); err != nil {
-			return nil, fmt.Errorf("%w: the input of %s is closed", ErrConflict, p.exec)
+			return nil, fmt.Errorf("%w: the input of %s is closed", api.ErrConflict, p.exec)
 		}
 	}
 	if req.Close {
 		re.stdin.Close()
 	}
-	return ExecAck{ID: p.exec}, nil
+	return api.ExecAck{ID: p.exec}, nil
 }
 
 func (g *Gateway) handleExecResize(r *http.Request, p params) (any, error) {
-	var req ExecResizeRequest
+	var req api.ExecResizeRequest
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
 	if req.Rows == 0 || req.Cols == 0 {
-		return nil, fmt.Errorf("%w: rows and cols must be above 0", ErrInvalid)
+		return nil, fmt.Errorf("%w: rows and cols must be above 0", api.ErrInvalid)
 	}
 	re, err := g.runningFor(p)
 	if err != nil {
 		return nil, err
 	}
 	if re.resize == nil {
-		return nil, fmt.Errorf("%w: %s has no terminal", ErrConflict, p.exec)
+		return nil, fmt.Errorf("%w: %s has no terminal", api.ErrConflict, p.exec)
 	}
 	// The newest size wins: a size not applied yet is replaced.
 	for {
 		select {
 		case re.resize <- jail.Winsize{Rows: req.Rows, Cols: req.Cols}:
-			return ExecAck{ID: p.exec}, nil
+			return api.ExecAck{ID: p.exec}, nil
 		default:
 			select {
 			case <-re.resize:
@@ -211,13 +212,13 @@ func (g *Gateway) handleExecResize(r *http.Request, p params) (any, error) {
 }
 
 func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
-	var req ExecRequest
+	var req api.ExecRequest
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
 	timeout := DefaultExecTimeout
 	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > maxExecTimeout.Seconds() {
-		return nil, fmt.Errorf("%w: timeoutSeconds must be between 0 and %v", ErrInvalid, maxExecTimeout.Seconds())
+		return nil, fmt.Errorf("%w: timeoutSeconds must be between 0 and %v", api.ErrInvalid, maxExecTimeout.Seconds())
 	}
 	if req.TimeoutSeconds > 0 {
 		timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
@@ -260,13 +261,13 @@ type frames struct {
 	flush func()
 }
 
-func (fr *frames) write(f ExecFrame) error {
+func (fr *frames) write(f api.ExecFrame) error {
 	return fr.writeFlush(f, true)
 }
 
 // writeFlush writes f, and sends it at once if flush is set; otherwise it
 // goes with the next frame that is flushed.
-func (fr *frames) writeFlush(f ExecFrame, flush bool) error {
+func (fr *frames) writeFlush(f api.ExecFrame, flush bool) error {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	if err := fr.enc.Encode(f); err != nil {
@@ -287,7 +288,7 @@ type streamWriter struct {
 }
 
 func (w streamWriter) Write(b []byte) (int, error) {
-	if err := w.fr.write(ExecFrame{Stream: w.name, Data: string(b)}); err != nil {
+	if err := w.fr.write(api.ExecFrame{Stream: w.name, Data: string(b)}); err != nil {
 		return 0, err
 	}
 	return len(b), nil
@@ -307,7 +308,7 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 	// A client needs the id at once only to send input or resize; for
 	// the others it rides with the first output or the end, which saves
 	// a wake-up per command.
-	out.writeFlush(ExecFrame{ID: id}, s.run.stdin != nil || s.run.resize != nil)
+	out.writeFlush(api.ExecFrame{ID: id}, s.run.stdin != nil || s.run.resize != nil)
 	stdout := "stdout"
 	if s.cmd.Tty {
 		stdout = "tty"
@@ -335,7 +336,7 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 		case res := <-result:
 			timer.Stop()
 			kill()
-			end := ExecFrame{Exit: &res.code}
+			end := api.ExecFrame{Exit: &res.code}
 			if timedOut.Load() {
 				res.code, end.TimedOut = timeoutExit, true
 			}
@@ -355,7 +356,7 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				continue // refused: it stays in the foreground
 			}
-			out.write(ExecFrame{Background: info.ID})
+			out.write(api.ExecFrame{Background: info.ID})
 			return
 		}
 	}
@@ -364,14 +365,14 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 // toBackground makes the running command a job, if the thread has a free
 // job slot: its output goes to the job from now on, its time limit ends,
 // and its end is the job's. Only the stream's goroutine calls it.
-func (s *execStream) toBackground(req BackgroundRequest, kill context.CancelFunc, signals chan syscall.Signal,
-	started chan startInfo, result chan runResult, timer *time.Timer, sout, serr *switchWriter) (JobInfo, error) {
+func (s *execStream) toBackground(req api.BackgroundRequest, kill context.CancelFunc, signals chan syscall.Signal,
+	started chan startInfo, result chan runResult, timer *time.Timer, sout, serr *switchWriter) (api.JobInfo, error) {
 	g, k := s.g, s.run.key
 	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 	jb, err := g.reserveJob(ctx, k, s.settings, req.Label, s.label, req.User)
 	cancel()
 	if err != nil {
-		return JobInfo{}, err
+		return api.JobInfo{}, err
 	}
 	jb.kill, jb.signals = kill, signals
 	jb.stdin = s.run.stdin
@@ -380,7 +381,7 @@ func (s *execStream) toBackground(req BackgroundRequest, kill context.CancelFunc
 		_, jb.stdin = io.Pipe()
 	}
 	timer.Stop()
-	g.emitJob(EventJobStarted, jb, nil, "")
+	g.emitJob(api.EventJobStarted, jb, nil, "")
 	w := jobWriter{g, jb}
 	sout.set(w)
 	serr.set(w)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"warren/api"
 	"warren/internal/testenv"
 	"warren/meta"
 )
@@ -27,7 +28,7 @@ func TestExec(t *testing.T) {
 	c := env.c
 
 	var out, errOut bytes.Buffer
-	code, err := c.Exec(ctx, "acme", "t1", ExecRequest{Command: `echo hello; echo oops >&2; mkdir -p src && echo made > src/f; exit 3`}, &out, &errOut)
+	code, err := c.Exec(ctx, "acme", "t1", api.ExecRequest{Command: `echo hello; echo oops >&2; mkdir -p src && echo made > src/f; exit 3`}, &out, &errOut)
 	if err != nil || code != 3 || out.String() != "hello\n" || errOut.String() != "oops\n" {
 		t.Fatalf("exec: exit %d, %v, stdout %q, stderr %q", code, err, out.String(), errOut.String())
 	}
@@ -41,22 +42,22 @@ func TestExec(t *testing.T) {
 	}
 
 	out.Reset()
-	code, err = c.Exec(ctx, "acme", "t1", ExecRequest{Command: `pwd; echo "$GREETING"; cat; env | grep -c sk-server-secret`, Cwd: "src",
+	code, err = c.Exec(ctx, "acme", "t1", api.ExecRequest{Command: `pwd; echo "$GREETING"; cat; env | grep -c sk-server-secret`, Cwd: "src",
 		Env: map[string]string{"GREETING": "hi"}, Stdin: "from stdin\n"}, &out, nil)
 	if want := "/workspace/src\nhi\nfrom stdin\n0\n"; out.String() != want {
 		t.Errorf("exec output %q (exit %d, %v), want %q", out.String(), code, err, want)
 	}
 
 	start := time.Now()
-	code, err = c.Exec(ctx, "acme", "t1", ExecRequest{Command: `echo started; sleep 60`, TimeoutSeconds: 0.3}, &out, nil)
+	code, err = c.Exec(ctx, "acme", "t1", api.ExecRequest{Command: `echo started; sleep 60`, TimeoutSeconds: 0.3}, &out, nil)
 	if err != nil || code != timeoutExit || time.Since(start) > 20*time.Second {
 		t.Errorf("timed out command: exit %d, %v after %v; want %d at once", code, err, time.Since(start), timeoutExit)
 	}
 
-	if _, err := c.Exec(ctx, "acme", "t1", ExecRequest{Command: "true", Cwd: "../.."}, nil, nil); !errors.Is(err, ErrOutside) {
+	if _, err := c.Exec(ctx, "acme", "t1", api.ExecRequest{Command: "true", Cwd: "../.."}, nil, nil); !errors.Is(err, api.ErrOutside) {
 		t.Errorf("cwd ../..: %v, want outside the workspace", err)
 	}
-	if _, err := c.Exec(ctx, "acme", "t1", ExecRequest{Command: "true", Env: map[string]string{"AGENT": "0"}}, nil, nil); !errors.Is(err, ErrInvalid) {
+	if _, err := c.Exec(ctx, "acme", "t1", api.ExecRequest{Command: "true", Env: map[string]string{"AGENT": "0"}}, nil, nil); !errors.Is(err, api.ErrInvalid) {
 		t.Errorf("env AGENT=0: %v, want invalid", err)
 	}
 
@@ -65,7 +66,7 @@ func TestExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.Reset()
-	if code, err := c.Exec(ctx, "acme", "t1", ExecRequest{Command: `cat src/f`}, &out, nil); err != nil || code != 0 || out.String() != "made\n" {
+	if code, err := c.Exec(ctx, "acme", "t1", api.ExecRequest{Command: `cat src/f`}, &out, nil); err != nil || code != 0 || out.String() != "made\n" {
 		t.Fatalf("exec after close: exit %d, %v, %q", code, err, out.String())
 	}
 	if n := strings.Count(env.logBuf.String(), "jail started"); n != 2 {
@@ -86,7 +87,7 @@ func TestExecStaleWrite(t *testing.T) {
 	exec := func(run, command string) (int, string) {
 		t.Helper()
 		var out bytes.Buffer
-		code, err := c.Exec(ctx, "acme", "t2", ExecRequest{Run: run, Command: command}, &out, &out)
+		code, err := c.Exec(ctx, "acme", "t2", api.ExecRequest{Run: run, Command: command}, &out, &out)
 		if err != nil {
 			t.Fatalf("%s: %v", command, err)
 		}
@@ -102,7 +103,7 @@ func TestExecStaleWrite(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "Stale file handle") {
 		t.Fatalf("A's write after B's edit: exit %d, %q; want ESTALE", code, out)
 	}
-	ev := nextOfType(t, events, EventWriteStale)
+	ev := nextOfType(t, events, api.EventWriteStale)
 	if ev.Actor != "run A" || ev.Path != "notes.md" {
 		t.Errorf("stale event %+v", ev)
 	}
@@ -110,7 +111,7 @@ func TestExecStaleWrite(t *testing.T) {
 		t.Fatalf("A's write after a fresh read: %d %q", code, out)
 	}
 	// The file API's run is the same actor: B has not read A's last write.
-	if _, err := c.EditFile(ctx, "acme", "t2", EditFileRequest{Path: "notes.md", Run: "B", Old: "mine", New: "b"}); !errors.Is(err, ErrStale) {
+	if _, err := c.EditFile(ctx, "acme", "t2", api.EditFileRequest{Path: "notes.md", Run: "B", Old: "mine", New: "b"}); !errors.Is(err, api.ErrStale) {
 		t.Errorf("B's edit through the file API after A's write: %v, want stale", err)
 	}
 }
@@ -127,7 +128,7 @@ func TestExecTty(t *testing.T) {
 	var out testenv.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
-		code, err := c.ExecStream(ctx, "acme", "tty", ExecRequest{Command: `tty; stty size; read line; stty size; echo "got $line"`,
+		code, err := c.ExecStream(ctx, "acme", "tty", api.ExecRequest{Command: `tty; stty size; read line; stty size; echo "got $line"`,
 			Tty: true, Rows: 30, Cols: 100}, func(id string) { ids <- id }, &out, nil)
 		if err == nil && code != 0 {
 			err = fmt.Errorf("exit %d", code)
@@ -158,14 +159,14 @@ func TestExecTty(t *testing.T) {
 			t.Errorf("terminal output %q lacks %q", got, want)
 		}
 	}
-	if err := c.ExecResize(ctx, "acme", "tty", id, 10, 10); !errors.Is(err, ErrNotFound) {
+	if err := c.ExecResize(ctx, "acme", "tty", id, 10, 10); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("resize of an ended command: %v", err)
 	}
 
 	// Open input, no terminal: cat echoes what is sent until it is closed.
 	var out2 testenv.SyncBuffer
 	go func() {
-		code, err := c.ExecStream(ctx, "acme", "tty", ExecRequest{Command: `cat`, OpenStdin: true}, func(id string) { ids <- id }, &out2, nil)
+		code, err := c.ExecStream(ctx, "acme", "tty", api.ExecRequest{Command: `cat`, OpenStdin: true}, func(id string) { ids <- id }, &out2, nil)
 		if err == nil && code != 0 {
 			err = fmt.Errorf("exit %d", code)
 		}
@@ -183,7 +184,7 @@ func TestExecTty(t *testing.T) {
 	if err := <-done; err != nil || out2.String() != "one\ntwo\n" {
 		t.Fatalf("cat with open input: %v, %q", err, out2.String())
 	}
-	if err := c.ExecResize(ctx, "other", "tty", id, 10, 10); !errors.Is(err, ErrNotFound) {
+	if err := c.ExecResize(ctx, "other", "tty", id, 10, 10); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("resize through another thread: %v", err)
 	}
 }
@@ -200,7 +201,7 @@ func TestExecSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	output := func(req ExecRequest) string {
+	output := func(req api.ExecRequest) string {
 		t.Helper()
 		var out bytes.Buffer
 		if code, err := c.Exec(ctx, "acme", "t1", req, &out, nil); err != nil || code != 0 {
@@ -218,7 +219,7 @@ func TestExecSettings(t *testing.T) {
 		{Env: map[string]string{"GIT_CONFIG_COUNT": "0"}},
 		{Env: map[string]string{"A B": "x"}},
 	} {
-		if _, err := c.BindWith(ctx, "acme", "t1", bad); !errors.Is(err, ErrInvalid) {
+		if _, err := c.BindWith(ctx, "acme", "t1", bad); !errors.Is(err, api.ErrInvalid) {
 			t.Errorf("settings %+v: %v, want invalid", bad, err)
 		}
 	}
@@ -228,7 +229,7 @@ func TestExecSettings(t *testing.T) {
 	if _, err := c.BindWith(ctx, "acme", "t1", settings); err != nil {
 		t.Fatal(err)
 	}
-	got := output(ExecRequest{Command: `echo $NODE_ENV $SHARED; readlink /proc/self/ns/net`, Env: map[string]string{"SHARED": "call"}})
+	got := output(api.ExecRequest{Command: `echo $NODE_ENV $SHARED; readlink /proc/self/ns/net`, Env: map[string]string{"SHARED": "call"}})
 	if want := "test call\n" + hostNet + "\n"; got != want {
 		t.Errorf("command of a thread on the host network: %q, want %q", got, want)
 	}
@@ -241,12 +242,12 @@ func TestExecSettings(t *testing.T) {
 	if _, err := c.BindWith(ctx, "acme", "t1", settings); err != nil {
 		t.Fatal(err)
 	}
-	if got := output(ExecRequest{Command: `echo $NODE_ENV-$SHARED`}); got != "production-\n" {
+	if got := output(api.ExecRequest{Command: `echo $NODE_ENV-$SHARED`}); got != "production-\n" {
 		t.Errorf("after new variables: %q", got)
 	}
 	// Another network would need another jail: refused while it runs,
 	// and nothing changes.
-	if _, err := c.BindWith(ctx, "acme", "t1", meta.Settings{Network: "none"}); !errors.Is(err, ErrConflict) {
+	if _, err := c.BindWith(ctx, "acme", "t1", meta.Settings{Network: "none"}); !errors.Is(err, api.ErrConflict) {
 		t.Errorf("a new network for a running jail: %v, want conflict", err)
 	}
 	ti, err := c.Thread(ctx, "acme", "t1")
@@ -258,7 +259,7 @@ func TestExecSettings(t *testing.T) {
 	if _, err := c.CloseThread(ctx, "acme", "t1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := output(ExecRequest{Command: `echo $NODE_ENV; readlink /proc/self/ns/net`}); got != "production\n"+hostNet+"\n" {
+	if got := output(api.ExecRequest{Command: `echo $NODE_ENV; readlink /proc/self/ns/net`}); got != "production\n"+hostNet+"\n" {
 		t.Errorf("after close and bind: %q", got)
 	}
 	// ...and takes new network settings once its jail is gone.
@@ -268,7 +269,7 @@ func TestExecSettings(t *testing.T) {
 	if _, err := c.BindWith(ctx, "acme", "t1", meta.Settings{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := output(ExecRequest{Command: `echo "[$NODE_ENV]"; readlink /proc/self/ns/net`}); strings.Contains(got, hostNet) || !strings.HasPrefix(got, "[]\n") {
+	if got := output(api.ExecRequest{Command: `echo "[$NODE_ENV]"; readlink /proc/self/ns/net`}); strings.Contains(got, hostNet) || !strings.HasPrefix(got, "[]\n") {
 		t.Errorf("with default settings: %q; want no variables and a network of its own", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
+	"warren/api"
 	"warren/fs"
 	"warren/meta"
 )
@@ -40,17 +41,17 @@ func fileError(err error) error {
 	)
 	switch {
 	case errors.As(err, &stale):
-		return &toolError{ErrStale, err.Error()}
+		return &toolError{api.ErrStale, err.Error()}
 	case errors.As(err, &none), errors.As(err, &many):
-		return &toolError{ErrNoMatch, err.Error()}
+		return &toolError{api.ErrNoMatch, err.Error()}
 	case errors.As(err, &outside):
-		return &toolError{ErrOutside, err.Error()}
+		return &toolError{api.ErrOutside, err.Error()}
 	case errors.As(err, &tooLarge):
-		return &toolError{ErrTooLarge, err.Error()}
+		return &toolError{api.ErrTooLarge, err.Error()}
 	case errors.As(err, &notFile):
-		return &toolError{ErrInvalid, err.Error()}
+		return &toolError{api.ErrInvalid, err.Error()}
 	case errors.Is(err, iofs.ErrNotExist):
-		return &toolError{ErrNotFound, strings.TrimSuffix(err.Error(), ": "+iofs.ErrNotExist.Error()) + ": no such file."}
+		return &toolError{api.ErrNotFound, strings.TrimSuffix(err.Error(), ": "+iofs.ErrNotExist.Error()) + ": no such file."}
 	}
 	return err
 }
@@ -89,7 +90,7 @@ func (g *Gateway) actorFor(ctx context.Context, run string) (fs.Actor, error) {
 	}
 	p := peerFrom(ctx)
 	if p.err != nil || p.pid <= 0 {
-		return fs.Actor{}, fmt.Errorf("%w: no run given and the calling process is unknown", ErrInvalid)
+		return fs.Actor{}, fmt.Errorf("%w: no run given and the calling process is unknown", api.ErrInvalid)
 	}
 	return g.hub.ActorOfPid(int(p.pid)), nil
 }
@@ -97,7 +98,7 @@ func (g *Gateway) actorFor(ctx context.Context, run string) (fs.Actor, error) {
 // validRun refuses run ids that could not be told apart in logs.
 func validRun(run string) error {
 	if len(run) > 256 || !utf8.ValidString(run) || strings.ContainsAny(run, "\x00\n\r") {
-		return fmt.Errorf("%w: run ids are up to 256 bytes of UTF-8 without NUL or line breaks", ErrInvalid)
+		return fmt.Errorf("%w: run ids are up to 256 bytes of UTF-8 without NUL or line breaks", api.ErrInvalid)
 	}
 	return nil
 }
@@ -114,21 +115,21 @@ func inWorkspace(p, mountPath string) string {
 }
 
 // readFile reads a file of the thread's workspace for run.
-func (g *Gateway) readFile(ctx context.Context, tenant, thread string, req ReadFileRequest) (ReadFileResponse, error) {
+func (g *Gateway) readFile(ctx context.Context, tenant, thread string, req api.ReadFileRequest) (api.ReadFileResponse, error) {
 	if err := checkPath("path", req.Path); err != nil {
-		return ReadFileResponse{}, err
+		return api.ReadFileResponse{}, err
 	}
 	a, err := g.actorFor(ctx, req.Run)
 	if err != nil {
-		return ReadFileResponse{}, err
+		return api.ReadFileResponse{}, err
 	}
-	var out ReadFileResponse
+	var out api.ReadFileResponse
 	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
 		data, v, err := f.Read(ctx, a, inWorkspace(req.Path, mountPath))
 		if err != nil {
 			return fileError(err)
 		}
-		out = ReadFileResponse{Path: req.Path, Size: len(data), Version: v}
+		out = api.ReadFileResponse{Path: req.Path, Size: len(data), Version: v}
 		if utf8.Valid(data) {
 			out.Content = string(data)
 		} else {
@@ -140,46 +141,46 @@ func (g *Gateway) readFile(ctx context.Context, tenant, thread string, req ReadF
 }
 
 // writeFile writes a file of the thread's workspace for run.
-func (g *Gateway) writeFile(ctx context.Context, tenant, thread string, req WriteFileRequest) (WriteFileResponse, error) {
+func (g *Gateway) writeFile(ctx context.Context, tenant, thread string, req api.WriteFileRequest) (api.WriteFileResponse, error) {
 	if err := checkPath("path", req.Path); err != nil {
-		return WriteFileResponse{}, err
+		return api.WriteFileResponse{}, err
 	}
 	a, err := g.actorFor(ctx, req.Run)
 	if err != nil {
-		return WriteFileResponse{}, err
+		return api.WriteFileResponse{}, err
 	}
 	data := []byte(req.Content)
 	switch req.Encoding {
 	case "":
 	case "base64":
 		if data, err = base64.StdEncoding.DecodeString(req.Content); err != nil {
-			return WriteFileResponse{}, fmt.Errorf("%w: content is not base64: %v", ErrInvalid, err)
+			return api.WriteFileResponse{}, fmt.Errorf("%w: content is not base64: %v", api.ErrInvalid, err)
 		}
 	default:
-		return WriteFileResponse{}, fmt.Errorf("%w: encoding is \"\" or \"base64\", not %s", ErrInvalid, quote(req.Encoding))
+		return api.WriteFileResponse{}, fmt.Errorf("%w: encoding is \"\" or \"base64\", not %s", api.ErrInvalid, quote(req.Encoding))
 	}
-	var out WriteFileResponse
+	var out api.WriteFileResponse
 	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
 		v, err := f.Write(ctx, a, inWorkspace(req.Path, mountPath), data)
 		if err != nil {
 			return fileError(err)
 		}
-		out = WriteFileResponse{Path: req.Path, Size: len(data), Version: v}
+		out = api.WriteFileResponse{Path: req.Path, Size: len(data), Version: v}
 		return nil
 	})
 	return out, err
 }
 
 // editFile edits a file of the thread's workspace for run.
-func (g *Gateway) editFile(ctx context.Context, tenant, thread string, req EditFileRequest) (EditFileResponse, error) {
+func (g *Gateway) editFile(ctx context.Context, tenant, thread string, req api.EditFileRequest) (api.EditFileResponse, error) {
 	if err := checkPath("path", req.Path); err != nil {
-		return EditFileResponse{}, err
+		return api.EditFileResponse{}, err
 	}
 	a, err := g.actorFor(ctx, req.Run)
 	if err != nil {
-		return EditFileResponse{}, err
+		return api.EditFileResponse{}, err
 	}
-	var out EditFileResponse
+	var out api.EditFileResponse
 	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
 		v, n, err := f.Edit(ctx, a, inWorkspace(req.Path, mountPath), req.Old, req.New, req.All)
 		if err != nil {
@@ -192,9 +193,9 @@ func (g *Gateway) editFile(ctx context.Context, tenant, thread string, req EditF
 			if errors.As(err, &errno) {
 				return err
 			}
-			return fmt.Errorf("%w: %s", ErrInvalid, err)
+			return fmt.Errorf("%w: %s", api.ErrInvalid, err)
 		}
-		out = EditFileResponse{Path: req.Path, Replaced: n, Version: v}
+		out = api.EditFileResponse{Path: req.Path, Replaced: n, Version: v}
 		return nil
 	})
 	return out, err
@@ -202,47 +203,47 @@ func (g *Gateway) editFile(ctx context.Context, tenant, thread string, req EditF
 
 // registerRun makes process pid and its descendants act as run in the
 // thread's workspace (and every other this gateway serves).
-func (g *Gateway) registerRun(ctx context.Context, tenant, thread string, req RunRequest) (RunResponse, error) {
+func (g *Gateway) registerRun(ctx context.Context, tenant, thread string, req api.RunRequest) (api.RunResponse, error) {
 	if req.Run == "" || req.Pid == 0 {
-		return RunResponse{}, fmt.Errorf("%w: a run and a pid are required", ErrInvalid)
+		return api.RunResponse{}, fmt.Errorf("%w: a run and a pid are required", api.ErrInvalid)
 	}
 	if err := validRun(req.Run); err != nil {
-		return RunResponse{}, err
+		return api.RunResponse{}, err
 	}
 	if err := checkRunPid(req.Pid); err != nil {
-		return RunResponse{}, err
+		return api.RunResponse{}, err
 	}
 	if _, err := g.bind(ctx, tenant, thread); err != nil {
-		return RunResponse{}, err
+		return api.RunResponse{}, err
 	}
 	if err := g.hub.RegisterRun(req.Pid, req.Run); err != nil {
-		return RunResponse{}, fmt.Errorf("%w: register process %d: %v", ErrNotFound, req.Pid, err)
+		return api.RunResponse{}, fmt.Errorf("%w: register process %d: %v", api.ErrNotFound, req.Pid, err)
 	}
 	g.log.Info("run registered", "tenant", tenant, "thread", thread, "run", req.Run, "pid", req.Pid)
-	return RunResponse{Run: req.Run, Pid: req.Pid}, nil
+	return api.RunResponse{Run: req.Run, Pid: req.Pid}, nil
 }
 
 // endRun forgets run: its registered processes and its read records.
-func (g *Gateway) endRun(ctx context.Context, tenant, thread string, req RunRequest) (RunResponse, error) {
+func (g *Gateway) endRun(ctx context.Context, tenant, thread string, req api.RunRequest) (api.RunResponse, error) {
 	if req.Run == "" {
-		return RunResponse{}, fmt.Errorf("%w: a run is required", ErrInvalid)
+		return api.RunResponse{}, fmt.Errorf("%w: a run is required", api.ErrInvalid)
 	}
 	if err := validRun(req.Run); err != nil {
-		return RunResponse{}, err
+		return api.RunResponse{}, err
 	}
 	if _, err := threadKey(tenant, thread); err != nil {
-		return RunResponse{}, err
+		return api.RunResponse{}, err
 	}
 	g.hub.EndRun(req.Run)
-	return RunResponse{Run: req.Run}, nil
+	return api.RunResponse{Run: req.Run}, nil
 }
 
 // staleEvents reports a refused stale write of thread k: logged by fs,
 // sent as an event here.
 func (g *Gateway) staleEvents(k meta.ThreadKey) func(fs.Stale) {
 	return func(s fs.Stale) {
-		g.emit(Event{
-			Type:    EventWriteStale,
+		g.emit(api.Event{
+			Type:    api.EventWriteStale,
 			Tenant:  k.Tenant,
 			Thread:  k.Thread,
 			Actor:   s.Actor.String(),
@@ -253,7 +254,7 @@ func (g *Gateway) staleEvents(k meta.ThreadKey) func(fs.Stale) {
 }
 
 func (g *Gateway) handleReadFile(r *http.Request, p params) (any, error) {
-	var req ReadFileRequest
+	var req api.ReadFileRequest
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
@@ -261,7 +262,7 @@ func (g *Gateway) handleReadFile(r *http.Request, p params) (any, error) {
 }
 
 func (g *Gateway) handleWriteFile(r *http.Request, p params) (any, error) {
-	var req WriteFileRequest
+	var req api.WriteFileRequest
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
@@ -269,7 +270,7 @@ func (g *Gateway) handleWriteFile(r *http.Request, p params) (any, error) {
 }
 
 func (g *Gateway) handleEditFile(r *http.Request, p params) (any, error) {
-	var req EditFileRequest
+	var req api.EditFileRequest
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
@@ -277,7 +278,7 @@ func (g *Gateway) handleEditFile(r *http.Request, p params) (any, error) {
 }
 
 func (g *Gateway) handleRegisterRun(r *http.Request, p params) (any, error) {
-	var req RunRequest
+	var req api.RunRequest
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
@@ -285,7 +286,7 @@ func (g *Gateway) handleRegisterRun(r *http.Request, p params) (any, error) {
 }
 
 func (g *Gateway) handleEndRun(r *http.Request, p params) (any, error) {
-	var req RunRequest
+	var req api.RunRequest
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}

@@ -13,11 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"warren/api"
 	"warren/fs"
 )
 
 // nextOfType reads s until an event of type typ arrives.
-func nextOfType(t *testing.T, s *stream, typ EventType) Event {
+func nextOfType(t *testing.T, s *stream, typ api.EventType) api.Event {
 	t.Helper()
 	for {
 		ev := s.next(t)
@@ -43,7 +44,7 @@ func TestFileAPI(t *testing.T) {
 	events := follow(t, c, "acme", "t1")
 	waitSubscribers(t, env.g, 1)
 
-	w, err := c.WriteFile(ctx, "acme", "t1", WriteFileRequest{Path: "src/app.ts", Run: "lead", Content: "let a = 1\n"})
+	w, err := c.WriteFile(ctx, "acme", "t1", api.WriteFileRequest{Path: "src/app.ts", Run: "lead", Content: "let a = 1\n"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,11 +52,11 @@ func TestFileAPI(t *testing.T) {
 		t.Fatalf("write answered %+v", w)
 	}
 	// The lead's own write is as good as a read; the subagent reads.
-	r, err := c.ReadFile(ctx, "acme", "t1", ReadFileRequest{Path: "src/app.ts", Run: "lead/sub"})
+	r, err := c.ReadFile(ctx, "acme", "t1", api.ReadFileRequest{Path: "src/app.ts", Run: "lead/sub"})
 	if err != nil || r.Content != "let a = 1\n" || r.Version != w.Version {
 		t.Fatalf("read %+v, %v", r, err)
 	}
-	if _, err := c.EditFile(ctx, "acme", "t1", EditFileRequest{Path: "src/app.ts", Run: "lead/sub", Old: "a = 1", New: "a = 2"}); err != nil {
+	if _, err := c.EditFile(ctx, "acme", "t1", api.EditFileRequest{Path: "src/app.ts", Run: "lead/sub", Old: "a = 1", New: "a = 2"}); err != nil {
 		t.Fatalf("subagent's edit: %v", err)
 	}
 	// The mount shows the edit at once (the kernel had the old content).
@@ -63,36 +64,36 @@ func TestFileAPI(t *testing.T) {
 		t.Fatalf("mount reads %q, %v", got, err)
 	}
 
-	_, err = c.EditFile(ctx, "acme", "t1", EditFileRequest{Path: "src/app.ts", Run: "lead", Old: "let", New: "const"})
-	var apiErr *APIError
+	_, err = c.EditFile(ctx, "acme", "t1", api.EditFileRequest{Path: "src/app.ts", Run: "lead", Old: "let", New: "const"})
+	var apiErr *api.APIError
 	const msg = "src/app.ts changed since it was read. Read it again before you edit it."
-	if !errors.Is(err, ErrStale) || !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict || apiErr.Message != msg {
+	if !errors.Is(err, api.ErrStale) || !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict || apiErr.Message != msg {
 		t.Fatalf("lead's stale edit: %#v", err)
 	}
-	ev := nextOfType(t, events, EventWriteStale)
+	ev := nextOfType(t, events, api.EventWriteStale)
 	if ev.Tenant != "acme" || ev.Thread != "t1" || ev.Actor != "run lead" || ev.Path != "src/app.ts" || ev.Message != msg {
 		t.Fatalf("stale event %+v", ev)
 	}
 	// A fresh read clears it; the path may be given as the mount's.
-	if _, err := c.ReadFile(ctx, "acme", "t1", ReadFileRequest{Path: filepath.Join(mnt, "src/app.ts"), Run: "lead"}); err != nil {
+	if _, err := c.ReadFile(ctx, "acme", "t1", api.ReadFileRequest{Path: filepath.Join(mnt, "src/app.ts"), Run: "lead"}); err != nil {
 		t.Fatal(err)
 	}
-	e, err := c.EditFile(ctx, "acme", "t1", EditFileRequest{Path: "src/app.ts", Run: "lead", Old: "let", New: "const"})
+	e, err := c.EditFile(ctx, "acme", "t1", api.EditFileRequest{Path: "src/app.ts", Run: "lead", Old: "let", New: "const"})
 	if err != nil || e.Replaced != 1 {
 		t.Fatalf("lead's edit after a fresh read: %+v, %v", e, err)
 	}
 
 	for _, c2 := range []struct {
-		req  EditFileRequest
+		req  api.EditFileRequest
 		want error
 		msg  string
 	}{
-		{EditFileRequest{Path: "src/app.ts", Run: "lead", Old: "nothing like it", New: "x"}, ErrNoMatch, "The text to replace was not found in src/app.ts."},
-		{EditFileRequest{Path: "../other/app.ts", Run: "lead", Old: "a", New: "b"}, ErrOutside, "../other/app.ts is outside the workspace."},
-		{EditFileRequest{Path: "/etc/passwd", Run: "lead", Old: "root", New: "toor"}, ErrOutside, "/etc/passwd is outside the workspace."},
-		{EditFileRequest{Path: "missing.ts", Run: "lead", Old: "a", New: "b"}, ErrNotFound, "missing.ts: no such file."},
-		{EditFileRequest{Path: "src/app.ts", Run: "lead", Old: "", New: "b"}, ErrInvalid, "empty"},
-		{EditFileRequest{Path: "src/app.ts", Run: "bad\nrun", Old: "a", New: "b"}, ErrInvalid, "run ids"},
+		{api.EditFileRequest{Path: "src/app.ts", Run: "lead", Old: "nothing like it", New: "x"}, api.ErrNoMatch, "The text to replace was not found in src/app.ts."},
+		{api.EditFileRequest{Path: "../other/app.ts", Run: "lead", Old: "a", New: "b"}, api.ErrOutside, "../other/app.ts is outside the workspace."},
+		{api.EditFileRequest{Path: "/etc/passwd", Run: "lead", Old: "root", New: "toor"}, api.ErrOutside, "/etc/passwd is outside the workspace."},
+		{api.EditFileRequest{Path: "missing.ts", Run: "lead", Old: "a", New: "b"}, api.ErrNotFound, "missing.ts: no such file."},
+		{api.EditFileRequest{Path: "src/app.ts", Run: "lead", Old: "", New: "b"}, api.ErrInvalid, "empty"},
+		{api.EditFileRequest{Path: "src/app.ts", Run: "bad\nrun", Old: "a", New: "b"}, api.ErrInvalid, "run ids"},
 	} {
 		_, err := c.EditFile(ctx, "acme", "t1", c2.req)
 		if !errors.Is(err, c2.want) || !strings.Contains(err.Error(), c2.msg) {
@@ -117,7 +118,7 @@ func TestFileAPIRunOnMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := filepath.Join(bound.MountPath, "notes.md")
-	if _, err := c.WriteFile(ctx, "acme", "t2", WriteFileRequest{Path: "notes.md", Run: "writer", Content: "one\n"}); err != nil {
+	if _, err := c.WriteFile(ctx, "acme", "t2", api.WriteFileRequest{Path: "notes.md", Run: "writer", Content: "one\n"}); err != nil {
 		t.Fatal(err)
 	}
 	events := follow(t, c, "acme", "t2")
@@ -141,14 +142,14 @@ func TestFileAPIRunOnMount(t *testing.T) {
 	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "read\n" {
 		t.Fatalf("shell said %q", line)
 	}
-	if _, err := c.WriteFile(ctx, "acme", "t2", WriteFileRequest{Path: "notes.md", Run: "writer", Content: "two\n"}); err != nil {
+	if _, err := c.WriteFile(ctx, "acme", "t2", api.WriteFileRequest{Path: "notes.md", Run: "writer", Content: "two\n"}); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Fprintln(in)
 	if err := sh.Wait(); err == nil {
 		t.Fatal("the shell's stale write through the mount was allowed")
 	}
-	ev := nextOfType(t, events, EventWriteStale)
+	ev := nextOfType(t, events, api.EventWriteStale)
 	if ev.Thread != "t2" || ev.Path != "notes.md" || !strings.HasPrefix(ev.Actor, "process ") {
 		t.Fatalf("stale event %+v", ev)
 	}
@@ -171,14 +172,14 @@ func TestFileAPIRunOnMount(t *testing.T) {
 	if got := env.g.hub.ActorOfPid(sleeper.Process.Pid); got != fs.RunActor("writer") {
 		t.Fatalf("registered process acts as %v", got)
 	}
-	if _, err := c.WriteFile(ctx, "acme", "t2", WriteFileRequest{Path: "notes.md", Run: "other", Content: "other\n"}); err != nil {
+	if _, err := c.WriteFile(ctx, "acme", "t2", api.WriteFileRequest{Path: "notes.md", Run: "other", Content: "other\n"}); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Fprintln(sin)
 	if err := sleeper.Wait(); err == nil {
 		t.Fatal("a write of the run on the mount after another run's write was allowed")
 	}
-	if _, err := c.ReadFile(ctx, "acme", "t2", ReadFileRequest{Path: "notes.md", Run: "writer"}); err != nil {
+	if _, err := c.ReadFile(ctx, "acme", "t2", api.ReadFileRequest{Path: "notes.md", Run: "writer"}); err != nil {
 		t.Fatal(err)
 	}
 	// Ending the run forgets it: its record, and its process.
@@ -189,10 +190,10 @@ func TestFileAPIRunOnMount(t *testing.T) {
 	if after := env.g.hub.ReadStats().Records; after != before-1 {
 		t.Errorf("%d read records after the run ended, %d before", after, before)
 	}
-	if err := c.RegisterRun(ctx, "acme", "t2", 0, "x"); !errors.Is(err, ErrInvalid) {
+	if err := c.RegisterRun(ctx, "acme", "t2", 0, "x"); !errors.Is(err, api.ErrInvalid) {
 		t.Errorf("register pid 0: %v", err)
 	}
-	if err := c.RegisterRun(ctx, "acme", "t2", 1<<30, "x"); !errors.Is(err, ErrNotFound) {
+	if err := c.RegisterRun(ctx, "acme", "t2", 1<<30, "x"); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("register a pid that does not exist: %v", err)
 	}
 }
@@ -204,16 +205,16 @@ func TestFileAPIBodies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	big := strings.Repeat("x", 3<<20)
-	w, err := env.c.WriteFile(ctx, "acme", "t3", WriteFileRequest{Path: "big.txt", Run: "r", Content: big})
+	w, err := env.c.WriteFile(ctx, "acme", "t3", api.WriteFileRequest{Path: "big.txt", Run: "r", Content: big})
 	if err != nil || w.Size != len(big) {
 		t.Fatalf("write of 3 MiB: %+v, %v", w, err)
 	}
-	r, err := env.c.ReadFile(ctx, "acme", "t3", ReadFileRequest{Path: "big.txt", Run: "r"})
+	r, err := env.c.ReadFile(ctx, "acme", "t3", api.ReadFileRequest{Path: "big.txt", Run: "r"})
 	if err != nil || len(r.Content) != len(big) {
 		t.Fatalf("read of 3 MiB: %d bytes, %v", len(r.Content), err)
 	}
 	huge := strings.Repeat("y", fs.MaxFileBytes+1)
-	if _, err := env.c.WriteFile(ctx, "acme", "t3", WriteFileRequest{Path: "huge.txt", Run: "r", Content: huge}); err == nil {
+	if _, err := env.c.WriteFile(ctx, "acme", "t3", api.WriteFileRequest{Path: "huge.txt", Run: "r", Content: huge}); err == nil {
 		t.Fatal("a write over the file bound was accepted")
 	}
 	if _, err := os.Stat(filepath.Join(env.cfg.DataDir, "workspaces", "acme", "t3", "huge.txt")); !os.IsNotExist(err) {

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"warren/api"
 	"warren/fs"
 )
 
@@ -38,7 +39,7 @@ func TestFUSEThreadLifecycle(t *testing.T) {
 	// A read-only inspection mount shows the files and refuses writes; a
 	// writable one takes them.
 	roDir, rwDir := t.TempDir(), t.TempDir()
-	if _, err := env.c.Mount(ctx, MountRequest{Tenant: "acme", Thread: "../other-tenant/t-1", Path: roDir}); err != nil {
+	if _, err := env.c.Mount(ctx, api.MountRequest{Tenant: "acme", Thread: "../other-tenant/t-1", Path: roDir}); err != nil {
 		t.Fatalf("inspection mount: %v", err)
 	}
 	if got, err := os.ReadFile(filepath.Join(roDir, "hello.txt")); err != nil || string(got) != "hi" {
@@ -48,7 +49,7 @@ func TestFUSEThreadLifecycle(t *testing.T) {
 	if !errors.Is(err, syscall.EROFS) {
 		t.Errorf("write to a read-only inspection mount: got %v, want EROFS", err)
 	}
-	if _, err := env.c.Mount(ctx, MountRequest{Tenant: "acme", Thread: "../other-tenant/t-1", Path: rwDir, Writable: true}); err != nil {
+	if _, err := env.c.Mount(ctx, api.MountRequest{Tenant: "acme", Thread: "../other-tenant/t-1", Path: rwDir, Writable: true}); err != nil {
 		t.Fatalf("writable inspection mount: %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(rwDir, "via-rw.txt"), []byte("rw"), 0o644); err != nil {

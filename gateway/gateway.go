@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"warren/api"
 	"warren/fs"
 	"warren/gateway/lease"
 	"warren/jail"
@@ -321,7 +322,7 @@ type requestSet struct {
 func (g *Gateway) tracked(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !g.requests.enter() {
-			g.writeError(w, r, params{}, fmt.Errorf("answer %s: %w", clip(r.URL.EscapedPath()), ErrClosed))
+			g.writeError(w, r, params{}, fmt.Errorf("answer %s: %w", clip(r.URL.EscapedPath()), api.ErrClosed))
 			return
 		}
 		defer g.requests.wg.Done()

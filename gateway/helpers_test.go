@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"warren/api"
 	"warren/client"
 	"warren/fs"
 	"warren/internal/testenv"
@@ -309,9 +310,9 @@ type rawResponse struct {
 }
 
 // apiError decodes the JSON error of the answer.
-func (r rawResponse) apiError(t testing.TB) *APIError {
+func (r rawResponse) apiError(t testing.TB) *api.APIError {
 	t.Helper()
-	var eb errorBody
+	var eb api.ErrorBody
 	if err := json.Unmarshal(r.body, &eb); err != nil || eb.Error == nil {
 		t.Fatalf("answer %d %q is not a JSON error: %v", r.status, r.body, err)
 	}

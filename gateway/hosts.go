@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"warren/api"
 	"warren/gateway/lease"
 	"warren/jail"
 	"warren/meta"
@@ -47,12 +48,6 @@ const (
 	UnreachableGone  = "gone"
 	UnreachableFresh = "fresh"
 )
-
-// EventThreadFenced: this gateway's lease ended, and it took the thread
-// down (jail, commands, jobs, mount) as another host may take it now. The
-// thread's next call pins it again, if no other host took it, and mounts
-// it again.
-const EventThreadFenced EventType = "thread.fenced"
 
 // startLease takes the host's lease, before anything is served: a gateway
 // that cannot hold its host id serves nothing pinned. ctx bounds the first
@@ -123,7 +118,7 @@ func (g *Gateway) fence(ctx context.Context, s *lease.Session, old meta.LeaseID,
 		}
 		if took {
 			down++
-			g.emit(Event{Type: EventThreadFenced, Tenant: k.Tenant, Thread: k.Thread,
+			g.emit(api.Event{Type: api.EventThreadFenced, Tenant: k.Tenant, Thread: k.Thread,
 				Message: "This server's lease on the metadata store ended: it took the thread down, as another host may take it now."})
 		}
 	}
@@ -173,7 +168,7 @@ func (g *Gateway) claim(ctx context.Context, k meta.ThreadKey, b *meta.Binding) 
 }
 
 // errFenced refuses a call while this gateway's lease is not valid.
-var errFenced error = &toolError{ErrFenced, "This server's lease on the metadata store lapsed: it serves no pinned thread until it renews it."}
+var errFenced error = &toolError{api.ErrFenced, "This server's lease on the metadata store lapsed: it serves no pinned thread until it renews it."}
 
 // pinnedError is the refusal of a thread that host owns.
 func (g *Gateway) pinnedError(ctx context.Context, k meta.ThreadKey, b *meta.Binding, host string) error {
@@ -187,12 +182,12 @@ func (g *Gateway) pinnedError(ctx context.Context, k meta.ThreadKey, b *meta.Bin
 		root = b.Root
 	}
 	g.log.Warn("refused: thread pinned to another host", "tenant", k.Tenant, "thread", k.Thread, "path", root, "owner", host)
-	return &toolError{ErrPinned, fmt.Sprintf("The workspace of this thread is %s on the host %s. Only that host can continue the thread.", root, host)}
+	return &toolError{api.ErrPinned, fmt.Sprintf("The workspace of this thread is %s on the host %s. Only that host can continue the thread.", root, host)}
 }
 
 // goneError is the refusal of a thread whose folder is lost.
 func goneError(b meta.Binding) error {
-	return &toolError{ErrGone, fmt.Sprintf("The workspace of this thread, %s on the host %s, is gone, so the tools cannot work on it.",
+	return &toolError{api.ErrGone, fmt.Sprintf("The workspace of this thread, %s on the host %s, is gone, so the tools cannot work on it.",
 		b.Root, hostName(b.HostID))}
 }
 
@@ -225,7 +220,7 @@ func (g *Gateway) takeOver(ctx context.Context, old meta.Binding) (root string, 
 	}
 	err = goneError(old)
 	g.log.Warn("thread stranded: its workspace is not reachable", "tenant", k.Tenant, "thread", k.Thread, "root", old.Root, "host", old.HostID)
-	g.emit(Event{Type: EventThreadStranded, Tenant: k.Tenant, Thread: k.Thread, Message: err.Error()})
+	g.emit(api.Event{Type: api.EventThreadStranded, Tenant: k.Tenant, Thread: k.Thread, Message: err.Error()})
 	return "", false, err
 }
 
@@ -252,20 +247,20 @@ func (g *Gateway) noteMovedJobs(ctx context.Context, k meta.ThreadKey) {
 
 // unpin moves a thread to this gateway at once, if the host that holds
 // it is no longer alive; while it lives, the call is refused.
-func (g *Gateway) unpin(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+func (g *Gateway) unpin(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
-		return ThreadInfo{}, err
+		return api.ThreadInfo{}, err
 	}
 	if g.cfg.HostID == "" {
-		return ThreadInfo{}, fmt.Errorf("%w: this server has no host id, so it pins nothing and cannot take a thread over", ErrInvalid)
+		return api.ThreadInfo{}, fmt.Errorf("%w: this server has no host id, so it pins nothing and cannot take a thread over", api.ErrInvalid)
 	}
 	p, err := g.store.GetPin(ctx, k)
 	switch {
 	case err == nil && p.HostID != g.cfg.HostID:
-		return ThreadInfo{}, &toolError{ErrPinned, fmt.Sprintf("The thread is pinned to the live host %s; it can move only once that host's lease expires.", p.HostID)}
+		return api.ThreadInfo{}, &toolError{api.ErrPinned, fmt.Sprintf("The thread is pinned to the live host %s; it can move only once that host's lease expires.", p.HostID)}
 	case err != nil && !errors.Is(err, meta.ErrNotFound):
-		return ThreadInfo{}, fmt.Errorf("unpin %s: %w", keyName(k), err)
+		return api.ThreadInfo{}, fmt.Errorf("unpin %s: %w", keyName(k), err)
 	}
 	return g.bind(ctx, tenant, thread)
 }

@@ -1,5 +1,6 @@
 package gateway
 
+import "warren/api"
 import "net/http"
 
 // The handlers of the host calls: POST
@@ -14,7 +15,7 @@ func (g *Gateway) handleUnpin(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ThreadResponse{Binding: ti}, nil
+	return api.ThreadResponse{Binding: ti}, nil
 }
 
 func (g *Gateway) handleHosts(r *http.Request, _ params) (any, error) {
@@ -25,5 +26,5 @@ func (g *Gateway) handleHosts(r *http.Request, _ params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return HostsResponse{Hosts: hs}, nil
+	return api.HostsResponse{Hosts: hs}, nil
 }

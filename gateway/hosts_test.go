@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"warren/api"
 	"warren/internal/testenv"
 	"warren/meta"
 )
@@ -96,7 +97,7 @@ func TestTakeOver(t *testing.T) {
 	env := startEnv(t, Config{HostID: "web-2", Store: store, RenewEvery: 200 * time.Millisecond, ExpiresAfter: 2 * time.Second})
 	evs := subscribe(t, env, "")
 	var out strings.Builder
-	code, err := env.c.Exec(ctx, "acme", "resumed", ExecRequest{Command: "cat notes.txt; echo more >> notes.txt"}, &out, nil)
+	code, err := env.c.Exec(ctx, "acme", "resumed", api.ExecRequest{Command: "cat notes.txt; echo more >> notes.txt"}, &out, nil)
 	if err != nil || code != 0 || out.String() != "from web-1\n" {
 		t.Fatalf("first call after the takeover: exit %d, %v, %q", code, err, out.String())
 	}
@@ -121,7 +122,7 @@ func TestTakeOver(t *testing.T) {
 		}
 	}
 	// Later calls note nothing again.
-	if _, err := env.c.Exec(ctx, "acme", "resumed", ExecRequest{Command: "true"}, nil, nil); err != nil {
+	if _, err := env.c.Exec(ctx, "acme", "resumed", api.ExecRequest{Command: "true"}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := strings.Count(env.logBuf.String(), "job of a former host noted"); n != 2 {
@@ -131,9 +132,9 @@ func TestTakeOver(t *testing.T) {
 	// A thread whose folder is not reachable is gone, for good.
 	wantGone := "The workspace of this thread, " + lost + " on the host web-1, is gone, so the tools cannot work on it."
 	for range 2 {
-		_, err := env.c.Exec(ctx, "acme", "lost", ExecRequest{Command: "true"}, nil, nil)
-		var apiErr *APIError
-		if !errors.Is(err, ErrGone) || !errors.As(err, &apiErr) || apiErr.Status != 410 || apiErr.Message != wantGone {
+		_, err := env.c.Exec(ctx, "acme", "lost", api.ExecRequest{Command: "true"}, nil, nil)
+		var apiErr *api.APIError
+		if !errors.Is(err, api.ErrGone) || !errors.As(err, &apiErr) || apiErr.Status != 410 || apiErr.Message != wantGone {
 			t.Errorf("a call for a lost thread: %v", err)
 		}
 	}
@@ -141,7 +142,7 @@ func TestTakeOver(t *testing.T) {
 	for deadline := time.After(5 * time.Second); stranded == 0; {
 		select {
 		case ev := <-evs:
-			if ev.Type == EventThreadStranded && ev.Thread == "lost" && ev.Message == wantGone {
+			if ev.Type == api.EventThreadStranded && ev.Thread == "lost" && ev.Message == wantGone {
 				stranded++
 			}
 		case <-deadline:
@@ -157,7 +158,7 @@ func TestTakeOverFresh(t *testing.T) {
 	formerHost(t, store, "web-1", map[string]string{"t1": "/nonexistent/data/workspaces/acme/t1"})
 	env := startEnv(t, Config{HostID: "web-2", Store: store, OnUnreachable: UnreachableFresh, SeedCommand: "echo seeded > SEED"})
 	var out strings.Builder
-	code, err := env.c.Exec(context.Background(), "acme", "t1", ExecRequest{Command: "ls"}, &out, nil)
+	code, err := env.c.Exec(context.Background(), "acme", "t1", api.ExecRequest{Command: "ls"}, &out, nil)
 	if err != nil || code != 0 || out.String() != "SEED\n" {
 		t.Fatalf("a fresh workspace: exit %d, %v, %q", code, err, out.String())
 	}
@@ -183,7 +184,7 @@ func TestUnpin(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := startEnv(t, Config{HostID: "web-2", Store: store})
-	if _, err := env.c.Unpin(ctx, "acme", "t1"); !errors.Is(err, ErrPinned) || !strings.Contains(err.Error(), "pinned to the live host web-1") {
+	if _, err := env.c.Unpin(ctx, "acme", "t1"); !errors.Is(err, api.ErrPinned) || !strings.Contains(err.Error(), "pinned to the live host web-1") {
 		t.Fatalf("unpin while the owner lives: %v", err)
 	}
 	hosts, err := env.c.Hosts(ctx)
@@ -198,18 +199,18 @@ func TestUnpin(t *testing.T) {
 			}
 			break
 		}
-		if !errors.Is(err, ErrPinned) || time.Now().After(deadline) {
+		if !errors.Is(err, api.ErrPinned) || time.Now().After(deadline) {
 			t.Fatalf("unpin once the owner is gone: %v", err)
 		}
 	}
 }
 
 // subscribe follows the gateway's events of one thread ("" for all).
-func subscribe(t *testing.T, env *testEnv, thread string) <-chan Event {
+func subscribe(t *testing.T, env *testEnv, thread string) <-chan api.Event {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	evs := make(chan Event, 1024)
+	evs := make(chan api.Event, 1024)
 	sub, err := env.g.events.subscribe(eventFilter{thread: thread})
 	if err != nil {
 		t.Fatal(err)
@@ -258,14 +259,14 @@ func TestFenceOnLostLease(t *testing.T) {
 	ctx := context.Background()
 	env := startEnv(t, Config{HostID: "web-1", Store: store, RenewEvery: 100 * time.Millisecond, ExpiresAfter: 2 * time.Second})
 	evs := subscribe(t, env, "t1")
-	if _, err := env.c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: "sleep 300"}); err != nil {
+	if _, err := env.c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: "sleep 300"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.Heartbeat(ctx, "web-1", 0, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// The fence tells a thread once it took it down.
-	ev := waitEventOf(t, evs, EventThreadFenced, "t1")
+	ev := waitEventOf(t, evs, api.EventThreadFenced, "t1")
 	if ev.Tenant != "acme" || !strings.Contains(ev.Message, "lease") {
 		t.Errorf("fence event: %+v", ev)
 	}
@@ -278,7 +279,7 @@ func TestFenceOnLostLease(t *testing.T) {
 	}
 	// Pinned again at its next call, and served.
 	var out strings.Builder
-	if code, err := env.c.Exec(ctx, "acme", "t1", ExecRequest{Command: "echo back"}, &out, nil); err != nil || code != 0 || out.String() != "back\n" {
+	if code, err := env.c.Exec(ctx, "acme", "t1", api.ExecRequest{Command: "echo back"}, &out, nil); err != nil || code != 0 || out.String() != "back\n" {
 		t.Errorf("after the fence: exit %d, %v, %q", code, err, out.String())
 	}
 }
@@ -293,10 +294,10 @@ func TestFenceSparesRepinned(t *testing.T) {
 	env := startEnv(t, Config{HostID: "web-1", Store: store, RenewEvery: 100 * time.Millisecond, ExpiresAfter: 2 * time.Second})
 	evs := subscribe(t, env, "")
 	k1 := meta.ThreadKey{Tenant: "acme", Thread: "t1"}
-	if _, err := env.c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: "sleep 300"}); err != nil {
+	if _, err := env.c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: "sleep 300"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.c.Exec(ctx, "acme", "t2", ExecRequest{Command: "true"}, nil, nil); err != nil {
+	if _, err := env.c.Exec(ctx, "acme", "t2", api.ExecRequest{Command: "true"}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	old, held := env.g.lease.Holds(k1)
@@ -337,7 +338,7 @@ func TestFenceSparesRepinned(t *testing.T) {
 		t.Fatalf("pin t1 again: %v", err)
 	}
 	// A fence event of t1 would come before t2's: waitEventOf fails on it.
-	waitEventOf(t, evs, EventThreadFenced, "t2")
+	waitEventOf(t, evs, api.EventThreadFenced, "t2")
 	if ti, err := env.c.Thread(ctx, "acme", "t1"); err != nil || !ti.Mounted {
 		t.Errorf("t1 after the fence: %+v, %v; want mounted", ti, err)
 	}
@@ -356,13 +357,13 @@ func TestFenceSparesRepinned(t *testing.T) {
 // waitEventOf returns the first event of type typ of thread, skipping
 // others, but failing the test at a thread.fenced event of another thread
 // on the way.
-func waitEventOf(t *testing.T, evs <-chan Event, typ EventType, thread string) Event {
+func waitEventOf(t *testing.T, evs <-chan api.Event, typ api.EventType, thread string) api.Event {
 	t.Helper()
 	deadline := time.After(20 * time.Second)
 	for {
 		select {
 		case ev := <-evs:
-			if ev.Type == EventThreadFenced && ev.Thread != thread {
+			if ev.Type == api.EventThreadFenced && ev.Thread != thread {
 				t.Errorf("fenced %s while waiting for %s of %s", ev.Thread, typ, thread)
 			}
 			if ev.Type == typ && ev.Thread == thread {
@@ -370,7 +371,7 @@ func waitEventOf(t *testing.T, evs <-chan Event, typ EventType, thread string) E
 			}
 		case <-deadline:
 			t.Fatalf("no %s event of %s", typ, thread)
-			return Event{}
+			return api.Event{}
 		}
 	}
 }
@@ -384,10 +385,10 @@ func TestSharedWorkspaces(t *testing.T) {
 	a := startEnv(t, Config{Store: store, WorkspacesDir: shared})
 	b := startEnv(t, Config{Store: store, WorkspacesDir: shared})
 	ctx := context.Background()
-	if _, err := a.c.WriteFile(ctx, "acme", "t1", WriteFileRequest{Path: "notes.txt", Content: "from a\n"}); err != nil {
+	if _, err := a.c.WriteFile(ctx, "acme", "t1", api.WriteFileRequest{Path: "notes.txt", Content: "from a\n"}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := b.c.ReadFile(ctx, "acme", "t1", ReadFileRequest{Path: "notes.txt"})
+	got, err := b.c.ReadFile(ctx, "acme", "t1", api.ReadFileRequest{Path: "notes.txt"})
 	if err != nil || got.Content != "from a\n" {
 		t.Fatalf("the other server reads %+v, %v", got, err)
 	}
@@ -396,7 +397,7 @@ func TestSharedWorkspaces(t *testing.T) {
 		t.Errorf("binding on the shared disk: %+v, %v", ti, err)
 	}
 	// An inspection mount may not go into the shared folder.
-	if _, err := a.c.Mount(ctx, MountRequest{Tenant: "acme", Thread: "t1", Path: filepath.Join(shared, "acme")}); !errors.Is(err, ErrInvalid) {
+	if _, err := a.c.Mount(ctx, api.MountRequest{Tenant: "acme", Thread: "t1", Path: filepath.Join(shared, "acme")}); !errors.Is(err, api.ErrInvalid) {
 		t.Errorf("an inspection mount in the workspaces folder: %v", err)
 	}
 }
@@ -422,7 +423,7 @@ func TestBindLostAnswer(t *testing.T) {
 	env := startEnv(t, Config{Store: lostAnswerStore{newStore(t)}})
 	ctx := context.Background()
 	_, err := env.c.Bind(ctx, "acme", "t1")
-	var apiErr *APIError
+	var apiErr *api.APIError
 	if !errors.As(err, &apiErr) || apiErr.Status != 503 {
 		t.Fatalf("bind whose answer was lost: %v, want 503", err)
 	}

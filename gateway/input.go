@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"warren/api"
 )
 
 // Bounds of what a client sends. Each is the kernel's own limit where one
@@ -35,14 +37,14 @@ const (
 // name over NAME_MAX, or a NUL byte. field names it in the refusal.
 func checkPath(field, p string) error {
 	if len(p) > maxPathBytes {
-		return fmt.Errorf("%w: %s is %d bytes, more than %d: %s", ErrInvalid, field, len(p), maxPathBytes, quote(p))
+		return fmt.Errorf("%w: %s is %d bytes, more than %d: %s", api.ErrInvalid, field, len(p), maxPathBytes, quote(p))
 	}
 	if strings.IndexByte(p, 0) >= 0 {
-		return fmt.Errorf("%w: %s holds a NUL byte: %s", ErrInvalid, field, quote(p))
+		return fmt.Errorf("%w: %s holds a NUL byte: %s", api.ErrInvalid, field, quote(p))
 	}
 	for name := range strings.SplitSeq(p, "/") {
 		if len(name) > maxNameBytes {
-			return fmt.Errorf("%w: %s has a name of %d bytes, more than %d: %s", ErrInvalid, field, len(name), maxNameBytes, quote(name))
+			return fmt.Errorf("%w: %s has a name of %d bytes, more than %d: %s", api.ErrInvalid, field, len(name), maxNameBytes, quote(name))
 		}
 	}
 	return nil
@@ -52,10 +54,10 @@ func checkPath(field, p string) error {
 // kernel ends a C string there: what ran would not be what was asked).
 func checkText(field, s string, max int) error {
 	if len(s) > max {
-		return fmt.Errorf("%w: %s is %d bytes, more than %d", ErrInvalid, field, len(s), max)
+		return fmt.Errorf("%w: %s is %d bytes, more than %d", api.ErrInvalid, field, len(s), max)
 	}
 	if strings.IndexByte(s, 0) >= 0 {
-		return fmt.Errorf("%w: %s holds a NUL byte: %s", ErrInvalid, field, quote(s))
+		return fmt.Errorf("%w: %s holds a NUL byte: %s", api.ErrInvalid, field, quote(s))
 	}
 	return nil
 }
@@ -68,7 +70,7 @@ func checkEnvSize(field string, env map[string]string) error {
 		n += len(k) + 1 + len(v) + 1
 	}
 	if n > maxEnvBytes {
-		return fmt.Errorf("%w: %s are %d bytes, more than %d", ErrInvalid, field, n, maxEnvBytes)
+		return fmt.Errorf("%w: %s are %d bytes, more than %d", api.ErrInvalid, field, n, maxEnvBytes)
 	}
 	return nil
 }
@@ -80,18 +82,18 @@ func checkEnvSize(field string, env map[string]string) error {
 // the hub, as not found.
 func checkRunPid(pid int) error {
 	if pid <= 0 {
-		return fmt.Errorf("%w: pid %d is not a process", ErrInvalid, pid)
+		return fmt.Errorf("%w: pid %d is not a process", api.ErrInvalid, pid)
 	}
 	if pid == 1 {
-		return fmt.Errorf("%w: pid 1 is the host's init and cannot act as a run", ErrInvalid)
+		return fmt.Errorf("%w: pid 1 is the host's init and cannot act as a run", api.ErrInvalid)
 	}
 	if pid == os.Getpid() {
-		return fmt.Errorf("%w: pid %d is the gateway itself and cannot act as a run", ErrInvalid, pid)
+		return fmt.Errorf("%w: pid %d is the gateway itself and cannot act as a run", api.ErrInvalid, pid)
 	}
 	// A thread id of the daemon is a pid to the kernel, and a FUSE request
 	// carries it: /proc/self/task lists them.
 	if _, err := os.Lstat("/proc/self/task/" + strconv.Itoa(pid)); err == nil {
-		return fmt.Errorf("%w: pid %d is a thread of the gateway and cannot act as a run", ErrInvalid, pid)
+		return fmt.Errorf("%w: pid %d is a thread of the gateway and cannot act as a run", api.ErrInvalid, pid)
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("check pid %d against the gateway's threads: %w", pid, err)
 	}

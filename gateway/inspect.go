@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/api"
 	"warren/fs"
 	"warren/meta"
 )
@@ -49,11 +50,11 @@ func (is *inspectionSet) reserve(path string, k meta.ThreadKey) error {
 	is.mu.Lock()
 	defer is.mu.Unlock()
 	if is.closed {
-		return ErrClosed
+		return api.ErrClosed
 	}
 	for p := range is.mounts {
 		if p == path || within(p, path) || within(path, p) {
-			return fmt.Errorf("%w: %s is inside or around the inspection mount %s", ErrConflict, path, p)
+			return fmt.Errorf("%w: %s is inside or around the inspection mount %s", api.ErrConflict, path, p)
 		}
 	}
 	is.mounts[path] = &inspectionMount{key: k, pending: true}
@@ -70,7 +71,7 @@ func (is *inspectionSet) fill(path string, m io.Closer) error {
 		if im := is.mounts[path]; im != nil && im.pending {
 			delete(is.mounts, path)
 		}
-		return ErrClosed
+		return api.ErrClosed
 	}
 	is.mounts[path] = &inspectionMount{key: is.mounts[path].key, mount: m}
 	return nil
@@ -150,23 +151,23 @@ var unmountDrain = 5 * time.Second
 // descriptor, and the mount is made onto that descriptor
 // (inspectdir_linux.go): a link swapped into a parent folder meanwhile
 // changes nothing. A path through a link is refused.
-func (g *Gateway) mountInspection(ctx context.Context, req MountRequest, owner uint32) (MountInfo, error) {
+func (g *Gateway) mountInspection(ctx context.Context, req api.MountRequest, owner uint32) (api.MountInfo, error) {
 	k, err := threadKey(req.Tenant, req.Thread)
 	if err != nil {
-		return MountInfo{}, err
+		return api.MountInfo{}, err
 	}
 	if err := checkPath("path", req.Path); err != nil {
-		return MountInfo{}, err
+		return api.MountInfo{}, err
 	}
 	dirFd, path, err := g.openInspectionDir(req.Path, owner)
 	if err != nil {
 		g.log.Warn("refused: inspection mount", "tenant", k.Tenant, "thread", k.Thread, "path", req.Path, "uid", owner, "error", err)
-		return MountInfo{}, fmt.Errorf("mount %s for %s: %w", req.Path, keyName(k), err)
+		return api.MountInfo{}, fmt.Errorf("mount %s for %s: %w", req.Path, keyName(k), err)
 	}
 	defer unix.Close(dirFd)
 	if err := g.inspections.reserve(path, k); err != nil {
 		g.log.Warn("refused: inspection mount", "tenant", k.Tenant, "thread", k.Thread, "path", path, "uid", owner, "error", err)
-		return MountInfo{}, fmt.Errorf("mount %s for %s: %w", path, keyName(k), err)
+		return api.MountInfo{}, fmt.Errorf("mount %s for %s: %w", path, keyName(k), err)
 	}
 	reserved := true
 	defer func() {
@@ -177,21 +178,21 @@ func (g *Gateway) mountInspection(ctx context.Context, req MountRequest, owner u
 
 	unlock, err := g.threads.locks.lock(ctx, k)
 	if err != nil {
-		return MountInfo{}, fmt.Errorf("mount %s for %s: %w", path, keyName(k), err)
+		return api.MountInfo{}, fmt.Errorf("mount %s for %s: %w", path, keyName(k), err)
 	}
 	defer unlock()
 	b, err := g.bindLocked(ctx, k, nil)
 	if err != nil {
-		return MountInfo{}, fmt.Errorf("mount %s: %w", path, err)
+		return api.MountInfo{}, fmt.Errorf("mount %s: %w", path, err)
 	}
 
 	root, err := g.rootOf(b)
 	if err != nil {
-		return MountInfo{}, err
+		return api.MountInfo{}, err
 	}
 	m, err := g.mountAt(ctx, k, root, path, !req.Writable, &fs.Target{Fd: dirFd})
 	if err != nil {
-		return MountInfo{}, fmt.Errorf("inspection %w", err)
+		return api.MountInfo{}, fmt.Errorf("inspection %w", err)
 	}
 	rec, err := g.store.PutInspectionMount(ctx, meta.InspectionMount{
 		ThreadKey: k,
@@ -204,7 +205,7 @@ func (g *Gateway) mountInspection(ctx context.Context, req MountRequest, owner u
 		if cerr := m.Close(); cerr != nil {
 			g.log.Error("undo inspection mount", "path", path, "error", cerr)
 		}
-		return MountInfo{}, fmt.Errorf("mount %s: write record: %w", path, err)
+		return api.MountInfo{}, fmt.Errorf("mount %s: write record: %w", path, err)
 	}
 
 	if err := g.inspections.fill(path, m); err != nil {
@@ -214,11 +215,11 @@ func (g *Gateway) mountInspection(ctx context.Context, req MountRequest, owner u
 		if cerr := m.Close(); cerr != nil {
 			g.log.Error("unmount at shutdown", "path", path, "error", cerr)
 		}
-		return MountInfo{}, fmt.Errorf("mount %s: %w", path, err)
+		return api.MountInfo{}, fmt.Errorf("mount %s: %w", path, err)
 	}
 	reserved = false
 	g.log.Info("inspection mount made", "tenant", k.Tenant, "thread", k.Thread, "path", path, "writable", req.Writable, "uid", owner)
-	return MountInfo{InspectionMount: rec, Mounted: true}, nil
+	return api.MountInfo{InspectionMount: rec, Mounted: true}, nil
 }
 
 // within reports whether path lies strictly below dir.
@@ -240,16 +241,16 @@ func (g *Gateway) unmount(ctx context.Context, path string) (inUse bool, err err
 		return false, err
 	}
 	if !filepath.IsAbs(path) {
-		return false, fmt.Errorf("%w: %s is not an absolute path", ErrInvalid, quote(path))
+		return false, fmt.Errorf("%w: %s is not an absolute path", api.ErrInvalid, quote(path))
 	}
 	path = filepath.Clean(path)
 	im := g.inspections.get(path)
 	if im == nil {
 		g.log.Warn("refused: no inspection mount", "path", path)
-		return false, fmt.Errorf("unmount %s: %w: no inspection mount there", path, ErrNotFound)
+		return false, fmt.Errorf("unmount %s: %w: no inspection mount there", path, api.ErrNotFound)
 	}
 	if im.pending {
-		return false, fmt.Errorf("unmount %s: %w: it is being mounted", path, ErrConflict)
+		return false, fmt.Errorf("unmount %s: %w: it is being mounted", path, api.ErrConflict)
 	}
 	k := im.key
 	unlock, err := g.threads.locks.lock(ctx, k)
@@ -292,7 +293,7 @@ func (g *Gateway) unmountInspection(k meta.ThreadKey, path string) (io.Closer, e
 	im := g.inspections.take(path, k)
 	if im == nil {
 		// Gone or replaced while we waited for the lock.
-		return nil, fmt.Errorf("unmount %s: %w: no inspection mount of %s there", path, ErrNotFound, keyName(k))
+		return nil, fmt.Errorf("unmount %s: %w: no inspection mount of %s there", path, api.ErrNotFound, keyName(k))
 	}
 
 	var err error
@@ -343,16 +344,16 @@ func (g *Gateway) unmountInspectionsOf(ctx context.Context, k meta.ThreadKey) ([
 }
 
 // listMounts lists the inspection mounts.
-func (g *Gateway) listMounts(ctx context.Context) ([]MountInfo, error) {
+func (g *Gateway) listMounts(ctx context.Context) ([]api.MountInfo, error) {
 	recs, err := g.store.ListInspectionMounts(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list inspection mounts: %w", err)
 	}
 	g.inspections.mu.Lock()
 	defer g.inspections.mu.Unlock()
-	out := make([]MountInfo, 0, len(recs))
+	out := make([]api.MountInfo, 0, len(recs))
 	for _, r := range recs {
-		mi := MountInfo{InspectionMount: r}
+		mi := api.MountInfo{InspectionMount: r}
 		if im := g.inspections.mounts[r.Path]; im != nil && !im.pending {
 			mi.Mounted = im.mount != nil
 			if im.mount == nil && im.err != nil {

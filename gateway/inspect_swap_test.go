@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/api"
 	"warren/internal/testenv"
 )
 
@@ -116,7 +117,7 @@ func TestInspectionMountSymlinkSwapRace(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	made, refused := 0, 0
 	for i := 0; i < tries && time.Now().Before(deadline); i++ {
-		_, err := env.g.mountInspection(ctx, MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID)
+		_, err := env.g.mountInspection(ctx, api.MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID)
 		if st.victimCovered(t) {
 			t.Fatalf("try %d: the mount covers the victim's folder (answer: %v)", i, err)
 		}
@@ -165,7 +166,7 @@ func TestInspectionMountRestartSymlinkedParent(t *testing.T) {
 	ctx := context.Background()
 
 	env1 := startEnv(t, Config{DataDir: dataDir, Store: store})
-	if _, err := env1.g.mountInspection(ctx, MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID); err != nil {
+	if _, err := env1.g.mountInspection(ctx, api.MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID); err != nil {
 		t.Fatal(err)
 	}
 	if err := env1.g.Close(); err != nil {
@@ -197,7 +198,7 @@ func TestInspectionMountRestartSymlinkedParent(t *testing.T) {
 // makes a fresh empty folder at st.asked. It returns where the mount is.
 func (st swapTree) mountMovedAway(t *testing.T, env *testEnv) string {
 	t.Helper()
-	if _, err := env.g.mountInspection(context.Background(), MountRequest{Thread: "t", Path: st.asked}, attackerUID); err != nil {
+	if _, err := env.g.mountInspection(context.Background(), api.MountRequest{Thread: "t", Path: st.asked}, attackerUID); err != nil {
 		t.Fatal(err)
 	}
 	moved := filepath.Join(st.base, "r", "d")
@@ -283,7 +284,7 @@ func TestInspectionUnmountInUse(t *testing.T) {
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	dir := t.TempDir()
-	if _, err := env.c.Mount(ctx, MountRequest{Thread: "t", Path: dir}); err != nil {
+	if _, err := env.c.Mount(ctx, api.MountRequest{Thread: "t", Path: dir}); err != nil {
 		t.Fatal(err)
 	}
 	// A process, not this one, which serves the mount: it enters the
@@ -320,7 +321,7 @@ func TestInspectionMountNotInsideFUSE(t *testing.T) {
 	st := newSwapTree(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
-	if _, err := env.g.mountInspection(ctx, MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID); err != nil {
+	if _, err := env.g.mountInspection(ctx, api.MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(filepath.Join(st.base, "p"), filepath.Join(st.base, "r")); err != nil {
@@ -333,8 +334,8 @@ func TestInspectionMountNotInsideFUSE(t *testing.T) {
 	if err := os.Chown(inside, attackerUID, attackerUID); err != nil {
 		t.Fatal(err)
 	}
-	_, err := env.g.mountInspection(ctx, MountRequest{Thread: "other", Path: inside}, attackerUID)
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "FUSE") {
+	_, err := env.g.mountInspection(ctx, api.MountRequest{Thread: "other", Path: inside}, attackerUID)
+	if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "FUSE") {
 		t.Errorf("mount inside a moved inspection mount: got %v, want ErrInvalid (a FUSE mount)", err)
 	}
 	mustMounted(t, inside, false)

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/api"
 	"warren/internal/testenv"
 	"warren/meta"
 )
@@ -47,25 +48,25 @@ func TestInspectionMountChecks(t *testing.T) {
 		owner uint32
 		want  error
 	}{
-		{"relative", "rel/dir", 0, ErrInvalid},
-		{"missing", filepath.Join(base, "missing"), 0, ErrInvalid},
-		{"a file", file, 0, ErrInvalid},
-		{"not empty", nonEmpty, 0, ErrInvalid},
-		{"the data dir", env.cfg.DataDir, 0, ErrInvalid},
-		{"inside the data dir", inData, 0, ErrInvalid},
-		{"a link into the data dir", linkToData, 0, ErrInvalid},
-		{"a workspace mount point", filepath.Join(env.g.mntBase), 0, ErrInvalid},
-		{"owned by someone else", mk("theirs"), 4242, ErrForbidden},
+		{"relative", "rel/dir", 0, api.ErrInvalid},
+		{"missing", filepath.Join(base, "missing"), 0, api.ErrInvalid},
+		{"a file", file, 0, api.ErrInvalid},
+		{"not empty", nonEmpty, 0, api.ErrInvalid},
+		{"the data dir", env.cfg.DataDir, 0, api.ErrInvalid},
+		{"inside the data dir", inData, 0, api.ErrInvalid},
+		{"a link into the data dir", linkToData, 0, api.ErrInvalid},
+		{"a workspace mount point", filepath.Join(env.g.mntBase), 0, api.ErrInvalid},
+		{"owned by someone else", mk("theirs"), 4242, api.ErrForbidden},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := env.g.mountInspection(ctx, MountRequest{Thread: "t", Path: tt.path}, tt.owner)
+			_, err := env.g.mountInspection(ctx, api.MountRequest{Thread: "t", Path: tt.path}, tt.owner)
 			if !errors.Is(err, tt.want) {
 				t.Errorf("got %v, want %v", err, tt.want)
 			}
 		})
 	}
-	if _, err := env.c.Thread(ctx, "", "t"); !errors.Is(err, ErrNotFound) {
+	if _, err := env.c.Thread(ctx, "", "t"); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("a refused inspection mount bound the thread: %v", err)
 	}
 
@@ -76,8 +77,8 @@ func TestInspectionMountChecks(t *testing.T) {
 			testenv.CannotRun(t, "mount tmpfs: %v", err)
 		}
 		defer unix.Unmount(dir, unix.MNT_DETACH)
-		_, err := env.g.mountInspection(ctx, MountRequest{Thread: "t", Path: dir}, 0)
-		if !errors.Is(err, ErrConflict) {
+		_, err := env.g.mountInspection(ctx, api.MountRequest{Thread: "t", Path: dir}, 0)
+		if !errors.Is(err, api.ErrConflict) {
 			t.Errorf("got %v, want ErrConflict", err)
 		}
 	})
@@ -88,7 +89,7 @@ func TestInspectionMountLifecycle(t *testing.T) {
 	ctx := context.Background()
 	ro, rw := t.TempDir(), t.TempDir()
 
-	mi, err := env.c.Mount(ctx, MountRequest{Tenant: "acme", Thread: "t-1", Path: ro})
+	mi, err := env.c.Mount(ctx, api.MountRequest{Tenant: "acme", Thread: "t-1", Path: ro})
 	if err != nil {
 		t.Fatalf("mount: %v", err)
 	}
@@ -103,7 +104,7 @@ func TestInspectionMountLifecycle(t *testing.T) {
 	// Read-only in the mount table and to a write.
 	checkReadOnly(t, ro, true)
 
-	if _, err := env.c.Mount(ctx, MountRequest{Tenant: "acme", Thread: "t-1", Path: rw, Writable: true}); err != nil {
+	if _, err := env.c.Mount(ctx, api.MountRequest{Tenant: "acme", Thread: "t-1", Path: rw, Writable: true}); err != nil {
 		t.Fatalf("writable mount: %v", err)
 	}
 	checkReadOnly(t, rw, false)
@@ -118,7 +119,7 @@ func TestInspectionMountLifecycle(t *testing.T) {
 
 	// The same path again, for any thread, is a conflict, also when the
 	// mount there shows files.
-	if _, err := env.c.Mount(ctx, MountRequest{Thread: "other", Path: ro}); !errors.Is(err, ErrConflict) {
+	if _, err := env.c.Mount(ctx, api.MountRequest{Thread: "other", Path: ro}); !errors.Is(err, api.ErrConflict) {
 		t.Errorf("second mount at %s: got %v, want ErrConflict", ro, err)
 	}
 	ms, err := env.c.Mounts(ctx)
@@ -132,7 +133,7 @@ func TestInspectionMountLifecycle(t *testing.T) {
 	if isMounted(t, ro) {
 		t.Errorf("%s still mounted", ro)
 	}
-	if err := env.c.Unmount(ctx, ro); !errors.Is(err, ErrNotFound) {
+	if err := env.c.Unmount(ctx, ro); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("second unmount: got %v, want ErrNotFound", err)
 	}
 
@@ -159,7 +160,7 @@ func TestInspectionMountRestored(t *testing.T) {
 	leaky := &leakyMounter{}
 	env1 := startEnv(t, Config{DataDir: dataDir, Store: store, mounter: leaky})
 	t.Cleanup(leaky.closeAll)
-	if _, err := env1.c.Mount(ctx, MountRequest{Thread: "t", Path: dir, Writable: true}); err != nil {
+	if _, err := env1.c.Mount(ctx, api.MountRequest{Thread: "t", Path: dir, Writable: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := env1.g.Close(); err != nil {

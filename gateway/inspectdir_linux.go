@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/api"
 	"warren/fs"
 )
 
@@ -51,7 +52,7 @@ func statID(path string) (fileID, error) {
 // caller closes the descriptor.
 func walkNoLinks(path string, visit func(fd int, at string) error) (int, error) {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
-		return -1, fmt.Errorf("%w: %s is not an absolute, clean path", ErrInvalid, quote(path))
+		return -1, fmt.Errorf("%w: %s is not an absolute, clean path", api.ErrInvalid, quote(path))
 	}
 	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -83,13 +84,13 @@ func walkNoLinks(path string, visit func(fd int, at string) error) (int, error) 
 		unix.Close(fd)
 		switch {
 		case errors.Is(err, unix.ELOOP):
-			return -1, fmt.Errorf("%w: %s is a symbolic link; give the folder's real path", ErrInvalid, at)
+			return -1, fmt.Errorf("%w: %s is a symbolic link; give the folder's real path", api.ErrInvalid, at)
 		case errors.Is(err, unix.ENOTDIR):
-			return -1, fmt.Errorf("%w: %s is not a folder", ErrInvalid, at)
+			return -1, fmt.Errorf("%w: %s is not a folder", api.ErrInvalid, at)
 		case errors.Is(err, unix.ENOENT):
-			return -1, fmt.Errorf("%w: %s does not exist", ErrInvalid, at)
+			return -1, fmt.Errorf("%w: %s does not exist", api.ErrInvalid, at)
 		case err != nil:
-			return -1, fmt.Errorf("%w: open %s: %w", ErrInvalid, at, err)
+			return -1, fmt.Errorf("%w: open %s: %w", api.ErrInvalid, at, err)
 		}
 		fd = next
 		if at != path {
@@ -126,7 +127,7 @@ func notThroughFUSE(fd int, at string) error {
 		return err
 	}
 	if ok && (e.FSType == "fuse" || strings.HasPrefix(e.FSType, "fuse.") || strings.HasPrefix(e.FSType, "fuseblk")) {
-		return fmt.Errorf("%w: %s is a FUSE mount (%s); an inspection folder cannot lie in one", ErrInvalid, at, e.FSType)
+		return fmt.Errorf("%w: %s is a FUSE mount (%s); an inspection folder cannot lie in one", api.ErrInvalid, at, e.FSType)
 	}
 	return nil
 }
@@ -140,7 +141,7 @@ func notThroughFUSE(fd int, at string) error {
 // descriptor.
 func (g *Gateway) openInspectionDir(dir string, owner uint32) (int, string, error) {
 	if !filepath.IsAbs(dir) {
-		return -1, "", fmt.Errorf("%w: %s is not an absolute path", ErrInvalid, quote(dir))
+		return -1, "", fmt.Errorf("%w: %s is not an absolute path", api.ErrInvalid, quote(dir))
 	}
 	dir = filepath.Clean(dir)
 	fd, err := walkNoLinks(dir, func(fd int, at string) error {
@@ -150,9 +151,9 @@ func (g *Gateway) openInspectionDir(dir string, owner uint32) (int, string, erro
 		}
 		switch id {
 		case g.dataID:
-			return fmt.Errorf("%w: %s is inside the data folder %s", ErrInvalid, dir, g.dataDir)
+			return fmt.Errorf("%w: %s is inside the data folder %s", api.ErrInvalid, dir, g.dataDir)
 		case g.wsID:
-			return fmt.Errorf("%w: %s is inside the workspaces folder %s", ErrInvalid, dir, g.wsReal)
+			return fmt.Errorf("%w: %s is inside the workspaces folder %s", api.ErrInvalid, dir, g.wsReal)
 		}
 		return nil
 	})
@@ -174,10 +175,10 @@ func checkInspectionFd(fd int, dir string, owner uint32) error {
 		return fmt.Errorf("stat %s: %w", dir, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return fmt.Errorf("%w: %s is not a folder", ErrInvalid, dir)
+		return fmt.Errorf("%w: %s is not a folder", api.ErrInvalid, dir)
 	}
 	if owner != 0 && st.Uid != owner {
-		return fmt.Errorf("%w: %s belongs to uid %d, not to the caller (uid %d)", ErrForbidden, dir, st.Uid, owner)
+		return fmt.Errorf("%w: %s belongs to uid %d, not to the caller (uid %d)", api.ErrForbidden, dir, st.Uid, owner)
 	}
 	// A mount first: a mount's own files would make it "not empty", and a
 	// folder already served is a conflict, not a bad request.
@@ -186,7 +187,7 @@ func checkInspectionFd(fd int, dir string, owner uint32) error {
 		return fmt.Errorf("check whether %s is a mount: %w", dir, err)
 	}
 	if root {
-		return fmt.Errorf("%w: %s is a mount point already", ErrConflict, dir)
+		return fmt.Errorf("%w: %s is a mount point already", api.ErrConflict, dir)
 	}
 	return checkEmptyFd(fd, dir)
 }
@@ -196,7 +197,7 @@ func checkInspectionFd(fd int, dir string, owner uint32) error {
 func checkEmptyFd(fd int, dir string) error {
 	rfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("%w: open %s: %w", ErrInvalid, dir, err)
+		return fmt.Errorf("%w: open %s: %w", api.ErrInvalid, dir, err)
 	}
 	f := os.NewFile(uintptr(rfd), dir)
 	defer f.Close()
@@ -205,9 +206,9 @@ func checkEmptyFd(fd int, dir string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("%w: read %s: %w", ErrInvalid, dir, err)
+		return fmt.Errorf("%w: read %s: %w", api.ErrInvalid, dir, err)
 	}
-	return fmt.Errorf("%w: %s is not empty (it holds %q)", ErrInvalid, dir, names[0])
+	return fmt.Errorf("%w: %s is not empty (it holds %q)", api.ErrInvalid, dir, names[0])
 }
 
 // detachStaleInspection lazily unmounts the warren mounts a crashed daemon

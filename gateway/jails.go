@@ -8,6 +8,7 @@ import (
 	"sync"
 	"syscall"
 
+	"warren/api"
 	"warren/jail"
 	"warren/meta"
 )
@@ -62,7 +63,7 @@ func (js *jailSet) add(k meta.ThreadKey, tj *threadJail) error {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	if js.closed {
-		return ErrClosed
+		return api.ErrClosed
 	}
 	js.jails[k] = tj
 	return nil
@@ -186,7 +187,7 @@ func (g *Gateway) replaceDeadJail(k meta.ThreadKey, tj *threadJail, dead error) 
 	g.jails.remove(k, tj)
 	tj.close()
 	g.log.Warn("jail's init died: its commands ended; starting a new jail", "tenant", k.Tenant, "thread", k.Thread, "error", dead)
-	g.emit(Event{Type: EventJailReplaced, Tenant: k.Tenant, Thread: k.Thread,
+	g.emit(api.Event{Type: api.EventJailReplaced, Tenant: k.Tenant, Thread: k.Thread,
 		Message: "The jail of this thread ended unexpectedly, with every command and job in it. The next command starts a new jail."})
 }
 

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"warren/api"
 )
 
 // liveHeap is the bytes of live objects of this process, after two
@@ -25,13 +27,13 @@ func TestJobMemory(t *testing.T) {
 	env := startEnv(t, Config{MaxJobs: jobs})
 	c, ctx := env.c, jobCtx(t)
 	// The thread, its mount and its jail exist before the baseline.
-	if code, err := c.Exec(ctx, "acme", "mem", ExecRequest{Command: "true"}, nil, nil); err != nil || code != 0 {
+	if code, err := c.Exec(ctx, "acme", "mem", api.ExecRequest{Command: "true"}, nil, nil); err != nil || code != 0 {
 		t.Fatalf("first command: %d, %v", code, err)
 	}
 	before := liveHeap()
 	ids := make([]string, jobs)
 	for i := range ids {
-		info, err := c.Spawn(ctx, "acme", "mem", SpawnRequest{Command: fmt.Sprintf("head -c %d /dev/zero; exec sleep 600", written)})
+		info, err := c.Spawn(ctx, "acme", "mem", api.SpawnRequest{Command: fmt.Sprintf("head -c %d /dev/zero; exec sleep 600", written)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/api"
 	"warren/jail"
 	"warren/meta"
 )
@@ -70,7 +71,7 @@ func parseJobID(id string) (uint64, error) {
 	n, ok := strings.CutPrefix(id, "bash-")
 	seq, err := strconv.ParseUint(n, 10, 64)
 	if !ok || err != nil || seq == 0 || jobID(seq) != id {
-		return 0, fmt.Errorf("%w: %s is not a job id (bash-N)", ErrInvalid, quote(id))
+		return 0, fmt.Errorf("%w: %s is not a job id (bash-N)", api.ErrInvalid, quote(id))
 	}
 	return seq, nil
 }
@@ -194,12 +195,12 @@ func (jb *job) exitCode() *int {
 }
 
 // info is the API's view of a job this gateway has.
-func (jb *job) info() JobInfo {
+func (jb *job) info() api.JobInfo {
 	jb.mu.Lock()
 	rec := jb.rec
 	jb.mu.Unlock()
 	total, dropped := jb.out.Size()
-	return JobInfo{Job: rec, ID: jobID(jb.seq), Running: rec.Running, Ended: !rec.Running, OutputBytes: total, DroppedBytes: dropped}
+	return api.JobInfo{Job: rec, ID: jobID(jb.seq), Running: rec.Running, Ended: !rec.Running, OutputBytes: total, DroppedBytes: dropped}
 }
 
 // jobWriter takes a job's output: it keeps it and tells the stream.
@@ -214,7 +215,7 @@ func (w jobWriter) Write(p []byte) (int, error) {
 		for len(p) > 0 {
 			chunk := p[:min(len(p), jobEventChunk)]
 			p = p[len(chunk):]
-			w.g.emit(Event{Type: EventJobOutput, Tenant: w.jb.key.Tenant, Thread: w.jb.key.Thread,
+			w.g.emit(api.Event{Type: api.EventJobOutput, Tenant: w.jb.key.Tenant, Thread: w.jb.key.Thread,
 				Job: jobID(w.jb.seq), Data: string(chunk)})
 		}
 	}
@@ -321,7 +322,7 @@ func (g *Gateway) takeJobSlot(k meta.ThreadKey, s meta.Settings) error {
 	g.jobs.mu.Lock()
 	defer g.jobs.mu.Unlock()
 	if g.jobs.closed {
-		return ErrClosed
+		return api.ErrClosed
 	}
 	tj := g.jobs.threads[k]
 	if tj == nil {
@@ -330,7 +331,7 @@ func (g *Gateway) takeJobSlot(k meta.ThreadKey, s meta.Settings) error {
 	}
 	if tj.slots >= limit {
 		g.log.Warn("refused: job limit", "tenant", k.Tenant, "thread", k.Thread, "max_jobs", limit)
-		return &toolError{ErrJobLimit, fmt.Sprintf("This thread already runs %d background jobs, its limit (maxJobs). Wait for one to end, or stop one, before you start another.", limit)}
+		return &toolError{api.ErrJobLimit, fmt.Sprintf("This thread already runs %d background jobs, its limit (maxJobs). Wait for one to end, or stop one, before you start another.", limit)}
 	}
 	tj.slots++
 	g.jobs.wg.Add(1)
@@ -356,14 +357,14 @@ type runResult struct {
 
 // spawn starts a background job in a thread's jail and returns once it
 // runs and is recorded.
-func (g *Gateway) spawn(ctx context.Context, tenant, thread string, req SpawnRequest) (JobInfo, error) {
+func (g *Gateway) spawn(ctx context.Context, tenant, thread string, req api.SpawnRequest) (api.JobInfo, error) {
 	j, settings, k, cmd, err := g.commandIn(ctx, tenant, thread, req.Command, req.Run, req.Cwd, req.Env)
 	if err != nil {
-		return JobInfo{}, err
+		return api.JobInfo{}, err
 	}
 	jb, err := g.reserveJob(ctx, k, settings, req.Label, req.Command, req.User)
 	if err != nil {
-		return JobInfo{}, err
+		return api.JobInfo{}, err
 	}
 	stdin, stdinW := io.Pipe()
 	jb.stdin = stdinW
@@ -374,7 +375,7 @@ func (g *Gateway) spawn(ctx context.Context, tenant, thread string, req SpawnReq
 	out := jobWriter{g, jb}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Signals = stdin, out, out, jb.signals
 	cmd.Started = func(pid int, cgroup string) { started <- startInfo{pid, cgroup} }
-	g.emitJob(EventJobStarted, jb, nil, "")
+	g.emitJob(api.EventJobStarted, jb, nil, "")
 	go func() {
 		code, err := j.Run(runCtx, cmd)
 		result <- runResult{code, err}
@@ -388,7 +389,7 @@ func (g *Gateway) spawn(ctx context.Context, tenant, thread string, req SpawnReq
 		default:
 			// It never ran: nothing to record but the attempt.
 			g.abandonJob(jb, res.code)
-			return JobInfo{}, fmt.Errorf("spawn in %s: %w", keyName(k), res.err)
+			return api.JobInfo{}, fmt.Errorf("spawn in %s: %w", keyName(k), res.err)
 		}
 		result <- res
 	}
@@ -443,13 +444,13 @@ func (g *Gateway) abandonJob(jb *job, code int) {
 	jb.stdin.Close()
 	jb.out.Close()
 	g.releaseJobSlot(jb.key)
-	g.emitJob(EventJobEnded, jb, &code, "")
+	g.emitJob(api.EventJobEnded, jb, &code, "")
 }
 
 // adoptJob records a running job, keeps it, and follows it to its end,
 // which result tells. Its slot must be taken: the slot's count in
 // jobs.wg is the job's until finishJob ends.
-func (g *Gateway) adoptJob(jb *job, st startInfo, result chan runResult) (JobInfo, error) {
+func (g *Gateway) adoptJob(jb *job, st startInfo, result chan runResult) (api.JobInfo, error) {
 	rec := meta.Job{
 		ThreadKey: jb.key, Seq: jb.seq, Label: jb.label, User: jb.user,
 		HostID: g.cfg.HostID, Instance: g.instance, BackendID: strconv.Itoa(st.pid),
@@ -463,7 +464,7 @@ func (g *Gateway) adoptJob(jb *job, st startInfo, result chan runResult) (JobInf
 		// A job nobody can list must not run: end it.
 		jb.kill()
 		g.abandonJob(jb, (<-result).code)
-		return JobInfo{}, fmt.Errorf("record job %s of %s: %w", jobID(jb.seq), keyName(jb.key), err)
+		return api.JobInfo{}, fmt.Errorf("record job %s of %s: %w", jobID(jb.seq), keyName(jb.key), err)
 	}
 	jb.mu.Lock()
 	jb.rec = rec
@@ -551,7 +552,7 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 		logArgs = append(logArgs, "note", note)
 	}
 	g.log.Info("job ended", logArgs...)
-	g.emitJob(EventJobEnded, jb, &code, note)
+	g.emitJob(api.EventJobEnded, jb, &code, note)
 }
 
 // updateJob writes rec over the stored job, whatever revision is stored:
@@ -573,8 +574,8 @@ func (g *Gateway) updateJob(ctx context.Context, rec meta.Job) (meta.Job, error)
 }
 
 // emitJob tells the stream about a job.
-func (g *Gateway) emitJob(t EventType, jb *job, exit *int, note string) {
-	g.emit(Event{Type: t, Tenant: jb.key.Tenant, Thread: jb.key.Thread, Job: jobID(jb.seq),
+func (g *Gateway) emitJob(t api.EventType, jb *job, exit *int, note string) {
+	g.emit(api.Event{Type: t, Tenant: jb.key.Tenant, Thread: jb.key.Thread, Job: jobID(jb.seq),
 		Label: jb.label, User: jb.user, Exit: exit, Message: note})
 }
 
@@ -598,7 +599,7 @@ func (g *Gateway) localJob(p params) (*job, meta.ThreadKey, uint64, error) {
 
 // listJobs lists a thread's jobs from the store: those of every host and of
 // earlier runs of this one, running true only for those that run here.
-func (g *Gateway) listJobs(ctx context.Context, tenant, thread string) ([]JobInfo, error) {
+func (g *Gateway) listJobs(ctx context.Context, tenant, thread string) ([]api.JobInfo, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
 		return nil, err
@@ -607,7 +608,7 @@ func (g *Gateway) listJobs(ctx context.Context, tenant, thread string) ([]JobInf
 	if err != nil {
 		return nil, fmt.Errorf("jobs of %s: %w", keyName(k), err)
 	}
-	out := make([]JobInfo, 0, len(recs))
+	out := make([]api.JobInfo, 0, len(recs))
 	for _, rec := range recs {
 		out = append(out, g.jobInfo(k, rec))
 	}
@@ -615,7 +616,7 @@ func (g *Gateway) listJobs(ctx context.Context, tenant, thread string) ([]JobInf
 }
 
 // jobInfo shows a stored job, with what this gateway knows of it.
-func (g *Gateway) jobInfo(k meta.ThreadKey, rec meta.Job) JobInfo {
+func (g *Gateway) jobInfo(k meta.ThreadKey, rec meta.Job) api.JobInfo {
 	g.jobs.mu.Lock()
 	var jb *job
 	if tj := g.jobs.threads[k]; tj != nil {
@@ -625,21 +626,21 @@ func (g *Gateway) jobInfo(k meta.ThreadKey, rec meta.Job) JobInfo {
 	if jb != nil {
 		return jb.info()
 	}
-	return JobInfo{Job: rec, ID: jobID(rec.Seq), Ended: !rec.Running}
+	return api.JobInfo{Job: rec, ID: jobID(rec.Seq), Ended: !rec.Running}
 }
 
 // showJob returns one job of a thread.
-func (g *Gateway) showJob(ctx context.Context, tenant, thread, id string) (JobInfo, error) {
+func (g *Gateway) showJob(ctx context.Context, tenant, thread, id string) (api.JobInfo, error) {
 	_, k, seq, err := g.localJob(params{tenant: tenant, thread: thread, job: id})
 	if err != nil {
-		return JobInfo{}, err
+		return api.JobInfo{}, err
 	}
 	rec, err := g.store.GetJob(ctx, k, seq)
 	if errors.Is(err, meta.ErrNotFound) {
-		return JobInfo{}, fmt.Errorf("%w: no job %s in thread %s", ErrNotFound, id, keyName(k))
+		return api.JobInfo{}, fmt.Errorf("%w: no job %s in thread %s", api.ErrNotFound, id, keyName(k))
 	}
 	if err != nil {
-		return JobInfo{}, fmt.Errorf("job %s of %s: %w", id, keyName(k), err)
+		return api.JobInfo{}, fmt.Errorf("job %s of %s: %w", id, keyName(k), err)
 	}
 	return g.jobInfo(k, rec), nil
 }
@@ -647,18 +648,18 @@ func (g *Gateway) showJob(ctx context.Context, tenant, thread, id string) (JobIn
 // stopJob stops a running job: SIGTERM to its whole tree, SIGKILL after
 // grace. It returns once the job's end is recorded. A job that ended
 // already is returned as it is.
-func (g *Gateway) stopJob(ctx context.Context, tenant, thread, id string, grace time.Duration) (JobInfo, error) {
+func (g *Gateway) stopJob(ctx context.Context, tenant, thread, id string, grace time.Duration) (api.JobInfo, error) {
 	jb, _, _, err := g.localJob(params{tenant: tenant, thread: thread, job: id})
 	if err != nil {
-		return JobInfo{}, err
+		return api.JobInfo{}, err
 	}
 	if jb == nil {
 		info, err := g.showJob(ctx, tenant, thread, id)
 		if err != nil {
-			return JobInfo{}, err
+			return api.JobInfo{}, err
 		}
 		if !info.Ended {
-			return JobInfo{}, fmt.Errorf("%w: job %s does not run on this host (it ran on %s), which cannot stop it", ErrConflict, id, hostName(info.HostID))
+			return api.JobInfo{}, fmt.Errorf("%w: job %s does not run on this host (it ran on %s), which cannot stop it", api.ErrConflict, id, hostName(info.HostID))
 		}
 		return info, nil
 	}
@@ -675,10 +676,10 @@ func (g *Gateway) stopJob(ctx context.Context, tenant, thread, id string, grace 
 		select {
 		case <-jb.done:
 		case <-ctx.Done():
-			return JobInfo{}, ctx.Err()
+			return api.JobInfo{}, ctx.Err()
 		}
 	case <-ctx.Done():
-		return JobInfo{}, ctx.Err()
+		return api.JobInfo{}, ctx.Err()
 	}
 	g.log.Info("job stopped", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", id)
 	return jb.info(), nil
@@ -739,7 +740,7 @@ func (g *Gateway) noteLeftJobs(ctx context.Context, k meta.ThreadKey, logged str
 			continue
 		}
 		g.log.Info(logged, "tenant", k.Tenant, "thread", k.Thread, "job", jobID(rec.Seq), "note", text)
-		g.emit(Event{Type: EventJobEnded, Tenant: k.Tenant, Thread: k.Thread, Job: jobID(rec.Seq),
+		g.emit(api.Event{Type: api.EventJobEnded, Tenant: k.Tenant, Thread: k.Thread, Job: jobID(rec.Seq),
 			Label: rec.Label, User: rec.User, Exit: exit, Message: text})
 	}
 }

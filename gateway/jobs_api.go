@@ -7,12 +7,14 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"warren/api"
 )
 
 // The API of background jobs (jobs.go).
 
 func (g *Gateway) handleSpawn(r *http.Request, p params) (any, error) {
-	var req SpawnRequest
+	var req api.SpawnRequest
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
@@ -20,7 +22,7 @@ func (g *Gateway) handleSpawn(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return JobResponse{Job: info}, nil
+	return api.JobResponse{Job: info}, nil
 }
 
 func (g *Gateway) handleJobs(r *http.Request, p params) (any, error) {
@@ -31,7 +33,7 @@ func (g *Gateway) handleJobs(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return JobsResponse{Jobs: jobs}, nil
+	return api.JobsResponse{Jobs: jobs}, nil
 }
 
 func (g *Gateway) handleJob(r *http.Request, p params) (any, error) {
@@ -42,16 +44,16 @@ func (g *Gateway) handleJob(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return JobResponse{Job: info}, nil
+	return api.JobResponse{Job: info}, nil
 }
 
 func (g *Gateway) handleStopJob(r *http.Request, p params) (any, error) {
-	var req StopJobRequest
+	var req api.StopJobRequest
 	if err := decodeBody(r, &req, true); err != nil {
 		return nil, err
 	}
 	if req.GraceSeconds < 0 || req.GraceSeconds > maxStopGrace.Seconds() {
-		return nil, fmt.Errorf("%w: graceSeconds must be between 0 and %v", ErrInvalid, maxStopGrace.Seconds())
+		return nil, fmt.Errorf("%w: graceSeconds must be between 0 and %v", api.ErrInvalid, maxStopGrace.Seconds())
 	}
 	grace := DefaultStopGrace
 	if req.GraceSeconds > 0 {
@@ -61,11 +63,11 @@ func (g *Gateway) handleStopJob(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return JobResponse{Job: info}, nil
+	return api.JobResponse{Job: info}, nil
 }
 
 func (g *Gateway) handleJobStdin(r *http.Request, p params) (any, error) {
-	var req ExecStdinRequest
+	var req api.ExecStdinRequest
 	if err := decodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
@@ -74,25 +76,25 @@ func (g *Gateway) handleJobStdin(r *http.Request, p params) (any, error) {
 		return nil, err
 	}
 	if jb == nil {
-		return nil, fmt.Errorf("%w: no job %s runs in thread %s on this host", ErrNotFound, p.job, keyName(k))
+		return nil, fmt.Errorf("%w: no job %s runs in thread %s on this host", api.ErrNotFound, p.job, keyName(k))
 	}
 	jb.stdinMu.Lock()
 	defer jb.stdinMu.Unlock()
 	if req.Data != "" {
 		if _, err := io.WriteString(jb.stdin, req.Data); err != nil {
-			return nil, fmt.Errorf("%w: the input of %s is closed", ErrConflict, p.job)
+			return nil, fmt.Errorf("%w: the input of %s is closed", api.ErrConflict, p.job)
 		}
 	}
 	if req.Close {
 		jb.stdin.Close()
 	}
-	return JobResponse{Job: jb.info()}, nil
+	return api.JobResponse{Job: jb.info()}, nil
 }
 
 // handleBackground moves a running exec to the background. At the job
 // limit it is refused and the exec goes on in the foreground.
 func (g *Gateway) handleBackground(r *http.Request, p params) (any, error) {
-	var req BackgroundRequest
+	var req api.BackgroundRequest
 	if err := decodeBody(r, &req, true); err != nil {
 		return nil, err
 	}
@@ -104,7 +106,7 @@ func (g *Gateway) handleBackground(r *http.Request, p params) (any, error) {
 	select {
 	case re.moves <- mv:
 	case <-re.ended:
-		return nil, fmt.Errorf("%w: %s has ended", ErrNotFound, p.exec)
+		return nil, fmt.Errorf("%w: %s has ended", api.ErrNotFound, p.exec)
 	case <-r.Context().Done():
 		return nil, r.Context().Err()
 	}
@@ -112,7 +114,7 @@ func (g *Gateway) handleBackground(r *http.Request, p params) (any, error) {
 	if rep.err != nil {
 		return nil, rep.err
 	}
-	return JobResponse{Job: rep.job}, nil
+	return api.JobResponse{Job: rep.job}, nil
 }
 
 // jobOutputChunk bounds the data of one output frame.
@@ -126,13 +128,13 @@ func (g *Gateway) handleJobOutput(r *http.Request, p params) (any, error) {
 	offset := int64(0)
 	if v := q.Get("offset"); v != "" {
 		if offset, err = strconv.ParseInt(v, 10, 64); err != nil || offset < 0 {
-			return nil, fmt.Errorf("%w: offset %s is not a number of 0 or more", ErrInvalid, quote(v))
+			return nil, fmt.Errorf("%w: offset %s is not a number of 0 or more", api.ErrInvalid, quote(v))
 		}
 	}
 	follow := false
 	if v := q.Get("follow"); v != "" {
 		if follow, err = strconv.ParseBool(v); err != nil {
-			return nil, fmt.Errorf("%w: follow %s is not true or false", ErrInvalid, quote(v))
+			return nil, fmt.Errorf("%w: follow %s is not true or false", api.ErrInvalid, quote(v))
 		}
 	}
 	jb, k, _, err := g.localJob(p)
@@ -145,10 +147,10 @@ func (g *Gateway) handleJobOutput(r *http.Request, p params) (any, error) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("%w: the output of %s of thread %s is not kept on this host (it ran on %s, in another run of its gateway, or ended long ago)",
-			ErrNotFound, info.ID, keyName(k), hostName(info.HostID))
+			api.ErrNotFound, info.ID, keyName(k), hostName(info.HostID))
 	}
 	if total, _ := jb.out.Size(); offset > total {
-		return nil, fmt.Errorf("%w: offset %d is past the end of the output (%d bytes so far)", ErrInvalid, offset, total)
+		return nil, fmt.Errorf("%w: offset %d is past the end of the output (%d bytes so far)", api.ErrInvalid, offset, total)
 	}
 	return &jobOutputStream{jb: jb, offset: offset, follow: follow}, nil
 }
@@ -178,7 +180,7 @@ func (s *jobOutputStream) serveStream(w http.ResponseWriter, r *http.Request) {
 	for {
 		n, start, ended := s.jb.out.Read(off, buf)
 		if n > 0 {
-			f := JobFrame{Offset: start, Data: string(buf[:n])}
+			f := api.JobFrame{Offset: start, Data: string(buf[:n])}
 			if off >= 0 && start > off {
 				f.Dropped = start - off
 			}
@@ -192,12 +194,12 @@ func (s *jobOutputStream) serveStream(w http.ResponseWriter, r *http.Request) {
 			off = start
 		}
 		if ended {
-			enc.Encode(JobFrame{Offset: off, End: true, Exit: s.jb.exitCode()})
+			enc.Encode(api.JobFrame{Offset: off, End: true, Exit: s.jb.exitCode()})
 			flush()
 			return
 		}
 		if !s.follow {
-			enc.Encode(JobFrame{Offset: off})
+			enc.Encode(api.JobFrame{Offset: off})
 			flush()
 			return
 		}

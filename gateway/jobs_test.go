@@ -33,7 +33,7 @@ func readJob(t *testing.T, c *client.Client, thread, id string, follow bool) (da
 	t.Helper()
 	var buf strings.Builder
 	first := true
-	err := c.JobOutput(jobCtx(t), "acme", thread, id, 0, follow, func(f JobFrame) error {
+	err := c.JobOutput(jobCtx(t), "acme", thread, id, 0, follow, func(f api.JobFrame) error {
 		if f.Data != "" {
 			if first {
 				start, dropped, first = f.Offset, f.Dropped, false
@@ -54,7 +54,7 @@ func readJob(t *testing.T, c *client.Client, thread, id string, follow bool) (da
 }
 
 // waitJobEnd waits until job id of thread ended and returns it.
-func waitJobEnd(t *testing.T, c *client.Client, thread, id string) JobInfo {
+func waitJobEnd(t *testing.T, c *client.Client, thread, id string) api.JobInfo {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		info, err := c.Job(jobCtx(t), "acme", thread, id)
@@ -79,7 +79,7 @@ func TestJobBasics(t *testing.T) {
 	c, ctx := env.c, jobCtx(t)
 
 	start := time.Now()
-	j1, err := c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: `echo "$WHO in $(pwd)"; read line; echo "got $line"; exit 3`,
+	j1, err := c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: `echo "$WHO in $(pwd)"; read line; echo "got $line"; exit 3`,
 		Cwd: "sub/..", Env: map[string]string{"WHO": "job"}, User: "ana", Label: "greeter"})
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +99,7 @@ func TestJobBasics(t *testing.T) {
 		t.Errorf("output %q from %d (dropped %d), exit %v", out, startOff, dropped, exit)
 	}
 
-	j2, err := c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: "true"})
+	j2, err := c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: "true"})
 	if err != nil || j2.ID != "bash-2" || j2.Label != "true" {
 		t.Fatalf("second job: %+v, %v", j2, err)
 	}
@@ -109,22 +109,22 @@ func TestJobBasics(t *testing.T) {
 		t.Errorf("jobs: %+v, %v", jobs, err)
 	}
 	// Another thread counts its own jobs.
-	if j, err := c.Spawn(ctx, "acme", "t2", SpawnRequest{Command: "true"}); err != nil || j.ID != "bash-1" {
+	if j, err := c.Spawn(ctx, "acme", "t2", api.SpawnRequest{Command: "true"}); err != nil || j.ID != "bash-1" {
 		t.Errorf("first job of another thread: %+v, %v", j, err)
 	}
 
-	for _, bad := range []SpawnRequest{{}, {Command: "true", Cwd: "../.."}, {Command: "true", Env: map[string]string{"AGENT": "0"}}} {
+	for _, bad := range []api.SpawnRequest{{}, {Command: "true", Cwd: "../.."}, {Command: "true", Env: map[string]string{"AGENT": "0"}}} {
 		if _, err := c.Spawn(ctx, "acme", "t1", bad); err == nil {
 			t.Errorf("spawn %+v: no error", bad)
 		}
 	}
-	if _, err := c.Job(ctx, "acme", "t1", "bash-9"); !errors.Is(err, ErrNotFound) {
+	if _, err := c.Job(ctx, "acme", "t1", "bash-9"); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("a job that never was: %v", err)
 	}
-	if _, err := c.Job(ctx, "acme", "t1", "bash-01"); !errors.Is(err, ErrInvalid) {
+	if _, err := c.Job(ctx, "acme", "t1", "bash-01"); !errors.Is(err, api.ErrInvalid) {
 		t.Errorf("a malformed job id: %v", err)
 	}
-	if err := c.JobOutput(ctx, "acme", "t1", "bash-1", 1<<40, false, func(JobFrame) error { return nil }); !errors.Is(err, ErrInvalid) {
+	if err := c.JobOutput(ctx, "acme", "t1", "bash-1", 1<<40, false, func(api.JobFrame) error { return nil }); !errors.Is(err, api.ErrInvalid) {
 		t.Errorf("an offset past the end: %v", err)
 	}
 }
@@ -136,14 +136,14 @@ func TestJobLimit(t *testing.T) {
 	env := startEnv(t, Config{})
 	c, ctx := env.c, jobCtx(t)
 	for i := 1; i <= 8; i++ {
-		if _, err := c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: fmt.Sprintf("echo job %d; exec sleep 300", i)}); err != nil {
+		if _, err := c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: fmt.Sprintf("echo job %d; exec sleep 300", i)}); err != nil {
 			t.Fatalf("job %d: %v", i, err)
 		}
 	}
-	_, err := c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: "echo ninth"})
-	var apiErr *APIError
+	_, err := c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: "echo ninth"})
+	var apiErr *api.APIError
 	const limitMsg = "This thread already runs 8 background jobs, its limit (maxJobs). Wait for one to end, or stop one, before you start another."
-	if !errors.Is(err, ErrJobLimit) || !errors.As(err, &apiErr) || apiErr.Status != http.StatusTooManyRequests || apiErr.Message != limitMsg {
+	if !errors.Is(err, api.ErrJobLimit) || !errors.As(err, &apiErr) || apiErr.Status != http.StatusTooManyRequests || apiErr.Message != limitMsg {
 		t.Fatalf("ninth job: %v", err)
 	}
 	jobs, err := c.Jobs(ctx, "acme", "t1")
@@ -167,12 +167,12 @@ func TestJobLimit(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		var out bytes.Buffer
-		code, err := c.ExecStream(ctx, "acme", "t1", ExecRequest{Command: "echo fg; sleep 1; echo still fg"},
+		code, err := c.ExecStream(ctx, "acme", "t1", api.ExecRequest{Command: "echo fg; sleep 1; echo still fg"},
 			func(id string) { ids <- id }, &out, nil)
 		done <- result{code, err, out.String()}
 	}()
 	id := <-ids
-	if _, err := c.Background(ctx, "acme", "t1", id, BackgroundRequest{User: "ana"}); !errors.Is(err, ErrJobLimit) || !errors.As(err, &apiErr) || apiErr.Message != limitMsg {
+	if _, err := c.Background(ctx, "acme", "t1", id, api.BackgroundRequest{User: "ana"}); !errors.Is(err, api.ErrJobLimit) || !errors.As(err, &apiErr) || apiErr.Message != limitMsg {
 		t.Fatalf("moving an exec at the limit: %v", err)
 	}
 	if r := <-done; r.err != nil || r.code != 0 || r.out != "fg\nstill fg\n" {
@@ -185,12 +185,12 @@ func TestJobLimit(t *testing.T) {
 	}
 	go func() {
 		var out bytes.Buffer
-		code, err := c.ExecStream(ctx, "acme", "t1", ExecRequest{Command: "echo before; sleep 0.5; echo after; exit 5", OpenStdin: true},
+		code, err := c.ExecStream(ctx, "acme", "t1", api.ExecRequest{Command: "echo before; sleep 0.5; echo after; exit 5", OpenStdin: true},
 			func(id string) { ids <- id }, &out, nil)
 		done <- result{code, err, out.String()}
 	}()
 	id = <-ids
-	moved, err := c.Background(ctx, "acme", "t1", id, BackgroundRequest{User: "bo"})
+	moved, err := c.Background(ctx, "acme", "t1", id, api.BackgroundRequest{User: "bo"})
 	if err != nil || moved.ID != "bash-9" || moved.User != "bo" || !moved.Running {
 		t.Fatalf("move: %+v, %v", moved, err)
 	}
@@ -199,7 +199,7 @@ func TestJobLimit(t *testing.T) {
 	if !errors.As(r.err, &mv) || mv.Job != "bash-9" {
 		t.Errorf("the moved exec's answer: exit %d, %v", r.code, r.err)
 	}
-	if _, err := c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: "true"}); !errors.Is(err, ErrJobLimit) {
+	if _, err := c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: "true"}); !errors.Is(err, api.ErrJobLimit) {
 		t.Errorf("a job while the moved exec fills the limit: %v", err)
 	}
 	info := waitJobEnd(t, c, "t1", "bash-9")
@@ -218,7 +218,7 @@ func TestJobOutputKept(t *testing.T) {
 	c, ctx := env.c, jobCtx(t)
 	// 3276800 lines of 16 bytes: 50 MiB, every line different.
 	const lines, width = 3276800, 16
-	if _, err := c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: fmt.Sprintf("seq -f %%015.0f 0 %d", lines-1)}); err != nil {
+	if _, err := c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: fmt.Sprintf("seq -f %%015.0f 0 %d", lines-1)}); err != nil {
 		t.Fatal(err)
 	}
 	info := waitJobEnd(t, c, "t1", "bash-1")
@@ -258,7 +258,7 @@ func TestJobFollowers(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bound.MountPath, "lines"), lines, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: "sleep 0.3; cat lines"}); err != nil {
+	if _, err := c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: "sleep 0.3; cat lines"}); err != nil {
 		t.Fatal(err)
 	}
 	// The stalled reader asks to follow and never reads.
@@ -283,7 +283,7 @@ func TestJobFollowers(t *testing.T) {
 			var got, lost int64
 			next := int64(0)
 			var carry []byte
-			err := c.JobOutput(ctx, "acme", "t1", "bash-1", 0, true, func(fr JobFrame) error {
+			err := c.JobOutput(ctx, "acme", "t1", "bash-1", 0, true, func(fr api.JobFrame) error {
 				if fr.Data == "" {
 					return nil
 				}
@@ -347,7 +347,7 @@ func offsetLine(b []byte, off int64) []byte {
 func TestJobStopTree(t *testing.T) {
 	env := startEnv(t, Config{})
 	c, ctx := env.c, jobCtx(t)
-	if _, err := c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: `setsid sh -c 'trap "" TERM; exec sleep 314' </dev/null >/dev/null 2>&1 &
+	if _, err := c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: `setsid sh -c 'trap "" TERM; exec sleep 314' </dev/null >/dev/null 2>&1 &
 trap 'echo bye; exit 0' TERM; echo up; while :; do sleep 0.05; done`}); err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +366,7 @@ trap 'echo bye; exit 0' TERM; echo up; while :; do sleep 0.05; done`}); err != n
 	t.Logf("stopped in %v", time.Since(start))
 
 	// A job that ignores SIGTERM is killed after the grace.
-	if _, err := c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: `trap '' TERM; echo up; exec sleep 315`}); err != nil {
+	if _, err := c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: `trap '' TERM; echo up; exec sleep 315`}); err != nil {
 		t.Fatal(err)
 	}
 	waitLine(t, c, "t1", "bash-2", "up\n")
@@ -420,7 +420,7 @@ func TestJobRestart(t *testing.T) {
 	env := startEnv(t, cfg)
 	ctx := jobCtx(t)
 	for range 2 {
-		if _, err := env.c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: "sleep 300"}); err != nil {
+		if _, err := env.c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: "sleep 300"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -463,7 +463,7 @@ func TestJobRestart(t *testing.T) {
 		if (run == 0) != (notes == 1) || notes > 1 {
 			t.Errorf("run %d: %d restart notes", run, notes)
 		}
-		j, err := env.c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: "true"})
+		j, err := env.c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: "true"})
 		if wantID := jobID(other + 1 + uint64(run)); err != nil || j.ID != wantID {
 			t.Errorf("run %d: new job %+v, %v; want %s", run, j, err, wantID)
 		}
@@ -481,8 +481,8 @@ func TestJobEvents(t *testing.T) {
 	c := env.c
 	ctx, cancel := context.WithCancel(jobCtx(t))
 	defer cancel()
-	evs := make(chan Event, 4096)
-	go c.Events(ctx, "acme", "t1", func(ev Event) error { evs <- ev; return nil })
+	evs := make(chan api.Event, 4096)
+	go c.Events(ctx, "acme", "t1", func(ev api.Event) error { evs <- ev; return nil })
 	// The stream may not be subscribed yet: bind until its event shows.
 	for subscribed := false; !subscribed; {
 		c.CloseThread(ctx, "acme", "t1")
@@ -496,7 +496,7 @@ func TestJobEvents(t *testing.T) {
 	for len(evs) > 0 {
 		<-evs
 	}
-	if _, err := c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: `for i in $(seq 1 300); do echo line $i; done; exit 7`, User: "ana"}); err != nil {
+	if _, err := c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: `for i in $(seq 1 300); do echo line $i; done; exit 7`, User: "ana"}); err != nil {
 		t.Fatal(err)
 	}
 	var want strings.Builder
@@ -506,7 +506,7 @@ func TestJobEvents(t *testing.T) {
 	var got strings.Builder
 	var seq uint64
 	for state := "started"; state != "done"; {
-		var ev Event
+		var ev api.Event
 		select {
 		case ev = <-evs:
 		case <-time.After(30 * time.Second):
@@ -517,11 +517,11 @@ func TestJobEvents(t *testing.T) {
 		}
 		seq = ev.Seq
 		switch {
-		case state == "started" && ev.Type == EventJobStarted && ev.User == "ana":
+		case state == "started" && ev.Type == api.EventJobStarted && ev.User == "ana":
 			state = "output"
-		case state == "output" && ev.Type == EventJobOutput:
+		case state == "output" && ev.Type == api.EventJobOutput:
 			got.WriteString(ev.Data)
-		case state == "output" && ev.Type == EventJobEnded && ev.Exit != nil && *ev.Exit == 7 && ev.User == "ana":
+		case state == "output" && ev.Type == api.EventJobEnded && ev.Exit != nil && *ev.Exit == 7 && ev.User == "ana":
 			state = "done"
 		default:
 			t.Fatalf("event %+v in state %s", ev, state)
@@ -545,7 +545,7 @@ func TestCloseWithJobs(t *testing.T) {
 		}
 		return ti.State, ti.Mounted
 	}
-	if _, err := c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: "echo started; sleep 1; echo done"}); err != nil {
+	if _, err := c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: "echo started; sleep 1; echo done"}); err != nil {
 		t.Fatal(err)
 	}
 	waitLine(t, c, "t1", "bash-1", "started\n")
@@ -569,14 +569,14 @@ func TestCloseWithJobs(t *testing.T) {
 	}
 
 	// Bound again while its job runs: it stays up after the job.
-	if _, err := c.Spawn(ctx, "acme", "t2", SpawnRequest{Command: "sleep 0.5"}); err != nil {
+	if _, err := c.Spawn(ctx, "acme", "t2", api.SpawnRequest{Command: "sleep 0.5"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.CloseThread(ctx, "acme", "t2"); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if code, err := c.Exec(ctx, "acme", "t2", ExecRequest{Command: "echo back"}, &out, nil); err != nil || code != 0 || out.String() != "back\n" {
+	if code, err := c.Exec(ctx, "acme", "t2", api.ExecRequest{Command: "echo back"}, &out, nil); err != nil || code != 0 || out.String() != "back\n" {
 		t.Fatalf("exec on a closed thread: %d, %v, %q", code, err, out.String())
 	}
 	waitJobEnd(t, c, "t2", "bash-1")

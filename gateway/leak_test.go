@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"warren/api"
 	"warren/internal/testenv"
 )
 
@@ -78,26 +79,26 @@ func loadAndClose(t *testing.T, base string, round int) {
 	calls.Add(1)
 	go func() {
 		defer calls.Done()
-		c.Events(ctx, "", "", func(Event) error { return nil })
+		c.Events(ctx, "", "", func(api.Event) error { return nil })
 	}()
 	waitSubscribers(t, env.g, 1)
 
 	// A job that ends, and one that runs at Close, followed.
-	ended, err := c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: "echo done; exit 3"})
+	ended, err := c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: "echo done; exit 3"})
 	if err != nil {
 		t.Fatalf("spawn: %v", err)
 	}
-	if err := c.JobOutput(ctx, "acme", "t1", ended.ID, 0, true, func(JobFrame) error { return nil }); err != nil {
+	if err := c.JobOutput(ctx, "acme", "t1", ended.ID, 0, true, func(api.JobFrame) error { return nil }); err != nil {
 		t.Fatalf("follow job %s: %v", ended.ID, err)
 	}
-	running, err := c.Spawn(ctx, "acme", "t1", SpawnRequest{Command: "echo up; exec sleep 300"})
+	running, err := c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: "echo up; exec sleep 300"})
 	if err != nil {
 		t.Fatalf("spawn: %v", err)
 	}
 	calls.Add(1)
 	go func() {
 		defer calls.Done()
-		c.JobOutput(ctx, "acme", "t1", running.ID, 0, true, func(JobFrame) error { return nil })
+		c.JobOutput(ctx, "acme", "t1", running.ID, 0, true, func(api.JobFrame) error { return nil })
 	}()
 
 	// A command that runs at Close.
@@ -105,7 +106,7 @@ func loadAndClose(t *testing.T, base string, round int) {
 	calls.Add(1)
 	go func() {
 		defer calls.Done()
-		c.ExecStream(ctx, "acme", "t1", ExecRequest{Command: "exec sleep 300", OpenStdin: true},
+		c.ExecStream(ctx, "acme", "t1", api.ExecRequest{Command: "exec sleep 300", OpenStdin: true},
 			func(string) { close(started) }, nil, nil)
 	}()
 	select {
@@ -115,13 +116,13 @@ func loadAndClose(t *testing.T, base string, round int) {
 	}
 
 	// An inspection mount.
-	if _, err := c.Mount(ctx, MountRequest{Tenant: "acme", Thread: "t1", Path: inspect}); err != nil {
+	if _, err := c.Mount(ctx, api.MountRequest{Tenant: "acme", Thread: "t1", Path: inspect}); err != nil {
 		t.Fatalf("inspection mount: %v", err)
 	}
 
 	// A thread closed while its job runs, whose job then ends: its jail
 	// and mount go after it (closeIdle), racing the Close below.
-	idle, err := c.Spawn(ctx, "acme", "t2", SpawnRequest{Command: "exec sleep 300"})
+	idle, err := c.Spawn(ctx, "acme", "t2", api.SpawnRequest{Command: "exec sleep 300"})
 	if err != nil {
 		t.Fatalf("spawn: %v", err)
 	}
@@ -147,9 +148,9 @@ func loadAndClose(t *testing.T, base string, round int) {
 			for n := 0; ; n++ {
 				var err error
 				if n%2 == 0 {
-					_, err = c.Exec(ctx, "acme", thread, ExecRequest{Command: "true"}, nil, nil)
+					_, err = c.Exec(ctx, "acme", thread, api.ExecRequest{Command: "true"}, nil, nil)
 				} else {
-					_, err = c.Spawn(ctx, "acme", thread, SpawnRequest{Command: "true"})
+					_, err = c.Spawn(ctx, "acme", thread, api.SpawnRequest{Command: "true"})
 				}
 				if n == 1 {
 					once.Do(churned.Done) // it runs, a spawn ran too

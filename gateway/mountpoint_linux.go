@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/api"
 	"warren/fs"
 	"warren/meta"
 )
@@ -108,7 +109,7 @@ func (g *Gateway) prepareMountPoint(k meta.ThreadKey, path string, undo *undoSta
 	} else if mounted {
 		// Reading it would reach into a mount: refuse rather than cover
 		// or disturb it.
-		return fmt.Errorf("mount point %s: %w: something is mounted there", path, ErrConflict)
+		return fmt.Errorf("mount point %s: %w: something is mounted there", path, api.ErrConflict)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)

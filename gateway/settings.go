@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 
+	"warren/api"
 	"warren/jail"
 	"warren/meta"
 )
@@ -36,31 +37,31 @@ func checkSettings(s meta.Settings) error {
 	switch s.Network {
 	case "", "none", "host":
 	default:
-		return fmt.Errorf("%w: settings: network %s is neither none nor host", ErrInvalid, quote(s.Network))
+		return fmt.Errorf("%w: settings: network %s is neither none nor host", api.ErrInvalid, quote(s.Network))
 	}
 	if s.MemoryBytes != 0 && s.MemoryBytes < minMemoryBytes {
-		return fmt.Errorf("%w: settings: memoryBytes %d is below %d", ErrInvalid, s.MemoryBytes, minMemoryBytes)
+		return fmt.Errorf("%w: settings: memoryBytes %d is below %d", api.ErrInvalid, s.MemoryBytes, minMemoryBytes)
 	}
 	if s.MemoryBytes < 0 {
-		return fmt.Errorf("%w: settings: memoryBytes is negative", ErrInvalid)
+		return fmt.Errorf("%w: settings: memoryBytes is negative", api.ErrInvalid)
 	}
 	if s.MaxProcs != 0 && (s.MaxProcs < minMaxProcs || s.MaxProcs > maxMaxProcs) {
-		return fmt.Errorf("%w: settings: maxProcs %d is not between %d and %d", ErrInvalid, s.MaxProcs, minMaxProcs, maxMaxProcs)
+		return fmt.Errorf("%w: settings: maxProcs %d is not between %d and %d", api.ErrInvalid, s.MaxProcs, minMaxProcs, maxMaxProcs)
 	}
 	if err := checkCPUMillis(s.CPUMillis); err != nil {
-		return fmt.Errorf("%w: settings: cpuMillis %w", ErrInvalid, err)
+		return fmt.Errorf("%w: settings: cpuMillis %w", api.ErrInvalid, err)
 	}
 	if s.MaxJobs != 0 && (s.MaxJobs < 1 || s.MaxJobs > maxMaxJobs) {
-		return fmt.Errorf("%w: settings: maxJobs %d is not between 1 and %d", ErrInvalid, s.MaxJobs, maxMaxJobs)
+		return fmt.Errorf("%w: settings: maxJobs %d is not between 1 and %d", api.ErrInvalid, s.MaxJobs, maxMaxJobs)
 	}
 	if s.DiskBytes != 0 && s.DiskBytes < minDiskBytes {
-		return fmt.Errorf("%w: settings: diskBytes %d is below %d", ErrInvalid, s.DiskBytes, minDiskBytes)
+		return fmt.Errorf("%w: settings: diskBytes %d is below %d", api.ErrInvalid, s.DiskBytes, minDiskBytes)
 	}
 	if err := checkEnvSize("settings: env", s.Env); err != nil {
 		return err
 	}
 	if _, err := jail.Env(s.Env, nil); err != nil {
-		return fmt.Errorf("%w: settings: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: settings: %v", api.ErrInvalid, err)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"warren/api"
 	"warren/fs"
 	"warren/jail"
 	"warren/meta"
@@ -50,7 +51,7 @@ func (ts *threadSet) add(k meta.ThreadKey, m io.Closer) error {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if ts.closed {
-		return ErrClosed
+		return api.ErrClosed
 	}
 	ts.mounts[k] = &threadMount{mount: m}
 	return nil
@@ -160,19 +161,19 @@ func (ts *threadSet) drain() map[meta.ThreadKey]io.Closer {
 // threadKey checks a client's ids and applies the tenant default.
 func threadKey(tenant, thread string) (meta.ThreadKey, error) {
 	if tenant == "" {
-		tenant = DefaultTenant
+		tenant = api.DefaultTenant
 	}
 	if thread == "" {
-		return meta.ThreadKey{}, fmt.Errorf("%w: empty thread id", ErrInvalid)
+		return meta.ThreadKey{}, fmt.Errorf("%w: empty thread id", api.ErrInvalid)
 	}
 	for _, id := range []struct{ name, v string }{{"tenant", tenant}, {"thread", thread}} {
-		if len(id.v) > MaxIDBytes {
-			return meta.ThreadKey{}, fmt.Errorf("%w: %s id is %d bytes, more than %d", ErrInvalid, id.name, len(id.v), MaxIDBytes)
+		if len(id.v) > api.MaxIDBytes {
+			return meta.ThreadKey{}, fmt.Errorf("%w: %s id is %d bytes, more than %d", api.ErrInvalid, id.name, len(id.v), api.MaxIDBytes)
 		}
 		// JSON replaces invalid UTF-8 with U+FFFD: a client could not read
 		// its own id back, and two ids could look alike in every answer.
 		if !utf8.ValidString(id.v) {
-			return meta.ThreadKey{}, fmt.Errorf("%w: %s id is not valid UTF-8", ErrInvalid, id.name)
+			return meta.ThreadKey{}, fmt.Errorf("%w: %s id is not valid UTF-8", api.ErrInvalid, id.name)
 		}
 	}
 	return meta.ThreadKey{Tenant: tenant, Thread: thread}, nil
@@ -192,7 +193,7 @@ func (g *Gateway) threadPaths(k meta.ThreadKey) (root, mountPath string, err err
 }
 
 // bind binds thread k (lazily, idempotently) and returns its binding.
-func (g *Gateway) bind(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+func (g *Gateway) bind(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
 	return g.bindWith(ctx, tenant, thread, nil)
 }
 
@@ -201,26 +202,26 @@ func (g *Gateway) bind(ctx context.Context, tenant, thread string) (ThreadInfo, 
 // apply to the next command; a running jail whose network or limits would
 // change is not restarted behind its commands' backs: the call is refused
 // until the thread is closed.
-func (g *Gateway) bindWith(ctx context.Context, tenant, thread string, settings *meta.Settings) (ThreadInfo, error) {
+func (g *Gateway) bindWith(ctx context.Context, tenant, thread string, settings *meta.Settings) (api.ThreadInfo, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
-		return ThreadInfo{}, err
+		return api.ThreadInfo{}, err
 	}
 	if settings != nil {
 		if err := checkSettings(*settings); err != nil {
-			return ThreadInfo{}, err
+			return api.ThreadInfo{}, err
 		}
 		s := cloneSettings(*settings)
 		settings = &s
 	}
 	unlock, err := g.threads.locks.lock(ctx, k)
 	if err != nil {
-		return ThreadInfo{}, fmt.Errorf("bind %s: %w", keyName(k), err)
+		return api.ThreadInfo{}, fmt.Errorf("bind %s: %w", keyName(k), err)
 	}
 	defer unlock()
 	b, err := g.bindLocked(ctx, k, settings)
 	if err != nil {
-		return ThreadInfo{}, err
+		return api.ThreadInfo{}, err
 	}
 	return g.info(b), nil
 }
@@ -275,7 +276,7 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 		}
 		g.setClosing(k, false)
 		g.log.Info("thread bound again while its jobs ran", "tenant", k.Tenant, "thread", k.Thread)
-		g.emit(Event{Type: EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx), Message: "bound again; it was kept mounted for its jobs"})
+		g.emit(api.Event{Type: api.EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx), Message: "bound again; it was kept mounted for its jobs"})
 		return b, nil
 	}
 	if found && old.State == meta.StateBound && g.mounted(k) && !moved {
@@ -383,7 +384,7 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	}
 	undo.done()
 	g.log.Info("thread bound", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
-	g.emit(Event{Type: EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
+	g.emit(api.Event{Type: api.EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
 		Message: "mounted at " + mountPath})
 	if fresh && g.cfg.SeedCommand != "" {
 		g.seed(ctx, b)
@@ -422,7 +423,7 @@ func (g *Gateway) resettle(ctx context.Context, b meta.Binding, s meta.Settings)
 		now, next := g.jailConfig(running, ""), g.jailConfig(s, "")
 		if !sameJail(now, next) {
 			return meta.Binding{}, fmt.Errorf("%w: the jail of thread %s runs with network %s, %d bytes of memory, %d processes and %s; "+
-				"close the thread before you change its network or limits", ErrConflict, keyName(b.ThreadKey), now.Network, now.MemoryBytes, now.MaxProcs, cpuBound(now.CPUMillis))
+				"close the thread before you change its network or limits", api.ErrConflict, keyName(b.ThreadKey), now.Network, now.MemoryBytes, now.MaxProcs, cpuBound(now.CPUMillis))
 		}
 	}
 	// A new quota applies at once, to the running jail too: the
@@ -564,14 +565,14 @@ func (g *Gateway) takeDown(ctx context.Context, k meta.ThreadKey, still func(con
 // busy marks an unmount failure caused by a mount in use as ErrBusy.
 func busy(err error) error {
 	if errors.Is(err, syscall.EBUSY) {
-		return fmt.Errorf("%w: %w", ErrBusy, err)
+		return fmt.Errorf("%w: %w", api.ErrBusy, err)
 	}
 	return err
 }
 
 // info adds the in-memory mount state to b.
-func (g *Gateway) info(b meta.Binding) ThreadInfo {
-	ti := ThreadInfo{Binding: b}
+func (g *Gateway) info(b meta.Binding) api.ThreadInfo {
+	ti := api.ThreadInfo{Binding: b}
 	var err error
 	ti.Mounted, err = g.threads.state(b.ThreadKey)
 	if err != nil {
@@ -581,17 +582,17 @@ func (g *Gateway) info(b meta.Binding) ThreadInfo {
 }
 
 // showThread returns k's binding without binding it.
-func (g *Gateway) showThread(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+func (g *Gateway) showThread(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
-		return ThreadInfo{}, err
+		return api.ThreadInfo{}, err
 	}
 	b, err := g.store.GetBinding(ctx, k)
 	if errors.Is(err, meta.ErrNotFound) {
-		return ThreadInfo{}, fmt.Errorf("%w: thread %s is not bound", ErrNotFound, keyName(k))
+		return api.ThreadInfo{}, fmt.Errorf("%w: thread %s is not bound", api.ErrNotFound, keyName(k))
 	}
 	if err != nil {
-		return ThreadInfo{}, fmt.Errorf("read binding of %s: %w", keyName(k), err)
+		return api.ThreadInfo{}, fmt.Errorf("read binding of %s: %w", keyName(k), err)
 	}
 	ti := g.info(b)
 	ti.Owner = g.owner(ctx, b)
@@ -612,12 +613,12 @@ func (g *Gateway) owner(ctx context.Context, b meta.Binding) string {
 }
 
 // listThreads lists the bindings, of one tenant if tenant is not nil.
-func (g *Gateway) listThreads(ctx context.Context, tenant *string) ([]ThreadInfo, error) {
+func (g *Gateway) listThreads(ctx context.Context, tenant *string) ([]api.ThreadInfo, error) {
 	var want string
 	if tenant != nil {
 		want = *tenant
 		if want == "" {
-			want = DefaultTenant
+			want = api.DefaultTenant
 		}
 	}
 	bs, err := g.store.ListBindings(ctx)
@@ -632,7 +633,7 @@ func (g *Gateway) listThreads(ctx context.Context, tenant *string) ([]ThreadInfo
 	for _, p := range pins {
 		owners[p.ThreadKey] = p.HostID
 	}
-	out := make([]ThreadInfo, 0, len(bs))
+	out := make([]api.ThreadInfo, 0, len(bs))
 	for _, b := range bs {
 		if tenant != nil && b.Tenant != want {
 			continue
@@ -646,29 +647,29 @@ func (g *Gateway) listThreads(ctx context.Context, tenant *string) ([]ThreadInfo
 
 // closeThread unmounts k and records it as closed, keeping its folder. A
 // closed thread is bound again by the next call that needs it.
-func (g *Gateway) closeThread(ctx context.Context, tenant, thread string) (ThreadInfo, error) {
+func (g *Gateway) closeThread(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
-		return ThreadInfo{}, err
+		return api.ThreadInfo{}, err
 	}
 	unlock, err := g.threads.locks.lock(ctx, k)
 	if err != nil {
-		return ThreadInfo{}, fmt.Errorf("close %s: %w", keyName(k), err)
+		return api.ThreadInfo{}, fmt.Errorf("close %s: %w", keyName(k), err)
 	}
 	defer unlock()
 
 	b, err := g.store.GetBinding(ctx, k)
 	if errors.Is(err, meta.ErrNotFound) {
-		return ThreadInfo{}, fmt.Errorf("close %s: %w: thread is not bound", keyName(k), ErrNotFound)
+		return api.ThreadInfo{}, fmt.Errorf("close %s: %w: thread is not bound", keyName(k), api.ErrNotFound)
 	}
 	if err != nil {
-		return ThreadInfo{}, fmt.Errorf("close %s: read binding: %w", keyName(k), err)
+		return api.ThreadInfo{}, fmt.Errorf("close %s: read binding: %w", keyName(k), err)
 	}
 	if b.State == meta.StateDeleting {
-		return ThreadInfo{}, fmt.Errorf("close %s: %w", keyName(k), deletingError(k))
+		return api.ThreadInfo{}, fmt.Errorf("close %s: %w", keyName(k), deletingError(k))
 	}
 	if err := g.claim(ctx, k, &b); err != nil {
-		return ThreadInfo{}, err
+		return api.ThreadInfo{}, err
 	}
 	// Running jobs keep the jail and the mount until they end
 	// (closeIdle); the record says closed at once.
@@ -676,7 +677,7 @@ func (g *Gateway) closeThread(ctx context.Context, tenant, thread string) (Threa
 		g.setClosing(k, true)
 		g.log.Info("thread closed while jobs run: its jail and mount stay until they end", "tenant", k.Tenant, "thread", k.Thread, "jobs", n)
 	} else if err := g.unmountThread(k, b.MountPath); err != nil {
-		return ThreadInfo{}, fmt.Errorf("close %s: %w", keyName(k), err)
+		return api.ThreadInfo{}, fmt.Errorf("close %s: %w", keyName(k), err)
 	}
 	if b.State != meta.StateClosed {
 		b.State = meta.StateClosed
@@ -684,10 +685,10 @@ func (g *Gateway) closeThread(ctx context.Context, tenant, thread string) (Threa
 		// If this write fails the record still says bound with no mount,
 		// which the next call repairs by mounting again.
 		if b, err = g.store.UpdateBinding(ctx, b); err != nil {
-			return ThreadInfo{}, fmt.Errorf("close %s: write binding: %w", keyName(k), err)
+			return api.ThreadInfo{}, fmt.Errorf("close %s: write binding: %w", keyName(k), err)
 		}
 		// Only here: closing a closed thread changes nothing.
-		g.emit(Event{Type: EventThreadClosed, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
+		g.emit(api.Event{Type: api.EventThreadClosed, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
 			Message: "closed; the folder is kept"})
 	}
 	g.log.Info("thread closed", "tenant", k.Tenant, "thread", k.Thread, "path", b.MountPath)
@@ -713,7 +714,7 @@ func (g *Gateway) deleteThread(ctx context.Context, tenant, thread string) error
 
 	b, err := g.store.GetBinding(ctx, k)
 	if errors.Is(err, meta.ErrNotFound) {
-		return fmt.Errorf("delete %s: %w: thread is not bound", keyName(k), ErrNotFound)
+		return fmt.Errorf("delete %s: %w: thread is not bound", keyName(k), api.ErrNotFound)
 	}
 	if err != nil {
 		return fmt.Errorf("delete %s: read binding: %w", keyName(k), err)
@@ -787,7 +788,7 @@ func (g *Gateway) deleteLocked(ctx context.Context, b meta.Binding) error {
 	}
 	g.threads.forget(k)
 	g.log.Info("thread deleted", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
-	g.emit(Event{Type: EventThreadDeleted, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
+	g.emit(api.Event{Type: api.EventThreadDeleted, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
 		Message: "workspace folder and records removed"})
 	return nil
 }
@@ -795,7 +796,7 @@ func (g *Gateway) deleteLocked(ctx context.Context, b meta.Binding) error {
 // deletingError is the answer for a thread whose delete is under way or
 // was cut short: gone, as it will be.
 func deletingError(k meta.ThreadKey) error {
-	return fmt.Errorf("%w: thread %s is being deleted (delete it again to finish a delete that was cut short)", ErrGone, keyName(k))
+	return fmt.Errorf("%w: thread %s is being deleted (delete it again to finish a delete that was cut short)", api.ErrGone, keyName(k))
 }
 
 // makeLeaf creates path (its parent is created as needed and kept) and, if

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"warren/api"
 	"warren/meta"
 )
 
@@ -63,7 +64,7 @@ func TestBindIdempotent(t *testing.T) {
 
 	// Many callers at once: the same binding, one mount.
 	var wg sync.WaitGroup
-	results := make([]BindResponse, 16)
+	results := make([]api.BindResponse, 16)
 	errs := make([]error, len(results))
 	for i := range results {
 		wg.Go(func() { results[i], errs[i] = env.c.Bind(ctx, "acme", "t-1") })
@@ -141,7 +142,7 @@ func TestFailedBindLeavesNothing(t *testing.T) {
 			if live := env.live(t); len(live) != 0 {
 				t.Errorf("got %d live mounts after a failed bind, want 0: %v", len(live), live)
 			}
-			if _, err := env.c.Thread(ctx, "acme", "t-1"); !errors.Is(err, ErrNotFound) {
+			if _, err := env.c.Thread(ctx, "acme", "t-1"); !errors.Is(err, api.ErrNotFound) {
 				t.Errorf("Thread after a failed bind: got %v, want ErrNotFound", err)
 			}
 
@@ -204,10 +205,10 @@ func TestCloseAndDelete(t *testing.T) {
 	if exists(t, root) || exists(t, mnt) || isMounted(t, mnt) {
 		t.Errorf("after delete: root exists %v, mount point exists %v, mounted %v; want none", exists(t, root), exists(t, mnt), isMounted(t, mnt))
 	}
-	if _, err := env.c.Thread(ctx, "acme", "t-1"); !errors.Is(err, ErrNotFound) {
+	if _, err := env.c.Thread(ctx, "acme", "t-1"); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("Thread after delete: got %v, want ErrNotFound", err)
 	}
-	if err := env.c.DeleteThread(ctx, "acme", "t-1"); !errors.Is(err, ErrNotFound) {
+	if err := env.c.DeleteThread(ctx, "acme", "t-1"); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("second delete: got %v, want ErrNotFound", err)
 	}
 }
@@ -225,7 +226,7 @@ func TestDeleteRefusedWhenUnmountFails(t *testing.T) {
 	env.m.setFailClose(func(string) error { return fmt.Errorf("unmount: %w", syscall.EBUSY) })
 
 	err = env.c.DeleteThread(ctx, "acme", "t-1")
-	if !errors.Is(err, ErrBusy) {
+	if !errors.Is(err, api.ErrBusy) {
 		t.Fatalf("delete with a busy mount: got %v, want ErrBusy", err)
 	}
 	if !exists(t, br.Binding.Root) || !isMounted(t, br.MountPath) {
@@ -272,8 +273,8 @@ func TestPinnedToAnotherHost(t *testing.T) {
 	} {
 		t.Run(call.name, func(t *testing.T) {
 			err := call.fn()
-			var apiErr *APIError
-			if !errors.Is(err, ErrPinned) || !errors.As(err, &apiErr) || apiErr.Status != 409 {
+			var apiErr *api.APIError
+			if !errors.Is(err, api.ErrPinned) || !errors.As(err, &apiErr) || apiErr.Status != 409 {
 				t.Fatalf("got %v, want a 409 matching ErrPinned", err)
 			}
 			if !strings.Contains(apiErr.Message, want) {

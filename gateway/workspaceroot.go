@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"warren/api"
 	"warren/meta"
 )
 
@@ -39,7 +40,7 @@ func WorkspaceRoot(base, tenant, thread string) (string, error) {
 		return "", fmt.Errorf("workspace root: base %q is not an absolute clean path", base)
 	}
 	if tenant == "" {
-		tenant = DefaultTenant
+		tenant = api.DefaultTenant
 	}
 	t, th := encodeID(tenant), encodeID(thread)
 	p := filepath.Join(base, t, th)

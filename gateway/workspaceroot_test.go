@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"warren/api"
 )
 
 // decodeID inverts encodeID for ids whose encoding was kept whole (no '~').
@@ -224,7 +226,7 @@ func FuzzWorkspaceRoot(f *testing.F) {
 		p2 := checkRoot(t, base, t2, th2)
 		norm := func(s string) string {
 			if s == "" {
-				return DefaultTenant
+				return api.DefaultTenant
 			}
 			return s
 		}
