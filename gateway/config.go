@@ -91,6 +91,11 @@ type Config struct {
 	// btrfs (diskquota.go); Start fails where they cannot be enforced.
 	DiskQuotaBytes   int64
 	DiskReserveBytes int64
+	// StoreFreeBytes is the free space the metadata store keeps on the
+	// disk of MetaDir (the embedded store's floor and ballast), 0 when the
+	// store lives elsewhere. A reserve below it, on that same disk, is
+	// warned about at start: full workspaces would stop the store's writes.
+	StoreFreeBytes int64
 
 	// mounter serves the mounts; nil means fuseMounter, the FUSE filesystem
 	// of package fs, which is the only implementation. It is a seam for

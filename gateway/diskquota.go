@@ -13,7 +13,6 @@ import (
 	"warren/api"
 	"warren/internal/diskquota"
 	"warren/meta"
-	"warren/meta/badger"
 )
 
 // Disk quotas (docs/operations.md, "Disk quotas and the reserve"). The
@@ -65,9 +64,9 @@ func (g *Gateway) startQuotas() error {
 		return fmt.Errorf("disk quota %d and reserve %d bytes: workspaces folder %s: %w",
 			g.cfg.DiskQuotaBytes, g.cfg.DiskReserveBytes, g.wsBase, err)
 	}
-	if r := g.cfg.DiskReserveBytes; r > 0 && r < badger.MinFreeBytes+badger.BallastBytes && sameDisk(g.wsBase, MetaDir(g.cfg.DataDir)) {
+	if r, need := g.cfg.DiskReserveBytes, g.cfg.StoreFreeBytes; r > 0 && r < need && sameDisk(g.wsBase, MetaDir(g.cfg.DataDir)) {
 		g.log.Warn("the disk reserve is below what the metadata store on the same disk keeps free; full workspaces will stop its writes",
-			"reserve", r, "store_needs", badger.MinFreeBytes+badger.BallastBytes)
+			"reserve", r, "store_needs", need)
 	}
 	return g.setReserve()
 }

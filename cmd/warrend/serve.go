@@ -193,6 +193,9 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	}
 	cfg.DataDir, cfg.SocketPath, cfg.WorkspacesDir = dataDir, socket, workspaces
 	cfg.Logger, cfg.Store = log, store
+	if o.store == "badger" || o.store == "" {
+		cfg.StoreFreeBytes = badger.MinFreeBytes + badger.BallastBytes
+	}
 	err = gateway.Run(ctx, cfg)
 	if cerr := store.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("close metadata store: %w", cerr)
