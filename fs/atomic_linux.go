@@ -169,7 +169,8 @@ func (h *Hub) sweepTemps(dirFd int, dirSt *syscall.Stat_t, label string) {
 			continue
 		}
 		var st syscall.Stat_t
-		if fstatat(dirFd, name, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		// A file's new content, or a restore's new link.
+		if fstatat(dirFd, name, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG && st.Mode&syscall.S_IFMT != syscall.S_IFLNK {
 			continue
 		}
 		// Under the lock: a temporary file in use is in live before
@@ -223,3 +224,7 @@ func pwriteAll(fd int, b []byte) error {
 	}
 	return nil
 }
+
+// IsTempName reports whether name is that of a temporary file of the file
+// API or of a restore: a checkpoint leaves such files out.
+func IsTempName(name string) bool { return strings.HasPrefix(name, tempPrefix) }

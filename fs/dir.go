@@ -78,6 +78,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		n.ownByCaller(ctx, dfd, pfd, mode)
 	}
 	n.root.changedEntry(n, name)
+	n.root.track(n, name, false)
 	ch, errno := n.addChild(ctx, pfd, name, out)
 	if errno != 0 {
 		unix.Close(ofd)
@@ -216,6 +217,7 @@ func (n *node) remove(ctx context.Context, op, name string, flags int) syscall.E
 	}
 	n.root.modified(a, g, fingerprint{})
 	n.root.changedEntry(n, name)
+	n.root.track(n, name, false)
 	return 0
 }
 
@@ -263,13 +265,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 	a := n.root.actorOf(ctx)
 	l := n.root.hub.ledger
 	from, to := n.key(name), np.key(newName)
+	defer n.root.changes.enter()()
 	fromState, toState, unlock := l.lock(from, to)
 	defer unlock()
-	src, dst := guarded{from, fromState}, guarded{to, toState}
-	if err := l.refresh(src, ofd, name); err != nil {
+	src, dst := guarded{key: from, state: fromState}, guarded{key: to, state: toState}
+	if _, err := l.refresh(src, ofd, name); err != nil {
 		return fusefs.ToErrno(err)
 	}
-	if err := l.refresh(dst, nfd, newName); err != nil {
+	if _, err := l.refresh(dst, nfd, newName); err != nil {
 		return fusefs.ToErrno(err)
 	}
 	if errno := n.root.refuseIfStale("rename", np.child(newName), a, dst); errno != 0 {
@@ -291,6 +294,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 	}
 	n.root.changedEntry(n, name)
 	n.root.changedEntry(np, newName)
+	// A folder moved, or swapped in, brings its whole tree.
+	n.root.track(n, name, srcFp.dir)
+	n.root.track(np, newName, dstFp.dir)
 	return 0
 }
 
@@ -354,7 +360,9 @@ func (n *node) makeEntryAs(ctx context.Context, name string, out *fuse.EntryOut,
 	if own {
 		n.ownByCaller(ctx, dfd, fd, mode)
 	}
-	n.root.modified(a, g, fingerprintFd(fd))
+	fp := fingerprintFd(fd)
+	n.root.modified(a, g, fp)
 	n.root.changedEntry(n, name)
+	n.root.track(n, name, fp.dir)
 	return n.addChild(ctx, fd, name, out)
 }

@@ -119,6 +119,19 @@
 // a hidden .warren-write- file, which the first write in its folder after
 // a start removes (never one in use: Hub.temps knows those).
 //
+// # What changed since a checkpoint
+//
+// Every mount of a folder and its file API share the folder's change log
+// (changes.go): the set of paths changed since a caller last took it, so
+// that a checkpoint reads what changed, not what exists. A change is
+// marked after it is made; the set says when it is not complete (a new
+// log, an overflow, a file with several names changed), and the caller
+// then walks the folder. Files.Freeze holds every modification of the
+// folder's entries back while a checkpoint reads one state of the tree.
+// A restore changes the entries through a Restorer (restore.go): each
+// under its path's lock, each file replaced atomically, every version it
+// touches moved, no link followed.
+//
 // A mount whose kernel may hold a stale size or stale pages of a file
 // (changed through another mount, the file API, or behind the
 // filesystem's back) is notified before its next open of the file is
@@ -213,9 +226,17 @@
 // Lock order, outermost first: a lock is taken only while no lock below
 // it in this list is held.
 //
+//  0. A folder's change gate (changeLog.gate, changes.go): shared by each
+//     modification of an entry, from before its path locks until its
+//     change is marked, exclusive by Files.Freeze. Never held across a
+//     kernel notification (an open for writing lets it go around
+//     syncKernel), and taken once per operation: a shared holder that
+//     took it again behind a waiting Freeze would wait for itself.
 //  1. A ledger path lock (pathState.mu, ledger.go); two for a rename,
 //     taken in one global order (comparePathKeys). A modification holds
-//     it from its check to its record (guard.go).
+//     it from its check to its record (guard.go). A Restorer removing a
+//     folder takes its entries' locks one by one, never with the
+//     folder's held.
 //  2. A node's descriptor lock (pathFd.mu, fdcache.go).
 //  3. The descriptor cache's lock (fdCache.mu), which takes a pathFd's
 //     mu only with TryLock: its eviction finds the descriptors the other
@@ -225,8 +246,9 @@
 //     (its mounts), a root's mu (the nodes its kernel knows), an inode's
 //     open-file mode (ioMode.mu, iomode.go), the actors' mu (actors.mu,
 //     actors.go: registrations and cached callers; a jail's RunOf is
-//     called with it released) and the file API's temporary files
-//     (tempFiles.mu, atomic_linux.go).
+//     called with it released), the file API's temporary files
+//     (tempFiles.mu, atomic_linux.go) and a change log's set
+//     (changeLog.mu).
 //
 // go-fuse's own locks (its bridge's, each Inode's) come after all of
 // these: the package may call into go-fuse's tree (NewInode, Parent,

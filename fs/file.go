@@ -137,10 +137,18 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 	var (
 		g      guarded
 		unlock func()
+		// An open for writing is a modification: it holds the change
+		// gate (changes.go) with the path's lock, never across
+		// syncKernel.
+		leave = func() {}
 	)
 	for tries := 0; ; tries++ {
+		if writes {
+			leave = n.root.changes.enter()
+		}
 		g, unlock, errno = dir.take(dfd, name)
 		if errno != 0 {
+			leave()
 			return nil, 0, errno
 		}
 		if g.state.fp.ino != n.ino && g.state.fp.ino != 0 {
@@ -148,6 +156,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 			// back; the kernel, told ESTALE, looks the name up again and
 			// retries.
 			unlock()
+			leave()
 			return nil, 0, syscall.ESTALE
 		}
 		v := g.state.version
@@ -158,8 +167,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 		// open is answered, but never while the path is locked: a write
 		// waiting for the lock may hold the very pages it would drop.
 		unlock()
+		leave()
 		n.syncKernel(v)
 	}
+	defer leave()
 	defer unlock()
 	if !writes {
 		fh, fopen, _, errno := n.open(flags, nil, g.state.version)
@@ -179,6 +190,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 	}
 	n.root.modified(a, g, fingerprintFd(fd))
 	n.told(g.state.version) // it truncated, or will write, itself
+	n.root.trackInode(n)
 	return fh, fopen, 0
 }
 

@@ -53,6 +53,7 @@ type Files struct {
 	fd      int    // O_PATH descriptor of the folder
 	dev     uint64
 	onStale func(Stale)
+	changes *changeLog // the folder's change log (changes.go)
 }
 
 // Files opens the workspace folder dir for the file API. label names it
@@ -67,11 +68,15 @@ func (h *Hub) Files(dir, label string, onStale func(Stale)) (*Files, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("fs: stat workspace folder %s: %w", dir, err)
 	}
-	return &Files{hub: h, label: label, fd: fd, dev: st.Dev, onStale: onStale}, nil
+	c := h.changeLogOf(rootID{st.Dev, st.Ino})
+	return &Files{hub: h, label: label, fd: fd, dev: st.Dev, onStale: onStale, changes: c}, nil
 }
 
 // Close releases the folder.
-func (f *Files) Close() error { return unix.Close(f.fd) }
+func (f *Files) Close() error {
+	f.hub.dropChangeLog(f.changes)
+	return unix.Close(f.fd)
+}
 
 // RegisterRun makes the process pid and its descendants act as run in
 // every mount of the hub, from their next open on. The gateway does this
@@ -200,6 +205,7 @@ func (f *Files) openDir(dir string, mkdir bool) (int, error) {
 			if err = fstat(cur, &st); err == nil {
 				err = unix.Mkdirat(cur, c, 0o755)
 				if err == nil {
+					f.trackMade(cur, c)
 					// The new folder's entry survives a power
 					// loss, as the file written in it will.
 					err = syncDir(cur)
@@ -244,6 +250,9 @@ func (f *Files) lockTarget(t *target) (guarded, func(), error) {
 	g, unlock, err := f.hub.ledger.take(t.key, t.dirFd, t.name)
 	if err != nil {
 		return guarded{}, nil, fmt.Errorf("%s: %w", t.rel, err)
+	}
+	if g.moved {
+		f.track(t, g.state.fp.dir)
 	}
 	return g, unlock, nil
 }
@@ -333,6 +342,7 @@ func (f *Files) Write(ctx context.Context, a Actor, p string, content []byte) (u
 	if len(content) > MaxFileBytes {
 		return 0, &TooLargeError{Path: p, Size: int64(len(content))}
 	}
+	defer f.changes.enter()()
 	t, err := f.resolve(p, true)
 	if err != nil {
 		return 0, err
@@ -370,6 +380,7 @@ func (f *Files) Edit(ctx context.Context, a Actor, p, old, new string, all bool)
 	if old == new {
 		return 0, 0, errors.New("the text to replace and its replacement are the same")
 	}
+	defer f.changes.enter()()
 	t, err := f.resolve(p, false)
 	if err != nil {
 		return 0, 0, err
@@ -469,6 +480,7 @@ func (f *Files) store(a Actor, t *target, g guarded, content []byte, created boo
 	}
 	// The name now leads to another inode: the mounts look it up again.
 	f.hub.changed(t.dirSt.Dev, oldIno, t.dirSt.Ino, t.name)
+	f.track(t, false)
 	if err := syncDir(t.dirFd); err != nil {
 		return 0, fmt.Errorf("%s: fsync its folder: %w", t.rel, err)
 	}
@@ -505,6 +517,8 @@ func (f *Files) storeInPlace(a Actor, t *target, g guarded, content []byte) (uin
 	if err == nil {
 		err = fsyncRetry(fd)
 	}
+	// The content changed under every name of the file.
+	f.changes.lose("a file with several names changed")
 	if err != nil {
 		// Part of the old content may be overwritten: the version moves.
 		f.hub.ledger.modified(a, g.key, g.state, fingerprintFd(fd))

@@ -37,6 +37,10 @@ func (s Stale) Message() string {
 type guarded struct {
 	key   pathKey
 	state *pathState
+	// moved says the path's version moved when it was taken: it changed
+	// behind the filesystem's back, or through a handle open for
+	// writing, since the ledger last looked (changes.go marks it).
+	moved bool
 }
 
 // actorOf returns the actor of the request in ctx.
@@ -90,14 +94,16 @@ func fingerprintFd(fd int) fingerprint {
 }
 
 // refresh brings the version of g, the entry name in the directory dfd,
-// up to date with what it holds now. g's lock is held.
-func (l *ledger) refresh(g guarded, dfd int, name string) error {
+// up to date with what it holds now, and says whether it moved. g's lock
+// is held.
+func (l *ledger) refresh(g guarded, dfd int, name string) (moved bool, err error) {
 	fp, err := fingerprintAt(dfd, name)
 	if err != nil {
-		return err
+		return false, err
 	}
+	known, v := g.state.known, g.state.version
 	l.current(g.key, g.state, fp)
-	return nil
+	return known && g.state.version != v, nil
 }
 
 // take locks k, the entry name in the directory dfd, and brings its
@@ -105,10 +111,12 @@ func (l *ledger) refresh(g guarded, dfd int, name string) error {
 func (l *ledger) take(k pathKey, dfd int, name string) (guarded, func(), error) {
 	st, _, unlock := l.lock(k)
 	g := guarded{key: k, state: st}
-	if err := l.refresh(g, dfd, name); err != nil {
+	moved, err := l.refresh(g, dfd, name)
+	if err != nil {
 		unlock()
 		return guarded{}, nil, err
 	}
+	g.moved = moved
 	return g, unlock, nil
 }
 
@@ -119,24 +127,31 @@ func (n *node) take(dfd int, name string) (guarded, func(), syscall.Errno) {
 	if err != nil {
 		return guarded{}, nil, fusefs.ToErrno(err)
 	}
+	if g.moved {
+		n.root.track(n, name, g.state.fp.dir)
+	}
 	return g, unlock, 0
 }
 
 // takeEntry gets what a modification of name in the directory n needs:
-// the directory's descriptor, the request's actor, and the name taken
-// (take). Call release when done.
+// the workspace's change gate (changes.go), the directory's descriptor,
+// the request's actor, and the name taken (take). Call release when done,
+// after the change is marked.
 func (n *node) takeEntry(ctx context.Context, name string) (dfd int, a Actor, g guarded, release func(), errno syscall.Errno) {
+	leave := n.root.changes.enter()
 	dfd, done, errno := n.use()
 	if errno != 0 {
+		leave()
 		return -1, Actor{}, guarded{}, nil, errno
 	}
 	a = n.root.actorOf(ctx)
 	g, unlock, errno := n.take(dfd, name)
 	if errno != 0 {
 		done()
+		leave()
 		return -1, Actor{}, guarded{}, nil, errno
 	}
-	return dfd, a, g, func() { unlock(); done() }, 0
+	return dfd, a, g, func() { unlock(); done(); leave() }, 0
 }
 
 // refuseStale reports whether a modification of g by actor a must be

@@ -40,6 +40,9 @@ type Hub struct {
 	mu     sync.Mutex
 	mounts map[*root]struct{} // guarded by mu
 	closed bool               // guarded by mu
+	// changes holds the change log of each workspace folder that a mount
+	// or a Files uses (changes.go); guarded by mu.
+	changes map[rootID]*changeLog
 }
 
 // notice is one change: the entry name in directory ino changed, or (name
@@ -132,6 +135,7 @@ func makeHub(cfg HubConfig, budget, maxFiles int) *Hub {
 		evicted: make(chan struct{}),
 		ended:   make(chan struct{}),
 		mounts:  make(map[*root]struct{}),
+		changes: make(map[rootID]*changeLog),
 	}
 	return h
 }

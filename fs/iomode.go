@@ -137,6 +137,9 @@ func (n *node) openHandle(fd int, flags uint32, w *writer, version uint64) (fuse
 		n.io.mu.Unlock()
 		if writes {
 			n.root.changedInode(n)
+			// What was written through the handle, maybe after a
+			// checkpoint read the file.
+			n.root.trackInode(n)
 		}
 	}
 	if w != nil {

@@ -95,6 +95,9 @@ type root struct {
 	hub           *Hub     // the mount's own when Options.Hub is nil
 	ownHub        bool     // hub was made for this mount alone
 	fds           *fdCache // hub.fds
+	// changes is the folder's change log, shared with the hub's other
+	// mounts of it and its file API (changes.go).
+	changes *changeLog
 
 	mu    sync.Mutex
 	nodes map[uint64]*node // the nodes the kernel knows, by inode; guarded by mu
@@ -217,6 +220,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		r.hub, r.ownHub = NewHub(HubConfig{Logger: r.log}), true
 	}
 	r.fds = r.hub.fds
+	r.changes = r.hub.changeLogOf(rootID{st.Dev, st.Ino})
 	// The root's descriptor is pinned: never evicted, closed with the mount.
 	rootNode := &node{root: r, fd: &pathFd{fd: rootFd, mountFd: handleFd}, ino: st.Ino, gen: gen}
 	r.remember(rootNode)
@@ -273,6 +277,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		rootNode.fd.close()
 		unix.Close(fd)
 		unix.Close(handleFd)
+		r.hub.dropChangeLog(r.changes)
 		if r.ownHub {
 			r.hub.Close()
 		}
@@ -286,6 +291,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		// the mount's nodes now, not when (if ever) they are collected.
 		r.fds.closeMount(r.id)
 		r.hub.remove(r)
+		r.hub.dropChangeLog(r.changes)
 		if r.ownHub {
 			r.hub.Close()
 		}

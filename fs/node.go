@@ -247,7 +247,13 @@ func (n *node) Setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAt
 	defer n.root.changedInode(n)
 	name, dir := n.entryOf()
 	if dir == nil {
-		return n.setattr(ctx, fh, in, out)
+		// The root, or a file without a name: no path to guard.
+		defer n.root.changes.enter()()
+		errno := n.setattr(ctx, fh, in, out)
+		if errno == 0 {
+			n.root.trackInode(n)
+		}
+		return errno
 	}
 	dfd, a, g, release, errno := dir.takeEntry(ctx, name)
 	if errno != 0 {
@@ -263,6 +269,7 @@ func (n *node) Setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAt
 	if errno := n.setattr(ctx, fh, in, out); errno != 0 {
 		return errno
 	}
+	n.root.trackInode(n)
 	fp, err := fingerprintAt(dfd, name)
 	if err != nil {
 		return 0

@@ -1,0 +1,472 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Restoring a checkpoint. A restore makes the entries of a workspace what
+// a checkpoint recorded: it removes, makes and replaces them one by one,
+// each under its path's lock and through the ledger, as a modification by
+// nobody in particular: every version it touches moves, so every actor's
+// earlier read of those paths is stale and a write based on it is
+// refused, as after any other change. Each file is replaced atomically
+// (written aside, then renamed over the old one), so a reader sees the old
+// or the new content, never a mix. The mounts are told of each change and
+// the change log marks it.
+//
+// Paths are exact: no link is followed, in the folders above or at the
+// end; a link is an entry like any other, replaced or removed as itself.
+// Files are not fsync'ed one by one: Sync makes everything durable at the
+// end, and the caller's journal covers a crash before that (a restore is
+// run again until it finished).
+
+// Restorer changes a workspace's entries for a restore. Get one from
+// Files.Restorer; it is valid while its Files is.
+type Restorer struct {
+	f *Files
+}
+
+// Restorer returns the workspace's Restorer.
+func (f *Files) Restorer() *Restorer { return &Restorer{f: f} }
+
+// errRootPath: an operation that cannot act on the workspace's root.
+var errRootPath = errors.New("the workspace's root itself")
+
+// resolveExact finds p (relative to the workspace's root) without
+// following any link: every folder on the way must be a folder. The
+// target's folder must exist.
+func (f *Files) resolveExact(p string) (*target, error) {
+	if strings.IndexByte(p, 0) >= 0 || path.IsAbs(p) {
+		return nil, &OutsideError{Path: p}
+	}
+	clean := path.Clean(p)
+	if clean == ".." || strings.HasPrefix(clean, "../") {
+		return nil, &OutsideError{Path: p}
+	}
+	if clean == "." {
+		return nil, fmt.Errorf("%s: %w", p, errRootPath)
+	}
+	dir, name := path.Split(clean)
+	dir = strings.TrimSuffix(dir, "/")
+	if dir == "" {
+		dir = "."
+	}
+	how := unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	}
+	dirFd, err := openat2Retry(f.fd, dir, &how)
+	if err != nil {
+		return nil, fmt.Errorf("%s: open its folder: %w", clean, err)
+	}
+	if errno := checkName(name); errno != 0 {
+		unix.Close(dirFd)
+		return nil, fmt.Errorf("%s: %w", clean, errno)
+	}
+	t := &target{dirFd: dirFd, name: name, rel: clean}
+	if err := fstat(dirFd, &t.dirSt); err != nil {
+		unix.Close(dirFd)
+		return nil, fmt.Errorf("%s: %w", clean, err)
+	}
+	t.key = pathKey{dev: t.dirSt.Dev, dir: t.dirSt.Ino, name: name}
+	return t, nil
+}
+
+// changedTarget records, under t's lock, that t now holds fp (nothing:
+// removed) by nobody in particular, tells the mounts, and marks it
+// (tree: and everything below it). oldIno is the inode t held before.
+func (f *Files) changedTarget(t *target, g guarded, oldIno uint64, fp fingerprint, tree bool) {
+	if fp == (fingerprint{}) {
+		f.hub.ledger.removed(Actor{}, g.key, g.state)
+	} else {
+		f.hub.ledger.modified(Actor{}, g.key, g.state, fp)
+	}
+	f.hub.changed(t.dirSt.Dev, oldIno, t.dirSt.Ino, t.name)
+	if fp.ino != 0 && fp.ino != oldIno {
+		f.hub.changed(t.dirSt.Dev, fp.ino, t.dirSt.Ino, t.name)
+	}
+	f.track(t, tree)
+}
+
+// RemoveAll removes the entry at p and, if it is a folder, everything in
+// it. A missing entry is not an error.
+func (r *Restorer) RemoveAll(ctx context.Context, p string) error {
+	defer r.f.changes.enter()()
+	t, err := r.f.resolveExact(p)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("remove %s: %w", p, err)
+	}
+	defer t.close()
+	if err := r.f.removeEntry(ctx, t.dirFd, &t.dirSt, t.name, t.rel, 0); err != nil {
+		return fmt.Errorf("remove %s: %w", t.rel, err)
+	}
+	return nil
+}
+
+// maxRemoveDepth bounds the folders below one another that removeEntry
+// goes down: deeper than any path the kernel can name from the root.
+const maxRemoveDepth = unix.PathMax / 2
+
+// removeEntry removes name from the folder dirFd (dirSt) and, for a
+// folder, its whole tree, each entry under its own lock, children before
+// their folder; no lock is held while another is taken. The change gate
+// is held.
+func (f *Files) removeEntry(ctx context.Context, dirFd int, dirSt *syscall.Stat_t, name, rel string, depth int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if depth > maxRemoveDepth {
+		return fmt.Errorf("%s: %w", rel, unix.ELOOP)
+	}
+	t := &target{dirFd: dirFd, name: name, rel: rel, dirSt: *dirSt, key: pathKey{dev: dirSt.Dev, dir: dirSt.Ino, name: name}}
+	// A folder's entries go first, then the folder; something made in it
+	// meanwhile (a command still running) is removed on the next round.
+	for range 8 {
+		var st syscall.Stat_t
+		if err := fstatat(dirFd, name, &st); err != nil {
+			if err == unix.ENOENT {
+				return nil
+			}
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		isDir := st.Mode&syscall.S_IFMT == syscall.S_IFDIR
+		if isDir {
+			if err := f.emptyFolder(ctx, dirFd, name, rel, depth); err != nil {
+				return err
+			}
+		}
+		g, unlock, err := f.lockTarget(t)
+		if err != nil {
+			return err
+		}
+		flags := 0
+		if g.state.fp.dir {
+			flags = unix.AT_REMOVEDIR
+		}
+		err = unix.Unlinkat(dirFd, name, flags)
+		if err == nil || err == unix.ENOENT {
+			f.changedTarget(t, g, g.state.fp.ino, fingerprint{}, true)
+			unlock()
+			return nil
+		}
+		unlock()
+		if err != unix.ENOTEMPTY && err != unix.EISDIR && err != unix.ENOTDIR {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		// Filled, or replaced by something of another kind, in between.
+	}
+	return fmt.Errorf("%s: %w", rel, unix.ENOTEMPTY)
+}
+
+// emptyFolder removes every entry of the folder name in dirFd.
+func (f *Files) emptyFolder(ctx context.Context, dirFd int, name, rel string, depth int) error {
+	how := unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	}
+	fd, err := openat2Retry(dirFd, name, &how)
+	if err != nil {
+		if err == unix.ENOENT || err == unix.ENOTDIR || err == unix.ELOOP {
+			return nil // gone, or no longer a folder: the caller sees it
+		}
+		return fmt.Errorf("%s: %w", rel, err)
+	}
+	dir := os.NewFile(uintptr(fd), rel)
+	defer dir.Close()
+	var st syscall.Stat_t
+	if err := fstat(fd, &st); err != nil {
+		return fmt.Errorf("%s: %w", rel, err)
+	}
+	for {
+		names, err := dir.Readdirnames(1024)
+		for _, child := range names {
+			if err := f.removeEntry(ctx, fd, &st, child, rel+"/"+child, depth+1); err != nil {
+				return err
+			}
+		}
+		if err == io.EOF || len(names) == 0 {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+	}
+}
+
+// Mkdir makes the folder p, or finds it made, and gives it mode. Its
+// folder must exist.
+func (r *Restorer) Mkdir(ctx context.Context, p string, mode uint32) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	defer r.f.changes.enter()()
+	t, err := r.f.resolveExact(p)
+	if err != nil {
+		return fmt.Errorf("make folder %s: %w", p, err)
+	}
+	defer t.close()
+	g, unlock, err := r.f.lockTarget(t)
+	if err != nil {
+		return fmt.Errorf("make folder %s: %w", p, err)
+	}
+	defer unlock()
+	made := false
+	if err := unix.Mkdirat(t.dirFd, t.name, 0o700); err == nil {
+		made = true
+	} else if err != unix.EEXIST {
+		return fmt.Errorf("make folder %s: %w", t.rel, err)
+	}
+	fd, err := openChild(t.dirFd, t.name)
+	if err != nil {
+		return fmt.Errorf("make folder %s: %w", t.rel, err)
+	}
+	defer unix.Close(fd)
+	var st syscall.Stat_t
+	if err := fstat(fd, &st); err != nil {
+		return fmt.Errorf("make folder %s: %w", t.rel, err)
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		return fmt.Errorf("make folder %s: %w", t.rel, unix.ENOTDIR)
+	}
+	if made {
+		chownLike(fd, &t.dirSt)
+	}
+	if st.Mode&0o7777 != mode&0o7777 || made {
+		if err := fchmod(fd, mode&0o7777); err != nil {
+			return fmt.Errorf("make folder %s: set its mode: %w", t.rel, err)
+		}
+	}
+	fp := fingerprintFd(fd)
+	if made {
+		r.f.changedTarget(t, g, 0, fp, true)
+	} else {
+		r.f.hub.ledger.touched(g.state, fp)
+		r.f.hub.changed(t.dirSt.Dev, st.Ino, t.dirSt.Ino, t.name)
+		r.f.track(t, false)
+	}
+	return nil
+}
+
+// Chmod gives the entry at p mode; a link has none and is left alone.
+func (r *Restorer) Chmod(ctx context.Context, p string, mode uint32) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	defer r.f.changes.enter()()
+	if path.Clean(p) == "." {
+		fd, err := unix.FcntlInt(uintptr(r.f.fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("set the mode of the workspace: %w", err)
+		}
+		defer unix.Close(fd)
+		if err := fchmod(fd, mode&0o7777); err != nil {
+			return fmt.Errorf("set the mode of the workspace: %w", err)
+		}
+		r.f.changes.mark("", false)
+		return nil
+	}
+	t, err := r.f.resolveExact(p)
+	if err != nil {
+		return fmt.Errorf("set the mode of %s: %w", p, err)
+	}
+	defer t.close()
+	g, unlock, err := r.f.lockTarget(t)
+	if err != nil {
+		return fmt.Errorf("set the mode of %s: %w", p, err)
+	}
+	defer unlock()
+	fd, err := openChild(t.dirFd, t.name)
+	if err != nil {
+		return fmt.Errorf("set the mode of %s: %w", t.rel, err)
+	}
+	defer unix.Close(fd)
+	var st syscall.Stat_t
+	if err := fstat(fd, &st); err != nil {
+		return fmt.Errorf("set the mode of %s: %w", t.rel, err)
+	}
+	if st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		return nil
+	}
+	if err := fchmod(fd, mode&0o7777); err != nil {
+		return fmt.Errorf("set the mode of %s: %w", t.rel, err)
+	}
+	r.f.hub.ledger.touched(g.state, fingerprintFd(fd))
+	r.f.hub.changed(t.dirSt.Dev, st.Ino, t.dirSt.Ino, t.name)
+	r.f.track(t, false)
+	return nil
+}
+
+// WriteFile replaces the entry at p with a regular file of mode holding
+// what content gives, atomically: until the rename the old entry is
+// whole. A folder at p is refused (remove it first).
+func (r *Restorer) WriteFile(ctx context.Context, p string, mode uint32, content io.Reader) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	defer r.f.changes.enter()()
+	t, err := r.f.resolveExact(p)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	defer t.close()
+	r.f.hub.sweepTemps(t.dirFd, &t.dirSt, r.f.label)
+	tmp, err := r.f.hub.temps.newTemp(t.dirFd, &t.dirSt)
+	if err != nil {
+		return fmt.Errorf("write %s: make a temporary file: %w", t.rel, err)
+	}
+	defer tmp.discard()
+	// The content first, with no lock held: it may be big.
+	if _, err := io.Copy(fdWriter(tmp.fd), &ctxReader{ctx: ctx, r: content}); err != nil {
+		return fmt.Errorf("write %s: %w", t.rel, err)
+	}
+	g, unlock, err := r.f.lockTarget(t)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	defer unlock()
+	if g.state.fp.dir {
+		return fmt.Errorf("write %s: %w", t.rel, unix.EISDIR)
+	}
+	// The old file's owner, or the folder's for a new one. Owner
+	// before mode: a chown clears the set-id bits.
+	uid, gid := int(t.dirSt.Uid), int(t.dirSt.Gid)
+	var old syscall.Stat_t
+	if err := fstatat(t.dirFd, t.name, &old); err == nil && old.Mode&syscall.S_IFMT == syscall.S_IFREG {
+		uid, gid = int(old.Uid), int(old.Gid)
+	}
+	if uid != unix.Geteuid() || gid != unix.Getegid() {
+		if err := unix.Fchown(tmp.fd, uid, gid); err != nil {
+			return fmt.Errorf("write %s: give it its owner: %w", t.rel, err)
+		}
+	}
+	if err := unix.Fchmod(tmp.fd, mode&0o7777); err != nil {
+		return fmt.Errorf("write %s: give it its mode: %w", t.rel, err)
+	}
+	if err := tmp.replace(t.name); err != nil {
+		return fmt.Errorf("write %s: %w", t.rel, err)
+	}
+	r.f.changedTarget(t, g, g.state.fp.ino, fingerprintFd(tmp.fd), false)
+	return nil
+}
+
+// Symlink replaces the entry at p with a symlink to target, atomically.
+// A target that leads out of the workspace as written (absolute, or ".."
+// above the root) is refused: no link made here leads out (the mounts
+// judge chains of links when they are read).
+func (r *Restorer) Symlink(ctx context.Context, p, target string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	defer r.f.changes.enter()()
+	t, err := r.f.resolveExact(p)
+	if err != nil {
+		return fmt.Errorf("make link %s: %w", p, err)
+	}
+	defer t.close()
+	if leadsOut(t.rel, target) {
+		return fmt.Errorf("make link %s: its target %q leads out of the workspace: %w", t.rel, target, unix.EPERM)
+	}
+	r.f.hub.sweepTemps(t.dirFd, &t.dirSt, r.f.label)
+	tmp := tempName()
+	key := tempKey{t.dirSt.Dev, t.dirSt.Ino, tmp}
+	ts := &r.f.hub.temps
+	ts.mu.Lock()
+	if ts.live == nil {
+		ts.live = make(map[tempKey]struct{})
+	}
+	ts.live[key] = struct{}{}
+	ts.mu.Unlock()
+	defer func() {
+		ts.mu.Lock()
+		delete(ts.live, key)
+		ts.mu.Unlock()
+	}()
+	if err := unix.Symlinkat(target, t.dirFd, tmp); err != nil {
+		return fmt.Errorf("make link %s: %w", t.rel, err)
+	}
+	g, unlock, err := r.f.lockTarget(t)
+	if err != nil {
+		unix.Unlinkat(t.dirFd, tmp, 0)
+		return fmt.Errorf("make link %s: %w", t.rel, err)
+	}
+	defer unlock()
+	if g.state.fp.dir {
+		unix.Unlinkat(t.dirFd, tmp, 0)
+		return fmt.Errorf("make link %s: %w", t.rel, unix.EISDIR)
+	}
+	if err := unix.Renameat(t.dirFd, tmp, t.dirFd, t.name); err != nil {
+		unix.Unlinkat(t.dirFd, tmp, 0)
+		return fmt.Errorf("make link %s: %w", t.rel, err)
+	}
+	fp, _ := fingerprintAt(t.dirFd, t.name)
+	r.f.changedTarget(t, g, g.state.fp.ino, fp, false)
+	return nil
+}
+
+// leadsOut reports whether a link at rel (inside the workspace) to target
+// leads out of the workspace as written: an absolute target, or ".." that
+// climbs above the root.
+func leadsOut(rel, target string) bool {
+	if target == "" || path.IsAbs(target) || strings.IndexByte(target, 0) >= 0 {
+		return true
+	}
+	j := path.Join(path.Dir(rel), target)
+	return j == ".." || strings.HasPrefix(j, "../")
+}
+
+// Sync makes every change made to the workspace durable (syncfs of its
+// filesystem).
+func (r *Restorer) Sync() error {
+	fd, err := reopen(r.f.fd, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return fmt.Errorf("sync the workspace: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Syncfs(fd); err != nil {
+		return fmt.Errorf("sync the workspace: %w", err)
+	}
+	return nil
+}
+
+// fdWriter writes to a descriptor.
+type fdWriter int
+
+func (w fdWriter) Write(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := unix.Write(int(w), p[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		n += m
+	}
+	return n, nil
+}
+
+// ctxReader stops reading once ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
