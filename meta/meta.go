@@ -12,15 +12,22 @@
 // warren/meta/metatest is the conformance suite that each engine's tests
 // run: the promises below are checked there, once, for both.
 //
+// A thread's checkpoint history (History: its checkpoints, its undo and
+// redo position, the journal of a restore under way) is one record, so a
+// checkpoint, an undo or a restore moves it in one compare-and-set. Its
+// size is bounded (MaxHistoryBytes); Settings.Checkpoints says how many
+// checkpoints a thread keeps.
+//
 // The Store interface is small on purpose. Every write is a compare-and-set
 // on a record's Revision, so two servers (or two goroutines) racing to bind
 // one thread cannot both win: the loser gets ErrConflict or ErrExists and
 // reads again.
 //
 // Errors: lookups of missing records return an error matching ErrNotFound;
-// failed compare-and-sets return ErrExists or ErrConflict; a write the
-// Badger store refuses on a nearly full disk returns ErrNoSpace (reads go
-// on; see warren/meta/badger). Callers branch with errors.Is.
+// failed compare-and-sets return ErrExists or ErrConflict; a record too
+// large to store returns ErrTooLarge; a write the Badger store refuses on
+// a nearly full disk returns ErrNoSpace (reads go on; see
+// warren/meta/badger). Callers branch with errors.Is.
 package meta
 
 import (
@@ -48,6 +55,9 @@ var (
 	// left for it to write safely (see badger.MinFreeBytes); it reads on.
 	// The write was not applied.
 	ErrNoSpace = errors.New("meta: no space left for the metadata store")
+	// ErrTooLarge means a record's encoding is over its kind's limit
+	// (MaxHistoryBytes). The write was not applied.
+	ErrTooLarge = errors.New("meta: record too large")
 )
 
 // Kind says what backs a thread's workspace.
@@ -129,6 +139,9 @@ type Settings struct {
 	// DiskBytes bounds the bytes the thread's workspace holds; the
 	// filesystem refuses writes past it (EDQUOT).
 	DiskBytes int64 `json:"diskBytes,omitempty"`
+	// Checkpoints is how many checkpoints of the thread are kept (the
+	// oldest go first); zero means the gateway's default.
+	Checkpoints int `json:"checkpoints,omitempty"`
 }
 
 // Job records a background job of a thread. Jobs are numbered per thread
@@ -175,6 +188,65 @@ type InspectionMount struct {
 	Owner    uint32    `json:"owner"`
 	MadeAt   time.Time `json:"madeAt"`
 	Revision uint64    `json:"revision"`
+}
+
+// MaxHistoryBytes bounds a History's JSON encoding (encoding/json, with
+// Revision zero): PutHistory refuses a larger one with ErrTooLarge. A
+// history is one value, read and written whole; this keeps it within one
+// etcd request (--max-request-bytes, 1.5 MiB by default).
+const MaxHistoryBytes = 1 << 20
+
+// Checkpoint is one recorded state of a thread's workspace; its content
+// lives in the tenant's snapshot repository under Tree.
+type Checkpoint struct {
+	ID    string `json:"id"` // "cp-<Seq>"
+	Seq   uint64 `json:"seq"`
+	Label string `json:"label,omitempty"`
+	Turn  int    `json:"turn,omitempty"`
+	Run   string `json:"run,omitempty"`
+	Tree  string `json:"tree"` // the root tree's hash in the repository, hex
+	// Parent is the checkpoint the workspace was at when this one was
+	// taken.
+	Parent string `json:"parent,omitempty"`
+	// Auto marks a checkpoint taken by an undo or a revert to keep the
+	// state it replaced.
+	Auto      bool      `json:"auto,omitempty"`
+	HostID    string    `json:"hostId,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	Files     int64     `json:"files"` // regular files and links in the tree
+	Bytes     int64     `json:"bytes"` // their bytes
+}
+
+// Restore is the journal of a restore under way: written before the
+// workspace's first file changes, cleared once the last one did.
+type Restore struct {
+	Op   string `json:"op"`   // "undo", "redo", "revert", "fork"
+	To   string `json:"to"`   // the checkpoint restored
+	Tree string `json:"tree"` // its tree
+	// Head and Redo are what History.Head and History.Redo become once
+	// the restore finished.
+	Head      string    `json:"head"`
+	Redo      []string  `json:"redo,omitempty"`
+	HostID    string    `json:"hostId,omitempty"`
+	StartedAt time.Time `json:"startedAt"`
+}
+
+// History is a thread's checkpoints and its place among them: one record
+// per thread, written whole by each change (PutHistory), so a checkpoint
+// and the move of Head are one compare-and-set.
+type History struct {
+	ThreadKey
+	NextSeq     uint64       `json:"nextSeq"`     // the Seq of the next checkpoint
+	Checkpoints []Checkpoint `json:"checkpoints"` // oldest first
+	// Head is the checkpoint the workspace was last made or restored at.
+	Head string `json:"head,omitempty"`
+	// Redo are the undone checkpoints, the next redo last.
+	Redo      []string `json:"redo,omitempty"`
+	Restoring *Restore `json:"restoring,omitempty"`
+
+	// Revision is set by the store on every read and write, as
+	// Binding.Revision is: a replace must pass the revision it read.
+	Revision uint64 `json:"revision"`
 }
 
 // LeaseID names one grant of a host's lease. Zero is never a lease.
@@ -266,6 +338,20 @@ type Store interface {
 	// Unpin removes host's pin of thread k; a missing pin, or another
 	// host's, is left as it is and is not an error.
 	Unpin(ctx context.Context, k ThreadKey, host string) error
+
+	// GetHistory returns thread k's checkpoint history, or ErrNotFound.
+	GetHistory(ctx context.Context, k ThreadKey) (History, error)
+	// PutHistory stores h: it creates it when h.Revision is zero (ErrExists
+	// if the thread has one), else replaces it if the stored revision equals
+	// h.Revision (ErrConflict if it changed, ErrNotFound if it is gone). It
+	// returns h with its new Revision. A history whose encoding exceeds
+	// MaxHistoryBytes is refused with ErrTooLarge and nothing is written.
+	PutHistory(ctx context.Context, h History) (History, error)
+	// DeleteHistory removes thread k's history; a missing one is not an error.
+	DeleteHistory(ctx context.Context, k ThreadKey) error
+	// ListHistories returns the histories of every thread of tenant, ordered
+	// by thread (for the repository's garbage collection).
+	ListHistories(ctx context.Context, tenant string) ([]History, error)
 
 	// Close releases the store. Calls after Close return ErrClosed.
 	Close() error

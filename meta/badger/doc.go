@@ -4,8 +4,10 @@
 // hold a folder at a time.
 //
 // Records are JSON values under the keys of meta/internal/keys; revisions
-// come from a counter kept beside them (store.go). Hosts' leases count on
-// this machine's clock (hosts.go). Every write is synced before it
+// come from a counter kept beside them (store.go). All of them stay in the
+// LSM tree, threads' histories too (history.go), which may be a megabyte:
+// compaction drops what a rewrite replaced. Hosts' leases count on this
+// machine's clock (hosts.go). Every write is synced before it
 // returns, so an acknowledged write survives kill -9, and on a nearly full
 // disk writes are refused with meta.ErrNoSpace while reads go on, instead
 // of Badger dying of SIGBUS in its mmap'd files (space.go: MinFreeBytes,

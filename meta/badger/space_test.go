@@ -28,6 +28,12 @@ func TestBadgerFullDisk(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CreateBinding: %v", err)
 	}
+	// A history is the largest record: one write of it fills pages of
+	// the log that a binding's never would.
+	keptHistory, err := s.PutHistory(ctx, largeHistory(kept.ThreadKey))
+	if err != nil {
+		t.Fatalf("PutHistory: %v", err)
+	}
 	filler := testenv.FillDisk(t, mnt)
 
 	// Enough writes, with big enough records, to need new pages of the
@@ -41,8 +47,22 @@ func TestBadgerFullDisk(t *testing.T) {
 				t.Fatalf("CreateBinding %s: %v; want ErrNoSpace", when, err)
 			}
 		}
+		for i := range 8 {
+			if _, err := s.PutHistory(ctx, largeHistory(meta.ThreadKey{Tenant: "acme", Thread: fmt.Sprintf("new-%d", i)})); !errors.Is(err, meta.ErrNoSpace) {
+				t.Fatalf("PutHistory create %s: %v; want ErrNoSpace", when, err)
+			}
+			if _, err := s.PutHistory(ctx, keptHistory); !errors.Is(err, meta.ErrNoSpace) {
+				t.Fatalf("PutHistory replace %s: %v; want ErrNoSpace", when, err)
+			}
+		}
+		if err := s.DeleteHistory(ctx, keptHistory.ThreadKey); !errors.Is(err, meta.ErrNoSpace) {
+			t.Fatalf("DeleteHistory %s: %v; want ErrNoSpace", when, err)
+		}
 		if got, err := s.GetBinding(ctx, kept.ThreadKey); err != nil || got.Revision != kept.Revision {
 			t.Fatalf("GetBinding %s: %+v, %v; want the kept binding", when, got, err)
+		}
+		if list, err := s.ListHistories(ctx, "acme"); err != nil || len(list) != 1 || list[0].Revision != keptHistory.Revision {
+			t.Fatalf("ListHistories %s: %d histories, %v; want the kept history", when, len(list), err)
 		}
 	}
 	refused(s, "on a full disk")
@@ -58,12 +78,18 @@ func TestBadgerFullDisk(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CreateBinding once space is back: %v", err)
 	}
+	if keptHistory, err = s.PutHistory(ctx, keptHistory); err != nil {
+		t.Fatalf("PutHistory once space is back: %v", err)
+	}
 	closeBadger(t, s)
 	s = openBadger(t, dir)
 	for _, b := range []meta.Binding{kept, added} {
 		if got, err := s.GetBinding(ctx, b.ThreadKey); err != nil || got.Revision != b.Revision {
 			t.Fatalf("GetBinding %s after a reopen: %+v, %v", b.Thread, got, err)
 		}
+	}
+	if got, err := s.GetHistory(ctx, keptHistory.ThreadKey); err != nil || got.Revision != keptHistory.Revision {
+		t.Fatalf("GetHistory after a reopen: revision %d, %v; want %d", got.Revision, err, keptHistory.Revision)
 	}
 }
 

@@ -66,11 +66,14 @@ type Store struct {
 // ranks them: its routine info lines are debug lines here. A nil logger
 // discards them.
 //
-// The options suit a long-lived daemon on a small machine: records are a
-// few hundred bytes, so memtables and value-log files are small, values stay
-// in the LSM tree (no value-log garbage to collect), and there is no block
-// cache (compression is off, so none is needed; the OS page cache serves
-// the tables).
+// The options suit a long-lived daemon on a small machine: most records
+// are a few hundred bytes, so memtables and value-log files are small.
+// Values stay in the LSM tree, a history too (up to meta.MaxHistoryBytes;
+// the value threshold is Badger's largest, 1 MiB): compaction drops the
+// copies that rewrites replaced, whereas the value log, never garbage
+// collected here, would keep them all. There is no block cache
+// (compression is off, so none is needed; the OS page cache serves the
+// tables).
 func Open(ctx context.Context, dir string, logger hclog.Logger) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("meta: open badger in %s: %w", dir, err)
@@ -84,7 +87,7 @@ func Open(ctx context.Context, dir string, logger hclog.Logger) (*Store, error) 
 		WithMetricsEnabled(false).
 		WithMemTableSize(8 << 20).
 		WithNumMemtables(2).
-		WithValueThreshold(64 << 10).
+		WithValueThreshold(1 << 20).
 		WithValueLogFileSize(16 << 20).
 		WithCompression(options.None).
 		WithBlockCacheSize(0).
@@ -383,9 +386,13 @@ func checkRevision(txn *badgerdb.Txn, key []byte, want uint64) error {
 }
 
 // scan calls fn for each item whose key starts with prefix, in key order.
+// Values are not prefetched: they live in the LSM tree (see Open), so
+// prefetching would only copy them, up to a hundred at a time, and a
+// history may be a megabyte.
 func scan(ctx context.Context, txn *badgerdb.Txn, prefix string, fn func(*badgerdb.Item) error) error {
 	opts := badgerdb.DefaultIteratorOptions
 	opts.Prefix = []byte(prefix)
+	opts.PrefetchValues = false
 	it := txn.NewIterator(opts)
 	defer it.Close()
 	for it.Rewind(); it.Valid(); it.Next() {

@@ -151,12 +151,13 @@ func TestBadgerRefusesTextJSONWouldRewrite(t *testing.T) {
 }
 
 // killEnv names the folder in which the child of TestBadgerSurvivesKill
-// writes a binding before it is killed.
+// writes its records before it is killed.
 const killEnv = "WARREN_META_TEST_KILL_DIR"
 
-// TestBadgerSurvivesKill writes a binding in a child process, kills the
-// child with SIGKILL as soon as the write has returned, and reads the
-// binding back: an acknowledged write must not depend on Close.
+// TestBadgerSurvivesKill writes a binding and a large history in a child
+// process, kills the child with SIGKILL as soon as the writes have
+// returned, and reads them back: an acknowledged write must not depend on
+// Close.
 func TestBadgerSurvivesKill(t *testing.T) {
 	if dir := os.Getenv(killEnv); dir != "" {
 		killChild(dir)
@@ -193,6 +194,14 @@ func TestBadgerSurvivesKill(t *testing.T) {
 	if got.Root != want.Root {
 		t.Errorf("GetBinding after kill: got root %q, want %q", got.Root, want.Root)
 	}
+	wantHistory := largeHistory(want.ThreadKey)
+	gotHistory, err := s.GetHistory(t.Context(), want.ThreadKey)
+	if err != nil {
+		t.Fatalf("GetHistory after kill: %v", err)
+	}
+	if len(gotHistory.Checkpoints) != 1 || gotHistory.Checkpoints[0].Tree != wantHistory.Checkpoints[0].Tree {
+		t.Errorf("GetHistory after kill: got %d checkpoints, want the one written", len(gotHistory.Checkpoints))
+	}
 }
 
 // killChild is the child's side of TestBadgerSurvivesKill: write, report,
@@ -203,7 +212,12 @@ func killChild(dir string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if _, err := s.CreateBinding(context.Background(), metatest.Binding("acme", "t-1")); err != nil {
+	b, err := s.CreateBinding(context.Background(), metatest.Binding("acme", "t-1"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if _, err := s.PutHistory(context.Background(), largeHistory(b.ThreadKey)); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -394,8 +394,13 @@ func (s *Store) create(ctx context.Context, key string, v any) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return s.createValue(ctx, key, val)
+}
+
+// createValue is create of a value already encoded.
+func (s *Store) createValue(ctx context.Context, key, val string) (uint64, error) {
 	var resp *clientv3.TxnResponse
-	err = s.call(ctx, func(ctx context.Context) (err error) {
+	err := s.call(ctx, func(ctx context.Context) (err error) {
 		resp, err = s.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, val)).
@@ -476,10 +481,16 @@ func (s *Store) get(ctx context.Context, key string) (*mvccpb.KeyValue, error) {
 // read would be. (A compaction past that revision between two pages fails
 // the list with etcd's "compacted" error rather than mixing two states.)
 func (s *Store) scan(ctx context.Context, prefix string, fn func(*mvccpb.KeyValue) error) error {
+	return s.scanPages(ctx, prefix, s.listPage, fn)
+}
+
+// scanPages is scan in pages of page records, for records larger than
+// most (a page of s.listPage of them would be too large a response).
+func (s *Store) scanPages(ctx context.Context, prefix string, page int64, fn func(*mvccpb.KeyValue) error) error {
 	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 	var rev int64
 	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(s.listPage)}
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(page)}
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
@@ -529,6 +540,8 @@ func decode(kv *mvccpb.KeyValue, v any) error {
 	case *meta.Job:
 		r.Revision = rev
 	case *keys.MountRecord:
+		r.Revision = rev
+	case *meta.History:
 		r.Revision = rev
 	}
 	return nil

@@ -85,6 +85,10 @@ func TestEtcdPrefix(t *testing.T) {
 	if _, err := a.NextJobSeq(ctx, k); err != nil {
 		t.Fatal(err)
 	}
+	history, err := a.PutHistory(ctx, meta.History{ThreadKey: k, NextSeq: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := b.GetBinding(ctx, k); !errors.Is(err, meta.ErrNotFound) {
 		t.Errorf("GetBinding under another prefix: got error %v, want ErrNotFound", err)
 	}
@@ -94,6 +98,9 @@ func TestEtcdPrefix(t *testing.T) {
 	if seq, err := b.NextJobSeq(ctx, k); err != nil || seq != 1 {
 		t.Errorf("NextJobSeq under another prefix = %d, %v; want 1", seq, err)
 	}
+	if list, err := b.ListHistories(ctx, k.Tenant); err != nil || len(list) != 0 {
+		t.Errorf("ListHistories under another prefix = %d histories, %v; want none", len(list), err)
+	}
 
 	resp, err := rawClient(t, cluster.Endpoints()).Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
@@ -101,6 +108,7 @@ func TestEtcdPrefix(t *testing.T) {
 	}
 	want := []string{
 		prefix + "binding/a\x00\xff/\x00\x01\xff\x00\x01",
+		prefix + "history/a\x00\xff/\x00\x01\xff\x00\x01",
 		prefix + "jobseq/a\x00\xff/\x00\x01\xff\x00\x01",
 	}
 	var got []string
@@ -112,6 +120,13 @@ func TestEtcdPrefix(t *testing.T) {
 	}
 	if resp.Kvs[0].ModRevision != int64(created.Revision) {
 		t.Errorf("binding's ModRevision %d, store gave revision %d", resp.Kvs[0].ModRevision, created.Revision)
+	}
+	// A record's revision is its ModRevision; the value holds zero.
+	if len(resp.Kvs) > 1 {
+		if kv := resp.Kvs[1]; kv.ModRevision != int64(history.Revision) || !strings.Contains(string(kv.Value), `"revision":0`) {
+			t.Errorf("history's ModRevision %d and value %s; store gave revision %d, want it only as the ModRevision",
+				kv.ModRevision, kv.Value, history.Revision)
+		}
 	}
 }
 

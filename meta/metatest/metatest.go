@@ -57,6 +57,16 @@ func Run(t *testing.T, open func(t *testing.T) meta.Store) {
 		{"HostsAndPins", testHostsAndPins},
 		{"PinRestartedHost", testPinRestartedHost},
 		{"ConcurrentPins", testConcurrentPins},
+		{"HistoryCreateGet", testHistoryCreateGet},
+		{"HistoryCreateExisting", testHistoryCreateExisting},
+		{"HistoryGetMissing", testHistoryGetMissing},
+		{"HistoryReplace", testHistoryReplace},
+		{"HistoryDelete", testHistoryDelete},
+		{"HistoryRecreateGetsNewRevision", testHistoryRecreate},
+		{"ListHistories", testListHistories},
+		{"HistoryTooLarge", testHistoryTooLarge},
+		{"HistoryRefusesTextJSONWouldRewrite", testHistoryRefusesTextJSONWouldRewrite},
+		{"ConcurrentHistory", testConcurrentHistory},
 		{"Closed", testClosed},
 	}
 	for _, tt := range tests {
@@ -395,6 +405,10 @@ func testRevisionsIncrease(t *testing.T, s meta.Store) {
 	step("put inspection mount", m.Revision, err)
 	b, err = s.UpdateBinding(ctx, b)
 	step("update b", b.Revision, err)
+	h, err := s.PutHistory(ctx, history(a.ThreadKey))
+	step("create history", h.Revision, err)
+	h, err = s.PutHistory(ctx, h)
+	step("replace history", h.Revision, err)
 	for i := range 10 {
 		a, err = s.UpdateBinding(ctx, a)
 		step(fmt.Sprintf("update a #%d", i), a.Revision, err)
@@ -772,6 +786,7 @@ func testInspectionMounts(t *testing.T, s meta.Store) {
 
 func testCanceledContext(t *testing.T, s meta.Store) {
 	kept := mustCreate(t, s, binding("acme", "kept", "/kept"))
+	keptHistory := mustPutHistory(t, s, history(kept.ThreadKey))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	b := binding("acme", "t-1", "/r")
@@ -790,6 +805,11 @@ func testCanceledContext(t *testing.T, s meta.Store) {
 		}},
 		{"ListInspectionMounts", func() error { _, err := s.ListInspectionMounts(ctx); return err }},
 		{"DeleteInspectionMount", func() error { return s.DeleteInspectionMount(ctx, "/mnt/x") }},
+		{"GetHistory", func() error { _, err := s.GetHistory(ctx, kept.ThreadKey); return err }},
+		{"PutHistory create", func() error { _, err := s.PutHistory(ctx, history(b.ThreadKey)); return err }},
+		{"PutHistory replace", func() error { _, err := s.PutHistory(ctx, keptHistory); return err }},
+		{"DeleteHistory", func() error { return s.DeleteHistory(ctx, kept.ThreadKey) }},
+		{"ListHistories", func() error { _, err := s.ListHistories(ctx, kept.Tenant); return err }},
 	}
 	for _, c := range calls {
 		t.Run(c.name, func(t *testing.T) {
@@ -805,10 +825,15 @@ func testCanceledContext(t *testing.T, s meta.Store) {
 	if got := mustGet(t, s, kept.ThreadKey); got.Revision != kept.Revision {
 		t.Errorf("GetBinding after canceled writes: got revision %d, want %d", got.Revision, kept.Revision)
 	}
+	if _, err := s.GetHistory(t.Context(), b.ThreadKey); !errors.Is(err, meta.ErrNotFound) {
+		t.Errorf("GetHistory of the canceled create: got error %v, want ErrNotFound", err)
+	}
+	checkStoredHistory(t, s, "GetHistory after canceled writes", keptHistory)
 }
 
 func testClosed(t *testing.T, s meta.Store) {
 	b := mustCreate(t, s, binding("acme", "t-1", "/r"))
+	h := mustPutHistory(t, s, history(b.ThreadKey))
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -831,6 +856,14 @@ func testClosed(t *testing.T, s meta.Store) {
 		}},
 		{"ListInspectionMounts", func() error { _, err := s.ListInspectionMounts(ctx); return err }},
 		{"DeleteInspectionMount", func() error { return s.DeleteInspectionMount(ctx, "/mnt/x") }},
+		{"GetHistory", func() error { _, err := s.GetHistory(ctx, h.ThreadKey); return err }},
+		{"PutHistory create", func() error {
+			_, err := s.PutHistory(ctx, history(meta.ThreadKey{Tenant: "acme", Thread: "t-2"}))
+			return err
+		}},
+		{"PutHistory replace", func() error { _, err := s.PutHistory(ctx, h); return err }},
+		{"DeleteHistory", func() error { return s.DeleteHistory(ctx, h.ThreadKey) }},
+		{"ListHistories", func() error { _, err := s.ListHistories(ctx, h.Tenant); return err }},
 	}
 	for _, c := range calls {
 		t.Run(c.name, func(t *testing.T) {

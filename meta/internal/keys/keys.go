@@ -15,6 +15,7 @@
 //	                                                  the count being the key's etcd version
 //	host/<id>                                         a Host's lease record, as JSON
 //	pin/<component(tenant)><component(thread)>        a thread's Pin, as JSON
+//	history/<component(tenant)><component(thread)>    a thread's History, as JSON
 //	sys/rev                                           Badger only: the revision counter, uint64
 //	                                                  big-endian (etcd has revisions of its own)
 //
@@ -32,6 +33,11 @@
 // scan over binding/ therefore yields bindings ordered by tenant then
 // thread, with no sorting in memory. A length prefix would also be
 // injective, but it orders by length first.
+//
+// A tenant's history keys share the prefix history/<component(tenant)>
+// (Histories): the component is terminated, so tenant "a" does not match
+// the keys of tenant "a/b" or "a\x00", and a range scan over it yields
+// the tenant's histories ordered by thread.
 //
 // An inspection mount key has a single component, the path, so the raw
 // bytes are enough and the order is the path's.
@@ -54,6 +60,7 @@ const (
 	JobSeqPrefix  = "jobseq/"
 	HostPrefix    = "host/"
 	PinPrefix     = "pin/"
+	HistoryPrefix = "history/"
 	Rev           = "sys/rev"
 )
 
@@ -135,9 +142,14 @@ func Binding(k meta.ThreadKey) []byte {
 
 // ParseBinding is the inverse of Binding.
 func ParseBinding(key []byte) (meta.ThreadKey, error) {
-	rest, ok := bytes.CutPrefix(key, []byte(BindingPrefix))
+	return parseThreadKeyAfter(key, BindingPrefix)
+}
+
+// parseThreadKeyAfter parses key as prefix followed by a thread key.
+func parseThreadKeyAfter(key []byte, prefix string) (meta.ThreadKey, error) {
+	rest, ok := bytes.CutPrefix(key, []byte(prefix))
 	if !ok {
-		return meta.ThreadKey{}, fmt.Errorf("%w: %q has no %q prefix", ErrBadKey, key, BindingPrefix)
+		return meta.ThreadKey{}, fmt.Errorf("%w: %q has no %q prefix", ErrBadKey, key, prefix)
 	}
 	k, err := ParseThreadKey(rest)
 	if err != nil {
@@ -182,3 +194,20 @@ func Host(id string) []byte { return append([]byte(HostPrefix), id...) }
 
 // Pin returns the store key of thread k's pin.
 func Pin(k meta.ThreadKey) []byte { return AppendThreadKey([]byte(PinPrefix), k) }
+
+// History returns the store key of thread k's history.
+func History(k meta.ThreadKey) []byte {
+	key := make([]byte, 0, len(HistoryPrefix)+len(k.Tenant)+len(k.Thread)+2*endBytes)
+	return AppendThreadKey(append(key, HistoryPrefix...), k)
+}
+
+// ParseHistory is the inverse of History.
+func ParseHistory(key []byte) (meta.ThreadKey, error) {
+	return parseThreadKeyAfter(key, HistoryPrefix)
+}
+
+// Histories returns the prefix of every history key of tenant. The
+// tenant's component is terminated, so no other tenant's keys share it.
+func Histories(tenant string) []byte {
+	return appendComponent([]byte(HistoryPrefix), tenant)
+}

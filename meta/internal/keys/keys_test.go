@@ -86,3 +86,93 @@ func FuzzBindingKey(f *testing.F) {
 		}
 	})
 }
+
+func TestHistoryKey(t *testing.T) {
+	tests := []struct {
+		k    meta.ThreadKey
+		want string
+	}{
+		{meta.ThreadKey{Tenant: "", Thread: ""}, "history/\x00\x01\x00\x01"},
+		{meta.ThreadKey{Tenant: "acme", Thread: "t-1"}, "history/acme\x00\x01t-1\x00\x01"},
+		{meta.ThreadKey{Tenant: "a/b", Thread: ".."}, "history/a/b\x00\x01..\x00\x01"},
+		{meta.ThreadKey{Tenant: "a\x00", Thread: "\x00\xff"}, "history/a\x00\xff\x00\x01\x00\xff\xff\x00\x01"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			if got := string(History(tt.k)); got != tt.want {
+				t.Errorf("History(%q) = %q, want %q", tt.k, got, tt.want)
+			}
+			got, err := ParseHistory([]byte(tt.want))
+			if err != nil || got != tt.k {
+				t.Errorf("ParseHistory(%q) = %q, %v, want %q", tt.want, got, err, tt.k)
+			}
+		})
+	}
+}
+
+func TestParseHistoryKeyRefuses(t *testing.T) {
+	for _, key := range []string{
+		"",
+		"binding/a\x00\x01b\x00\x01",
+		"history/",
+		"history/a",
+		"history/a\x00\x01",
+		"history/a\x00\x01b",
+		"history/a\x00\x01b\x00",
+		"history/a\x00\x02b\x00\x01",
+		"history/a\x00\x01b\x00\x01c",
+	} {
+		t.Run(key, func(t *testing.T) {
+			if k, err := ParseHistory([]byte(key)); err == nil {
+				t.Errorf("ParseHistory(%q) = %q, want an error", key, k)
+			}
+		})
+	}
+}
+
+func TestHistoriesPrefix(t *testing.T) {
+	tests := []struct {
+		tenant string
+		want   string
+	}{
+		{"", "history/\x00\x01"},
+		{"acme", "history/acme\x00\x01"},
+		{"a\x00", "history/a\x00\xff\x00\x01"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			if got := string(Histories(tt.tenant)); got != tt.want {
+				t.Errorf("Histories(%q) = %q, want %q", tt.tenant, got, tt.want)
+			}
+		})
+	}
+}
+
+// FuzzHistoriesPrefix checks the promise ListHistories scans by: a
+// tenant's prefix starts exactly the history keys of that tenant's
+// threads, whatever the two tenants are (one a prefix of the other, NUL
+// bytes, empty).
+func FuzzHistoriesPrefix(f *testing.F) {
+	seeds := [][3]string{
+		{"a", "a/b", "t"},
+		{"a", "a\x00", ""},
+		{"a\x00", "a", "\x00"},
+		{"", "\x00", ""},
+		{"", "", "x"},
+		{"\x00\xff", "\x00", "\xff"},
+		{"..", ".", ".."},
+	}
+	for _, s := range seeds {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, tenant, other, thread string) {
+		k := meta.ThreadKey{Tenant: other, Thread: thread}
+		key := History(k)
+		if got, want := bytes.HasPrefix(key, Histories(tenant)), tenant == other; got != want {
+			t.Errorf("History(%q) starts with Histories(%q): got %v, want %v", k, tenant, got, want)
+		}
+		if got, err := ParseHistory(key); err != nil || got != k {
+			t.Errorf("ParseHistory(History(%q)) = %q, %v", k, got, err)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -32,6 +33,58 @@ func CheckText(b meta.Binding) error {
 		}
 	}
 	return nil
+}
+
+// CheckHistoryText is CheckText for a history: every string it holds
+// (ids, labels, hashes, host ids) must be read back as written. Tenant
+// and thread need no check, the key carries them.
+func CheckHistoryText(h meta.History) error {
+	check := func(where string, vals ...string) error {
+		for _, v := range vals {
+			if !utf8.ValidString(v) {
+				return fmt.Errorf("%s: %q is not valid UTF-8", where, v)
+			}
+		}
+		return nil
+	}
+	if err := check("head", h.Head); err != nil {
+		return err
+	}
+	if err := check("redo", h.Redo...); err != nil {
+		return err
+	}
+	for _, c := range h.Checkpoints {
+		if err := check("checkpoint", c.ID, c.Label, c.Run, c.Tree, c.Parent, c.HostID); err != nil {
+			return err
+		}
+	}
+	if r := h.Restoring; r != nil {
+		if err := check("restoring", r.Op, r.To, r.Tree, r.Head, r.HostID); err != nil {
+			return err
+		}
+		if err := check("restoring's redo", r.Redo...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// EncodeHistory returns h's JSON with Revision zero, the form that
+// meta.MaxHistoryBytes bounds (and the one etcd stores), after CheckHistoryText;
+// a larger one is meta.ErrTooLarge.
+func EncodeHistory(h meta.History) ([]byte, error) {
+	if err := CheckHistoryText(h); err != nil {
+		return nil, err
+	}
+	h.Revision = 0
+	val, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("encode: %w", err)
+	}
+	if len(val) > meta.MaxHistoryBytes {
+		return nil, fmt.Errorf("%w: %d bytes encoded, over meta.MaxHistoryBytes (%d)", meta.ErrTooLarge, len(val), meta.MaxHistoryBytes)
+	}
+	return val, nil
 }
 
 // HostRecord is a host's lease as stored, by both backends.
