@@ -74,7 +74,9 @@ func ComparePaths(a, b string) int {
 // An added or removed folder is listed, and so is everything below it. A
 // change of kind (a file that became a folder or a link...) is a Removed
 // of the old entry then an Added of the new one, so that a Modified is
-// always of one kind, and a folder's mode-only change is a Modified.
+// always of one kind. A folder present on both sides is listed (Modified)
+// only where its mode changed; a change below it lists what changed, not
+// the folder.
 func (r *Repo) Diff(ctx context.Context, a, b Hash) ([]Delta, error) {
 	if a == b {
 		return nil, nil
