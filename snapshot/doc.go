@@ -70,7 +70,9 @@
 // ReadTree and OpenBlob do not take the lock themselves: the caller holds
 // it across the whole operation and its record. Collect fails closed: a
 // failing live function, or a missing or corrupt tree below a root,
-// removes nothing.
+// removes nothing. Shared is not reentrant: a goroutine holding it must
+// not take it again, nor call Collect (a collection waiting between the
+// two would wait for the first while the second waits for it).
 //
 // The lock is flock(2) on DIR/lock, on an open file description of its
 // own per call, so it works alike between goroutines and between
@@ -96,4 +98,11 @@
 // from any number of goroutines at once: its tree cache has its own mutex,
 // the zstd encoders and decoders are pooled per Repo (synchronous ones,
 // without goroutines) and released by Close.
+//
+// # Memory
+//
+// A Repo that has worked keeps two encoders, two decoders and two 1 MiB
+// buffers (about 11 MiB) and its tree cache (8 MiB at most by default,
+// WithTreeCache); a build holds one folder's entries per level of depth,
+// and the descriptors of the folders it is in (at most 512 deep).
 package snapshot
