@@ -16,13 +16,15 @@ ARGS ?=
 
 # The concurrent parts run under the race detector: the metadata store, the
 # daemon and the filesystem (its hub, ledger, descriptor cache and the
-# go-fuse server's goroutines; the daemon's tests reach only part of it).
+# go-fuse server's goroutines; the daemon's tests reach only part of it),
+# and the snapshot repository (builds, collections and their lock, about
+# 15 s).
 # -race makes fs's suite two to three times slower (110 to 150 s against
 # 60 s on 2 busy cores), well within the timeout. The rest runs without
 # it: the integration suite pushes many kernel round trips through whole
 # daemons, which -race makes several times slower.
-RACE_PKGS := ./meta/... ./gateway/... ./fs/...
-RACE_RE   := ^warren/(meta|gateway|fs)(/|$$)
+RACE_PKGS := ./meta/... ./gateway/... ./fs/... ./snapshot/...
+RACE_RE   := ^warren/(meta|gateway|fs|snapshot)(/|$$)
 
 # Debian packages the tests need, as package:probe, where the probe is a
 # command on PATH or an absolute path: gcc and the libc headers for -race

@@ -1,0 +1,168 @@
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Target is where Apply writes: the daemon's workspace, under its locks.
+// Paths are relative to the workspace root, "/"-separated, as in Delta.
+type Target interface {
+	RemoveAll(ctx context.Context, path string) error                                 // a missing path is not an error
+	Mkdir(ctx context.Context, path string, mode uint32) error                        // an existing folder is not an error; sets mode
+	WriteFile(ctx context.Context, path string, mode uint32, content io.Reader) error // atomic replace
+	Symlink(ctx context.Context, path, target string) error                           // atomic replace
+	Chmod(ctx context.Context, path string, mode uint32) error
+}
+
+// Apply makes the deltas (as Diff returns them: what makes the
+// workspace's tree into another) happen in t, and returns the paths it
+// changed, sorted by ComparePaths. The order:
+//
+//  1. removals, deepest first (a removed folder's RemoveAll covers what
+//     was below it, which is not removed on its own); a change of kind
+//     is a removal first;
+//  2. folders added, parents first, made with 0o700|mode so that the
+//     owner can fill them;
+//  3. files and links, added or modified (a mode-only change of a file is
+//     a Chmod);
+//  4. the modes of the folders added or modified, deepest first, so that
+//     a read-only folder does not stop its own filling.
+//
+// Every step replaces or converges: running a plan again after it was
+// cut short (a crash, a failed call) ends in the same workspace. Content
+// comes from the repository, checked against its hash: a corrupt blob
+// fails its WriteFile and replaces nothing. Call it holding Shared.
+func (r *Repo) Apply(ctx context.Context, deltas []Delta, t Target) (changed []string, err error) {
+	var removes, mkdirs, writes, chmods []Delta
+	for _, d := range deltas {
+		if d.Path == "" || !validPath(d.Path) {
+			return nil, fmt.Errorf("snapshot: apply: bad path %q", d.Path)
+		}
+		switch {
+		case d.Op == Removed:
+			removes = append(removes, d)
+		case d.Op == Added, d.Op == Modified && d.Old.Kind != d.New.Kind:
+			if d.Op == Modified {
+				removes = append(removes, Delta{Path: d.Path, Op: Removed, Old: d.Old})
+			}
+			if d.New.Kind == KindDir {
+				mkdirs = append(mkdirs, d)
+				chmods = append(chmods, d)
+			} else {
+				writes = append(writes, d)
+			}
+		case d.Op == Modified && d.New.Kind == KindDir:
+			chmods = append(chmods, d)
+		case d.Op == Modified:
+			writes = append(writes, d)
+		default:
+			return nil, fmt.Errorf("snapshot: apply %q: unknown op %v", d.Path, d.Op)
+		}
+		changed = append(changed, d.Path)
+	}
+	deepestFirst := func(a, b Delta) int {
+		if c := strings.Count(b.Path, "/") - strings.Count(a.Path, "/"); c != 0 {
+			return c
+		}
+		return ComparePaths(a.Path, b.Path)
+	}
+	slices.SortFunc(removes, deepestFirst)
+	slices.SortFunc(mkdirs, func(a, b Delta) int { return ComparePaths(a.Path, b.Path) })
+	slices.SortFunc(writes, func(a, b Delta) int { return ComparePaths(a.Path, b.Path) })
+	slices.SortFunc(chmods, deepestFirst)
+
+	removedDirs := make(map[string]bool)
+	for _, d := range removes {
+		if d.Old.Kind == KindDir {
+			removedDirs[d.Path] = true
+		}
+	}
+	for _, d := range removes {
+		if underAny(d.Path, removedDirs) {
+			continue // removed with its folder
+		}
+		if err := t.RemoveAll(ctx, d.Path); err != nil {
+			return nil, fmt.Errorf("snapshot: apply: remove %q: %w", d.Path, err)
+		}
+	}
+	for _, d := range mkdirs {
+		if err := t.Mkdir(ctx, d.Path, 0o700|d.New.Mode); err != nil {
+			return nil, fmt.Errorf("snapshot: apply: make folder %q: %w", d.Path, err)
+		}
+	}
+	for _, d := range writes {
+		if err := r.write(ctx, d, t); err != nil {
+			return nil, fmt.Errorf("snapshot: apply: %w", err)
+		}
+	}
+	for _, d := range chmods {
+		if err := t.Chmod(ctx, d.Path, d.New.Mode); err != nil {
+			return nil, fmt.Errorf("snapshot: apply: chmod %q: %w", d.Path, err)
+		}
+	}
+	slices.SortFunc(changed, ComparePaths)
+	return slices.Compact(changed), nil
+}
+
+// underAny reports whether a folder above path is in folders.
+func underAny(path string, folders map[string]bool) bool {
+	for i := strings.LastIndexByte(path, '/'); i > 0; i = strings.LastIndexByte(path[:i], '/') {
+		if folders[path[:i]] {
+			return true
+		}
+	}
+	return false
+}
+
+// write makes the file or link of d in t.
+func (r *Repo) write(ctx context.Context, d Delta, t Target) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	e := d.New
+	switch {
+	case e.Kind == KindLink:
+		target, err := r.readBlob(e.Hash, maxLinkSize)
+		if err != nil {
+			return fmt.Errorf("link %q: %w", d.Path, err)
+		}
+		if len(target) == 0 || len(target) > maxLinkSize {
+			return fmt.Errorf("link %q: %w %s: a target of %d bytes", d.Path, ErrCorrupt, e.Hash, len(target))
+		}
+		if err := t.Symlink(ctx, d.Path, string(target)); err != nil {
+			return fmt.Errorf("link %q: %w", d.Path, err)
+		}
+	case e.Kind == KindFile && d.Op == Modified && d.Old.Hash == e.Hash:
+		if err := t.Chmod(ctx, d.Path, e.Mode); err != nil {
+			return fmt.Errorf("chmod %q: %w", d.Path, err)
+		}
+	case e.Kind == KindFile:
+		rc, err := r.OpenBlob(e.Hash)
+		if err != nil {
+			return fmt.Errorf("write %q: %w", d.Path, err)
+		}
+		err = t.WriteFile(ctx, d.Path, e.Mode, rc)
+		rc.Close()
+		if err != nil {
+			return fmt.Errorf("write %q: %w", d.Path, err)
+		}
+	default:
+		return fmt.Errorf("%q: unknown kind %v", d.Path, e.Kind)
+	}
+	return nil
+}
+
+// validPath reports whether p is a clean relative path: valid names
+// joined by "/".
+func validPath(p string) bool {
+	for name := range strings.SplitSeq(p, "/") {
+		if !validName(name) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,92 @@
+package snapshot
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// The benchmarks build a workspace of 100,000 small files in 1,000
+// folders (on the tests' temporary folder: a tmpfs where there is one, see
+// TestMain; SNAPSHOT_TEST_DISK=1 puts it on the disk). Making it takes a
+// while, outside the timing.
+//
+//	go test -run '^$' -bench Build -benchtime 5x ./snapshot/
+
+const benchFolders, benchPerFolder = 1000, 100
+
+// BenchmarkBuildIncremental: 10 files changed in the big workspace, built
+// from the previous tree.
+func BenchmarkBuildIncremental(b *testing.B) {
+	r := openRepo(b)
+	dir := b.TempDir()
+	makeWide(b, dir, benchFolders, benchPerFolder)
+	base, _ := build(b, r, dir, Hash{}, nil, true)
+	round := 0
+	var read int64
+	for b.Loop() {
+		b.StopTimer()
+		round++
+		var changes []Change
+		for i := range 10 {
+			p := fmt.Sprintf("d%03d/f%03d", (i*97+round)%benchFolders, (i*13+round)%benchPerFolder)
+			if err := os.WriteFile(filepath.Join(dir, p), []byte(fmt.Sprintf("round %d, file %d\n", round, i)), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			changes = append(changes, Change{Path: p})
+		}
+		b.StartTimer()
+		h, st := build(b, r, dir, base, changes, false)
+		base = h
+		read += st.Read
+	}
+	b.ReportMetric(float64(read)/float64(b.N), "read/op")
+}
+
+// BenchmarkBuildFull: a full walk of the big workspace, whose content the
+// repository holds already (the first build, which writes it all, is not
+// timed).
+func BenchmarkBuildFull(b *testing.B) {
+	r := openRepo(b)
+	dir := b.TempDir()
+	makeWide(b, dir, benchFolders, benchPerFolder)
+	build(b, r, dir, Hash{}, nil, true)
+	var read int64
+	for b.Loop() {
+		_, st := build(b, r, dir, Hash{}, nil, true)
+		read += st.Read
+	}
+	b.ReportMetric(float64(read)/float64(b.N), "read/op")
+}
+
+// BenchmarkMakeDurable measures what making a build's new objects durable
+// costs on the machine's disk (not the tmpfs of the other tests): n new
+// small objects, fsync'ed in parallel up to parallelSyncMax, by syncfs
+// above.
+func BenchmarkMakeDurable(b *testing.B) {
+	for _, n := range []int{1, 10, parallelSyncMax, parallelSyncMax + 1} {
+		b.Run(fmt.Sprintf("objects=%d", n), func(b *testing.B) {
+			r, err := Open(filepath.Join(diskTempDir(b), "repo"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close()
+			round := 0
+			for b.Loop() {
+				b.StopTimer()
+				var ws writeSet
+				for i := range n {
+					round++
+					if _, err := r.putBytes(&ws, []byte(fmt.Sprintf("object %d", round*1000+i))); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
+				if err := r.makeDurable(b.Context(), &ws); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

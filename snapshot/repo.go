@@ -1,0 +1,261 @@
+package snapshot
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotFound is matched (errors.Is) by the error for an object the
+// repository does not hold.
+var ErrNotFound = errors.New("snapshot: object not found")
+
+// Repo is one repository folder. Its methods may be called from any
+// number of goroutines and processes at once; see the package doc for
+// the lock that Collect needs from the others. Call Close when done.
+type Repo struct {
+	dir     string // the repository folder
+	objects string // dir/objects
+	tmp     string // dir/tmp
+	dirFd   int    // the repository folder, for syncfs; closed by Close
+
+	skip func(name string) bool // names left out of trees; never nil
+
+	encoders *pool[*zstd.Encoder]
+	decoders *pool[*zstd.Decoder]
+	buffers  *pool[[]byte] // smallMax+1 bytes each: a small file, or a big one's first part
+
+	trees *treeCache
+
+	// hook, when set (by tests), is called at the named steps of a build,
+	// with the path being built: "examine" between the lstat of an entry
+	// and its open.
+	hook func(step, path string)
+}
+
+// Option sets up a Repo at Open.
+type Option func(*config)
+
+type config struct {
+	skip       func(name string) bool
+	cacheBytes int
+}
+
+// WithSkip sets the rule for the names that Build leaves out of trees, in
+// place of DefaultSkip. Use it when the workspace holds other temporary
+// files of the daemon's; compose with DefaultSkip to keep its rule.
+func WithSkip(skip func(name string) bool) Option {
+	return func(c *config) { c.skip = skip }
+}
+
+// WithTreeCache bounds the cache of decoded trees to about n bytes of
+// entries (default 8 MiB); 0 turns the cache off. An incremental build
+// needs only the trees on its changed paths; a larger cache helps Diff
+// and Collect in repositories whose workspaces hold many folders.
+func WithTreeCache(n int) Option {
+	return func(c *config) { c.cacheBytes = n }
+}
+
+// TempPrefix begins the names of the daemon's file API's temporary files,
+// which DefaultSkip leaves out.
+const TempPrefix = ".warren-write-"
+
+// DefaultSkip is the default rule for the names Build leaves out: the
+// daemon's temporary files (TempPrefix).
+func DefaultSkip(name string) bool { return strings.HasPrefix(name, TempPrefix) }
+
+// poolSize is how many encoders, decoders and buffers a Repo keeps for
+// reuse; more are made while more goroutines need them, and dropped after.
+const poolSize = 2
+
+// staleTemp is the age past which a file in tmp/ is taken for one left by
+// a crash: no writer keeps one open for this long.
+const staleTemp = time.Hour
+
+// Open opens the repository in dir, making it (mode 0700) if need be, and
+// removes files of tmp/ older than an hour. Call Close when done.
+func Open(dir string, opts ...Option) (*Repo, error) {
+	cfg := config{skip: DefaultSkip, cacheBytes: 8 << 20}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.skip == nil {
+		cfg.skip = func(string) bool { return false }
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: open %s: %w", dir, err)
+	}
+	r := &Repo{
+		dir:     dir,
+		objects: filepath.Join(dir, "objects"),
+		tmp:     filepath.Join(dir, "tmp"),
+		dirFd:   -1,
+		skip:    cfg.skip,
+		trees:   newTreeCache(cfg.cacheBytes),
+	}
+	if err := r.layout(); err != nil {
+		return nil, fmt.Errorf("snapshot: open %s: %w", dir, err)
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: open %s: %w", dir, err)
+	}
+	r.dirFd = fd
+	// Encoders and decoders are synchronous (concurrency 1: no goroutines
+	// of their own) and small: a 1 MiB window and zstd's lower-memory
+	// modes keep an encoder near 3 MiB and a decoder near 1.5 MiB once
+	// used, against 17 and 5 MiB with the defaults. Each pool keeps
+	// poolSize of them, so an idle Repo that has worked holds about 11 MiB
+	// with its buffers, and its tree cache.
+	r.encoders = newPool(poolSize, func() (*zstd.Encoder, error) {
+		return zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
+			zstd.WithWindowSize(1<<20), zstd.WithLowerEncoderMem(true))
+	}, func(e *zstd.Encoder) { e.Close() })
+	r.decoders = newPool(poolSize, func() (*zstd.Decoder, error) {
+		return zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+			zstd.WithDecoderMaxMemory(maxDecoded))
+	}, func(d *zstd.Decoder) { d.Close() })
+	r.buffers = newPool(poolSize, func() ([]byte, error) { return make([]byte, smallMax+1), nil }, nil)
+	if _, err := r.removeStaleTemps(); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("snapshot: open %s: %w", dir, err)
+	}
+	return r, nil
+}
+
+// layout makes the repository's folders and lock files where missing.
+func (r *Repo) layout() error {
+	if err := os.MkdirAll(r.dir, 0o700); err != nil {
+		return fmt.Errorf("make folder: %w", err)
+	}
+	if err := os.MkdirAll(r.tmp, 0o700); err != nil {
+		return fmt.Errorf("make tmp: %w", err)
+	}
+	// The fan-out folders: made once, so that writing an object never
+	// has to make one (and fsync its parent).
+	// They are made durable before any object goes in: an object's fsync
+	// and its folder's make only the object durable.
+	if _, err := os.Stat(filepath.Join(r.objects, "ff")); err != nil {
+		for i := 0; i < 256; i++ {
+			if err := os.MkdirAll(filepath.Join(r.objects, fmt.Sprintf("%02x", i)), 0o700); err != nil {
+				return fmt.Errorf("make objects: %w", err)
+			}
+		}
+		for _, p := range []string{r.objects, r.dir, filepath.Dir(r.dir)} {
+			if err := fsyncPath(p); err != nil {
+				return fmt.Errorf("make objects: %w", err)
+			}
+		}
+	}
+	for _, name := range []string{lockName, gateName} {
+		f, err := os.OpenFile(filepath.Join(r.dir, name), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return fmt.Errorf("make %s: %w", name, err)
+		}
+		f.Close()
+	}
+	return nil
+}
+
+// Close releases the encoders and decoders the repository keeps and its
+// folder's descriptor. The Repo must not be used after.
+func (r *Repo) Close() error {
+	r.encoders.close()
+	r.decoders.close()
+	r.buffers.close()
+	r.trees.clear()
+	if r.dirFd >= 0 {
+		err := unix.Close(r.dirFd)
+		r.dirFd = -1
+		if err != nil {
+			return fmt.Errorf("snapshot: close %s: %w", r.dir, err)
+		}
+	}
+	return nil
+}
+
+// Dir returns the repository folder.
+func (r *Repo) Dir() string { return r.dir }
+
+// objectPath is where the object h is kept.
+func (r *Repo) objectPath(h Hash) string {
+	s := h.String()
+	return r.objects + "/" + s[:2] + "/" + s[2:]
+}
+
+// removeStaleTemps removes the files of tmp/ older than staleTemp and
+// returns how many it removed. Another process may be writing the others.
+func (r *Repo) removeStaleTemps() (int, error) {
+	ents, err := os.ReadDir(r.tmp)
+	if err != nil {
+		return 0, fmt.Errorf("list tmp: %w", err)
+	}
+	n := 0
+	for _, e := range ents {
+		info, err := e.Info()
+		if err != nil {
+			continue // gone already
+		}
+		if time.Since(info.ModTime()) < staleTemp {
+			continue
+		}
+		if err := os.Remove(filepath.Join(r.tmp, e.Name())); err == nil {
+			n++
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return n, fmt.Errorf("remove stale %s: %w", e.Name(), err)
+		}
+	}
+	return n, nil
+}
+
+// pool keeps up to a fixed number of costly values (zstd encoders and
+// decoders, big buffers) for reuse. Unlike a sync.Pool it keeps them
+// across garbage collections, and close releases them.
+type pool[T any] struct {
+	free    chan T
+	make    func() (T, error)
+	release func(T) // nil: nothing to release
+}
+
+func newPool[T any](n int, mk func() (T, error), release func(T)) *pool[T] {
+	return &pool[T]{free: make(chan T, n), make: mk, release: release}
+}
+
+func (p *pool[T]) get() (T, error) {
+	select {
+	case v := <-p.free:
+		return v, nil
+	default:
+		return p.make()
+	}
+}
+
+func (p *pool[T]) put(v T) {
+	select {
+	case p.free <- v:
+	default:
+		if p.release != nil {
+			p.release(v)
+		}
+	}
+}
+
+func (p *pool[T]) close() {
+	for {
+		select {
+		case v := <-p.free:
+			if p.release != nil {
+				p.release(v)
+			}
+		default:
+			return
+		}
+	}
+}
