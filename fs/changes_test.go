@@ -212,6 +212,7 @@ func TestRestorer(t *testing.T) {
 	f.TakeChanges()
 
 	must(t, r.WriteFile(ctx, "src/app.ts", 0o640, strings.NewReader("v0\n")))
+	must(t, r.Sync())
 	if got := readString(t, filepath.Join(backing, "src/app.ts")); got != "v0\n" {
 		t.Fatalf("backing: got %q", got)
 	}
@@ -284,10 +285,11 @@ func TestRestorer(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(backing, "src")); !os.IsNotExist(err) {
 		t.Fatalf("src after RemoveAll: %v", err)
 	}
-	if rc := ag.do(t, "test ! -e src && ls made"); rc != 0 {
+	// Once Sync returned, every mount was told.
+	must(t, r.Sync())
+	if rc := ag.do(t, "test ! -e src && ls made >/dev/null"); rc != 0 {
 		t.Fatalf("the mount still shows what was removed: %s", ag.err)
 	}
-	must(t, r.Sync())
 
 	got, complete := takeMap(f)
 	if !complete {

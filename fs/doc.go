@@ -132,6 +132,11 @@
 // under its path's lock, each file replaced atomically, every version it
 // touches moved, no link followed.
 //
+// A change made beside a mount (the file API, a restore) is told to every
+// mount of the folder before the call returns (Hub.flush): a command run
+// right after it sees it. A restore's notices are never dropped for a full
+// queue (Hub.postWait); they are sent once its step let go of its locks.
+//
 // A mount whose kernel may hold a stale size or stale pages of a file
 // (changed through another mount, the file API, or behind the
 // filesystem's back) is notified before its next open of the file is
@@ -249,6 +254,11 @@
 //     called with it released), the file API's temporary files
 //     (tempFiles.mu, atomic_linux.go) and a change log's set
 //     (changeLog.mu).
+//
+// A Hub's sendMu is held shared by a sender that waits for room in the
+// delivery queue (postWait, flush) and exclusive by Close; it is taken
+// with no lock above held, nor the change gate: delivery waits for the
+// kernel, which may wait for a request that waits for them.
 //
 // go-fuse's own locks (its bridge's, each Inode's) come after all of
 // these: the package may call into go-fuse's tree (NewInode, Parent,

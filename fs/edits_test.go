@@ -380,8 +380,12 @@ func TestLockSharedByMounts(t *testing.T) {
 		must(t, os.WriteFile(filepath.Join(mnt, "f"), []byte("x"), 0o666))
 	}
 	var st syscall.Stat_t
-	must(t, syscall.Stat(backing, &st))
-	_, _, unlock := hub.ledger.lock(pathKey{dev: st.Dev, dir: st.Ino, name: "f"})
+	bfd, err := unix.Open(backing, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	must(t, err)
+	gen, err := statGen(bfd, "", &st)
+	unix.Close(bfd)
+	must(t, err)
+	_, _, unlock := hub.ledger.lock(pathKey{dev: st.Dev, dir: st.Ino, gen: gen, name: "f"})
 	unlocked := false
 	defer func() {
 		if !unlocked {

@@ -72,6 +72,10 @@ func (h *Hub) Files(dir, label string, onStale func(Stale)) (*Files, error) {
 	return &Files{hub: h, label: label, fd: fd, dev: st.Dev, onStale: onStale, changes: c}, nil
 }
 
+// Folder returns an O_PATH descriptor of the workspace folder, for reading
+// it below (a checkpoint does). It stays open until Close; do not close it.
+func (f *Files) Folder() int { return f.fd }
+
 // Close releases the folder.
 func (f *Files) Close() error {
 	f.hub.dropChangeLog(f.changes)
@@ -167,11 +171,12 @@ func (f *Files) resolve(p string, mkdir bool) (*target, error) {
 			return nil, fmt.Errorf("%s: %w", shown, err)
 		}
 		t := &target{dirFd: dirFd, name: name, rel: clean}
-		if err := fstat(dirFd, &t.dirSt); err != nil {
+		gen, err := statGen(dirFd, "", &t.dirSt)
+		if err != nil {
 			unix.Close(dirFd)
 			return nil, fmt.Errorf("%s: %w", shown, err)
 		}
-		t.key = pathKey{dev: t.dirSt.Dev, dir: t.dirSt.Ino, name: name}
+		t.key = pathKey{dev: t.dirSt.Dev, dir: t.dirSt.Ino, gen: gen, name: name}
 		return t, nil
 	}
 	return nil, fmt.Errorf("%s: %w", shown, unix.ELOOP)
@@ -336,6 +341,13 @@ func (f *Files) readAll(t *target, flags int) ([]byte, error) {
 // file, text keeps the file's line endings and BOM. Refused with a
 // *StaleError if a read the file before its last change.
 func (f *Files) Write(ctx context.Context, a Actor, p string, content []byte) (uint64, error) {
+	v, err := f.write(ctx, a, p, content)
+	// Once it answered, every mount shows the change.
+	f.hub.flush()
+	return v, err
+}
+
+func (f *Files) write(ctx context.Context, a Actor, p string, content []byte) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -371,6 +383,13 @@ func (f *Files) Write(ctx context.Context, a Actor, p string, content []byte) (u
 // of them if all is set. It returns the new version and how many
 // occurrences it replaced.
 func (f *Files) Edit(ctx context.Context, a Actor, p, old, new string, all bool) (uint64, int, error) {
+	v, n, err := f.edit(ctx, a, p, old, new, all)
+	// Once it answered, every mount shows the change.
+	f.hub.flush()
+	return v, n, err
+}
+
+func (f *Files) edit(ctx context.Context, a Actor, p, old, new string, all bool) (uint64, int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, 0, err
 	}

@@ -214,3 +214,35 @@ func TestReadRecordsBounded(t *testing.T) {
 		t.Fatalf("after the runs ended: %+v", st)
 	}
 }
+
+// TestReusedFolderInode: a folder removed and made again gets the old one's
+// inode number at once on ext4; its files are new files all the same, and
+// an actor's read or write of the old ones says nothing about them.
+func TestReusedFolderInode(t *testing.T) {
+	ctx := context.Background()
+	_, f, dir := newFiles(t, HubConfig{})
+	a := RunActor("a")
+	reused := false
+	for try := 0; try < 50 && !reused; try++ {
+		must(t, os.Mkdir(filepath.Join(dir, "old"), 0o755))
+		if _, err := f.Write(ctx, a, "old/x", []byte("mine\n")); err != nil {
+			t.Fatal(err)
+		}
+		var before, after syscall.Stat_t
+		must(t, syscall.Stat(filepath.Join(dir, "old"), &before))
+		// Removed and made again behind the filesystem's back, a
+		// file of the same name written there by someone else.
+		must(t, os.RemoveAll(filepath.Join(dir, "old")))
+		must(t, os.Mkdir(filepath.Join(dir, "new"), 0o755))
+		must(t, os.WriteFile(filepath.Join(dir, "new", "x"), []byte("theirs\n"), 0o644))
+		must(t, syscall.Stat(filepath.Join(dir, "new"), &after))
+		reused = before.Ino == after.Ino
+		if _, err := f.Write(ctx, a, "new/x", []byte("mine again\n")); err != nil {
+			t.Fatalf("try %d (inode reused: %v): a first write of a file in a new folder: %v", try, reused, err)
+		}
+		must(t, os.RemoveAll(filepath.Join(dir, "new")))
+	}
+	if !reused {
+		t.Fatalf("the filesystem of %s never gave a removed folder's inode to the next one; the test proves nothing there", dir)
+	}
+}

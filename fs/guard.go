@@ -68,7 +68,7 @@ func (n *node) entryOf() (string, *node) {
 
 // key is the ledger's key of name in the directory n.
 func (n *node) key(name string) pathKey {
-	return pathKey{dev: n.root.dev, dir: n.ino, name: name}
+	return pathKey{dev: n.root.dev, dir: n.ino, gen: n.gen, name: name}
 }
 
 // fingerprintAt returns what name in the directory dfd holds now; the

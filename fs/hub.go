@@ -37,6 +37,10 @@ type Hub struct {
 	actors  *actors       // who makes a request (actors.go)
 	temps   tempFiles     // the file API's temporary files (atomic_linux.go)
 
+	// sendMu is held shared by a sender that waits for room in the
+	// queue (postWait), exclusive by Close to close the queue.
+	sendMu sync.RWMutex
+
 	mu     sync.Mutex
 	mounts map[*root]struct{} // guarded by mu
 	closed bool               // guarded by mu
@@ -46,12 +50,15 @@ type Hub struct {
 }
 
 // notice is one change: the entry name in directory ino changed, or (name
-// == "") the attributes and content of inode ino changed.
+// == "") the attributes and content of inode ino changed. A notice with a
+// barrier is no change: delivery closes it once every notice queued
+// before it is delivered (flush).
 type notice struct {
-	from *root
-	dev  uint64
-	ino  uint64
-	name string
+	from    *root
+	dev     uint64
+	ino     uint64
+	name    string
+	barrier chan struct{}
 }
 
 // hubQueue bounds the changes waiting for delivery. A full queue drops the
@@ -188,7 +195,6 @@ func (h *Hub) Close() {
 	first := !h.closed
 	if first {
 		h.closed = true
-		close(h.queue)
 		close(h.stop)
 	}
 	h.mu.Unlock()
@@ -196,6 +202,11 @@ func (h *Hub) Close() {
 		<-h.ended
 		return
 	}
+	// A sender waiting for room (postWait) gets it: delivery runs until
+	// the queue closes.
+	h.sendMu.Lock()
+	close(h.queue)
+	h.sendMu.Unlock()
 	<-h.done
 	<-h.swept
 	<-h.evicted
@@ -231,6 +242,41 @@ func (h *Hub) post(n notice) {
 	}
 }
 
+// postWait queues notices made beside the mounts, waiting for room in the
+// queue rather than dropping one. Never call it holding a path lock or
+// from a FUSE request: delivery waits for the kernel, which may wait for
+// them.
+func (h *Hub) postWait(ns ...notice) {
+	h.sendMu.RLock()
+	defer h.sendMu.RUnlock()
+	for _, n := range ns {
+		h.mu.Lock()
+		skip := h.closed || len(h.mounts) == 0
+		h.mu.Unlock()
+		if skip {
+			return
+		}
+		h.queue <- n
+	}
+}
+
+// flush returns once every notice queued before it is delivered (or the
+// hub closed). The same rules as postWait's hold.
+func (h *Hub) flush() {
+	b := make(chan struct{})
+	h.postWait(notice{barrier: b})
+	h.mu.Lock()
+	skip := h.closed || len(h.mounts) == 0
+	h.mu.Unlock()
+	if skip {
+		return
+	}
+	select {
+	case <-b:
+	case <-h.done:
+	}
+}
+
 // changed tells the mounts of the folder on dev that the file ino, the
 // entry name in the directory dir, was changed beside them.
 func (h *Hub) changed(dev, ino, dir uint64, name string) {
@@ -241,6 +287,10 @@ func (h *Hub) changed(dev, ino, dir uint64, name string) {
 func (h *Hub) deliver() {
 	defer close(h.done)
 	for n := range h.queue {
+		if n.barrier != nil {
+			close(n.barrier)
+			continue
+		}
 		h.mu.Lock()
 		var targets []*root
 		for r := range h.mounts {

@@ -38,11 +38,16 @@ import (
 //
 // Paths are keyed by the backing directory's device and inode and the
 // entry name: that is the real path, whatever root or mount it was reached
-// through, and it stays the same when a directory above is renamed.
+// through, and it stays the same when a directory above is renamed. The
+// directory's generation (its birth time, statGen) is part of the key: a
+// filesystem gives the inode number of a removed directory to the next
+// one it makes, at once on ext4, and the new directory's files are not the
+// old one's.
 
 // pathKey is one backing path: the entry name in a directory.
 type pathKey struct {
 	dev, dir uint64 // the directory's device and inode
+	gen      uint64 // the directory's generation (statGen)
 	name     string
 }
 
@@ -51,6 +56,9 @@ func comparePathKeys(a, b pathKey) int {
 		return c
 	}
 	if c := cmp.Compare(a.dir, b.dir); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.gen, b.gen); c != 0 {
 		return c
 	}
 	return strings.Compare(a.name, b.name)

@@ -73,64 +73,92 @@ func (f *Files) resolveExact(p string) (*target, error) {
 		return nil, fmt.Errorf("%s: %w", clean, errno)
 	}
 	t := &target{dirFd: dirFd, name: name, rel: clean}
-	if err := fstat(dirFd, &t.dirSt); err != nil {
+	gen, err := statGen(dirFd, "", &t.dirSt)
+	if err != nil {
 		unix.Close(dirFd)
 		return nil, fmt.Errorf("%s: %w", clean, err)
 	}
-	t.key = pathKey{dev: t.dirSt.Dev, dir: t.dirSt.Ino, name: name}
+	t.key = pathKey{dev: t.dirSt.Dev, dir: t.dirSt.Ino, gen: gen, name: name}
 	return t, nil
 }
 
 // changedTarget records, under t's lock, that t now holds fp (nothing:
-// removed) by nobody in particular, tells the mounts, and marks it
-// (tree: and everything below it). oldIno is the inode t held before.
-func (f *Files) changedTarget(t *target, g guarded, oldIno uint64, fp fingerprint, tree bool) {
+// removed) by nobody in particular, marks it (tree: and everything below
+// it), and notes what to tell the mounts. oldIno is the inode t held
+// before.
+func (f *Files) changedTarget(tl *told, t *target, g guarded, oldIno uint64, fp fingerprint, tree bool) {
 	if fp == (fingerprint{}) {
 		f.hub.ledger.removed(Actor{}, g.key, g.state)
 	} else {
 		f.hub.ledger.modified(Actor{}, g.key, g.state, fp)
 	}
-	f.hub.changed(t.dirSt.Dev, oldIno, t.dirSt.Ino, t.name)
+	tl.changed(t, oldIno)
 	if fp.ino != 0 && fp.ino != oldIno {
-		f.hub.changed(t.dirSt.Dev, fp.ino, t.dirSt.Ino, t.name)
+		tl.changed(t, fp.ino)
 	}
 	f.track(t, tree)
+}
+
+// told gathers what one step of a restore tells the mounts: the notices
+// are sent once the step let go of its locks and of the change gate, and
+// waited for rather than dropped (Hub.postWait), so that a mount never
+// shows what a restore replaced.
+type told struct{ ns []notice }
+
+// changed notes that t, which held the inode ino, changed.
+func (tl *told) changed(t *target, ino uint64) {
+	tl.ns = append(tl.ns, notice{dev: t.dirSt.Dev, ino: t.dirSt.Ino, name: t.name}, notice{dev: t.dirSt.Dev, ino: ino})
+}
+
+// step runs one change of a restore under the change gate, then tells the
+// mounts what it changed.
+func (r *Restorer) step(ctx context.Context, fn func(tl *told) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var tl told
+	leave := r.f.changes.enter()
+	err := fn(&tl)
+	leave()
+	r.f.hub.postWait(tl.ns...)
+	return err
 }
 
 // RemoveAll removes the entry at p and, if it is a folder, everything in
 // it. A missing entry is not an error.
 func (r *Restorer) RemoveAll(ctx context.Context, p string) error {
-	defer r.f.changes.enter()()
-	t, err := r.f.resolveExact(p)
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return nil
+	return r.step(ctx, func(tl *told) error {
+		t, err := r.f.resolveExact(p)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				return nil
+			}
+			return fmt.Errorf("remove %s: %w", p, err)
 		}
-		return fmt.Errorf("remove %s: %w", p, err)
-	}
-	defer t.close()
-	if err := r.f.removeEntry(ctx, t.dirFd, &t.dirSt, t.name, t.rel, 0); err != nil {
-		return fmt.Errorf("remove %s: %w", t.rel, err)
-	}
-	return nil
+		defer t.close()
+		if err := r.f.removeEntry(ctx, tl, t.dirFd, &t.dirSt, t.key.gen, t.name, t.rel, 0); err != nil {
+			return fmt.Errorf("remove %s: %w", t.rel, err)
+		}
+		return nil
+	})
 }
 
 // maxRemoveDepth bounds the folders below one another that removeEntry
 // goes down: deeper than any path the kernel can name from the root.
 const maxRemoveDepth = unix.PathMax / 2
 
-// removeEntry removes name from the folder dirFd (dirSt) and, for a
-// folder, its whole tree, each entry under its own lock, children before
-// their folder; no lock is held while another is taken. The change gate
-// is held.
-func (f *Files) removeEntry(ctx context.Context, dirFd int, dirSt *syscall.Stat_t, name, rel string, depth int) error {
+// removeEntry removes name from the folder dirFd (dirSt, dirGen) and, for
+// a folder, its whole tree, each entry under its own lock, children
+// before their folder; no lock is held while another is taken. The
+// change gate is held.
+func (f *Files) removeEntry(ctx context.Context, tl *told, dirFd int, dirSt *syscall.Stat_t, dirGen uint64, name, rel string, depth int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if depth > maxRemoveDepth {
 		return fmt.Errorf("%s: %w", rel, unix.ELOOP)
 	}
-	t := &target{dirFd: dirFd, name: name, rel: rel, dirSt: *dirSt, key: pathKey{dev: dirSt.Dev, dir: dirSt.Ino, name: name}}
+	t := &target{dirFd: dirFd, name: name, rel: rel, dirSt: *dirSt, key: pathKey{dev: dirSt.Dev, dir: dirSt.Ino, gen: dirGen, name: name}}
 	// A folder's entries go first, then the folder; something made in it
 	// meanwhile (a command still running) is removed on the next round.
 	for range 8 {
@@ -141,9 +169,8 @@ func (f *Files) removeEntry(ctx context.Context, dirFd int, dirSt *syscall.Stat_
 			}
 			return fmt.Errorf("%s: %w", rel, err)
 		}
-		isDir := st.Mode&syscall.S_IFMT == syscall.S_IFDIR
-		if isDir {
-			if err := f.emptyFolder(ctx, dirFd, name, rel, depth); err != nil {
+		if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			if err := f.emptyFolder(ctx, tl, dirFd, name, rel, depth); err != nil {
 				return err
 			}
 		}
@@ -157,7 +184,7 @@ func (f *Files) removeEntry(ctx context.Context, dirFd int, dirSt *syscall.Stat_
 		}
 		err = unix.Unlinkat(dirFd, name, flags)
 		if err == nil || err == unix.ENOENT {
-			f.changedTarget(t, g, g.state.fp.ino, fingerprint{}, true)
+			f.changedTarget(tl, t, g, g.state.fp.ino, fingerprint{}, true)
 			unlock()
 			return nil
 		}
@@ -171,7 +198,7 @@ func (f *Files) removeEntry(ctx context.Context, dirFd int, dirSt *syscall.Stat_
 }
 
 // emptyFolder removes every entry of the folder name in dirFd.
-func (f *Files) emptyFolder(ctx context.Context, dirFd int, name, rel string, depth int) error {
+func (f *Files) emptyFolder(ctx context.Context, tl *told, dirFd int, name, rel string, depth int) error {
 	how := unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
@@ -186,13 +213,14 @@ func (f *Files) emptyFolder(ctx context.Context, dirFd int, name, rel string, de
 	dir := os.NewFile(uintptr(fd), rel)
 	defer dir.Close()
 	var st syscall.Stat_t
-	if err := fstat(fd, &st); err != nil {
+	gen, err := statGen(fd, "", &st)
+	if err != nil {
 		return fmt.Errorf("%s: %w", rel, err)
 	}
 	for {
 		names, err := dir.Readdirnames(1024)
 		for _, child := range names {
-			if err := f.removeEntry(ctx, fd, &st, child, rel+"/"+child, depth+1); err != nil {
+			if err := f.removeEntry(ctx, tl, fd, &st, gen, child, rel+"/"+child, depth+1); err != nil {
 				return err
 			}
 		}
@@ -208,157 +236,139 @@ func (f *Files) emptyFolder(ctx context.Context, dirFd int, name, rel string, de
 // Mkdir makes the folder p, or finds it made, and gives it mode. Its
 // folder must exist.
 func (r *Restorer) Mkdir(ctx context.Context, p string, mode uint32) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	defer r.f.changes.enter()()
-	t, err := r.f.resolveExact(p)
-	if err != nil {
-		return fmt.Errorf("make folder %s: %w", p, err)
-	}
-	defer t.close()
-	g, unlock, err := r.f.lockTarget(t)
-	if err != nil {
-		return fmt.Errorf("make folder %s: %w", p, err)
-	}
-	defer unlock()
-	made := false
-	if err := unix.Mkdirat(t.dirFd, t.name, 0o700); err == nil {
-		made = true
-	} else if err != unix.EEXIST {
-		return fmt.Errorf("make folder %s: %w", t.rel, err)
-	}
-	fd, err := openChild(t.dirFd, t.name)
-	if err != nil {
-		return fmt.Errorf("make folder %s: %w", t.rel, err)
-	}
-	defer unix.Close(fd)
-	var st syscall.Stat_t
-	if err := fstat(fd, &st); err != nil {
-		return fmt.Errorf("make folder %s: %w", t.rel, err)
-	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-		return fmt.Errorf("make folder %s: %w", t.rel, unix.ENOTDIR)
-	}
-	if made {
-		chownLike(fd, &t.dirSt)
-	}
-	if st.Mode&0o7777 != mode&0o7777 || made {
-		if err := fchmod(fd, mode&0o7777); err != nil {
-			return fmt.Errorf("make folder %s: set its mode: %w", t.rel, err)
+	return r.step(ctx, func(tl *told) error {
+		t, err := r.f.resolveExact(p)
+		if err != nil {
+			return fmt.Errorf("make folder %s: %w", p, err)
 		}
-	}
-	fp := fingerprintFd(fd)
-	if made {
-		r.f.changedTarget(t, g, 0, fp, true)
-	} else {
+		defer t.close()
+		g, unlock, err := r.f.lockTarget(t)
+		if err != nil {
+			return fmt.Errorf("make folder %s: %w", p, err)
+		}
+		defer unlock()
+		made := false
+		if err := unix.Mkdirat(t.dirFd, t.name, 0o700); err == nil {
+			made = true
+		} else if err != unix.EEXIST {
+			return fmt.Errorf("make folder %s: %w", t.rel, err)
+		}
+		fd, err := openChild(t.dirFd, t.name)
+		if err != nil {
+			return fmt.Errorf("make folder %s: %w", t.rel, err)
+		}
+		defer unix.Close(fd)
+		var st syscall.Stat_t
+		if err := fstat(fd, &st); err != nil {
+			return fmt.Errorf("make folder %s: %w", t.rel, err)
+		}
+		if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+			return fmt.Errorf("make folder %s: %w", t.rel, unix.ENOTDIR)
+		}
+		if made {
+			chownLike(fd, &t.dirSt)
+		}
+		if st.Mode&0o7777 != mode&0o7777 || made {
+			if err := fchmod(fd, mode&0o7777); err != nil {
+				return fmt.Errorf("make folder %s: set its mode: %w", t.rel, err)
+			}
+		}
+		fp := fingerprintFd(fd)
+		if made {
+			r.f.changedTarget(tl, t, g, 0, fp, true)
+			return nil
+		}
 		r.f.hub.ledger.touched(g.state, fp)
-		r.f.hub.changed(t.dirSt.Dev, st.Ino, t.dirSt.Ino, t.name)
+		tl.changed(t, st.Ino)
 		r.f.track(t, false)
-	}
-	return nil
+		return nil
+	})
 }
 
 // Chmod gives the entry at p mode; a link has none and is left alone.
 func (r *Restorer) Chmod(ctx context.Context, p string, mode uint32) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	defer r.f.changes.enter()()
-	if path.Clean(p) == "." {
-		fd, err := unix.FcntlInt(uintptr(r.f.fd), unix.F_DUPFD_CLOEXEC, 0)
+	return r.step(ctx, func(tl *told) error {
+		t, err := r.f.resolveExact(p)
 		if err != nil {
-			return fmt.Errorf("set the mode of the workspace: %w", err)
+			return fmt.Errorf("set the mode of %s: %w", p, err)
+		}
+		defer t.close()
+		g, unlock, err := r.f.lockTarget(t)
+		if err != nil {
+			return fmt.Errorf("set the mode of %s: %w", p, err)
+		}
+		defer unlock()
+		fd, err := openChild(t.dirFd, t.name)
+		if err != nil {
+			return fmt.Errorf("set the mode of %s: %w", t.rel, err)
 		}
 		defer unix.Close(fd)
-		if err := fchmod(fd, mode&0o7777); err != nil {
-			return fmt.Errorf("set the mode of the workspace: %w", err)
+		var st syscall.Stat_t
+		if err := fstat(fd, &st); err != nil {
+			return fmt.Errorf("set the mode of %s: %w", t.rel, err)
 		}
-		r.f.changes.mark("", false)
+		if st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+			return nil
+		}
+		if err := fchmod(fd, mode&0o7777); err != nil {
+			return fmt.Errorf("set the mode of %s: %w", t.rel, err)
+		}
+		r.f.hub.ledger.touched(g.state, fingerprintFd(fd))
+		tl.changed(t, st.Ino)
+		r.f.track(t, false)
 		return nil
-	}
-	t, err := r.f.resolveExact(p)
-	if err != nil {
-		return fmt.Errorf("set the mode of %s: %w", p, err)
-	}
-	defer t.close()
-	g, unlock, err := r.f.lockTarget(t)
-	if err != nil {
-		return fmt.Errorf("set the mode of %s: %w", p, err)
-	}
-	defer unlock()
-	fd, err := openChild(t.dirFd, t.name)
-	if err != nil {
-		return fmt.Errorf("set the mode of %s: %w", t.rel, err)
-	}
-	defer unix.Close(fd)
-	var st syscall.Stat_t
-	if err := fstat(fd, &st); err != nil {
-		return fmt.Errorf("set the mode of %s: %w", t.rel, err)
-	}
-	if st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
-		return nil
-	}
-	if err := fchmod(fd, mode&0o7777); err != nil {
-		return fmt.Errorf("set the mode of %s: %w", t.rel, err)
-	}
-	r.f.hub.ledger.touched(g.state, fingerprintFd(fd))
-	r.f.hub.changed(t.dirSt.Dev, st.Ino, t.dirSt.Ino, t.name)
-	r.f.track(t, false)
-	return nil
+	})
 }
 
 // WriteFile replaces the entry at p with a regular file of mode holding
 // what content gives, atomically: until the rename the old entry is
 // whole. A folder at p is refused (remove it first).
 func (r *Restorer) WriteFile(ctx context.Context, p string, mode uint32, content io.Reader) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	defer r.f.changes.enter()()
-	t, err := r.f.resolveExact(p)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	defer t.close()
-	r.f.hub.sweepTemps(t.dirFd, &t.dirSt, r.f.label)
-	tmp, err := r.f.hub.temps.newTemp(t.dirFd, &t.dirSt)
-	if err != nil {
-		return fmt.Errorf("write %s: make a temporary file: %w", t.rel, err)
-	}
-	defer tmp.discard()
-	// The content first, with no lock held: it may be big.
-	if _, err := io.Copy(fdWriter(tmp.fd), &ctxReader{ctx: ctx, r: content}); err != nil {
-		return fmt.Errorf("write %s: %w", t.rel, err)
-	}
-	g, unlock, err := r.f.lockTarget(t)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	defer unlock()
-	if g.state.fp.dir {
-		return fmt.Errorf("write %s: %w", t.rel, unix.EISDIR)
-	}
-	// The old file's owner, or the folder's for a new one. Owner
-	// before mode: a chown clears the set-id bits.
-	uid, gid := int(t.dirSt.Uid), int(t.dirSt.Gid)
-	var old syscall.Stat_t
-	if err := fstatat(t.dirFd, t.name, &old); err == nil && old.Mode&syscall.S_IFMT == syscall.S_IFREG {
-		uid, gid = int(old.Uid), int(old.Gid)
-	}
-	if uid != unix.Geteuid() || gid != unix.Getegid() {
-		if err := unix.Fchown(tmp.fd, uid, gid); err != nil {
-			return fmt.Errorf("write %s: give it its owner: %w", t.rel, err)
+	return r.step(ctx, func(tl *told) error {
+		t, err := r.f.resolveExact(p)
+		if err != nil {
+			return fmt.Errorf("write %s: %w", p, err)
 		}
-	}
-	if err := unix.Fchmod(tmp.fd, mode&0o7777); err != nil {
-		return fmt.Errorf("write %s: give it its mode: %w", t.rel, err)
-	}
-	if err := tmp.replace(t.name); err != nil {
-		return fmt.Errorf("write %s: %w", t.rel, err)
-	}
-	r.f.changedTarget(t, g, g.state.fp.ino, fingerprintFd(tmp.fd), false)
-	return nil
+		defer t.close()
+		r.f.hub.sweepTemps(t.dirFd, &t.dirSt, r.f.label)
+		tmp, err := r.f.hub.temps.newTemp(t.dirFd, &t.dirSt)
+		if err != nil {
+			return fmt.Errorf("write %s: make a temporary file: %w", t.rel, err)
+		}
+		defer tmp.discard()
+		// The content first, with no lock held: it may be big.
+		if _, err := io.CopyBuffer(fdWriter(tmp.fd), &ctxReader{ctx: ctx, r: content}, make([]byte, 256<<10)); err != nil {
+			return fmt.Errorf("write %s: %w", t.rel, err)
+		}
+		g, unlock, err := r.f.lockTarget(t)
+		if err != nil {
+			return fmt.Errorf("write %s: %w", p, err)
+		}
+		defer unlock()
+		if g.state.fp.dir {
+			return fmt.Errorf("write %s: %w", t.rel, unix.EISDIR)
+		}
+		// The old file's owner, or the folder's for a new one. Owner
+		// before mode: a chown clears the set-id bits.
+		uid, gid := int(t.dirSt.Uid), int(t.dirSt.Gid)
+		var old syscall.Stat_t
+		if err := fstatat(t.dirFd, t.name, &old); err == nil && old.Mode&syscall.S_IFMT == syscall.S_IFREG {
+			uid, gid = int(old.Uid), int(old.Gid)
+		}
+		if uid != unix.Geteuid() || gid != unix.Getegid() {
+			if err := unix.Fchown(tmp.fd, uid, gid); err != nil {
+				return fmt.Errorf("write %s: give it its owner: %w", t.rel, err)
+			}
+		}
+		if err := unix.Fchmod(tmp.fd, mode&0o7777); err != nil {
+			return fmt.Errorf("write %s: give it its mode: %w", t.rel, err)
+		}
+		if err := tmp.replace(t.name); err != nil {
+			return fmt.Errorf("write %s: %w", t.rel, err)
+		}
+		r.f.changedTarget(tl, t, g, g.state.fp.ino, fingerprintFd(tmp.fd), false)
+		return nil
+	})
 }
 
 // Symlink replaces the entry at p with a symlink to target, atomically.
@@ -366,53 +376,51 @@ func (r *Restorer) WriteFile(ctx context.Context, p string, mode uint32, content
 // above the root) is refused: no link made here leads out (the mounts
 // judge chains of links when they are read).
 func (r *Restorer) Symlink(ctx context.Context, p, target string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	defer r.f.changes.enter()()
-	t, err := r.f.resolveExact(p)
-	if err != nil {
-		return fmt.Errorf("make link %s: %w", p, err)
-	}
-	defer t.close()
-	if leadsOut(t.rel, target) {
-		return fmt.Errorf("make link %s: its target %q leads out of the workspace: %w", t.rel, target, unix.EPERM)
-	}
-	r.f.hub.sweepTemps(t.dirFd, &t.dirSt, r.f.label)
-	tmp := tempName()
-	key := tempKey{t.dirSt.Dev, t.dirSt.Ino, tmp}
-	ts := &r.f.hub.temps
-	ts.mu.Lock()
-	if ts.live == nil {
-		ts.live = make(map[tempKey]struct{})
-	}
-	ts.live[key] = struct{}{}
-	ts.mu.Unlock()
-	defer func() {
+	return r.step(ctx, func(tl *told) error {
+		t, err := r.f.resolveExact(p)
+		if err != nil {
+			return fmt.Errorf("make link %s: %w", p, err)
+		}
+		defer t.close()
+		if leadsOut(t.rel, target) {
+			return fmt.Errorf("make link %s: its target %q leads out of the workspace: %w", t.rel, target, unix.EPERM)
+		}
+		r.f.hub.sweepTemps(t.dirFd, &t.dirSt, r.f.label)
+		tmp := tempName()
+		key := tempKey{t.dirSt.Dev, t.dirSt.Ino, tmp}
+		ts := &r.f.hub.temps
 		ts.mu.Lock()
-		delete(ts.live, key)
+		if ts.live == nil {
+			ts.live = make(map[tempKey]struct{})
+		}
+		ts.live[key] = struct{}{}
 		ts.mu.Unlock()
-	}()
-	if err := unix.Symlinkat(target, t.dirFd, tmp); err != nil {
-		return fmt.Errorf("make link %s: %w", t.rel, err)
-	}
-	g, unlock, err := r.f.lockTarget(t)
-	if err != nil {
-		unix.Unlinkat(t.dirFd, tmp, 0)
-		return fmt.Errorf("make link %s: %w", t.rel, err)
-	}
-	defer unlock()
-	if g.state.fp.dir {
-		unix.Unlinkat(t.dirFd, tmp, 0)
-		return fmt.Errorf("make link %s: %w", t.rel, unix.EISDIR)
-	}
-	if err := unix.Renameat(t.dirFd, tmp, t.dirFd, t.name); err != nil {
-		unix.Unlinkat(t.dirFd, tmp, 0)
-		return fmt.Errorf("make link %s: %w", t.rel, err)
-	}
-	fp, _ := fingerprintAt(t.dirFd, t.name)
-	r.f.changedTarget(t, g, g.state.fp.ino, fp, false)
-	return nil
+		defer func() {
+			ts.mu.Lock()
+			delete(ts.live, key)
+			ts.mu.Unlock()
+		}()
+		if err := unix.Symlinkat(target, t.dirFd, tmp); err != nil {
+			return fmt.Errorf("make link %s: %w", t.rel, err)
+		}
+		g, unlock, err := r.f.lockTarget(t)
+		if err != nil {
+			unix.Unlinkat(t.dirFd, tmp, 0)
+			return fmt.Errorf("make link %s: %w", t.rel, err)
+		}
+		defer unlock()
+		if g.state.fp.dir {
+			unix.Unlinkat(t.dirFd, tmp, 0)
+			return fmt.Errorf("make link %s: %w", t.rel, unix.EISDIR)
+		}
+		if err := unix.Renameat(t.dirFd, tmp, t.dirFd, t.name); err != nil {
+			unix.Unlinkat(t.dirFd, tmp, 0)
+			return fmt.Errorf("make link %s: %w", t.rel, err)
+		}
+		fp, _ := fingerprintAt(t.dirFd, t.name)
+		r.f.changedTarget(tl, t, g, g.state.fp.ino, fp, false)
+		return nil
+	})
 }
 
 // leadsOut reports whether a link at rel (inside the workspace) to target
@@ -427,8 +435,9 @@ func leadsOut(rel, target string) bool {
 }
 
 // Sync makes every change made to the workspace durable (syncfs of its
-// filesystem).
+// filesystem), and returns once every mount was told of them.
 func (r *Restorer) Sync() error {
+	r.f.hub.flush()
 	fd, err := reopen(r.f.fd, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return fmt.Errorf("sync the workspace: %w", err)
