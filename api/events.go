@@ -76,4 +76,11 @@ type Event struct {
 	User  string `json:"user,omitempty"`
 	Exit  *int   `json:"exit,omitempty"`
 	Data  string `json:"data,omitempty"`
+	// Checkpoint and Op tell about a checkpoint (checkpoint.created) or a
+	// restore (thread.restored: "undo", "redo", "revert", "fork"), and
+	// Paths which paths of the workspace they concern (at most
+	// MaxEventPaths; Message says how many there were).
+	Checkpoint string   `json:"checkpoint,omitempty"`
+	Op         string   `json:"op,omitempty"`
+	Paths      []string `json:"paths,omitempty"`
 }

@@ -74,6 +74,13 @@ func routes() []route {
 		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/output", (*Gateway).handleJobOutput}, // answers a streamer
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stop", (*Gateway).handleStopJob},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stdin", (*Gateway).handleJobStdin},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", (*Gateway).handleCheckpoint},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", (*Gateway).handleCheckpoints},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/diff", (*Gateway).handleDiff},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/undo", (*Gateway).handleUndo},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/redo", (*Gateway).handleRedo},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/revert", (*Gateway).handleRevert},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/fork", (*Gateway).handleFork},
 	}
 }
 

@@ -91,6 +91,14 @@ type Config struct {
 	// btrfs (diskquota.go); Start fails where they cannot be enforced.
 	DiskQuotaBytes   int64
 	DiskReserveBytes int64
+	// SnapshotsDir holds the tenants' snapshot repositories, where the
+	// checkpoints' content lives (checkpoints.go); "" means
+	// DataDir/snapshots. Several servers may share one (a shared disk):
+	// a thread's checkpoints then work on whichever serves it.
+	SnapshotsDir string
+	// Checkpoints is how many checkpoints a thread keeps unless its
+	// settings say otherwise; 0 means DefaultCheckpoints.
+	Checkpoints int
 	// StoreFreeBytes is the free space the metadata store keeps on the
 	// disk of MetaDir (the embedded store's floor and ballast), 0 when the
 	// store lives elsewhere. A reserve below it, on that same disk, is
@@ -132,6 +140,9 @@ func (c Config) CheckLimits() error {
 	if c.MaxJobs != 0 && (c.MaxJobs < 1 || c.MaxJobs > maxMaxJobs) {
 		return fmt.Errorf("max jobs %d is not between 1 and %d", c.MaxJobs, maxMaxJobs)
 	}
+	if c.Checkpoints < 0 || c.Checkpoints > maxCheckpoints {
+		return fmt.Errorf("checkpoints %d is not between 1 and %d", c.Checkpoints, maxCheckpoints)
+	}
 	if c.DiskQuotaBytes < 0 || c.DiskReserveBytes < 0 {
 		return fmt.Errorf("disk quota %d and reserve %d must not be negative", c.DiskQuotaBytes, c.DiskReserveBytes)
 	}
@@ -169,6 +180,13 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("config: workspaces folder %q must be absolute", c.WorkspacesDir)
 	}
 	c.WorkspacesDir = filepath.Clean(c.WorkspacesDir)
+	if c.SnapshotsDir == "" {
+		c.SnapshotsDir = filepath.Join(c.DataDir, "snapshots")
+	}
+	if !filepath.IsAbs(c.SnapshotsDir) {
+		return c, fmt.Errorf("config: snapshots folder %q must be absolute", c.SnapshotsDir)
+	}
+	c.SnapshotsDir = filepath.Clean(c.SnapshotsDir)
 	if !filepath.IsAbs(c.SocketPath) {
 		return c, fmt.Errorf("config: socket path %q must be absolute", c.SocketPath)
 	}

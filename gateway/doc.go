@@ -61,6 +61,17 @@
 //     that hangs up ends its command only. A jail whose init died is
 //     replaced at the thread's next command (jail.replaced); the jobs a
 //     jail's end killed record 137 and a note saying why.
+//   - A checkpoint records the workspace as a tree in the tenant's snapshot
+//     repository (package snapshot) and its record in the thread's history
+//     in the store; it reads only what changed since the head (the
+//     workspace's change set, package fs), with the workspace's entries
+//     frozen. Undo, redo and revert restore one through fs.Restorer: the
+//     workspace's uncheckpointed changes are kept in a checkpoint first,
+//     running commands refuse it (or are stopped, with force), no command
+//     starts meanwhile, and the restore is journaled in the history before
+//     the first file changes; a restore cut short is finished by the
+//     thread's next checkpoint call or at the next start. Unreferenced
+//     objects are collected per tenant (checkpoints.go).
 //   - With a host id, a gateway keeps a lease in the store and pins the
 //     threads it serves; another gateway refuses them while the lease
 //     holds, takes them over once it lapsed, and a gateway whose lease
@@ -78,6 +89,7 @@
 //	                               above them: root and the daemon's group), each
 //	                               immutable from creation to delete, so an unserved
 //	                               one refuses writes (mountpoint_linux.go)
+//	snapshots/<tenant>             the tenant's snapshot repository, unless Config.SnapshotsDir (mode 0700)
 //	moved-aside/<time>/<t>/<th>    what was found in a mount point before a mount
 //	orphans/<time>/<t>/<th>        workspace folders a start found with files and no record
 //	warren.sock                    the API socket, unless Config.SocketPath says otherwise
@@ -116,6 +128,13 @@
 //	POST   .../threads/{thread}/jobs/{job}/stop   {"graceSeconds"}          {"job":{...}}
 //	POST   .../threads/{thread}/unpin                                       {"binding":{...}}
 //	GET    /v1/hosts                                                        {"hosts":[...]}
+//	POST   .../threads/{thread}/checkpoints  {"label","turn","run"}         {"checkpoint":{...},"cost":{...}}
+//	GET    .../threads/{thread}/checkpoints                                 {"checkpoints":[...],"head","redo"}
+//	GET    .../threads/{thread}/diff[?from=CP&to=CP|now&text=true]          {"added","removed","modified","diffs"}
+//	POST   .../threads/{thread}/undo         {"force"}                      {"op","to","saved","changed",...}
+//	POST   .../threads/{thread}/redo         {"force"}                      {"op","to","changed",...}
+//	POST   .../threads/{thread}/revert       {"checkpoint","force"}         {"op","to","saved","changed",...}
+//	POST   .../threads/{thread}/fork         {"checkpoint","thread"}        {"binding","mountPath","checkpoint","from"}
 //
 // The file API (files.go) works on the backing folder through the fs
 // core, with the same locks, versions and read records as the mounts
@@ -158,8 +177,17 @@
 //
 // # Lock order
 //
+// A thread's checkpoint lock (checkpointSet.locks) is taken first, by the
+// checkpoint calls and by delete, and held across a checkpoint or a
+// restore; a fork holds two, taken in the order of their keys. Under it a
+// call may take the thread's lock (a bind), then its tenant's snapshot
+// repository's shared lock (snapshot.Repo.Shared, never twice: a
+// collection waiting between the two would wait forever), then the
+// workspace's change gate (fs.Files.Freeze), each only while the ones
+// before it are held or not at all.
+//
 // A thread lock (one per ThreadKey, threadSet.locks, see keyedLocks) is
-// taken first and held across the slow steps of an operation on that
+// taken next and held across the slow steps of an operation on that
 // thread: mounting, store writes, removing folders, ending a jail. At most
 // one thread lock is held at a time. There is no global lock held during a
 // mount, so threads bind in parallel.
@@ -169,9 +197,10 @@
 // across a mount, an unmount, a store call, a filesystem call or a wait.
 // They may be taken under a thread lock, one at a time:
 //
-//   - threadSet.mu, jailSet.mu, jobSet.mu, inspectionSet.mu: the groups'
-//     maps and closed flags. Code that needs two groups takes one, lets
-//     go, then takes the other.
+//   - threadSet.mu, jailSet.mu, jobSet.mu, inspectionSet.mu,
+//     checkpointSet.mu: the groups' maps and closed flags (jailSet.mu also
+//     the threads being restored). Code that needs two groups takes one,
+//     lets go, then takes the other.
 //   - requestSet.mu: the count of requests being answered.
 //   - keyedLocks.mu: finding or dropping a thread's lock.
 //   - diskQuotas.mu: opening the workspaces' quota filesystem (once).
@@ -214,6 +243,10 @@
 //   - a mount's FUSE server (package fs): its entry in threadSet or
 //     inspectionSet, unmounted by the thread's close or delete, by an
 //     unmount, or by Close (unmountAll); the fs.Hub's own: Close (Hub.Close);
+//   - a collection of a tenant's unreferenced snapshot objects
+//     (checkpoints.go, collect): counted in checkpointSet.wg; Close
+//     cancels it and waits for it (closeCheckpoints), after the requests
+//     ended and before the caller may close the store;
 //   - the host lease's heartbeats and fence (package lease): the
 //     lease.Session, ended by Close (endLease), which waits for both,
 //     before unmountAll and before the caller may close the store. The

@@ -99,6 +99,7 @@ type execStream struct {
 	cmd      jail.Cmd
 	timeout  time.Duration
 	run      *runningExec
+	id       string        // run's id, registered by handleExec (startExec)
 	settings meta.Settings // the thread's, for its job limit
 	label    string        // the command, as a job's label
 }
@@ -127,9 +128,6 @@ type moveReply struct {
 	job api.JobInfo
 	err error
 }
-
-// startExec registers a running command and returns its id.
-func (g *Gateway) startExec(re *runningExec) string { return g.jails.startExec(re) }
 
 // endExec forgets running command id and closes its input, unless its job
 // owns it now.
@@ -251,7 +249,16 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 		re.resize = make(chan jail.Winsize, 1)
 		cmd.Resize = re.resize
 	}
-	return &execStream{g: g, j: j, cmd: cmd, timeout: timeout, run: re, settings: settings, label: req.Command}, nil
+	// Registered before the stream is answered, so that a restore of
+	// the thread sees it, or it sees the restore and is refused.
+	id, err := g.jails.startExec(re)
+	if err != nil {
+		if re.stdin != nil {
+			re.stdin.Close()
+		}
+		return nil, err
+	}
+	return &execStream{g: g, j: j, cmd: cmd, timeout: timeout, run: re, id: id, settings: settings, label: req.Command}, nil
 }
 
 // frames writes an exec answer's frames, one at a time, each flushed.
@@ -303,7 +310,7 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 			flusher.Flush()
 		}
 	}}
-	id := s.g.startExec(s.run)
+	id := s.id
 	defer s.g.endExec(id)
 	// A client needs the id at once only to send input or resize; for
 	// the others it rides with the first output or the end, which saves

@@ -57,6 +57,7 @@ type Gateway struct {
 	jails       jailSet       // jails and the commands in them (jails.go)
 	jobs        jobSet        // background jobs (jobs.go)
 	inspections inspectionSet // inspection mounts (inspect.go)
+	checkpoints checkpointSet // checkpoint locks, repositories, collections (checkpoints.go)
 	// requests counts the API's requests being answered (Close waits).
 	requests requestSet
 
@@ -102,6 +103,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		events:      newBroker(eventBuffer),
 		jails:       jailSet{jails: make(map[meta.ThreadKey]*threadJail), execs: make(map[string]*runningExec)},
 		jobs:        jobSet{threads: make(map[meta.ThreadKey]*threadJobs)},
+		checkpoints: newCheckpointSet(),
 		instance:    newInstance(),
 		machine:     machineID(),
 		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks}),
@@ -131,6 +133,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	ln, err := listenSocket(cfg.SocketPath)
 	if err != nil {
 		g.endLease()
+		g.closeCheckpoints()
 		g.unmountAll()
 		g.hub.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
@@ -222,6 +225,7 @@ func (g *Gateway) Close() error {
 			g.log.Warn("remove socket", "socket", g.cfg.SocketPath, "error", rmErr)
 		}
 		g.endLease() // no fence behind unmountAll, nor on a closed store
+		g.closeCheckpoints()
 		g.closeErr = errors.Join(g.serveErr, err, g.unmountAll())
 		g.hub.Close()
 		g.log.Info("gateway stopped", "socket", g.cfg.SocketPath)
@@ -243,6 +247,9 @@ func (g *Gateway) makeLayout() error {
 		// same as the socket's): another local user must not browse every
 		// tenant's workspace by walking mnt/.
 		{g.mntBase, 0o750},
+		// The checkpoints' content: the daemon's alone, as the
+		// workspaces are.
+		{g.cfg.SnapshotsDir, 0o700},
 	} {
 		if err := os.MkdirAll(d.path, d.perm); err != nil {
 			return fmt.Errorf("create %s: %w", d.path, err)

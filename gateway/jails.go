@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -30,6 +31,9 @@ type jailSet struct {
 	// execSeq numbers them.
 	execs   map[string]*runningExec
 	execSeq uint64
+	// restoring holds the threads whose workspace is being restored
+	// (checkpoints.go), with why: no command starts in them.
+	restoring map[meta.ThreadKey]string
 }
 
 // get returns k's jail (nil if none) and the settings it runs with.
@@ -99,14 +103,60 @@ func (js *jailSet) closeAll() map[meta.ThreadKey]*threadJail {
 	return all
 }
 
-// startExec registers a running command and returns its id.
-func (js *jailSet) startExec(re *runningExec) string {
+// startExec registers a running command and returns its id, or refuses
+// it while its thread's workspace is being restored.
+func (js *jailSet) startExec(re *runningExec) (string, error) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
+	if why, ok := js.restoring[re.key]; ok {
+		return "", restoringError(why)
+	}
 	js.execSeq++
 	id := "exec-" + strconv.FormatUint(js.execSeq, 10)
 	js.execs[id] = re
-	return id
+	return id, nil
+}
+
+// restoringError refuses a command while its thread is being restored.
+func restoringError(why string) error {
+	return &toolError{api.ErrBusy, fmt.Sprintf("No command can start now: %s. Run it again once the restore is done.", why)}
+}
+
+// beginRestore marks k as being restored (why says how), so that no
+// command starts in it, and returns the ids of its commands that run.
+// A command registers itself before it checks the mark, and a restore
+// marks before it counts: one of the two sees the other. Call endRestore
+// when done.
+func (js *jailSet) beginRestore(k meta.ThreadKey, why string) []string {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if js.restoring == nil {
+		js.restoring = make(map[meta.ThreadKey]string)
+	}
+	js.restoring[k] = why
+	var ids []string
+	for id, re := range js.execs {
+		if re.key == k {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// endRestore lifts beginRestore's mark.
+func (js *jailSet) endRestore(k meta.ThreadKey) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	delete(js.restoring, k)
+}
+
+// restoringWhy says why k is being restored, if it is.
+func (js *jailSet) restoringWhy(k meta.ThreadKey) (string, bool) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	why, ok := js.restoring[k]
+	return why, ok
 }
 
 // endExec forgets running command id and returns it (nil if unknown).

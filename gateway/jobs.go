@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -338,6 +339,62 @@ func (g *Gateway) takeJobSlot(k meta.ThreadKey, s meta.Settings) error {
 	return nil
 }
 
+// takeJobSlotIfNotRestoring is takeJobSlot, refused while k's workspace is
+// being restored. The slot is taken before the mark is read, and a
+// restore marks before it counts the slots: one of the two sees the
+// other.
+func (g *Gateway) takeJobSlotIfNotRestoring(k meta.ThreadKey, s meta.Settings) error {
+	if err := g.takeJobSlot(k, s); err != nil {
+		return err
+	}
+	if why, ok := g.jails.restoringWhy(k); ok {
+		g.releaseJobSlot(k)
+		return restoringError(why)
+	}
+	return nil
+}
+
+// runningJobIDs lists the ids of the jobs k runs on this gateway, and
+// counts as "starting" the slots taken for jobs not made yet.
+func (g *Gateway) runningJobIDs(k meta.ThreadKey) []string {
+	g.jobs.mu.Lock()
+	defer g.jobs.mu.Unlock()
+	tj := g.jobs.threads[k]
+	if tj == nil {
+		return nil
+	}
+	var ids []string
+	for seq, jb := range tj.jobs {
+		jb.mu.Lock()
+		running := jb.rec.Running
+		jb.mu.Unlock()
+		if running {
+			ids = append(ids, jobID(seq))
+		}
+	}
+	slices.Sort(ids)
+	for n := tj.slots - len(ids); n > 0; n-- {
+		ids = append(ids, "a job being started")
+	}
+	return ids
+}
+
+// waitThreadJobs waits until every job of k has ended and its end is
+// recorded.
+func (g *Gateway) waitThreadJobs(k meta.ThreadKey) {
+	g.jobs.mu.Lock()
+	var jbs []*job
+	if tj := g.jobs.threads[k]; tj != nil {
+		for _, jb := range tj.jobs {
+			jbs = append(jbs, jb)
+		}
+	}
+	g.jobs.mu.Unlock()
+	for _, jb := range jbs {
+		<-jb.done
+	}
+}
+
 // releaseJobSlot gives back a slot of k whose job never ran or was never
 // recorded.
 func (g *Gateway) releaseJobSlot(k meta.ThreadKey) {
@@ -412,7 +469,7 @@ func (g *Gateway) reserveJob(ctx context.Context, k meta.ThreadKey, s meta.Setti
 	if err := checkText("user", user, maxLabelBytes); err != nil {
 		return nil, err
 	}
-	if err := g.takeJobSlot(k, s); err != nil {
+	if err := g.takeJobSlotIfNotRestoring(k, s); err != nil {
 		return nil, err
 	}
 	seq, err := g.store.NextJobSeq(ctx, k)

@@ -91,6 +91,7 @@ func (g *Gateway) restore(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+	g.finishRestores(ctx, bs)
 
 	ms, err := g.store.ListInspectionMounts(ctx)
 	if err != nil {
@@ -339,4 +340,26 @@ func leafFolders(base string) []string {
 		}
 	}
 	return out
+}
+
+// finishRestores finishes, before the API serves, the restores of this
+// host's threads that a crash cut short (checkpoints.go): no command of
+// those threads runs on a workspace half restored.
+func (g *Gateway) finishRestores(ctx context.Context, bs []meta.Binding) {
+	for _, b := range bs {
+		if b.State != meta.StateBound && b.State != meta.StateClosed || b.HostID != "" && b.HostID != g.cfg.HostID {
+			continue
+		}
+		h, err := g.store.GetHistory(ctx, b.ThreadKey)
+		if err != nil || h.Restoring == nil {
+			if err != nil && !errors.Is(err, meta.ErrNotFound) {
+				g.log.Error("restore: read the checkpoint history", "tenant", b.Tenant, "thread", b.Thread, "error", err)
+			}
+			continue
+		}
+		// withHistoryLocked finishes the restore it finds journaled.
+		if err := g.withHistoryLocked(ctx, b.ThreadKey, b, func(*history) error { return nil }); err != nil {
+			g.log.Error("restore: finish a restore cut short", "tenant", b.Tenant, "thread", b.Thread, "error", err)
+		}
+	}
 }

@@ -57,6 +57,9 @@ func checkSettings(s meta.Settings) error {
 	if s.DiskBytes != 0 && s.DiskBytes < minDiskBytes {
 		return fmt.Errorf("%w: settings: diskBytes %d is below %d", api.ErrInvalid, s.DiskBytes, minDiskBytes)
 	}
+	if s.Checkpoints < 0 || s.Checkpoints > maxCheckpoints {
+		return fmt.Errorf("%w: settings: checkpoints %d is not between 1 and %d", api.ErrInvalid, s.Checkpoints, maxCheckpoints)
+	}
 	if err := checkEnvSize("settings: env", s.Env); err != nil {
 		return err
 	}

@@ -706,6 +706,13 @@ func (g *Gateway) deleteThread(ctx context.Context, tenant, thread string) error
 	if err != nil {
 		return err
 	}
+	// No checkpoint or restore of the thread runs meanwhile: none
+	// records a history for a thread deleted under it.
+	cpUnlock, err := g.checkpoints.locks.lock(ctx, k)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", keyName(k), err)
+	}
+	defer cpUnlock()
 	unlock, err := g.threads.locks.lock(ctx, k)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", keyName(k), err)
@@ -775,6 +782,9 @@ func (g *Gateway) deleteLocked(ctx context.Context, b meta.Binding) error {
 	}
 	if err := g.store.DeleteJobs(ctx, k); err != nil {
 		return fmt.Errorf("delete %s: delete job records: %w", keyName(k), err)
+	}
+	if err := g.dropHistory(ctx, k); err != nil {
+		return fmt.Errorf("delete %s: %w", keyName(k), err)
 	}
 	if err := g.store.DeleteBinding(ctx, k, b.Revision); err != nil {
 		return fmt.Errorf("delete %s: delete binding: %w", keyName(k), err)

@@ -24,6 +24,7 @@ func bindCmd(ctx context.Context, e *cli.Env, args []string) error {
 	fs.Var((*cli.CPU)(&s.CPUMillis), "cpu", "CPU time of the thread's jail: CPUs (0.5, 2) or thousandths of a CPU (500m)")
 	fs.IntVar(&s.MaxJobs, "max-jobs", 0, "background jobs that run at once")
 	fs.Int64Var(&s.DiskBytes, "disk", 0, "disk quota of the thread's workspace, in bytes")
+	fs.IntVar(&s.Checkpoints, "checkpoints", 0, "how many checkpoints the thread keeps")
 	fs.Var(envList(s.Env), "env", "variable K=V for every command of the thread (repeatable)")
 	if err := parseThreadOnly(fs, &tf, args); err != nil {
 		return err

@@ -44,6 +44,14 @@ func verbs() map[string]verb {
 		"kill":   {"stop a job's whole process tree (SIGTERM, then SIGKILL)", killCmd},
 		"hosts":  {"list the servers that share the metadata store, and whether they are alive", hostsCmd},
 		"unpin":  {"move a thread whose host died to this server now", unpinCmd},
+
+		"checkpoint":  {"take a checkpoint of a thread's workspace", checkpointCmd},
+		"checkpoints": {"list a thread's checkpoints", checkpointsCmd},
+		"diff":        {"list (--text: show) what changed between checkpoints, or since one", diffCmd},
+		"undo":        {"restore the checkpoint before the workspace's state", undoCmd},
+		"redo":        {"restore the checkpoint the last undo left", redoCmd},
+		"revert":      {"restore a given checkpoint", revertCmd},
+		"fork":        {"make a new thread whose workspace starts at a checkpoint", forkCmd},
 	}
 }
 
@@ -86,7 +94,7 @@ func printUsage(w io.Writer, vs map[string]verb) {
 	var b strings.Builder
 	b.WriteString("usage: warren <command> [flags] [args]\n\ncommands:\n")
 	for _, n := range names {
-		fmt.Fprintf(&b, "  %-8s %s\n", n, vs[n].summary)
+		fmt.Fprintf(&b, "  %-11s %s\n", n, vs[n].summary)
 	}
 	b.WriteString("\nRun 'warren <command> -h' for the flags of a command.\n")
 	io.WriteString(w, b.String())

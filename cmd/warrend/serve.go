@@ -52,6 +52,9 @@ type serveOptions struct {
 	// Disk: each thread's default quota, and the reserve all workspaces
 	// leave free.
 	diskQuota, diskReserve int64
+	// Checkpoints: where their content lives, and how many a thread keeps.
+	snapshots   string
+	checkpoints int
 }
 
 // uidList is a repeatable --allow-uid flag.
@@ -101,6 +104,8 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.StringVar(&o.seedCommand, "seed-command", "", "with --on-unreachable fresh: a command run in the new workspace's jail (a clone, say)")
 	fs.Int64Var(&o.diskQuota, "disk-quota", 0, "disk quota of each thread's workspace, in bytes (default none; needs workspaces on btrfs)")
 	fs.Int64Var(&o.diskReserve, "disk-reserve", 0, "bytes of the workspaces' disk that their writes leave free (default none; needs workspaces on btrfs)")
+	fs.StringVar(&o.snapshots, "snapshots", "", "folder of the tenants' snapshot repositories, the checkpoints' content (default DATA/snapshots); servers may share one")
+	fs.IntVar(&o.checkpoints, "checkpoints", gateway.DefaultCheckpoints, "how many checkpoints a thread keeps unless its settings say otherwise")
 	rest, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
@@ -150,6 +155,7 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 
 		DiskQuotaBytes:   o.diskQuota,
 		DiskReserveBytes: o.diskReserve,
+		Checkpoints:      o.checkpoints,
 	}
 	// Every number at once, before anything is opened: a daemon that
 	// started with a bound no jail can have would fail every command.
@@ -170,6 +176,11 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	if workspaces != "" {
 		if workspaces, err = filepath.Abs(workspaces); err != nil {
 			return fmt.Errorf("workspaces folder: %w", err)
+		}
+	}
+	if o.snapshots != "" {
+		if cfg.SnapshotsDir, err = filepath.Abs(o.snapshots); err != nil {
+			return fmt.Errorf("snapshots folder: %w", err)
 		}
 	}
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {

@@ -1,0 +1,956 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"warren/api"
+	"warren/fs"
+	"warren/meta"
+	"warren/snapshot"
+)
+
+// Checkpoints: undo a turn. A checkpoint records a thread's workspace
+// (files with content and mode, links, folders) as a tree in its tenant's
+// snapshot repository (package snapshot), and its record in the thread's
+// history in the metadata store (meta.History), so they move with the
+// thread. A checkpoint reads only what changed since the head (the
+// workspace's change set, package fs) while the workspace's entries are
+// frozen, so it costs what changed and records one state of the tree.
+//
+// Undo, redo and revert restore a checkpoint: the state the workspace
+// held is checkpointed first if no checkpoint has it, the restore is
+// journaled in the history before the first file changes, each file is
+// replaced under its path's lock (fs.Restorer), and the journal is
+// cleared once the last one changed; a restore cut short (a crash, an
+// error) is finished by the thread's next checkpoint call, or at the next
+// start. Fork makes a new thread of the tenant at a checkpoint, through
+// the same journal.
+//
+// The history's head is the checkpoint the workspace was last made or
+// restored at, and each checkpoint names its parent (the head when it was
+// taken): undo goes to the head when the workspace changed since it (the
+// changes are kept in a checkpoint that a redo goes back to), else to the
+// head's parent. A new checkpoint or a revert empties the redo stack.
+
+// DefaultCheckpoints is how many checkpoints a thread keeps unless its
+// settings or Config.Checkpoints say otherwise.
+const DefaultCheckpoints = 100
+
+// maxCheckpoints bounds the checkpoints a thread keeps: its history is one
+// record in the store (meta.MaxHistoryBytes).
+const maxCheckpoints = 1000
+
+// checkpointSet is the state of the checkpoints: a lock per thread, which
+// serializes its checkpoints, restores and delete; the tenants' snapshot
+// repositories; the collections of unreferenced objects under way.
+type checkpointSet struct {
+	// locks holds a lock per thread, taken before the thread's lock
+	// (threadSet.locks) when both are.
+	locks keyedLocks[meta.ThreadKey]
+
+	// ctx ends the collections when Close runs.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu sync.Mutex
+	// closed is set by Close: no repository is opened and no
+	// collection started after it.
+	closed bool
+	// repos are the tenants' repositories, opened at first use.
+	repos map[string]*snapshot.Repo
+	// collecting holds the tenants whose collection runs; again those to
+	// collect once more when it ends (something was dropped meanwhile).
+	collecting map[string]bool
+	again      map[string]bool
+	// wg counts the collections' goroutines.
+	wg sync.WaitGroup
+}
+
+func newCheckpointSet() checkpointSet {
+	ctx, cancel := context.WithCancel(context.Background())
+	return checkpointSet{
+		ctx: ctx, cancel: cancel,
+		repos:      make(map[string]*snapshot.Repo),
+		collecting: make(map[string]bool),
+		again:      make(map[string]bool),
+	}
+}
+
+// repo returns tenant's repository, opened if need be.
+func (g *Gateway) repo(tenant string) (*snapshot.Repo, error) {
+	cs := &g.checkpoints
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.closed {
+		return nil, api.ErrClosed
+	}
+	if r := cs.repos[tenant]; r != nil {
+		return r, nil
+	}
+	dir := filepath.Join(g.cfg.SnapshotsDir, encodeID(tenant))
+	r, err := snapshot.Open(dir, snapshot.WithSkip(fs.IsTempName))
+	if err != nil {
+		return nil, fmt.Errorf("open the snapshot repository of tenant %s: %w", quote(tenant), err)
+	}
+	cs.repos[tenant] = r
+	return r, nil
+}
+
+// closeCheckpoints stops the collections, waits for them and closes the
+// repositories. Close calls it once no request runs.
+func (g *Gateway) closeCheckpoints() {
+	cs := &g.checkpoints
+	cs.mu.Lock()
+	cs.closed = true
+	cs.mu.Unlock()
+	cs.cancel()
+	cs.wg.Wait()
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for t, r := range cs.repos {
+		if err := r.Close(); err != nil {
+			g.log.Warn("close a snapshot repository", "tenant", t, "error", err)
+		}
+		delete(cs.repos, t)
+	}
+}
+
+// collect removes, in the background, the objects of tenant's repository
+// that no checkpoint of the tenant's threads references any more. A
+// collection asked for while one runs makes that one run again.
+func (g *Gateway) collect(tenant string) {
+	cs := &g.checkpoints
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.closed {
+		return
+	}
+	if cs.collecting[tenant] {
+		cs.again[tenant] = true
+		return
+	}
+	cs.collecting[tenant] = true
+	cs.wg.Add(1)
+	go func() {
+		defer cs.wg.Done()
+		for {
+			g.collectOnce(cs.ctx, tenant)
+			cs.mu.Lock()
+			if !cs.again[tenant] || cs.closed {
+				delete(cs.collecting, tenant)
+				delete(cs.again, tenant)
+				cs.mu.Unlock()
+				return
+			}
+			delete(cs.again, tenant)
+			cs.mu.Unlock()
+		}
+	}()
+}
+
+// collectOnce runs one collection of tenant's repository.
+func (g *Gateway) collectOnce(ctx context.Context, tenant string) {
+	r, err := g.repo(tenant)
+	if err != nil {
+		return
+	}
+	stats, err := r.Collect(ctx, func(ctx context.Context) ([]snapshot.Hash, error) {
+		hs, err := g.store.ListHistories(ctx, tenant)
+		if err != nil {
+			return nil, err
+		}
+		var roots []snapshot.Hash
+		for _, h := range hs {
+			for _, c := range h.Checkpoints {
+				t, err := snapshot.ParseHash(c.Tree)
+				if err != nil {
+					return nil, fmt.Errorf("checkpoint %s of %s: %w", c.ID, quote(h.Thread), err)
+				}
+				roots = append(roots, t)
+			}
+			if h.Restoring != nil {
+				t, err := snapshot.ParseHash(h.Restoring.Tree)
+				if err != nil {
+					return nil, fmt.Errorf("the restore of %s: %w", quote(h.Thread), err)
+				}
+				roots = append(roots, t)
+			}
+		}
+		return roots, nil
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			g.log.Warn("collect unreferenced snapshot objects", "tenant", tenant, "error", err)
+		}
+		return
+	}
+	g.log.Info("collected unreferenced snapshot objects", "tenant", tenant,
+		"removed", stats.Removed, "kept", stats.Kept, "freed_bytes", stats.Freed, "took", stats.Duration)
+}
+
+// history is a thread's history being worked on, with what working on it
+// needs; the thread's checkpoint lock and its repository's shared lock are
+// held.
+type history struct {
+	meta.History
+	k     meta.ThreadKey
+	repo  *snapshot.Repo
+	files *fs.Files
+}
+
+// find returns the checkpoint id of h, or nil.
+func (h *history) find(id string) *meta.Checkpoint {
+	for i := range h.Checkpoints {
+		if h.Checkpoints[i].ID == id {
+			return &h.Checkpoints[i]
+		}
+	}
+	return nil
+}
+
+// withHistory binds the thread, takes its checkpoint lock and its
+// repository's shared lock, opens its workspace, reads its history (an
+// empty one if it has none), finishes a restore a crash or an error cut
+// short, and runs fn.
+func (g *Gateway) withHistory(ctx context.Context, tenant, thread string, fn func(h *history) error) error {
+	info, err := g.bind(ctx, tenant, thread)
+	if err != nil {
+		return err
+	}
+	k := info.ThreadKey
+	unlock, err := g.checkpoints.locks.lock(ctx, k)
+	if err != nil {
+		return fmt.Errorf("checkpoints of %s: %w", keyName(k), err)
+	}
+	defer unlock()
+	return g.withHistoryLocked(ctx, k, info.Binding, fn)
+}
+
+// withHistoryLocked is withHistory for a bound thread whose checkpoint
+// lock is held.
+func (g *Gateway) withHistoryLocked(ctx context.Context, k meta.ThreadKey, b meta.Binding, fn func(h *history) error) error {
+	repo, err := g.repo(k.Tenant)
+	if err != nil {
+		return err
+	}
+	release, err := repo.Shared(ctx)
+	if err != nil {
+		return fmt.Errorf("checkpoints of %s: wait for the repository: %w", keyName(k), err)
+	}
+	defer release()
+	return g.withHistoryShared(ctx, k, b, repo, fn)
+}
+
+// withHistoryShared is withHistoryLocked for a caller that holds repo's
+// shared lock already (it is not taken twice: a collection waiting
+// between the two would wait for the first forever).
+func (g *Gateway) withHistoryShared(ctx context.Context, k meta.ThreadKey, b meta.Binding, repo *snapshot.Repo, fn func(h *history) error) error {
+	root, err := g.rootOf(b)
+	if err != nil {
+		return err
+	}
+	files, err := g.hub.Files(root, k.Tenant+"/"+k.Thread, g.staleEvents(k))
+	if err != nil {
+		return err
+	}
+	defer files.Close()
+	hist, err := g.store.GetHistory(ctx, k)
+	if errors.Is(err, meta.ErrNotFound) {
+		hist, err = meta.History{ThreadKey: k, NextSeq: 1}, nil
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoints of %s: read the history: %w", keyName(k), err)
+	}
+	h := &history{History: hist, k: k, repo: repo, files: files}
+	if h.Restoring != nil {
+		if err := g.finishRestore(ctx, h); err != nil {
+			return err
+		}
+	}
+	return fn(h)
+}
+
+// putHistory stores h's history (a compare-and-set on its revision).
+func (g *Gateway) putHistory(ctx context.Context, h *history) error {
+	stored, err := g.store.PutHistory(ctx, h.History)
+	if err != nil {
+		return fmt.Errorf("checkpoints of %s: write the history: %w", keyName(h.k), err)
+	}
+	h.History = stored
+	return nil
+}
+
+// built is the workspace as a build read it.
+type built struct {
+	tree  snapshot.Hash
+	stats snapshot.BuildStats
+	set   fs.ChangeSet // the changes taken: commit or give back
+	took  time.Duration
+}
+
+// buildNow reads the workspace as it is into the repository, with its
+// entries frozen: what changed since the head only, when the change set
+// is complete and relative to the head, else the whole folder. The caller
+// commits the set (files.CommitChanges) once the tree is recorded, or
+// gives it back.
+func (g *Gateway) buildNow(ctx context.Context, h *history) (built, error) {
+	start := time.Now()
+	thaw := h.files.Freeze()
+	set := h.files.TakeChanges()
+	var base snapshot.Hash
+	full := true
+	if head := h.find(h.Head); head != nil {
+		t, err := snapshot.ParseHash(head.Tree)
+		if err != nil {
+			thaw()
+			h.files.ReturnChanges(set)
+			return built{}, fmt.Errorf("checkpoint %s of %s: %w", head.ID, keyName(h.k), err)
+		}
+		base = t
+		full = !set.Complete || set.Base != head.ID
+		if full {
+			why := set.Why
+			if set.Complete {
+				why = "the changes are relative to another checkpoint"
+			}
+			g.log.Info("checkpoint reads the whole workspace", "tenant", h.k.Tenant, "thread", h.k.Thread, "why", why)
+		}
+	}
+	changes := make([]snapshot.Change, len(set.Changes))
+	for i, c := range set.Changes {
+		changes[i] = snapshot.Change{Path: c.Path, Tree: c.Tree}
+	}
+	tree, stats, err := h.repo.Build(ctx, h.files.Folder(), base, changes, full)
+	thaw()
+	if err != nil {
+		h.files.ReturnChanges(set)
+		return built{}, fmt.Errorf("read the workspace of %s: %w", keyName(h.k), err)
+	}
+	return built{tree: tree, stats: stats, set: set, took: time.Since(start)}, nil
+}
+
+// record adds a checkpoint of tree b to h, makes it the head, empties the
+// redo stack, drops what the thread keeps no more, and stores h. The
+// change set is then relative to it.
+func (g *Gateway) record(ctx context.Context, h *history, b built, req api.CheckpointRequest, auto bool) (meta.Checkpoint, error) {
+	cp := meta.Checkpoint{
+		ID: fmt.Sprintf("cp-%d", h.NextSeq), Seq: h.NextSeq,
+		Label: req.Label, Turn: req.Turn, Run: req.Run,
+		Tree: b.tree.String(), Parent: h.Head, Auto: auto, HostID: g.cfg.HostID,
+		CreatedAt: time.Now().UTC(),
+		Files:     b.stats.Files + b.stats.Links, Bytes: b.stats.Bytes,
+	}
+	prev := h.History
+	h.Checkpoints = append(slices.Clone(h.Checkpoints), cp)
+	h.NextSeq++
+	h.Head, h.Redo = cp.ID, nil
+	dropped := g.retain(ctx, h)
+	if err := g.putHistory(ctx, h); err != nil {
+		h.History = prev
+		h.files.ReturnChanges(b.set)
+		return meta.Checkpoint{}, err
+	}
+	h.files.CommitChanges(cp.ID)
+	if dropped {
+		g.collect(h.k.Tenant)
+	}
+	return cp, nil
+}
+
+// keepOf is how many checkpoints thread b keeps.
+func (g *Gateway) keepOf(s meta.Settings) int {
+	switch {
+	case s.Checkpoints > 0:
+		return s.Checkpoints
+	case g.cfg.Checkpoints > 0:
+		return g.cfg.Checkpoints
+	}
+	return DefaultCheckpoints
+}
+
+// retain drops h's oldest checkpoints past what its thread keeps; the
+// head, the redo stack and a restore's target stay whatever their age.
+func (g *Gateway) retain(ctx context.Context, h *history) bool {
+	keep := DefaultCheckpoints
+	if b, err := g.store.GetBinding(ctx, h.k); err == nil {
+		keep = g.keepOf(b.Settings)
+	}
+	if len(h.Checkpoints) <= keep {
+		return false
+	}
+	// The head's parent too: an undo that saved the workspace in a new
+	// head goes back to it.
+	pinned := map[string]bool{h.Head: true}
+	if head := h.find(h.Head); head != nil && head.Parent != "" {
+		pinned[head.Parent] = true
+	}
+	for _, id := range h.Redo {
+		pinned[id] = true
+	}
+	if h.Restoring != nil {
+		pinned[h.Restoring.To] = true
+	}
+	excess := len(h.Checkpoints) - keep
+	var kept []meta.Checkpoint
+	for _, c := range h.Checkpoints {
+		if excess > 0 && !pinned[c.ID] {
+			excess--
+			continue
+		}
+		kept = append(kept, c)
+	}
+	h.Checkpoints = kept
+	return true
+}
+
+// checkpoint takes a checkpoint of a thread's workspace.
+func (g *Gateway) checkpoint(ctx context.Context, tenant, thread string, req api.CheckpointRequest) (api.CheckpointResponse, error) {
+	if err := checkCheckpointRequest(req); err != nil {
+		return api.CheckpointResponse{}, err
+	}
+	var out api.CheckpointResponse
+	err := g.withHistory(ctx, tenant, thread, func(h *history) error {
+		b, err := g.buildNow(ctx, h)
+		if err != nil {
+			return err
+		}
+		parent := h.find(h.Head)
+		cp, err := g.record(ctx, h, b, req, false)
+		if err != nil {
+			return err
+		}
+		out = api.CheckpointResponse{
+			Checkpoint: api.CheckpointInfo{Checkpoint: cp, Head: true},
+			Cost: api.CheckpointCost{
+				Full: b.stats.Full, Read: b.stats.Read, NewObjects: b.stats.NewObjects, NewBytes: b.stats.NewBytes,
+				Millis: float64(b.took.Microseconds()) / 1000,
+			},
+		}
+		g.log.Info("checkpoint taken", "tenant", h.k.Tenant, "thread", h.k.Thread, "checkpoint", cp.ID,
+			"full", b.stats.Full, "read", b.stats.Read, "new_objects", b.stats.NewObjects, "took", b.took)
+		var paths []string
+		if parent != nil {
+			paths, _ = g.changedPaths(ctx, h.repo, parent.Tree, cp.Tree)
+		} else {
+			paths, _ = g.changedPaths(ctx, h.repo, "", cp.Tree)
+		}
+		g.emitPaths(api.Event{Type: api.EventCheckpointCreated, Tenant: h.k.Tenant, Thread: h.k.Thread,
+			Actor: actorOf(ctx), Checkpoint: cp.ID, Label: cp.Label}, paths, "changed since the checkpoint before")
+		return nil
+	})
+	return out, err
+}
+
+// checkCheckpointRequest bounds a checkpoint's label and run.
+func checkCheckpointRequest(req api.CheckpointRequest) error {
+	if err := checkText("label", req.Label, maxLabelBytes); err != nil {
+		return err
+	}
+	if req.Run != "" {
+		if err := validRun(req.Run); err != nil {
+			return err
+		}
+	}
+	if req.Turn < 0 {
+		return fmt.Errorf("%w: turn must not be negative", api.ErrInvalid)
+	}
+	return nil
+}
+
+// changedPaths lists the paths that differ between two trees ("" is the
+// empty tree), sorted.
+func (g *Gateway) changedPaths(ctx context.Context, r *snapshot.Repo, from, to string) ([]string, error) {
+	a, b, err := parseTrees(from, to)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := r.Diff(ctx, a, b)
+	if err != nil {
+		return nil, err
+	}
+	paths := make([]string, 0, len(ds))
+	for _, d := range ds {
+		if len(paths) == 0 || paths[len(paths)-1] != d.Path {
+			paths = append(paths, d.Path)
+		}
+	}
+	return paths, nil
+}
+
+func parseTrees(from, to string) (a, b snapshot.Hash, err error) {
+	if from != "" {
+		if a, err = snapshot.ParseHash(from); err != nil {
+			return a, b, err
+		}
+	}
+	if to != "" {
+		b, err = snapshot.ParseHash(to)
+	}
+	return a, b, err
+}
+
+// emitPaths emits ev with paths, at most api.MaxEventPaths of them; its
+// message says how many there were, and what they are.
+func (g *Gateway) emitPaths(ev api.Event, paths []string, what string) {
+	ev.Message = fmt.Sprintf("%d paths %s", len(paths), what)
+	if len(paths) > api.MaxEventPaths {
+		ev.Message += fmt.Sprintf(" (the first %d listed)", api.MaxEventPaths)
+		paths = paths[:api.MaxEventPaths]
+	}
+	ev.Paths = paths
+	g.emit(ev)
+}
+
+// listCheckpoints lists a thread's checkpoints, oldest first.
+func (g *Gateway) listCheckpoints(ctx context.Context, tenant, thread string) (api.CheckpointsResponse, error) {
+	k, err := threadKey(tenant, thread)
+	if err != nil {
+		return api.CheckpointsResponse{}, err
+	}
+	if _, err := g.showThread(ctx, tenant, thread); err != nil {
+		return api.CheckpointsResponse{}, err
+	}
+	h, err := g.store.GetHistory(ctx, k)
+	if errors.Is(err, meta.ErrNotFound) {
+		return api.CheckpointsResponse{Checkpoints: []api.CheckpointInfo{}}, nil
+	}
+	if err != nil {
+		return api.CheckpointsResponse{}, fmt.Errorf("checkpoints of %s: read the history: %w", keyName(k), err)
+	}
+	out := api.CheckpointsResponse{Checkpoints: make([]api.CheckpointInfo, 0, len(h.Checkpoints)), Head: h.Head, Redo: h.Redo}
+	for _, c := range h.Checkpoints {
+		out.Checkpoints = append(out.Checkpoints, api.CheckpointInfo{Checkpoint: c, Head: c.ID == h.Head})
+	}
+	return out, nil
+}
+
+// undo restores the checkpoint before the workspace's state: the head if
+// the workspace changed since it, else the head's parent.
+func (g *Gateway) undo(ctx context.Context, tenant, thread string, force bool) (api.RestoreResponse, error) {
+	var out api.RestoreResponse
+	err := g.withHistory(ctx, tenant, thread, func(h *history) error {
+		head := h.find(h.Head)
+		if head == nil {
+			return &toolError{api.ErrConflict, "Nothing to undo: this thread has no checkpoint."}
+		}
+		now, saved, err := g.saveState(ctx, h, "before undo")
+		if err != nil {
+			return err
+		}
+		var target *meta.Checkpoint
+		redo := slices.Clone(h.Redo)
+		if saved == "" {
+			target = h.find(head.Parent)
+			if target == nil {
+				return &toolError{api.ErrConflict, fmt.Sprintf("Nothing to undo: the workspace is at %s, the oldest checkpoint this thread keeps.", head.ID)}
+			}
+			redo = append(redo, head.ID)
+		} else {
+			target = h.find(head.ID)
+			redo = []string{saved}
+		}
+		out, err = g.restoreTo(ctx, h, "undo", now, *target, redo, force)
+		out.Saved = saved
+		return err
+	})
+	return out, err
+}
+
+// redo restores the checkpoint the last undo left.
+func (g *Gateway) redo(ctx context.Context, tenant, thread string, force bool) (api.RestoreResponse, error) {
+	var out api.RestoreResponse
+	err := g.withHistory(ctx, tenant, thread, func(h *history) error {
+		if len(h.Redo) == 0 {
+			return &toolError{api.ErrConflict, "Nothing to redo."}
+		}
+		b, err := g.buildNow(ctx, h)
+		if err != nil {
+			return err
+		}
+		head := h.find(h.Head)
+		if head == nil || head.Tree != b.tree.String() {
+			h.files.ReturnChanges(b.set)
+			return &toolError{api.ErrConflict, "The workspace changed since the last undo; a redo would lose those changes. Take a checkpoint, or revert to a checkpoint."}
+		}
+		h.files.CommitChanges(head.ID)
+		id := h.Redo[len(h.Redo)-1]
+		target := h.find(id)
+		if target == nil {
+			return fmt.Errorf("redo %s: checkpoint %s is not in the history", keyName(h.k), id)
+		}
+		out, err = g.restoreTo(ctx, h, "redo", b.tree, *target, slices.Clone(h.Redo[:len(h.Redo)-1]), force)
+		return err
+	})
+	return out, err
+}
+
+// revert restores checkpoint id.
+func (g *Gateway) revert(ctx context.Context, tenant, thread, id string, force bool) (api.RestoreResponse, error) {
+	if id == "" {
+		return api.RestoreResponse{}, fmt.Errorf("%w: checkpoint is required", api.ErrInvalid)
+	}
+	if err := checkText("checkpoint", id, maxLabelBytes); err != nil {
+		return api.RestoreResponse{}, err
+	}
+	var out api.RestoreResponse
+	err := g.withHistory(ctx, tenant, thread, func(h *history) error {
+		if h.find(id) == nil {
+			return &toolError{api.ErrNotFound, fmt.Sprintf("This thread has no checkpoint %s.", quote(id))}
+		}
+		now, saved, err := g.saveState(ctx, h, "before revert to "+id)
+		if err != nil {
+			return err
+		}
+		out, err = g.restoreTo(ctx, h, "revert", now, *h.find(id), nil, force)
+		out.Saved = saved
+		return err
+	})
+	return out, err
+}
+
+// saveState reads the workspace and, if no checkpoint holds what it holds
+// (it changed since the head), records it in an automatic checkpoint,
+// whose id it returns. It returns the workspace's tree.
+func (g *Gateway) saveState(ctx context.Context, h *history, label string) (snapshot.Hash, string, error) {
+	b, err := g.buildNow(ctx, h)
+	if err != nil {
+		return snapshot.Hash{}, "", err
+	}
+	if head := h.find(h.Head); head != nil && head.Tree == b.tree.String() {
+		h.files.CommitChanges(head.ID)
+		return b.tree, "", nil
+	}
+	cp, err := g.record(ctx, h, b, api.CheckpointRequest{Label: label}, true)
+	if err != nil {
+		return snapshot.Hash{}, "", err
+	}
+	return b.tree, cp.ID, nil
+}
+
+// restoreTo makes the workspace, which holds the tree now, what checkpoint
+// to holds, and leaves to as the head and redo as the redo stack. Running
+// commands and jobs refuse it, or are stopped first with force.
+func (g *Gateway) restoreTo(ctx context.Context, h *history, op string, now snapshot.Hash, to meta.Checkpoint, redo []string, force bool) (api.RestoreResponse, error) {
+	stopped, err := g.quiesce(ctx, h.k, op, to.ID, force)
+	if err != nil {
+		return api.RestoreResponse{}, err
+	}
+	defer g.jails.endRestore(h.k)
+	h.Restoring = &meta.Restore{Op: op, To: to.ID, Tree: to.Tree, Head: to.ID, Redo: redo, HostID: g.cfg.HostID, StartedAt: time.Now().UTC()}
+	if err := g.putHistory(ctx, h); err != nil {
+		h.Restoring = nil
+		return api.RestoreResponse{}, err
+	}
+	changed, err := g.applyRestore(ctx, h, now)
+	if err != nil {
+		return api.RestoreResponse{}, err
+	}
+	return api.RestoreResponse{Op: op, To: to.ID, Changed: changed, Stopped: stopped, Head: h.Head, Redo: h.Redo}, nil
+}
+
+// applyRestore makes the workspace, which held the tree now, what h's
+// journaled restore asks for, then clears the journal. The journal stays
+// when it fails: the next call finishes it.
+func (g *Gateway) applyRestore(ctx context.Context, h *history, now snapshot.Hash) ([]string, error) {
+	rs := *h.Restoring
+	to, err := snapshot.ParseHash(rs.Tree)
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w", keyName(h.k), err)
+	}
+	deltas, err := h.repo.Diff(ctx, now, to)
+	if err != nil {
+		return nil, fmt.Errorf("restore %s to %s: %w", keyName(h.k), rs.To, err)
+	}
+	r := h.files.Restorer()
+	changed, err := h.repo.Apply(ctx, deltas, r)
+	if err == nil {
+		err = r.Sync()
+	}
+	if err != nil {
+		g.log.Error("restore cut short; the thread's next checkpoint call finishes it", "tenant", h.k.Tenant, "thread", h.k.Thread,
+			"op", rs.Op, "to", rs.To, "error", err)
+		return nil, fmt.Errorf("restore %s to %s (the next checkpoint call finishes it): %w", keyName(h.k), rs.To, err)
+	}
+	h.Restoring = nil
+	h.Head, h.Redo = rs.Head, rs.Redo
+	if err := g.putHistory(ctx, h); err != nil {
+		h.Restoring = &rs
+		return nil, err
+	}
+	h.files.CommitChanges(rs.To)
+	if changed == nil {
+		changed = []string{}
+	}
+	g.log.Info("workspace restored", "tenant", h.k.Tenant, "thread", h.k.Thread, "op", rs.Op, "to", rs.To, "changed", len(changed))
+	g.emitPaths(api.Event{Type: api.EventThreadRestored, Tenant: h.k.Tenant, Thread: h.k.Thread, Actor: actorOf(ctx),
+		Checkpoint: rs.To, Op: rs.Op}, changed, "restored ("+rs.Op+" to "+rs.To+")")
+	return changed, nil
+}
+
+// finishRestore finishes the restore h's journal records, which a crash
+// or an error cut short: the whole workspace is read, since what the
+// restore changed before it stopped is not known, and made what the
+// journal asks for.
+func (g *Gateway) finishRestore(ctx context.Context, h *history) error {
+	rs := h.Restoring
+	g.log.Warn("finishing a restore that was cut short", "tenant", h.k.Tenant, "thread", h.k.Thread, "op", rs.Op, "to", rs.To, "started", rs.StartedAt)
+	if _, err := g.quiesce(ctx, h.k, "finish the "+rs.Op, rs.To, true); err != nil {
+		return err
+	}
+	defer g.jails.endRestore(h.k)
+	thaw := h.files.Freeze()
+	set := h.files.TakeChanges()
+	now, _, err := h.repo.Build(ctx, h.files.Folder(), snapshot.Hash{}, nil, true)
+	thaw()
+	if err != nil {
+		h.files.ReturnChanges(set)
+		return fmt.Errorf("finish the restore of %s: read the workspace: %w", keyName(h.k), err)
+	}
+	_, err = g.applyRestore(ctx, h, now)
+	return err
+}
+
+// quiesce makes sure no command or job of k runs while its workspace is
+// restored, and that none starts until endRestore: with force it stops
+// those that run, else it refuses. It returns what it stopped.
+func (g *Gateway) quiesce(ctx context.Context, k meta.ThreadKey, op, to string, force bool) ([]string, error) {
+	why := fmt.Sprintf("the workspace is being restored (%s to %s)", op, to)
+	execs := g.jails.beginRestore(k, why)
+	jobs := g.runningJobIDs(k)
+	if len(execs)+len(jobs) == 0 {
+		return nil, nil
+	}
+	running := append(slices.Clone(execs), jobs...)
+	if !force {
+		g.jails.endRestore(k)
+		return nil, &toolError{api.ErrBusy, fmt.Sprintf("Cannot %s while commands of this thread run (%s). Stop them, or ask again with force to stop them first.", op, joinIDs(running))}
+	}
+	g.noteStopping(k, fmt.Sprintf("the workspace was restored (%s to %s)", op, to))
+	g.closeJail(k)
+	g.waitThreadJobs(k)
+	g.log.Info("stopped the thread's commands for a restore", "tenant", k.Tenant, "thread", k.Thread, "stopped", running)
+	return running, nil
+}
+
+// joinIDs lists ids for a message.
+func joinIDs(ids []string) string {
+	if len(ids) > 10 {
+		return fmt.Sprintf("%s and %d more", joinIDs(ids[:10]), len(ids)-10)
+	}
+	s := ""
+	for i, id := range ids {
+		if i > 0 {
+			s += ", "
+		}
+		s += id
+	}
+	return s
+}
+
+// diff says what makes checkpoint from into checkpoint to; "now" (or "")
+// for to is the workspace as it is, and from defaults to the head.
+func (g *Gateway) diff(ctx context.Context, tenant, thread, from, to string, text bool) (api.DiffResponse, error) {
+	for _, v := range []string{from, to} {
+		if err := checkText("checkpoint", v, maxLabelBytes); err != nil {
+			return api.DiffResponse{}, err
+		}
+	}
+	if to == "" {
+		to = "now"
+	}
+	var out api.DiffResponse
+	err := g.withHistory(ctx, tenant, thread, func(h *history) error {
+		if from == "" {
+			from = h.Head
+			if from == "" {
+				return &toolError{api.ErrConflict, "This thread has no checkpoint to compare with."}
+			}
+		}
+		tree := func(id string) (snapshot.Hash, error) {
+			if id == "now" {
+				b, err := g.buildNow(ctx, h)
+				if err != nil {
+					return snapshot.Hash{}, err
+				}
+				if head := h.find(h.Head); head != nil && head.Tree == b.tree.String() {
+					h.files.CommitChanges(head.ID)
+				} else {
+					h.files.ReturnChanges(b.set)
+				}
+				return b.tree, nil
+			}
+			c := h.find(id)
+			if c == nil {
+				return snapshot.Hash{}, &toolError{api.ErrNotFound, fmt.Sprintf("This thread has no checkpoint %s.", quote(id))}
+			}
+			return snapshot.ParseHash(c.Tree)
+		}
+		a, err := tree(from)
+		if err != nil {
+			return err
+		}
+		b, err := tree(to)
+		if err != nil {
+			return err
+		}
+		deltas, err := h.repo.Diff(ctx, a, b)
+		if err != nil {
+			return fmt.Errorf("diff %s: %w", keyName(h.k), err)
+		}
+		out = api.DiffResponse{From: from, To: to, Added: []string{}, Removed: []string{}, Modified: []string{}}
+		budget := maxDiffText
+		for _, d := range deltas {
+			switch d.Op {
+			case snapshot.Added:
+				out.Added = append(out.Added, d.Path)
+			case snapshot.Removed:
+				out.Removed = append(out.Removed, d.Path)
+			default:
+				out.Modified = append(out.Modified, d.Path)
+			}
+			if !text || budget <= 0 || d.Old.Kind == snapshot.KindDir || d.New.Kind == snapshot.KindDir {
+				continue
+			}
+			s, ok, err := h.repo.TextDiff(ctx, d, 3)
+			if err != nil {
+				return fmt.Errorf("diff %s: %s: %w", keyName(h.k), d.Path, err)
+			}
+			if ok && s != "" {
+				budget -= len(s)
+				out.Diffs = append(out.Diffs, api.FileDiff{Path: d.Path, Diff: s})
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// maxDiffText bounds the text diffs one answer carries.
+const maxDiffText = 8 << 20
+
+// fork makes a new thread of the tenant whose workspace starts at a
+// checkpoint of this one (the head by default), sharing its objects.
+//
+// It holds both threads' checkpoint locks, taken in one order (two forks
+// the other way round cannot wait for each other), then the repository's
+// shared lock: the source's objects stay until the new thread's history
+// names them.
+func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkRequest) (api.ForkResponse, error) {
+	if err := checkText("checkpoint", req.Checkpoint, maxLabelBytes); err != nil {
+		return api.ForkResponse{}, err
+	}
+	info, err := g.bind(ctx, tenant, thread)
+	if err != nil {
+		return api.ForkResponse{}, err
+	}
+	k := info.ThreadKey
+	newThread := req.Thread
+	if newThread == "" {
+		var b [4]byte
+		rand.Read(b[:])
+		newThread = k.Thread + "-fork-" + hex.EncodeToString(b[:])
+	}
+	nk, err := threadKey(k.Tenant, newThread)
+	if err != nil {
+		return api.ForkResponse{}, err
+	}
+	if nk == k {
+		return api.ForkResponse{}, &toolError{api.ErrConflict, "A thread cannot be forked into itself; name a new thread."}
+	}
+	first, second := k, nk
+	if second.Tenant < first.Tenant || second.Tenant == first.Tenant && second.Thread < first.Thread {
+		first, second = second, first
+	}
+	for _, key := range []meta.ThreadKey{first, second} {
+		unlock, err := g.checkpoints.locks.lock(ctx, key)
+		if err != nil {
+			return api.ForkResponse{}, fmt.Errorf("fork %s: %w", keyName(k), err)
+		}
+		defer unlock()
+	}
+	repo, err := g.repo(k.Tenant)
+	if err != nil {
+		return api.ForkResponse{}, err
+	}
+	release, err := repo.Shared(ctx)
+	if err != nil {
+		return api.ForkResponse{}, fmt.Errorf("fork %s: wait for the repository: %w", keyName(k), err)
+	}
+	defer release()
+
+	var src meta.Checkpoint
+	err = g.withHistoryShared(ctx, k, info.Binding, repo, func(h *history) error {
+		id := req.Checkpoint
+		if id == "" {
+			id = h.Head
+		}
+		c := h.find(id)
+		if c == nil {
+			if id == "" {
+				return &toolError{api.ErrConflict, "This thread has no checkpoint to fork from."}
+			}
+			return &toolError{api.ErrNotFound, fmt.Sprintf("This thread has no checkpoint %s.", quote(id))}
+		}
+		src = *c
+		return nil
+	})
+	if err != nil {
+		return api.ForkResponse{}, err
+	}
+	if _, err := g.store.GetBinding(ctx, nk); err == nil {
+		return api.ForkResponse{}, &toolError{api.ErrConflict, fmt.Sprintf("Thread %s exists already; fork into a new thread.", quote(nk.Thread))}
+	} else if !errors.Is(err, meta.ErrNotFound) {
+		return api.ForkResponse{}, fmt.Errorf("fork into %s: read binding: %w", keyName(nk), err)
+	}
+	if _, err := g.store.GetHistory(ctx, nk); err == nil {
+		return api.ForkResponse{}, fmt.Errorf("fork into %s: %w: the thread has a history", keyName(nk), api.ErrConflict)
+	} else if !errors.Is(err, meta.ErrNotFound) {
+		return api.ForkResponse{}, fmt.Errorf("fork into %s: read history: %w", keyName(nk), err)
+	}
+	ninfo, err := g.bind(ctx, nk.Tenant, nk.Thread)
+	if err != nil {
+		return api.ForkResponse{}, err
+	}
+	cp := src
+	cp.ID, cp.Seq, cp.Parent, cp.Auto = "cp-1", 1, "", false
+	cp.Label = fmt.Sprintf("fork of %s at %s", k.Thread, src.ID)
+	cp.HostID, cp.CreatedAt = g.cfg.HostID, time.Now().UTC()
+	err = g.withHistoryShared(ctx, nk, ninfo.Binding, repo, func(h *history) error {
+		h.Checkpoints = []meta.Checkpoint{cp}
+		h.NextSeq = 2
+		h.Restoring = &meta.Restore{Op: "fork", To: cp.ID, Tree: cp.Tree, Head: cp.ID, HostID: g.cfg.HostID, StartedAt: cp.CreatedAt}
+		if err := g.putHistory(ctx, h); err != nil {
+			return err
+		}
+		// The new workspace is empty.
+		_, err := g.applyRestore(ctx, h, snapshot.Hash{})
+		return err
+	})
+	if err != nil {
+		return api.ForkResponse{}, err
+	}
+	_, mountPath, err := g.threadPaths(nk)
+	if err != nil {
+		return api.ForkResponse{}, err
+	}
+	g.log.Info("thread forked", "tenant", k.Tenant, "thread", k.Thread, "checkpoint", src.ID, "new_thread", nk.Thread)
+	return api.ForkResponse{Binding: ninfo, MountPath: mountPath, Checkpoint: cp.ID, From: src.ID}, nil
+}
+
+// dropHistory forgets a deleted thread's checkpoints, and collects their
+// objects that no other thread uses.
+func (g *Gateway) dropHistory(ctx context.Context, k meta.ThreadKey) error {
+	if err := g.store.DeleteHistory(ctx, k); err != nil {
+		return fmt.Errorf("delete the history of %s: %w", keyName(k), err)
+	}
+	g.collect(k.Tenant)
+	return nil
+}
