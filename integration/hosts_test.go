@@ -69,6 +69,13 @@ func threadCalls(c *client.Client, thread string, withEnd bool) []namedCall {
 			_, err := c.WriteFile(ctx, "", thread, api.WriteFileRequest{Path: "w", Content: "x"})
 			return err
 		}},
+		{"checkpoint", func() error {
+			_, err := c.Checkpoint(ctx, "", thread, api.CheckpointRequest{})
+			return err
+		}},
+		{"undo", func() error { _, err := c.Undo(ctx, "", thread, true); return err }},
+		{"diff", func() error { _, err := c.Diff(ctx, "", thread, "", "", false); return err }},
+		{"fork", func() error { _, err := c.Fork(ctx, "", thread, api.ForkRequest{}); return err }},
 	}
 	if withEnd {
 		calls = append(calls,
@@ -115,6 +122,8 @@ func TestHostsPinnedRefusal(t *testing.T) {
 		{"bind", "--thread", "t1"},
 		{"exec", "--thread", "t1", "--", "cat f"},
 		{"spawn", "--thread", "t1", "--", "sleep 1"},
+		{"checkpoint", "--thread", "t1"},
+		{"revert", "--thread", "t1", "cp-1"},
 		{"close", "--thread", "t1"},
 		{"delete", "--thread", "t1"},
 	} {
@@ -222,6 +231,50 @@ func TestHostsTakeoverAfterKill9(t *testing.T) {
 	}
 	if out := b.mustWarren("exec", "--thread", "t1", "--", "cat f g"); out != "from a\nfrom b\n" {
 		t.Errorf("B after A's restart: %q", out)
+	}
+}
+
+// TestHostsUndoAfterTakeover: the checkpoints of a thread live in the
+// store and a snapshot repository both servers reach: after the owner
+// dies and another server takes the thread over, undo, redo and revert
+// work there, on the checkpoints the dead owner took.
+func TestHostsUndoAfterTakeover(t *testing.T) {
+	c := newHostCluster(t)
+	snaps := filepath.Join(t.TempDir(), "snapshots")
+	a := c.host("host-a", "--snapshots", snaps)
+	b := c.host("host-b", "--snapshots", snaps)
+	mp := a.bind("default", "t1")
+	a.mustWarren("exec", "--thread", "t1", "--", "echo one > f && mkdir -p d/e && ln -s f l && chmod 750 d")
+	s1 := captureTree(t, mp)
+	a.mustWarren("checkpoint", "--thread", "t1", "--label", "one")
+	a.mustWarren("exec", "--thread", "t1", "--", "echo two > f && rm -r d && echo new > g")
+	s2 := captureTree(t, mp)
+	a.mustWarren("checkpoint", "--thread", "t1", "--label", "two")
+	a.mustWarren("exec", "--thread", "t1", "--", "echo three > f")
+	s3 := captureTree(t, mp)
+	rootA := a.threadInfo("t1").Root
+
+	a.kill9()
+	if r, _ := waitPastPinned(t, b, "t1", "cat f", rootA, "host-a"); r.code != 0 || r.stdout != "three\n" {
+		t.Fatalf("B after the takeover: %v", r)
+	}
+	mpB := b.threadInfo("t1").MountPath
+	out := b.mustWarren("undo", "--thread", "t1")
+	if !strings.Contains(out, "saved the changes in cp-3") || !strings.Contains(out, "undo: at cp-2") {
+		t.Fatalf("undo on B: %q", out)
+	}
+	wantTree(t, "an undo on the server that took the thread over", mpB, s2)
+	b.mustWarren("undo", "--thread", "t1")
+	wantTree(t, "a second undo there", mpB, s1)
+	b.mustWarren("redo", "--thread", "t1")
+	wantTree(t, "a redo there", mpB, s2)
+	b.mustWarren("revert", "--thread", "t1", "cp-3")
+	wantTree(t, "a revert there", mpB, s3)
+	list := b.mustWarren("checkpoints", "--thread", "t1")
+	for _, want := range []string{"cp-1", "cp-2", "cp-3", "head"} {
+		if !strings.Contains(list, want) {
+			t.Errorf("checkpoints on B lack %s:\n%s", want, list)
+		}
 	}
 }
 
