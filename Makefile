@@ -4,7 +4,8 @@
 #   make run    build and start the daemon on its defaults (ARGS="..." adds flags)
 #   make test   go vet, then every test, unit and integration
 #   make bench  filesystem benchmark: native ext4, go-fuse loopback, warren (edit checks on and off);
-#               then commands: plain fork+exec, warren's warm jail, bwrap, a new thread's first command
+#               then commands: plain fork+exec, warren's warm jail, bwrap, a new thread's first command;
+#               then checkpoints: 10 of 100,000 files changed, and an untar, against git add -A && commit
 #
 # `make test` installs the Debian packages the tests need when they are
 # missing (as root), so it works on a fresh Debian machine with Go.
@@ -77,6 +78,7 @@ deps:
 bench:
 	bench/fs.sh
 	bench/exec.sh
+	bench/checkpoint.sh
 
 fmt:
 	$(GO) fmt ./...

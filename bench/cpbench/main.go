@@ -1,0 +1,260 @@
+// Command cpbench measures what a checkpoint costs, side by side in one
+// run with what git, the peers' usual way, costs for the same tree:
+//
+//   - ten files changed in a workspace of 100,000 files: warren's
+//     checkpoint (POST .../checkpoints, the answer read whole) against
+//     `git add -A && git commit` in a repository of the same tree with the
+//     same ten changes. The targets: at most 20 ms, and at most 1/20 of
+//     git's time;
+//   - everything changed: a tree untarred into an empty workspace, then
+//     checkpointed, against the same untar into an empty repository, then
+//     added and committed;
+//   - the first checkpoint of the big workspace, which reads it whole, for
+//     reference.
+//
+// It prints medians and the ratios. bench/checkpoint.sh starts the daemon
+// and runs this.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"warren/api"
+	"warren/client"
+)
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("cpbench: ")
+	socket := flag.String("socket", "", "the daemon's socket (required)")
+	work := flag.String("work", "", "a folder for the git repositories, on the disk under test (required)")
+	files := flag.Int("files", 100_000, "files in the big workspace")
+	changed := flag.Int("changed", 10, "files changed before each timed checkpoint")
+	runs := flag.Int("runs", 9, "timed runs of the small-change measure")
+	tarball := flag.String("tar", "", "a tarball to untar for the everything-changed measure; empty to skip")
+	tarRuns := flag.Int("tar-runs", 3, "timed runs of the everything-changed measure")
+	flag.Parse()
+	if *socket == "" || *work == "" {
+		log.Fatal("-socket and -work are required")
+	}
+	ctx := context.Background()
+	c := client.New(*socket)
+	defer c.CloseIdleConnections()
+
+	// The big workspace, and the same tree in a git repository.
+	bound, err := c.Bind(ctx, "bench", "big")
+	if err != nil {
+		log.Fatalf("bind: %v", err)
+	}
+	mnt := bound.MountPath
+	gitDir := filepath.Join(*work, "git-big")
+	log.Printf("making %d files in the workspace and in %s", *files, gitDir)
+	paths := makeTree(mnt, *files)
+	makeTree(gitDir, *files)
+	git(gitDir, "init", "-q")
+	git(gitDir, "add", "-A")
+	git(gitDir, "commit", "-q", "-m", "base")
+
+	first := time.Now()
+	cp, err := c.Checkpoint(ctx, "bench", "big", api.CheckpointRequest{Label: "base"})
+	if err != nil {
+		log.Fatalf("first checkpoint: %v", err)
+	}
+	firstTook := time.Since(first)
+	log.Printf("first checkpoint %s: %v, read %d files (whole: %v)", cp.Checkpoint.ID, firstTook, cp.Cost.Read, cp.Cost.Full)
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	var warren, gits []time.Duration
+	var reads []int64
+	for r := range *runs {
+		for range *changed {
+			p := paths[rng.IntN(len(paths))]
+			line := fmt.Sprintf("change %d\n", r)
+			appendTo(filepath.Join(mnt, p), line)
+			appendTo(filepath.Join(gitDir, p), line)
+		}
+		// Take turns at going first.
+		do := []func(){
+			func() {
+				start := time.Now()
+				cp, err := c.Checkpoint(ctx, "bench", "big", api.CheckpointRequest{Label: fmt.Sprint("run ", r)})
+				if err != nil {
+					log.Fatalf("checkpoint: %v", err)
+				}
+				warren = append(warren, time.Since(start))
+				reads = append(reads, cp.Cost.Read)
+			},
+			func() {
+				start := time.Now()
+				gitShell(gitDir, "git add -A && git commit -q -m run")
+				gits = append(gits, time.Since(start))
+			},
+		}
+		if r%2 == 1 {
+			do[0], do[1] = do[1], do[0]
+		}
+		do[0]()
+		do[1]()
+	}
+
+	var wTar, gTar []time.Duration
+	if *tarball != "" {
+		for r := range *tarRuns {
+			thread := fmt.Sprint("untar-", r)
+			b, err := c.Bind(ctx, "bench", thread)
+			if err != nil {
+				log.Fatalf("bind: %v", err)
+			}
+			if _, err := c.Checkpoint(ctx, "bench", thread, api.CheckpointRequest{Label: "empty"}); err != nil {
+				log.Fatalf("checkpoint: %v", err)
+			}
+			run("tar", "-C", b.MountPath, "-xf", *tarball)
+			dir := filepath.Join(*work, thread)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				log.Fatal(err)
+			}
+			git(dir, "init", "-q")
+			run("tar", "-C", dir, "-xf", *tarball)
+			run("sync")
+			do := []func(){
+				func() {
+					start := time.Now()
+					if _, err := c.Checkpoint(ctx, "bench", thread, api.CheckpointRequest{Label: "untarred"}); err != nil {
+						log.Fatalf("checkpoint: %v", err)
+					}
+					wTar = append(wTar, time.Since(start))
+				},
+				func() {
+					start := time.Now()
+					gitShell(dir, "git add -A && git commit -q -m untar")
+					gTar = append(gTar, time.Since(start))
+				},
+			}
+			if r%2 == 1 {
+				do[0], do[1] = do[1], do[0]
+			}
+			do[0]()
+			do[1]()
+			if err := c.DeleteThread(ctx, "bench", thread); err != nil {
+				log.Fatalf("delete: %v", err)
+			}
+			os.RemoveAll(dir)
+		}
+	}
+
+	fmt.Printf("%-44s %12s %12s %12s   (%d runs)\n", "checkpoint", "median", "p10", "p90", *runs)
+	row := func(name string, ds []time.Duration) time.Duration {
+		m, p10, p90 := stats(ds)
+		fmt.Printf("%-44s %12v %12v %12v\n", name, m, p10, p90)
+		return m
+	}
+	wm := row(fmt.Sprintf("warren, %d of %d files changed", *changed, *files), warren)
+	gm := row(fmt.Sprintf("git add -A && commit, the same %d changed", *changed), gits)
+	fmt.Printf("%-44s %12v   (whole workspace read, %d files)\n", "warren, first checkpoint", firstTook.Round(time.Microsecond), cp.Cost.Read)
+	var wt, gt time.Duration
+	if len(wTar) > 0 {
+		fmt.Println()
+		fmt.Printf("%-44s %12s %12s %12s   (%d runs)\n", "everything changed (an untar)", "median", "p10", "p90", *tarRuns)
+		wt = row("warren, checkpoint after the untar", wTar)
+		gt = row("git add -A && commit after the untar", gTar)
+	}
+	sort.Slice(reads, func(i, j int) bool { return reads[i] < reads[j] })
+	fmt.Println()
+	fmt.Printf("warren checkpoint, %d changed: %v (target <= 20ms): %s\n", *changed, wm, verdict(wm <= 20*time.Millisecond))
+	fmt.Printf("warren / git, %d changed:     %.3fx (target <= 0.050x): %s\n", *changed, ratio(wm, gm), verdict(ratio(wm, gm) <= 0.05))
+	fmt.Printf("files read per checkpoint:    %d to %d (of %d)\n", reads[0], reads[len(reads)-1], *files)
+	if len(wTar) > 0 {
+		fmt.Printf("warren / git, untar:          %.3fx\n", ratio(wt, gt))
+	}
+}
+
+// makeTree makes n small files in dir, 100 to a folder, two levels deep,
+// and returns their paths.
+func makeTree(dir string, n int) []string {
+	var paths []string
+	for i := range n {
+		p := fmt.Sprintf("d%03d/e%02d/f%05d.txt", i/1000, i/100%10, i)
+		full := filepath.Join(dir, p)
+		if i%100 == 0 {
+			if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+				log.Fatal(err)
+			}
+		}
+		body := strings.Repeat(fmt.Sprintf("line of file %d\n", i), 1+i%40)
+		if err := os.WriteFile(full, []byte(body), 0o644); err != nil {
+			log.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	return paths
+}
+
+func appendTo(path, s string) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := f.WriteString(s); err != nil {
+		log.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// git runs git in dir, with no user or system configuration.
+func git(dir string, args ...string) {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = gitEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		log.Fatalf("git %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+func gitShell(dir, script string) {
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = gitEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		log.Fatalf("%s: %v: %s", script, err, out)
+	}
+}
+
+func gitEnv() []string {
+	return append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "LC_ALL=C",
+		"GIT_AUTHOR_NAME=bench", "GIT_AUTHOR_EMAIL=bench@localhost", "GIT_COMMITTER_NAME=bench", "GIT_COMMITTER_EMAIL=bench@localhost")
+}
+
+func run(name string, args ...string) {
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		log.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// stats returns the median, 10th and 90th percentiles.
+func stats(ds []time.Duration) (median, p10, p90 time.Duration) {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	at := func(q float64) time.Duration { return s[int(q*float64(len(s)-1)+0.5)].Round(time.Microsecond) }
+	return at(0.5), at(0.1), at(0.9)
+}
+
+func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
+
+func verdict(ok bool) string {
+	if ok {
+		return "MET"
+	}
+	return "MISSED"
+}
