@@ -2,7 +2,7 @@
 #
 #   make build  build the client CLI bin/warren and the daemon bin/warrend
 #   make run    build and start the daemon on its defaults (ARGS="..." adds flags)
-#   make test   go vet, then every test, unit and integration
+#   make test   go vet, then every test, unit and integration, Go and TypeScript
 #   make bench  filesystem benchmark: native ext4, go-fuse loopback, warren (edit checks on and off);
 #               then commands: plain fork+exec, warren's warm jail, bwrap, a new thread's first command;
 #               then checkpoints: 10 of 100,000 files changed, and an untar, against git add -A && commit
@@ -30,8 +30,13 @@ RACE_RE   := ^warren/(meta|gateway|fs|snapshot)(/|$$)
 # Debian packages the tests need, as package:probe, where the probe is a
 # command on PATH or an absolute path: gcc and the libc headers for -race
 # (it needs cgo), fuse3 for fusermount3, git for the git-facing tests,
-# btrfs-progs for the disk quota tests' loop-mounted btrfs.
-DEPS := gcc:gcc libc6-dev:/usr/include/stdio.h fuse3:fusermount3 git:git btrfs-progs:mkfs.btrfs
+# btrfs-progs for the disk quota tests' loop-mounted btrfs, nodejs and npm
+# for the TypeScript client's tests.
+DEPS := gcc:gcc libc6-dev:/usr/include/stdio.h fuse3:fusermount3 git:git btrfs-progs:mkfs.btrfs nodejs:node npm:npm
+
+# The TypeScript client and sandbox provider (clients/typescript): its
+# tests run against real daemons, the binaries make build makes.
+TS := clients/typescript
 
 .PHONY: all build run test deps bench fmt vet help
 
@@ -52,9 +57,10 @@ build:
 run: build
 	exec $(BIN) serve $(ARGS)
 
-test: deps vet
+test: deps vet build
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
 	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -Ev '$(RACE_RE)')
+	cd $(TS) && npm ci && npm test
 
 # deps installs what DEPS lists and the machine lacks; it does nothing when
 # everything is there.

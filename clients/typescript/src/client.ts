@@ -1,0 +1,367 @@
+/**
+ * The client of warren's socket API: one method per call, typed, with an
+ * AbortSignal on each, NDJSON streams as async iterables, and error answers
+ * as {@link WarrenError}s. docs/api.md says what each call does.
+ */
+import type { Readable } from 'node:stream'
+import type * as api from './api.js'
+import { escapeId, ndjson, readAll, Transport } from './http.js'
+
+/** Options of every call. */
+export interface CallOptions {
+  signal?: AbortSignal | undefined
+}
+
+/** The answer of an exec read to its end. */
+export interface ExecResult {
+  id: string
+  stdout: string
+  stderr: string
+  exitCode: number
+  timedOut: boolean
+  /** Set when the command moved to the background: the job it became. */
+  background?: string
+}
+
+/** A client of one daemon. Call close() when finished. */
+export class WarrenClient {
+  private readonly t: Transport
+
+  /** socketPath is the daemon's API socket (`DATA/warren.sock`). */
+  constructor(socketPath: string) {
+    this.t = new Transport(socketPath)
+  }
+
+  /** The daemon's socket. */
+  get socketPath(): string {
+    return this.t.socketPath
+  }
+
+  /** Closes the client's idle connections. */
+  close(): void {
+    this.t.close()
+  }
+
+  private thread(tenant: string, thread: string): string {
+    return `/v1/tenants/${escapeId(tenant)}/threads/${escapeId(thread)}`
+  }
+
+  // Threads.
+
+  /** Binds a thread (idempotent), with settings if given. */
+  bind(tenant: string, thread: string, settings?: api.Settings, o: CallOptions = {}): Promise<api.BindResponse> {
+    return this.t.call('POST', this.thread(tenant, thread) + '/bind', {
+      json: settings ? { settings } : {},
+      signal: o.signal,
+    })
+  }
+
+  /** A thread's record, without binding it; WarrenNotFoundError if it has none. */
+  async threadInfo(tenant: string, thread: string, o: CallOptions = {}): Promise<api.ThreadInfo> {
+    const r = await this.t.call<{ binding: api.ThreadInfo }>('GET', this.thread(tenant, thread), { signal: o.signal })
+    return r.binding
+  }
+
+  /** Every thread (of tenant, if given). */
+  async threads(tenant?: string, o: CallOptions = {}): Promise<api.ThreadInfo[]> {
+    const r = await this.t.call<{ bindings: api.ThreadInfo[] }>('GET', '/v1/threads', {
+      query: { tenant },
+      signal: o.signal,
+    })
+    return r.bindings
+  }
+
+  /** Unmounts a thread, keeping its folder. */
+  async closeThread(tenant: string, thread: string, o: CallOptions = {}): Promise<api.ThreadInfo> {
+    const r = await this.t.call<{ binding: api.ThreadInfo }>('POST', this.thread(tenant, thread) + '/close', {
+      signal: o.signal,
+    })
+    return r.binding
+  }
+
+  /** Removes a thread's folder and records. */
+  async deleteThread(tenant: string, thread: string, o: CallOptions = {}): Promise<void> {
+    await this.t.call('DELETE', this.thread(tenant, thread), { signal: o.signal })
+  }
+
+  // The file API.
+
+  readFile(tenant: string, thread: string, path: string, run?: string, o: CallOptions = {}): Promise<api.ReadFileResponse> {
+    return this.t.call('POST', this.thread(tenant, thread) + '/files/read', { json: { path, run }, signal: o.signal })
+  }
+
+  writeFile(
+    tenant: string,
+    thread: string,
+    req: { path: string; content: string; encoding?: 'base64'; run?: string },
+    o: CallOptions = {},
+  ): Promise<api.WriteFileResponse> {
+    return this.t.call('POST', this.thread(tenant, thread) + '/files/write', { json: req, signal: o.signal })
+  }
+
+  editFile(
+    tenant: string,
+    thread: string,
+    req: { path: string; old: string; new: string; all?: boolean; run?: string },
+    o: CallOptions = {},
+  ): Promise<{ path: string; replaced: number; version: number }> {
+    return this.t.call('POST', this.thread(tenant, thread) + '/files/edit', { json: req, signal: o.signal })
+  }
+
+  /** A folder's entries. */
+  list(tenant: string, thread: string, path: string, run?: string, o: CallOptions = {}): Promise<api.ListResponse> {
+    return this.t.call('POST', this.thread(tenant, thread) + '/files/list', { json: { path, run }, signal: o.signal })
+  }
+
+  /** One entry; follow resolves a final link inside the workspace. */
+  stat(tenant: string, thread: string, path: string, follow = true, run?: string, o: CallOptions = {}): Promise<api.EntryInfo> {
+    return this.t.call('POST', this.thread(tenant, thread) + '/files/stat', {
+      json: { path, run, follow },
+      signal: o.signal,
+    })
+  }
+
+  exists(tenant: string, thread: string, path: string, o: CallOptions = {}): Promise<api.ExistsResponse> {
+    return this.t.call('POST', this.thread(tenant, thread) + '/files/exists', { json: { path }, signal: o.signal })
+  }
+
+  async mkdir(tenant: string, thread: string, path: string, parents = true, mode?: number, o: CallOptions = {}): Promise<void> {
+    await this.t.call('POST', this.thread(tenant, thread) + '/files/mkdir', {
+      json: { path, parents, mode },
+      signal: o.signal,
+    })
+  }
+
+  remove(
+    tenant: string,
+    thread: string,
+    path: string,
+    recursive = false,
+    run?: string,
+    o: CallOptions = {},
+  ): Promise<api.RemoveResponse> {
+    return this.t.call('POST', this.thread(tenant, thread) + '/files/remove', {
+      json: { path, recursive, run },
+      signal: o.signal,
+    })
+  }
+
+  rename(
+    tenant: string,
+    thread: string,
+    from: string,
+    to: string,
+    overwrite = true,
+    run?: string,
+    o: CallOptions = {},
+  ): Promise<api.RenameResponse> {
+    return this.t.call('POST', this.thread(tenant, thread) + '/files/rename', {
+      json: { from, to, overwrite, run },
+      signal: o.signal,
+    })
+  }
+
+  /** A file's bytes, any size, and its version. */
+  async readRaw(
+    tenant: string,
+    thread: string,
+    path: string,
+    run?: string,
+    o: CallOptions = {},
+  ): Promise<{ data: Uint8Array; version: number }> {
+    const res = await this.t.send('GET', this.thread(tenant, thread) + '/files/raw', {
+      query: { path, run },
+      signal: o.signal,
+    })
+    const version = Number(res.headers['x-warren-version'] ?? 0)
+    const data = await readAll(res, Infinity)
+    return { data: new Uint8Array(data.buffer, data.byteOffset, data.byteLength), version }
+  }
+
+  /** Replaces a file with bytes or a stream of them, any size. */
+  writeRaw(
+    tenant: string,
+    thread: string,
+    path: string,
+    data: Uint8Array | string | AsyncIterable<Uint8Array> | Readable,
+    opts: { run?: string; mode?: number } & CallOptions = {},
+  ): Promise<api.WriteFileResponse> {
+    return this.t.call('PUT', this.thread(tenant, thread) + '/files/raw', {
+      query: { path, run: opts.run, mode: opts.mode === undefined ? undefined : opts.mode.toString(8) },
+      raw: data,
+      signal: opts.signal,
+    })
+  }
+
+  // Commands.
+
+  /**
+   * Runs a command and yields its frames: its id (when it takes input, at
+   * once), its output, and its end. Breaking off the iteration, or the
+   * signal, ends the command.
+   */
+  async *execFrames(tenant: string, thread: string, req: api.ExecRequest, o: CallOptions = {}): AsyncGenerator<api.ExecFrame> {
+    const res = await this.t.send('POST', this.thread(tenant, thread) + '/exec', { json: req, signal: o.signal })
+    yield* ndjson<api.ExecFrame>(res)
+  }
+
+  /** Runs a command to its end and collects its output. */
+  async exec(
+    tenant: string,
+    thread: string,
+    req: api.ExecRequest,
+    o: CallOptions & { onFrame?: (f: api.ExecFrame) => void } = {},
+  ): Promise<ExecResult> {
+    const out: ExecResult = { id: '', stdout: '', stderr: '', exitCode: -1, timedOut: false }
+    for await (const f of this.execFrames(tenant, thread, req, o)) {
+      o.onFrame?.(f)
+      if (f.id) out.id = f.id
+      if (f.data !== undefined) {
+        if (f.stream === 'stderr') out.stderr += f.data
+        else out.stdout += f.data
+      }
+      if (f.background) out.background = f.background
+      if (f.timedOut) out.timedOut = true
+      if (f.exit !== undefined) out.exitCode = f.exit
+      if (f.error) throw new Error(f.error)
+    }
+    return out
+  }
+
+  /** Sends input to a running command; close ends its input. */
+  async execStdin(tenant: string, thread: string, id: string, data: string, close = false, o: CallOptions = {}): Promise<void> {
+    await this.t.call('POST', `${this.thread(tenant, thread)}/exec/${escapeId(id)}/stdin`, {
+      json: { data, close },
+      signal: o.signal,
+    })
+  }
+
+  /** Sends a signal to a running command's process tree. */
+  async execSignal(tenant: string, thread: string, id: string, signal: string | number, o: CallOptions = {}): Promise<void> {
+    await this.t.call('POST', `${this.thread(tenant, thread)}/exec/${escapeId(id)}/signal`, {
+      json: { signal },
+      signal: o.signal,
+    })
+  }
+
+  // Jobs.
+
+  async spawn(tenant: string, thread: string, req: api.SpawnRequest, o: CallOptions = {}): Promise<api.JobInfo> {
+    const r = await this.t.call<{ job: api.JobInfo }>('POST', this.thread(tenant, thread) + '/jobs', { json: req, signal: o.signal })
+    return r.job
+  }
+
+  async jobs(tenant: string, thread: string, o: CallOptions = {}): Promise<api.JobInfo[]> {
+    const r = await this.t.call<{ jobs: api.JobInfo[] }>('GET', this.thread(tenant, thread) + '/jobs', { signal: o.signal })
+    return r.jobs
+  }
+
+  async job(tenant: string, thread: string, id: string, o: CallOptions = {}): Promise<api.JobInfo> {
+    const r = await this.t.call<{ job: api.JobInfo }>('GET', `${this.thread(tenant, thread)}/jobs/${escapeId(id)}`, {
+      signal: o.signal,
+    })
+    return r.job
+  }
+
+  /**
+   * A job's output from offset: one stream of it, or both merged ('all',
+   * the default); with follow, until the job ends.
+   */
+  async *jobOutput(
+    tenant: string,
+    thread: string,
+    id: string,
+    opts: { stream?: 'stdout' | 'stderr' | 'all'; offset?: number; follow?: boolean } & CallOptions = {},
+  ): AsyncGenerator<api.JobFrame> {
+    const res = await this.t.send('GET', `${this.thread(tenant, thread)}/jobs/${escapeId(id)}/output`, {
+      query: { stream: opts.stream, offset: opts.offset, follow: opts.follow ? 'true' : undefined },
+      signal: opts.signal,
+    })
+    yield* ndjson<api.JobFrame>(res)
+  }
+
+  async jobStdin(tenant: string, thread: string, id: string, data: string, close = false, o: CallOptions = {}): Promise<void> {
+    await this.t.call('POST', `${this.thread(tenant, thread)}/jobs/${escapeId(id)}/stdin`, {
+      json: { data, close },
+      signal: o.signal,
+    })
+  }
+
+  /** Sends a signal to a job's process tree. */
+  async jobSignal(tenant: string, thread: string, id: string, signal: string | number, o: CallOptions = {}): Promise<void> {
+    await this.t.call('POST', `${this.thread(tenant, thread)}/jobs/${escapeId(id)}/signal`, {
+      json: { signal },
+      signal: o.signal,
+    })
+  }
+
+  /** Stops a job: SIGTERM to its tree, SIGKILL after graceSeconds. */
+  async stopJob(tenant: string, thread: string, id: string, graceSeconds?: number, o: CallOptions = {}): Promise<api.JobInfo> {
+    const r = await this.t.call<{ job: api.JobInfo }>('POST', `${this.thread(tenant, thread)}/jobs/${escapeId(id)}/stop`, {
+      json: { graceSeconds },
+      signal: o.signal,
+    })
+    return r.job
+  }
+
+  // Checkpoints.
+
+  checkpoint(
+    tenant: string,
+    thread: string,
+    req: { label?: string; turn?: number; run?: string } = {},
+    o: CallOptions = {},
+  ): Promise<api.CheckpointResponse> {
+    return this.t.call('POST', this.thread(tenant, thread) + '/checkpoints', { json: req, signal: o.signal })
+  }
+
+  checkpoints(tenant: string, thread: string, o: CallOptions = {}): Promise<api.CheckpointsResponse> {
+    return this.t.call('GET', this.thread(tenant, thread) + '/checkpoints', { signal: o.signal })
+  }
+
+  diff(
+    tenant: string,
+    thread: string,
+    opts: { from?: string; to?: string; text?: boolean } & CallOptions = {},
+  ): Promise<api.DiffResponse> {
+    return this.t.call('GET', this.thread(tenant, thread) + '/diff', {
+      query: { from: opts.from, to: opts.to, text: opts.text ? 'true' : undefined },
+      signal: opts.signal,
+    })
+  }
+
+  undo(tenant: string, thread: string, force = false, o: CallOptions = {}): Promise<api.RestoreResponse> {
+    return this.t.call('POST', this.thread(tenant, thread) + '/undo', { json: { force }, signal: o.signal })
+  }
+
+  redo(tenant: string, thread: string, force = false, o: CallOptions = {}): Promise<api.RestoreResponse> {
+    return this.t.call('POST', this.thread(tenant, thread) + '/redo', { json: { force }, signal: o.signal })
+  }
+
+  revert(tenant: string, thread: string, checkpoint: string, force = false, o: CallOptions = {}): Promise<api.RestoreResponse> {
+    return this.t.call('POST', this.thread(tenant, thread) + '/revert', {
+      json: { checkpoint, force },
+      signal: o.signal,
+    })
+  }
+
+  fork(
+    tenant: string,
+    thread: string,
+    req: { checkpoint?: string; thread?: string } = {},
+    o: CallOptions = {},
+  ): Promise<api.ForkResponse> {
+    return this.t.call('POST', this.thread(tenant, thread) + '/fork', { json: req, signal: o.signal })
+  }
+
+  // Events.
+
+  /** The event stream, filtered by tenant and thread, until the signal fires. */
+  async *events(filter: { tenant?: string; thread?: string } & CallOptions = {}): AsyncGenerator<api.WarrenEvent> {
+    const res = await this.t.send('GET', '/v1/events', {
+      query: { tenant: filter.tenant, thread: filter.thread },
+      signal: filter.signal,
+    })
+    yield* ndjson<api.WarrenEvent>(res)
+  }
+}

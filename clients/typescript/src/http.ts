@@ -1,0 +1,156 @@
+/**
+ * HTTP/1.1 over the daemon's Unix socket, with node:http: keep-alive
+ * connections, AbortSignal on every call, JSON and raw bodies, and error
+ * answers turned into {@link WarrenError}s.
+ */
+import http from 'node:http'
+import { Readable } from 'node:stream'
+import { errorFor, WarrenError, WarrenUnreachableError } from './errors.js'
+
+/** What a request sends. */
+export interface RequestOptions {
+  query?: Record<string, string | number | boolean | undefined>
+  /** A JSON body. */
+  json?: unknown
+  /** A raw body (application/octet-stream). */
+  raw?: Uint8Array | string | AsyncIterable<Uint8Array> | Readable
+  signal?: AbortSignal | undefined
+}
+
+/** The bound of an error answer the client reads. */
+const maxErrorBytes = 64 << 10
+
+/**
+ * Escapes one id as one path segment: every byte of its UTF-8 but letters,
+ * digits, `-`, `_` and `~` is `%XX`, `.` too, so `.` and `..` never appear as
+ * segments a library might clean away.
+ */
+export function escapeId(id: string): string {
+  let out = ''
+  for (const b of new TextEncoder().encode(id)) {
+    const c = String.fromCharCode(b)
+    if (/[A-Za-z0-9_~-]/.test(c)) {
+      out += c
+    } else {
+      out += '%' + b.toString(16).toUpperCase().padStart(2, '0')
+    }
+  }
+  return out
+}
+
+/** One daemon's socket, and the connections to it. */
+export class Transport {
+  readonly socketPath: string
+  private readonly agent: http.Agent
+
+  constructor(socketPath: string) {
+    this.socketPath = socketPath
+    this.agent = new http.Agent({ keepAlive: true, maxSockets: 16 })
+  }
+
+  /** Closes idle connections; the transport stays usable. */
+  close(): void {
+    this.agent.destroy()
+  }
+
+  /**
+   * Sends one request and resolves with the answer of status 200, for the
+   * caller to read; any other status rejects with the daemon's error.
+   */
+  async send(method: string, path: string, opts: RequestOptions = {}): Promise<http.IncomingMessage> {
+    let target = path
+    if (opts.query) {
+      const q = new URLSearchParams()
+      for (const [k, v] of Object.entries(opts.query)) {
+        if (v !== undefined) q.set(k, String(v))
+      }
+      const s = q.toString()
+      if (s) target += '?' + s
+    }
+    const headers: Record<string, string> = { host: 'warren' }
+    let body: Uint8Array | undefined
+    let stream: Readable | undefined
+    if (opts.json !== undefined) {
+      body = Buffer.from(JSON.stringify(opts.json))
+      headers['content-type'] = 'application/json'
+    } else if (opts.raw !== undefined) {
+      headers['content-type'] = 'application/octet-stream'
+      if (typeof opts.raw === 'string') body = Buffer.from(opts.raw)
+      else if (opts.raw instanceof Uint8Array) body = opts.raw
+      else stream = opts.raw instanceof Readable ? opts.raw : Readable.from(opts.raw)
+    }
+    if (body) headers['content-length'] = String(body.byteLength)
+    opts.signal?.throwIfAborted()
+    const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
+      const req = http.request(
+        { socketPath: this.socketPath, agent: this.agent, method, path: target, headers, signal: opts.signal },
+        resolve,
+      )
+      req.on('error', (err) => {
+        if (opts.signal?.aborted) reject(opts.signal.reason)
+        else reject(new WarrenUnreachableError(`${method} ${path} on ${this.socketPath}: ${err.message}`, err))
+      })
+      if (stream) {
+        stream.on('error', (err) => req.destroy(err))
+        stream.pipe(req)
+      } else {
+        req.end(body)
+      }
+    })
+    if (res.statusCode === 200) return res
+    const data = await readAll(res, maxErrorBytes)
+    const status = res.statusCode ?? 0
+    try {
+      const parsed = JSON.parse(data.toString('utf8')) as { error?: { code?: string; message?: string } }
+      if (parsed.error?.code) {
+        throw errorFor(status, parsed.error.code, parsed.error.message ?? '')
+      }
+    } catch (err) {
+      if (err instanceof WarrenError) throw err
+    }
+    throw new WarrenError(status, 'internal', `${method} ${path}: status ${status}: ${data.toString('utf8').trim()}`)
+  }
+
+  /** Sends one request and decodes its JSON answer. */
+  async call<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
+    const res = await this.send(method, path, opts)
+    const data = await readAll(res, Infinity)
+    return JSON.parse(data.toString('utf8')) as T
+  }
+}
+
+/** Reads a whole answer, at most max bytes of it. */
+export async function readAll(res: Readable, max: number): Promise<Buffer> {
+  const chunks: Buffer[] = []
+  let n = 0
+  for await (const chunk of res) {
+    const b = chunk as Buffer
+    n += b.length
+    if (n > max) {
+      res.destroy()
+      break
+    }
+    chunks.push(b)
+  }
+  return Buffer.concat(chunks)
+}
+
+/** Reads an NDJSON answer: one value per line, as they come. */
+export async function* ndjson<T>(res: Readable): AsyncGenerator<T> {
+  res.setEncoding('utf8')
+  let buf = ''
+  try {
+    for await (const chunk of res) {
+      buf += chunk as string
+      let nl: number
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl)
+        buf = buf.slice(nl + 1)
+        if (line.trim() !== '') yield JSON.parse(line) as T
+      }
+    }
+    if (buf.trim() !== '') yield JSON.parse(buf) as T
+  } finally {
+    res.destroy()
+  }
+}

@@ -1,0 +1,27 @@
+/**
+ * warren for TypeScript: {@link WarrenClient}, a typed client of the
+ * daemon's socket API, and {@link warrenSandbox}, a `@tanstack/ai-sandbox`
+ * provider whose sandboxes are warren threads.
+ */
+export { WarrenClient } from './client.js'
+export type { CallOptions, ExecResult } from './client.js'
+export {
+  WarrenError,
+  WarrenGoneError,
+  WarrenNotFoundError,
+  WarrenPinnedError,
+  WarrenStaleError,
+  WarrenUnreachableError,
+  isWarrenError,
+} from './errors.js'
+export { escapeId } from './http.js'
+export {
+  WORKSPACE,
+  parseSnapshotId,
+  snapshotId,
+  toWorkspacePath,
+  warrenCapabilities,
+  warrenSandbox,
+} from './provider.js'
+export type { WarrenSandboxHandle, WarrenSandboxOptions, WarrenSandboxProvider } from './provider.js'
+export type * from './api.js'
