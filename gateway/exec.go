@@ -370,8 +370,9 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 }
 
 // toBackground makes the running command a job, if the thread has a free
-// job slot: its output goes to the job from now on, its time limit ends,
-// and its end is the job's. Only the stream's goroutine calls it.
+// job slot: its output goes to the job from now on, each stream to its
+// own (a terminal's to stdout), its time limit ends, and its end is the
+// job's. Only the stream's goroutine calls it.
 func (s *execStream) toBackground(req api.BackgroundRequest, kill context.CancelFunc, signals chan syscall.Signal,
 	started chan startInfo, result chan runResult, timer *time.Timer, sout, serr *switchWriter) (api.JobInfo, error) {
 	g, k := s.g, s.run.key
@@ -389,9 +390,8 @@ func (s *execStream) toBackground(req api.BackgroundRequest, kill context.Cancel
 	}
 	timer.Stop()
 	g.emitJob(api.EventJobStarted, jb, nil, "")
-	w := jobWriter{g, jb}
-	sout.set(w)
-	serr.set(w)
+	sout.set(jobWriter{g, jb, stdoutStream, nil})
+	serr.set(jobWriter{g, jb, stderrStream, nil})
 	s.run.moved = true
 	var st startInfo
 	select {
