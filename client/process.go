@@ -12,6 +12,29 @@ import (
 	"warren/api"
 )
 
+// Signal sends sig to a running command's whole process tree in its jail
+// (see api.SignalRequest for the names it takes) and returns the answer,
+// which names the signal sent. A command that ended, or became a job, is
+// an error matching api.ErrConflict; one that never ran there,
+// api.ErrNotFound.
+func (c *Client) Signal(ctx context.Context, tenant, thread, execID, sig string) (api.SignalExecResponse, error) {
+	var out api.SignalExecResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/exec/"+escapeID(execID)+"/signal", nil,
+		api.SignalRequest{Signal: api.Signal(sig)}, &out)
+	return out, err
+}
+
+// SignalJob sends sig to a running job's whole process tree in its jail
+// and returns the job as it is then; SIGKILL returns once its end is
+// recorded. A job that ended, or runs on another host, is an error
+// matching api.ErrConflict.
+func (c *Client) SignalJob(ctx context.Context, tenant, thread, id, sig string) (api.SignalJobResponse, error) {
+	var out api.SignalJobResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/jobs/"+escapeID(id)+"/signal", nil,
+		api.SignalRequest{Signal: api.Signal(sig)}, &out)
+	return out, err
+}
+
 // JobOutputStream is JobOutput of one view of the output: stream is
 // api.JobStreamStdout or api.JobStreamStderr for that stream alone, with
 // offsets of its own, or api.JobStreamAll (or "") for both merged. Each

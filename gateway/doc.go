@@ -59,9 +59,10 @@
 //     jobs too (jobs.go), at most maxJobs at once, each keeping the newest
 //     1 MiB of its stdout, of its stderr, and of both merged (jobstreams.go),
 //     recorded in the store. A client that hangs up ends its command only.
-//     A jail whose init died is replaced at the thread's next command
-//     (jail.replaced); the jobs a jail's end killed record 137 and a note
-//     saying why.
+//     A signal to a command or a job reaches its whole process tree in the
+//     jail and nothing outside it (signals.go). A jail whose init died is
+//     replaced at the thread's next command (jail.replaced); the jobs a
+//     jail's end killed record 137 and a note saying why.
 //   - A checkpoint records the workspace as a tree in the tenant's snapshot
 //     repository (package snapshot) and its record in the thread's history
 //     in the store; it reads only what changed since the head (the
@@ -121,12 +122,14 @@
 //	POST   .../threads/{thread}/exec/{id}/stdin   {"data","close"}          {"id"}
 //	POST   .../threads/{thread}/exec/{id}/resize  {"rows","cols"}           {"id"}
 //	POST   .../threads/{thread}/exec/{id}/background {"user","label"}       {"job":{...}}
+//	POST   .../threads/{thread}/exec/{id}/signal  {"signal"}                {"id","signal"}
 //	POST   .../threads/{thread}/jobs         {"command","label","user",...} {"job":{...}}
 //	GET    .../threads/{thread}/jobs                                        {"jobs":[...]}
 //	GET    .../threads/{thread}/jobs/{job}                                  {"job":{...}}
 //	GET    .../threads/{thread}/jobs/{job}/output[?stream=S&offset=N&follow=true]  NDJSON frames
 //	POST   .../threads/{thread}/jobs/{job}/stdin  {"data","close"}          {"job":{...}}
 //	POST   .../threads/{thread}/jobs/{job}/stop   {"graceSeconds"}          {"job":{...}}
+//	POST   .../threads/{thread}/jobs/{job}/signal {"signal"}                {"job":{...},"signal"}
 //	POST   .../threads/{thread}/unpin                                       {"binding":{...}}
 //	GET    /v1/hosts                                                        {"hosts":[...]}
 //	POST   .../threads/{thread}/checkpoints  {"label","turn","run"}         {"checkpoint":{...},"cost":{...}}
@@ -206,7 +209,8 @@
 //   - keyedLocks.mu: finding or dropping a thread's lock.
 //   - diskQuotas.mu: opening the workspaces' quota filesystem (once).
 //   - broker.mu: numbering an event and offering it to each queue.
-//   - job.mu: a job's record and why it is being stopped.
+//   - job.mu: a job's record, why it is being stopped, and whether a
+//     client killed it.
 //   - jobStreams.mu: a write of a job's output to one stream's ring and
 //     its marks, a read of the merged view; the one exception to the
 //     leaves: the stream's jobOutput.mu is taken under it (never the

@@ -31,7 +31,8 @@ import (
 // else Config.MaxJobs, else 8); one more is refused, and so is moving a
 // running exec to the background at the limit. A job is its command's whole
 // process tree (jail/tree_linux.go): stopping it sends SIGTERM to every
-// process of the tree, then SIGKILL after a grace period.
+// process of the tree, then SIGKILL after a grace period; any other signal
+// reaches the same processes (signals.go).
 //
 // The store is the list: it shows jobs of other hosts and of earlier runs
 // of this gateway too, with running true only for the jobs this gateway
@@ -142,6 +143,9 @@ type job struct {
 	// stopping says why the gateway ends the job's jail (noteStopping),
 	// for the note of its end; "" while nobody does. Guarded by mu.
 	stopping string
+	// killed says a client sent the job SIGKILL (signalJob), for the note
+	// of its end. Guarded by mu.
+	killed bool
 }
 
 // noteStopping tells k's jobs why the gateway is about to end their jail,
@@ -529,6 +533,14 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 		}
 		note = killedNote(jobID(jb.seq), why)
 		rec.Note = note
+	} else {
+		jb.mu.Lock()
+		killed := jb.killed
+		jb.mu.Unlock()
+		if killed && code == killedExit {
+			note = clientKillNote(jobID(jb.seq))
+			rec.Note = note
+		}
 	}
 	if stored, err := g.updateJob(ctx, rec); err != nil {
 		// This gateway still knows how the job ended, and says so.
