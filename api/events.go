@@ -26,7 +26,8 @@ const (
 	EventWriteStale EventType = "write.stale"
 	// EventJobStarted: a background job started (Job, Label, User).
 	EventJobStarted EventType = "job.started"
-	// EventJobOutput: a chunk of a job's output (Job, Data), in order.
+	// EventJobOutput: a chunk of a job's output (Job, Stream, Data), in
+	// order within each stream.
 	EventJobOutput EventType = "job.output"
 	// EventJobEnded: a job ended (Job, Exit, and User, who started it),
 	// or was found stopped by a restart (Message says so, no Exit).
@@ -76,6 +77,10 @@ type Event struct {
 	User  string `json:"user,omitempty"`
 	Exit  *int   `json:"exit,omitempty"`
 	Data  string `json:"data,omitempty"`
+	// Stream is the stream a job.output event's Data came from: "stdout"
+	// or "stderr" (a terminal's output is "stdout"). An event never holds
+	// bytes of both.
+	Stream string `json:"stream,omitempty"`
 	// Checkpoint and Op tell about a checkpoint (checkpoint.created) or a
 	// restore (thread.restored: "undo", "redo", "revert", "fork"), and
 	// Paths which paths of the workspace they concern (at most

@@ -122,10 +122,29 @@ type JobsResponse struct {
 // (Dropped bytes before it were lost from the ring), and last, once the
 // output ended and all of it was sent, End with the exit code. A reading
 // that does not follow ends with a frame of the next offset to ask for.
+//
+// Offsets count the bytes of the view asked for (JobStreamAll, the
+// default: both streams merged; JobStreamStdout or JobStreamStderr: that
+// stream alone), from the job's first byte of it.
 type JobFrame struct {
-	Offset  int64  `json:"offset"`
+	Offset int64 `json:"offset"`
+	// Stream is the stream Data came from, "stdout" or "stderr", on every
+	// frame with data: a frame never holds bytes of both. A terminal's
+	// output (a command with Tty moved to the background) is "stdout".
+	Stream  string `json:"stream,omitempty"`
 	Data    string `json:"data,omitempty"`
 	Dropped int64  `json:"dropped,omitempty"`
 	End     bool   `json:"end,omitempty"`
 	Exit    *int   `json:"exit,omitempty"`
 }
+
+// The views of a job's output (GET .../jobs/{job}/output?stream=...).
+const (
+	// JobStreamAll is both streams merged in the order the daemon read
+	// them, the newest 1 MiB of them.
+	JobStreamAll = "all"
+	// JobStreamStdout and JobStreamStderr are one stream alone, the
+	// newest 1 MiB of it.
+	JobStreamStdout = "stdout"
+	JobStreamStderr = "stderr"
+)

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -289,37 +288,12 @@ func (c *Client) JobStdin(ctx context.Context, tenant, thread, id, data string, 
 		api.ExecStdinRequest{Data: data, Close: closeIt}, &api.JobResponse{})
 }
 
-// JobOutput reads a job's output from offset (negative: from the oldest
-// byte kept) and calls fn with each frame; with follow it goes on until
-// the job ends. It returns after the last frame.
+// JobOutput reads a job's output, both streams merged, from offset
+// (negative: from the oldest byte kept) and calls fn with each frame; with
+// follow it goes on until the job ends. It returns after the last frame.
+// JobOutputStream reads one stream alone.
 func (c *Client) JobOutput(ctx context.Context, tenant, thread, id string, offset int64, follow bool, fn func(api.JobFrame) error) error {
-	path := threadPath(tenant, thread) + "/jobs/" + escapeID(id) + "/output"
-	q := url.Values{"offset": {strconv.FormatInt(offset, 10)}}
-	if follow {
-		q.Set("follow", "true")
-	}
-	resp, err := c.send(ctx, http.MethodGet, path, q, nil)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var f api.JobFrame
-		if err := dec.Decode(&f); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("GET %s: the answer ended early: %w", path, err)
-		}
-		if err := fn(f); err != nil {
-			return err
-		}
-		if f.End || (f.Data == "" && !follow) {
-			io.Copy(io.Discard, resp.Body)
-			return nil
-		}
-	}
+	return c.JobOutputStream(ctx, tenant, thread, id, "", offset, follow, fn)
 }
 
 // ExecStdin sends input to a running command (see api.ExecRequest.OpenStdin);

@@ -74,6 +74,8 @@ func routes() []route {
 		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/output", (*Gateway).handleJobOutput}, // answers a streamer
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stop", (*Gateway).handleStopJob},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stdin", (*Gateway).handleJobStdin},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/signal", (*Gateway).handleExecSignal},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/signal", (*Gateway).handleJobSignal},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", (*Gateway).handleCheckpoint},
 		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", (*Gateway).handleCheckpoints},
 		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/diff", (*Gateway).handleDiff},

@@ -57,8 +57,10 @@
 //     walking into a mount.
 //   - Commands run in the thread's jail (exec.go, package jail); background
 //     jobs too (jobs.go), at most maxJobs at once, each keeping the newest
-//     1 MiB of its output (joboutput.go), recorded in the store. A client
-//     that hangs up ends its command only. A jail whose init died is
+//     1 MiB of its stdout, of its stderr, and of both merged (jobstreams.go),
+//     recorded in the store. A client that hangs up ends its command only.
+//     A signal to a command or a job reaches its whole process tree in the
+//     jail and nothing outside it (signals.go). A jail whose init died is
 //     replaced at the thread's next command (jail.replaced); the jobs a
 //     jail's end killed record 137 and a note saying why.
 //   - A checkpoint records the workspace as a tree in the tenant's snapshot
@@ -120,12 +122,14 @@
 //	POST   .../threads/{thread}/exec/{id}/stdin   {"data","close"}          {"id"}
 //	POST   .../threads/{thread}/exec/{id}/resize  {"rows","cols"}           {"id"}
 //	POST   .../threads/{thread}/exec/{id}/background {"user","label"}       {"job":{...}}
+//	POST   .../threads/{thread}/exec/{id}/signal  {"signal"}                {"id","signal"}
 //	POST   .../threads/{thread}/jobs         {"command","label","user",...} {"job":{...}}
 //	GET    .../threads/{thread}/jobs                                        {"jobs":[...]}
 //	GET    .../threads/{thread}/jobs/{job}                                  {"job":{...}}
-//	GET    .../threads/{thread}/jobs/{job}/output[?offset=N&follow=true]    NDJSON frames
+//	GET    .../threads/{thread}/jobs/{job}/output[?stream=S&offset=N&follow=true]  NDJSON frames
 //	POST   .../threads/{thread}/jobs/{job}/stdin  {"data","close"}          {"job":{...}}
 //	POST   .../threads/{thread}/jobs/{job}/stop   {"graceSeconds"}          {"job":{...}}
+//	POST   .../threads/{thread}/jobs/{job}/signal {"signal"}                {"job":{...},"signal"}
 //	POST   .../threads/{thread}/unpin                                       {"binding":{...}}
 //	GET    /v1/hosts                                                        {"hosts":[...]}
 //	POST   .../threads/{thread}/checkpoints  {"label","turn","run"}         {"checkpoint":{...},"cost":{...}}
@@ -205,8 +209,15 @@
 //   - keyedLocks.mu: finding or dropping a thread's lock.
 //   - diskQuotas.mu: opening the workspaces' quota filesystem (once).
 //   - broker.mu: numbering an event and offering it to each queue.
-//   - job.mu: a job's record and why it is being stopped.
-//   - jobOutput.mu: copying a job's output in or out of its ring.
+//   - job.mu: a job's record, why it is being stopped, and whether a
+//     client killed it.
+//   - jobStreams.mu: a write of a job's output to one stream's ring and
+//     its marks, a read of the merged view; the one exception to the
+//     leaves: the stream's jobOutput.mu is taken under it (never the
+//     other way round).
+//   - jobOutput.mu: copying one stream of a job's output in or out of its
+//     ring, alone for a reader of that stream.
+//   - jobPipes.mu: which of a job's pipes is which, and which ended.
 //   - lease.Session's mu (package lease): the lease's id, expiry and pins;
 //     held over map and clock work only, never across a store call or the
 //     fence.
@@ -215,7 +226,7 @@
 // leaves under them: job.stdinMu (a job's input pipe), runningExec.mu (a
 // command's input pipe), and switchWriter.mu, under which an exec's output
 // goes to frames.mu (the client's answer) or, once it moved to the
-// background, to the job's jobOutput.mu and broker.mu.
+// background, to the job's jobStreams.mu and broker.mu.
 //
 // # Goroutines
 //

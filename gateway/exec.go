@@ -104,18 +104,23 @@ type execStream struct {
 	label    string        // the command, as a job's label
 }
 
-// runningExec is a command that takes input or resizes while it runs.
+// runningExec is a command that takes input, signals or resizes while it
+// runs.
 type runningExec struct {
 	key    meta.ThreadKey
 	stdin  *io.PipeWriter    // nil unless its input is open
 	resize chan jail.Winsize // nil unless it has a terminal
-	mu     sync.Mutex        // serializes writes to stdin
+	// signals go to its tree (jail.Cmd.Signals), and to its job's once it
+	// moved to the background: the job takes the channel over.
+	signals chan syscall.Signal
+	mu      sync.Mutex // serializes writes to stdin
 	// moves asks the command's stream to move it to the background
 	// (handleBackground); ended is closed when the stream is done with
 	// it, moved or not.
 	moves chan moveRequest
 	ended chan struct{}
-	moved bool // set by the stream before ended closes: the job owns stdin
+	moved bool   // set by the stream before ended closes: the job owns stdin
+	job   string // the job it became, set with moved
 }
 
 // moveRequest asks a running exec to become a job.
@@ -225,7 +230,7 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	re := &runningExec{key: k, moves: make(chan moveRequest), ended: make(chan struct{})}
+	re := &runningExec{key: k, signals: make(chan syscall.Signal, 1), moves: make(chan moveRequest), ended: make(chan struct{})}
 	var stdin io.Reader
 	if req.Stdin != "" {
 		stdin = strings.NewReader(req.Stdin)
@@ -266,6 +271,32 @@ type frames struct {
 	mu    sync.Mutex
 	enc   *json.Encoder
 	flush func()
+	done  bool // the answer is over: flushLater's flush does nothing; guarded by mu
+}
+
+// execIDDelay is how long the id of a command that takes no input waits
+// for the command's first output, or its end, to ride with: a command
+// that says nothing for longer gets it alone, for a signal or a move to
+// the background.
+const execIDDelay = 20 * time.Millisecond
+
+// flushLater sends, after d, what was written and not flushed, unless
+// the answer is over; call the function it returns before the answer
+// ends.
+func (fr *frames) flushLater(d time.Duration) (stop func()) {
+	t := time.AfterFunc(d, func() {
+		fr.mu.Lock()
+		defer fr.mu.Unlock()
+		if !fr.done {
+			fr.flush()
+		}
+	})
+	return func() {
+		t.Stop()
+		fr.mu.Lock()
+		fr.done = true
+		fr.mu.Unlock()
+	}
 }
 
 func (fr *frames) write(f api.ExecFrame) error {
@@ -312,10 +343,15 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 	}}
 	id := s.id
 	defer s.g.endExec(id)
-	// A client needs the id at once only to send input or resize; for
-	// the others it rides with the first output or the end, which saves
-	// a wake-up per command.
-	out.writeFlush(api.ExecFrame{ID: id}, s.run.stdin != nil || s.run.resize != nil)
+	// A client needs the id at once to send input or resize; for the
+	// others it rides with the first output or the end, which saves a
+	// wake-up per command, or goes alone after execIDDelay, for a
+	// command that runs on without a word (to signal it, or move it).
+	now := s.run.stdin != nil || s.run.resize != nil
+	out.writeFlush(api.ExecFrame{ID: id}, now)
+	if !now {
+		defer out.flushLater(execIDDelay)()
+	}
 	stdout := "stdout"
 	if s.cmd.Tty {
 		stdout = "tty"
@@ -324,7 +360,7 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 	// background, then to its job.
 	sout, serr := &switchWriter{w: out.stream(stdout)}, &switchWriter{w: out.stream("stderr")}
 	s.cmd.Stdout, s.cmd.Stderr = sout, serr
-	signals := make(chan syscall.Signal, 1)
+	signals := s.run.signals
 	started := make(chan startInfo, 1)
 	s.cmd.Signals, s.cmd.Started = signals, func(pid int, cgroup string) { started <- startInfo{pid, cgroup} }
 
@@ -370,8 +406,9 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 }
 
 // toBackground makes the running command a job, if the thread has a free
-// job slot: its output goes to the job from now on, its time limit ends,
-// and its end is the job's. Only the stream's goroutine calls it.
+// job slot: its output goes to the job from now on, each stream to its
+// own (a terminal's to stdout), its time limit ends, and its end and its
+// signals are the job's. Only the stream's goroutine calls it.
 func (s *execStream) toBackground(req api.BackgroundRequest, kill context.CancelFunc, signals chan syscall.Signal,
 	started chan startInfo, result chan runResult, timer *time.Timer, sout, serr *switchWriter) (api.JobInfo, error) {
 	g, k := s.g, s.run.key
@@ -389,10 +426,9 @@ func (s *execStream) toBackground(req api.BackgroundRequest, kill context.Cancel
 	}
 	timer.Stop()
 	g.emitJob(api.EventJobStarted, jb, nil, "")
-	w := jobWriter{g, jb}
-	sout.set(w)
-	serr.set(w)
-	s.run.moved = true
+	sout.set(jobWriter{g, jb, stdoutStream, nil})
+	serr.set(jobWriter{g, jb, stderrStream, nil})
+	s.run.moved, s.run.job = true, jobID(jb.seq)
 	var st startInfo
 	select {
 	case st = <-started:

@@ -31,6 +31,11 @@ type jailSet struct {
 	// execSeq numbers them.
 	execs   map[string]*runningExec
 	execSeq uint64
+	// endedExecs remembers the newest endedExecsKept commands that ended
+	// (endedOrder: their ids, oldest first), so that a signal to one is
+	// told it ended (409) rather than that it never was (404).
+	endedExecs map[string]endedExec
+	endedOrder []string
 	// restoring holds the threads whose workspace is being restored
 	// (checkpoints.go), with why: no command starts in them.
 	restoring map[meta.ThreadKey]string
@@ -159,13 +164,45 @@ func (js *jailSet) restoringWhy(k meta.ThreadKey) (string, bool) {
 	return why, ok
 }
 
-// endExec forgets running command id and returns it (nil if unknown).
+// endedExecsKept bounds the ended commands a gateway remembers (a few
+// dozen bytes each).
+const endedExecsKept = 1024
+
+// endedExec is what a gateway remembers of a command that ended: its
+// thread, and the job it became if it moved to the background.
+type endedExec struct {
+	key meta.ThreadKey
+	job string
+}
+
+// endExec forgets running command id, remembers it ended, and returns it
+// (nil if unknown).
 func (js *jailSet) endExec(id string) *runningExec {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	re := js.execs[id]
+	if re == nil {
+		return nil
+	}
 	delete(js.execs, id)
+	if js.endedExecs == nil {
+		js.endedExecs = make(map[string]endedExec)
+	}
+	js.endedExecs[id] = endedExec{key: re.key, job: re.job}
+	js.endedOrder = append(js.endedOrder, id)
+	if len(js.endedOrder) > endedExecsKept {
+		delete(js.endedExecs, js.endedOrder[0])
+		js.endedOrder = js.endedOrder[1:]
+	}
 	return re
+}
+
+// endedExecOf returns what is remembered of ended command id.
+func (js *jailSet) endedExecOf(id string) (endedExec, bool) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	e, ok := js.endedExecs[id]
+	return e, ok
 }
 
 // exec returns running command id, or nil.

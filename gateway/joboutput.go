@@ -6,8 +6,9 @@ import (
 	"sync"
 )
 
-// A background job's output: what it writes to stdout and stderr, one
-// stream, kept in memory for clients to read and follow while it runs.
+// One stream of a background job's output (stdout or stderr: a job keeps
+// each in a jobOutput of its own, and both merged, jobstreams.go), kept in
+// memory for clients to read and follow while it runs.
 //
 // The job must never wait for a client. So the output keeps only its
 // newest bytes, and a client that falls further behind than that loses

@@ -7,15 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"warren/api"
 	"warren/jail"
@@ -26,14 +23,16 @@ import (
 // does not wait for: spawn answers at once with its id, bash-N, numbered
 // per thread by the store, so an id never comes back, across restarts and
 // hosts. The gateway runs it like an exec, keeps the newest 1 MiB of its
-// output (joboutput.go), records it in the store when it starts and when it
-// ends, and tells the event stream about both and about its output.
+// output, of each stream and of both merged (jobstreams.go), records it in
+// the store when it starts and when it ends, and tells the event stream
+// about both and about its output.
 //
 // A thread runs at most maxJobs jobs at once on this gateway (its settings,
 // else Config.MaxJobs, else 8); one more is refused, and so is moving a
 // running exec to the background at the limit. A job is its command's whole
 // process tree (jail/tree_linux.go): stopping it sends SIGTERM to every
-// process of the tree, then SIGKILL after a grace period.
+// process of the tree, then SIGKILL after a grace period; any other signal
+// reaches the same processes (signals.go).
 //
 // The store is the list: it shows jobs of other hosts and of earlier runs
 // of this gateway too, with running true only for the jobs this gateway
@@ -131,7 +130,7 @@ type job struct {
 	seq   uint64
 	label string
 	user  string
-	out   *jobOutput
+	out   *jobStreams
 
 	signals chan syscall.Signal // to its tree, while it runs
 	kill    context.CancelFunc  // ends its tree at once
@@ -144,6 +143,9 @@ type job struct {
 	// stopping says why the gateway ends the job's jail (noteStopping),
 	// for the note of its end; "" while nobody does. Guarded by mu.
 	stopping string
+	// killed says a client sent the job SIGKILL (signalJob), for the note
+	// of its end. Guarded by mu.
+	killed bool
 }
 
 // noteStopping tells k's jobs why the gateway is about to end their jail,
@@ -204,90 +206,50 @@ func (jb *job) info() api.JobInfo {
 	return api.JobInfo{Job: rec, ID: jobID(jb.seq), Running: rec.Running, Ended: !rec.Running, OutputBytes: total, DroppedBytes: dropped}
 }
 
-// jobWriter takes a job's output: it keeps it and tells the stream.
+// jobWriter takes one stream of a job's output: it keeps it and tells the
+// event stream. The two streams have a writer each, and so a pipe each
+// (jail.Cmd): they stay apart.
 type jobWriter struct {
-	g  *Gateway
-	jb *job
+	g      *Gateway
+	jb     *job
+	stream streamID
+	pipes  *jobPipes // reads both pipes of a spawned job in order; nil for Write only
 }
 
 func (w jobWriter) Write(p []byte) (int, error) {
-	n, err := w.jb.out.Write(p)
+	n, err := w.jb.out.Write(w.stream, p)
 	if err == nil && w.g.events.wants(w.jb.key) {
 		for len(p) > 0 {
 			chunk := p[:min(len(p), jobEventChunk)]
 			p = p[len(chunk):]
 			w.g.emit(api.Event{Type: api.EventJobOutput, Tenant: w.jb.key.Tenant, Thread: w.jb.key.Thread,
-				Job: jobID(w.jb.seq), Data: string(chunk)})
+				Job: jobID(w.jb.seq), Stream: w.stream.String(), Data: string(chunk)})
 		}
 	}
 	return n, err
 }
 
 // ReadFrom takes a job's output straight from its pipe (io.Copy prefers
-// it to Write). A job that writes in small pieces would otherwise wake the
-// gateway once per piece, a few microseconds of CPU each: 250,000 times
-// for a gigabyte written 4 KiB at a time. After a short read it waits a
-// moment, so the pipe (1 MiB, jail.outputPipeBytes) fills and the next
-// read takes a whole batch; output shows at most that moment later.
+// it to Write): both pipes of a spawned job are read by one goroutine, in
+// the order they were written (jobpipes_linux.go). A job that writes in
+// small pieces would otherwise wake the gateway once per piece, a few
+// microseconds of CPU each: 250,000 times for a gigabyte written 4 KiB at
+// a time. After a short read it waits a moment, so the pipes (1 MiB each,
+// jail.outputPipeBytes) fill and the next read takes a whole batch;
+// output shows at most that moment later.
 //
-// The batch buffer is jobReadBytes, as big as the ring: held by every job
+// The batch buffer is jobReadBytes, as big as a ring: held by every job
 // while it waits for output, it would double what a job costs the daemon.
-// So a job waits for its pipe to be readable with no buffer (the runtime's
-// poller, through the pipe's raw descriptor), and takes one from a pool
-// shared by all jobs only for a read and the copy into its ring.
+// So a job waits for its pipes to be readable with no buffer (the
+// runtime's poller), and takes one from a pool shared by all jobs only
+// for a read and the copy into its ring.
 func (w jobWriter) ReadFrom(r io.Reader) (int64, error) {
-	sc, ok := r.(syscall.Conn)
-	if !ok {
-		return w.readFromReader(r)
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return w.readFromReader(r)
-	}
-	var total int64
-	for {
-		var (
-			buf  *[]byte
-			n    int
-			rerr error
-		)
-		err := rc.Read(func(fd uintptr) bool {
-			buf = jobReadBufs.Get().(*[]byte)
-			for {
-				n, rerr = unix.Read(int(fd), *buf)
-				if rerr != unix.EINTR {
-					break
-				}
-			}
-			if rerr == unix.EAGAIN {
-				// Nothing yet: wait without the buffer.
-				jobReadBufs.Put(buf)
-				buf = nil
-				return false
-			}
-			return true
-		})
-		if err == nil {
-			err = rerr
-		}
-		if n > 0 {
-			w.Write((*buf)[:n])
-			total += int64(n)
-		}
-		if buf != nil {
-			jobReadBufs.Put(buf)
-		}
-		switch {
-		case err != nil && errors.Is(err, os.ErrClosed):
-			return total, nil // the command's end closed the pipe
-		case err != nil:
-			return total, err
-		case n == 0:
-			return total, nil // the end of the output
-		case n < jobReadShort:
-			time.Sleep(jobReadPause)
+	if w.pipes != nil {
+		if n, ok := w.pipes.readFrom(w, r); ok {
+			return n, nil
 		}
 	}
+	return w.readFromReader(r)
 }
 
 // jobReadBufs are the batch buffers of ReadFrom, jobReadBytes each: there
@@ -297,8 +259,9 @@ var jobReadBufs = sync.Pool{New: func() any {
 	return &b
 }}
 
-// readFromReader is ReadFrom for output that is not a descriptor: its
-// reads may block, so it reads in small pieces with a buffer of its own.
+// readFromReader is ReadFrom for a pipe read on its own (see jobPipes):
+// its reads may block, so it reads in small pieces with a buffer of its
+// own.
 func (w jobWriter) readFromReader(r io.Reader) (int64, error) {
 	buf := make([]byte, jobReadShort)
 	var total int64
@@ -429,12 +392,15 @@ func (g *Gateway) spawn(ctx context.Context, tenant, thread string, req api.Spaw
 	jb.kill = kill
 	started := make(chan startInfo, 1)
 	result := make(chan runResult, 1)
-	out := jobWriter{g, jb}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Signals = stdin, out, out, jb.signals
+	cmd.Stdin, cmd.Signals = stdin, jb.signals
+	pipes := newJobPipes(g.log)
+	cmd.Stdout, cmd.Stderr = jobWriter{g, jb, stdoutStream, pipes}, jobWriter{g, jb, stderrStream, pipes}
+	cmd.Watch = pipes.watch
 	cmd.Started = func(pid int, cgroup string) { started <- startInfo{pid, cgroup} }
 	g.emitJob(api.EventJobStarted, jb, nil, "")
 	go func() {
 		code, err := j.Run(runCtx, cmd)
+		pipes.Close()
 		result <- runResult{code, err}
 	}()
 	var st startInfo
@@ -487,7 +453,7 @@ func (g *Gateway) reserveJob(ctx context.Context, k meta.ThreadKey, s meta.Setti
 func (g *Gateway) newJob(k meta.ThreadKey, seq uint64, label, user string) *job {
 	return &job{
 		key: k, seq: seq, label: label, user: user,
-		out:     newJobOutput(jobOutputCapacity),
+		out:     newJobStreams(jobOutputCapacity),
 		signals: make(chan syscall.Signal, 1),
 		done:    make(chan struct{}),
 	}
@@ -567,6 +533,14 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 		}
 		note = killedNote(jobID(jb.seq), why)
 		rec.Note = note
+	} else {
+		jb.mu.Lock()
+		killed := jb.killed
+		jb.mu.Unlock()
+		if killed && code == killedExit {
+			note = clientKillNote(jobID(jb.seq))
+			rec.Note = note
+		}
 	}
 	if stored, err := g.updateJob(ctx, rec); err != nil {
 		// This gateway still knows how the job ended, and says so.

@@ -121,9 +121,15 @@ func (g *Gateway) handleBackground(r *http.Request, p params) (any, error) {
 const jobOutputChunk = 64 << 10
 
 func (g *Gateway) handleJobOutput(r *http.Request, p params) (any, error) {
-	q, err := query(r, "offset", "follow")
+	q, err := query(r, "offset", "follow", "stream")
 	if err != nil {
 		return nil, err
+	}
+	stream := q.Get("stream")
+	switch stream {
+	case "", api.JobStreamAll, api.JobStreamStdout, api.JobStreamStderr:
+	default:
+		return nil, fmt.Errorf("%w: stream %s is not stdout, stderr or all", api.ErrInvalid, quote(stream))
 	}
 	offset := int64(0)
 	if v := q.Get("offset"); v != "" {
@@ -149,18 +155,26 @@ func (g *Gateway) handleJobOutput(r *http.Request, p params) (any, error) {
 		return nil, fmt.Errorf("%w: the output of %s of thread %s is not kept on this host (it ran on %s, in another run of its gateway, or ended long ago)",
 			api.ErrNotFound, info.ID, keyName(k), hostName(info.HostID))
 	}
-	if total, _ := jb.out.Size(); offset > total {
-		return nil, fmt.Errorf("%w: offset %d is past the end of the output (%d bytes so far)", api.ErrInvalid, offset, total)
+	view, what := jb.out.merged(), "output"
+	switch stream {
+	case api.JobStreamStdout:
+		view, what = jb.out.stream(stdoutStream), "stdout"
+	case api.JobStreamStderr:
+		view, what = jb.out.stream(stderrStream), "stderr"
 	}
-	return &jobOutputStream{jb: jb, offset: offset, follow: follow}, nil
+	if total, _ := view.Size(); offset > total {
+		return nil, fmt.Errorf("%w: offset %d is past the end of the %s (%d bytes so far)", api.ErrInvalid, offset, what, total)
+	}
+	return &jobOutputStream{jb: jb, view: view, offset: offset, follow: follow}, nil
 }
 
-// jobOutputStream writes a job's output from an offset as NDJSON frames,
-// and, when it follows, what comes until the job ends. It only reads the
-// ring: a slow client loses bytes (each frame says how many), never holds
-// the job back.
+// jobOutputStream writes one view of a job's output (a stream, or both
+// merged) from an offset as NDJSON frames, and, when it follows, what
+// comes until the job ends. It only reads the rings: a slow client loses
+// bytes (each frame says how many), never holds the job back.
 type jobOutputStream struct {
 	jb     *job
+	view   outputView
 	offset int64
 	follow bool
 }
@@ -178,9 +192,9 @@ func (s *jobOutputStream) serveStream(w http.ResponseWriter, r *http.Request) {
 	buf := make([]byte, jobOutputChunk)
 	off := s.offset
 	for {
-		n, start, ended := s.jb.out.Read(off, buf)
+		n, start, stream, ended := s.view.Read(off, buf)
 		if n > 0 {
-			f := api.JobFrame{Offset: start, Data: string(buf[:n])}
+			f := api.JobFrame{Offset: start, Stream: stream.String(), Data: string(buf[:n])}
 			if off >= 0 && start > off {
 				f.Dropped = start - off
 			}
@@ -204,7 +218,7 @@ func (s *jobOutputStream) serveStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		flush()
-		if err := s.jb.out.Wait(r.Context(), off); err != nil {
+		if err := s.view.Wait(r.Context(), off); err != nil {
 			return
 		}
 	}

@@ -75,8 +75,8 @@
 // # Locks
 //
 // Every lock of the package is a leaf: none is held while another is
-// taken, nor while a caller's code runs (Cmd.Started, the writers of the
-// output):
+// taken, nor while a caller's code runs (Cmd.Started, Cmd.Watch, the
+// writers of the output):
 //
 //   - Jail.sendMu keeps the requests to the init whole and in order on
 //     the socket;

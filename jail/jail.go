@@ -448,6 +448,14 @@ type Cmd struct {
 	// Started, if set, is called once the command runs, with its pid in
 	// the jail and the cgroup that holds its tree ("" without one).
 	Started func(pid int, cgroup string)
+	// Watch, if set, is given the read ends of the command's stdout and
+	// stderr pipes before the command starts, when it has two (no
+	// terminal, and Stdout and Stderr are different writers): a caller
+	// that reads both in the order they were written must watch them
+	// before their first byte. Run copies each to its writer all the same
+	// (a writer's ReadFrom may read them both), and closes them only once
+	// both copies returned. It is not called when Run fails before.
+	Watch func(stdout, stderr *os.File)
 }
 
 // ErrInitGone is the error of a command whose jail's init ended while it
@@ -549,6 +557,9 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 		}()
 		tr, req.Tree = t, true
 		theirs = append(theirs, int(t.move.Fd()))
+	}
+	if c.Watch != nil && !c.Tty && !combined {
+		c.Watch(pipes[1][1], pipes[2][1])
 	}
 	id, ch, err := j.submit(req, c.Run, theirs)
 	if err != nil {

@@ -19,7 +19,8 @@ import (
 	"warren/internal/cli"
 )
 
-// The verbs of background jobs: spawn, jobs, logs, kill.
+// The verbs of background jobs: spawn, jobs, logs, kill (the stop
+// sequence, or one signal with --signal).
 
 func spawnCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
@@ -122,16 +123,34 @@ func logsCmd(ctx context.Context, e *cli.Env, args []string) error {
 
 func killCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
-	fs := cli.NewFlags(e, "warren kill", "[--grace S] --thread ID JOB")
+	fs := cli.NewFlags(e, "warren kill", "[--grace S | --signal NAME] --thread ID JOB")
 	addThreadFlags(e, fs, &tf)
 	grace := fs.Float64("grace", 0, "seconds between SIGTERM and SIGKILL (default 5)")
+	sig := fs.String("signal", "", "send this signal to the job's whole tree instead (TERM, SIGUSR1, 2...); KILL ends it at once")
 	id, err := parseJobArgs(fs, &tf, args)
 	if err != nil {
 		return err
 	}
-	job, err := client.New(tf.socket).StopJob(ctx, tf.tenant, tf.thread, id, time.Duration(*grace*float64(time.Second)))
-	if err != nil {
-		return callError(tf.socket, "stop the job", err)
+	c := client.New(tf.socket)
+	var job api.JobInfo
+	if *sig != "" {
+		if *grace != 0 {
+			return cli.Usagef("--grace is for the stop sequence: give it or --signal, not both")
+		}
+		out, err := c.SignalJob(ctx, tf.tenant, tf.thread, id, *sig)
+		if err != nil {
+			return callError(tf.socket, "signal the job", err)
+		}
+		if !out.Job.Ended {
+			_, err = fmt.Fprintf(e.Stdout, "%s: %s sent\n", out.Job.ID, out.Signal)
+			return err
+		}
+		job = out.Job
+	} else {
+		job, err = c.StopJob(ctx, tf.tenant, tf.thread, id, time.Duration(*grace*float64(time.Second)))
+		if err != nil {
+			return callError(tf.socket, "stop the job", err)
+		}
 	}
 	exit := "no exit code recorded"
 	if job.ExitCode != nil {

@@ -69,3 +69,54 @@ func TestShellCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestKillSignal: kill --signal sends one signal to a job's tree and
+// says so; KILL ends it at once and says how; bad signals and --grace
+// with --signal are refused.
+func TestKillSignal(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	sock := startGateway(t)
+	if code, out, errOut := runCLI(t, sock, "spawn", "--thread", "t1", "--", `trap 'echo got usr1' USR1; echo up; while :; do sleep 0.05; done`); code != 0 || out != "bash-1\n" {
+		t.Fatalf("spawn: exit %d, %q, %q", code, out, errOut)
+	}
+	waitLogs := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			_, out, _ := runCLI(t, sock, "logs", "--thread", "t1", "bash-1")
+			if strings.Contains(out, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the job never wrote %q: %q", want, out)
+			}
+		}
+	}
+	waitLogs("up\n")
+	if code, out, errOut := runCLI(t, sock, "kill", "--signal", "usr1", "--thread", "t1", "bash-1"); code != 0 || out != "bash-1: SIGUSR1 sent\n" {
+		t.Errorf("kill --signal usr1: exit %d, %q, %q", code, out, errOut)
+	}
+	waitLogs("got usr1\n")
+	for _, c := range []struct {
+		args []string
+		code int
+		err  string
+	}{
+		{[]string{"kill", "--signal", "FOO", "--thread", "t1", "bash-1"}, 1, "unknown signal"},
+		{[]string{"kill", "--signal", "0", "--thread", "t1", "bash-1"}, 1, "signal 0"},
+		{[]string{"kill", "--signal", "TERM", "--grace", "1", "--thread", "t1", "bash-1"}, 2, "not both"},
+		{[]string{"kill", "--signal", "TERM", "--thread", "t1", "bash-7"}, 1, "no job bash-7"},
+	} {
+		if code, _, errOut := runCLI(t, sock, c.args...); code != c.code || !strings.Contains(errOut, c.err) {
+			t.Errorf("%q: exit %d, %q; want %d, %q", c.args, code, errOut, c.code, c.err)
+		}
+	}
+	if code, out, errOut := runCLI(t, sock, "kill", "--signal", "KILL", "--thread", "t1", "bash-1"); code != 0 || out != "bash-1 ended (exit 137)\n" {
+		t.Errorf("kill --signal KILL: exit %d, %q, %q", code, out, errOut)
+	}
+	if code, _, errOut := runCLI(t, sock, "kill", "--signal", "TERM", "--thread", "t1", "bash-1"); code != 1 || !strings.Contains(errOut, "has ended") {
+		t.Errorf("kill --signal of an ended job: exit %d, %q", code, errOut)
+	}
+	if _, out, _ := runCLI(t, sock, "jobs", "--thread", "t1"); !strings.Contains(out, "killed by SIGKILL at the client's request") {
+		t.Errorf("jobs after kill --signal KILL: %q", out)
+	}
+}

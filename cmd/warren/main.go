@@ -41,7 +41,7 @@ func verbs() map[string]verb {
 		"spawn":  {"start a background job in a thread's jail and print its id", spawnCmd},
 		"jobs":   {"list a thread's background jobs", jobsCmd},
 		"logs":   {"print a job's output (-f: follow it until the job ends)", logsCmd},
-		"kill":   {"stop a job's whole process tree (SIGTERM, then SIGKILL)", killCmd},
+		"kill":   {"stop a job's whole process tree (SIGTERM, then SIGKILL), or send it one signal", killCmd},
 		"hosts":  {"list the servers that share the metadata store, and whether they are alive", hostsCmd},
 		"unpin":  {"move a thread whose host died to this server now", unpinCmd},
 

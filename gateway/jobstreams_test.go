@@ -1,0 +1,654 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"warren/api"
+	"warren/client"
+	"warren/internal/testenv"
+)
+
+// streamModel is everything written to a jobStreams, to compare with
+// what it keeps.
+type streamModel struct {
+	capacity int
+	merged   []byte     // both streams, in write order
+	from     []streamID // the stream of each merged byte
+	streams  [2][]byte
+}
+
+func (m *streamModel) write(s streamID, p []byte) {
+	m.merged = append(m.merged, p...)
+	for range p {
+		m.from = append(m.from, s)
+	}
+	m.streams[s] = append(m.streams[s], p...)
+}
+
+// wantRead is what a Read of view (nil: merged) from off into a buffer of
+// size bytes must return.
+func (m *streamModel) wantRead(view *streamID, off int64, size int) (data string, start int64, s streamID) {
+	all := m.merged
+	if view != nil {
+		all = m.streams[*view]
+	}
+	total := int64(len(all))
+	start = max(off, total-min(total, int64(m.capacity)))
+	if start >= total || size == 0 {
+		return "", start, stdoutStream
+	}
+	end := min(total, start+int64(size))
+	if view != nil {
+		return string(all[start:end]), start, *view
+	}
+	s = m.from[start]
+	for i := start; i < end; i++ {
+		if m.from[i] != s {
+			end = i
+			break
+		}
+	}
+	return string(all[start:end]), start, s
+}
+
+// checkStreamsRead reads o's view (nil: merged, through mv, whose reader
+// may be anywhere) and compares with the model.
+func checkStreamsRead(t *testing.T, o *jobStreams, m *streamModel, view *streamID, mv outputView, off int64, size int) {
+	t.Helper()
+	v := mv
+	name := "merged"
+	if view != nil {
+		v, name = o.stream(*view), view.String()
+	}
+	p := make([]byte, size)
+	n, start, s, _ := v.Read(off, p)
+	wantData, wantStart, wantS := m.wantRead(view, off, size)
+	if string(p[:n]) != wantData || start != wantStart || (n > 0 && s != wantS) {
+		t.Fatalf("%s: Read(%d, [%d]) = %q from %d of %s; want %q from %d of %s",
+			name, off, size, p[:n], start, s, wantData, wantStart, wantS)
+	}
+}
+
+// TestJobStreamsModel writes random runs to both streams of small outputs
+// and checks after each write that every view keeps exactly its newest
+// capacity bytes at their offsets: one stream alone, and both merged in
+// write order, each read holding one stream's bytes and as many of them
+// as the buffer and the run allow. Merged readers read from anywhere and
+// also follow, as a client does, across writes and drops.
+func TestJobStreamsModel(t *testing.T) {
+	for _, capacity := range []int{1, 7, 64, 100, 1000} {
+		t.Run(fmt.Sprint(capacity), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(capacity), 42))
+			o := newJobStreams(capacity)
+			m := &streamModel{capacity: capacity}
+			// Followers of the merged view, each with its own view and
+			// offset, reading in buffers of their size.
+			type follower struct {
+				v    outputView
+				off  int64
+				size int
+			}
+			followers := []*follower{{o.merged(), 0, 1}, {o.merged(), 0, 5}, {o.merged(), 0, capacity}, {o.merged(), 0, 3 * capacity}}
+			views := []*streamID{nil, new(stdoutStream), new(stderrStream)}
+			for w := range 400 {
+				s := streamID(rng.IntN(2))
+				if w%50 < 10 {
+					s = stdoutStream // runs of one stream
+				}
+				size := 1 + rng.IntN(3*capacity+1)
+				if rng.IntN(4) == 0 {
+					size = 1 + rng.IntN(3)
+				}
+				p := make([]byte, size)
+				for i := range p {
+					p[i] = byte('a' + rng.IntN(26))
+					if s == stderrStream {
+						p[i] -= 'a' - 'A'
+					}
+				}
+				if n, err := o.Write(s, p); n != size || err != nil {
+					t.Fatalf("Write(%s, %d bytes) = %d, %v", s, size, n, err)
+				}
+				m.write(s, p)
+				total := int64(len(m.merged))
+				if got, dropped := o.Size(); got != total || dropped != total-min(total, int64(capacity)) {
+					t.Fatalf("Size() = %d, %d after %d bytes", got, dropped, total)
+				}
+				for _, view := range views {
+					vt := total
+					if view != nil {
+						vt = int64(len(m.streams[*view]))
+					}
+					for range 4 {
+						off := rng.Int64N(vt + 2)
+						checkStreamsRead(t, o, m, view, o.merged(), off, 1+rng.IntN(2*capacity))
+					}
+					checkStreamsRead(t, o, m, view, o.merged(), -1, 4*capacity)
+				}
+				// The followers read a little, so that some fall behind.
+				for _, f := range followers {
+					for range rng.IntN(3) {
+						checkStreamsRead(t, o, m, nil, f.v, f.off, f.size)
+						n, start, _, _ := f.v.Read(f.off, make([]byte, f.size))
+						f.off = start + int64(n)
+					}
+				}
+			}
+			o.Close()
+			for _, f := range followers {
+				for {
+					want, _, _ := m.wantRead(nil, f.off, f.size)
+					n, start, _, ended := f.v.Read(f.off, make([]byte, f.size))
+					if n != len(want) {
+						t.Fatalf("follower at %d: read %d bytes, want %d", f.off, n, len(want))
+					}
+					f.off = start + int64(n)
+					if ended {
+						break
+					}
+				}
+				if f.off != int64(len(m.merged)) {
+					t.Errorf("a follower ended at %d of %d", f.off, len(m.merged))
+				}
+			}
+		})
+	}
+}
+
+// TestJobStreamsApart: a flood of stderr pushes stdout out of the merged
+// view, never out of the stdout view; each view says what it dropped.
+func TestJobStreamsApart(t *testing.T) {
+	o := newJobStreams(8)
+	o.Write(stdoutStream, []byte("out"))
+	o.Write(stderrStream, []byte("0123456789"))
+	o.Write(stderrStream, []byte("abcdefghijklmnopqrstuvwxyz"))
+	if total, dropped := o.stream(stdoutStream).Size(); total != 3 || dropped != 0 {
+		t.Errorf("stdout: %d bytes, %d dropped; want 3, 0", total, dropped)
+	}
+	if total, dropped := o.stream(stderrStream).Size(); total != 36 || dropped != 28 {
+		t.Errorf("stderr: %d bytes, %d dropped; want 36, 28", total, dropped)
+	}
+	if total, dropped := o.Size(); total != 39 || dropped != 31 {
+		t.Errorf("merged: %d bytes, %d dropped; want 39, 31", total, dropped)
+	}
+	p := make([]byte, 100)
+	if n, start, s, _ := o.stream(stdoutStream).Read(0, p); string(p[:n]) != "out" || start != 0 || s != stdoutStream {
+		t.Errorf("stdout: %q from %d of %s", p[:n], start, s)
+	}
+	if n, start, s, _ := o.stream(stderrStream).Read(0, p); string(p[:n]) != "stuvwxyz" || start != 28 || s != stderrStream {
+		t.Errorf("stderr: %q from %d of %s", p[:n], start, s)
+	}
+	if n, start, s, _ := o.merged().Read(0, p); string(p[:n]) != "stuvwxyz" || start != 31 || s != stderrStream {
+		t.Errorf("merged: %q from %d of %s", p[:n], start, s)
+	}
+	// Each view ends at its own end once the output ends.
+	o.Close()
+	for _, c := range []struct {
+		v   outputView
+		off int64
+	}{{o.stream(stdoutStream), 3}, {o.stream(stderrStream), 36}, {o.merged(), 39}} {
+		if n, start, _, ended := c.v.Read(c.off, p); n != 0 || start != c.off || !ended {
+			t.Errorf("Read(%d) at the end = %d bytes from %d, ended %v", c.off, n, start, ended)
+		}
+		if err := c.v.Wait(context.Background(), c.off); err != nil {
+			t.Errorf("Wait(%d) after Close = %v", c.off, err)
+		}
+	}
+	if _, err := o.Write(stdoutStream, []byte("late")); !errors.Is(err, io.ErrClosedPipe) {
+		t.Errorf("Write after Close: %v", err)
+	}
+}
+
+// TestJobStreamsMemory: stdout alone costs its ring and no marks; the
+// marks come with stderr's first byte, and grow with the output up to a
+// bit a byte of the window.
+func TestJobStreamsMemory(t *testing.T) {
+	o := newJobStreams(jobOutputCapacity)
+	o.Write(stdoutStream, make([]byte, 3<<20))
+	if o.marks != nil {
+		t.Errorf("stdout alone made %d words of marks", len(o.marks))
+	}
+	o = newJobStreams(jobOutputCapacity)
+	o.Write(stdoutStream, []byte("hello "))
+	o.Write(stderrStream, []byte("oops"))
+	if len(o.marks) != 1 {
+		t.Errorf("10 bytes have %d words of marks, want 1", len(o.marks))
+	}
+	o.Write(stderrStream, make([]byte, 3<<20))
+	if got, want := len(o.marks)*8, jobOutputCapacity/8; got != want {
+		t.Errorf("a full window has %d bytes of marks, want %d", got, want)
+	}
+}
+
+// TestJobStreamsFollowers: two goroutines write stdout and stderr as fast
+// as they can, as a job's two pipes do, while a reader of each view
+// follows. Each stream's follower gets exactly its stream's bytes at
+// their offsets, or is told it lost them; the merged follower's frames
+// each hold one stream's bytes (stdout writes lower case letters, stderr
+// upper case), and if it lost none, put end to end they are each
+// stream's bytes in order (TestJobStreamsModel checks every byte of the
+// merged view against the writes, with drops).
+func TestJobStreamsFollowers(t *testing.T) {
+	const perStream = 8 << 20
+	want := [2][]byte{letters(perStream, 'a'), letters(perStream, 'A')}
+	o := newJobStreams(jobOutputCapacity)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	var readers sync.WaitGroup
+	errs := make(chan error, 3)
+	for _, s := range []streamID{stdoutStream, stderrStream} {
+		readers.Go(func() {
+			f, err := followView(ctx, o.stream(s), want[s], 64<<10)
+			if err == nil && f.got+f.missed != perStream {
+				err = fmt.Errorf("%s: got %d and missed %d of %d", s, f.got, f.missed, perStream)
+			}
+			errs <- err
+		})
+	}
+	readers.Go(func() {
+		v := o.merged()
+		p := make([]byte, 64<<10)
+		var off, missed int64
+		var got [2]strings.Builder
+		for {
+			if err := v.Wait(ctx, off); err != nil {
+				errs <- err
+				return
+			}
+			n, start, s, ended := v.Read(off, p)
+			if i := bytes.IndexFunc(p[:n], func(r rune) bool { return (r >= 'a') != (s == stdoutStream) }); i >= 0 {
+				errs <- fmt.Errorf("merged: a frame of %s at %d holds %q", s, start, p[i])
+				return
+			}
+			missed += start - off
+			got[s].Write(p[:n])
+			off = start + int64(n)
+			if ended {
+				break
+			}
+		}
+		if off != 2*perStream {
+			errs <- fmt.Errorf("merged: ended at %d, want %d", off, 2*perStream)
+			return
+		}
+		if n := int64(got[0].Len() + got[1].Len()); n+missed != 2*perStream {
+			errs <- fmt.Errorf("merged: got %d and missed %d of %d", n, missed, 2*perStream)
+			return
+		}
+		// A follower that lost nothing has both streams whole, in order.
+		for s := range got {
+			if missed == 0 && got[s].String() != string(want[s]) {
+				errs <- fmt.Errorf("merged: the %s frames are not its bytes in order", streamID(s))
+				return
+			}
+		}
+		t.Logf("merged follower: missed %d of %d bytes", missed, 2*perStream)
+		errs <- nil
+	})
+
+	var writers sync.WaitGroup
+	for _, s := range []streamID{stdoutStream, stderrStream} {
+		writers.Go(func() {
+			for _, c := range unevenChunks(want[s], []int{4093, 1, 16411, 512, 3, 65536}) {
+				o.Write(s, c)
+			}
+		})
+	}
+	writers.Wait()
+	o.Close()
+	readers.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// letters returns n bytes of letters from first ('a' or 'A') on, in an
+// order with no short period, so that bytes read at a wrong offset do not
+// match.
+func letters(n int, first byte) []byte {
+	b := outputPattern(n)
+	for i := range b {
+		b[i] = first + b[i]%26
+	}
+	return b
+}
+
+// followView is followOutput for a view.
+func followView(ctx context.Context, v outputView, want []byte, size int) (follower, error) {
+	var f follower
+	p := make([]byte, size)
+	var off int64
+	for {
+		if err := v.Wait(ctx, off); err != nil {
+			return f, err
+		}
+		n, start, _, ended := v.Read(off, p)
+		if start < off || start+int64(n) > int64(len(want)) {
+			return f, fmt.Errorf("Read(%d) returned %d bytes from %d", off, n, start)
+		}
+		if !bytes.Equal(p[:n], want[start:start+int64(n)]) {
+			return f, fmt.Errorf("Read(%d): the %d bytes from %d are not the bytes written there", off, n, start)
+		}
+		f.missed += start - off
+		f.got += int64(n)
+		off = start + int64(n)
+		if ended {
+			f.end = off
+			return f, nil
+		}
+	}
+}
+
+// BenchmarkJobStreamsWrite is BenchmarkJobOutputWrite with both streams:
+// 64 KiB writes alternating between them, nobody reading.
+func BenchmarkJobStreamsWrite(b *testing.B) {
+	o := newJobStreams(jobOutputCapacity)
+	p := outputPattern(64 << 10)
+	b.SetBytes(int64(len(p)))
+	s := stdoutStream
+	for b.Loop() {
+		o.Write(s, p)
+		s ^= 1
+	}
+}
+
+// viewRead is what a reader of one view of a job's output got.
+type viewRead struct {
+	frames  []api.JobFrame // the frames with data
+	by      [2]strings.Builder
+	first   int64 // the offset of the first data frame
+	dropped int64 // what the first frame says was dropped before it
+	end     *api.JobFrame
+}
+
+// readView reads a view of a job's output from offset, following or not,
+// and checks what every reader may count on: frames one after the other
+// (no drop but before the first), each with data of one stream, the
+// view's own in a one-stream view.
+func readView(t *testing.T, c *client.Client, thread, id, stream string, offset int64, follow bool) *viewRead {
+	t.Helper()
+	r := &viewRead{first: -1}
+	next := offset
+	err := c.JobOutputStream(jobCtx(t), "acme", thread, id, stream, offset, follow, func(f api.JobFrame) error {
+		if f.End {
+			r.end = &f
+		}
+		if f.Data == "" {
+			return nil
+		}
+		if r.first < 0 {
+			r.first, r.dropped = f.Offset, f.Dropped
+		} else if f.Dropped != 0 || f.Offset != next {
+			return fmt.Errorf("frame at %d (dropped %d) after %d", f.Offset, f.Dropped, next)
+		}
+		next = f.Offset + int64(len(f.Data))
+		switch {
+		case f.Stream != "stdout" && f.Stream != "stderr":
+			return fmt.Errorf("a frame at %d of stream %q", f.Offset, f.Stream)
+		case stream != "" && stream != api.JobStreamAll && f.Stream != stream:
+			return fmt.Errorf("a frame of %s in the %s view", f.Stream, stream)
+		}
+		s := stdoutStream
+		if f.Stream == "stderr" {
+			s = stderrStream
+		}
+		r.by[s].WriteString(f.Data)
+		r.frames = append(r.frames, f)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s of %s from %d: %v", stream, id, offset, err)
+	}
+	return r
+}
+
+// lines returns "<prefix><i>\n" for i from first to last.
+func lines(prefix string, first, last int) string {
+	var b strings.Builder
+	for i := first; i <= last; i++ {
+		fmt.Fprintf(&b, "%s%d\n", prefix, i)
+	}
+	return b.String()
+}
+
+// TestJobOutputByStream: a job that interleaves stdout and stderr is read
+// by stream and merged, whole and from the middle, after its end and
+// following it to its end: each stream alone is exactly its lines, with
+// offsets of its own; merged, each frame says its stream and each
+// stream's lines come in order.
+func TestJobOutputByStream(t *testing.T) {
+	env := startEnv(t, Config{})
+	c, ctx := env.c, jobCtx(t)
+	j, err := c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: `sleep 0.3; for i in $(seq 1 1000); do echo out$i; echo err$i >&2; done; exit 3`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOut, wantErr := lines("out", 1, 1000), lines("err", 1, 1000)
+
+	// Followers from the start, while it runs.
+	views := []string{"", api.JobStreamAll, api.JobStreamStdout, api.JobStreamStderr}
+	followed := make([]*viewRead, len(views))
+	var wg sync.WaitGroup
+	for i, v := range views {
+		wg.Go(func() { followed[i] = readView(t, c, "t1", j.ID, v, 0, true) })
+	}
+	wg.Wait()
+	info := waitJobEnd(t, c, "t1", j.ID)
+	if *info.ExitCode != 3 || info.OutputBytes != int64(len(wantOut)+len(wantErr)) || info.DroppedBytes != 0 {
+		t.Errorf("the job: %+v", info)
+	}
+	for i, v := range views {
+		for _, r := range []*viewRead{followed[i], readView(t, c, "t1", j.ID, v, 0, false)} {
+			want := [2]string{wantOut, wantErr}
+			switch v {
+			case api.JobStreamStdout:
+				want[1] = ""
+			case api.JobStreamStderr:
+				want[0] = ""
+			}
+			if r.by[0].String() != want[0] || r.by[1].String() != want[1] || r.first != 0 || r.dropped != 0 {
+				t.Errorf("view %q: stdout %d bytes, stderr %d bytes from %d (dropped %d); want %d and %d from 0",
+					v, r.by[0].Len(), r.by[1].Len(), r.first, r.dropped, len(want[0]), len(want[1]))
+			}
+		}
+		if end := followed[i].end; end == nil || end.Exit == nil || *end.Exit != 3 {
+			t.Errorf("view %q: the follower's last frame %+v, want the end with exit 3", v, end)
+		}
+	}
+	// Merged, the streams alternate: more than one frame of each.
+	if n := len(followed[1].frames); n < 3 {
+		t.Errorf("the merged view came in %d frames", n)
+	}
+
+	// From the middle of one stream: its offsets are its own bytes.
+	for _, c2 := range []struct {
+		stream, prefix string
+	}{{api.JobStreamStdout, "out"}, {api.JobStreamStderr, "err"}} {
+		mid := int64(len(lines(c2.prefix, 1, 500)))
+		r := readView(t, c, "t1", j.ID, c2.stream, mid, false)
+		if r.first != mid || r.dropped != 0 || r.by[0].String()+r.by[1].String() != lines(c2.prefix, 501, 1000) {
+			t.Errorf("%s from %d: from %d, %q...", c2.stream, mid, r.first, r.by[0].String()[:min(20, r.by[0].Len())]+r.by[1].String()[:min(20, r.by[1].Len())])
+		}
+		total := int64(len(lines(c2.prefix, 1, 1000)))
+		if err := c.JobOutputStream(ctx, "acme", "t1", j.ID, c2.stream, total+1, false, func(api.JobFrame) error { return nil }); !errors.Is(err, api.ErrInvalid) {
+			t.Errorf("%s past its end: %v, want invalid", c2.stream, err)
+		}
+	}
+	// Merged from the middle: the rest of each stream, in order.
+	all := int64(len(wantOut) + len(wantErr))
+	r := readView(t, c, "t1", j.ID, api.JobStreamAll, all/2, false)
+	if r.first != all/2 || !strings.HasSuffix(wantOut, r.by[0].String()) || !strings.HasSuffix(wantErr, r.by[1].String()) ||
+		int64(r.by[0].Len()+r.by[1].Len()) != all-all/2 {
+		t.Errorf("merged from %d: %d + %d bytes from %d", all/2, r.by[0].Len(), r.by[1].Len(), r.first)
+	}
+	if err := c.JobOutputStream(ctx, "acme", "t1", j.ID, "both", 0, false, func(api.JobFrame) error { return nil }); !errors.Is(err, api.ErrInvalid) {
+		t.Errorf("stream=both: %v, want invalid", err)
+	}
+}
+
+// TestJobOutputStderrFlood: a job that writes more than 1 MiB to stderr
+// between two lines of stdout: the stderr view keeps its newest 1 MiB and
+// says what it dropped, the stdout view keeps both lines and drops
+// nothing, and the merged view keeps the newest 1 MiB of both.
+func TestJobOutputStderrFlood(t *testing.T) {
+	env := startEnv(t, Config{})
+	c, ctx := env.c, jobCtx(t)
+	// 200,000 lines of 16 bytes: 3.2 MB, every line different.
+	const n, width = 200000, 16
+	j, err := c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: fmt.Sprintf("echo before; seq -f %%015.0f 0 %d >&2; echo after", n-1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJobEnd(t, c, "t1", j.ID)
+	const errTotal, kept = n * width, 1 << 20
+	var wantErr strings.Builder
+	for i := (errTotal - kept) / width; i < n; i++ {
+		fmt.Fprintf(&wantErr, "%015d\n", i)
+	}
+	out := readView(t, c, "t1", j.ID, api.JobStreamStdout, 0, false)
+	if out.by[0].String() != "before\nafter\n" || out.first != 0 || out.dropped != 0 {
+		t.Errorf("stdout: %q from %d, dropped %d", out.by[0].String(), out.first, out.dropped)
+	}
+	stderr := readView(t, c, "t1", j.ID, api.JobStreamStderr, 0, false)
+	if stderr.by[1].String() != wantErr.String() || stderr.first != errTotal-kept || stderr.dropped != errTotal-kept {
+		t.Errorf("stderr: %d bytes from %d, dropped %d; want the newest %d from %d, dropped %d",
+			stderr.by[1].Len(), stderr.first, stderr.dropped, kept, errTotal-kept, errTotal-kept)
+	}
+	const total = int64(errTotal + len("before\nafter\n"))
+	all := readView(t, c, "t1", j.ID, "", 0, false)
+	if all.first != total-kept || all.dropped != total-kept || all.by[0].String() != "after\n" || !strings.HasSuffix(wantErr.String(), all.by[1].String()) ||
+		all.by[1].Len() != kept-len("after\n") {
+		t.Errorf("merged: stdout %q, %d bytes of stderr, from %d, dropped %d", all.by[0].String(), all.by[1].Len(), all.first, all.dropped)
+	}
+	if info, _ := c.Job(ctx, "acme", "t1", j.ID); info.OutputBytes != total || info.DroppedBytes != total-kept {
+		t.Errorf("the job's sizes: %d written, %d dropped; want %d, %d", info.OutputBytes, info.DroppedBytes, total, total-kept)
+	}
+}
+
+// TestJobOutputStreamsMoved: a command moved to the background keeps its
+// streams apart in its job.
+func TestJobOutputStreamsMoved(t *testing.T) {
+	env := startEnv(t, Config{})
+	c, ctx := env.c, jobCtx(t)
+	var out, errOut testenv.SyncBuffer
+	ids := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.ExecStream(ctx, "acme", "t1", api.ExecRequest{Command: `echo o1; echo e1 >&2; read x; echo o2; echo e2 >&2; exit 4`, OpenStdin: true},
+			func(id string) { ids <- id }, &out, &errOut)
+		done <- err
+	}()
+	id := <-ids
+	for deadline := time.Now().Add(10 * time.Second); out.String() != "o1\n" || errOut.String() != "e1\n"; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the command wrote %q and %q", out.String(), errOut.String())
+		}
+	}
+	j, err := c.Background(ctx, "acme", "t1", id, api.BackgroundRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.As(err, new(*api.MovedError)) {
+		t.Fatalf("the exec's answer: %v", err)
+	}
+	if err := c.JobStdin(ctx, "acme", "t1", j.ID, "go\n", true); err != nil {
+		t.Fatal(err)
+	}
+	if info := waitJobEnd(t, c, "t1", j.ID); *info.ExitCode != 4 {
+		t.Errorf("the moved job: %+v", info)
+	}
+	if r := readView(t, c, "t1", j.ID, api.JobStreamStdout, 0, true); r.by[0].String() != "o2\n" || r.by[1].Len() != 0 {
+		t.Errorf("the moved job's stdout: %q", r.by[0].String())
+	}
+	if r := readView(t, c, "t1", j.ID, api.JobStreamStderr, 0, true); r.by[1].String() != "e2\n" || r.by[0].Len() != 0 {
+		t.Errorf("the moved job's stderr: %q", r.by[1].String())
+	}
+	if r := readView(t, c, "t1", j.ID, api.JobStreamAll, 0, true); r.by[0].String() != "o2\n" || r.by[1].String() != "e2\n" || len(r.frames) != 2 {
+		t.Errorf("the moved job's output: %+v", r.frames)
+	}
+}
+
+// TestJobOutputEventsByStream: job.output events say their stream, and
+// each stream's events are its output in order.
+func TestJobOutputEventsByStream(t *testing.T) {
+	env := startEnv(t, Config{})
+	c := env.c
+	ctx, cancel := context.WithCancel(jobCtx(t))
+	defer cancel()
+	events := follow(t, c, "acme", "t1")
+	waitSubscribers(t, env.g, 1)
+	j, err := c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: `for i in $(seq 1 200); do echo out$i; echo err$i >&2; done`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [2]strings.Builder
+	for {
+		ev := events.next(t)
+		if ev.Type == api.EventJobEnded {
+			break
+		}
+		if ev.Type != api.EventJobOutput {
+			continue
+		}
+		switch ev.Stream {
+		case "stdout":
+			got[0].WriteString(ev.Data)
+		case "stderr":
+			got[1].WriteString(ev.Data)
+		default:
+			t.Fatalf("a job.output event of stream %q: %+v", ev.Stream, ev)
+		}
+		if ev.Job != j.ID {
+			t.Fatalf("an event of another job: %+v", ev)
+		}
+	}
+	if got[0].String() != lines("out", 1, 200) || got[1].String() != lines("err", 1, 200) {
+		t.Errorf("events: stdout %q, stderr %q", got[0].String(), got[1].String())
+	}
+}
+
+// TestJobOutputMergedOrder: a write to one stream and then one to the
+// other keep their order in the merged view, however close together (a
+// shell saying "Terminated" on stderr before its trap's "bye" on
+// stdout), as they did when both streams shared one pipe: the two pipes
+// are watched together from before the command starts (jobpipes_linux.go).
+func TestJobOutputMergedOrder(t *testing.T) {
+	env := startEnv(t, Config{})
+	c, ctx := env.c, jobCtx(t)
+	for i := range 20 {
+		first, second := "stdout", "stderr"
+		command := "echo one; echo two >&2"
+		if i%2 == 1 {
+			first, second = second, first
+			command = "echo one >&2; echo two"
+		}
+		if i%4 >= 2 {
+			command = fmt.Sprintf("sleep 0.0%d; %s", i%10, command)
+		}
+		j, err := c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: command})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitJobEnd(t, c, "t1", j.ID)
+		var got []string
+		for _, fr := range readView(t, c, "t1", j.ID, api.JobStreamAll, 0, false).frames {
+			got = append(got, fr.Stream+" "+fr.Data)
+		}
+		if want := []string{first + " one\n", second + " two\n"}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%q: merged frames %q, want %q", command, got, want)
+		}
+	}
+}
