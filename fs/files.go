@@ -119,6 +119,10 @@ type target struct {
 	rel   string // the path as reported, inside the workspace
 	key   pathKey
 	dirSt syscall.Stat_t
+	// root says the path is the workspace's root itself (resolveRoot):
+	// dirFd is then the root (a descriptor of its own), name is "" and
+	// key is the zero key; nothing is keyed or locked for it.
+	root bool
 }
 
 func (t *target) close() { unix.Close(t.dirFd) }
@@ -126,12 +130,36 @@ func (t *target) close() { unix.Close(t.dirFd) }
 // maxLinks bounds the symlinks followed to reach one file.
 const maxLinks = 40
 
+// How resolveAs finds a path.
+type resolveFlags int
+
+const (
+	// makeDirs makes the missing folders on the way.
+	makeDirs resolveFlags = 1 << iota
+	// followLast follows a link as the last component too, inside the
+	// workspace; without it the target is the link itself.
+	followLast
+	// resolveRoot lets the path name the workspace's root (".", "a/..",
+	// or a link to it): a target with root set. Without it the root is
+	// a *NotFileError.
+	resolveRoot
+)
+
 // resolve finds the file p names: a path inside the workspace, relative
 // to its root. Links in the directories are followed as the kernel would,
 // never out of the folder; a link as the last component is followed
 // inside the folder too, so that the key is the real file's. With mkdir,
 // missing directories are made.
 func (f *Files) resolve(p string, mkdir bool) (*target, error) {
+	how := followLast
+	if mkdir {
+		how |= makeDirs
+	}
+	return f.resolveAs(p, how)
+}
+
+// resolveAs is resolve with its choices spelled out (resolveFlags).
+func (f *Files) resolveAs(p string, how resolveFlags) (*target, error) {
 	shown := p
 	for range maxLinks {
 		if strings.IndexByte(p, 0) >= 0 || path.IsAbs(p) {
@@ -142,10 +170,22 @@ func (f *Files) resolve(p string, mkdir bool) (*target, error) {
 			return nil, &OutsideError{Path: shown}
 		}
 		if clean == "." {
-			return nil, &NotFileError{Path: shown}
+			if how&resolveRoot == 0 {
+				return nil, &NotFileError{Path: shown}
+			}
+			fd, err := unix.FcntlInt(uintptr(f.fd), unix.F_DUPFD_CLOEXEC, 0)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", shown, err)
+			}
+			t := &target{dirFd: fd, rel: ".", root: true}
+			if err := fstat(fd, &t.dirSt); err != nil {
+				unix.Close(fd)
+				return nil, fmt.Errorf("%s: %w", shown, err)
+			}
+			return t, nil
 		}
 		dir, name := path.Split(clean)
-		dirFd, err := f.openDir(dir, mkdir)
+		dirFd, err := f.openDir(dir, how&makeDirs != 0)
 		if err != nil {
 			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ELOOP) {
 				return nil, &OutsideError{Path: shown}
@@ -154,7 +194,7 @@ func (f *Files) resolve(p string, mkdir bool) (*target, error) {
 		}
 		var st syscall.Stat_t
 		err = fstatat(dirFd, name, &st)
-		if err == nil && st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		if err == nil && st.Mode&syscall.S_IFMT == syscall.S_IFLNK && how&followLast != 0 {
 			link, rerr := readlinkAt(dirFd, name)
 			unix.Close(dirFd)
 			if rerr != nil {
