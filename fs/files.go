@@ -387,7 +387,7 @@ func (f *Files) Write(ctx context.Context, a Actor, p string, content []byte) (u
 	return v, err
 }
 
-func (f *Files) write(ctx context.Context, a Actor, p string, content []byte) (uint64, error) {
+func (f *Files) write(ctx context.Context, a Actor, p string, content []byte) (v uint64, err error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -397,9 +397,10 @@ func (f *Files) write(ctx context.Context, a Actor, p string, content []byte) (u
 	defer f.changes.enter()()
 	t, err := f.resolve(p, true)
 	if err != nil {
-		return 0, err
+		return 0, spaceError(p, err)
 	}
 	defer t.close()
+	defer func() { err = spaceError(t.rel, err) }()
 	g, unlock, err := f.lockTarget(t)
 	if err != nil {
 		return 0, err
@@ -429,7 +430,7 @@ func (f *Files) Edit(ctx context.Context, a Actor, p, old, new string, all bool)
 	return v, n, err
 }
 
-func (f *Files) edit(ctx context.Context, a Actor, p, old, new string, all bool) (uint64, int, error) {
+func (f *Files) edit(ctx context.Context, a Actor, p, old, new string, all bool) (v uint64, n int, err error) {
 	if err := ctx.Err(); err != nil {
 		return 0, 0, err
 	}
@@ -445,6 +446,7 @@ func (f *Files) edit(ctx context.Context, a Actor, p, old, new string, all bool)
 		return 0, 0, err
 	}
 	defer t.close()
+	defer func() { err = spaceError(t.rel, err) }()
 	g, unlock, err := f.lockTarget(t)
 	if err != nil {
 		return 0, 0, err
@@ -464,7 +466,7 @@ func (f *Files) edit(ctx context.Context, a Actor, p, old, new string, all bool)
 	if len(edited) > MaxFileBytes {
 		return 0, 0, &TooLargeError{Path: t.rel, Size: int64(len(edited))}
 	}
-	v, err := f.store(a, t, g, edited, false)
+	v, err = f.store(a, t, g, edited, false)
 	return v, n, err
 }
 
@@ -483,25 +485,17 @@ func (f *Files) edit(ctx context.Context, a Actor, p, old, new string, all bool)
 // blocks, so a full disk refuses it before anything is overwritten) and
 // fsync'ed; a crash in the middle of that write may leave it cut.
 func (f *Files) store(a Actor, t *target, g guarded, content []byte, created bool) (uint64, error) {
-	var old syscall.Stat_t
-	if err := fstatat(t.dirFd, t.name, &old); err != nil {
+	var st syscall.Stat_t
+	old := &st
+	if err := fstatat(t.dirFd, t.name, old); err != nil {
 		if err != unix.ENOENT {
 			return 0, fmt.Errorf("%s: %w", t.rel, err)
 		}
-		created = true
+		old = nil
 	} else if old.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		return 0, &NotFileError{Path: t.rel}
-	} else {
-		created = false
-		if old.Nlink > 1 {
-			return f.storeInPlace(a, t, g, content)
-		}
-	}
-	uid, gid, mode := unix.Geteuid(), unix.Getegid(), uint32(0o644)
-	if created {
-		uid, gid = int(t.dirSt.Uid), int(t.dirSt.Gid)
-	} else {
-		uid, gid, mode = int(old.Uid), int(old.Gid), old.Mode&0o7777
+	} else if old.Nlink > 1 {
+		return f.storeInPlace(a, t, g, int64(len(content)), nil, func(fd int) error { return pwriteAll(fd, content) })
 	}
 	f.hub.sweepTemps(t.dirFd, &t.dirSt, f.label)
 	tmp, err := f.hub.temps.newTemp(t.dirFd, &t.dirSt)
@@ -509,17 +503,34 @@ func (f *Files) store(a Actor, t *target, g guarded, content []byte, created boo
 		return 0, fmt.Errorf("%s: make a temporary file: %w", t.rel, err)
 	}
 	defer tmp.discard()
+	if err := pwriteAll(tmp.fd, content); err != nil {
+		return 0, fmt.Errorf("%s: %w", t.rel, err)
+	}
+	return f.commit(a, t, g, tmp, old, nil)
+}
+
+// commit makes tmp, which holds the new content, the file t, atomically
+// and durably, records the modification by a (as good as a read: a knows
+// the whole content) and tells the mounts. old is what t holds (nil:
+// nothing). The file gets old's owner and mode, or, new, its folder's
+// owner and mode 0644; mode, if set, is its mode either way. t's lock is
+// held; nothing is changed at t until the rename.
+func (f *Files) commit(a Actor, t *target, g guarded, tmp *tempFile, old *syscall.Stat_t, mode *uint32) (uint64, error) {
+	uid, gid, perm := int(t.dirSt.Uid), int(t.dirSt.Gid), uint32(0o644)
+	if old != nil {
+		uid, gid, perm = int(old.Uid), int(old.Gid), old.Mode&0o7777
+	}
+	if mode != nil {
+		perm = *mode & 0o7777
+	}
 	// Owner before mode: a chown clears the set-id bits.
 	if uid != unix.Geteuid() || gid != unix.Getegid() {
 		if err := unix.Fchown(tmp.fd, uid, gid); err != nil {
 			return 0, fmt.Errorf("%s: give the new content its owner: %w", t.rel, err)
 		}
 	}
-	if err := unix.Fchmod(tmp.fd, mode); err != nil {
+	if err := unix.Fchmod(tmp.fd, perm); err != nil {
 		return 0, fmt.Errorf("%s: give the new content its mode: %w", t.rel, err)
-	}
-	if err := pwriteAll(tmp.fd, content); err != nil {
-		return 0, fmt.Errorf("%s: %w", t.rel, err)
 	}
 	if err := fsyncRetry(tmp.fd); err != nil {
 		return 0, fmt.Errorf("%s: fsync: %w", t.rel, err)
@@ -530,8 +541,10 @@ func (f *Files) store(a Actor, t *target, g guarded, content []byte, created boo
 	// From here the new content is the file: the version moves whatever
 	// the folder's fsync says.
 	v := f.hub.ledger.wrote(a, g.key, g.state, fingerprintFd(tmp.fd))
-	oldIno := old.Ino
-	if created {
+	var oldIno uint64
+	if old != nil {
+		oldIno = old.Ino
+	} else {
 		var st syscall.Stat_t
 		if fstat(tmp.fd, &st) == nil {
 			oldIno = st.Ino
@@ -547,8 +560,9 @@ func (f *Files) store(a Actor, t *target, g guarded, content []byte, created boo
 }
 
 // storeInPlace is store for a file with several hard links: its inode
-// keeps the new content. t's lock is held.
-func (f *Files) storeInPlace(a Actor, t *target, g guarded, content []byte) (uint64, error) {
+// keeps the new content, size bytes that fill writes from offset 0; mode,
+// if set, becomes its mode. t's lock is held.
+func (f *Files) storeInPlace(a Actor, t *target, g guarded, size int64, mode *uint32, fill func(fd int) error) (uint64, error) {
 	fd, err := unix.Openat(t.dirFd, t.name, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", t.rel, err)
@@ -563,15 +577,18 @@ func (f *Files) storeInPlace(a Actor, t *target, g guarded, content []byte) (uin
 	}
 	// The blocks first: a full disk refuses the write here, with the old
 	// content whole. A filesystem without fallocate goes on without.
-	if len(content) > 0 {
-		err := unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, 0, int64(len(content)))
+	if size > 0 {
+		err := unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, 0, size)
 		if err != nil && err != unix.EOPNOTSUPP && err != unix.ENOSYS {
 			return 0, fmt.Errorf("%s: reserve space: %w", t.rel, err)
 		}
 	}
-	err = pwriteAll(fd, content)
+	err = fill(fd)
 	if err == nil {
-		err = unix.Ftruncate(fd, int64(len(content)))
+		err = unix.Ftruncate(fd, size)
+	}
+	if err == nil && mode != nil {
+		err = unix.Fchmod(fd, *mode&0o7777)
 	}
 	if err == nil {
 		err = fsyncRetry(fd)

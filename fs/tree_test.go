@@ -690,6 +690,10 @@ func TestTreeGate(t *testing.T) {
 		{"mkdir", func() error { return f.Mkdir(ctx, a, "m/n", true, 0o755) }},
 		{"rename", func() error { _, err := f.Rename(ctx, a, "d/e/f", "g", false); return err }},
 		{"remove", func() error { _, err := f.Remove(ctx, a, "d", true); return err }},
+		{"write", func() error {
+			_, _, err := f.WriteFrom(ctx, a, "w/x", strings.NewReader("streamed"), nil)
+			return err
+		}},
 	} {
 		before := listing(t, dir)
 		thaw := f.Freeze()
@@ -735,6 +739,12 @@ func TestTreeMountsSeeChanges(t *testing.T) {
 	}
 	if rc := ag.do(t, "test ! -e d/e/f && test \"$(cat m/f)\" = x"); rc != 0 {
 		t.Errorf("the mount does not show the rename: %s", ag.err)
+	}
+	if _, _, err := f.WriteFrom(ctx, a, "m/f", strings.NewReader("y\n"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if rc := ag.do(t, "test \"$(cat m/f)\" = y"); rc != 0 {
+		t.Errorf("the mount does not show the streamed content: %s", ag.err)
 	}
 	if _, err := f.Remove(ctx, a, "d", true); err != nil {
 		t.Fatal(err)
