@@ -67,6 +67,7 @@ func TestStreamBig(t *testing.T) {
 	ctx := context.Background()
 	_, f, dir := newFiles(t, HubConfig{})
 	a := RunActor("r")
+	f.TakeChanges()
 	in := newPattern(size)
 	var n int64
 	var v uint64
@@ -83,6 +84,7 @@ func TestStreamBig(t *testing.T) {
 	if err != nil || st.Size() != size || st.Mode().Perm() != 0o644 {
 		t.Fatalf("the file: %v, %v", st, err)
 	}
+	wantChanges(t, f, map[string]bool{"big": true, "big/blob.bin": false})
 
 	h := sha256.New()
 	var rv uint64

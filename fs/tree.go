@@ -238,8 +238,8 @@ func (f *Files) Stat(ctx context.Context, a Actor, p string, follow bool) (Entry
 }
 
 // Exists reports whether p names an entry, and its kind. A link as the
-// last component is followed, as test -e does: a link to nothing is
-// (false, ""). Only a path that leads out of the workspace (an
+// last component is followed, as test -e does: a link to nothing, or a
+// loop of links, is (false, ""). Only a path that leads out of the workspace (an
 // *OutsideError) or a failing system call is an error; a missing name, a
 // missing folder or a file in place of a folder on the way are not.
 func (f *Files) Exists(ctx context.Context, a Actor, p string) (bool, EntryType, error) {
@@ -248,7 +248,8 @@ func (f *Files) Exists(ctx context.Context, a Actor, p string) (bool, EntryType,
 	}
 	t, err := f.resolveAs(p, followLast|resolveRoot)
 	if err != nil {
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		// Nothing there, or a chain of links that never ends.
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
 			return false, "", nil
 		}
 		return false, "", err

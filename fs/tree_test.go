@@ -190,6 +190,8 @@ func TestTreeStatExists(t *testing.T) {
 	_, f, dir := newFiles(t, HubConfig{})
 	treeFixture(t, dir)
 	must(t, os.Symlink("nothing", filepath.Join(dir, "dangling")))
+	must(t, os.Symlink("loop2", filepath.Join(dir, "loop1")))
+	must(t, os.Symlink("loop1", filepath.Join(dir, "loop2")))
 	a := RunActor("r")
 
 	for _, c := range []struct {
@@ -224,6 +226,7 @@ func TestTreeStatExists(t *testing.T) {
 	}{
 		{"missing", false, iofs.ErrNotExist},
 		{"dangling", true, iofs.ErrNotExist},
+		{"loop1", true, syscall.ELOOP},
 		{"abs", true, &OutsideError{}},
 		{"out/secret", false, &OutsideError{}},
 		{"../x", false, &OutsideError{}},
@@ -250,6 +253,7 @@ func TestTreeStatExists(t *testing.T) {
 		{"missing/deeper", false, ""},
 		{"src/app.ts/x", false, ""},
 		{"dangling", false, ""},
+		{"loop1", false, ""},
 	} {
 		ok, typ, err := f.Exists(ctx, a, c.p)
 		if err != nil || ok != c.exists || typ != c.typ {

@@ -72,6 +72,8 @@ func fileError(err error) error {
 		return fmt.Errorf("%w: the request body stopped arriving: %s was not written", errBodyTimeout, content.Path)
 	case errors.As(err, &content):
 		return fmt.Errorf("%w: the request body was cut: %s was not written: %v", api.ErrInvalid, content.Path, content.Err)
+	case errors.Is(err, syscall.ELOOP):
+		return &toolError{api.ErrInvalid, strings.TrimSuffix(err.Error(), ": "+syscall.ELOOP.Error()) + ": too many links in a chain (a loop?)."}
 	case errors.Is(err, iofs.ErrNotExist):
 		msg := err.Error()
 		for _, cause := range []string{iofs.ErrNotExist.Error(), syscall.ENOENT.Error()} {

@@ -112,6 +112,17 @@ func TestTreeAPI(t *testing.T) {
 	if st, err := c.Stat(ctx, tenant, thread, api.StatRequest{Path: "abs"}); err != nil || st.Target != "/etc" {
 		t.Errorf("stat of the link out itself: %+v, %v", st, err)
 	}
+	if err := os.Symlink("loop", filepath.Join(backing, "loop")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Stat(ctx, tenant, thread, api.StatRequest{Path: "loop", Follow: true})
+	wantAPIError(t, "stat a loop of links", err, http.StatusBadRequest, api.CodeInvalid, "loop: too many links in a chain")
+	if ex, err := c.Exists(ctx, tenant, thread, api.ExistsRequest{Path: "loop"}); err != nil || ex.Exists {
+		t.Errorf("exists of a loop of links: %+v, %v", ex, err)
+	}
+	if _, err := c.Remove(ctx, tenant, thread, api.RemoveRequest{Path: "loop"}); err != nil {
+		t.Fatal(err)
+	}
 	_, err = c.List(ctx, tenant, thread, api.ListRequest{Path: "up3"})
 	wantAPIError(t, "list through a link out", err, http.StatusForbidden, api.CodeOutside, "up3 is outside the workspace.")
 	for _, p := range []string{"abs", "up3"} {
