@@ -382,7 +382,6 @@ func (f *Files) rename(ctx context.Context, a Actor, from, to string, overwrite 
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	defer f.changes.enter()()
 	src, err := f.resolveAs(from, resolveRoot)
 	if err != nil {
 		return 0, err
@@ -418,6 +417,9 @@ func (f *Files) rename(ctx context.Context, a Actor, from, to string, overwrite 
 			return 0, fmt.Errorf("rename %s to %s: check its links: %w", src.rel, dst.rel, errno)
 		}
 	}
+	// The gate after the links' check, which may walk a big tree, as a
+	// mount's rename does: a checkpoint does not wait for it.
+	defer f.changes.enter()()
 	l := f.hub.ledger
 	srcState, dstState, unlock := l.lock(src.key, dst.key)
 	defer unlock()
