@@ -47,9 +47,14 @@ var (
 	ErrFenced = errors.New("gateway: lease lapsed")
 	// ErrJobLimit means a thread runs as many background jobs as it may.
 	ErrJobLimit = errors.New("gateway: job limit")
-	// ErrNoSpace means the metadata store's disk is (nearly) full: the
-	// write was refused, reads go on.
-	ErrNoSpace = errors.New("gateway: no space left for the metadata store")
+	// ErrNoSpace means a disk is (nearly) full: the metadata store's (the
+	// write was refused, reads go on) or the workspace's (a file was not
+	// written, and is as it was).
+	ErrNoSpace = errors.New("gateway: no space left")
+	// ErrQuota means the thread's disk quota is full: a file was not
+	// written, and is as it was. Free space in the workspace, or raise
+	// the thread's quota.
+	ErrQuota = errors.New("gateway: disk quota full")
 )
 
 // Error codes of the API, one per class of failure: the "code" of an error
@@ -70,6 +75,7 @@ const (
 	CodeOutside          = "outside"
 	CodeJobLimit         = "job_limit"
 	CodeNoSpace          = "no_space"
+	CodeQuota            = "quota"
 	CodeFenced           = "fenced"
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeInternal         = "internal"
@@ -110,6 +116,8 @@ func sentinelFor(code string) error {
 		return ErrFenced
 	case CodeNoSpace:
 		return ErrNoSpace
+	case CodeQuota:
+		return ErrQuota
 	}
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 // only that one, also when wrapped; an unknown code matches none.
 func TestAPIErrorIs(t *testing.T) {
 	sentinels := []error{ErrInvalid, ErrNotFound, ErrConflict, ErrPinned, ErrBusy, ErrClosed, ErrUnavailable,
-		ErrForbidden, ErrGone, ErrStale, ErrNoMatch, ErrOutside, ErrFenced, ErrJobLimit, ErrNoSpace}
+		ErrForbidden, ErrGone, ErrStale, ErrNoMatch, ErrOutside, ErrFenced, ErrJobLimit, ErrNoSpace, ErrQuota}
 	for _, c := range []struct {
 		code string
 		want error
@@ -19,7 +19,7 @@ func TestAPIErrorIs(t *testing.T) {
 		{CodeNotFound, ErrNotFound}, {CodeConflict, ErrConflict}, {CodePinned, ErrPinned}, {CodeBusy, ErrBusy},
 		{CodeClosed, ErrClosed}, {CodeUnavailable, ErrUnavailable}, {CodeForbidden, ErrForbidden},
 		{CodeGone, ErrGone}, {CodeStale, ErrStale}, {CodeNoMatch, ErrNoMatch}, {CodeOutside, ErrOutside},
-		{CodeFenced, ErrFenced}, {CodeJobLimit, ErrJobLimit}, {CodeNoSpace, ErrNoSpace},
+		{CodeFenced, ErrFenced}, {CodeJobLimit, ErrJobLimit}, {CodeNoSpace, ErrNoSpace}, {CodeQuota, ErrQuota},
 		{CodeInternal, nil}, {CodeTimeout, nil}, {"unknown", nil},
 	} {
 		err := fmt.Errorf("call: %w", &APIError{Status: 500, Code: c.code, Message: "m"})

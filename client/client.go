@@ -342,6 +342,11 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		return err
 	}
 	defer resp.Body.Close()
+	return decodeAnswer(method, path, resp, out)
+}
+
+// decodeAnswer decodes the JSON of a 200 answer into out.
+func decodeAnswer(method, path string, resp *http.Response, out any) error {
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
 		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
@@ -359,26 +364,31 @@ const maxAnswerBytes = 64 << 20
 // and close. Any other answer is read, closed and returned as an error: an
 // *api.APIError.
 func (c *Client) send(ctx context.Context, method, path string, q url.Values, body any) (*http.Response, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: encode request: %w", method, path, err)
-		}
-		rd = bytes.NewReader(b)
+	if body == nil {
+		return c.sendBody(ctx, method, path, q, "", nil)
 	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: encode request: %w", method, path, err)
+	}
+	return c.sendBody(ctx, method, path, q, "application/json", bytes.NewReader(b))
+}
+
+// sendBody is send with a body of its own (nil: none) of the content
+// type ctype.
+func (c *Client) sendBody(ctx context.Context, method, path string, q url.Values, ctype string, body io.Reader) (*http.Response, error) {
 	// The host is a placeholder: the transport dials the socket. Parsing
 	// keeps path as escaped here (url.URL.RawPath), ids intact.
 	target := "http://warren" + path
 	if len(q) > 0 {
 		target += "?" + q.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, method, target, rd)
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", ctype)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -144,3 +144,55 @@ func ExampleClient_Thread_notFound() {
 	// not bound
 	// 404 not_found
 }
+
+// A sandbox provider works on a thread's tree: raw content of any size
+// streams in and out (here from a reader, and to stdout), folders are
+// listed, entries moved and removed. Every call goes through the same
+// versions as the file API: a run that read a file before another changed
+// it cannot remove or replace it.
+func ExampleClient_WriteRaw() {
+	ctx := context.Background()
+	c := client.New(socketPath)
+	defer c.CloseIdleConnections()
+
+	const tenant, thread = "examples", "tree"
+	defer c.DeleteThread(ctx, tenant, thread)
+	if err := c.Mkdir(ctx, tenant, thread, api.MkdirRequest{Path: "assets/img", Parents: true}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	w, err := c.WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "assets/img/logo.bin", Run: "lead"}, strings.NewReader("logo v1\n"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("wrote", w.Size, "bytes")
+	ls, _ := c.List(ctx, tenant, thread, api.ListRequest{Path: "assets/img"})
+	for _, e := range ls.Entries {
+		fmt.Printf("%s %s %d %o\n", e.Path, e.Type, e.Size, e.Mode)
+	}
+	if _, err := c.Rename(ctx, tenant, thread, api.RenameRequest{From: "assets/img/logo.bin", To: "assets/logo.bin", Run: "lead"}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// sub-1 reads the file; the lead, whose own write is as good as a
+	// read, replaces it; sub-1 may not remove what it has not seen.
+	if _, err := c.ReadRaw(ctx, tenant, thread, api.RawRequest{Path: "assets/logo.bin", Run: "lead/sub-1"}, os.Stdout); err != nil {
+		fmt.Println(err)
+		return
+	}
+	c.WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "assets/logo.bin", Run: "lead"}, strings.NewReader("v2\n"))
+	_, err = c.Remove(ctx, tenant, thread, api.RemoveRequest{Path: "assets", Run: "lead/sub-1", Recursive: true})
+	fmt.Println("sub-1's remove refused as stale:", errors.Is(err, api.ErrStale))
+	rm, err := c.Remove(ctx, tenant, thread, api.RemoveRequest{Path: "assets", Run: "lead", Recursive: true})
+	fmt.Println("lead removed", rm.Removed, "entries", err)
+	ex, _ := c.Exists(ctx, tenant, thread, api.ExistsRequest{Path: "assets"})
+	fmt.Println("assets exists:", ex.Exists)
+	// Output:
+	// wrote 8 bytes
+	// assets/img/logo.bin file 8 644
+	// logo v1
+	// sub-1's remove refused as stale: true
+	// lead removed 3 entries <nil>
+	// assets exists: false
+}

@@ -119,6 +119,23 @@
 // a hidden .warren-write- file, which the first write in its folder after
 // a start removes (never one in use: Hub.temps knows those).
 //
+// Beside read, write and edit, the file API lists, stats, makes,
+// removes and renames entries (tree.go, tree_change.go), and streams a
+// file of any size in and out (stream.go). They resolve paths as Read
+// does, links on the way followed below the root only, and a call on an
+// entry itself (remove, rename, stat without follow) never follows the
+// last link. Listing and stat bring each entry's version up to date but
+// record no read. Remove refuses, before it removes anything, a tree
+// holding a file its actor read before its last change, and checks each
+// file again under the lock it is removed under (a change racing the two
+// passes can leave a refused remove half done, never a stale file
+// removed). Rename refuses to replace a file read before its last change,
+// and judges the links it moves to another folder as a mount's rename
+// does (link.go, linkJudge.checkMove). A streamed read takes no lock
+// while bytes flow and records the version it started from; a streamed
+// write takes its content into a temporary file first, then checks again
+// and replaces the file as write does.
+//
 // # What changed since a checkpoint
 //
 // Every mount of a folder and its file API share the folder's change log

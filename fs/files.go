@@ -119,6 +119,10 @@ type target struct {
 	rel   string // the path as reported, inside the workspace
 	key   pathKey
 	dirSt syscall.Stat_t
+	// root says the path is the workspace's root itself (resolveRoot):
+	// dirFd is then the root (a descriptor of its own), name is "" and
+	// key is the zero key; nothing is keyed or locked for it.
+	root bool
 }
 
 func (t *target) close() { unix.Close(t.dirFd) }
@@ -126,12 +130,36 @@ func (t *target) close() { unix.Close(t.dirFd) }
 // maxLinks bounds the symlinks followed to reach one file.
 const maxLinks = 40
 
+// How resolveAs finds a path.
+type resolveFlags int
+
+const (
+	// makeDirs makes the missing folders on the way.
+	makeDirs resolveFlags = 1 << iota
+	// followLast follows a link as the last component too, inside the
+	// workspace; without it the target is the link itself.
+	followLast
+	// resolveRoot lets the path name the workspace's root (".", "a/..",
+	// or a link to it): a target with root set. Without it the root is
+	// a *NotFileError.
+	resolveRoot
+)
+
 // resolve finds the file p names: a path inside the workspace, relative
 // to its root. Links in the directories are followed as the kernel would,
 // never out of the folder; a link as the last component is followed
 // inside the folder too, so that the key is the real file's. With mkdir,
 // missing directories are made.
 func (f *Files) resolve(p string, mkdir bool) (*target, error) {
+	how := followLast
+	if mkdir {
+		how |= makeDirs
+	}
+	return f.resolveAs(p, how)
+}
+
+// resolveAs is resolve with its choices spelled out (resolveFlags).
+func (f *Files) resolveAs(p string, how resolveFlags) (*target, error) {
 	shown := p
 	for range maxLinks {
 		if strings.IndexByte(p, 0) >= 0 || path.IsAbs(p) {
@@ -142,10 +170,22 @@ func (f *Files) resolve(p string, mkdir bool) (*target, error) {
 			return nil, &OutsideError{Path: shown}
 		}
 		if clean == "." {
-			return nil, &NotFileError{Path: shown}
+			if how&resolveRoot == 0 {
+				return nil, &NotFileError{Path: shown}
+			}
+			fd, err := unix.FcntlInt(uintptr(f.fd), unix.F_DUPFD_CLOEXEC, 0)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", shown, err)
+			}
+			t := &target{dirFd: fd, rel: ".", root: true}
+			if err := fstat(fd, &t.dirSt); err != nil {
+				unix.Close(fd)
+				return nil, fmt.Errorf("%s: %w", shown, err)
+			}
+			return t, nil
 		}
 		dir, name := path.Split(clean)
-		dirFd, err := f.openDir(dir, mkdir)
+		dirFd, err := f.openDir(dir, how&makeDirs != 0)
 		if err != nil {
 			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ELOOP) {
 				return nil, &OutsideError{Path: shown}
@@ -154,7 +194,7 @@ func (f *Files) resolve(p string, mkdir bool) (*target, error) {
 		}
 		var st syscall.Stat_t
 		err = fstatat(dirFd, name, &st)
-		if err == nil && st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		if err == nil && st.Mode&syscall.S_IFMT == syscall.S_IFLNK && how&followLast != 0 {
 			link, rerr := readlinkAt(dirFd, name)
 			unix.Close(dirFd)
 			if rerr != nil {
@@ -347,7 +387,7 @@ func (f *Files) Write(ctx context.Context, a Actor, p string, content []byte) (u
 	return v, err
 }
 
-func (f *Files) write(ctx context.Context, a Actor, p string, content []byte) (uint64, error) {
+func (f *Files) write(ctx context.Context, a Actor, p string, content []byte) (v uint64, err error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -357,9 +397,10 @@ func (f *Files) write(ctx context.Context, a Actor, p string, content []byte) (u
 	defer f.changes.enter()()
 	t, err := f.resolve(p, true)
 	if err != nil {
-		return 0, err
+		return 0, spaceError(p, err)
 	}
 	defer t.close()
+	defer func() { err = spaceError(t.rel, err) }()
 	g, unlock, err := f.lockTarget(t)
 	if err != nil {
 		return 0, err
@@ -389,7 +430,7 @@ func (f *Files) Edit(ctx context.Context, a Actor, p, old, new string, all bool)
 	return v, n, err
 }
 
-func (f *Files) edit(ctx context.Context, a Actor, p, old, new string, all bool) (uint64, int, error) {
+func (f *Files) edit(ctx context.Context, a Actor, p, old, new string, all bool) (v uint64, n int, err error) {
 	if err := ctx.Err(); err != nil {
 		return 0, 0, err
 	}
@@ -405,6 +446,7 @@ func (f *Files) edit(ctx context.Context, a Actor, p, old, new string, all bool)
 		return 0, 0, err
 	}
 	defer t.close()
+	defer func() { err = spaceError(t.rel, err) }()
 	g, unlock, err := f.lockTarget(t)
 	if err != nil {
 		return 0, 0, err
@@ -424,7 +466,7 @@ func (f *Files) edit(ctx context.Context, a Actor, p, old, new string, all bool)
 	if len(edited) > MaxFileBytes {
 		return 0, 0, &TooLargeError{Path: t.rel, Size: int64(len(edited))}
 	}
-	v, err := f.store(a, t, g, edited, false)
+	v, err = f.store(a, t, g, edited, false)
 	return v, n, err
 }
 
@@ -443,25 +485,17 @@ func (f *Files) edit(ctx context.Context, a Actor, p, old, new string, all bool)
 // blocks, so a full disk refuses it before anything is overwritten) and
 // fsync'ed; a crash in the middle of that write may leave it cut.
 func (f *Files) store(a Actor, t *target, g guarded, content []byte, created bool) (uint64, error) {
-	var old syscall.Stat_t
-	if err := fstatat(t.dirFd, t.name, &old); err != nil {
+	var st syscall.Stat_t
+	old := &st
+	if err := fstatat(t.dirFd, t.name, old); err != nil {
 		if err != unix.ENOENT {
 			return 0, fmt.Errorf("%s: %w", t.rel, err)
 		}
-		created = true
+		old = nil
 	} else if old.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		return 0, &NotFileError{Path: t.rel}
-	} else {
-		created = false
-		if old.Nlink > 1 {
-			return f.storeInPlace(a, t, g, content)
-		}
-	}
-	uid, gid, mode := unix.Geteuid(), unix.Getegid(), uint32(0o644)
-	if created {
-		uid, gid = int(t.dirSt.Uid), int(t.dirSt.Gid)
-	} else {
-		uid, gid, mode = int(old.Uid), int(old.Gid), old.Mode&0o7777
+	} else if old.Nlink > 1 {
+		return f.storeInPlace(a, t, g, int64(len(content)), nil, func(fd int) error { return pwriteAll(fd, content) })
 	}
 	f.hub.sweepTemps(t.dirFd, &t.dirSt, f.label)
 	tmp, err := f.hub.temps.newTemp(t.dirFd, &t.dirSt)
@@ -469,17 +503,34 @@ func (f *Files) store(a Actor, t *target, g guarded, content []byte, created boo
 		return 0, fmt.Errorf("%s: make a temporary file: %w", t.rel, err)
 	}
 	defer tmp.discard()
+	if err := pwriteAll(tmp.fd, content); err != nil {
+		return 0, fmt.Errorf("%s: %w", t.rel, err)
+	}
+	return f.commit(a, t, g, tmp, old, nil)
+}
+
+// commit makes tmp, which holds the new content, the file t, atomically
+// and durably, records the modification by a (as good as a read: a knows
+// the whole content) and tells the mounts. old is what t holds (nil:
+// nothing). The file gets old's owner and mode, or, new, its folder's
+// owner and mode 0644; mode, if set, is its mode either way. t's lock is
+// held; nothing is changed at t until the rename.
+func (f *Files) commit(a Actor, t *target, g guarded, tmp *tempFile, old *syscall.Stat_t, mode *uint32) (uint64, error) {
+	uid, gid, perm := int(t.dirSt.Uid), int(t.dirSt.Gid), uint32(0o644)
+	if old != nil {
+		uid, gid, perm = int(old.Uid), int(old.Gid), old.Mode&0o7777
+	}
+	if mode != nil {
+		perm = *mode & 0o7777
+	}
 	// Owner before mode: a chown clears the set-id bits.
 	if uid != unix.Geteuid() || gid != unix.Getegid() {
 		if err := unix.Fchown(tmp.fd, uid, gid); err != nil {
 			return 0, fmt.Errorf("%s: give the new content its owner: %w", t.rel, err)
 		}
 	}
-	if err := unix.Fchmod(tmp.fd, mode); err != nil {
+	if err := unix.Fchmod(tmp.fd, perm); err != nil {
 		return 0, fmt.Errorf("%s: give the new content its mode: %w", t.rel, err)
-	}
-	if err := pwriteAll(tmp.fd, content); err != nil {
-		return 0, fmt.Errorf("%s: %w", t.rel, err)
 	}
 	if err := fsyncRetry(tmp.fd); err != nil {
 		return 0, fmt.Errorf("%s: fsync: %w", t.rel, err)
@@ -490,8 +541,10 @@ func (f *Files) store(a Actor, t *target, g guarded, content []byte, created boo
 	// From here the new content is the file: the version moves whatever
 	// the folder's fsync says.
 	v := f.hub.ledger.wrote(a, g.key, g.state, fingerprintFd(tmp.fd))
-	oldIno := old.Ino
-	if created {
+	var oldIno uint64
+	if old != nil {
+		oldIno = old.Ino
+	} else {
 		var st syscall.Stat_t
 		if fstat(tmp.fd, &st) == nil {
 			oldIno = st.Ino
@@ -507,8 +560,9 @@ func (f *Files) store(a Actor, t *target, g guarded, content []byte, created boo
 }
 
 // storeInPlace is store for a file with several hard links: its inode
-// keeps the new content. t's lock is held.
-func (f *Files) storeInPlace(a Actor, t *target, g guarded, content []byte) (uint64, error) {
+// keeps the new content, size bytes that fill writes from offset 0; mode,
+// if set, becomes its mode. t's lock is held.
+func (f *Files) storeInPlace(a Actor, t *target, g guarded, size int64, mode *uint32, fill func(fd int) error) (uint64, error) {
 	fd, err := unix.Openat(t.dirFd, t.name, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", t.rel, err)
@@ -523,15 +577,18 @@ func (f *Files) storeInPlace(a Actor, t *target, g guarded, content []byte) (uin
 	}
 	// The blocks first: a full disk refuses the write here, with the old
 	// content whole. A filesystem without fallocate goes on without.
-	if len(content) > 0 {
-		err := unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, 0, int64(len(content)))
+	if size > 0 {
+		err := unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, 0, size)
 		if err != nil && err != unix.EOPNOTSUPP && err != unix.ENOSYS {
 			return 0, fmt.Errorf("%s: reserve space: %w", t.rel, err)
 		}
 	}
-	err = pwriteAll(fd, content)
+	err = fill(fd)
 	if err == nil {
-		err = unix.Ftruncate(fd, int64(len(content)))
+		err = unix.Ftruncate(fd, size)
+	}
+	if err == nil && mode != nil {
+		err = unix.Fchmod(fd, *mode&0o7777)
 	}
 	if err == nil {
 		err = fsyncRetry(fd)

@@ -324,6 +324,23 @@ func (l *ledger) read(a Actor, k pathKey, st *pathState) {
 	l.record(a, k, st, v)
 }
 
+// readOld records that actor read the path at version v, older than its
+// current one (a read that streamed while the path changed), unless the
+// actor's record is newer already (its own change meanwhile). st.mu is
+// held.
+func (l *ledger) readOld(a Actor, k pathKey, st *pathState, v uint64) {
+	if a.none() || st.fp.dir {
+		return
+	}
+	l.mu.Lock()
+	r := l.reads[readKey{a, k}]
+	newer := r != nil && r.version > v
+	l.mu.Unlock()
+	if !newer {
+		l.record(a, k, st, v)
+	}
+}
+
 // modified records a modification of the path by actor, after which it
 // holds fp: a new version. If the actor read the path, its record moves
 // to the new version (its own change does not make its read stale); an

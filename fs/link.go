@@ -63,7 +63,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if errno != 0 {
 		return nil, errno
 	}
-	why := n.root.escapesFrom(dfd, target, nil)
+	why := n.root.judge().escapesFrom(dfd, target, nil)
 	done()
 	if why != "" {
 		n.root.refuse("symlink", n.child(name), target, why)
@@ -126,7 +126,7 @@ func (n *node) linkEscapes(fd int, target string) string {
 	if err := fstatat(dfd, name, &cur); err != nil || cur.Ino != st.Ino || cur.Dev != st.Dev {
 		return "the link is no longer where it was looked up"
 	}
-	return n.root.escapesFrom(dfd, target, nil)
+	return n.root.judge().escapesFrom(dfd, target, nil)
 }
 
 // Link makes a hard link. The kernel only hands us inodes of this same
@@ -198,15 +198,7 @@ type placement struct {
 
 // checkMove refuses a rename of the entry name of n to newName in np (np
 // is another folder than n) if it would carry a symlink to where it leads
-// out: the entry itself, or, for a folder, any symlink in its tree, each
-// judged from its new place. With RENAME_EXCHANGE both entries move.
-//
-// A rename within one folder is not checked: it changes no entry's depth,
-// so every link's ".." climbs as before; it can only make a name appear
-// or vanish, as making or removing an entry does, which each readlink
-// checks anyway. Likewise the check and the rename are two steps: a link
-// made in the moved tree between them (checked from its old place) is
-// judged again when it is read; host views never follow it.
+// out (linkJudge.checkMove).
 func (n *node) checkMove(name string, np *node, newName string, flags uint32) syscall.Errno {
 	sfd, sdone, errno := n.use()
 	if errno != 0 {
@@ -218,21 +210,58 @@ func (n *node) checkMove(name string, np *node, newName string, flags uint32) sy
 		return errno
 	}
 	defer ddone()
+	from := moveEnd{dirFd: sfd, name: name, path: n.child(name)}
+	to := moveEnd{dirFd: dfd, name: newName, path: np.child(newName)}
+	return n.root.judge().checkMove(from, to, flags&unix.RENAME_EXCHANGE != 0)
+}
+
+// linkJudge judges symlinks against one workspace's root, for a mount or
+// for the file API: the walks of this file, each refusal logged (and
+// reported) by refuse.
+type linkJudge struct {
+	root   int // the root's descriptor; borrowed
+	refuse func(op, path, target, reason string)
+}
+
+// judge returns the mount's link judge.
+func (r *root) judge() linkJudge { return linkJudge{root: r.fd, refuse: r.refuse} }
+
+// moveEnd is one end of a rename being checked: the entry name in the
+// folder dirFd (borrowed), and its path inside the root, for refusals.
+type moveEnd struct {
+	dirFd int
+	name  string
+	path  string
+}
+
+// checkMove refuses a rename of from to to (in another folder) if it
+// would carry a symlink to where it leads out: the entry itself, or, for
+// a folder, any symlink in its tree, each judged from its new place. With
+// exchange (RENAME_EXCHANGE) both entries move. It answers EPERM for a
+// link that would lead out and EXDEV for a tree too big to check, each
+// refusal logged through j.refuse.
+//
+// A rename within one folder is not checked: it changes no entry's depth,
+// so every link's ".." climbs as before; it can only make a name appear
+// or vanish, as making or removing an entry does, which each readlink
+// checks anyway. Likewise the check and the rename are two steps: a link
+// made in the moved tree between them (checked from its old place) is
+// judged again when it is read; host views never follow it.
+func (j linkJudge) checkMove(from, to moveEnd, exchange bool) syscall.Errno {
 	var sst, dst syscall.Stat_t
-	if err := fstat(sfd, &sst); err != nil {
+	if err := fstat(from.dirFd, &sst); err != nil {
 		return fusefs.ToErrno(err)
 	}
-	if err := fstat(dfd, &dst); err != nil {
+	if err := fstat(to.dirFd, &dst); err != nil {
 		return fusefs.ToErrno(err)
 	}
-	r := n.root
-	rid, err := r.identity()
+	rid, err := j.identity()
 	if err != nil {
 		return fusefs.ToErrno(err)
 	}
 	var moves []*placement
-	add := func(fromFd int, from *node, fromName string, fromIno uint64, toFd int, to *node, toName string, toIno uint64) (syscall.Errno, string) {
-		fd, err := openChild(fromFd, fromName)
+	add := func(from moveEnd, fromIno uint64, to moveEnd, toIno uint64) (syscall.Errno, string) {
+		fd, err := openChild(from.dirFd, from.name)
 		if err != nil {
 			return 0, "" // the rename itself reports a missing entry
 		}
@@ -242,21 +271,21 @@ func (n *node) checkMove(name string, np *node, newName string, flags uint32) sy
 			return fusefs.ToErrno(err), ""
 		}
 		p := &placement{
-			ino: st.Ino, fromDir: fromIno, toDir: toIno, fromName: fromName, toName: toName, fd: fd, toDirFd: toFd,
+			ino: st.Ino, fromDir: fromIno, toDir: toIno, fromName: from.name, toName: to.name, fd: fd, toDirFd: to.dirFd,
 			isDir:     st.Mode&syscall.S_IFMT == syscall.S_IFDIR,
 			isSymlink: st.Mode&syscall.S_IFMT == syscall.S_IFLNK,
-			fromPath:  from.child(fromName), newPath: to.child(toName),
+			fromPath:  from.path, newPath: to.path,
 		}
 		moves = append(moves, p)
 		if !p.isDir && !p.isSymlink {
 			return 0, ""
 		}
-		d, exact, err := r.depthOf(toFd, rid, maxLinkDepth)
+		d, exact, err := j.depthOf(to.dirFd, rid, maxLinkDepth)
 		if err == nil && !exact {
 			err = fmt.Errorf("more than %d folders deep", maxLinkDepth)
 		}
 		if err != nil {
-			return syscall.EPERM, fmt.Sprintf("cannot place %s: %v", to.rel(), err)
+			return syscall.EPERM, fmt.Sprintf("cannot place %s: %v", to.path, err)
 		}
 		p.toDepth = d
 		return 0, ""
@@ -266,16 +295,16 @@ func (n *node) checkMove(name string, np *node, newName string, flags uint32) sy
 			unix.Close(p.fd)
 		}
 	}()
-	if errno, why := add(sfd, n, name, sst.Ino, dfd, np, newName, dst.Ino); errno != 0 {
+	if errno, why := add(from, sst.Ino, to, dst.Ino); errno != 0 {
 		if why != "" {
-			r.refuse("rename", n.child(name), "", why)
+			j.refuse("rename", from.path, "", why)
 		}
 		return errno
 	}
-	if flags&unix.RENAME_EXCHANGE != 0 {
-		if errno, why := add(dfd, np, newName, dst.Ino, sfd, n, name, sst.Ino); errno != 0 {
+	if exchange {
+		if errno, why := add(to, dst.Ino, from, sst.Ino); errno != 0 {
 			if why != "" {
-				r.refuse("rename", np.child(newName), "", why)
+				j.refuse("rename", to.path, "", why)
 			}
 			return errno
 		}
@@ -287,12 +316,12 @@ func (n *node) checkMove(name string, np *node, newName string, flags uint32) sy
 			if err != nil {
 				return fusefs.ToErrno(err)
 			}
-			if why := r.escapesAt(p.toDirFd, p.toDepth, true, rid, target, moves); why != "" {
-				r.refuse("rename", p.fromPath, target, why+" from "+p.newPath)
+			if why := j.escapesAt(p.toDirFd, p.toDepth, true, rid, target, moves); why != "" {
+				j.refuse("rename", p.fromPath, target, why+" from "+p.newPath)
 				return syscall.EPERM
 			}
 		case p.isDir:
-			if errno := r.checkMovedTree(p, moves, rid); errno != 0 {
+			if errno := j.checkMovedTree(p, moves, rid); errno != 0 {
 				return errno
 			}
 		}
@@ -303,7 +332,7 @@ func (n *node) checkMove(name string, np *node, newName string, flags uint32) sy
 // checkMovedTree checks every symlink in the folder p moves, from where
 // the rename puts it. The walk is bounded (maxMovedEntries,
 // maxMovedDepth); beyond the bounds the rename is refused with EXDEV.
-func (r *root) checkMovedTree(p *placement, moves []*placement, rid rootID) syscall.Errno {
+func (j linkJudge) checkMovedTree(p *placement, moves []*placement, rid rootID) syscall.Errno {
 	type frame struct {
 		dir   *os.File
 		depth int    // depth of dir below the root, after the rename
@@ -338,14 +367,14 @@ func (r *root) checkMovedTree(p *placement, moves []*placement, rid rootID) sysc
 			continue
 		}
 		if err != nil {
-			r.refuse("rename", p.fromPath, "", fmt.Sprintf("cannot read %s: %v", f.path, err))
+			j.refuse("rename", p.fromPath, "", fmt.Sprintf("cannot read %s: %v", f.path, err))
 			return syscall.EPERM
 		}
 		dfd := int(f.dir.Fd())
 		for _, e := range batch {
 			entries++
 			if entries > maxMovedEntries {
-				r.refuse("rename", p.fromPath, "", fmt.Sprintf("the folder holds more than %d entries to check; copy it instead", maxMovedEntries))
+				j.refuse("rename", p.fromPath, "", fmt.Sprintf("the folder holds more than %d entries to check; copy it instead", maxMovedEntries))
 				return syscall.EXDEV
 			}
 			switch e.Type() & os.ModeType {
@@ -355,16 +384,16 @@ func (r *root) checkMovedTree(p *placement, moves []*placement, rid rootID) sysc
 					continue // removed meanwhile
 				}
 				if err != nil {
-					r.refuse("rename", p.fromPath, "", fmt.Sprintf("cannot read the link %s/%s: %v", f.path, e.Name(), err))
+					j.refuse("rename", p.fromPath, "", fmt.Sprintf("cannot read the link %s/%s: %v", f.path, e.Name(), err))
 					return syscall.EPERM
 				}
-				if why := r.escapesAt(dfd, f.depth, true, rid, target, moves); why != "" {
-					r.refuse("rename", p.fromPath, target, why+" from "+f.path+"/"+e.Name())
+				if why := j.escapesAt(dfd, f.depth, true, rid, target, moves); why != "" {
+					j.refuse("rename", p.fromPath, target, why+" from "+f.path+"/"+e.Name())
 					return syscall.EPERM
 				}
 			case os.ModeDir:
 				if f.depth-p.toDepth >= maxMovedDepth {
-					r.refuse("rename", p.fromPath, "", fmt.Sprintf("the folder is more than %d deep to check; copy it instead", maxMovedDepth))
+					j.refuse("rename", p.fromPath, "", fmt.Sprintf("the folder is more than %d deep to check; copy it instead", maxMovedDepth))
 					return syscall.EXDEV
 				}
 				cfd, err := openat2Retry(dfd, e.Name(), &subdir)
@@ -372,7 +401,7 @@ func (r *root) checkMovedTree(p *placement, moves []*placement, rid rootID) sysc
 					continue
 				}
 				if err != nil {
-					r.refuse("rename", p.fromPath, "", fmt.Sprintf("cannot open %s/%s: %v", f.path, e.Name(), err))
+					j.refuse("rename", p.fromPath, "", fmt.Sprintf("cannot open %s/%s: %v", f.path, e.Name(), err))
 					return syscall.EPERM
 				}
 				stack = append(stack, frame{dir: dirFile(cfd), depth: f.depth + 1, path: f.path + "/" + e.Name()})
@@ -389,24 +418,24 @@ func (r *root) checkMovedTree(p *placement, moves []*placement, rid rootID) sysc
 // link to "../lib" needs to know that its folder is at least one level
 // below the root, not how deep it is. The walk then knows the root by its
 // inode.
-func (r *root) escapesFrom(dfd int, target string, moves []*placement) string {
-	rid, err := r.identity()
+func (j linkJudge) escapesFrom(dfd int, target string, moves []*placement) string {
+	rid, err := j.identity()
 	if err != nil {
 		return fmt.Sprintf("cannot stat the root: %v", err)
 	}
-	depth, exact, err := r.depthOf(dfd, rid, lexicalClimb(target))
+	depth, exact, err := j.depthOf(dfd, rid, lexicalClimb(target))
 	if err != nil {
 		return fmt.Sprintf("cannot place the link's folder: %v", err)
 	}
-	return r.escapesAt(dfd, depth, exact, rid, target, moves)
+	return j.escapesAt(dfd, depth, exact, rid, target, moves)
 }
 
 // rootID is the root's backing inode, which the walks meet it by.
 type rootID struct{ dev, ino uint64 }
 
-func (r *root) identity() (rootID, error) {
+func (j linkJudge) identity() (rootID, error) {
 	var st syscall.Stat_t
-	if err := fstat(r.fd, &st); err != nil {
+	if err := fstat(j.root, &st); err != nil {
 		return rootID{}, err
 	}
 	return rootID{st.Dev, st.Ino}, nil
@@ -418,7 +447,7 @@ func (r *root) identity() (rootID, error) {
 // folder is deeper than limit). It fails if the climb leaves the root's
 // filesystem, or passes maxLinkDepth without meeting the root: the folder
 // is not below it.
-func (r *root) depthOf(dfd int, rid rootID, limit int) (depth int, exact bool, err error) {
+func (j linkJudge) depthOf(dfd int, rid rootID, limit int) (depth int, exact bool, err error) {
 	cur := dfd
 	defer func() {
 		if cur != dfd {
@@ -487,7 +516,7 @@ func openParent(fd int) (int, error) {
 // than maxLinkHops links, a lost place) counts as leading out. Lexically
 // the target must also stay inside, so a name that does not exist yet
 // cannot become an exit later.
-func (r *root) escapesAt(dfd, depth int, exact bool, rid rootID, target string, moves []*placement) string {
+func (j linkJudge) escapesAt(dfd, depth int, exact bool, rid rootID, target string, moves []*placement) string {
 	if target == "" {
 		return ""
 	}

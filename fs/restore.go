@@ -87,10 +87,15 @@ func (f *Files) resolveExact(p string) (*target, error) {
 // it), and notes what to tell the mounts. oldIno is the inode t held
 // before.
 func (f *Files) changedTarget(tl *told, t *target, g guarded, oldIno uint64, fp fingerprint, tree bool) {
+	f.changedTargetBy(Actor{}, tl, t, g, oldIno, fp, tree)
+}
+
+// changedTargetBy is changedTarget for a change made by a.
+func (f *Files) changedTargetBy(a Actor, tl *told, t *target, g guarded, oldIno uint64, fp fingerprint, tree bool) {
 	if fp == (fingerprint{}) {
-		f.hub.ledger.removed(Actor{}, g.key, g.state)
+		f.hub.ledger.removed(a, g.key, g.state)
 	} else {
-		f.hub.ledger.modified(Actor{}, g.key, g.state, fp)
+		f.hub.ledger.modified(a, g.key, g.state, fp)
 	}
 	tl.changed(t, oldIno)
 	if fp.ino != 0 && fp.ino != oldIno {
@@ -136,7 +141,7 @@ func (r *Restorer) RemoveAll(ctx context.Context, p string) error {
 			return fmt.Errorf("remove %s: %w", p, err)
 		}
 		defer t.close()
-		if err := r.f.removeEntry(ctx, tl, t.dirFd, &t.dirSt, t.key.gen, t.name, t.rel, 0); err != nil {
+		if err := r.f.removeEntry(ctx, tl, &removal{}, t.dirFd, &t.dirSt, t.key.gen, t.name, t.rel, 0); err != nil {
 			return fmt.Errorf("remove %s: %w", t.rel, err)
 		}
 		return nil
@@ -147,11 +152,23 @@ func (r *Restorer) RemoveAll(ctx context.Context, p string) error {
 // goes down: deeper than any path the kernel can name from the root.
 const maxRemoveDepth = unix.PathMax / 2
 
+// removal is what a removal of a tree does beside removing: whose
+// removal the ledger records, the check made under each entry's lock
+// before it goes, and how many entries went. A restore's is the zero
+// removal: by nobody in particular, unchecked.
+type removal struct {
+	a Actor
+	// check, if set, may refuse an entry, under its lock, before it is
+	// removed: the removal stops there with its error.
+	check   func(t *target, g guarded) error
+	removed int
+}
+
 // removeEntry removes name from the folder dirFd (dirSt, dirGen) and, for
 // a folder, its whole tree, each entry under its own lock, children
-// before their folder; no lock is held while another is taken. The
-// change gate is held.
-func (f *Files) removeEntry(ctx context.Context, tl *told, dirFd int, dirSt *syscall.Stat_t, dirGen uint64, name, rel string, depth int) error {
+// before their folder; no lock is held while another is taken, and no
+// link is followed. The change gate is held.
+func (f *Files) removeEntry(ctx context.Context, tl *told, rm *removal, dirFd int, dirSt *syscall.Stat_t, dirGen uint64, name, rel string, depth int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -170,7 +187,7 @@ func (f *Files) removeEntry(ctx context.Context, tl *told, dirFd int, dirSt *sys
 			return fmt.Errorf("%s: %w", rel, err)
 		}
 		if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-			if err := f.emptyFolder(ctx, tl, dirFd, name, rel, depth); err != nil {
+			if err := f.emptyFolder(ctx, tl, rm, dirFd, name, rel, depth); err != nil {
 				return err
 			}
 		}
@@ -178,13 +195,22 @@ func (f *Files) removeEntry(ctx context.Context, tl *told, dirFd int, dirSt *sys
 		if err != nil {
 			return err
 		}
+		if rm.check != nil {
+			if err := rm.check(t, g); err != nil {
+				unlock()
+				return err
+			}
+		}
 		flags := 0
 		if g.state.fp.dir {
 			flags = unix.AT_REMOVEDIR
 		}
 		err = unix.Unlinkat(dirFd, name, flags)
 		if err == nil || err == unix.ENOENT {
-			f.changedTarget(tl, t, g, g.state.fp.ino, fingerprint{}, true)
+			if err == nil {
+				rm.removed++
+			}
+			f.changedTargetBy(rm.a, tl, t, g, g.state.fp.ino, fingerprint{}, true)
 			unlock()
 			return nil
 		}
@@ -198,12 +224,8 @@ func (f *Files) removeEntry(ctx context.Context, tl *told, dirFd int, dirSt *sys
 }
 
 // emptyFolder removes every entry of the folder name in dirFd.
-func (f *Files) emptyFolder(ctx context.Context, tl *told, dirFd int, name, rel string, depth int) error {
-	how := unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
-	}
-	fd, err := openat2Retry(dirFd, name, &how)
+func (f *Files) emptyFolder(ctx context.Context, tl *told, rm *removal, dirFd int, name, rel string, depth int) error {
+	fd, err := openat2Retry(dirFd, name, &readFolder)
 	if err != nil {
 		if err == unix.ENOENT || err == unix.ENOTDIR || err == unix.ELOOP {
 			return nil // gone, or no longer a folder: the caller sees it
@@ -220,7 +242,7 @@ func (f *Files) emptyFolder(ctx context.Context, tl *told, dirFd int, name, rel 
 	for {
 		names, err := dir.Readdirnames(1024)
 		for _, child := range names {
-			if err := f.removeEntry(ctx, tl, fd, &st, gen, child, rel+"/"+child, depth+1); err != nil {
+			if err := f.removeEntry(ctx, tl, rm, fd, &st, gen, child, rel+"/"+child, depth+1); err != nil {
 				return err
 			}
 		}
@@ -231,6 +253,13 @@ func (f *Files) emptyFolder(ctx context.Context, tl *told, dirFd int, name, rel 
 			return fmt.Errorf("%s: %w", rel, err)
 		}
 	}
+}
+
+// readFolder opens one name below a folder as a folder to read, following
+// no link and crossing no mount.
+var readFolder = unix.OpenHow{
+	Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+	Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
 }
 
 // Mkdir makes the folder p, or finds it made, and gives it mode. Its

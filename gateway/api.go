@@ -62,6 +62,14 @@ func routes() []route {
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/read", (*Gateway).handleReadFile},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/write", (*Gateway).handleWriteFile},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/edit", (*Gateway).handleEditFile},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/list", (*Gateway).handleListFiles},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/stat", (*Gateway).handleStatFile},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/exists", (*Gateway).handleFileExists},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/mkdir", (*Gateway).handleMkdir},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/remove", (*Gateway).handleRemoveFile},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/rename", (*Gateway).handleRenameFile},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/files/raw", (*Gateway).handleReadRaw}, // answers a streamer
+		{http.MethodPut, "/v1/tenants/{tenant}/threads/{thread}/files/raw", (*Gateway).handleWriteRaw},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs", (*Gateway).handleRegisterRun},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs/end", (*Gateway).handleEndRun},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec", (*Gateway).handleExec}, // answers a streamer
@@ -86,10 +94,21 @@ func routes() []route {
 	}
 }
 
+// noBodyLimit is bodyLimit's answer for a route whose body is streamed
+// to disk, never held: a raw file's content (PUT .../files/raw). Its
+// bound is the thread's disk quota, as for any write through its mount;
+// the body timeout bounds each pause instead of the whole body
+// (deadlineBody.stream).
+const noBodyLimit = -1
+
 // bodyLimit is the largest request body a route takes: a file's content
-// for the file API, maxBodyBytes for every other call.
+// for the file API's read, write and edit, none for the raw content, and
+// maxBodyBytes for every other call.
 func bodyLimit(pattern string) int64 {
-	if strings.Contains(pattern, "/files/") {
+	switch {
+	case strings.HasSuffix(pattern, "/files/raw"):
+		return noBodyLimit
+	case strings.HasSuffix(pattern, "/files/read"), strings.HasSuffix(pattern, "/files/write"), strings.HasSuffix(pattern, "/files/edit"):
 		return maxFileBody
 	}
 	return maxBodyBytes
@@ -156,7 +175,14 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				g.writeError(w, r, ps, err)
 				return
 			}
-			if limit := bodyLimit(cr.pattern); limit != maxBodyBytes {
+			switch limit := bodyLimit(cr.pattern); limit {
+			case maxBodyBytes:
+			case noBodyLimit:
+				if db, ok := body.(*deadlineBody); ok {
+					db.stream = true
+				}
+				r.Body = body
+			default:
 				r.Body = http.MaxBytesReader(w, body, limit)
 			}
 			resp, err := cr.handle(g, r, ps)
@@ -469,9 +495,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // wanted. net/http clears the deadline itself when it starts that read
 // (Go 1.26); this does not depend on it. Requests without a body never
 // get a deadline: their pending read starts before the handler.
+//
+// A streamed body (stream: a raw file's content, of any size) gets the
+// timeout for each wait instead: every read that brings bytes moves the
+// deadline on, so an upload takes as long as it needs while it keeps
+// coming, and one that stalls for the timeout is cut.
 type deadlineBody struct {
 	io.ReadCloser
 	rc      *http.ResponseController
+	timeout time.Duration
+	stream  bool // set before the body is read
 	cleared bool
 }
 
@@ -481,14 +514,18 @@ func newDeadlineBody(w http.ResponseWriter, body io.ReadCloser, timeout time.Dur
 		// Not a connection with deadlines (a test's recorder): no bound.
 		return body
 	}
-	return &deadlineBody{ReadCloser: body, rc: rc}
+	return &deadlineBody{ReadCloser: body, rc: rc, timeout: timeout}
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF && !b.cleared {
+	switch {
+	case b.cleared:
+	case err == io.EOF:
 		b.cleared = true
 		_ = b.rc.SetReadDeadline(time.Time{}) // the connection is still there: it was just read
+	case n > 0 && b.stream:
+		_ = b.rc.SetReadDeadline(time.Now().Add(b.timeout))
 	}
 	return n, err
 }

@@ -116,6 +116,14 @@
 //	POST   .../threads/{thread}/files/read   {"path","run"}                 {"content","version",...}
 //	POST   .../threads/{thread}/files/write  {"path","run","content"}       {"version",...}
 //	POST   .../threads/{thread}/files/edit   {"path","run","old","new","all"}  {"replaced","version"}
+//	POST   .../threads/{thread}/files/list   {"path","run"}                 {"path","entries":[...]}
+//	POST   .../threads/{thread}/files/stat   {"path","run","follow"}        {"path","type","size","mode","mtime","version","target"}
+//	POST   .../threads/{thread}/files/exists {"path","run"}                 {"path","exists","type"}
+//	POST   .../threads/{thread}/files/mkdir  {"path","run","parents","mode"} {"path"}
+//	POST   .../threads/{thread}/files/remove {"path","run","recursive"}     {"path","removed"}
+//	POST   .../threads/{thread}/files/rename {"from","to","run","overwrite"} {"from","to","version"}
+//	GET    .../threads/{thread}/files/raw?path=P[&run=R]                    the bytes; X-Warren-Version
+//	PUT    .../threads/{thread}/files/raw?path=P[&run=R][&mode=0644]  bytes {"path","size","version"}
 //	POST   .../threads/{thread}/runs         {"pid","run"}                  {"run","pid"}
 //	POST   .../threads/{thread}/runs/end     {"run"}                        {"run"}
 //	POST   .../threads/{thread}/exec         {"command","run","cwd",...}    NDJSON: {"id"}, output frames, {"exit":N}
@@ -140,10 +148,13 @@
 //	POST   .../threads/{thread}/revert       {"checkpoint","force"}         {"op","to","saved","changed",...}
 //	POST   .../threads/{thread}/fork         {"checkpoint","thread"}        {"binding","mountPath","checkpoint","from"}
 //
-// The file API (files.go) works on the backing folder through the fs
-// core, with the same locks, versions and read records as the mounts
-// (never through the gateway's own mount); a modification based on a
-// stale read is a 409 stale and a write.stale event.
+// The file API (files.go, tree.go) works on the backing folder through
+// the fs core, with the same locks, versions and read records as the
+// mounts (never through the gateway's own mount); a modification based on
+// a stale read is a 409 stale and a write.stale event. Raw content
+// streams both ways: a PUT's body has no size bound (the thread's disk
+// quota is its bound) and Config.BodyTimeout bounds each pause in it
+// rather than the whole body.
 //
 // For example:
 //
@@ -162,7 +173,8 @@
 // bound), 403 outside and 422 no_match (file API), 429 job_limit, 503
 // closed (shutting down), unavailable (the store did not answer: retry) or
 // fenced (the lease lapsed), 507 no_space (the store's disk is nearly full; reads go
-// on), 500 internal. A request line that net/http cannot parse, or headers over
+// on; or a file API write found the disk full) or quota (the thread's
+// disk quota refused a file API write), 500 internal. A request line that net/http cannot parse, or headers over
 // 64 KiB, are refused by net/http itself before the route table, in plain
 // text. A refused request changes nothing.
 //

@@ -48,6 +48,8 @@ var errorClasses = []struct {
 	{meta.ErrUnavailable, http.StatusServiceUnavailable, api.CodeUnavailable},
 	{api.ErrNoSpace, http.StatusInsufficientStorage, api.CodeNoSpace},
 	{meta.ErrNoSpace, http.StatusInsufficientStorage, api.CodeNoSpace},
+	// A thread's disk quota refused a file of the file API (fileError).
+	{api.ErrQuota, http.StatusInsufficientStorage, api.CodeQuota},
 	// A folder of the gateway's own (a workspace, a mount point) could
 	// not be made on a full disk.
 	{syscall.ENOSPC, http.StatusInsufficientStorage, api.CodeNoSpace},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	iofs "io/fs"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -29,54 +30,91 @@ import (
 // writes, base64-encoded, plus room for the rest of the request.
 const maxFileBody = fs.MaxFileBytes*4/3 + 64<<10
 
-// fileError turns an error of the fs core into the API's.
+// fileError turns an error of the fs core into the API's: a refusal
+// whose message is meant for the agent as it is. Errors it does not know
+// are returned as they are.
 func fileError(err error) error {
 	var (
-		stale    *fs.StaleError
-		none     *fs.NoMatchError
-		many     *fs.ManyMatchesError
-		outside  *fs.OutsideError
-		tooLarge *fs.TooLargeError
-		notFile  *fs.NotFileError
+		stale     *fs.StaleError
+		none      *fs.NoMatchError
+		many      *fs.ManyMatchesError
+		outside   *fs.OutsideError
+		linkOut   *fs.LinkOutError
+		tooLarge  *fs.TooLargeError
+		notFile   *fs.NotFileError
+		notFolder *fs.NotFolderError
+		exists    *fs.ExistsError
+		notEmpty  *fs.NotEmptyError
+		root      *fs.RootError
+		space     *fs.SpaceError
+		content   *fs.ContentError
 	)
 	switch {
 	case errors.As(err, &stale):
 		return &toolError{api.ErrStale, err.Error()}
 	case errors.As(err, &none), errors.As(err, &many):
 		return &toolError{api.ErrNoMatch, err.Error()}
-	case errors.As(err, &outside):
+	case errors.As(err, &outside), errors.As(err, &linkOut):
 		return &toolError{api.ErrOutside, err.Error()}
 	case errors.As(err, &tooLarge):
 		return &toolError{api.ErrTooLarge, err.Error()}
-	case errors.As(err, &notFile):
+	case errors.As(err, &notFile), errors.As(err, &notFolder):
 		return &toolError{api.ErrInvalid, err.Error()}
+	case errors.As(err, &exists), errors.As(err, &notEmpty):
+		return &toolError{api.ErrConflict, err.Error()}
+	case errors.As(err, &root):
+		return &toolError{api.ErrForbidden, err.Error()}
+	case errors.As(err, &space) && errors.Is(err, syscall.EDQUOT):
+		return &toolError{api.ErrQuota, fmt.Sprintf("The thread's disk quota is full: %s was not written.", space.Path)}
+	case errors.As(err, &space):
+		return &toolError{api.ErrNoSpace, fmt.Sprintf("The disk is full: %s was not written.", space.Path)}
+	case errors.As(err, &content) && errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("%w: the request body stopped arriving: %s was not written", errBodyTimeout, content.Path)
+	case errors.As(err, &content):
+		return fmt.Errorf("%w: the request body was cut: %s was not written: %v", api.ErrInvalid, content.Path, content.Err)
+	case errors.Is(err, syscall.ELOOP):
+		return &toolError{api.ErrInvalid, strings.TrimSuffix(err.Error(), ": "+syscall.ELOOP.Error()) + ": too many links in a chain (a loop?)."}
 	case errors.Is(err, iofs.ErrNotExist):
-		return &toolError{api.ErrNotFound, strings.TrimSuffix(err.Error(), ": "+iofs.ErrNotExist.Error()) + ": no such file."}
+		msg := err.Error()
+		for _, cause := range []string{iofs.ErrNotExist.Error(), syscall.ENOENT.Error()} {
+			msg = strings.TrimSuffix(msg, ": "+cause)
+		}
+		return &toolError{api.ErrNotFound, msg + ": no such file."}
 	}
 	return err
 }
 
 // withFiles binds the thread if need be and runs fn on its workspace.
 func (g *Gateway) withFiles(ctx context.Context, tenant, thread string, fn func(k meta.ThreadKey, f *fs.Files, mountPath string) error) error {
-	info, err := g.bind(ctx, tenant, thread)
-	if err != nil {
-		return err
-	}
-	k := meta.ThreadKey{Tenant: info.Tenant, Thread: info.Thread}
-	_, mountPath, err := g.threadPaths(k)
-	if err != nil {
-		return err
-	}
-	root, err := g.rootOf(info.Binding)
-	if err != nil {
-		return err
-	}
-	f, err := g.hub.Files(root, k.Tenant+"/"+k.Thread, g.staleEvents(k))
+	k, f, mountPath, err := g.openFiles(ctx, tenant, thread)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	return fn(k, f, mountPath)
+}
+
+// openFiles binds the thread if need be and opens its workspace for the
+// file API. Close f when done.
+func (g *Gateway) openFiles(ctx context.Context, tenant, thread string) (k meta.ThreadKey, f *fs.Files, mountPath string, err error) {
+	info, err := g.bind(ctx, tenant, thread)
+	if err != nil {
+		return k, nil, "", err
+	}
+	k = meta.ThreadKey{Tenant: info.Tenant, Thread: info.Thread}
+	_, mountPath, err = g.threadPaths(k)
+	if err != nil {
+		return k, nil, "", err
+	}
+	root, err := g.rootOf(info.Binding)
+	if err != nil {
+		return k, nil, "", err
+	}
+	f, err = g.hub.Files(root, k.Tenant+"/"+k.Thread, g.staleEvents(k))
+	if err != nil {
+		return k, nil, "", err
+	}
+	return k, f, mountPath, nil
 }
 
 // actorFor is the actor a file request acts as: its run, or else the

@@ -1,0 +1,110 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"warren/api"
+)
+
+// List lists a folder of a thread's workspace.
+func (c *Client) List(ctx context.Context, tenant, thread string, req api.ListRequest) (api.ListResponse, error) {
+	var out api.ListResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/list", nil, req, &out)
+	return out, err
+}
+
+// Stat describes an entry of a thread's workspace; an error matching
+// api.ErrNotFound if there is none.
+func (c *Client) Stat(ctx context.Context, tenant, thread string, req api.StatRequest) (api.StatResponse, error) {
+	var out api.StatResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/stat", nil, req, &out)
+	return out, err
+}
+
+// Exists says whether a path of a thread's workspace names an entry.
+func (c *Client) Exists(ctx context.Context, tenant, thread string, req api.ExistsRequest) (api.ExistsResponse, error) {
+	var out api.ExistsResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/exists", nil, req, &out)
+	return out, err
+}
+
+// Mkdir makes a folder of a thread's workspace.
+func (c *Client) Mkdir(ctx context.Context, tenant, thread string, req api.MkdirRequest) error {
+	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/mkdir", nil, req, &api.MkdirResponse{})
+}
+
+// Remove removes an entry, or with Recursive a tree, of a thread's
+// workspace, and says how many entries went.
+func (c *Client) Remove(ctx context.Context, tenant, thread string, req api.RemoveRequest) (api.RemoveResponse, error) {
+	var out api.RemoveResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/remove", nil, req, &out)
+	return out, err
+}
+
+// Rename moves an entry of a thread's workspace.
+func (c *Client) Rename(ctx context.Context, tenant, thread string, req api.RenameRequest) (api.RenameResponse, error) {
+	var out api.RenameResponse
+	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/rename", nil, req, &out)
+	return out, err
+}
+
+// rawQuery is the query of a .../files/raw call.
+func rawQuery(req api.RawRequest) url.Values {
+	q := url.Values{"path": {req.Path}}
+	if req.Run != "" {
+		q.Set("run", req.Run)
+	}
+	if req.Mode != nil {
+		q.Set("mode", fmt.Sprintf("%04o", *req.Mode))
+	}
+	return q
+}
+
+// ReadRaw copies the content of a file of a thread's workspace, of any
+// size, to w as it arrives, and returns its size and version. The read
+// counts for req.Run (or the calling process) once every byte arrived. A
+// content cut short is an error, after w got what came.
+func (c *Client) ReadRaw(ctx context.Context, tenant, thread string, req api.RawRequest, w io.Writer) (api.RawInfo, error) {
+	path := threadPath(tenant, thread) + "/files/raw"
+	resp, err := c.send(ctx, http.MethodGet, path, rawQuery(req), nil)
+	if err != nil {
+		return api.RawInfo{}, err
+	}
+	defer resp.Body.Close()
+	info := api.RawInfo{Path: req.Path, Size: resp.ContentLength}
+	if info.Version, err = strconv.ParseUint(resp.Header.Get(api.VersionHeader), 10, 64); err != nil {
+		return info, fmt.Errorf("GET %s: the answer's %s: %w", path, api.VersionHeader, err)
+	}
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return info, fmt.Errorf("GET %s: read the content: %w", path, err)
+	}
+	if n != info.Size {
+		return info, fmt.Errorf("GET %s: %d bytes of %d arrived", path, n, info.Size)
+	}
+	return info, nil
+}
+
+// WriteRaw replaces the content of a file of a thread's workspace (made,
+// with its folders, if need be) with all that r gives, of any size, sent
+// as it is read; req.Mode, if set, is the file's mode. A reader whose
+// size is known (a *bytes.Reader, *strings.Reader or *bytes.Buffer) is
+// sent with its length, any other chunked.
+func (c *Client) WriteRaw(ctx context.Context, tenant, thread string, req api.RawRequest, r io.Reader) (api.RawInfo, error) {
+	path := threadPath(tenant, thread) + "/files/raw"
+	resp, err := c.sendBody(ctx, http.MethodPut, path, rawQuery(req), "application/octet-stream", r)
+	if err != nil {
+		return api.RawInfo{}, err
+	}
+	defer resp.Body.Close()
+	var out api.RawInfo
+	if err := decodeAnswer(http.MethodPut, path, resp, &out); err != nil {
+		return api.RawInfo{}, err
+	}
+	return out, nil
+}
