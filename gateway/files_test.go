@@ -221,3 +221,20 @@ func TestFileAPIBodies(t *testing.T) {
 		t.Errorf("the refused file exists: %v", err)
 	}
 }
+
+// TestFileAPIBeforeFirstCommand: a workspace is its jail's user's from its
+// bind, so what the file API writes before the thread's first command is
+// the commands' to change.
+func TestFileAPIBeforeFirstCommand(t *testing.T) {
+	env := startEnv(t, Config{})
+	ctx := context.Background()
+	c := env.c
+	if _, err := c.WriteFile(ctx, "acme", "early", api.WriteFileRequest{Path: "src/app.ts", Content: "one\n"}); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	code, err := c.Exec(ctx, "acme", "early", api.ExecRequest{Command: "echo two >> src/app.ts && rm -r src && mkdir src && echo three > src/new.ts && cat src/new.ts"}, &out, &out)
+	if err != nil || code != 0 || out.String() != "three\n" {
+		t.Fatalf("a command on what the file API made before it: exit %d, %v, %q", code, err, out.String())
+	}
+}

@@ -234,14 +234,9 @@ func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey, b meta.Binding)
 	if err != nil {
 		return nil, err
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(root, &st); err != nil {
+	// A workspace bound before binds gave it away is given now.
+	if err := giveToJailUser(root); err != nil {
 		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
-	}
-	if st.Uid == 0 {
-		if err := os.Chown(root, jail.NobodyID, jail.NobodyID); err != nil {
-			return nil, fmt.Errorf("jail for %s: give the workspace to its user: %w", keyName(k), err)
-		}
 	}
 	cfg := g.jailConfig(s, mountPath)
 	j, err := jail.Start(ctx, cfg)
@@ -341,4 +336,20 @@ func (g *Gateway) closeJails() {
 	for _, tj := range g.jails.closeAll() {
 		tj.close()
 	}
+}
+
+// giveToJailUser makes the workspace folder root its jail's user's, unless
+// it is someone's other than root's already.
+func giveToJailUser(root string) error {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(root, &st); err != nil {
+		return fmt.Errorf("give the workspace to its user: %w", err)
+	}
+	if st.Uid != 0 {
+		return nil
+	}
+	if err := os.Lchown(root, jail.NobodyID, jail.NobodyID); err != nil {
+		return fmt.Errorf("give the workspace to its user: %w", err)
+	}
+	return nil
 }

@@ -323,6 +323,12 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	if err := makeWorkspace(&undo, root); err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: create workspace: %w", keyName(k), err)
 	}
+	// The workspace is its jail's user's from the start: what the file
+	// API makes before the first command (a new entry takes its folder's
+	// owner) is the commands' to change.
+	if err := giveToJailUser(root); err != nil {
+		return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
+	}
 	// The quota holds before the mount serves a single write.
 	newSettings := old.Settings
 	if settings != nil {
