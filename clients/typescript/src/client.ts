@@ -202,7 +202,7 @@ export class WarrenClient {
    */
   async *execFrames(tenant: string, thread: string, req: api.ExecRequest, o: CallOptions = {}): AsyncGenerator<api.ExecFrame> {
     const res = await this.t.send('POST', this.thread(tenant, thread) + '/exec', { json: req, signal: o.signal })
-    yield* ndjson<api.ExecFrame>(res)
+    yield* ndjson<api.ExecFrame>(res, o.signal)
   }
 
   /** Runs a command to its end and collects its output. */
@@ -277,7 +277,7 @@ export class WarrenClient {
       query: { stream: opts.stream, offset: opts.offset, follow: opts.follow ? 'true' : undefined },
       signal: opts.signal,
     })
-    yield* ndjson<api.JobFrame>(res)
+    yield* ndjson<api.JobFrame>(res, opts.signal)
   }
 
   async jobStdin(tenant: string, thread: string, id: string, data: string, close = false, o: CallOptions = {}): Promise<void> {
@@ -362,6 +362,6 @@ export class WarrenClient {
       query: { tenant: filter.tenant, thread: filter.thread },
       signal: filter.signal,
     })
-    yield* ndjson<api.WarrenEvent>(res)
+    yield* ndjson<api.WarrenEvent>(res, filter.signal)
   }
 }

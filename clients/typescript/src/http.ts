@@ -135,8 +135,11 @@ export async function readAll(res: Readable, max: number): Promise<Buffer> {
   return Buffer.concat(chunks)
 }
 
-/** Reads an NDJSON answer: one value per line, as they come. */
-export async function* ndjson<T>(res: Readable): AsyncGenerator<T> {
+/**
+ * Reads an NDJSON answer: one value per line, as they come. An answer cut
+ * by signal rejects with the signal's reason.
+ */
+export async function* ndjson<T>(res: Readable, signal?: AbortSignal): AsyncGenerator<T> {
   res.setEncoding('utf8')
   let buf = ''
   try {
@@ -150,6 +153,9 @@ export async function* ndjson<T>(res: Readable): AsyncGenerator<T> {
       }
     }
     if (buf.trim() !== '') yield JSON.parse(buf) as T
+  } catch (err) {
+    if (signal?.aborted) throw signal.reason
+    throw err
   } finally {
     res.destroy()
   }
