@@ -98,7 +98,10 @@
 //
 // # API
 //
-// HTTP/1.1 + JSON on the Unix socket; the routes are the table in api.go.
+// HTTP/1.1 + JSON on the Unix socket; the routes are the table in api.go,
+// described for machines by docs/openapi.yaml (OpenAPI 3.1), which
+// openapi_test.go holds against the table, the api types and the
+// examples of docs/api.md.
 // Ids travel as single escaped path segments and are unescaped segment by
 // segment, so "..", "." and "a/b" are ids like any other (send them
 // escaped: %2E%2E, %2E, a%2Fb). An empty tenant segment is the default
