@@ -154,7 +154,7 @@ func inWorkspace(p, mountPath string) string {
 
 // readFile reads a file of the thread's workspace for run.
 func (g *Gateway) readFile(ctx context.Context, tenant, thread string, req api.ReadFileRequest) (api.ReadFileResponse, error) {
-	if err := checkPath("path", req.Path); err != nil {
+	if err := requirePath("path", req.Path); err != nil {
 		return api.ReadFileResponse{}, err
 	}
 	a, err := g.actorFor(ctx, req.Run)
@@ -180,7 +180,7 @@ func (g *Gateway) readFile(ctx context.Context, tenant, thread string, req api.R
 
 // writeFile writes a file of the thread's workspace for run.
 func (g *Gateway) writeFile(ctx context.Context, tenant, thread string, req api.WriteFileRequest) (api.WriteFileResponse, error) {
-	if err := checkPath("path", req.Path); err != nil {
+	if err := requirePath("path", req.Path); err != nil {
 		return api.WriteFileResponse{}, err
 	}
 	a, err := g.actorFor(ctx, req.Run)
@@ -211,7 +211,7 @@ func (g *Gateway) writeFile(ctx context.Context, tenant, thread string, req api.
 
 // editFile edits a file of the thread's workspace for run.
 func (g *Gateway) editFile(ctx context.Context, tenant, thread string, req api.EditFileRequest) (api.EditFileResponse, error) {
-	if err := checkPath("path", req.Path); err != nil {
+	if err := requirePath("path", req.Path); err != nil {
 		return api.EditFileResponse{}, err
 	}
 	a, err := g.actorFor(ctx, req.Run)
