@@ -954,3 +954,19 @@ func (g *Gateway) dropHistory(ctx context.Context, k meta.ThreadKey) error {
 	g.collect(k.Tenant)
 	return nil
 }
+
+// finishMovedRestore finishes, for a thread this gateway just took over,
+// the restore its former host was making when it died, before the
+// thread's first command runs here. The thread's lock is held (the
+// takeover's bind): no checkpoint call of the thread can run meanwhile,
+// since each binds first. A failure is logged; the journal stays, and the
+// thread's next checkpoint call tries again.
+func (g *Gateway) finishMovedRestore(ctx context.Context, b meta.Binding) {
+	h, err := g.store.GetHistory(ctx, b.ThreadKey)
+	if err != nil || h.Restoring == nil {
+		return
+	}
+	if err := g.withHistoryLocked(ctx, b.ThreadKey, b, func(*history) error { return nil }); err != nil {
+		g.log.Error("finish the restore a former host left cut short", "tenant", b.Tenant, "thread", b.Thread, "error", err)
+	}
+}

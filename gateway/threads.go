@@ -395,6 +395,9 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	if fresh && g.cfg.SeedCommand != "" {
 		g.seed(ctx, b)
 	}
+	if moved && !fresh {
+		g.finishMovedRestore(ctx, b)
+	}
 	return b, nil
 }
 

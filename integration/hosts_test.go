@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -275,6 +276,48 @@ func TestHostsUndoAfterTakeover(t *testing.T) {
 		if !strings.Contains(list, want) {
 			t.Errorf("checkpoints on B lack %s:\n%s", want, list)
 		}
+	}
+}
+
+// TestHostsRestoreCutShortByADeath: the owner dies in the middle of a
+// restore; the server that takes the thread over finishes it before it
+// serves the thread's first command.
+func TestHostsRestoreCutShortByADeath(t *testing.T) {
+	c := newHostCluster(t)
+	snaps := filepath.Join(t.TempDir(), "snapshots")
+	a := c.host("host-a", "--snapshots", snaps)
+	b := c.host("host-b", "--snapshots", snaps)
+	mp := a.bind("default", "t1")
+	a.mustWarren("exec", "--thread", "t1", "--", `mkdir -p a && cd a && for i in $(seq 1 4000); do echo "old $i" > f$i; done`)
+	old := captureTree(t, mp)
+	a.mustWarren("checkpoint", "--thread", "t1")
+	a.mustWarren("exec", "--thread", "t1", "--", `cd a && for i in $(seq 1 4000); do echo "new $i" > f$i; done`)
+	a.mustWarren("checkpoint", "--thread", "t1")
+	rootA := a.threadInfo("t1").Root
+	ac := a.client()
+	for try := 1; ; try++ {
+		pid := a.pid()
+		done := make(chan struct{})
+		go func() { defer close(done); ac.Revert(context.Background(), "", "t1", "cp-1", false) }()
+		mid := waitRestoreStarted(t, filepath.Join(a.data, "workspaces"), "old 1\n")
+		syscall.Kill(pid, syscall.SIGKILL)
+		a.kill9()
+		<-done
+		if mid {
+			break
+		}
+		if try == 5 {
+			t.Fatal("the restore always ended before the kill")
+		}
+		a.start()
+		a.mustWarren("revert", "--thread", "t1", "cp-2")
+	}
+	if r, _ := waitPastPinned(t, b, "t1", "cat a/f1 a/f4000", rootA, "host-a"); r.code != 0 || r.stdout != "old 1\nold 4000\n" {
+		t.Fatalf("B's first command after the takeover: %v", r)
+	}
+	wantTree(t, "the workspace B took over", b.threadInfo("t1").MountPath, old)
+	if !strings.Contains(b.allLogs(), "finishing a restore that was cut short") {
+		t.Error("B did not say it finished the restore")
 	}
 }
 
