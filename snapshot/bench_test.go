@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -102,33 +103,46 @@ func BenchmarkBuildFirst(b *testing.B) {
 	b.ReportMetric(float64(closing.Milliseconds())/float64(b.N), "close-ms/op")
 }
 
-// BenchmarkMakeDurable measures what making a build's new objects durable
-// costs on the machine's disk (not the tmpfs of the other tests): n new
-// small objects, fsync'ed in parallel up to parallelSyncMax, by syncfs
-// above.
+// BenchmarkMakeDurable measures what making n spread objects durable
+// costs on the machine's disk, the two ways the spreader can: fsyncs in
+// parallel (with their folders), or one syncfs. The objects are placed
+// loose, unsynced, outside the timing.
 func BenchmarkMakeDurable(b *testing.B) {
-	for _, n := range []int{1, 10, parallelSyncMax, parallelSyncMax + 1} {
-		b.Run(fmt.Sprintf("objects=%d", n), func(b *testing.B) {
-			r, err := Open(filepath.Join(diskTempDir(b), "repo"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer r.Close()
-			round := 0
-			for b.Loop() {
-				b.StopTimer()
-				var ws writeSet
-				for i := range n {
-					round++
-					if _, err := r.putBytes(&ws, []byte(fmt.Sprintf("object %d", round*1000+i))); err != nil {
+	for _, n := range []int{1, 10, parallelSyncMax, 100, 1000} {
+		for _, how := range []string{"fsync", "syncfs"} {
+			b.Run(fmt.Sprintf("objects=%d/%s", n, how), func(b *testing.B) {
+				r, err := Open(filepath.Join(diskTempDir(b), "repo"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer r.Close()
+				round := 0
+				for b.Loop() {
+					b.StopTimer()
+					var ds durableSet
+					for i := range n {
+						round++
+						data := []byte(fmt.Sprintf("object %d", round*10000+i))
+						h := sum(data)
+						if err := r.placeLoose(h, false, func(w io.Writer) error {
+							_, err := w.Write(append([]byte{formatRaw}, data...))
+							return err
+						}); err != nil {
+							b.Fatal(err)
+						}
+						ds.add(h)
+					}
+					b.StartTimer()
+					if how == "fsync" {
+						err = r.fsyncObjects(&ds)
+					} else {
+						err = r.syncfs()
+					}
+					if err != nil {
 						b.Fatal(err)
 					}
 				}
-				b.StartTimer()
-				if err := r.makeDurable(b.Context(), &ws); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+			})
+		}
 	}
 }
