@@ -139,6 +139,10 @@ func (r *Repo) scanOthers(fn func(f *os.File, recs map[Hash]loc) (more, keep boo
 			f.Close()
 			return fmt.Errorf("stat log %s: %w", name, err)
 		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			f.Close()
+			continue // not one of ours
+		}
 		ol := o.byName[name]
 		if ol == nil || ol.dev != st.Dev || ol.ino != st.Ino {
 			ol = &otherLog{dev: st.Dev, ino: st.Ino, recs: make(map[Hash]loc)}

@@ -53,11 +53,15 @@ func (r *Repo) recoverLogs() (int, error) {
 			}
 			continue // a live process's
 		}
-		done = append(done, taken{name, f})
 		info, err := f.Stat()
-		if err != nil {
-			return 0, fmt.Errorf("stat log %s: %w", name, err)
+		if err != nil || !info.Mode().IsRegular() {
+			f.Close()
+			if err != nil {
+				return 0, fmt.Errorf("stat log %s: %w", name, err)
+			}
+			continue // not one of ours; left alone
 		}
+		done = append(done, taken{name, f})
 		if _, err := r.spreadLog(f, info.Size(), true, &ds); err != nil {
 			return 0, fmt.Errorf("recover log %s: %w", name, err)
 		}
