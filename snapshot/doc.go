@@ -14,7 +14,10 @@
 //     sorted, in one canonical encoding (tree.go), so one folder is one
 //     hash and unchanged subtrees are shared by every tree that holds them.
 //     Owners, times, xattrs and hard links are not kept.
-//   - Dedup: an object in place is never written again, nor replaced.
+//   - Dedup: an object in place (loose, or in a log of this Repo's) is
+//     never written again; a loose one is never replaced, unless crash
+//     recovery finds it fails its hash. One found only in another
+//     process's log is written again, and placed loose once.
 //   - Compression: zstd at its fastest level, kept only where it makes the
 //     object at most 7/8 of its size; files over 1 MiB are streamed (never
 //     held whole), and their first MiB decides.

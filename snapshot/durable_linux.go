@@ -13,15 +13,23 @@ import (
 // syncfs of the repository's filesystem.
 //
 // Measured on this project's machines (ext4 on a virtual disk, 2 cores,
-// BenchmarkMakeDurable, noisy): 1 object and its folder 0.55 to 0.95 ms;
-// 10 objects 4 to 6 ms; 32 objects 10 to 18 ms (parallel fsyncs overlap
-// only partly: each waits for a journal commit); syncfs 3.5 to 5 ms with
-// little else dirty. syncfs flushes everything dirty on the filesystem,
-// which the workspaces share: an agent writing a big build output makes
-// it cost as much as writing that out. That is why no build waits for
-// one; the spreader may, and it uses syncfs only where fsyncs would cost
-// more than a busy syncfs: after a big build, whose objects would take
-// seconds to fsync one by one.
+// BenchmarkMakeDurable, 20 rounds, noisy: other jobs share the disk):
+//
+//	objects   fsyncs    syncfs
+//	1         1.8 ms    7.4 ms
+//	10        5.2 ms    2.3 ms
+//	32        8.8 ms    3.9 ms
+//	100        21 ms    5.6 ms
+//	1000      164 ms     34 ms
+//
+// So syncfs is cheaper on a quiet disk from about 10 objects on; but it
+// flushes everything dirty on the filesystem, which the workspaces share:
+// an agent writing a big build output makes it cost as much as writing
+// that out, and fills the disk's queue in front of the builds' own log
+// fsyncs. fsyncs cost only what the spreader wrote, so they are kept for
+// the common pass (an agent's turn changes a few files: about 3 objects
+// per file, with its folders); a big pass (a first build: 100,000
+// objects would take 16 s of fsyncs) takes the syncfs.
 const (
 	parallelSyncMax = 32
 	syncWorkers     = 8
