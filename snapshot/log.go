@@ -237,7 +237,7 @@ func newLogScanner(ra io.ReaderAt, size int64) (s *logScanner, ok bool, err erro
 	return &logScanner{ra: ra, size: size, off: int64(len(magic))}, true, nil
 }
 
-// resume continues a scan at off (the end of the records read before)
+// resumeLogScanner continues a scan at off (the end of the records read before)
 // in a file now of size bytes.
 func resumeLogScanner(ra io.ReaderAt, off, size int64) *logScanner {
 	return &logScanner{ra: ra, size: size, off: off}
