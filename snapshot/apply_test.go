@@ -118,6 +118,7 @@ func TestApplyCorruptBlob(t *testing.T) {
 	write(t, filepath.Join(b, "f"), "the new content", 0o644)
 	ha, _ := build(t, r, a, Hash{}, nil, true)
 	hb, _ := build(t, r, b, Hash{}, nil, true)
+	spreadAll(t, r)
 	flipByte(t, r.objectPath(sum([]byte("the new content"))), -1)
 	deltas, _ := r.Diff(context.Background(), ha, hb)
 	dst := t.TempDir()

@@ -27,7 +27,7 @@ type BuildStats struct {
 	Bytes              int64 // content bytes of the files in the resulting tree
 	Read               int64 // files and links read during this build
 	NewObjects         int64 // objects written (not found in place already)
-	NewBytes           int64 // bytes written to the repository
+	NewBytes           int64 // bytes written to the build's log (records' headers included)
 }
 
 // examineTries bounds how often an entry that turns into something else
@@ -43,7 +43,9 @@ const maxDepth = 512
 
 // Build stores the folder rootFd (a descriptor of the workspace's backing
 // folder, O_PATH or not) as a tree and returns its hash, once every object
-// it wrote is durable. Call it holding Shared.
+// it wrote is durable: its new objects go to one log in tmp/, fsync'ed
+// once, and are readable at once; the Repo's spreader makes them loose
+// objects later (see the package doc). Call it holding Shared.
 //
 // With full, or a zero base, it walks the whole folder. Otherwise it
 // starts from the tree base and looks again only at the paths in
@@ -91,11 +93,17 @@ func (r *Repo) Build(ctx context.Context, rootFd int, base Hash, changes []Chang
 	} else {
 		h, c, err = b.update(rootFd, "", base, trie)
 	}
+	if err == nil && b.ws.log != nil {
+		err = b.ws.log.commit(r.tmpFd)
+	}
 	if err != nil {
+		if b.ws.log != nil {
+			b.ws.log.abort(r.tmp)
+		}
 		return Hash{}, BuildStats{}, fmt.Errorf("snapshot: build: %w", err)
 	}
-	if err := r.makeDurable(ctx, &b.ws); err != nil {
-		return Hash{}, BuildStats{}, fmt.Errorf("snapshot: build: %w", err)
+	if b.ws.log != nil {
+		r.publish(b.ws.log)
 	}
 	return h, BuildStats{
 		Full:       full,

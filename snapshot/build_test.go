@@ -199,6 +199,7 @@ func TestBigFiles(t *testing.T) {
 	if st.Bytes != int64(len(random)+len(halfText)+2*smallMax+1) {
 		t.Errorf("Bytes: got %d, want %d", st.Bytes, len(random)+len(halfText)+2*smallMax+1)
 	}
+	spreadAll(t, r)
 	for name, wantFormat := range map[string]byte{"random": formatRaw, "half": formatZstd, "exact": formatZstd, "over": formatZstd} {
 		data, _ := os.ReadFile(filepath.Join(src, name))
 		obj, err := os.ReadFile(r.objectPath(sum(data)))

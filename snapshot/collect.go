@@ -10,18 +10,23 @@ import (
 
 // CollectStats says what a Collect did.
 type CollectStats struct {
-	Kept     int64         // objects kept
-	Removed  int64         // objects removed
-	Freed    int64         // bytes of the objects removed
-	Temps    int64         // stale files removed from tmp/
-	Duration time.Duration // from the lock granted to the end
+	Kept      int64         // objects kept
+	Removed   int64         // objects removed
+	Freed     int64         // bytes of the objects removed
+	Temps     int64         // stale files removed from tmp/
+	Recovered int64         // logs left by crashed processes, spread
+	Duration  time.Duration // from the lock granted to the end
 }
 
 // Collect removes every object that no tree reachable from the roots live
 // returns references. It takes the repository's lock exclusive, waiting
-// for every Shared holder (and keeping new ones waiting), calls live once
-// it holds it, marks everything reachable from the roots, visiting each
-// tree once, then removes the rest and the stale files of tmp/.
+// for every Shared holder (and keeping new ones waiting); waits until this
+// Repo's logs are spread and spreads those that crashed processes left;
+// calls live, marks everything reachable from the roots, visiting each
+// tree once, then removes the rest and the stale files of tmp/. The
+// objects of the logs of other live processes are not loose yet: they are
+// all kept, and so are those of a log of this Repo's that its spreader
+// fails to spread.
 //
 // It fails closed: if live fails, or a root's tree or any tree below it
 // is missing or corrupt, it removes nothing. (Blobs are not read: a
@@ -35,6 +40,26 @@ func (r *Repo) Collect(ctx context.Context, live func(ctx context.Context) ([]Ha
 	}
 	defer unlock()
 	start := time.Now()
+	// No build runs now, here or in another process (they hold Shared),
+	// so no log is added until the end; the spreaders go on.
+	if err := r.waitSpread(ctx); err != nil && ctx.Err() != nil {
+		return CollectStats{}, fmt.Errorf("snapshot: collect: wait for the spreader: %w", err)
+	}
+	recovered, err := r.recoverLogs()
+	if err != nil {
+		return CollectStats{}, fmt.Errorf("snapshot: collect: %w", err)
+	}
+	keep, err := r.otherHashes()
+	if err != nil {
+		return CollectStats{}, fmt.Errorf("snapshot: collect: %w", err)
+	}
+	r.mu.Lock()
+	for _, pl := range r.logs {
+		for h := range pl.recs {
+			keep[h] = struct{}{}
+		}
+	}
+	r.mu.Unlock()
 	roots, err := live(ctx)
 	if err != nil {
 		return CollectStats{}, fmt.Errorf("snapshot: collect: live roots: %w", err)
@@ -45,7 +70,8 @@ func (r *Repo) Collect(ctx context.Context, live func(ctx context.Context) ([]Ha
 			return CollectStats{}, fmt.Errorf("snapshot: collect: root %s: %w", root, err)
 		}
 	}
-	stats, err := r.sweep(ctx, marked)
+	stats, err := r.sweep(ctx, marked, keep)
+	stats.Recovered = int64(recovered)
 	stats.Duration = time.Since(start)
 	if err != nil {
 		return stats, fmt.Errorf("snapshot: collect: %w", err)
@@ -89,9 +115,9 @@ func (r *Repo) mark(ctx context.Context, h Hash, marked map[Hash]struct{}) error
 	return nil
 }
 
-// sweep removes every object not in marked. Files in the fan-out folders
-// whose names are not object names are left alone.
-func (r *Repo) sweep(ctx context.Context, marked map[Hash]struct{}) (CollectStats, error) {
+// sweep removes every object in neither marked nor keep. Files in the
+// fan-out folders whose names are not object names are left alone.
+func (r *Repo) sweep(ctx context.Context, marked, keep map[Hash]struct{}) (CollectStats, error) {
 	var stats CollectStats
 	for i := 0; i < 256; i++ {
 		if err := ctx.Err(); err != nil {
@@ -107,7 +133,8 @@ func (r *Repo) sweep(ctx context.Context, marked map[Hash]struct{}) (CollectStat
 			if err != nil {
 				continue
 			}
-			if _, ok := marked[h]; ok {
+			_, ok := marked[h]
+			if _, pending := keep[h]; ok || pending {
 				stats.Kept++
 				continue
 			}

@@ -158,7 +158,10 @@ func TestLock(t *testing.T) {
 
 // TestCollectUnderCheckpoints runs checkpoints of several workspaces
 // while collections run and old roots are dropped, as the daemon would,
-// then checks that every recorded root reads back whole.
+// then checks that every recorded root reads back whole. The workers'
+// spreaders are slowed, so that their builds return (and are recorded,
+// and are built upon) before their logs are spread, and collections, in
+// a Repo of their own or in a worker's, run while logs are pending.
 func TestCollectUnderCheckpoints(t *testing.T) {
 	repoDir := filepath.Join(diskTempDir(t), "repo")
 	const workers, rounds = 3, 12
@@ -194,12 +197,15 @@ func TestCollectUnderCheckpoints(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, workers+2)
+	slow := func(string) { time.Sleep(time.Duration(rand.IntN(15)) * time.Millisecond) }
+	var workerRepos []*Repo
 	for w := range workers {
-		r, err := Open(repoDir) // one Repo each, as several daemons would
+		r, err := Open(repoDir, withSpreadHook(slow)) // one Repo each, as several daemons would
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer r.Close()
+		workerRepos = append(workerRepos, r)
 		dir := t.TempDir()
 		write(t, filepath.Join(dir, "common/lib.go"), "package common\n", 0o644)
 		wg.Go(func() {
@@ -256,21 +262,28 @@ func TestCollectUnderCheckpoints(t *testing.T) {
 		}
 	})
 	var removed int64
-	collections := 0
+	collections, pendingSeen := 0, 0
 	side.Go(func() {
-		r, err := Open(repoDir)
+		own, err := Open(repoDir)
 		if err != nil {
 			errs <- err
 			return
 		}
-		defer r.Close()
-		for {
+		defer own.Close()
+		for i := 0; ; i++ {
 			// Collections come back often, though not back to back: a
 			// collection waiting or running holds new checkpoints back.
 			select {
 			case <-stop:
 				return
 			case <-time.After(10 * time.Millisecond):
+			}
+			if len(logsIn(t, repoDir)) > 0 {
+				pendingSeen++
+			}
+			r := own
+			if i%2 == 1 {
+				r = workerRepos[i/2%workers]
 			}
 			st, err := r.Collect(ctx, live)
 			if err != nil {
@@ -305,8 +318,11 @@ func TestCollectUnderCheckpoints(t *testing.T) {
 	for _, rec := range db {
 		verifyAll(t, r, rec.root)
 	}
-	t.Logf("%d checkpoints kept, %d collections, %d objects removed", len(db), collections+1, removed)
+	t.Logf("%d checkpoints kept, %d collections (%d with logs pending), %d objects removed", len(db), collections+1, pendingSeen, removed)
 	if removed == 0 {
 		t.Errorf("no collection removed anything: the test tested nothing")
+	}
+	if pendingSeen == 0 {
+		t.Errorf("no collection ran with logs pending: the test tested nothing new")
 	}
 }

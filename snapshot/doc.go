@@ -14,7 +14,10 @@
 //     sorted, in one canonical encoding (tree.go), so one folder is one
 //     hash and unchanged subtrees are shared by every tree that holds them.
 //     Owners, times, xattrs and hard links are not kept.
-//   - Dedup: an object in place is never written again, nor replaced.
+//   - Dedup: an object in place (loose, or in a log of this Repo's) is
+//     never written again; a loose one is never replaced, unless crash
+//     recovery finds it fails its hash. One found only in another
+//     process's log is written again, and placed loose once.
 //   - Compression: zstd at its fastest level, kept only where it makes the
 //     object at most 7/8 of its size; files over 1 MiB are streamed (never
 //     held whole), and their first MiB decides.
@@ -22,11 +25,11 @@
 //     end, ReadTree before decoding; a tree is validated strictly (sorted
 //     unique valid names, known kinds, sane modes and sizes) and corrupt
 //     data is an error, never a panic.
-//   - Durability before return: every object a Build wrote, or found in
-//     place but recent enough to be another build's not yet durable, is
-//     durable when Build returns, so the caller may record the tree at
-//     once (durable_linux.go: up to 32 objects are fsync'ed in parallel
-//     with their fan-out folders; more, one syncfs).
+//   - Durability before return: every object a Build wrote is durable
+//     when Build returns, so the caller may record the tree at once: its
+//     new objects are appended to one log, which is fsync'ed once with
+//     its folder (below). An object a Build found in place is durable
+//     too: a loose object is, or the log it came from is still there.
 //   - A safe walk: Build opens every entry with openat2 below its folder's
 //     descriptor, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
 //     RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV, files O_NOFOLLOW |
@@ -48,14 +51,69 @@
 //
 // # Layout
 //
-//	DIR/objects/<2 hex>/<62 hex>   the objects; the 256 folders are made by Open
-//	DIR/tmp/                       objects being written, renamed into place
+//	DIR/objects/<2 hex>/<62 hex>   the loose objects; the 256 folders are made by Open
+//	DIR/tmp/log-<16 hex>           build logs: objects durable, not yet loose
+//	DIR/tmp/obj-<random>           loose objects being written, renamed into place
 //	DIR/lock                       the collection lock (below)
 //	DIR/gate                       its turnstile
 //
-// An object file is a format byte (0 raw, 1 zstd) and the payload. A crash
-// leaves at most files in tmp/, which Open and Collect remove once they
-// are an hour old (another daemon may be writing the newer ones).
+// An object file is a format byte (0 raw, 1 zstd) and the payload. A log
+// is a header (8 bytes: "wrnlog", 0, 1) and records, each the object's
+// hash (32 bytes), its format byte, its payload's size (8 bytes, little
+// endian) and the payload (log.go). A crash leaves at most logs, which
+// are recovered (below), and obj- files in tmp/, which Open and Collect
+// remove once they are an hour old (another daemon may be writing the
+// newer ones).
+//
+// # Build logs and spreading
+//
+// A Build writes each new object (compressed where that pays) to one
+// log, in large buffered writes, made at its first new object; a build
+// with nothing new makes none. At its end it fdatasyncs the log and
+// fsyncs tmp/ (the log's name): that is the durability point, after
+// which Build publishes the log's records in the Repo's index (hash to
+// log, offset, size) and returns. No object file is made on Build's
+// path. A Build that fails removes its log: nothing names its objects.
+//
+// The Repo's spreader (spread.go) then turns each published log into
+// loose objects, written without fsync and never replacing one in place;
+// checks each record against its hash on the way; makes what it placed,
+// and what it found in place, durable in one go (durable_linux.go: up to
+// 32 objects fsync'ed in parallel with their fan-out folders; more, one
+// syncfs, which costs what everything dirty on the filesystem costs, off
+// every caller's path); then removes the log and forgets its records. It
+// spreads in one pass every log published since its last one. A log it
+// cannot spread (a full disk) stays published and readable, and is tried
+// again after a pause; one whose records fail their check stays too,
+// nothing of it lost, until Close leaves it to the next Open.
+//
+// Where to find an object (pending.go): loose; else in this Repo's
+// index; else in the logs of other processes in tmp/, whose records it
+// reads (and remembers, reading only what was added since); else loose
+// once more (a spreader places an object before it lets go of its log);
+// else ErrNotFound. Every read checks what it reads against the hash,
+// wherever it comes from. Dedup looks at this build's log, the index and
+// the loose objects, not at other processes' logs: an object found only
+// there is written again, and spread once.
+//
+// # Several processes, and crashes
+//
+// Daemons on several machines may share one repository folder, each
+// with its own Repo (one process may also hold several Repos of one
+// folder: they behave as processes do). A log's owner holds flock
+// LOCK_EX on it from before its first record until it has removed it,
+// spread; a new log is locked, then checked to be still the file of its
+// name, before anything is written to it. So a log nobody holds locked
+// was left by a process that ended without spreading it: a crash, a
+// kill, or a Close whose last pass failed. Open (before it returns) and
+// Collect spread such logs, holding their locks: records are checked
+// against their hashes, and a log is cut at its last good record (a torn
+// last record, a size past the end, a hash that does not match); only a
+// log whose fsync completed was ever named by a checkpoint, and all its
+// records are whole. A loose object that such a log holds is checked
+// too, and replaced by the log's copy where it fails (a crash before it
+// was made durable may have left it torn). A log another process holds
+// is never spread nor removed by this one; its objects are read from it.
 //
 // # Collection and its lock
 //
@@ -70,7 +128,17 @@
 // ReadTree and OpenBlob do not take the lock themselves: the caller holds
 // it across the whole operation and its record. Collect fails closed: a
 // failing live function, or a missing or corrupt tree below a root,
-// removes nothing. Shared is not reentrant: a goroutine holding it must
+// removes nothing.
+//
+// Logs and collection: holding the lock exclusive, Collect first waits
+// until this Repo's logs are spread (no build adds one meanwhile, here or
+// elsewhere: builds hold the lock shared), spreads the logs crashed
+// processes left, then keeps every object the remaining logs hold (other
+// processes' logs, and a log of this Repo's that failed to spread),
+// reachable or not: they are not loose, so there is nothing to sweep of
+// them, and a spreader may be placing them. The spreaders take no lock:
+// what they place is either in a log Collect read, or reachable from a
+// root it marked. Shared is not reentrant: a goroutine holding it must
 // not take it again, nor call Collect (a collection waiting between the
 // two would wait for the first while the second waits for it).
 //
@@ -92,11 +160,14 @@
 //
 // # Goroutines
 //
-// A Repo starts no goroutine of its own and keeps none running. The only
-// ones are makeDurable's fsync workers (at most 8 per Build), which the
-// Build that starts them waits for before it returns. A Repo may be used
-// from any number of goroutines at once: its tree cache has its own mutex,
-// the zstd encoders and decoders are pooled per Repo (synchronous ones,
+// A Repo owns one goroutine, its spreader: started by Open, stopped by
+// Close, which lets it spread what is left in a last pass and waits for
+// it to end. The spreader starts makeDurable's fsync workers (at most 8
+// at a time) and waits for them. No Build, read or Collect starts one. A
+// Repo may be used from any number of goroutines at once: its tree cache
+// has its own mutex, its index of logs Repo.mu, what it read of other
+// processes' logs a mutex of its own (never held with Repo.mu), and the
+// zstd encoders and decoders are pooled per Repo (synchronous ones,
 // without goroutines) and released by Close.
 //
 // # Memory
@@ -104,5 +175,8 @@
 // A Repo that has worked keeps two encoders, two decoders and two 1 MiB
 // buffers (about 11 MiB) and its tree cache (8 MiB at most by default,
 // WithTreeCache); a build holds one folder's entries per level of depth,
-// and the descriptors of the folders it is in (at most 512 deep).
+// the descriptors of the folders it is in (at most 512 deep), its log's
+// 1 MiB write buffer and its records' index (about 100 bytes an object,
+// kept until the log is spread: 10 MiB for a first build of 100,000
+// files). A pending log holds a descriptor open until it is spread.
 package snapshot

@@ -292,9 +292,19 @@ func restore(t testing.TB, r *Repo, h Hash, dir string) []string {
 	return changed
 }
 
-// objectFiles lists the object files of r.
+// spreadAll waits until r's spreader has spread every log r published,
+// so that its objects are loose files.
+func spreadAll(t testing.TB, r *Repo) {
+	t.Helper()
+	if err := r.waitSpread(context.Background()); err != nil {
+		t.Fatalf("spread: %v", err)
+	}
+}
+
+// objectFiles lists the object files of r, once its logs are spread.
 func objectFiles(t testing.TB, r *Repo) []string {
 	t.Helper()
+	spreadAll(t, r)
 	var out []string
 	err := filepath.WalkDir(r.objects, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {

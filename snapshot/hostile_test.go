@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -152,6 +153,13 @@ func TestSymlinksAreNotFollowed(t *testing.T) {
 	if st.Files != 0 || st.Links != 2 || h != base {
 		t.Errorf("got %d files, %d links, tree %s; want 0, 2, %s", st.Files, st.Links, h, base)
 	}
+	if rc, err := r.OpenBlob(sum([]byte("do not store"))); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the content behind a link was stored (OpenBlob: %v)", err)
+		if rc != nil {
+			rc.Close()
+		}
+	}
+	spreadAll(t, r)
 	if _, err := os.Stat(r.objectPath(sum([]byte("do not store")))); err == nil {
 		t.Errorf("the content behind a link was stored")
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,6 +25,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	if what := os.Getenv(childEnv); what != "" {
+		return runChild(what)
+	}
 	var fs unix.Statfs_t
 	if os.Getenv("SNAPSHOT_TEST_DISK") != "1" && unix.Statfs("/dev/shm", &fs) == nil && fs.Type == unix.TMPFS_MAGIC {
 		dir, err := os.MkdirTemp("/dev/shm", "snapshot-test-")
@@ -34,7 +38,16 @@ func run(m *testing.M) int {
 		defer os.RemoveAll(dir)
 		os.Setenv("TMPDIR", dir)
 	}
-	return m.Run()
+	code := m.Run()
+	if code == 0 {
+		// Every Repo a test opened was closed, and Close waits for its
+		// spreader: no goroutine of this package's may be left.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left:", err)
+			return 1
+		}
+	}
+	return code
 }
 
 // diskTempDir is t.TempDir on the machine's disk.

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"os"
-	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
@@ -35,35 +33,33 @@ const (
 	// maxDecoded bounds what a decoder allocates for one tree (DecodeAll)
 	// and the window of a stream: far above what this package writes.
 	maxDecoded = 512 << 20
-
-	// recentObject is the age under which an object found already in
-	// place may still be only in the page cache: written by a build (here
-	// or in another process) that has not yet made its objects durable. A
-	// build that reuses such an object makes it durable too.
-	recentObject = 10 * time.Minute
 )
 
 // pays reports whether compressed is small enough to keep in place of raw:
 // at most 7/8 of it.
 func pays(compressed, raw int) bool { return compressed <= raw-raw/8 }
 
-// writeSet is what one build has written: counts for BuildStats and the
-// objects that must be durable before it returns. One goroutine uses it.
+// writeSet is what one build has written: counts for BuildStats and its
+// log, made at its first new object. One goroutine uses it.
 type writeSet struct {
 	newObjects, newBytes int64
-	sync                 map[Hash]struct{}
+	log                  *logWriter // nil until the first new object
 }
 
-func (ws *writeSet) mustSync(h Hash) {
-	if ws.sync == nil {
-		ws.sync = make(map[Hash]struct{})
-	}
-	ws.sync[h] = struct{}{}
-}
-
-// present reports whether the object h is in place already; one that is
-// recent is added to ws's objects to sync.
+// present reports whether the object h is there already: in this build's
+// log, in a log of this Repo's, or loose. Every one of them is durable
+// (or will be with this build's log): a loose object is, or the log it
+// was spread from is still there. Other Repos' logs are not looked at:
+// an object found only there is written again, and spread once.
 func (r *Repo) present(ws *writeSet, h Hash) (bool, error) {
+	if ws.log != nil {
+		if _, ok := ws.log.recs[h]; ok {
+			return true, nil
+		}
+	}
+	if r.pendingHas(h) {
+		return true, nil
+	}
 	var st unix.Stat_t
 	err := unix.Stat(r.objectPath(h), &st)
 	if err == unix.ENOENT {
@@ -72,10 +68,19 @@ func (r *Repo) present(ws *writeSet, h Hash) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("stat object %s: %w", h, err)
 	}
-	if time.Since(time.Unix(st.Ctim.Unix())) < recentObject {
-		ws.mustSync(h)
-	}
 	return true, nil
+}
+
+// logFor returns the build's log, made if need be.
+func (r *Repo) logFor(ws *writeSet) (*logWriter, error) {
+	if ws.log == nil {
+		w, err := r.createLog()
+		if err != nil {
+			return nil, err
+		}
+		ws.log = w
+	}
+	return ws.log, nil
 }
 
 // putBytes stores data as an object, unless it is there already, and
@@ -85,72 +90,36 @@ func (r *Repo) putBytes(ws *writeSet, data []byte) (Hash, error) {
 	if ok, err := r.present(ws, h); err != nil || ok {
 		return h, err
 	}
-	// out is the object file's bytes when compression pays, else nil.
-	var out []byte
+	payload, format := data, formatRaw
 	if len(data) > 64 {
 		enc, err := r.encoders.get()
 		if err != nil {
 			return h, fmt.Errorf("make zstd encoder: %w", err)
 		}
-		out = enc.EncodeAll(data, append(make([]byte, 0, 1+len(data)-len(data)/8), formatZstd))
+		out := enc.EncodeAll(data, make([]byte, 0, len(data)-len(data)/8))
 		r.encoders.put(enc)
-		if !pays(len(out)-1, len(data)) {
-			out = nil
+		if pays(len(out), len(data)) {
+			payload, format = out, formatZstd
 		}
 	}
-	f, err := os.CreateTemp(r.tmp, "obj-")
+	w, err := r.logFor(ws)
 	if err != nil {
 		return h, fmt.Errorf("write object %s: %w", h, err)
 	}
-	if out == nil {
-		out = append(append(make([]byte, 0, 1+len(data)), formatRaw), data...)
-	}
-	if _, err = f.Write(out); err != nil {
-		return h, r.dropTemp(f, fmt.Errorf("write object %s: %w", h, err))
-	}
-	return h, r.place(ws, f, h, int64(len(out)))
-}
-
-// dropTemp closes and removes a temporary file after a failure, and
-// returns err.
-func (r *Repo) dropTemp(f *os.File, err error) error {
-	f.Close()
-	os.Remove(f.Name())
-	return err
-}
-
-// place closes the written temporary file f and renames it to the object
-// h, unless another writer (a build here or in another process) placed
-// the same object meanwhile: an object in place is never replaced, so
-// the one its first writer makes durable is the one that stays.
-func (r *Repo) place(ws *writeSet, f *os.File, h Hash, size int64) error {
-	if err := f.Close(); err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("write object %s: %w", h, err)
-	}
-	err := unix.Renameat2(unix.AT_FDCWD, f.Name(), unix.AT_FDCWD, r.objectPath(h), unix.RENAME_NOREPLACE)
-	if err == unix.EINVAL { // a filesystem without RENAME_NOREPLACE
-		err = os.Rename(f.Name(), r.objectPath(h))
-	}
-	if err == unix.EEXIST {
-		os.Remove(f.Name())
-		ws.mustSync(h)
-		return nil
-	}
+	n, err := w.add(h, format, payload)
 	if err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("place object %s: %w", h, err)
+		return h, fmt.Errorf("write object %s: %w", h, err)
 	}
 	ws.newObjects++
-	ws.newBytes += size
-	ws.mustSync(h)
-	return nil
+	ws.newBytes += n
+	return h, nil
 }
 
 // putStream stores everything rd reads as a blob and returns its hash and
 // size. Content of up to smallMax bytes is stored by putBytes; more is
-// streamed to a temporary file, compressed or not as its first smallMax
-// bytes decide, and hashed on the way.
+// streamed to the build's log, compressed or not as its first smallMax
+// bytes decide, and hashed on the way; if it is found in place after
+// all, the log is cut back.
 func (r *Repo) putStream(ws *writeSet, rd io.Reader) (Hash, int64, error) {
 	buf, err := r.buffers.get()
 	if err != nil {
@@ -176,43 +145,46 @@ func (r *Repo) putStream(ws *writeSet, rd io.Reader) (Hash, int64, error) {
 		format = formatZstd
 	}
 
-	f, err := os.CreateTemp(r.tmp, "obj-")
+	lw, err := r.logFor(ws)
 	if err != nil {
 		return Hash{}, 0, fmt.Errorf("write object: %w", err)
 	}
-	cw := &countWriter{w: f}
-	bw := bufio.NewWriterSize(cw, 256<<10)
-	bw.WriteByte(format)
-	var w io.Writer = bw
+	start, cw := lw.begin()
+	var w io.Writer = cw
 	if format == formatZstd {
-		enc.Reset(bw)
+		enc.Reset(cw)
 		w = enc
 	}
 	hasher := sha256.New()
 	mw := io.MultiWriter(hasher, w)
 	size := int64(n)
 	if _, err := mw.Write(buf[:n]); err != nil {
-		return Hash{}, 0, r.dropTemp(f, fmt.Errorf("write object: %w", err))
+		return Hash{}, 0, fmt.Errorf("write object: %w", err)
 	}
 	m, err := io.CopyBuffer(mw, rd, buf)
 	size += m
 	if err != nil {
-		return Hash{}, 0, r.dropTemp(f, fmt.Errorf("write object: %w", err))
+		return Hash{}, 0, fmt.Errorf("write object: %w", err)
 	}
 	if format == formatZstd {
 		if err := enc.Close(); err != nil {
-			return Hash{}, 0, r.dropTemp(f, fmt.Errorf("write object: compress: %w", err))
+			return Hash{}, 0, fmt.Errorf("write object: compress: %w", err)
 		}
-	}
-	if err := bw.Flush(); err != nil {
-		return Hash{}, 0, r.dropTemp(f, fmt.Errorf("write object: %w", err))
 	}
 	var h Hash
 	hasher.Sum(h[:0])
 	if ok, err := r.present(ws, h); err != nil || ok {
-		return h, size, r.dropTemp(f, err)
+		if err == nil {
+			err = lw.drop(start)
+		}
+		return h, size, err
 	}
-	return h, size, r.place(ws, f, h, cw.n)
+	if err := lw.end(start, h, format, cw.n); err != nil {
+		return h, size, fmt.Errorf("write object %s: %w", h, err)
+	}
+	ws.newObjects++
+	ws.newBytes += recordHeader + cw.n
+	return h, size, nil
 }
 
 type countWriter struct {
@@ -226,46 +198,25 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// openObject opens the object h and reads its format byte.
-func (r *Repo) openObject(h Hash) (*os.File, byte, error) {
-	f, err := os.Open(r.objectPath(h))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, 0, fmt.Errorf("snapshot: object %s: %w", h, ErrNotFound)
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("snapshot: open object %s: %w", h, err)
-	}
-	var b [1]byte
-	if _, err := io.ReadFull(f, b[:]); err != nil {
-		f.Close()
-		return nil, 0, fmt.Errorf("%w %s: no format byte: %v", ErrCorrupt, h, err)
-	}
-	if b[0] != formatRaw && b[0] != formatZstd {
-		f.Close()
-		return nil, 0, fmt.Errorf("%w %s: unknown format %d", ErrCorrupt, h, b[0])
-	}
-	return f, b[0], nil
-}
-
 // OpenBlob streams the content of the blob h. The reader checks the
 // content against h at its end: the Read that meets the end returns an
 // error matching ErrCorrupt, naming the object, where they differ. Missing
 // objects are an error matching ErrNotFound. Close the reader when done.
 func (r *Repo) OpenBlob(h Hash) (io.ReadCloser, error) {
-	f, format, err := r.openObject(h)
+	src, err := r.openObject(h)
 	if err != nil {
 		return nil, err
 	}
-	b := &blobReader{r: r, h: h, f: f, src: f, hasher: sha256.New()}
-	if format == formatZstd {
+	b := &blobReader{r: r, h: h, obj: src, src: src.rd, hasher: sha256.New()}
+	if src.format == formatZstd {
 		dec, err := r.decoders.get()
 		if err != nil {
-			f.Close()
+			src.close()
 			return nil, fmt.Errorf("snapshot: make zstd decoder: %w", err)
 		}
-		if err := dec.Reset(bufio.NewReaderSize(f, 64<<10)); err != nil {
+		if err := dec.Reset(bufio.NewReaderSize(src.rd, 64<<10)); err != nil {
 			r.decoders.put(dec)
-			f.Close()
+			src.close()
 			return nil, fmt.Errorf("snapshot: object %s: start decoder: %w", h, err)
 		}
 		b.dec = dec
@@ -278,7 +229,7 @@ func (r *Repo) OpenBlob(h Hash) (io.ReadCloser, error) {
 type blobReader struct {
 	r      *Repo
 	h      Hash
-	f      *os.File
+	obj    *source       // nil once closed
 	dec    *zstd.Decoder // nil for a raw object
 	src    io.Reader
 	hasher hash.Hash
@@ -309,7 +260,7 @@ func (b *blobReader) Read(p []byte) (int, error) {
 }
 
 func (b *blobReader) Close() error {
-	if b.f == nil {
+	if b.obj == nil {
 		return nil
 	}
 	if b.dec != nil {
@@ -317,8 +268,8 @@ func (b *blobReader) Close() error {
 		b.r.decoders.put(b.dec)
 		b.dec = nil
 	}
-	err := b.f.Close()
-	b.f = nil
+	err := b.obj.close()
+	b.obj = nil
 	if b.err == nil {
 		b.err = errors.New("snapshot: read after close")
 	}
@@ -328,16 +279,17 @@ func (b *blobReader) Close() error {
 // readObject reads the whole object h, checks it against its hash and
 // returns its bytes.
 func (r *Repo) readObject(h Hash) ([]byte, error) {
-	f, format, err := r.openObject(h)
+	src, err := r.openObject(h)
 	if err != nil {
 		return nil, err
 	}
-	data, err := io.ReadAll(f)
-	f.Close()
+	data := make([]byte, src.size)
+	_, err = io.ReadFull(src.rd, data)
+	src.close()
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: read object %s: %w", h, err)
 	}
-	if format == formatZstd {
+	if src.format == formatZstd {
 		dec, err := r.decoders.get()
 		if err != nil {
 			return nil, fmt.Errorf("snapshot: make zstd decoder: %w", err)

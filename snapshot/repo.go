@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -18,12 +19,14 @@ var ErrNotFound = errors.New("snapshot: object not found")
 
 // Repo is one repository folder. Its methods may be called from any
 // number of goroutines and processes at once; see the package doc for
-// the lock that Collect needs from the others. Call Close when done.
+// the lock that Collect needs from the others. Call Close when done: it
+// stops the Repo's spreading goroutine.
 type Repo struct {
 	dir     string // the repository folder
 	objects string // dir/objects
 	tmp     string // dir/tmp
 	dirFd   int    // the repository folder, for syncfs; closed by Close
+	tmpFd   int    // dir/tmp, to make a log's name durable; closed by Close
 
 	skip func(name string) bool // names left out of trees; never nil
 
@@ -33,10 +36,30 @@ type Repo struct {
 
 	trees *treeCache
 
+	// spread is the spreading goroutine (spread.go); nil without one
+	// (a test's). Set by Open.
+	spread *spreader
+	// others caches what was read of other Repos' logs (pending.go).
+	others otherLogs
+
+	// mu guards the fields below it, and the refs of the logs.
+	mu sync.Mutex
+	// logs are this Repo's logs that are durable and not yet spread, in
+	// the order published. The spreader removes them.
+	logs []*pendingLog
+	// passes counts the spreader's passes; passDone is closed at the end
+	// of the current one (and replaced); passErr is the last one's error.
+	passes   uint64
+	passDone chan struct{}
+	passErr  error
+
 	// hook, when set (by tests), is called at the named steps of a build,
 	// with the path being built: "examine" between the lstat of an entry
 	// and its open.
 	hook func(step, path string)
+	// spreadHook, when set (by tests, at Open), is called by the spreader
+	// with a log's name before it spreads it.
+	spreadHook func(log string)
 }
 
 // Option sets up a Repo at Open.
@@ -45,6 +68,8 @@ type Option func(*config)
 type config struct {
 	skip       func(name string) bool
 	cacheBytes int
+	noSpreader bool             // tests: logs are left as a crash would leave them
+	spreadHook func(log string) // tests: see Repo.spreadHook
 }
 
 // WithSkip sets the rule for the names that Build leaves out of trees, in
@@ -74,12 +99,16 @@ func DefaultSkip(name string) bool { return strings.HasPrefix(name, TempPrefix) 
 // reuse; more are made while more goroutines need them, and dropped after.
 const poolSize = 2
 
-// staleTemp is the age past which a file in tmp/ is taken for one left by
-// a crash: no writer keeps one open for this long.
+// staleTemp is the age past which a file in tmp/ other than a log is
+// taken for one left by a crash: no spreader keeps one open for this
+// long. (Logs are told by their lock, never by their age.)
 const staleTemp = time.Hour
 
-// Open opens the repository in dir, making it (mode 0700) if need be, and
-// removes files of tmp/ older than an hour. Call Close when done.
+// Open opens the repository in dir, making it (mode 0700) if need be,
+// spreads the logs of tmp/ that a crashed process left (those no live
+// process holds; see the package doc), removes other files of tmp/ older
+// than an hour, and starts the Repo's spreading goroutine. Call Close
+// when done.
 func Open(dir string, opts ...Option) (*Repo, error) {
 	cfg := config{skip: DefaultSkip, cacheBytes: 8 << 20}
 	for _, o := range opts {
@@ -93,12 +122,16 @@ func Open(dir string, opts ...Option) (*Repo, error) {
 		return nil, fmt.Errorf("snapshot: open %s: %w", dir, err)
 	}
 	r := &Repo{
-		dir:     dir,
-		objects: filepath.Join(dir, "objects"),
-		tmp:     filepath.Join(dir, "tmp"),
-		dirFd:   -1,
-		skip:    cfg.skip,
-		trees:   newTreeCache(cfg.cacheBytes),
+		dir:      dir,
+		objects:  filepath.Join(dir, "objects"),
+		tmp:      filepath.Join(dir, "tmp"),
+		dirFd:    -1,
+		tmpFd:    -1,
+		skip:     cfg.skip,
+		trees:    newTreeCache(cfg.cacheBytes),
+		passDone: make(chan struct{}),
+
+		spreadHook: cfg.spreadHook,
 	}
 	if err := r.layout(); err != nil {
 		return nil, fmt.Errorf("snapshot: open %s: %w", dir, err)
@@ -108,6 +141,10 @@ func Open(dir string, opts ...Option) (*Repo, error) {
 		return nil, fmt.Errorf("snapshot: open %s: %w", dir, err)
 	}
 	r.dirFd = fd
+	if r.tmpFd, err = unix.Open(r.tmp, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("snapshot: open %s: %w", r.tmp, err)
+	}
 	// Encoders and decoders are synchronous (concurrency 1: no goroutines
 	// of their own) and small: a 1 MiB window and zstd's lower-memory
 	// modes keep an encoder near 3 MiB and a decoder near 1.5 MiB once
@@ -123,9 +160,16 @@ func Open(dir string, opts ...Option) (*Repo, error) {
 			zstd.WithDecoderMaxMemory(maxDecoded))
 	}, func(d *zstd.Decoder) { d.Close() })
 	r.buffers = newPool(poolSize, func() ([]byte, error) { return make([]byte, smallMax+1), nil }, nil)
+	if _, err := r.recoverLogs(); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("snapshot: open %s: %w", dir, err)
+	}
 	if _, err := r.removeStaleTemps(); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("snapshot: open %s: %w", dir, err)
+	}
+	if !cfg.noSpreader {
+		r.startSpreader()
 	}
 	return r, nil
 }
@@ -164,21 +208,34 @@ func (r *Repo) layout() error {
 	return nil
 }
 
-// Close releases the encoders and decoders the repository keeps and its
-// folder's descriptor. The Repo must not be used after.
+// Close spreads the logs of this Repo not yet spread and stops its
+// spreading goroutine, waiting for it; then releases the encoders and
+// decoders the repository keeps and its folders' descriptors. A log it
+// fails to spread stays in tmp/, durable, for the next Open; Close then
+// returns the error. The Repo must not be used after, nor Close called
+// while a method of it runs.
 func (r *Repo) Close() error {
+	err := r.stopSpreader()
+	r.mu.Lock()
+	logs := r.logs
+	r.logs = nil
+	r.mu.Unlock()
+	for _, pl := range logs {
+		r.release(pl) // its lock goes: the log is left as a crash leaves one
+	}
 	r.encoders.close()
 	r.decoders.close()
 	r.buffers.close()
 	r.trees.clear()
-	if r.dirFd >= 0 {
-		err := unix.Close(r.dirFd)
-		r.dirFd = -1
-		if err != nil {
-			return fmt.Errorf("snapshot: close %s: %w", r.dir, err)
+	for _, fd := range []*int{&r.tmpFd, &r.dirFd} {
+		if *fd >= 0 {
+			if cerr := unix.Close(*fd); cerr != nil && err == nil {
+				err = fmt.Errorf("snapshot: close %s: %w", r.dir, cerr)
+			}
+			*fd = -1
 		}
 	}
-	return nil
+	return err
 }
 
 // Dir returns the repository folder.
@@ -190,8 +247,9 @@ func (r *Repo) objectPath(h Hash) string {
 	return r.objects + "/" + s[:2] + "/" + s[2:]
 }
 
-// removeStaleTemps removes the files of tmp/ older than staleTemp and
-// returns how many it removed. Another process may be writing the others.
+// removeStaleTemps removes the files of tmp/ older than staleTemp, but
+// logs, and returns how many it removed. Another process may be writing
+// the others.
 func (r *Repo) removeStaleTemps() (int, error) {
 	ents, err := os.ReadDir(r.tmp)
 	if err != nil {
@@ -199,6 +257,9 @@ func (r *Repo) removeStaleTemps() (int, error) {
 	}
 	n := 0
 	for _, e := range ents {
+		if isLogName(e.Name()) {
+			continue
+		}
 		info, err := e.Info()
 		if err != nil {
 			continue // gone already
