@@ -202,6 +202,7 @@ func (g *Gateway) collectOnce(ctx context.Context, tenant string) {
 type history struct {
 	meta.History
 	k     meta.ThreadKey
+	b     meta.Binding // the thread's binding, as the call found it
 	repo  *snapshot.Repo
 	files *fs.Files
 }
@@ -269,7 +270,7 @@ func (g *Gateway) withHistoryShared(ctx context.Context, k meta.ThreadKey, b met
 	if err != nil {
 		return fmt.Errorf("checkpoints of %s: read the history: %w", keyName(k), err)
 	}
-	h := &history{History: hist, k: k, repo: repo, files: files}
+	h := &history{History: hist, k: k, b: b, repo: repo, files: files}
 	if h.Restoring != nil {
 		if err := g.finishRestore(ctx, h); err != nil {
 			return err
@@ -352,7 +353,7 @@ func (g *Gateway) record(ctx context.Context, h *history, b built, req api.Check
 	h.Checkpoints = append(slices.Clone(h.Checkpoints), cp)
 	h.NextSeq++
 	h.Head, h.Redo = cp.ID, nil
-	dropped := g.retain(ctx, h)
+	dropped := g.retain(h)
 	if err := g.putHistory(ctx, h); err != nil {
 		h.History = prev
 		h.files.ReturnChanges(b.set)
@@ -378,11 +379,8 @@ func (g *Gateway) keepOf(s meta.Settings) int {
 
 // retain drops h's oldest checkpoints past what its thread keeps; the
 // head, the redo stack and a restore's target stay whatever their age.
-func (g *Gateway) retain(ctx context.Context, h *history) bool {
-	keep := DefaultCheckpoints
-	if b, err := g.store.GetBinding(ctx, h.k); err == nil {
-		keep = g.keepOf(b.Settings)
-	}
+func (g *Gateway) retain(h *history) bool {
+	keep := g.keepOf(h.b.Settings)
 	if len(h.Checkpoints) <= keep {
 		return false
 	}
@@ -436,14 +434,18 @@ func (g *Gateway) checkpoint(ctx context.Context, tenant, thread string, req api
 		}
 		g.log.Info("checkpoint taken", "tenant", h.k.Tenant, "thread", h.k.Thread, "checkpoint", cp.ID,
 			"full", b.stats.Full, "read", b.stats.Read, "new_objects", b.stats.NewObjects, "took", b.took)
-		var paths []string
-		if parent != nil {
-			paths, _ = g.changedPaths(ctx, h.repo, parent.Tree, cp.Tree)
-		} else {
-			paths, _ = g.changedPaths(ctx, h.repo, "", cp.Tree)
+		// The paths of the event cost a diff: made only when some
+		// stream wants the thread's events.
+		if g.events.wants(h.k) {
+			var paths []string
+			if parent != nil {
+				paths, _ = g.changedPaths(ctx, h.repo, parent.Tree, cp.Tree)
+			} else {
+				paths, _ = g.changedPaths(ctx, h.repo, "", cp.Tree)
+			}
+			g.emitPaths(api.Event{Type: api.EventCheckpointCreated, Tenant: h.k.Tenant, Thread: h.k.Thread,
+				Actor: actorOf(ctx), Checkpoint: cp.ID, Label: cp.Label}, paths, "changed since the checkpoint before")
 		}
-		g.emitPaths(api.Event{Type: api.EventCheckpointCreated, Tenant: h.k.Tenant, Thread: h.k.Thread,
-			Actor: actorOf(ctx), Checkpoint: cp.ID, Label: cp.Label}, paths, "changed since the checkpoint before")
 		return nil
 	})
 	return out, err
