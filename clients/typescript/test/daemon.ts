@@ -6,10 +6,13 @@
  *
  * Each process is started under `setpriv --pdeathsig`, so that it gets a
  * signal if the test process dies before its cleanups run: a daemon
- * SIGTERM (it unmounts and stops), etcd SIGKILL.
+ * SIGTERM (it unmounts and stops), etcd SIGKILL. Their output goes to a
+ * file, not a pipe to this process: a Go program that writes to a pipe
+ * whose reader died is killed by SIGPIPE, and a daemon killed so in its
+ * shutdown would leave its mounts behind.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs'
 import http from 'node:http'
 import net from 'node:net'
 import { tmpdir } from 'node:os'
@@ -57,12 +60,14 @@ export class Daemon {
   readonly args: string[]
   private child: ChildProcess | undefined
   private exited: Promise<void> | undefined
-  log = ''
+  /** Where its output goes. */
+  readonly logPath: string
 
   constructor(dir: string, args: string[] = []) {
     this.dir = dir
     this.data = path.join(dir, 'data')
     this.socket = path.join(this.data, 'warren.sock')
+    this.logPath = path.join(dir, 'warren.log')
     this.args = args
   }
 
@@ -74,10 +79,14 @@ export class Daemon {
   /** Starts it and waits until its socket answers. */
   async start(): Promise<void> {
     const [cmd, argv] = tied('SIGTERM', [warrenBinary(), 'serve', '--data', this.data, '--log-level', 'debug', ...this.args])
-    const child = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'] })
+    const out = openSync(this.logPath, 'a')
+    let child: ChildProcess
+    try {
+      child = spawn(cmd, argv, { stdio: ['ignore', out, out] })
+    } finally {
+      closeSync(out)
+    }
     this.child = child
-    child.stdout?.on('data', (b: Buffer) => (this.log += b.toString()))
-    child.stderr?.on('data', (b: Buffer) => (this.log += b.toString()))
     this.exited = new Promise((resolve) => child.on('exit', () => resolve()))
     const c = new WarrenClient(this.socket)
     try {
@@ -94,6 +103,15 @@ export class Daemon {
       }
     } finally {
       c.close()
+    }
+  }
+
+  /** Its output so far. */
+  get log(): string {
+    try {
+      return readFileSync(this.logPath, 'utf8')
+    } catch {
+      return ''
     }
   }
 
@@ -188,9 +206,15 @@ export async function startEtcd(t: Cleanups): Promise<Etcd> {
     '--unsafe-no-fsync',
     '--log-outputs', 'stderr',
   ])
-  const child = spawn(cmd, argv, { stdio: ['ignore', 'ignore', 'pipe'] })
-  let log = ''
-  child.stderr?.on('data', (b: Buffer) => (log = (log + b.toString()).slice(-8192)))
+  const logPath = path.join(dir, 'etcd.log')
+  const out = openSync(logPath, 'a')
+  let child: ChildProcess
+  try {
+    child = spawn(cmd, argv, { stdio: ['ignore', out, out] })
+  } finally {
+    closeSync(out)
+  }
+  const log = () => readFileSync(logPath, 'utf8').slice(-8192)
   const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
   t.after(async () => {
     if (child.exitCode === null && child.signalCode === null) {
@@ -201,7 +225,7 @@ export async function startEtcd(t: Cleanups): Promise<Etcd> {
   })
   const deadline = Date.now() + 60_000
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`etcd exited at start:\n${log}`)
+    if (child.exitCode !== null) throw new Error(`etcd exited at start:\n${log()}`)
     const health = await new Promise<string>((resolve) => {
       const req = http.get(`${clientURL}/health`, { timeout: 2000 }, (res) => {
         let body = ''
@@ -212,7 +236,7 @@ export async function startEtcd(t: Cleanups): Promise<Etcd> {
       req.on('timeout', () => req.destroy())
     })
     if (health.includes('"health":"true"')) return { endpoint: clientURL, pid: child.pid ?? 0 }
-    if (Date.now() > deadline) throw new Error(`etcd not healthy within 60 s:\n${log}`)
+    if (Date.now() > deadline) throw new Error(`etcd not healthy within 60 s:\n${log()}`)
     await new Promise((r) => setTimeout(r, 50))
   }
 }

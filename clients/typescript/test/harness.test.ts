@@ -75,7 +75,7 @@ async function drain(stream: AsyncIterable<StreamChunk>): Promise<{ text: string
   return { text, custom }
 }
 
-test('withSandbox: a workspace bootstrapped from a local git source, set up in the jail, snapshot, resumed', async (t) => {
+test('withSandbox: a workspace bootstrapped from a local git source, set up in the jail, snapshot, resumed', { timeout: 120_000 }, async (t) => {
   if (!requireDaemons(t)) return
   const d = await startDaemon(t)
   const warren = warrenSandbox({ socketPath: d.socket, tenant: 'acme' })
@@ -218,7 +218,7 @@ async function reattach(warren: WarrenSandboxProvider, sandboxId: string) {
 }
 // README: reattach end
 
-test("the README's harness example, on two servers: pinned, then resumed after the owner dies", async (t) => {
+test("the README's harness example, on two servers: pinned, then resumed after the owner dies", { timeout: 120_000 }, async (t) => {
   if (!requireDaemons(t)) return
   const etcd = await startEtcd(t)
   const flags = ['--store', 'etcd', '--etcd-endpoints', etcd.endpoint, '--renew-every', '200ms', '--expires-after', '2s']

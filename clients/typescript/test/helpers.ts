@@ -57,6 +57,15 @@ export async function eventually<T>(what: string, ms: number, f: () => Promise<T
   }
 }
 
+/** p, or a rejection once ms passed without it settling. */
+export function within<T>(ms: number, what: string, p: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)
+  })
+  return Promise.race([p, late]).finally(() => clearTimeout(timer))
+}
+
 /** A check for assert.rejects: a WarrenError of class cls, code and, if given, exact message. */
 export function warrenError(
   cls: abstract new (...args: never[]) => WarrenError,

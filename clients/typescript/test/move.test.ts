@@ -16,7 +16,7 @@ import { eventually, warrenError } from './helpers.js'
 /** The lease of the test's daemons: renewed every 200 ms, gone 2 s after its last renewal. */
 const lease = ['--renew-every', '200ms', '--expires-after', '2s']
 
-test('a thread moves to a second server: pinned, then resumed after the owner dies', async (t) => {
+test('a thread moves to a second server: pinned, then resumed after the owner dies', { timeout: 120_000 }, async (t) => {
   if (!requireDaemons(t)) return
   const etcd = await startEtcd(t)
   const store = ['--store', 'etcd', '--etcd-endpoints', etcd.endpoint, ...lease]

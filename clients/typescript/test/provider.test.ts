@@ -21,7 +21,7 @@ import {
 import { warrenSandbox } from '../src/provider.js'
 import type { WarrenSandboxHandle } from '../src/provider.js'
 import { requireDaemons, startDaemon } from './daemon.js'
-import { collect, eventually, makeRepo, tempDir, warrenError } from './helpers.js'
+import { collect, eventually, makeRepo, tempDir, warrenError, within } from './helpers.js'
 
 // The provider is a SandboxProvider, and its handles SandboxHandles, of
 // the contract as the package declares it: a harness typed against 0.2.4
@@ -37,7 +37,7 @@ async function running(h: SandboxHandle, prefix: string): Promise<number> {
   return Number(r.stdout.trim())
 }
 
-test('warrenSandbox: the contract on a real daemon', async (t) => {
+test('warrenSandbox: the contract on a real daemon', { timeout: 240_000 }, async (t) => {
   if (!requireDaemons(t)) return
   const d = await startDaemon(t)
   const warren = warrenSandbox({ socketPath: d.socket, tenant: 'acme', settings: { maxJobs: 4 } })
@@ -138,6 +138,13 @@ test('warrenSandbox: the contract on a real daemon', async (t) => {
     // Not there: destroyed already.
     await warren.destroy({ id: 'doomed' })
     await assert.rejects(warren.client.threadInfo('acme', 'doomed'), WarrenNotFoundError)
+    // A command whose thread is deleted under it fails as such.
+    const busy = await warren.create({ id: 'busy' })
+    const cmd = busy.process.exec('sleep 2004')
+    cmd.catch(() => {}) // settled before assert.rejects looks at it
+    await eventually('it runs', 5000, async () => ((await running(busy, 'sleep 2004')) === 1 ? true : undefined))
+    await warren.destroy({ id: 'busy' })
+    await assert.rejects(cmd, warrenError(WarrenError, 'internal', /^command exec-\d+: /))
     // A run aborted tears its sandbox down with its signal, which fired.
     await warren.create({ id: 'aborted-run' })
     await warren.destroy({ id: 'aborted-run', signal: AbortSignal.abort() })
@@ -215,7 +222,7 @@ test('warrenSandbox: the contract on a real daemon', async (t) => {
     const pending = h.process.exec('sleep 1234', { signal: ac.signal })
     await eventually('the command runs', 5000, async () => ((await running(h, 'sleep 1234')) === 1 ? true : undefined))
     ac.abort(new Error('enough'))
-    await assert.rejects(pending, /enough/)
+    await assert.rejects(within(5000, 'the aborted exec', pending), /enough/)
     // The daemon ended the command when its client hung up.
     await eventually('the command ends', 5000, async () => ((await running(h, 'sleep 1234')) === 0 ? true : undefined))
     // An aborted signal ends nothing that has not started.
@@ -266,6 +273,13 @@ test('warrenSandbox: the contract on a real daemon', async (t) => {
     assert.equal(await c.wait(), 0)
     assert.equal(await collect(c.stdout), 'abc\ndone\n')
 
+    // kill() ends even a job that ignores SIGTERM (SIGKILL after the grace).
+    const stubborn = await h.process.spawn("trap '' TERM; sleep 2003 & wait; wait")
+    await eventually('it runs', 5000, async () => ((await running(h, 'sleep 2003')) === 1 ? true : undefined))
+    await stubborn.kill()
+    assert.equal(await stubborn.wait(), 137)
+    assert.equal(await running(h, 'sleep 2003'), 0)
+
     // kill(signal) sends that signal to the tree.
     const k = await h.process.spawn('trap "echo hup; exit 7" HUP; while :; do sleep 0.05; done')
     await eventually('the trap is set', 5000, async () => ((await running(h, 'sleep 0.05')) > 0 ? true : undefined))
@@ -279,9 +293,25 @@ test('warrenSandbox: the contract on a real daemon', async (t) => {
     const ac = new AbortController()
     const p = await h.process.spawn('sleep 2002', { signal: ac.signal })
     ac.abort()
-    assert.equal(await p.wait(), 137)
+    assert.equal(await within(10_000, 'the end of the aborted job', p.wait()), 137)
     assert.equal(await running(h, 'sleep 2002'), 0)
     await assert.rejects(h.process.spawn('true', { signal: AbortSignal.abort(new Error('never')) }), /never/)
+  })
+
+  await t.test('many followed outputs hold no other call back', async () => {
+    const h = await warren.create({ id: 'many' })
+    await warren.client.bind('acme', 'many', { maxJobs: 12 })
+    const jobs = await Promise.all(Array.from({ length: 10 }, (_, i) => h.process.spawn(`echo ${i}; sleep 2005`)))
+    const its = jobs.flatMap((j) => [j.stdout[Symbol.asyncIterator](), j.stderr[Symbol.asyncIterator]()])
+    // 20 connections follow an output; the first lines come.
+    const firsts = await Promise.all(its.filter((_, i) => i % 2 === 0).map((it) => it.next()))
+    assert.deepEqual(firsts.map((f) => f.value), Array.from({ length: 10 }, (_, i) => `${i}\n`))
+    const pendingErr = its.filter((_, i) => i % 2 === 1).map((it) => it.next())
+    const r = await within(10_000, 'an exec beside 20 followed outputs', h.process.exec('echo through'))
+    assert.equal(r.stdout, 'through\n')
+    await Promise.all(jobs.map((j) => j.kill('SIGKILL')))
+    await Promise.all(its.map((it) => it.return?.()))
+    await Promise.allSettled(pendingErr)
   })
 
   await t.test("env.set joins the thread's settings", async () => {
@@ -449,7 +479,7 @@ test('warrenSandbox: the contract on a real daemon', async (t) => {
   })
 })
 
-test('warrenSandbox: the daemon gone', async (t) => {
+test('warrenSandbox: the daemon gone', { timeout: 60_000 }, async (t) => {
   if (!requireDaemons(t)) return
   const d = await startDaemon(t)
   const warren = warrenSandbox({ socketPath: d.socket })
