@@ -32,7 +32,10 @@ test('a thread moves to a second server: pinned, then resumed after the owner di
   const h = await onA.create({ id: 'fix-login', env: { STAGE: 'moved' } })
   await h.fs.write('src/app.ts', 'export const login = () => true\n')
   const root = (await onA.client.threadInfo('acme', 'fix-login')).root
-  const job = await h.process.spawn('sleep 300')
+  const job = await h.process.spawn('echo started; sleep 300')
+  // Its output followed: the connection is up once the first bytes came.
+  const out = job.stdout[Symbol.asyncIterator]()
+  assert.deepEqual(await out.next(), { value: 'started\n', done: false })
 
   // While A lives, B refuses the thread with the page's words.
   const pinned = `The workspace of this thread is ${root} on the host a. Only that host can continue the thread.`
@@ -41,9 +44,11 @@ test('a thread moves to a second server: pinned, then resumed after the owner di
   await assert.rejects(onB.destroy({ id: 'fix-login' }), warrenError(WarrenPinnedError, 'pinned', pinned))
 
   // A dies at once, as a crash would: its followed output breaks off.
-  const waiting = job.wait()
+  const next = out.next()
+  next.catch(() => {}) // settled before assert.rejects looks at it
   await a.stop('SIGKILL')
-  await assert.rejects(waiting, warrenError(WarrenUnreachableError, 'unreachable'))
+  await assert.rejects(next, warrenError(WarrenUnreachableError, 'unreachable', /the connection broke while its answer came/))
+  await assert.rejects(job.wait(), warrenError(WarrenUnreachableError, 'unreachable'))
   await assert.rejects(h.fs.read('src/app.ts'), WarrenUnreachableError)
 
   // Once A's lease expired, B takes the thread over in the same folder.

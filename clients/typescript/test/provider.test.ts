@@ -253,11 +253,18 @@ test('warrenSandbox: the contract on a real daemon', { timeout: 240_000 }, async
     const h = await warren.create({ id: 'spawn-stdin' })
     const p = await h.process.spawn('sleep 2001 & while read line; do echo "got $line"; done')
     const lines = p.stdout[Symbol.asyncIterator]()
-    await p.stdin.write('one\n')
     let seen = ''
-    while (!seen.includes('got one\n')) seen += (await lines.next()).value ?? ''
+    const until = async (text: string) => {
+      while (!seen.includes(text)) {
+        const next = await within(10_000, `stdout to hold ${JSON.stringify(text)}`, lines.next())
+        if (next.done) assert.fail(`stdout ended before ${JSON.stringify(text)}: ${JSON.stringify(seen)}`)
+        seen += next.value
+      }
+    }
+    await p.stdin.write('one\n')
+    await until('got one\n')
     await p.stdin.write('two\n')
-    while (!seen.includes('got two\n')) seen += (await lines.next()).value ?? ''
+    await until('got two\n')
     assert.equal(seen, 'got one\ngot two\n')
     assert.equal(await running(h, 'sleep 2001'), 1)
     // kill() ends the tree: the shell and the sleep it left behind.
