@@ -198,7 +198,8 @@ export function warrenSandbox(opts: WarrenSandboxOptions): WarrenSandboxProvider
       const { thread, checkpoint } = parseSnapshotId(input.snapshotId)
       const from = await infoOf(thread, input.signal)
       const f = await client.fork(tenant, thread, { checkpoint }, { signal: input.signal })
-      return forked(client, tenant, f.binding.thread, f.mountPath, mergeSettings(from?.settings, opts.settings, input.env), handleOf)
+      const settings = mergeSettings(from?.settings, opts.settings, input.env) ?? from?.settings
+      return forked(client, tenant, f.binding.thread, f.mountPath, settings, handleOf)
     },
 
     // destroy deletes the thread: its folder, records and checkpoints. A

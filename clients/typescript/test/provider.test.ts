@@ -404,6 +404,11 @@ test('warrenSandbox: the contract on a real daemon', { timeout: 240_000 }, async
     assert.equal((await f.process.exec('echo "$KEPT"')).stdout, 'yes\n')
     await f.fs.write('app.ts', 'forked\n')
     assert.equal(await h.fs.read('app.ts'), 'v3\n')
+    // A provider without settings of its own carries the thread's too.
+    const bare = warrenSandbox({ socketPath: d.socket, tenant: 'acme' })
+    t.after(() => bare.close())
+    const b = await bare.restoreSnapshot({ snapshotId: s1.id })
+    assert.equal((await b.process.exec('echo "$KEPT"')).stdout, 'yes\n')
     const fromFork = await f.snapshot()
     assert.equal((await warren.restoreSnapshot({ snapshotId: fromFork.id })).id === f.id, false)
 
