@@ -4,7 +4,8 @@
 #   make run    build and start the daemon on its defaults (ARGS="..." adds flags)
 #   make test   go vet, then every test, unit and integration, Go and TypeScript
 #   make bench  filesystem benchmark: native ext4, go-fuse loopback, warren (edit checks on and off);
-#               then commands: plain fork+exec, warren's warm jail, bwrap, a new thread's first command;
+#               then commands: plain fork+exec, warren's warm jail, bwrap, a new thread's first command,
+#               and the TypeScript provider's exec('true') and 4 KiB fs.read beside them;
 #               then checkpoints: 10 of 100,000 files changed, and an untar, against git add -A && commit
 #
 # `make test` installs the Debian packages the tests need when they are

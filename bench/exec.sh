@@ -2,7 +2,10 @@
 # Command benchmark: /bin/true by plain fork+exec, through warren's API in
 # a warm jail, through the warren CLI (`warren exec -- true`, the binary run
 # each time) in the same jail, and by one bubblewrap call, side by side in
-# one run; and the first command of a new thread. See bench/README.md.
+# one run; and the first command of a new thread. Then the TypeScript
+# provider (clients/typescript) on the same daemon: its exec('true') beside
+# the Go client's warm `true`, and its fs.read of a 4 KiB file against
+# node's fs.readFile on the mount path. See bench/README.md.
 #
 # Environment:
 #   BENCH_EXEC_RUNS  timed runs of each warm measure (default 200)
@@ -81,4 +84,15 @@ done
 mkdir -p bench/out
 report=bench/out/exec-$(date +%Y%m%d-%H%M%S).txt
 bin/execbench -socket "$sock" -warren "$warren" -runs "$runs" -daemon-pid "$warren_pid" -job-runs "${BENCH_JOB_RUNS:-5}" -threads "${BENCH_THREADS:-1000}" | tee "$report"
+
+# The TypeScript provider against the same daemon, with the Go client's
+# warm `true` of the report above beside its own.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+	say "building the TypeScript client"
+	(cd clients/typescript && { [[ -d node_modules ]] || npm ci --silent; } && npm run --silent build) >&2
+	go_warm=$(awk '/^warren, warm jail / { print $4, $5, $6 }' "$report")
+	node clients/typescript/dist/bench/bench.js --socket "$sock" --runs "$runs" --go-warm "$go_warm" | tee -a "$report"
+else
+	say "node or npm is missing: the TypeScript provider is not measured"
+fi
 say "report written to $report"

@@ -5,6 +5,7 @@
  */
 import type { Readable } from 'node:stream'
 import type * as api from './api.js'
+import { WarrenError } from './errors.js'
 import { escapeId, ndjson, readAll, Transport } from './http.js'
 
 /** Options of every call. */
@@ -193,6 +194,11 @@ export class WarrenClient {
     })
   }
 
+  /** Forgets a run: its registered processes and its read records. */
+  async endRun(tenant: string, thread: string, run: string, o: CallOptions = {}): Promise<void> {
+    await this.t.call('POST', this.thread(tenant, thread) + '/runs/end', { json: { run }, signal: o.signal })
+  }
+
   // Commands.
 
   /**
@@ -205,7 +211,11 @@ export class WarrenClient {
     yield* ndjson<api.ExecFrame>(res, o.signal)
   }
 
-  /** Runs a command to its end and collects its output. */
+  /**
+   * Runs a command to its end and collects its output. The signal, or a
+   * throw from onFrame, ends the command (the daemon ends a command whose
+   * client hangs up).
+   */
   async exec(
     tenant: string,
     thread: string,
@@ -223,7 +233,9 @@ export class WarrenClient {
       if (f.background) out.background = f.background
       if (f.timedOut) out.timedOut = true
       if (f.exit !== undefined) out.exitCode = f.exit
-      if (f.error) throw new Error(f.error)
+      // The command's jail ended under it (a stop of the daemon, a delete,
+      // its init's death): no exit of the command's own to report.
+      if (f.error) throw new WarrenError(500, 'internal', `command ${out.id}: ${f.error}`)
     }
     return out
   }

@@ -2,6 +2,11 @@
  * HTTP/1.1 over the daemon's Unix socket, with node:http: keep-alive
  * connections, AbortSignal on every call, JSON and raw bodies, and error
  * answers turned into {@link WarrenError}s.
+ *
+ * The error rule: a call rejects with the signal's reason once its signal
+ * fired, at any point (before the answer, or while its body streams);
+ * with a {@link WarrenUnreachableError} when the socket cannot be reached
+ * or the connection breaks; with the daemon's own error otherwise.
  */
 import http from 'node:http'
 import { Readable } from 'node:stream'
@@ -19,6 +24,28 @@ export interface RequestOptions {
 
 /** The bound of an error answer the client reads. */
 const maxErrorBytes = 64 << 10
+
+/** What a body being read belongs to: the call's signal, and the call, for messages. */
+interface Pending {
+  signal: AbortSignal | undefined
+  what: string
+}
+
+/** The call each answer send returned belongs to. */
+const pending = new WeakMap<Readable, Pending>()
+
+/**
+ * The error a failure while an answer's body is read stands for: the
+ * signal's reason when it fired (node reports an aborted body as a bare
+ * "aborted"), else the broken connection.
+ */
+function bodyError(res: Readable, err: unknown): unknown {
+  const p = pending.get(res)
+  if (p?.signal?.aborted) return p.signal.reason
+  if (err instanceof WarrenError) return err
+  const msg = err instanceof Error ? err.message : String(err)
+  return new WarrenUnreachableError(`${p?.what ?? 'a call'}: the connection broke while its answer came: ${msg}`, err)
+}
 
 /**
  * Escapes one id as one path segment: every byte of its UTF-8 but letters,
@@ -45,7 +72,10 @@ export class Transport {
 
   constructor(socketPath: string) {
     this.socketPath = socketPath
-    this.agent = new http.Agent({ keepAlive: true, maxSockets: 16 })
+    // No bound on sockets: a followed job output or event stream holds its
+    // connection as long as it lasts, and a bound would make every other
+    // call wait behind them (8 jobs' stdout and stderr held 16).
+    this.agent = new http.Agent({ keepAlive: true, maxFreeSockets: 16 })
   }
 
   /** Closes idle connections; the transport stays usable. */
@@ -97,6 +127,7 @@ export class Transport {
         req.end(body)
       }
     })
+    pending.set(res, { signal: opts.signal, what: `${method} ${path} on ${this.socketPath}` })
     if (res.statusCode === 200) return res
     const data = await readAll(res, maxErrorBytes)
     const status = res.statusCode ?? 0
@@ -123,40 +154,55 @@ export class Transport {
 export async function readAll(res: Readable, max: number): Promise<Buffer> {
   const chunks: Buffer[] = []
   let n = 0
-  for await (const chunk of res) {
-    const b = chunk as Buffer
-    n += b.length
-    if (n > max) {
-      res.destroy()
-      break
+  try {
+    for await (const chunk of res) {
+      const b = chunk as Buffer
+      n += b.length
+      if (n > max) {
+        res.destroy()
+        break
+      }
+      chunks.push(b)
     }
-    chunks.push(b)
+  } catch (err) {
+    throw bodyError(res, err)
   }
   return Buffer.concat(chunks)
 }
 
-/**
- * Reads an NDJSON answer: one value per line, as they come. An answer cut
- * by signal rejects with the signal's reason.
- */
+/** Reads an NDJSON answer: one value per line, as they come. */
 export async function* ndjson<T>(res: Readable, signal?: AbortSignal): AsyncGenerator<T> {
   res.setEncoding('utf8')
+  const it = res[Symbol.asyncIterator]()
   let buf = ''
   try {
-    for await (const chunk of res) {
-      buf += chunk as string
+    for (;;) {
+      let next: IteratorResult<unknown>
+      try {
+        next = await it.next()
+      } catch (err) {
+        if (signal?.aborted) throw signal.reason
+        throw bodyError(res, err)
+      }
+      if (next.done) break
+      buf += next.value as string
       let nl: number
       while ((nl = buf.indexOf('\n')) >= 0) {
         const line = buf.slice(0, nl)
         buf = buf.slice(nl + 1)
-        if (line.trim() !== '') yield JSON.parse(line) as T
+        if (line.trim() !== '') yield parseLine<T>(line)
       }
     }
-    if (buf.trim() !== '') yield JSON.parse(buf) as T
-  } catch (err) {
-    if (signal?.aborted) throw signal.reason
-    throw err
+    if (buf.trim() !== '') yield parseLine<T>(buf)
   } finally {
     res.destroy()
+  }
+}
+
+function parseLine<T>(line: string): T {
+  try {
+    return JSON.parse(line) as T
+  } catch {
+    throw new WarrenError(0, 'internal', `the daemon sent a line that is not JSON: ${JSON.stringify(line.slice(0, 128))}`)
   }
 }

@@ -23,5 +23,12 @@ export {
   warrenCapabilities,
   warrenSandbox,
 } from './provider.js'
-export type { WarrenSandboxHandle, WarrenSandboxOptions, WarrenSandboxProvider } from './provider.js'
+export type {
+  WarrenCapabilities,
+  WarrenFs,
+  WarrenSandboxHandle,
+  WarrenSandboxOptions,
+  WarrenSandboxProvider,
+  WarrenStat,
+} from './provider.js'
 export type * from './api.js'

@@ -10,6 +10,13 @@
  * const handle = await warren.create({})
  * ```
  *
+ * Each handle acts as one agent run (`handle.run`): warren checks its
+ * writes against its own reads, through the file API and for every
+ * process its commands start, so two runs in one workspace never lose
+ * each other's edits (the second writer gets a {@link WarrenStaleError}).
+ * `handle.forRun(id)` is the same sandbox acting as another run (a
+ * subagent's).
+ *
  * What each method does on warren is said beside it; docs in the package's
  * README.
  */
@@ -35,9 +42,9 @@ import type {
   SpawnHandle,
   WorkspaceDefinition,
 } from '@tanstack/ai-sandbox'
-import type { Settings } from './api.js'
+import type { JobInfo, Settings, ThreadInfo } from './api.js'
 import { WarrenClient } from './client.js'
-import { isWarrenError, WarrenError } from './errors.js'
+import { isWarrenError, WarrenError, WarrenNotFoundError } from './errors.js'
 
 /** The root of a workspace inside its jail, and the contract's virtual root. */
 export const WORKSPACE = '/workspace'
@@ -48,14 +55,20 @@ export interface WarrenSandboxOptions {
   socketPath: string
   /** The tenant of every sandbox this provider makes (default `default`). */
   tenant?: string
-  /** Settings of the threads it binds (jail network, limits, variables...). */
+  /**
+   * Settings of the threads it creates (jail network, limits, variables...),
+   * laid over the settings a thread has.
+   */
   settings?: Settings
   /** How long a command of process.exec may run, in seconds (default: the daemon's, 10 minutes). */
   execTimeoutSeconds?: number
 }
 
-/** What warren's sandboxes can do; `killableProcesses` and `lstat` are from newer contract revisions. */
-export const warrenCapabilities: SandboxCapabilities & { killableProcesses: boolean } = {
+/** What a warren sandbox can do: the 0.2.4 contract's capabilities and the newer `killableProcesses`. */
+export type WarrenCapabilities = SandboxCapabilities & { killableProcesses: boolean }
+
+/** What warren's sandboxes can do. */
+export const warrenCapabilities: WarrenCapabilities = {
   fs: true,
   exec: true,
   env: true,
@@ -69,18 +82,50 @@ export const warrenCapabilities: SandboxCapabilities & { killableProcesses: bool
   killableProcesses: true,
 }
 
-/** A sandbox of warren, with the newer contract's `fs.lstat`. */
-export interface WarrenSandboxHandle extends SandboxHandle {
-  readonly tenant: string
-  readonly fs: SandboxFs & {
-    lstat: (p: string) => Promise<{ type: 'file' | 'dir' | 'symlink' | 'other'; mode: number; size: number } | undefined>
-  }
+/** An entry as the newer contract's optional `fs.lstat` describes it. */
+export interface WarrenStat {
+  type: 'file' | 'dir' | 'symlink' | 'other'
+  /** st_mode as lstat(2) gives it: the type bits (but for `other`) and the permission bits. */
+  mode: number
+  /** A file's length, or a link's target's. */
+  size: number
 }
 
-/** The provider. */
+/** The contract's fs with the newer contract's `lstat`. */
+export interface WarrenFs extends SandboxFs {
+  /** The entry at p, its last link not followed; undefined when there is none. */
+  lstat: (p: string) => Promise<WarrenStat | undefined>
+}
+
+/** A sandbox of warren. */
+export interface WarrenSandboxHandle extends SandboxHandle {
+  readonly tenant: string
+  /** The agent run this handle acts as. */
+  readonly run: string
+  readonly workspaceRoot: string
+  readonly capabilities: WarrenCapabilities
+  readonly fs: WarrenFs
+  /** The same sandbox acting as another run (a subagent's, say): its own reads, its own stale checks. */
+  forRun: (run: string) => WarrenSandboxHandle
+  snapshot: (label?: string) => Promise<SnapshotRef>
+  fork: () => Promise<WarrenSandboxHandle>
+}
+
+/** The provider. Call close() when finished with it. */
 export interface WarrenSandboxProvider extends SandboxProvider {
   readonly client: WarrenClient
   readonly tenant: string
+  capabilities: () => WarrenCapabilities
+  create: (input: SandboxCreateInput) => Promise<WarrenSandboxHandle>
+  resume: (input: SandboxResumeInput) => Promise<WarrenSandboxHandle | null>
+  restoreSnapshot: (input: SandboxRestoreInput) => Promise<WarrenSandboxHandle>
+  /** Closes the client's idle connections. */
+  close: () => void
+}
+
+/** A new run id: one per handle, unless the caller names one. */
+function newRun(): string {
+  return `run-${randomBytes(6).toString('hex')}`
 }
 
 /** Makes a provider of warren sandboxes on the daemon at socketPath. */
@@ -89,32 +134,55 @@ export function warrenSandbox(opts: WarrenSandboxOptions): WarrenSandboxProvider
   const tenant = opts.tenant ?? 'default'
 
   const handleOf = (thread: string, mountPath: string): WarrenSandboxHandle =>
-    makeHandle(client, tenant, thread, mountPath, opts, provider)
+    makeHandle({ client, tenant, thread, mountPath, opts, provider }, newRun())
+
+  /** A thread's record, or undefined when it has none. */
+  const infoOf = async (thread: string, signal?: AbortSignal): Promise<ThreadInfo | undefined> => {
+    try {
+      return await client.threadInfo(tenant, thread, { signal })
+    } catch (err) {
+      if (isWarrenError(err, 'not_found')) return undefined
+      throw err
+    }
+  }
 
   const provider: WarrenSandboxProvider = {
     name: 'warren',
     client,
     tenant,
     capabilities: () => ({ ...warrenCapabilities }),
+    close: () => client.close(),
 
-    // create binds the thread id (idempotent: the same id gets the same
-    // workspace), or a fresh one; env goes into the thread's settings.
-    async create(input: SandboxCreateInput): Promise<SandboxHandle> {
+    // create binds the thread id, or a fresh one. It is idempotent: the
+    // same id gets the same workspace, as it is; a localSource is copied
+    // in only when the thread is new. env and the provider's settings join
+    // the thread's settings (a bind with settings replaces them all).
+    async create(input: SandboxCreateInput): Promise<WarrenSandboxHandle> {
+      input.signal?.throwIfAborted()
       const thread = input.id ?? `sbx-${randomBytes(6).toString('hex')}`
-      const settings = withEnv(opts.settings, input.env)
+      const before = await infoOf(thread, input.signal)
+      const settings = mergeSettings(before?.settings, opts.settings, input.env)
       const b = await client.bind(tenant, thread, settings, { signal: input.signal })
       const h = handleOf(thread, b.mountPath)
-      if (input.workspace?.source.type === 'local') {
-        await copyIn(h, input.workspace.source.path, input.signal)
+      if (before === undefined && input.workspace?.source.type === 'local') {
+        try {
+          await copyIn(client, tenant, h, input.workspace.source.path, input.signal)
+        } catch (err) {
+          // A half-copied workspace is no workspace: the next create starts over.
+          await client.deleteThread(tenant, thread).catch(() => {})
+          throw err
+        }
       }
       return h
     },
 
-    // resume binds a thread that exists; null when it is not there, or gone.
-    async resume(input: SandboxResumeInput): Promise<SandboxHandle | null> {
+    // resume binds a thread that exists again (a move to this server takes
+    // it over here). null when it has no record, or its workspace is gone;
+    // a thread another live server holds rejects with WarrenPinnedError.
+    async resume(input: SandboxResumeInput): Promise<WarrenSandboxHandle | null> {
+      const info = await infoOf(input.id, input.signal)
+      if (info === undefined || info.state === 'gone' || info.state === 'deleting') return null
       try {
-        const info = await client.threadInfo(tenant, input.id, { signal: input.signal })
-        if (info.state === 'gone' || info.state === 'deleting') return null
         const b = await client.bind(tenant, input.id, undefined, { signal: input.signal })
         return handleOf(input.id, b.mountPath)
       } catch (err) {
@@ -124,20 +192,24 @@ export function warrenSandbox(opts: WarrenSandboxOptions): WarrenSandboxProvider
     },
 
     // A snapshot id names a thread and one of its checkpoints; restoring it
-    // forks a new thread there (the snapshot's thread is left as it is).
-    async restoreSnapshot(input: SandboxRestoreInput): Promise<SandboxHandle> {
+    // forks a new thread there, with the thread's settings (the snapshot's
+    // thread is left as it is).
+    async restoreSnapshot(input: SandboxRestoreInput): Promise<WarrenSandboxHandle> {
       const { thread, checkpoint } = parseSnapshotId(input.snapshotId)
+      const from = await infoOf(thread, input.signal)
       const f = await client.fork(tenant, thread, { checkpoint }, { signal: input.signal })
-      if (input.env && Object.keys(input.env).length > 0) {
-        await client.bind(tenant, f.binding.thread, withEnv(f.binding.settings, input.env), { signal: input.signal })
-      }
-      return handleOf(f.binding.thread, f.mountPath)
+      const settings = mergeSettings(from?.settings, opts.settings, input.env) ?? from?.settings
+      return forked(client, tenant, f.binding.thread, f.mountPath, settings, handleOf)
     },
 
-    // destroy deletes the thread: its folder, records and checkpoints.
+    // destroy deletes the thread: its folder, records and checkpoints. A
+    // thread that is not there is destroyed already. A signal that fired
+    // before the call does not stop it: withSandbox tears a sandbox down
+    // when its run is aborted, with that run's signal.
     async destroy(input: SandboxDestroyInput): Promise<void> {
+      const signal = input.signal?.aborted ? undefined : input.signal
       try {
-        await client.deleteThread(tenant, input.id, { signal: input.signal })
+        await client.deleteThread(tenant, input.id, { signal })
       } catch (err) {
         if (!isWarrenError(err, 'not_found')) throw err
       }
@@ -146,10 +218,42 @@ export function warrenSandbox(opts: WarrenSandboxOptions): WarrenSandboxProvider
   return provider
 }
 
-/** settings with more variables. */
-function withEnv(s: Settings | undefined, env: Record<string, string> | undefined): Settings | undefined {
-  if (!env || Object.keys(env).length === 0) return s
-  return { ...s, env: { ...s?.env, ...env } }
+/**
+ * The settings to bind a thread with: its own, the provider's over them,
+ * then more variables; undefined when there is nothing to set, so that a
+ * bind keeps the thread's settings as they are.
+ */
+function mergeSettings(
+  own: Settings | undefined,
+  provider: Settings | undefined,
+  env: Record<string, string> | undefined,
+): Settings | undefined {
+  const hasEnv = env !== undefined && Object.keys(env).length > 0
+  if (provider === undefined && !hasEnv) return undefined
+  const out: Settings = { ...own, ...provider }
+  const vars = { ...own?.env, ...provider?.env, ...env }
+  if (Object.keys(vars).length > 0) out.env = vars
+  return out
+}
+
+/** The handle of a thread fork made, bound with settings (a fork starts with none). */
+async function forked(
+  client: WarrenClient,
+  tenant: string,
+  thread: string,
+  mountPath: string,
+  settings: Settings | undefined,
+  handleOf: (thread: string, mountPath: string) => WarrenSandboxHandle,
+): Promise<WarrenSandboxHandle> {
+  if (settings !== undefined) {
+    try {
+      await client.bind(tenant, thread, settings)
+    } catch (err) {
+      await client.deleteThread(tenant, thread).catch(() => {})
+      throw err
+    }
+  }
+  return handleOf(thread, mountPath)
 }
 
 /** A snapshot id: the thread, escaped, `@`, the checkpoint. */
@@ -160,10 +264,13 @@ export function snapshotId(thread: string, checkpoint: string): string {
 /** The thread and checkpoint a snapshot id names. */
 export function parseSnapshotId(id: string): { thread: string; checkpoint: string } {
   const at = id.lastIndexOf('@')
-  if (at <= 0 || at === id.length - 1) {
-    throw new WarrenError(400, 'invalid', `${JSON.stringify(id)} is not a snapshot id of warren (thread@checkpoint).`)
+  const bad = () => new WarrenError(400, 'invalid', `${JSON.stringify(id)} is not a snapshot id of warren (thread@checkpoint).`)
+  if (at <= 0 || at === id.length - 1) throw bad()
+  try {
+    return { thread: decodeURIComponent(id.slice(0, at)), checkpoint: id.slice(at + 1) }
+  } catch {
+    throw bad()
   }
-  return { thread: decodeURIComponent(id.slice(0, at)), checkpoint: id.slice(at + 1) }
 }
 
 /**
@@ -174,51 +281,69 @@ export function parseSnapshotId(id: string): { thread: string; checkpoint: strin
  */
 export function toWorkspacePath(p: string, mountPath: string): string {
   for (const root of [WORKSPACE, mountPath]) {
-    if (p === root) return '.'
-    if (p.startsWith(root + '/')) return p.slice(root.length + 1) || '.'
+    if (p === root || p === root + '/') return '.'
+    if (p.startsWith(root + '/')) return p.slice(root.length + 1)
   }
   return p === '' ? '.' : p
 }
 
-/** The folder a command runs in, in the jail, for a cwd the harness gives. */
-function jailCwd(cwd: string | undefined, mountPath: string): string | undefined {
-  if (cwd === undefined) return undefined
-  const rel = toWorkspacePath(cwd, mountPath)
+/** The path in the jail for a path the harness gives (a cwd, a git folder). */
+function jailPath(p: string, mountPath: string): string {
+  const rel = toWorkspacePath(p, mountPath)
   if (rel === '.') return WORKSPACE
   return path.posix.isAbsolute(rel) ? rel : `${WORKSPACE}/${rel}`
 }
 
-function makeHandle(
-  client: WarrenClient,
-  tenant: string,
-  thread: string,
-  mountPath: string,
-  opts: WarrenSandboxOptions,
-  provider: WarrenSandboxProvider,
-): WarrenSandboxHandle {
-  const rel = (p: string) => toWorkspacePath(p, mountPath)
+/** POSIX single-quoting for a shell word. */
+function q(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`
+}
 
-  const fs: WarrenSandboxHandle['fs'] = {
+/** What a handle works with. */
+interface Ctx {
+  client: WarrenClient
+  tenant: string
+  thread: string
+  mountPath: string
+  opts: WarrenSandboxOptions
+  provider: WarrenSandboxProvider
+}
+
+/** The st_mode type bits of each entry type warren names. */
+const typeBits: Record<WarrenStat['type'], number> = { file: 0o100000, dir: 0o040000, symlink: 0o120000, other: 0 }
+
+function makeHandle(ctx: Ctx, run: string): WarrenSandboxHandle {
+  const { client, tenant, thread, mountPath, opts, provider } = ctx
+  const rel = (p: string) => toWorkspacePath(p, mountPath)
+  // Calls on a thread bind it first: a destroyed sandbox's handle would
+  // make it again, empty. It refuses instead.
+  let destroyed = false
+  const live = () => {
+    if (destroyed) throw new WarrenNotFoundError(404, `The sandbox ${thread} was destroyed.`)
+  }
+
+  const fs: WarrenFs = {
     async read(p) {
-      const r = await client.readRaw(tenant, thread, rel(p))
+      live()
+      const r = await client.readRaw(tenant, thread, rel(p), run)
       return Buffer.from(r.data).toString('utf8')
     },
     async readBytes(p) {
-      return (await client.readRaw(tenant, thread, rel(p))).data
+      live()
+      return (await client.readRaw(tenant, thread, rel(p), run)).data
     },
+    // The raw upload makes the missing folders on the way; the write is
+    // refused (WarrenStaleError) when this run read the file before its
+    // last change.
     async write(p, data) {
-      const target = rel(p)
-      try {
-        await client.writeRaw(tenant, thread, target, data)
-      } catch (err) {
-        // The folders on the way are made, as the other providers do.
-        if (!isWarrenError(err, 'not_found') || path.posix.dirname(target) === '.') throw err
-        await client.mkdir(tenant, thread, path.posix.dirname(target), true)
-        await client.writeRaw(tenant, thread, target, data)
-      }
+      live()
+      await client.writeRaw(tenant, thread, rel(p), data, { run })
     },
+    // Entries at `${p}/${name}`, so that a walker can list them in turn; a
+    // link is a 'file' (the contract has no third kind; lstat tells).
     async list(p) {
-      const r = await client.list(tenant, thread, rel(p))
+      live()
+      const r = await client.list(tenant, thread, rel(p), run)
       const base = p.replace(/\/+$/, '')
       return r.entries.map((e) => {
         const name = e.name ?? path.posix.basename(e.path)
@@ -226,25 +351,32 @@ function makeHandle(
       })
     },
     async mkdir(p) {
+      live()
       await client.mkdir(tenant, thread, rel(p), true)
     },
+    // As rm -rf: a missing path is removed already.
     async remove(p) {
+      live()
       try {
-        await client.remove(tenant, thread, rel(p), true)
+        await client.remove(tenant, thread, rel(p), true, run)
       } catch (err) {
         if (!isWarrenError(err, 'not_found')) throw err
       }
     },
     async rename(from, to) {
-      await client.rename(tenant, thread, rel(from), rel(to), true)
+      live()
+      await client.rename(tenant, thread, rel(from), rel(to), true, run)
     },
+    // As test -e: links are followed, a link to nothing does not exist.
     async exists(p) {
+      live()
       return (await client.exists(tenant, thread, rel(p))).exists
     },
     async lstat(p) {
+      live()
       try {
-        const e = await client.stat(tenant, thread, rel(p), false)
-        return { type: e.type, mode: e.mode, size: e.size }
+        const e = await client.stat(tenant, thread, rel(p), false, run)
+        return { type: e.type, mode: typeBits[e.type] | e.mode, size: e.size }
       } catch (err) {
         if (isWarrenError(err, 'not_found')) return undefined
         throw err
@@ -253,12 +385,14 @@ function makeHandle(
   }
 
   const exec = async (command: string, o: ProcessOptions = {}): Promise<ExecResult> => {
+    live()
     const r = await client.exec(
       tenant,
       thread,
       {
         command,
-        cwd: jailCwd(o.cwd, mountPath),
+        run,
+        cwd: o.cwd === undefined ? undefined : jailPath(o.cwd, mountPath),
         env: o.env,
         timeoutSeconds: opts.execTimeoutSeconds,
       },
@@ -268,93 +402,163 @@ function makeHandle(
   }
 
   const spawn = async (command: string, o: ProcessOptions = {}): Promise<SpawnHandle> => {
+    live()
     o.signal?.throwIfAborted()
-    const job = await client.spawn(tenant, thread, { command, cwd: jailCwd(o.cwd, mountPath), env: o.env })
-    return spawnHandle(client, tenant, thread, job.id, Number(job.backendId ?? 0), o.signal)
+    // The signal is not given to the start: a start cut off after the job
+    // began would leave it running unknown. It ends the job once it runs.
+    const job = await client.spawn(tenant, thread, {
+      command,
+      run,
+      cwd: o.cwd === undefined ? undefined : jailPath(o.cwd, mountPath),
+      env: o.env,
+    })
+    const h = jobHandle(client, tenant, thread, job)
+    if (o.signal) {
+      const signal = o.signal
+      const onAbort = () => void h.kill('SIGKILL').catch(() => {})
+      if (signal.aborted) {
+        await h.kill('SIGKILL').catch(() => {})
+        signal.throwIfAborted()
+      }
+      signal.addEventListener('abort', onAbort, { once: true })
+      void h.ended.then(
+        () => signal.removeEventListener('abort', onAbort),
+        () => {},
+      )
+    }
+    return h
   }
 
   const process: SandboxProcess = { exec, spawn }
+
+  // Settings change as a whole (a bind with settings replaces them all):
+  // one change at a time, each over the thread's settings as they are.
+  let settingsChange: Promise<unknown> = Promise.resolve()
+
   const handle: WarrenSandboxHandle = {
     id: thread,
     tenant,
+    run,
     provider: 'warren',
     workspaceRoot: mountPath,
     capabilities: { ...warrenCapabilities },
     fs,
-    git: execGit(process, fs),
+    git: execGit(process, fs, mountPath),
     process,
     ports: {
       connect: async () => {
-        throw new UnsupportedCapabilityError('warren', 'ports', 'warren does not expose ports of a sandbox yet.')
+        throw new UnsupportedCapabilityError(
+          'warren',
+          'ports',
+          "A thread's jail has a network of its own (or the host's, with the network setting); warren exposes no port of it.",
+        )
       },
     },
     env: {
-      // The variables join the thread's settings: every later command
-      // gets them.
-      async set(vars) {
-        const info = await client.threadInfo(tenant, thread)
-        await client.bind(tenant, thread, withEnv(info.settings ?? opts.settings, vars))
+      // The variables join the thread's settings: every later command of
+      // the thread gets them, on any server that takes it over.
+      set(vars) {
+        const next = settingsChange.then(async () => {
+          live()
+          const info = await client.threadInfo(tenant, thread)
+          await client.bind(tenant, thread, mergeSettings(info.settings, undefined, vars))
+        })
+        settingsChange = next.catch(() => {})
+        return next
       },
     },
+    forRun: (other) => makeHandle(ctx, other),
     async snapshot(label?: string): Promise<SnapshotRef> {
-      const r = await client.checkpoint(tenant, thread, { label })
+      live()
+      const r = await client.checkpoint(tenant, thread, { label, run })
       const ref: SnapshotRef = { id: snapshotId(thread, r.checkpoint.id) }
       if (label !== undefined) ref.label = label
       return ref
     },
-    async fork(): Promise<SandboxHandle> {
-      const f = await client.fork(tenant, thread, {})
-      return makeHandle(client, tenant, f.binding.thread, f.mountPath, opts, provider)
+    // A new thread from the workspace as it is now: a checkpoint of it,
+    // and a fork there, with this thread's settings.
+    async fork(): Promise<WarrenSandboxHandle> {
+      live()
+      const cp = await client.checkpoint(tenant, thread, { label: 'fork', run })
+      const info = await client.threadInfo(tenant, thread)
+      const f = await client.fork(tenant, thread, { checkpoint: cp.checkpoint.id })
+      return forked(client, tenant, f.binding.thread, f.mountPath, info.settings, (t, m) =>
+        makeHandle({ ...ctx, thread: t, mountPath: m }, newRun()),
+      )
     },
     async destroy() {
       await provider.destroy({ id: thread })
+      destroyed = true
     },
   }
   return handle
 }
 
-/** A job as the contract's SpawnHandle. */
-function spawnHandle(
-  client: WarrenClient,
-  tenant: string,
-  thread: string,
-  id: string,
-  pid: number,
-  signal: AbortSignal | undefined,
-): SpawnHandle {
+/** A job as the contract's SpawnHandle, with a promise of its end. */
+interface JobHandle extends SpawnHandle {
+  /** Settles when the job ends (what wait() gives), or wait() fails. */
+  readonly ended: Promise<number>
+}
+
+/** The error for a followed output that broke off before the job's end. */
+function cutOff(id: string): WarrenError {
+  return new WarrenError(503, 'closed', `The output of ${id} ended before the job did: the daemon stopped.`)
+}
+
+function jobHandle(client: WarrenClient, tenant: string, thread: string, job: JobInfo): JobHandle {
+  const id = job.id
+  const exitOf = (info: JobInfo) => info.exitCode ?? -1
+
+  // Each stream from its first byte the daemon keeps (offset 0), however
+  // late the reader comes: a short job's output is there after its end.
   const stream = (name: 'stdout' | 'stderr'): AsyncIterable<string> => ({
     async *[Symbol.asyncIterator]() {
       for await (const f of client.jobOutput(tenant, thread, id, { stream: name, follow: true })) {
         if (f.data) yield f.data
         if (f.end) return
       }
+      throw cutOff(id)
     },
   })
-  let exit: Promise<number> | undefined
+
   // The end comes as the last frame of the job's output: followed from
-  // where the output is now, so what was written before is not read again.
-  const wait = () => {
+  // where the merged output ends now (offsets of the merged view count
+  // both streams' bytes: the job's outputBytes), so nothing it wrote
+  // before is sent again.
+  let exit: Promise<number> | undefined
+  const wait = (): Promise<number> => {
     exit ??= (async () => {
       const info = await client.job(tenant, thread, id)
-      if (info.ended) return info.exitCode ?? -1
+      if (info.ended) return exitOf(info)
       for await (const f of client.jobOutput(tenant, thread, id, { follow: true, offset: info.outputBytes ?? 0 })) {
-        if (f.end) return f.exit ?? -1
+        if (f.end) return f.exit ?? exitOf(await client.job(tenant, thread, id))
       }
-      return (await client.job(tenant, thread, id)).exitCode ?? -1
+      throw cutOff(id)
     })()
+    // A failed wait (the daemon away a moment) may be asked again.
+    exit.catch(() => (exit = undefined))
     return exit
   }
-  const kill = async (sig?: NodeJS.Signals | number) => {
+
+  // kill() ends the job's whole process tree: SIGTERM, then SIGKILL after
+  // the daemon's grace, answered once it ended. kill(sig) sends that one
+  // signal to the tree. An ended job is killed enough.
+  const kill = async (sig?: NodeJS.Signals | number): Promise<void> => {
+    if (sig === undefined) {
+      await client.stopJob(tenant, thread, id)
+      return
+    }
     try {
-      await client.jobSignal(tenant, thread, id, sig ?? 'SIGTERM')
+      await client.jobSignal(tenant, thread, id, sig)
     } catch (err) {
-      // A job that ended already is killed enough.
-      if (!isWarrenError(err, 'conflict')) throw err
+      if (isWarrenError(err, 'conflict') && (await client.job(tenant, thread, id)).ended) return
+      throw err
     }
   }
-  signal?.addEventListener('abort', () => void kill('SIGKILL').catch(() => {}), { once: true })
+
+  let ended: Promise<number> | undefined
   return {
-    pid,
+    pid: Number(job.backendId ?? 0),
     stdout: stream('stdout'),
     stderr: stream('stderr'),
     stdin: {
@@ -363,40 +567,68 @@ function spawnHandle(
     },
     wait,
     kill,
+    get ended() {
+      ended ??= wait()
+      return ended
+    },
   }
 }
 
 /**
- * git through the jail's own git (process.exec), as the contract allows; a
- * clone of a repository on this host (a path, or file://) is carried in
- * as a bundle, since the jail sees none of the host's files.
+ * git through the jail's own git (process.exec), as the contract allows,
+ * with two changes: a failed git command rejects (with git's message)
+ * rather than passing for done, and a clone of a repository on this host
+ * (a path, or file://) is carried in as a bundle, since the jail sees none
+ * of the host's files. Folders may be given as the harness sees them
+ * (`/workspace/...`, the mount path, relative).
  */
-function execGit(process: SandboxProcess, fs: SandboxFs): SandboxGit {
-  const git = createExecBackedGit(process, WORKSPACE)
+function execGit(proc: SandboxProcess, fs: SandboxFs, mountPath: string): SandboxGit {
+  const checked: SandboxProcess = {
+    spawn: proc.spawn,
+    exec: async (command, o) => {
+      const r = await proc.exec(command, o)
+      if (r.exitCode !== 0) {
+        const verb = /^git (?:-c \S+ )?(?:-C '(?:[^']|'\\'')*' )?(\w+)/.exec(command)?.[1] ?? 'command'
+        throw new Error(`git ${verb} failed (exit ${r.exitCode}): ${r.stderr.trim() || r.stdout.trim()}`)
+      }
+      return r
+    },
+  }
+  const git = createExecBackedGit(checked, WORKSPACE)
+  const at = (dir?: string) => (dir === undefined ? undefined : jailPath(dir, mountPath))
   return {
-    ...git,
     clone: async (input) => {
       const local = localRepo(input.url)
-      if (local === undefined || !(await isDir(local))) return git.clone(input)
-      if (input.dir?.startsWith('-')) throw new Error('warren git: dir must not begin with "-".')
+      if (local === undefined || !(await isDir(local))) return git.clone({ ...input, dir: at(input.dir) })
+      const target = at(input.dir) ?? WORKSPACE
+      if (target.startsWith('-') || input.ref?.startsWith('-')) throw new Error('git clone: dir and ref must not begin with "-".')
       const bundle = await hostBundle(local)
-      const name = `.warren-clone-${randomBytes(4).toString('hex')}.bundle`
-      await fs.write(`${WORKSPACE}/${name}`, bundle)
-      const target = input.dir ?? WORKSPACE
-      const q = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`
+      // The clone is made in a hidden folder of the workspace beside the
+      // bundle, then moved into the target (git clones only into an empty
+      // folder, and the target may be the workspace itself).
+      const stage = `.warren-clone-${randomBytes(4).toString('hex')}`
+      await fs.write(`${WORKSPACE}/${stage}/repo.bundle`, bundle)
       const ref = input.ref ? `--branch ${q(input.ref)} ` : ''
-      // Cloned aside, then moved in: the target may be the workspace
-      // itself, which holds the bundle.
-      const r = await process.exec(
-        `set -e; tmp=$(mktemp -d); git clone -q ${ref}-- ${q(`${WORKSPACE}/${name}`)} "$tmp/repo"; ` +
-          `git -C "$tmp/repo" remote set-url origin ${q(input.url)}; rm -f ${q(`${WORKSPACE}/${name}`)}; ` +
-          `mkdir -p ${q(target)}; (cd "$tmp/repo" && tar -cf - .) | (cd ${q(target)} && tar -xf -); rm -rf "$tmp"`,
+      const r = await proc.exec(
+        [
+          `stage=${q(`${WORKSPACE}/${stage}`)}; target=${q(target)}`,
+          `trap 'rm -rf "$stage"' EXIT`,
+          `if [ -e "$target" ] && [ -n "$(ls -A "$target" | grep -vxF ${q(stage)})" ]; then`,
+          `  echo "fatal: destination path '$target' already exists and is not an empty directory." >&2; exit 128`,
+          `fi`,
+          `git clone -q ${ref}-- "$stage/repo.bundle" "$stage/repo" || exit`,
+          `git -C "$stage/repo" remote set-url origin ${q(input.url)} || exit`,
+          `mkdir -p -- "$target" && find "$stage/repo" -mindepth 1 -maxdepth 1 -exec mv -t "$target" -- {} +`,
+        ].join('\n'),
       )
-      if (r.exitCode !== 0) {
-        await fs.remove(`${WORKSPACE}/${name}`).catch(() => {})
-        throw new Error(`git clone ${input.url}: exit ${r.exitCode}: ${r.stderr.trim()}`)
-      }
+      if (r.exitCode !== 0) throw new Error(`git clone of ${input.url} failed (exit ${r.exitCode}): ${r.stderr.trim()}`)
     },
+    status: (dir) => git.status(at(dir)),
+    add: (paths, dir) => git.add(paths, at(dir)),
+    commit: (message, dir) => git.commit(message, at(dir)),
+    push: (dir) => git.push(at(dir)),
+    pull: (dir) => git.pull(at(dir)),
+    branch: (dir) => git.branch(at(dir)),
   }
 }
 
@@ -433,31 +665,42 @@ function hostBundle(dir: string): Promise<Uint8Array> {
 
 /**
  * Fills a new sandbox from a folder of this host (a `localSource`): its
- * folders, files (with their modes) and links, through the file API.
+ * folders and files with their modes through the file API, then its links
+ * in one command in the jail (a link that would lead out of the workspace
+ * is refused there, and so is the copy). Other entries (fifos, sockets)
+ * are left out.
  */
-async function copyIn(h: WarrenSandboxHandle, from: string, signal: AbortSignal | undefined): Promise<void> {
+async function copyIn(
+  client: WarrenClient,
+  tenant: string,
+  h: WarrenSandboxHandle,
+  from: string,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  const links: string[] = []
   const walk = async (dir: string, rel: string): Promise<void> => {
     for (const e of await fsp.readdir(dir, { withFileTypes: true })) {
       signal?.throwIfAborted()
       const src = path.join(dir, e.name)
       const dst = rel === '' ? e.name : `${rel}/${e.name}`
       if (e.isDirectory()) {
-        await h.fs.mkdir(`${WORKSPACE}/${dst}`)
+        const mode = (await fsp.stat(src)).mode & 0o7777
+        await client.mkdir(tenant, h.id, dst, false, mode, { signal })
         await walk(src, dst)
       } else if (e.isFile()) {
-        await h.fs.write(`${WORKSPACE}/${dst}`, await fsp.readFile(src))
-        const mode = (await fsp.stat(src)).mode & 0o777
-        if (mode & 0o111) {
-          await h.process.exec(`chmod ${mode.toString(8)} -- '${dst.replace(/'/g, `'\\''`)}'`)
-        }
+        const mode = (await fsp.stat(src)).mode & 0o7777
+        await client.writeRaw(tenant, h.id, dst, await fsp.readFile(src), { run: h.run, mode, signal })
       } else if (e.isSymbolicLink()) {
-        const target = await fsp.readlink(src)
-        const q = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`
-        await h.process.exec(`ln -sfn -- ${q(target)} ${q(dst)}`)
+        links.push(`ln -s -- ${q(await fsp.readlink(src))} ${q(dst)}`)
       }
     }
   }
   await walk(from, '')
+  if (links.length === 0) return
+  const r = await h.process.exec(links.join(' &&\n'), { signal })
+  if (r.exitCode !== 0) {
+    throw new Error(`copy of ${from} into sandbox ${h.id}: its links: exit ${r.exitCode}: ${r.stderr.trim()}`)
+  }
 }
 
 export type { WorkspaceDefinition }

@@ -4,6 +4,7 @@ import { escapeId } from '../src/http.js'
 import { WarrenClient } from '../src/client.js'
 import { WarrenNotFoundError, WarrenStaleError, WarrenUnreachableError, isWarrenError } from '../src/errors.js'
 import { requireDaemons, startDaemon } from './daemon.js'
+import { within } from './helpers.js'
 
 test('escapeId keeps every id one segment', () => {
   assert.equal(escapeId('fix-login_2~'), 'fix-login_2~')
@@ -14,7 +15,7 @@ test('escapeId keeps every id one segment', () => {
   assert.equal(escapeId(''), '')
 })
 
-test('the client against a real daemon', async (t) => {
+test('the client against a real daemon', { timeout: 120_000 }, async (t) => {
   if (!requireDaemons(t)) return
   const d = await startDaemon(t)
   const c = d.client()
@@ -61,7 +62,7 @@ test('the client against a real daemon', async (t) => {
   const ac = new AbortController()
   const pending = c.exec('acme', '..', { command: 'sleep 30' }, { signal: ac.signal })
   setTimeout(() => ac.abort(new Error('enough')), 100)
-  await assert.rejects(pending, /enough/)
+  await assert.rejects(within(5000, 'the aborted exec', pending), /enough/)
 })
 
 test('a daemon that is gone', async () => {
