@@ -85,6 +85,40 @@ export class WarrenClient {
     await this.t.call('DELETE', this.thread(tenant, thread), { signal: o.signal })
   }
 
+  /**
+   * Moves a thread whose owner died to this daemon at once, bound here;
+   * WarrenPinnedError while the owner lives.
+   */
+  async unpin(tenant: string, thread: string, o: CallOptions = {}): Promise<api.ThreadInfo> {
+    const r = await this.t.call<api.ThreadResponse>('POST', this.thread(tenant, thread) + '/unpin', { signal: o.signal })
+    return r.binding
+  }
+
+  // Hosts and inspection mounts: calls for operators.
+
+  /** The daemons that ever sent a heartbeat, and whether their lease holds. */
+  async hosts(o: CallOptions = {}): Promise<api.Host[]> {
+    const r = await this.t.call<api.HostsResponse>('GET', '/v1/hosts', { signal: o.signal })
+    return r.hosts
+  }
+
+  /** Serves a thread's workspace a second time at path, read-only unless writable. */
+  async mount(req: api.MountRequest, o: CallOptions = {}): Promise<api.MountInfo> {
+    const r = await this.t.call<api.MountResponse>('POST', '/v1/mounts', { json: req, signal: o.signal })
+    return r.mount
+  }
+
+  /** Every inspection mount, ordered by path. */
+  async mounts(o: CallOptions = {}): Promise<api.MountInfo[]> {
+    const r = await this.t.call<api.MountsResponse>('GET', '/v1/mounts', { signal: o.signal })
+    return r.mounts
+  }
+
+  /** Removes the inspection mount made at path. */
+  unmount(path: string, o: CallOptions = {}): Promise<api.UnmountResponse> {
+    return this.t.call('DELETE', '/v1/mounts', { query: { path }, signal: o.signal })
+  }
+
   // The file API.
 
   readFile(tenant: string, thread: string, path: string, run?: string, o: CallOptions = {}): Promise<api.ReadFileResponse> {
@@ -194,6 +228,14 @@ export class WarrenClient {
     })
   }
 
+  /**
+   * Registers process pid (the daemon's view of it) for run: from its next
+   * open on, it and what it starts act as run on this daemon's mounts.
+   */
+  registerRun(tenant: string, thread: string, run: string, pid: number, o: CallOptions = {}): Promise<api.RunResponse> {
+    return this.t.call('POST', this.thread(tenant, thread) + '/runs', { json: { run, pid }, signal: o.signal })
+  }
+
   /** Forgets a run: its registered processes and its read records. */
   async endRun(tenant: string, thread: string, run: string, o: CallOptions = {}): Promise<void> {
     await this.t.call('POST', this.thread(tenant, thread) + '/runs/end', { json: { run }, signal: o.signal })
@@ -246,6 +288,33 @@ export class WarrenClient {
       json: { data, close },
       signal: o.signal,
     })
+  }
+
+  /** Resizes the terminal of a command run with tty. */
+  async execResize(tenant: string, thread: string, id: string, rows: number, cols: number, o: CallOptions = {}): Promise<void> {
+    await this.t.call('POST', `${this.thread(tenant, thread)}/exec/${escapeId(id)}/resize`, {
+      json: { rows, cols },
+      signal: o.signal,
+    })
+  }
+
+  /**
+   * Makes a running command a job: its exec's answer ends with its job's id
+   * and the job gets the rest of its output. WarrenError `job_limit` (429)
+   * at the thread's job limit; the command goes on either way.
+   */
+  async execBackground(
+    tenant: string,
+    thread: string,
+    id: string,
+    req: api.BackgroundRequest = {},
+    o: CallOptions = {},
+  ): Promise<api.JobInfo> {
+    const r = await this.t.call<api.JobResponse>('POST', `${this.thread(tenant, thread)}/exec/${escapeId(id)}/background`, {
+      json: req,
+      signal: o.signal,
+    })
+    return r.job
   }
 
   /** Sends a signal to a running command's process tree. */

@@ -1,10 +1,12 @@
 import assert from 'node:assert/strict'
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import path from 'node:path'
 import { test } from 'node:test'
 import { escapeId } from '../src/http.js'
 import { WarrenClient } from '../src/client.js'
 import { WarrenNotFoundError, WarrenStaleError, WarrenUnreachableError, isWarrenError } from '../src/errors.js'
 import { requireDaemons, startDaemon } from './daemon.js'
-import { within } from './helpers.js'
+import { tempDir, within } from './helpers.js'
 
 test('escapeId keeps every id one segment', () => {
   assert.equal(escapeId('fix-login_2~'), 'fix-login_2~')
@@ -63,6 +65,74 @@ test('the client against a real daemon', { timeout: 120_000 }, async (t) => {
   const pending = c.exec('acme', '..', { command: 'sleep 30' }, { signal: ac.signal })
   setTimeout(() => ac.abort(new Error('enough')), 100)
   await assert.rejects(within(5000, 'the aborted exec', pending), /enough/)
+})
+
+test('the rest of the API: a terminal resized, a command sent to the background, runs, inspection mounts', { timeout: 120_000 }, async (t) => {
+  if (!requireDaemons(t)) return
+  const d = await startDaemon(t)
+  const c = d.client()
+  t.after(() => c.close())
+  await c.bind('acme', 't')
+
+  // A terminal's size as the command sees it, before and after a resize.
+  let out = ''
+  let tty = ''
+  let resized = false
+  for await (const f of c.execFrames('acme', 't', { command: 'stty size; read x; stty size', tty: true, rows: 24, cols: 80 })) {
+    if (f.id !== undefined) tty = f.id
+    if (f.data !== undefined) out += f.data
+    if (!resized && out.includes('\n')) {
+      resized = true
+      await c.execResize('acme', 't', tty, 40, 100)
+      await c.execStdin('acme', 't', tty, '\n')
+    }
+  }
+  assert.match(out, /^24 80\r\n/)
+  assert.match(out, /40 100\r\n$/)
+
+  // A running command made a job: its exec ends naming the job, which
+  // gets the rest of its output and keeps its input.
+  let id = ''
+  let before = ''
+  let background: string | undefined
+  let job: Awaited<ReturnType<WarrenClient['execBackground']>> | undefined
+  for await (const f of c.execFrames('acme', 't', { command: 'echo before; read x; echo "after $x"', openStdin: true })) {
+    if (f.id !== undefined) id = f.id
+    if (f.data !== undefined) before += f.data
+    if (before === 'before\n' && job === undefined) job = await c.execBackground('acme', 't', id, { label: 'waits' })
+    if (f.background !== undefined) background = f.background
+  }
+  assert.equal(before, 'before\n')
+  assert.ok(job, 'the command became a job')
+  assert.equal(background, job.id)
+  assert.equal(job.label, 'waits')
+  await c.jobStdin('acme', 't', job.id, 'now\n', true)
+  let rest = ''
+  for await (const f of c.jobOutput('acme', 't', job.id, { follow: true })) if (f.data !== undefined) rest += f.data
+  assert.match(rest, /after now\n$/)
+
+  // A run registered for a process, then forgotten.
+  assert.deepEqual(await c.registerRun('acme', 't', 'lead', process.pid), { run: 'lead', pid: process.pid })
+  await c.endRun('acme', 't', 'lead')
+
+  // The workspace served again, read-only, at a folder of ours.
+  await c.writeFile('acme', 't', { path: 'seen.txt', content: 'inspected\n' })
+  const at = path.join(tempDir(t), 'inspect')
+  mkdirSync(at)
+  const m = await c.mount({ tenant: 'acme', thread: 't', path: at })
+  let mounted = true
+  t.after(async () => {
+    if (mounted) await c.unmount(at).catch(() => {})
+  })
+  assert.equal(m.path, at)
+  assert.equal(readFileSync(path.join(at, 'seen.txt'), 'utf8'), 'inspected\n')
+  assert.throws(() => writeFileSync(path.join(at, 'seen.txt'), 'no'), { code: 'EROFS' })
+  assert.deepEqual((await c.mounts()).map((x) => x.path), [at])
+  assert.equal((await c.unmount(at)).unmounted, at)
+  mounted = false
+  assert.deepEqual(await c.mounts(), [])
+  // Without a host id this daemon pins nothing, so it cannot take a thread over.
+  await assert.rejects(c.unpin('acme', 't'), (err: unknown) => isWarrenError(err, 'invalid'))
 })
 
 test('a daemon that is gone', async () => {

@@ -42,6 +42,13 @@ test('a thread moves to a second server: pinned, then resumed after the owner di
   await assert.rejects(onB.resume({ id: 'fix-login' }), warrenError(WarrenPinnedError, 'pinned', pinned))
   await assert.rejects(onB.create({ id: 'fix-login' }), warrenError(WarrenPinnedError, 'pinned', pinned))
   await assert.rejects(onB.destroy({ id: 'fix-login' }), warrenError(WarrenPinnedError, 'pinned', pinned))
+  // Both hosts beat; B cannot take the thread at once either.
+  const hosts = (await onB.client.hosts()).map((x) => [x.id, x.alive])
+  assert.deepEqual(hosts, [['a', true], ['b', true]])
+  await assert.rejects(
+    onB.client.unpin('acme', 'fix-login'),
+    warrenError(WarrenPinnedError, 'pinned', "The thread is pinned to the live host a; it can move only once that host's lease expires."),
+  )
 
   // A dies at once, as a crash would: its followed output breaks off.
   const next = out.next()
