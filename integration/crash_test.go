@@ -278,7 +278,8 @@ func killAndReap(t *testing.T, d *daemon, r int, when string) bool {
 		return true
 	case <-time.After(10 * time.Second):
 	}
-	t.Errorf("round %d: warren serve (pid %d) killed %s is not gone after 10 s (state %s)", r, cmd.Process.Pid, when, procStateOf(cmd.Process.Pid))
+	t.Errorf("round %d: warren serve (pid %d) killed %s is not gone after 10 s (state %s); its threads:\n%s",
+		r, cmd.Process.Pid, when, procStateOf(cmd.Process.Pid), kernelStacks(cmd.Process.Pid))
 	if _, err := fs.DetachUnder(d.data); err != nil {
 		t.Logf("abort the stuck daemon's mounts: %v", err)
 	}
@@ -288,6 +289,33 @@ func killAndReap(t *testing.T, d *daemon, r int, when string) bool {
 		t.Fatalf("round %d: warren serve (pid %d) still not gone after its mounts' connections were aborted", r, cmd.Process.Pid)
 	}
 	return false
+}
+
+// kernelStacks describes where each thread of process pid waits in the
+// kernel (its state, wait channel, system call and kernel stack), for a
+// process that does not die.
+func kernelStacks(pid int) string {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, task := range tasks {
+		dir := fmt.Sprintf("/proc/%d/task/%s/", pid, task.Name())
+		read := func(name string) string {
+			data, err := os.ReadFile(dir + name)
+			if err != nil {
+				return err.Error()
+			}
+			return strings.TrimSpace(string(data))
+		}
+		stat := read("stat")
+		if i := strings.LastIndexByte(stat, ')'); i >= 0 && i+3 < len(stat) {
+			stat = stat[i+2 : i+3]
+		}
+		fmt.Fprintf(&b, "task %s: state %s, wchan %s, syscall %s\n%s\n", task.Name(), stat, read("wchan"), read("syscall"), read("stack"))
+	}
+	return b.String()
 }
 
 // procStateOf is the state of process pid as /proc/PID/stat says it (R,
