@@ -74,5 +74,5 @@ done
 
 mkdir -p bench/out "$work/git"
 report=bench/out/checkpoint-$(date +%Y%m%d-%H%M%S).txt
-bin/cpbench -socket "$sock" -work "$work/git" -runs "${BENCH_CP_RUNS:-9}" -files "${BENCH_CP_FILES:-100000}" -tar "$tarball" | tee "$report"
+bin/cpbench -socket "$sock" -work "$work/git" -repo "$work/data/snapshots/bench" -runs "${BENCH_CP_RUNS:-9}" -files "${BENCH_CP_FILES:-100000}" -tar "$tarball" | tee "$report"
 say "report written to $report"

@@ -20,7 +20,7 @@ import (
 // openBadger opens a store in dir and closes it when the test ends.
 func openBadger(t testing.TB, dir string) *badger.Store {
 	t.Helper()
-	s, err := badger.Open(t.Context(), dir, hclog.NewNullLogger())
+	s, err := badger.Open(t.Context(), dir, hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: os.Stderr}))
 	if err != nil {
 		t.Fatalf("badger.Open: %v", err)
 	}
