@@ -59,6 +59,11 @@ type checkpointSet struct {
 	// ctx ends the collections when Close runs.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// restores ends the restores under way once Close has waited its
+	// grace for the requests: until then a restore is not cut short by
+	// its caller (see restoreContext).
+	restores    context.Context
+	endRestores context.CancelFunc
 
 	mu sync.Mutex
 	// closed is set by Close: no repository is opened and no
@@ -76,8 +81,10 @@ type checkpointSet struct {
 
 func newCheckpointSet() checkpointSet {
 	ctx, cancel := context.WithCancel(context.Background())
+	restores, endRestores := context.WithCancel(context.Background())
 	return checkpointSet{
 		ctx: ctx, cancel: cancel,
+		restores: restores, endRestores: endRestores,
 		repos:      make(map[string]*snapshot.Repo),
 		collecting: make(map[string]bool),
 		again:      make(map[string]bool),
@@ -111,6 +118,7 @@ func (g *Gateway) closeCheckpoints() {
 	cs.mu.Lock()
 	cs.closed = true
 	cs.mu.Unlock()
+	cs.endRestores()
 	cs.cancel()
 	cs.wg.Wait()
 	cs.mu.Lock()
@@ -641,6 +649,8 @@ func (g *Gateway) saveState(ctx context.Context, h *history, label string) (snap
 // to holds, and leaves to as the head and redo as the redo stack. Running
 // commands and jobs refuse it, or are stopped first with force.
 func (g *Gateway) restoreTo(ctx context.Context, h *history, op string, now snapshot.Hash, to meta.Checkpoint, redo []string, force bool) (api.RestoreResponse, error) {
+	ctx, done := g.restoreContext(ctx)
+	defer done()
 	stopped, err := g.quiesce(ctx, h.k, op, to.ID, force)
 	if err != nil {
 		return api.RestoreResponse{}, err
@@ -697,11 +707,29 @@ func (g *Gateway) applyRestore(ctx context.Context, h *history, now snapshot.Has
 	return changed, nil
 }
 
+// restoreContext is the context a restore runs under: ctx's values, but
+// not its end. A restore, once begun, runs to its end whatever its caller
+// does: a client that hangs up or gives up (a takeover's first command,
+// waiting on a big restore, may) would otherwise leave the workspace half
+// restored until the next call finishes it. Only the daemon's stop cuts
+// it short, after the grace Close gives the requests; the journal then
+// has the next start finish it.
+func (g *Gateway) restoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(g.checkpoints.restores, cancel)
+	return rctx, func() {
+		stop()
+		cancel()
+	}
+}
+
 // finishRestore finishes the restore h's journal records, which a crash
 // or an error cut short: the whole workspace is read, since what the
 // restore changed before it stopped is not known, and made what the
 // journal asks for.
 func (g *Gateway) finishRestore(ctx context.Context, h *history) error {
+	ctx, done := g.restoreContext(ctx)
+	defer done()
 	rs := h.Restoring
 	g.log.Warn("finishing a restore that was cut short", "tenant", h.k.Tenant, "thread", h.k.Thread, "op", rs.Op, "to", rs.To, "started", rs.StartedAt)
 	if _, err := g.quiesce(ctx, h.k, "finish the "+rs.Op, rs.To, true); err != nil {

@@ -209,6 +209,10 @@ func (g *Gateway) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		defer cancel()
 		err := g.srv.Shutdown(ctx)
+		// Restores ignore their callers' ends (restoreContext); past the
+		// grace, the stop ends them, their journals left for the next
+		// start.
+		g.checkpoints.endRestores()
 		if err != nil {
 			// Handlers still running are refused where they would add
 			// a mount, a jail or a job, and undo what they made; cut

@@ -437,6 +437,54 @@ func TestRestoreKilledMidway(t *testing.T) {
 	}
 }
 
+// TestRestoreOutlivesItsCaller: a client that gives up on a revert in its
+// middle does not cut the restore short: the daemon finishes it at once,
+// and says so on the event stream, without any later call finishing a
+// journaled restore.
+func TestRestoreOutlivesItsCaller(t *testing.T) {
+	d := newDaemon(t)
+	c := d.client()
+	mp := d.bind("", "t1")
+	d.mustWarren("exec", "--thread", "t1", "--", `mkdir -p a && cd a && for i in $(seq 1 4000); do echo "old $i" > f$i; done`)
+	old := captureTree(t, mp)
+	d.mustWarren("checkpoint", "--thread", "t1")
+	for try := 1; ; try++ {
+		d.mustWarren("exec", "--thread", "t1", "--", fmt.Sprintf(`cd a && for i in $(seq 1 4000); do echo "new %d $i" > f$i; done`, try))
+		d.mustWarren("checkpoint", "--thread", "t1")
+		events := d.subscribe("t1")
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.Revert(ctx, "", "t1", "cp-1", false)
+			errc <- err
+		}()
+		mid := waitRestoreStarted(t, filepath.Join(d.data, "workspaces"), "old 1\n")
+		cancel() // the client hangs up
+		err := <-errc
+		ev, ok := events.waitFor(time.Minute, func(ev api.Event) bool { return ev.Type == api.EventThreadRestored })
+		if !ok || ev.Checkpoint != "cp-1" || ev.Op != "revert" {
+			t.Fatalf("thread.restored after the client hung up (revert: %v): %+v (found %v); events %s", err, ev, ok, events)
+		}
+		if !mid || err == nil {
+			// The revert ended before the hang-up: nothing shown; again.
+			if try == 5 {
+				t.Fatal("the revert always ended before its client hung up")
+			}
+			d.mustWarren("revert", "--thread", "t1", fmt.Sprint("cp-", 2*try))
+			continue
+		}
+		wantTree(t, "the workspace once the restore its client left ended", mp, old)
+		if strings.Contains(d.allLogs(), "finishing a restore that was cut short") {
+			t.Error("the restore was cut short and finished by a later call, not run to its end")
+		}
+		list, err := c.Checkpoints(context.Background(), "", "t1")
+		if err != nil || list.Head != "cp-1" {
+			t.Fatalf("checkpoints after the restore: %+v %v", list, err)
+		}
+		return
+	}
+}
+
 // waitRestoreStarted waits until a file under dir holds content (the
 // restore wrote its first file) and reports whether other files still
 // hold something else (the restore is not done).

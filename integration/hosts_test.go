@@ -94,7 +94,10 @@ func waitPastPinned(t *testing.T, d *daemon, thread, command, root, owner string
 	t.Helper()
 	pinned := pinnedMessage(root, owner)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		r := d.run(15*time.Second, "exec", "--thread", thread, "--", command)
+		// The first command after a takeover may wait for a restore the
+		// former owner left unfinished (thousands of files, on a loaded
+		// machine): it gets a minute.
+		r := d.run(time.Minute, "exec", "--thread", thread, "--", command)
 		// The waiting server's own lease may lapse too when the store is
 		// slow (an overloaded etcd misses heartbeats): it refuses as
 		// fenced until it renews, and then serves. Waited out like the
