@@ -2,6 +2,7 @@ package fs
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"strconv"
 	"syscall"
@@ -90,6 +91,19 @@ func closeFuseDevices() error {
 	for _, name := range names {
 		fd, err := strconv.Atoi(name)
 		if err != nil || fd == dir {
+			continue
+		}
+		// Never fstat a descriptor only to learn what it is: the table
+		// holds the roots of other mounts of this daemon (fsmount's
+		// descriptors), and an fstat of one is a GETATTR to this very
+		// daemon, made before this thread let go of the /dev/fuse
+		// descriptors. Killed then, the daemon would stay a zombie
+		// behind this thread, as the comment above says. The link's
+		// text is the kernel's name of the file, read without asking
+		// the file's filesystem; only a descriptor named /dev/fuse is
+		// then checked to be the device.
+		target, err := os.Readlink("/proc/thread-self/fd/" + name)
+		if err != nil || target != "/dev/fuse" {
 			continue
 		}
 		var st unix.Stat_t
