@@ -309,11 +309,11 @@ func kernelStacks(pid int) string {
 			}
 			return strings.TrimSpace(string(data))
 		}
-		stat := read("stat")
-		if i := strings.LastIndexByte(stat, ')'); i >= 0 && i+3 < len(stat) {
-			stat = stat[i+2 : i+3]
+		state := "gone"
+		if f := statFieldsAt(dir + "stat"); len(f) > 0 {
+			state = f[0]
 		}
-		fmt.Fprintf(&b, "task %s: state %s, wchan %s, syscall %s\n%s\n", task.Name(), stat, read("wchan"), read("syscall"), read("stack"))
+		fmt.Fprintf(&b, "task %s: state %s, wchan %s, syscall %s\n%s\n", task.Name(), state, read("wchan"), read("syscall"), read("stack"))
 	}
 	return b.String()
 }

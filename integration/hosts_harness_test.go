@@ -425,7 +425,13 @@ func processesUnder(ancestor int, argv ...string) []int {
 // (state, ppid, ...), nil if the process is gone. The name, in
 // parentheses, may hold spaces: the fields start after its last ')'.
 func statFields(pid int) []string {
-	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	return statFieldsAt(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+}
+
+// statFieldsAt is statFields of a stat file: a process's or one of its
+// threads' (/proc/PID/task/TID/stat).
+func statFieldsAt(path string) []string {
+	stat, err := os.ReadFile(path)
 	if err != nil {
 		return nil
 	}
