@@ -397,11 +397,11 @@ func TestRestoreKilledMidway(t *testing.T) {
 	mp := d.bind("", "crash")
 	// Many files, so that the restore takes a while: the kill lands in
 	// its middle (checked below, tried again if not).
-	d.mustWarren("exec", "--thread", "crash", "--", `mkdir -p a && cd a && for i in $(seq 1 4000); do echo "old $i" > f$i; done`)
+	d.mustWarren("exec", "--thread", "crash", "--", restoreLoad("old"))
 	old := captureTree(t, mp)
 	d.mustWarren("checkpoint", "--thread", "crash", "--label", "old")
 	for try := 1; ; try++ {
-		d.mustWarren("exec", "--thread", "crash", "--", fmt.Sprintf(`cd a && for i in $(seq 1 4000); do echo "new %d $i" > f$i; done`, try))
+		d.mustWarren("exec", "--thread", "crash", "--", restoreLoad(fmt.Sprint("new ", try)))
 		newer := captureTree(t, mp)
 		d.mustWarren("checkpoint", "--thread", "crash", "--label", fmt.Sprint("new ", try))
 		// The revert writes 4000 files; the kill comes once the first is
@@ -445,11 +445,11 @@ func TestRestoreOutlivesItsCaller(t *testing.T) {
 	d := newDaemon(t)
 	c := d.client()
 	mp := d.bind("", "t1")
-	d.mustWarren("exec", "--thread", "t1", "--", `mkdir -p a && cd a && for i in $(seq 1 4000); do echo "old $i" > f$i; done`)
+	d.mustWarren("exec", "--thread", "t1", "--", restoreLoad("old"))
 	old := captureTree(t, mp)
 	d.mustWarren("checkpoint", "--thread", "t1")
 	for try := 1; ; try++ {
-		d.mustWarren("exec", "--thread", "t1", "--", fmt.Sprintf(`cd a && for i in $(seq 1 4000); do echo "new %d $i" > f$i; done`, try))
+		d.mustWarren("exec", "--thread", "t1", "--", restoreLoad(fmt.Sprint("new ", try)))
 		d.mustWarren("checkpoint", "--thread", "t1")
 		events := d.subscribe("t1")
 		ctx, cancel := context.WithCancel(context.Background())
@@ -483,6 +483,13 @@ func TestRestoreOutlivesItsCaller(t *testing.T) {
 		}
 		return
 	}
+}
+
+// restoreLoad is the command that makes a workspace's a/f1 to a/f4000
+// hold "<text> <i>": enough files that a restore of them takes a while,
+// as waitRestoreStarted expects.
+func restoreLoad(text string) string {
+	return fmt.Sprintf(`mkdir -p a && cd a && for i in $(seq 1 4000); do echo "%s $i" > f$i; done`, text)
 }
 
 // waitRestoreStarted waits until a file under dir holds content (the

@@ -299,10 +299,10 @@ func TestHostsRestoreCutShortByADeath(t *testing.T) {
 	a := c.host("host-a", "--snapshots", snaps)
 	b := c.host("host-b", "--snapshots", snaps)
 	mp := a.bind("default", "t1")
-	a.mustWarren("exec", "--thread", "t1", "--", `mkdir -p a && cd a && for i in $(seq 1 4000); do echo "old $i" > f$i; done`)
+	a.mustWarren("exec", "--thread", "t1", "--", restoreLoad("old"))
 	old := captureTree(t, mp)
 	a.mustWarren("checkpoint", "--thread", "t1")
-	a.mustWarren("exec", "--thread", "t1", "--", `cd a && for i in $(seq 1 4000); do echo "new $i" > f$i; done`)
+	a.mustWarren("exec", "--thread", "t1", "--", restoreLoad("new"))
 	a.mustWarren("checkpoint", "--thread", "t1")
 	rootA := a.threadInfo("t1").Root
 	ac := a.client()
