@@ -43,6 +43,14 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if errno := n.mayModify(name); errno != 0 {
 		return nil, nil, 0, errno
 	}
+	// Runs last, once the path's lock is let go: another mount may know
+	// the file (CREATE found it there) or look it up before this returns.
+	var writing *node
+	defer func() {
+		if writing != nil {
+			n.root.dropOthersAttrs(writing)
+		}
+	}()
 	dfd, a, g, release, errno := n.takeEntry(ctx, name)
 	if errno != 0 {
 		return nil, nil, 0, errno
@@ -92,6 +100,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		w = n.root.newWriter(nd, a, g)
 	}
 	fh, fopen := nd.openHandle(ofd, flags, w, 0)
+	if w != nil {
+		writing = nd
+	}
 	return ch, fh, fopen, 0
 }
 
@@ -185,6 +196,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	}
 	out.Attr.FromStat(&st)
 	nd := n.root.newNode(pfd, st.Ino, gen)
+	out.SetAttrTimeout(nd.attrValidity())
 	ch := n.NewInode(ctx, nd, fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: gen})
 	fh, fopen := nd.openHandle(ofd, flags, nil, 0)
 	return ch, fh, fopen, 0

@@ -166,6 +166,11 @@
 // DefaultAttrTimeout, missing names DefaultNegativeTimeout. They are long
 // because this daemon sees every change made through its mounts and a Hub
 // pushes each change to the other mounts of the same folder (hub.go).
+// The one change it cannot push is a write passed through while its file
+// stays open: while a mount has a file open for writing, the other mounts
+// of the folder are told its attributes with no validity at all, so a
+// stat there shows each write at once (writers.go). Every reply sets the
+// validity of its attributes itself (node.attrValidity).
 //
 // Directories are served without OPENDIR where the kernel allows it
 // (dirs.go), so the kernel keeps their listings and a repeated walk of a
@@ -269,8 +274,9 @@
 //     open-file mode (ioMode.mu, iomode.go), the actors' mu (actors.mu,
 //     actors.go: registrations and cached callers; a jail's RunOf is
 //     called with it released), the file API's temporary files
-//     (tempFiles.mu, atomic_linux.go) and a change log's set
-//     (changeLog.mu).
+//     (tempFiles.mu, atomic_linux.go), a change log's set
+//     (changeLog.mu) and the count of open writers (openWriters.mu,
+//     writers.go).
 //
 // A Hub's sendMu is held shared by a sender that waits for room in the
 // delivery queue (postWait, flush) and exclusive by Close; it is taken
@@ -287,7 +293,8 @@
 // No path lock is held across a FUSE notification: a WRITE waiting for a
 // path lock may hold the pages a notification waits for (the Hub
 // delivers its notifications from its own goroutine; an open notifies
-// with no path locked). The data path takes no lock of this package with
+// with no path locked, and so does an open for writing when it drops the
+// other mounts' attributes). The data path takes no lock of this package with
 // passthrough (reads and writes never reach it); without it, a WRITE
 // holds its path's lock and nothing else.
 package fs

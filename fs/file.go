@@ -170,6 +170,13 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 		leave()
 		n.syncKernel(v)
 	}
+	// Runs last, once the path's lock and the change gate are let go.
+	opened := false
+	defer func() {
+		if opened {
+			n.root.dropOthersAttrs(n)
+		}
+	}()
 	defer leave()
 	defer unlock()
 	if !writes {
@@ -191,6 +198,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 	n.root.modified(a, g, fingerprintFd(fd))
 	n.told(g.state.version) // it truncated, or will write, itself
 	n.root.trackInode(n)
+	opened = true
 	return fh, fopen, 0
 }
 

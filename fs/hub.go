@@ -36,6 +36,7 @@ type Hub struct {
 	ledger  *ledger       // versions, locks and read records (ledger.go)
 	actors  *actors       // who makes a request (actors.go)
 	temps   tempFiles     // the file API's temporary files (atomic_linux.go)
+	writing openWriters   // open handles that may write, by inode and mount (writers.go)
 
 	// sendMu is held shared by a sender that waits for room in the
 	// queue (postWait), exclusive by Close to close the queue.
@@ -218,6 +219,19 @@ func (h *Hub) add(r *root) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.mounts[r] = struct{}{}
+}
+
+// mountsOf returns the mounts of the folder on dev.
+func (h *Hub) mountsOf(dev uint64) []*root {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var rs []*root
+	for r := range h.mounts {
+		if r.dev == dev {
+			rs = append(rs, r)
+		}
+	}
+	return rs
 }
 
 func (h *Hub) remove(r *root) {

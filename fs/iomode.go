@@ -100,6 +100,9 @@ func (n *node) openHandle(fd int, flags uint32, w *writer, version uint64) (fuse
 		return statOK
 	}
 
+	if writes {
+		n.root.hub.writing.add(n.root, n.ino)
+	}
 	n.io.mu.Lock()
 	if n.io.open == 0 {
 		want := !n.root.noPassthrough && (writes || !stat() || st.Size >= passthroughMinSize)
@@ -136,6 +139,7 @@ func (n *node) openHandle(fd int, flags uint32, w *writer, version uint64) (fuse
 		}
 		n.io.mu.Unlock()
 		if writes {
+			n.root.hub.writing.done(n.root, n.ino)
 			n.root.changedInode(n)
 			// What was written through the handle, maybe after a
 			// checkpoint read the file.

@@ -88,7 +88,8 @@ type root struct {
 	dev           uint64 // its device: a lookup never crosses to another
 	readOnly      bool
 	noPassthrough bool
-	uid, gid      int // the daemon's own ids
+	attrTimeout   time.Duration // how long the kernel keeps attributes, unless written elsewhere (writers.go)
+	uid, gid      int           // the daemon's own ids
 	log           hclog.Logger
 	onRefusal     func(Refusal)
 	onStale       func(Stale)
@@ -226,7 +227,11 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 	r.remember(rootNode)
 
 	entry := timeout(opts.EntryTimeout, DefaultEntryTimeout)
-	attr := timeout(opts.AttrTimeout, DefaultAttrTimeout)
+	// Every reply with attributes sets their validity itself
+	// (node.attrValidity): go-fuse puts its own in only where a reply
+	// says zero, and zero is what a file written elsewhere needs.
+	r.attrTimeout = timeout(opts.AttrTimeout, DefaultAttrTimeout)
+	var attr time.Duration
 	negative := timeout(opts.NegativeTimeout, DefaultNegativeTimeout)
 	// nosymfollow: a host process follows no link in this view (link.go).
 	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOSYMFOLLOW)

@@ -125,6 +125,7 @@ func (n *node) addChild(ctx context.Context, fd int, name string, out *fuse.Entr
 	}
 	out.Attr.FromStat(&st)
 	nd := n.root.newNode(fd, st.Ino, gen)
+	out.SetAttrTimeout(nd.attrValidity())
 	ch := n.NewInode(ctx, nd, fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: gen})
 	if winner, ok := ch.Operations().(*node); ok {
 		if winner != nd {
@@ -164,6 +165,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fu
 			if gen, err := statGen(dfd, name, &st); err == nil && st.Ino == known.ino && gen == known.gen && st.Dev == n.root.dev &&
 				st.Mode&syscall.S_IFMT == ch.StableAttr().Mode&syscall.S_IFMT {
 				out.Attr.FromStat(&st)
+				out.SetAttrTimeout(known.attrValidity())
 				return ch, 0
 			}
 		}
@@ -192,6 +194,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 }
 
 func (n *node) Getattr(ctx context.Context, fh fusefs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	defer n.setAttrValidity(out)
 	if g, ok := fh.(fusefs.FileGetattrer); ok && fh != nil {
 		return g.Getattr(ctx, out)
 	}
@@ -245,6 +248,7 @@ func (n *node) Setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAt
 		return syscall.EROFS
 	}
 	defer n.root.changedInode(n)
+	defer n.setAttrValidity(out)
 	name, dir := n.entryOf()
 	if dir == nil {
 		// The root, or a file without a name: no path to guard.

@@ -491,16 +491,6 @@ func (g *Gateway) mountAt(ctx context.Context, k meta.ThreadKey, root, mountPath
 		OnStale:   g.staleEvents(k),
 		Target:    target,
 	}
-	if target != nil {
-		// An inspection mount (the only mounts made onto a target) must
-		// show a file's size at once while a writer keeps it open through
-		// another mount: with passthrough its writes never reach the
-		// daemon, so no change can be pushed to this mount's cache (the
-		// Hub pushes at the write-open and the close). Its attributes are
-		// not cached: each stat asks the daemon, which asks the backing
-		// file. Names are still cached and pushed as before.
-		opts.AttrTimeout = -1
-	}
 	m, err := g.mounter.Mount(ctx, root, mountPath, opts)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s at %s: %w", root, mountPath, err)

@@ -13,7 +13,8 @@ import (
 // through an inspection mount, read-only and writable: the size and the
 // content show at once (docs/api.md), without waiting for the writer to
 // close or for a cache to expire. And the other way: a writer through a
-// writable inspection mount shows at once in the thread's mount.
+// writable inspection mount shows at once in the thread's mount. Each
+// stat comes right after another, so no cache may serve it.
 func TestInspectionSeesOpenWriter(t *testing.T) {
 	d := newDaemon(t)
 	mnt := d.bind("default", "t")
@@ -43,6 +44,11 @@ func TestInspectionSeesOpenWriter(t *testing.T) {
 			defer f.Close()
 			want := "a"
 			for i, chunk := range []string{strings.Repeat("b", 1000), strings.Repeat("c", 70_000), "d"} {
+				// A stat right before the write: the viewer's kernel has
+				// the size from before it, fresh.
+				if fi, err := os.Stat(look); err != nil || fi.Size() != int64(len(want)) {
+					t.Fatalf("write %d: before it, stat through %s: %v, %v", i, c.lookIn, fi, err)
+				}
 				if _, err := f.WriteString(chunk); err != nil {
 					t.Fatal(err)
 				}

@@ -1,0 +1,74 @@
+package fs
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestOpenWriterSeenElsewhere writes a file through one mount, keeping it
+// open, while a second mount of the same folder stats it right before
+// and right after each write: with caches kept for an hour, the size
+// still shows at once, passed through or served by the daemon. The
+// writer's own mount keeps caching (its kernel made the writes).
+func TestOpenWriterSeenElsewhere(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		noPassthrough bool
+	}{{"passthrough", false}, {"daemon", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			hub := NewHub(HubConfig{})
+			t.Cleanup(hub.Close)
+			opts := Options{Hub: hub, EntryTimeout: time.Hour, AttrTimeout: time.Hour, NegativeTimeout: time.Hour, NoPassthrough: c.noPassthrough}
+			backing, a := mountTemp(t, opts)
+			b := filepath.Join(t.TempDir(), "b")
+			must(t, os.Mkdir(b, 0o755))
+			mb, err := Serve(context.Background(), backing, b, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { mb.Close() })
+
+			must(t, os.WriteFile(filepath.Join(a, "f"), []byte("a"), 0o644))
+			look := filepath.Join(b, "f")
+			size := func(when string, want int) {
+				t.Helper()
+				fi, err := os.Stat(look)
+				if err != nil {
+					t.Fatalf("%s: %v", when, err)
+				}
+				if fi.Size() != int64(want) {
+					t.Errorf("%s: b shows %d bytes, want %d", when, fi.Size(), want)
+				}
+			}
+			// Wait until b shows what the write-and-close left, however
+			// late the close's notice arrives; then b caches it.
+			deadline := time.Now().Add(5 * time.Second)
+			for fi, err := os.Stat(look); err != nil || fi.Size() != 1; fi, err = os.Stat(look) {
+				if time.Now().After(deadline) {
+					t.Fatalf("b never showed the file: %v, %v", fi, err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+
+			f, err := os.OpenFile(filepath.Join(a, "f"), os.O_WRONLY|os.O_APPEND, 0)
+			must(t, err)
+			defer f.Close()
+			n := 1
+			for i, chunk := range []string{"b", strings.Repeat("c", 70_000), "d"} {
+				size("before write "+string(rune('0'+i)), n)
+				if _, err := f.WriteString(chunk); err != nil {
+					t.Fatal(err)
+				}
+				n += len(chunk)
+				size("after write "+string(rune('0'+i)), n)
+				size("again after write "+string(rune('0'+i)), n)
+			}
+			must(t, f.Close())
+			size("after the close", n)
+		})
+	}
+}
