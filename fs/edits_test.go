@@ -130,7 +130,17 @@ type agent struct {
 	cmd *exec.Cmd
 	in  io.WriteCloser
 	out *bufio.Scanner
-	err *testenv.SyncBuffer
+	err agentStderr
+}
+
+// agentStderr is an agent's standard error: a file the shell writes
+// itself, so that what a command wrote there is in it once its "rc=" line
+// is read. (Through a pipe, a goroutine copies it, and may lag behind.)
+type agentStderr struct{ path string }
+
+func (e agentStderr) String() string {
+	b, _ := os.ReadFile(e.path)
+	return string(b)
 }
 
 func startAgent(t *testing.T, hub *Hub, run, dir string) *agent {
@@ -143,8 +153,11 @@ func startAgent(t *testing.T, hub *Hub, run, dir string) *agent {
 	must(t, err)
 	out, err := cmd.StdoutPipe()
 	must(t, err)
-	ag := &agent{cmd: cmd, in: in, out: bufio.NewScanner(out), err: &testenv.SyncBuffer{}}
-	cmd.Stderr = ag.err
+	stderr, err := os.CreateTemp(t.TempDir(), "stderr")
+	must(t, err)
+	defer stderr.Close() // the shell has its own
+	ag := &agent{cmd: cmd, in: in, out: bufio.NewScanner(out), err: agentStderr{stderr.Name()}}
+	cmd.Stderr = stderr
 	must(t, cmd.Start())
 	t.Cleanup(func() {
 		in.Close()
