@@ -3,6 +3,7 @@
 #   make build  build the client CLI bin/warren and the daemon bin/warrend
 #   make run    build and start the daemon on its defaults (ARGS="..." adds flags)
 #   make test   go vet, then every test, unit and integration, Go and TypeScript
+#   make install  install the binaries, the systemd unit and the docs (PREFIX=/usr/local, DESTDIR=)
 #   make bench  filesystem benchmark: native ext4, go-fuse loopback, warren (edit checks on and off);
 #               then commands: plain fork+exec, warren's warm jail, bwrap, a new thread's first command,
 #               and the TypeScript provider's exec('true') and 4 KiB fs.read beside them;
@@ -39,7 +40,7 @@ DEPS := gcc:gcc libc6-dev:/usr/include/stdio.h fuse3:fusermount3 git:git btrfs-p
 # tests run against real daemons, the binaries make build makes.
 TS := clients/typescript
 
-.PHONY: all build run test deps bench fmt vet help
+.PHONY: all build run test deps bench fmt vet help install
 
 all: build
 
@@ -57,6 +58,20 @@ build:
 
 run: build
 	exec $(BIN) serve $(ARGS)
+
+# install puts the binaries in $(PREFIX)/bin, the systemd unit in
+# /etc/systemd/system (its paths pointed at $(PREFIX)/bin) and the docs in
+# $(PREFIX)/share/doc/warren; DESTDIR prefixes all three, for packaging.
+# docs/deploy/README.md says what comes next.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/warren
+	install -D -m 0755 $(BIND) $(DESTDIR)$(PREFIX)/bin/warrend
+	install -d $(DESTDIR)/etc/systemd/system $(DESTDIR)$(PREFIX)/share/doc/warren
+	sed -e 's|/usr/local/bin/|$(PREFIX)/bin/|g' -e 's|/usr/local/share/|$(PREFIX)/share/|g' docs/deploy/warren.service > $(DESTDIR)/etc/systemd/system/warren.service
+	install -m 0644 README.md docs/api.md docs/operations.md docs/security.md $(DESTDIR)$(PREFIX)/share/doc/warren/
+	install -m 0644 docs/deploy/README.md $(DESTDIR)$(PREFIX)/share/doc/warren/deploy.md
 
 test: deps vet build
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)

@@ -482,3 +482,20 @@ func (c *fdCache) leastUsed() []*node {
 	}
 	return ns
 }
+
+// DescriptorStats are the figures of a hub's descriptor cache, for
+// metrics.
+type DescriptorStats struct {
+	Open   int // node descriptors open now
+	Budget int // how many it may hold open
+	Nodes  int // nodes the kernels know
+	Files  int // files open for the mounts' users
+}
+
+// Descriptors returns the hub's descriptor figures now.
+func (h *Hub) Descriptors() DescriptorStats {
+	c := h.fds
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return DescriptorStats{Open: c.open, Budget: c.budget, Nodes: c.nodes.Len(), Files: c.files}
+}

@@ -36,6 +36,7 @@ type Hub struct {
 	ledger  *ledger       // versions, locks and read records (ledger.go)
 	actors  *actors       // who makes a request (actors.go)
 	temps   tempFiles     // the file API's temporary files (atomic_linux.go)
+	observe OpObserver    // HubConfig.ObserveOp; nil tells no one
 	writing openWriters   // open handles that may write, by inode and mount (writers.go)
 
 	// sendMu is held shared by a sender that waits for room in the
@@ -82,6 +83,9 @@ type HubConfig struct {
 	// dropped from the kernels' caches (fdcache.go). 0 means
 	// DefaultMaxNodes; a negative value means no bound.
 	MaxNodes int
+	// ObserveOp, if set, is told of each request the hub's mounts answer
+	// (observe.go).
+	ObserveOp OpObserver
 }
 
 // DefaultMaxNodes is the default bound of HubConfig.MaxNodes. A node costs
@@ -134,6 +138,7 @@ func makeHub(cfg HubConfig, budget, maxFiles int) *Hub {
 	h := &Hub{
 		fds:     newFDCache(budget, maxNodes, maxFiles),
 		ledger:  newLedger(cfg.MaxReads, cfg.NoEditChecks),
+		observe: cfg.ObserveOp,
 		actors:  newActors(),
 		log:     logger,
 		queue:   make(chan notice, hubQueue),

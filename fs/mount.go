@@ -317,7 +317,11 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 // the daemon to its own mount (serveAt).
 func serveNodes(root fusefs.InodeEmbedder, fuseDev string, opts *fusefs.Options) (*fuse.Server, error) {
 	raw := &dirsWithoutOpen{RawFileSystem: capOpenFiles(&killPriv{RawFileSystem: fusefs.NewNodeFS(root, opts)}, root)}
-	server, err := fuse.NewServer(raw, fuseDev, &opts.MountOptions)
+	var served fuse.RawFileSystem = raw
+	if n, ok := root.(*node); ok && n.root.hub.observe != nil {
+		served = &observedOps{RawFileSystem: raw, observe: n.root.hub.observe}
+	}
+	server, err := fuse.NewServer(served, fuseDev, &opts.MountOptions)
 	if err != nil {
 		return nil, err
 	}

@@ -47,7 +47,7 @@ type params struct {
 
 // routes is the API: the one place every call is listed.
 func routes() []route {
-	return []route{
+	return append([]route{
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/bind", (*Gateway).handleBind},
 		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}", (*Gateway).handleThread},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/close", (*Gateway).handleClose},
@@ -91,7 +91,7 @@ func routes() []route {
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/redo", (*Gateway).handleRedo},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/revert", (*Gateway).handleRevert},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/fork", (*Gateway).handleFork},
-	}
+	}, opsRoutes()...)
 }
 
 // noBodyLimit is bodyLimit's answer for a route whose body is streamed
@@ -121,6 +121,9 @@ func bodyLimit(pattern string) int64 {
 type router struct {
 	g      *Gateway
 	routes []compiledRoute // never changed after handler()
+	// open serves every peer: the metrics listener's router, whose routes
+	// are the operational endpoints only (health.go).
+	open bool
 }
 
 type compiledRoute struct {
@@ -141,7 +144,7 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.EscapedPath()
 
 	p := peerFrom(r.Context())
-	if p.err != nil || !g.allowed(p.uid) {
+	if !rt.open && (p.err != nil || !g.allowed(p.uid)) {
 		g.log.Warn("refused: peer not allowed", "peer_uid", p.uid, "peer_pid", p.pid,
 			"method", r.Method, "path", clip(path), "error", p.err)
 		// Close the connection: a refused peer gets one answer, no more.
@@ -448,6 +451,7 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, p params, e
 }
 
 func (g *Gateway) writeErrorCode(w http.ResponseWriter, r *http.Request, p params, status int, code, msg string) {
+	g.metrics.apiError(code)
 	args := []any{"method", r.Method, "path", clip(r.URL.EscapedPath()), "tenant", clip(p.tenant), "thread", clip(p.thread),
 		"status", status, "code", code, "error", clip(msg)}
 	if status >= 500 {

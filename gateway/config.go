@@ -26,6 +26,10 @@ type Config struct {
 	DataDir string
 	// SocketPath is where the API listens; "" means DataDir/warren.sock.
 	SocketPath string
+	// SocketGID, if not zero, is the group the socket is given: its
+	// members may open it (mode 0660); each still needs its uid allowed
+	// (AllowUIDs). Zero leaves the daemon's own group.
+	SocketGID int
 	// WorkspacesDir holds the threads' backing folders; "" means
 	// DataDir/workspaces. Servers without host ids may share one (a
 	// shared disk): each binds any thread there.
@@ -53,6 +57,11 @@ type Config struct {
 	// read, the connection has no read deadline. 0 means
 	// DefaultBodyTimeout.
 	BodyTimeout time.Duration
+	// MetricsAddr, if set, is a TCP address (host:port) on which the
+	// operational endpoints, /metrics, /healthz and /readyz, are served
+	// with no authentication and nothing else (health.go). They are on
+	// the socket too.
+	MetricsAddr string
 	// AllowUIDs are the peer uids allowed on the socket besides this
 	// process's own uid and root.
 	AllowUIDs []uint32

@@ -150,6 +150,15 @@
 //	POST   .../threads/{thread}/redo         {"force"}                      {"op","to","changed",...}
 //	POST   .../threads/{thread}/revert       {"checkpoint","force"}         {"op","to","saved","changed",...}
 //	POST   .../threads/{thread}/fork         {"checkpoint","thread"}        {"binding","mountPath","checkpoint","from"}
+//	GET    /healthz                                                         {"status":"ok"}
+//	GET    /readyz                                                          {"ready","checks":[...]}; 503 when not ready
+//	GET    /metrics                                                         Prometheus text
+//
+// The last three are for operators (health.go, metrics.go): also served,
+// alone and without the peer check, on Config.MetricsAddr. Metrics live in
+// a registry of the gateway's own; the store is wrapped (meta.Observed)
+// and the hub told of each FUSE request (fs.HubConfig.ObserveOp) to time
+// them.
 //
 // The file API (files.go, tree.go) works on the backing folder through
 // the fs core, with the same locks, versions and read records as the
@@ -250,6 +259,9 @@
 //
 //   - the API's serving goroutine (Start): Close shuts the server down
 //     and waits for serveDone;
+//   - the metrics listener's serving goroutine (health.go), when
+//     Config.MetricsAddr is set: Close closes that server and waits for
+//     metricsDone;
 //   - the connections' goroutines and the handlers of net/http: Close's
 //     Shutdown (or, after shutdownGrace, Close) of the server, then
 //     requestSet, which waits for handlers of cut connections and refuses

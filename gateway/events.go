@@ -66,6 +66,7 @@ func actorOf(ctx context.Context) string {
 // fs calls it on its request goroutines; emit does not block them.
 func (g *Gateway) refusalEvents(k meta.ThreadKey) func(fs.Refusal) {
 	return func(r fs.Refusal) {
+		g.metrics.refusals.WithLabelValues(refusedEscape).Inc()
 		msg := fmt.Sprintf("%s of %s refused: %s", r.Op, r.Path, r.Reason)
 		if r.Target != "" {
 			msg += fmt.Sprintf(" (link target %q)", r.Target)
@@ -97,6 +98,15 @@ type broker struct {
 	seq    uint64
 	closed bool
 	subs   map[*subscription]struct{}
+	missed uint64 // events dropped for a full queue, all subscribers together
+}
+
+// stats returns the subscribers now and the events dropped so far for a
+// subscriber's full queue.
+func (b *broker) stats() (subscribers int, missed uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.subs), b.missed
 }
 
 // delivery is one queued event, with the number of events this subscriber
@@ -174,6 +184,7 @@ func (b *broker) publish(ev api.Event) {
 		// room seen here is still there for the send.
 		if len(s.ch) == cap(s.ch) {
 			s.missed++
+			b.missed++
 			continue
 		}
 		s.ch <- delivery{missed: s.missed, ev: ev}

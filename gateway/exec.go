@@ -370,6 +370,7 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(s.timeout, func() { timedOut.Store(true); kill() })
 	result := make(chan runResult, 1)
+	began := time.Now()
 	go func() {
 		code, err := s.j.Run(runCtx, s.cmd)
 		result <- runResult{code, err}
@@ -379,6 +380,8 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 		case res := <-result:
 			timer.Stop()
 			kill()
+			s.g.metrics.execs.Inc()
+			s.g.metrics.execSeconds.Observe(time.Since(began).Seconds())
 			end := api.ExecFrame{Exit: &res.code}
 			if timedOut.Load() {
 				res.code, end.TimedOut = timeoutExit, true

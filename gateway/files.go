@@ -280,6 +280,7 @@ func (g *Gateway) endRun(ctx context.Context, tenant, thread string, req api.Run
 // sent as an event here.
 func (g *Gateway) staleEvents(k meta.ThreadKey) func(fs.Stale) {
 	return func(s fs.Stale) {
+		g.metrics.refusals.WithLabelValues(refusedStale).Inc()
 		g.emit(api.Event{
 			Type:    api.EventWriteStale,
 			Tenant:  k.Tenant,

@@ -50,6 +50,13 @@ type Gateway struct {
 	dataID, wsID fileID
 	// events fans the gateway's events out to GET /v1/events (events.go).
 	events *broker
+	// metrics are its Prometheus series (metrics.go); metricsSrv serves
+	// them on Config.MetricsAddr, if set, and metricsDone is closed when
+	// that server returned.
+	metrics     *metrics
+	metricsSrv  *http.Server
+	metricsAddr string
+	metricsDone chan struct{}
 
 	// The gateway's state, by concern; each group has its own lock (see
 	// the package's lock order).
@@ -88,10 +95,12 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
+	m := newMetrics()
 	g := &Gateway{
 		cfg:         cfg,
 		log:         cfg.Logger,
-		store:       cfg.Store,
+		store:       meta.Observed(cfg.Store, m.observeStore),
+		metrics:     m,
 		mounter:     cfg.mounter,
 		wsBase:      cfg.WorkspacesDir,
 		mntBase:     filepath.Join(cfg.DataDir, "mnt"),
@@ -106,8 +115,9 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		checkpoints: newCheckpointSet(),
 		instance:    newInstance(),
 		machine:     machineID(),
-		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks}),
+		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks, ObserveOp: m.observeFUSE}),
 	}
+	m.watch(g)
 	for _, u := range cfg.AllowUIDs {
 		g.allow[u] = true
 	}
@@ -130,7 +140,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	g.restore(ctx)
 
-	ln, err := listenSocket(cfg.SocketPath)
+	ln, err := listenSocket(cfg.SocketPath, cfg.SocketGID)
 	if err != nil {
 		g.endLease()
 		g.closeCheckpoints()
@@ -139,6 +149,15 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	g.ln = ln
+	if err := g.startMetricsListener(); err != nil {
+		ln.Close()
+		os.Remove(cfg.SocketPath)
+		g.endLease()
+		g.closeCheckpoints()
+		g.unmountAll()
+		g.hub.Close()
+		return nil, fmt.Errorf("start gateway: %w", err)
+	}
 	g.srv = &http.Server{
 		Handler:           g.tracked(g.handler()),
 		MaxHeaderBytes:    64 << 10,
@@ -221,6 +240,7 @@ func (g *Gateway) Close() error {
 			err = g.srv.Close()
 		}
 		<-g.serveDone
+		g.stopMetricsListener()
 		// Shutdown waited for the requests, but Close does not: the
 		// handlers of cut connections may still run.
 		g.requests.closeAndWait()

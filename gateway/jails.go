@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"warren/api"
 	"warren/jail"
@@ -239,7 +240,9 @@ func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey, b meta.Binding)
 		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
 	}
 	cfg := g.jailConfig(s, mountPath)
+	started := time.Now()
 	j, err := jail.Start(ctx, cfg)
+	g.metrics.jailStarted(time.Since(started), err)
 	if err != nil {
 		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
 	}

@@ -500,6 +500,7 @@ func (g *Gateway) adoptJob(jb *job, st startInfo, result chan runResult) (api.Jo
 	}
 	tj.jobs[jb.seq] = jb
 	g.jobs.mu.Unlock()
+	g.metrics.jobs.Inc()
 	g.log.Info("job started", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "pid", st.pid, "user", jb.user)
 	go g.finishJob(jb, result)
 	return jb.info(), nil
@@ -511,6 +512,9 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 	defer g.jobs.wg.Done()
 	res := <-result
 	code := res.code
+	// Counted before the end is recorded: whoever sees it recorded
+	// finds it counted.
+	g.metrics.jobEnded(jb.out.Size())
 	jb.stdin.Close()
 	jb.kill()
 	// The record first, then the end of the output: a client that saw

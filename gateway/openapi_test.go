@@ -67,6 +67,11 @@ var wireTypes = map[string]wire{
 	"POST /v1/tenants/{tenant}/threads/{thread}/unpin": {req: typeOf[struct{}](), resp: typeOf[api.ThreadResponse]()},
 	"GET /v1/hosts": {resp: typeOf[api.HostsResponse]()},
 
+	// The operational endpoints.
+	"GET /healthz": {resp: typeOf[api.Health]()},
+	"GET /readyz":  {resp: typeOf[api.Readiness]()},
+	"GET /metrics": {},
+
 	// Inspection mounts and events.
 	"POST /v1/mounts":   {req: typeOf[api.MountRequest](), resp: typeOf[api.MountResponse]()},
 	"GET /v1/mounts":    {resp: typeOf[api.MountsResponse]()},
@@ -119,6 +124,17 @@ var streamFrames = map[string]reflect.Type{
 	"*execStream":      typeOf[api.ExecFrame](),
 	"*jobOutputStream": typeOf[api.JobFrame](),
 	"*rawStream":       nil,
+}
+
+// ownStatusAnswers are the streamers that answer one JSON value with a
+// status of their own (200 or 503): the Go type of that value.
+var ownStatusAnswers = map[string]reflect.Type{
+	"readyAnswer": typeOf[api.Readiness](),
+}
+
+// textAnswers are the streamers that answer text (text/plain).
+var textAnswers = map[string]bool{
+	"metricsAnswer": true,
 }
 
 // ---- the spec ----
@@ -941,6 +957,15 @@ func TestOpenAPIHandlers(t *testing.T) {
 			}
 			answer := hf.answers[0]
 			media := s.mediaTypes(op, "200")
+			if textAnswers[answer] {
+				if w.resp != nil || !slices.Equal(media, []string{"text/plain"}) {
+					t.Errorf("%s answers text: wireTypes says %v, the spec %v", name, w.resp, media)
+				}
+				return
+			}
+			if v, ok := ownStatusAnswers[answer]; ok {
+				answer = v.String()
+			}
 			if frame, ok := streamFrames[answer]; ok {
 				if frame != w.resp || (frame != nil) != w.stream {
 					t.Errorf("%s answers %s (lines of %v), wireTypes says %v (stream %v)", name, answer, frame, w.resp, w.stream)
@@ -1039,6 +1064,13 @@ func TestOpenAPISchemas(t *testing.T) {
 			responses, _ := s.node(op.ptr + "/responses").(map[string]any)
 			for _, status := range sortedKeys(responses) {
 				if status == "200" {
+					continue
+				}
+				if status == "503" && op.key() == "GET /readyz" {
+					// Not ready: the same Readiness, its checks failing.
+					if v := s.view(s.mediaSchema(op, status, "application/json")); v.ref != "Readiness" {
+						t.Errorf("503: schema %q, want Readiness", v.ref)
+					}
 					continue
 				}
 				ptr := s.mediaSchema(op, status, "application/json")

@@ -14,7 +14,8 @@ import (
 // uid check behind it is the second gate.
 const socketMode = 0o660
 
-// listenSocket listens on the Unix socket at path with mode socketMode.
+// listenSocket listens on the Unix socket at path with mode socketMode,
+// in group gid unless it is zero.
 //
 // A socket file left by a crashed daemon is removed, but only if nothing
 // answers on it: a second daemon must not steal the socket of a live one.
@@ -25,7 +26,7 @@ const socketMode = 0o660
 // the wider mode the umask would give it. The listener does not unlink the
 // socket on Close (it would unlink the private name); the gateway removes
 // path itself.
-func listenSocket(path string) (net.Listener, error) {
+func listenSocket(path string, gid int) (net.Listener, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create socket folder: %w", err)
@@ -48,6 +49,12 @@ func listenSocket(path string) (net.Listener, error) {
 	if err := os.Chmod(tmp, socketMode); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("set socket mode: %w", err)
+	}
+	if gid != 0 {
+		if err := os.Chown(tmp, -1, gid); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("give the socket to group %d: %w", gid, err)
+		}
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		ln.Close()

@@ -30,6 +30,7 @@ type verb struct {
 func verbs() map[string]verb {
 	return map[string]verb{
 		"serve":  {"run the daemon (warrend, found beside this program or on PATH)", serveCmd},
+		"doctor": {"check this host before serve: kernel features, cgroups, limits, disk; says what to fix", doctorCmd},
 		"bind":   {"bind a thread and print its mount path", bindCmd},
 		"ls":     {"list bound threads", lsCmd},
 		"close":  {"unmount a thread, keep its folder", closeCmd},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -55,6 +56,10 @@ type serveOptions struct {
 	// Checkpoints: where their content lives, and how many a thread keeps.
 	snapshots   string
 	checkpoints int
+	// metricsAddr is the TCP address of the operational endpoints.
+	metricsAddr string
+	// socketGroup is the group the socket is given ("": the daemon's).
+	socketGroup string
 }
 
 // uidList is a repeatable --allow-uid flag.
@@ -86,6 +91,7 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.StringVar(&o.socket, "socket", "", "API socket (default DATA/warren.sock)")
 	fs.StringVar(&o.workspaces, "workspaces", "", "folder of the threads' workspaces (default DATA/workspaces); servers without a host id may share one")
 	fs.StringVar(&o.hostID, "host-id", "", "stable id of this host; pins its threads to it (default: not pinned)")
+	fs.StringVar(&o.socketGroup, "socket-group", "", "group (name or gid) the socket is given, so its members may open it (default the daemon's group)")
 	fs.Var(&o.allowUIDs, "allow-uid", "uid allowed on the socket besides root and the server's own (repeatable)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON lines")
@@ -106,6 +112,7 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.Int64Var(&o.diskReserve, "disk-reserve", 0, "bytes of the workspaces' disk that their writes leave free (default none; needs workspaces on btrfs)")
 	fs.StringVar(&o.snapshots, "snapshots", "", "folder of the tenants' snapshot repositories, the checkpoints' content (default DATA/snapshots); servers may share one")
 	fs.IntVar(&o.checkpoints, "checkpoints", gateway.DefaultCheckpoints, "how many checkpoints a thread keeps unless its settings say otherwise")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "TCP host:port serving /metrics, /healthz and /readyz only, without authentication (default: on the socket only)")
 	rest, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
@@ -141,6 +148,7 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	// store are filled in once they are made.
 	cfg := gateway.Config{
 		HostID:          o.hostID,
+		MetricsAddr:     o.metricsAddr,
 		AllowUIDs:       o.allowUIDs,
 		NoEditChecks:    o.noEditChecks,
 		JailNetwork:     o.jailNetwork,
@@ -156,6 +164,13 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 		DiskQuotaBytes:   o.diskQuota,
 		DiskReserveBytes: o.diskReserve,
 		Checkpoints:      o.checkpoints,
+	}
+	if o.socketGroup != "" {
+		gid, err := lookupGroup(o.socketGroup)
+		if err != nil {
+			return cli.Usagef("--socket-group: %v", err)
+		}
+		cfg.SocketGID = gid
 	}
 	// Every number at once, before anything is opened: a daemon that
 	// started with a bound no jail can have would fail every command.
@@ -247,4 +262,16 @@ func openStore(ctx context.Context, log hclog.Logger, o serveOptions, dataDir st
 		return store, nil
 	}
 	return nil, cli.Usagef("--store is badger or etcd, not %q", o.store)
+}
+
+// lookupGroup returns the gid of group, a name or a number.
+func lookupGroup(group string) (int, error) {
+	if gid, err := strconv.Atoi(group); err == nil && gid >= 0 {
+		return gid, nil
+	}
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(g.Gid)
 }

@@ -146,6 +146,19 @@ func (s *Session) Holds(k meta.ThreadKey) (meta.LeaseID, bool) {
 	return s.id, pinned
 }
 
+// Valid reports whether a lease is in force now, and until when it counts
+// (by this process's clock) unless a heartbeat renews it. A host without
+// one serves no pinned thread: it is fenced.
+func (s *Session) Valid() (bool, time.Time) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.validAt(now) {
+		return false, time.Time{}
+	}
+	return true, s.validUntil
+}
+
 // Pin pins thread k under the lease in force and records it, so Holds
 // reports it. It fails with meta.ErrPinned (and returns the owner's pin)
 // while another host holds k, and with meta.ErrLeaseLost when no lease is

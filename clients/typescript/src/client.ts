@@ -94,6 +94,25 @@ export class WarrenClient {
     return r.binding
   }
 
+  // Probes and metrics: calls for operators (also on `--metrics-addr`).
+
+  /** The daemon answers: `{ status: 'ok' }`. */
+  async health(o: CallOptions = {}): Promise<api.Health> {
+    return this.t.call<api.Health>('GET', '/healthz', { signal: o.signal })
+  }
+
+  /** Whether this server may take work, and each check; a server that may not is an answer, not an error. */
+  async ready(o: CallOptions = {}): Promise<api.Readiness> {
+    const res = await this.t.send('GET', '/readyz', { signal: o.signal, alsoOk: [503] })
+    return JSON.parse((await readAll(res, Infinity)).toString('utf8')) as api.Readiness
+  }
+
+  /** The daemon's metrics, in Prometheus' text format. */
+  async metrics(o: CallOptions = {}): Promise<string> {
+    const res = await this.t.send('GET', '/metrics', { signal: o.signal })
+    return (await readAll(res, Infinity)).toString('utf8')
+  }
+
   // Hosts and inspection mounts: calls for operators.
 
   /** The daemons that ever sent a heartbeat, and whether their lease holds. */

@@ -20,6 +20,8 @@ export interface RequestOptions {
   /** A raw body (application/octet-stream). */
   raw?: Uint8Array | string | AsyncIterable<Uint8Array> | Readable
   signal?: AbortSignal | undefined
+  /** Statuses besides 200 whose answer is returned, not thrown (a readiness's 503). */
+  alsoOk?: number[]
 }
 
 /** The bound of an error answer the client reads. */
@@ -128,7 +130,7 @@ export class Transport {
       }
     })
     pending.set(res, { signal: opts.signal, what: `${method} ${path} on ${this.socketPath}` })
-    if (res.statusCode === 200) return res
+    if (res.statusCode === 200 || opts.alsoOk?.includes(res.statusCode ?? 0)) return res
     const data = await readAll(res, maxErrorBytes)
     const status = res.statusCode ?? 0
     try {

@@ -133,6 +133,13 @@ test('the rest of the API: a terminal resized, a command sent to the background,
   assert.deepEqual(await c.mounts(), [])
   // Without a host id this daemon pins nothing, so it cannot take a thread over.
   await assert.rejects(c.unpin('acme', 't'), (err: unknown) => isWarrenError(err, 'invalid'))
+
+  // The probes and the metrics.
+  assert.deepEqual(await c.health(), { status: 'ok' })
+  const rd = await c.ready()
+  assert.equal(rd.ready, true)
+  assert.deepEqual(rd.checks.map((x) => [x.name, x.ok]), [['serving', true], ['store', true], ['lease', true], ['disk', true], ['descriptors', true]])
+  assert.match(await c.metrics(), /^warren_execs_total [1-9]/m)
 })
 
 test('a daemon that is gone', async () => {

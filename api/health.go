@@ -1,0 +1,22 @@
+package api
+
+// Health is the answer of GET /healthz: the daemon's process answers.
+type Health struct {
+	Status string `json:"status"` // always "ok"
+}
+
+// Readiness is the answer of GET /readyz: 200 when every check passes,
+// 503 otherwise. A load balancer sends new threads only to a ready server.
+type Readiness struct {
+	Ready  bool         `json:"ready"`
+	Checks []ReadyCheck `json:"checks"`
+}
+
+// ReadyCheck is one check of a readiness answer. Name is one of serving,
+// store, lease, disk and descriptors; Detail says what was found, and
+// what to fix when OK is false.
+type ReadyCheck struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+
+	"warren/internal/cli"
+	"warren/internal/doctor"
+)
+
+// doctorCmd checks this host before warren serve starts on it.
+func doctorCmd(ctx context.Context, e *cli.Env, args []string) error {
+	var o doctor.Options
+	fs := cli.NewFlags(e, "warren doctor", "[--data DIR] [--socket-group GROUP]")
+	fs.StringVar(&o.DataDir, "data", cli.DefaultDataDir(e.Getenv), "the data folder warren serve will use")
+	fs.StringVar(&o.SocketGroup, "socket-group", "", "the group warren serve --socket-group will give the socket")
+	rest, err := cli.Parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return cli.Usagef("unexpected arguments %q", rest)
+	}
+	return printDoctor(e, doctor.Run(doctor.System(), o))
+}
+
+// printDoctor prints the results as a table, each fix under its check,
+// and fails if any check failed.
+func printDoctor(e *cli.Env, rs []doctor.Result) error {
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHECK\tSTATUS\tFOUND")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, r.Status, r.Detail)
+		if r.Status != doctor.OK && r.Fix != "" {
+			fmt.Fprintf(tw, "\t\t  fix: %s\n", r.Fix)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if doctor.Failed(rs) {
+		return fmt.Errorf("this host is not ready for warren serve: fix what failed above")
+	}
+	return nil
+}

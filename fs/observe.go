@@ -1,0 +1,130 @@
+package fs
+
+import (
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// OpObserver is told of each FUSE request a mount answers: the
+// operation's name (lookup, getattr, open, read, write...) and how long
+// the daemon took to answer it. It is called on the request's goroutine
+// and must be quick (a histogram's Observe).
+type OpObserver func(op string, took time.Duration)
+
+// observedOps tells an OpObserver of the requests the kernel sends most:
+// names, attributes, opens and closes, reads and writes the daemon
+// serves, listings and changes of entries. Reads and writes passed
+// through never reach the daemon, so they are not counted. The other
+// requests (locks, xattrs, ioctl...) pass through untold.
+type observedOps struct {
+	fuse.RawFileSystem
+	observe OpObserver
+}
+
+func (o *observedOps) done(op string, start time.Time) { o.observe(op, time.Since(start)) }
+
+func (o *observedOps) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	defer o.done("lookup", time.Now())
+	return o.RawFileSystem.Lookup(cancel, h, name, out)
+}
+
+func (o *observedOps) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	defer o.done("getattr", time.Now())
+	return o.RawFileSystem.GetAttr(cancel, in, out)
+}
+
+func (o *observedOps) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	defer o.done("setattr", time.Now())
+	return o.RawFileSystem.SetAttr(cancel, in, out)
+}
+
+func (o *observedOps) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer o.done("mknod", time.Now())
+	return o.RawFileSystem.Mknod(cancel, in, name, out)
+}
+
+func (o *observedOps) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer o.done("mkdir", time.Now())
+	return o.RawFileSystem.Mkdir(cancel, in, name, out)
+}
+
+func (o *observedOps) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	defer o.done("unlink", time.Now())
+	return o.RawFileSystem.Unlink(cancel, h, name)
+}
+
+func (o *observedOps) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	defer o.done("rmdir", time.Now())
+	return o.RawFileSystem.Rmdir(cancel, h, name)
+}
+
+func (o *observedOps) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
+	defer o.done("rename", time.Now())
+	return o.RawFileSystem.Rename(cancel, in, oldName, newName)
+}
+
+func (o *observedOps) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer o.done("link", time.Now())
+	return o.RawFileSystem.Link(cancel, in, name, out)
+}
+
+func (o *observedOps) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
+	defer o.done("symlink", time.Now())
+	return o.RawFileSystem.Symlink(cancel, h, target, name, out)
+}
+
+func (o *observedOps) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
+	defer o.done("readlink", time.Now())
+	return o.RawFileSystem.Readlink(cancel, h)
+}
+
+func (o *observedOps) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	defer o.done("create", time.Now())
+	return o.RawFileSystem.Create(cancel, in, name, out)
+}
+
+func (o *observedOps) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	defer o.done("open", time.Now())
+	return o.RawFileSystem.Open(cancel, in, out)
+}
+
+func (o *observedOps) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	defer o.done("read", time.Now())
+	return o.RawFileSystem.Read(cancel, in, buf)
+}
+
+func (o *observedOps) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	defer o.done("write", time.Now())
+	return o.RawFileSystem.Write(cancel, in, data)
+}
+
+func (o *observedOps) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	defer o.done("release", time.Now())
+	o.RawFileSystem.Release(cancel, in)
+}
+
+func (o *observedOps) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	defer o.done("fsync", time.Now())
+	return o.RawFileSystem.Fsync(cancel, in)
+}
+
+func (o *observedOps) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	defer o.done("opendir", time.Now())
+	return o.RawFileSystem.OpenDir(cancel, in, out)
+}
+
+func (o *observedOps) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	defer o.done("readdir", time.Now())
+	return o.RawFileSystem.ReadDir(cancel, in, out)
+}
+
+func (o *observedOps) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	defer o.done("readdirplus", time.Now())
+	return o.RawFileSystem.ReadDirPlus(cancel, in, out)
+}
+
+func (o *observedOps) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
+	defer o.done("statfs", time.Now())
+	return o.RawFileSystem.StatFs(cancel, h, out)
+}

@@ -1,0 +1,207 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"warren/api"
+)
+
+// The operational endpoints: the process answers (/healthz), the server
+// may take work (/readyz), and its metrics (/metrics, metrics.go). They
+// are on the API's socket, for a peer allowed there, and on
+// Config.MetricsAddr, where nothing else is served.
+
+// readyStoreTimeout bounds the store's answer to a readiness check: a
+// probe must answer within its own timeout, and a store that takes longer
+// is as good as down for the calls that would follow.
+const readyStoreTimeout = time.Second
+
+// readyDiskReserve is the free space the data and workspaces folders
+// must have for the server to count as ready: below it, new threads
+// would fill the disk the running ones need.
+const readyDiskReserve = 256 << 20
+
+// opsRoutes are the operational endpoints, in the route table (routes)
+// like every call, and alone on the metrics listener.
+func opsRoutes() []route {
+	return []route{
+		{http.MethodGet, "/healthz", (*Gateway).handleHealth},
+		{http.MethodGet, "/readyz", (*Gateway).handleReady},    // answers a streamer
+		{http.MethodGet, "/metrics", (*Gateway).handleMetrics}, // answers a streamer
+	}
+}
+
+func (g *Gateway) handleHealth(r *http.Request, p params) (any, error) {
+	return api.Health{Status: "ok"}, nil
+}
+
+func (g *Gateway) handleReady(r *http.Request, p params) (any, error) {
+	return readyAnswer{g.readiness(r.Context())}, nil
+}
+
+// readyAnswer is a readiness, answered 200 when ready and 503 otherwise.
+type readyAnswer struct{ rd api.Readiness }
+
+func (a readyAnswer) serveStream(w http.ResponseWriter, r *http.Request) {
+	status := http.StatusOK
+	if !a.rd.Ready {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, a.rd)
+}
+
+func (g *Gateway) handleMetrics(r *http.Request, p params) (any, error) {
+	return metricsAnswer{g.metrics}, nil
+}
+
+// metricsAnswer is the metrics in Prometheus' text format.
+type metricsAnswer struct{ m *metrics }
+
+func (a metricsAnswer) serveStream(w http.ResponseWriter, r *http.Request) {
+	a.m.handler().ServeHTTP(w, r)
+}
+
+// readiness runs every check.
+func (g *Gateway) readiness(ctx context.Context) api.Readiness {
+	checks := []api.ReadyCheck{
+		g.checkServing(),
+		g.checkStore(ctx),
+		g.checkLease(),
+		g.checkDisk(),
+		checkDescriptors(),
+	}
+	rd := api.Readiness{Ready: true, Checks: checks}
+	for _, c := range checks {
+		rd.Ready = rd.Ready && c.OK
+	}
+	return rd
+}
+
+func (g *Gateway) checkServing() api.ReadyCheck {
+	g.threads.mu.Lock()
+	closed := g.threads.closed
+	g.threads.mu.Unlock()
+	if closed {
+		return api.ReadyCheck{Name: "serving", Detail: "the daemon is stopping"}
+	}
+	return api.ReadyCheck{Name: "serving", OK: true, Detail: "serving"}
+}
+
+func (g *Gateway) checkStore(ctx context.Context) api.ReadyCheck {
+	ctx, cancel := context.WithTimeout(ctx, readyStoreTimeout)
+	defer cancel()
+	start := time.Now()
+	if _, err := g.store.ListHosts(ctx); err != nil {
+		return api.ReadyCheck{Name: "store", Detail: fmt.Sprintf("the metadata store does not answer: %v", err)}
+	}
+	return api.ReadyCheck{Name: "store", OK: true, Detail: fmt.Sprintf("answered in %v", time.Since(start).Round(time.Microsecond))}
+}
+
+func (g *Gateway) checkLease() api.ReadyCheck {
+	if g.cfg.HostID == "" {
+		return api.ReadyCheck{Name: "lease", OK: true, Detail: "no host id: threads are not pinned"}
+	}
+	ok, until := g.leaseValid()
+	if !ok {
+		return api.ReadyCheck{Name: "lease", Detail: fmt.Sprintf("fenced: host %q holds no lease on the metadata store, so it serves no pinned thread until a heartbeat gets one", g.cfg.HostID)}
+	}
+	return api.ReadyCheck{Name: "lease", OK: true, Detail: fmt.Sprintf("host %q holds its lease for %v more", g.cfg.HostID, time.Until(until).Round(time.Millisecond))}
+}
+
+func (g *Gateway) checkDisk() api.ReadyCheck {
+	detail := ""
+	for _, dir := range []string{g.cfg.DataDir, g.wsBase} {
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			return api.ReadyCheck{Name: "disk", Detail: fmt.Sprintf("statfs %s: %v", dir, err)}
+		}
+		free := int64(st.Bavail) * st.Bsize
+		if free < readyDiskReserve {
+			return api.ReadyCheck{Name: "disk", Detail: fmt.Sprintf("%s has %d MiB free, below the %d MiB reserve", dir, free>>20, readyDiskReserve>>20)}
+		}
+		if detail != "" {
+			detail += ", "
+		}
+		detail += fmt.Sprintf("%s: %d MiB free", dir, free>>20)
+	}
+	return api.ReadyCheck{Name: "disk", OK: true, Detail: detail}
+}
+
+// checkDescriptors counts the process's open descriptors against its
+// limit: at least an eighth of it (and no fewer than 64) must be free.
+func checkDescriptors() api.ReadyCheck {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return api.ReadyCheck{Name: "descriptors", Detail: fmt.Sprintf("getrlimit: %v", err)}
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return api.ReadyCheck{Name: "descriptors", Detail: fmt.Sprintf("count open descriptors: %v", err)}
+	}
+	open, limit := uint64(len(ents)), lim.Cur
+	reserve := max(limit/8, 64)
+	if open+reserve > limit {
+		return api.ReadyCheck{Name: "descriptors", Detail: fmt.Sprintf("%d of %d descriptors open, less than %d left: raise LimitNOFILE", open, limit, reserve)}
+	}
+	return api.ReadyCheck{Name: "descriptors", OK: true, Detail: fmt.Sprintf("%d of %d open", open, limit)}
+}
+
+// startMetricsListener serves the operational endpoints, and nothing
+// else, on Config.MetricsAddr (TCP), if it is set.
+func (g *Gateway) startMetricsListener() error {
+	if g.cfg.MetricsAddr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", g.cfg.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("listen for metrics on %s: %w", g.cfg.MetricsAddr, err)
+	}
+	// The peers of a TCP listener have no credentials to check: it
+	// serves the operational endpoints and nothing else.
+	rt := &router{g: g, open: true}
+	for _, r := range opsRoutes() {
+		rt.routes = append(rt.routes, compiledRoute{r, strings.Split(strings.TrimPrefix(r.pattern, "/"), "/")})
+	}
+	g.metricsSrv = &http.Server{
+		Handler:           rt,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          g.log.Named("metrics").StandardLogger(nil),
+	}
+	g.metricsAddr = ln.Addr().String()
+	g.metricsDone = make(chan struct{})
+	go func() {
+		defer close(g.metricsDone)
+		if err := g.metricsSrv.Serve(ln); err != nil && err != http.ErrServerClosed {
+			g.log.Error("metrics listener failed", "addr", g.cfg.MetricsAddr, "error", err)
+		}
+	}()
+	g.log.Info("metrics listening", "addr", ln.Addr().String())
+	return nil
+}
+
+// MetricsAddr returns the address the metrics listener listens on ("" if
+// none): Config.MetricsAddr with its port resolved.
+func (g *Gateway) MetricsAddr() string {
+	if g.metricsSrv == nil {
+		return ""
+	}
+	return g.metricsAddr
+}
+
+// stopMetricsListener stops the metrics listener and waits for it.
+func (g *Gateway) stopMetricsListener() {
+	if g.metricsSrv == nil {
+		return
+	}
+	g.metricsSrv.Close()
+	<-g.metricsDone
+}

@@ -1,0 +1,266 @@
+package gateway
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"warren/api"
+	"warren/meta"
+)
+
+// metrics are the gateway's Prometheus series (docs/operations.md lists
+// them). They live in a registry of the gateway's own, not the process's
+// default one: two gateways in one process (the tests) never mix their
+// figures. Counters and histograms are moved where things happen; the
+// figures that are state (threads, jails, subscribers, the lease,
+// descriptors) are read at each scrape.
+//
+// No series has a per-thread label: a server holds thousands of threads,
+// and their figures belong to the usage call.
+type metrics struct {
+	reg *prometheus.Registry
+
+	fuseOps      *prometheus.HistogramVec // by op
+	refusals     *prometheus.CounterVec   // by kind
+	apiErrors    *prometheus.CounterVec   // by code
+	execs        prometheus.Counter
+	execSeconds  prometheus.Histogram
+	jobs         prometheus.Counter
+	jailStarts   *prometheus.CounterVec // by result
+	jailSeconds  prometheus.Histogram
+	jobOutput    *prometheus.CounterVec // by fate: kept, dropped
+	fences       prometheus.Counter
+	fencedThread prometheus.Counter
+	storeCalls   *prometheus.HistogramVec // by op
+	storeErrors  *prometheus.CounterVec   // by op
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		fuseOps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "warren_fuse_request_duration_seconds",
+			Help:    "Time the daemon took to answer a FUSE request, by operation (reads and writes passed through never reach it).",
+			Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10), // 10 µs .. 2.6 s
+		}, []string{"op"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_refusals_total",
+			Help: "Refusals, by kind: escape (a path or link leading out), stale (a write based on a stale read), quota (a workspace or disk full), pinned (a thread another server owns, or this one is fenced).",
+		}, []string{"kind"}),
+		apiErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_api_errors_total",
+			Help: "API calls answered with an error, by error code (docs/api.md).",
+		}, []string{"code"}),
+		execs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "warren_execs_total",
+			Help: "Commands run in the foreground (POST .../exec), ended.",
+		}),
+		execSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "warren_exec_duration_seconds",
+			Help:    "Time from a foreground command's start to its end, as its caller waits for it.",
+			Buckets: prometheus.ExponentialBuckets(1e-3, 4, 10), // 1 ms .. 262 s
+		}),
+		jobs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "warren_jobs_started_total",
+			Help: "Background jobs started (spawned, or sent to the background).",
+		}),
+		jailStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_jail_starts_total",
+			Help: "Jails started, by result: ok or error.",
+		}, []string{"result"}),
+		jailSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "warren_jail_start_duration_seconds",
+			Help:    "Time a jail takes to start, from the request to its init's answer.",
+			Buckets: prometheus.ExponentialBuckets(5e-3, 2, 12), // 5 ms .. 10 s
+		}),
+		jobOutput: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_job_output_bytes_total",
+			Help: "Output of ended jobs, by fate: kept (still readable when the job ended) or dropped (overwritten in its ring before anyone read it).",
+		}, []string{"fate"}),
+		fences: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "warren_lease_fences_total",
+			Help: "Times this server's lease ended and its threads were fenced.",
+		}),
+		fencedThread: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "warren_fenced_threads_total",
+			Help: "Threads taken down by a fence.",
+		}),
+		storeCalls: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "warren_store_call_duration_seconds",
+			Help:    "Time a metadata store call took, by call.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10), // 50 µs .. 13 s
+		}, []string{"op"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_store_errors_total",
+			Help: "Metadata store calls that failed (the store down or erring; not-found and conflicts are answers, not failures), by call.",
+		}, []string{"op"}),
+	}
+	m.reg.MustRegister(m.fuseOps, m.refusals, m.apiErrors, m.execs, m.execSeconds, m.jobs, m.jailStarts, m.jailSeconds,
+		m.jobOutput, m.fences, m.fencedThread, m.storeCalls, m.storeErrors,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The series of every kind and fate exist from the start at zero, so
+	// that a rate or an alert sees them before the first one happens.
+	for _, k := range []string{refusedEscape, refusedStale, refusedQuota, refusedPinned} {
+		m.refusals.WithLabelValues(k)
+	}
+	for _, f := range []string{"kept", "dropped"} {
+		m.jobOutput.WithLabelValues(f)
+	}
+	for _, r := range []string{"ok", "error"} {
+		m.jailStarts.WithLabelValues(r)
+	}
+	return m
+}
+
+// The kinds of warren_refusals_total.
+const (
+	refusedEscape = "escape"
+	refusedStale  = "stale"
+	refusedQuota  = "quota"
+	refusedPinned = "pinned"
+)
+
+// refusalKind is the refusal an API error code is, "" for none.
+func refusalKind(code string) string {
+	switch code {
+	case api.CodeOutside:
+		return refusedEscape
+	case api.CodeStale:
+		return refusedStale
+	case api.CodeQuota, api.CodeNoSpace:
+		return refusedQuota
+	case api.CodePinned, api.CodeFenced:
+		return refusedPinned
+	}
+	return ""
+}
+
+// apiError counts an error answer with code.
+func (m *metrics) apiError(code string) {
+	m.apiErrors.WithLabelValues(code).Inc()
+	if k := refusalKind(code); k != "" {
+		m.refusals.WithLabelValues(k).Inc()
+	}
+}
+
+// observeFUSE is the hub's fs.OpObserver.
+func (m *metrics) observeFUSE(op string, took time.Duration) {
+	m.fuseOps.WithLabelValues(op).Observe(took.Seconds())
+}
+
+// observeStore is the store's meta.Observer.
+func (m *metrics) observeStore(op string, took time.Duration, err error) {
+	m.storeCalls.WithLabelValues(op).Observe(took.Seconds())
+	if meta.Failed(err) {
+		m.storeErrors.WithLabelValues(op).Inc()
+	}
+}
+
+// jailStarted counts a jail's start that took took and failed with err.
+func (m *metrics) jailStarted(took time.Duration, err error) {
+	if err != nil {
+		m.jailStarts.WithLabelValues("error").Inc()
+		return
+	}
+	m.jailStarts.WithLabelValues("ok").Inc()
+	m.jailSeconds.Observe(took.Seconds())
+}
+
+// jobEnded counts what an ended job's output came to.
+func (m *metrics) jobEnded(total, dropped int64) {
+	m.jobOutput.WithLabelValues("kept").Add(float64(total - dropped))
+	m.jobOutput.WithLabelValues("dropped").Add(float64(dropped))
+}
+
+// watch registers the figures read from g at each scrape.
+func (m *metrics) watch(g *Gateway) {
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	withState := func(state string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "warren_threads",
+			Help:        "Threads this server holds, by state: mounted (served), failed (bound here, its mount failed).",
+			ConstLabels: prometheus.Labels{"state": state},
+		}, f)
+	}
+	m.reg.MustRegister(
+		withState("mounted", func() float64 { mounted, _ := g.threads.counts(); return float64(mounted) }),
+		withState("failed", func() float64 { _, failed := g.threads.counts(); return float64(failed) }),
+		gauge("warren_jails", "Jails running (one per thread that ran a command).", func() float64 { return float64(g.jails.count()) }),
+		gauge("warren_jobs_running", "Background jobs running.", func() float64 { return float64(g.jobs.running()) }),
+		gauge("warren_event_subscribers", "Readers of GET /v1/events now.", func() float64 { n, _ := g.events.stats(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "warren_events_missed_total",
+			Help: "Events a reader lost because it read too slowly (its queue was full).",
+		}, func() float64 { _, missed := g.events.stats(); return float64(missed) }),
+		gauge("warren_lease_valid", "1 while this server holds its lease on the metadata store (always 1 without a host id), 0 while it is fenced.", func() float64 {
+			if ok, _ := g.leaseValid(); ok {
+				return 1
+			}
+			return 0
+		}),
+		gauge("warren_lease_remaining_seconds", "Time left on this server's lease unless a heartbeat renews it (0 without a host id, or fenced).", func() float64 {
+			if _, until := g.leaseValid(); !until.IsZero() {
+				return time.Until(until).Seconds()
+			}
+			return 0
+		}),
+		gauge("warren_fs_descriptors_open", "Node descriptors the mounts hold open.", func() float64 { return float64(g.hub.Descriptors().Open) }),
+		gauge("warren_fs_descriptors_budget", "Node descriptors the mounts may hold open (half the open-file limit, less a reserve).", func() float64 { return float64(g.hub.Descriptors().Budget) }),
+		gauge("warren_fs_nodes", "Files and folders the kernel knows through the mounts.", func() float64 { return float64(g.hub.Descriptors().Nodes) }),
+		gauge("warren_fs_open_files", "Files the mounts' users hold open.", func() float64 { return float64(g.hub.Descriptors().Files) }),
+	)
+}
+
+// handler serves the metrics in Prometheus' text format.
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// counts returns how many threads are mounted, and how many are bound
+// here with a failed mount.
+func (ts *threadSet) counts() (mounted, failed int) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for _, t := range ts.mounts {
+		if t.mount != nil {
+			mounted++
+		} else if t.err != nil {
+			failed++
+		}
+	}
+	return mounted, failed
+}
+
+// count returns how many jails run.
+func (js *jailSet) count() int {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	return len(js.jails)
+}
+
+// running returns how many jobs run (or are being started or moved).
+func (js *jobSet) running() int {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	n := 0
+	for _, tj := range js.threads {
+		n += tj.slots
+	}
+	return n
+}
+
+// leaseValid reports whether this gateway holds its lease, and until when;
+// without a host id there is no lease to lose: always valid, no end.
+func (g *Gateway) leaseValid() (bool, time.Time) {
+	if g.lease == nil {
+		return g.cfg.HostID == "", time.Time{}
+	}
+	return g.lease.Valid()
+}
