@@ -98,3 +98,41 @@ type (
 		InUse bool `json:"inUse,omitempty"`
 	}
 )
+
+// Usage is what one thread uses on the server that serves it
+// (GET .../usage). The jail's figures are its cgroup's, all its processes
+// together, and zero while no jail runs for the thread (Jail false).
+type Usage struct {
+	Tenant string `json:"tenant"`
+	Thread string `json:"thread"`
+	// Jail says whether a jail runs for the thread now.
+	Jail bool `json:"jail"`
+	// CPUSeconds is the CPU time the jail's processes used since it
+	// started, ended ones too.
+	CPUSeconds float64 `json:"cpuSeconds"`
+	// MemoryBytes is what the jail holds now (page cache included, as its
+	// limit counts it); MemoryPeakBytes the most it held.
+	MemoryBytes     int64 `json:"memoryBytes"`
+	MemoryPeakBytes int64 `json:"memoryPeakBytes"`
+	// Processes counts the jail's processes and threads now, its init
+	// included.
+	Processes int `json:"processes"`
+	// DiskBytes is the size of the workspace's files, DiskFiles the
+	// entries in it (files, folders, links); DiskQuotaBytes its quota, 0
+	// for none.
+	DiskBytes      int64 `json:"diskBytes"`
+	DiskFiles      int64 `json:"diskFiles"`
+	DiskQuotaBytes int64 `json:"diskQuotaBytes"`
+	// JobsRunning counts its background jobs running here; Jobs those
+	// recorded (running and ended).
+	JobsRunning int `json:"jobsRunning"`
+	Jobs        int `json:"jobs"`
+	// FUSERequests counts the requests its mount answered since it was
+	// mounted (0 while it is not).
+	FUSERequests uint64 `json:"fuseRequests"`
+}
+
+// UsageResponse answers GET .../usage.
+type UsageResponse struct {
+	Usage Usage `json:"usage"`
+}

@@ -252,6 +252,49 @@ func (c *Client) Hosts(ctx context.Context) ([]meta.Host, error) {
 	return out.Hosts, err
 }
 
+// Usage reports what a thread uses on the server that serves it.
+func (c *Client) Usage(ctx context.Context, tenant, thread string) (api.Usage, error) {
+	var out api.UsageResponse
+	err := c.do(ctx, http.MethodGet, threadPath(tenant, thread)+"/usage", nil, nil, &out)
+	return out.Usage, err
+}
+
+// Health asks whether the daemon answers.
+func (c *Client) Health(ctx context.Context) (api.Health, error) {
+	var out api.Health
+	err := c.do(ctx, http.MethodGet, "/healthz", nil, nil, &out)
+	return out, err
+}
+
+// Ready asks whether the daemon may take work, with each check. A daemon
+// that may not is an answer (Ready false, its 503), not an error.
+func (c *Client) Ready(ctx context.Context) (api.Readiness, error) {
+	var out api.Readiness
+	resp, err := c.roundTrip(ctx, http.MethodGet, "/readyz", nil, "", nil)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable {
+		return out, answerError(http.MethodGet, "/readyz", resp)
+	}
+	return out, decodeAnswer(http.MethodGet, "/readyz", resp, &out)
+}
+
+// Metrics returns the daemon's metrics in Prometheus' text format.
+func (c *Client) Metrics(ctx context.Context) (string, error) {
+	resp, err := c.send(ctx, http.MethodGet, "/metrics", nil, nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err != nil {
+		return "", fmt.Errorf("GET /metrics: read answer: %w", err)
+	}
+	return string(b), nil
+}
+
 // Spawn starts a background job.
 func (c *Client) Spawn(ctx context.Context, tenant, thread string, req api.SpawnRequest) (api.JobInfo, error) {
 	var out api.JobResponse
@@ -377,6 +420,20 @@ func (c *Client) send(ctx context.Context, method, path string, q url.Values, bo
 // sendBody is send with a body of its own (nil: none) of the content
 // type ctype.
 func (c *Client) sendBody(ctx context.Context, method, path string, q url.Values, ctype string, body io.Reader) (*http.Response, error) {
+	resp, err := c.roundTrip(ctx, method, path, q, ctype, body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return nil, answerError(method, path, resp)
+}
+
+// roundTrip sends one request and returns its answer, whatever its
+// status, for the caller to read and close.
+func (c *Client) roundTrip(ctx context.Context, method, path string, q url.Values, ctype string, body io.Reader) (*http.Response, error) {
 	// The host is a placeholder: the transport dials the socket. Parsing
 	// keeps path as escaped here (url.URL.RawPath), ids intact.
 	target := "http://warren" + path
@@ -394,19 +451,20 @@ func (c *Client) sendBody(ctx context.Context, method, path string, q url.Values
 	if err != nil {
 		return nil, fmt.Errorf("%s %s on %s: %w", method, path, c.socket, err)
 	}
-	if resp.StatusCode == http.StatusOK {
-		return resp, nil
-	}
-	defer resp.Body.Close()
+	return resp, nil
+}
+
+// answerError reads an error answer and returns it as an *api.APIError.
+func answerError(method, path string, resp *http.Response) error {
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: read answer: %w", method, path, err)
+		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
 	}
 	var eb api.ErrorBody
 	if err := json.Unmarshal(data, &eb); err != nil || eb.Error == nil {
-		return nil, &api.APIError{Status: resp.StatusCode, Code: api.CodeInternal,
+		return &api.APIError{Status: resp.StatusCode, Code: api.CodeInternal,
 			Message: fmt.Sprintf("%s %s: status %s: %s", method, path, resp.Status, bytes.TrimSpace(data))}
 	}
 	eb.Error.Status = resp.StatusCode
-	return nil, eb.Error
+	return eb.Error
 }

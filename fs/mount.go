@@ -89,6 +89,7 @@ type root struct {
 	readOnly      bool
 	noPassthrough bool
 	attrTimeout   time.Duration // how long the kernel keeps attributes, unless written elsewhere (writers.go)
+	requests      atomic.Uint64 // FUSE requests answered, of the kinds observedOps counts (observe.go)
 	uid, gid      int           // the daemon's own ids
 	log           hclog.Logger
 	onRefusal     func(Refusal)
@@ -166,6 +167,11 @@ type Mount struct {
 	closeOnce sync.Once
 	closeErr  error
 }
+
+// Requests returns how many FUSE requests the mount answered (names,
+// attributes, opens, reads and writes the daemon served, listings and
+// changes of entries; observe.go).
+func (m *Mount) Requests() uint64 { return m.root.requests.Load() }
 
 // Serve mounts the folder backing at mountpoint and serves it until Close.
 // backing is trusted (the gateway made it); everything below it is not.
@@ -318,8 +324,8 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 func serveNodes(root fusefs.InodeEmbedder, fuseDev string, opts *fusefs.Options) (*fuse.Server, error) {
 	raw := &dirsWithoutOpen{RawFileSystem: capOpenFiles(&killPriv{RawFileSystem: fusefs.NewNodeFS(root, opts)}, root)}
 	var served fuse.RawFileSystem = raw
-	if n, ok := root.(*node); ok && n.root.hub.observe != nil {
-		served = &observedOps{RawFileSystem: raw, observe: n.root.hub.observe}
+	if n, ok := root.(*node); ok {
+		served = &observedOps{RawFileSystem: raw, requests: &n.root.requests, observe: n.root.hub.observe}
 	}
 	server, err := fuse.NewServer(served, fuseDev, &opts.MountOptions)
 	if err != nil {

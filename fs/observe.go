@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -12,17 +13,24 @@ import (
 // and must be quick (a histogram's Observe).
 type OpObserver func(op string, took time.Duration)
 
-// observedOps tells an OpObserver of the requests the kernel sends most:
+// observedOps counts every request a mount answers (Mount.Requests), and
+// tells an OpObserver, if any, of the requests the kernel sends most:
 // names, attributes, opens and closes, reads and writes the daemon
 // serves, listings and changes of entries. Reads and writes passed
 // through never reach the daemon, so they are not counted. The other
 // requests (locks, xattrs, ioctl...) pass through untold.
 type observedOps struct {
 	fuse.RawFileSystem
-	observe OpObserver
+	requests *atomic.Uint64 // the mount's count (root.requests)
+	observe  OpObserver     // nil: count only
 }
 
-func (o *observedOps) done(op string, start time.Time) { o.observe(op, time.Since(start)) }
+func (o *observedOps) done(op string, start time.Time) {
+	o.requests.Add(1)
+	if o.observe != nil {
+		o.observe(op, time.Since(start))
+	}
+}
 
 func (o *observedOps) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	defer o.done("lookup", time.Now())

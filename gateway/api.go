@@ -54,6 +54,7 @@ func routes() []route {
 		{http.MethodDelete, "/v1/tenants/{tenant}/threads/{thread}", (*Gateway).handleDelete},
 		{http.MethodGet, "/v1/threads", (*Gateway).handleThreads},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/unpin", (*Gateway).handleUnpin},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/usage", (*Gateway).handleUsage},
 		{http.MethodGet, "/v1/hosts", (*Gateway).handleHosts},
 		{http.MethodPost, "/v1/mounts", (*Gateway).handleMount},
 		{http.MethodGet, "/v1/mounts", (*Gateway).handleMounts},

@@ -66,6 +66,7 @@ var wireTypes = map[string]wire{
 	"GET /v1/threads": {resp: typeOf[api.ThreadsResponse]()},
 	"POST /v1/tenants/{tenant}/threads/{thread}/unpin": {req: typeOf[struct{}](), resp: typeOf[api.ThreadResponse]()},
 	"GET /v1/hosts": {resp: typeOf[api.HostsResponse]()},
+	"GET /v1/tenants/{tenant}/threads/{thread}/usage": {resp: typeOf[api.UsageResponse]()},
 
 	// The operational endpoints.
 	"GET /healthz": {resp: typeOf[api.Health]()},

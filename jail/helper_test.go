@@ -79,6 +79,18 @@ func helperMain(name string, args []string) int {
 		var ru unix.Rusage
 		unix.Getrusage(unix.RUSAGE_SELF, &ru)
 		fmt.Printf("%.3f\n", float64(ru.Utime.Nano()+ru.Stime.Nano())/1e9)
+	case "alloc":
+		// alloc MIB: touches that many MiB of memory, then ends.
+		n, err := strconv.Atoi(args[0])
+		if err != nil {
+			fmt.Println(err)
+			return 2
+		}
+		b := make([]byte, n<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		fmt.Println(len(b) >> 20)
 	case "hold-jail":
 		// hold-jail WORKSPACE: starts a jail with a CPU bound over
 		// WORKSPACE, prints its init's pid, and holds it until killed.

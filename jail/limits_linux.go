@@ -85,6 +85,7 @@ type cgroup struct {
 	dirs []string
 	kind string        // "v2", "v1"
 	cpu  bool          // the jail is a cpu cgroup of its own
+	acct string        // v1: its folder in the cpuacct hierarchy, which counts its CPU time; "" if none
 	next atomic.Uint64 // names the commands' trees (tree_linux.go)
 
 	mu     sync.Mutex
@@ -149,6 +150,14 @@ func newCgroup(name string, memory int64, procs, cpuMillis int) (*cgroup, error)
 		dirs := []string{filepath.Join(mem, "warren", name), filepath.Join(pids, "warren", name)}
 		if cg.cpu {
 			dirs = append(dirs, filepath.Join(cpu, "warren", name))
+		}
+		// CPU time is counted by cpuacct, which may be a hierarchy of its
+		// own (or mounted with cpu: then cpu's folder counts it).
+		if acct := filepath.Join(cgroupRoot, "cpuacct"); isDir(acct) && !sameDir(acct, cpu) {
+			cg.acct = filepath.Join(acct, "warren", name)
+			dirs = append(dirs, cg.acct)
+		} else if cg.cpu {
+			cg.acct = filepath.Join(cpu, "warren", name)
 		}
 		for _, d := range dirs {
 			if err := os.MkdirAll(d, 0o755); err != nil {
@@ -221,6 +230,7 @@ func RemoveStaleCgroups() error {
 		filepath.Join(cgroupRoot, "memory", "warren"),
 		filepath.Join(cgroupRoot, "pids", "warren"),
 		filepath.Join(cgroupRoot, "cpu", "warren"),
+		filepath.Join(cgroupRoot, "cpuacct", "warren"),
 	} {
 		jails, _ := filepath.Glob(filepath.Join(parent, "jail-*"))
 		for _, dir := range jails {
@@ -252,4 +262,107 @@ func processRuns(pid int) bool {
 	// The state follows the command name, which ends with the last ')'.
 	i := strings.LastIndexByte(string(b), ')')
 	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z' && b[i+2] != 'X'
+}
+
+// sameDir reports whether a and b are one folder (cpu and cpuacct are
+// often one hierarchy, named by links).
+func sameDir(a, b string) bool {
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
+}
+
+// Usage is what a jail's processes use, all together.
+type Usage struct {
+	// Measured is false for a jail without a cgroup (rlimits): nothing
+	// below is known then.
+	Measured bool
+	// CPU is the CPU time its processes used since the jail started,
+	// those that ended too (zero on a v1 host without cpuacct).
+	CPU time.Duration
+	// MemoryBytes is the memory it holds now (page cache included, as
+	// its limit counts it); MemoryPeakBytes the most it held.
+	MemoryBytes, MemoryPeakBytes int64
+	// Processes is how many processes and threads it has now, its init
+	// included.
+	Processes int
+}
+
+// Usage reads what the jail's processes use from its cgroup.
+func (j *Jail) Usage() (Usage, error) {
+	if j.cg == nil {
+		return Usage{}, nil
+	}
+	return j.cg.usage()
+}
+
+func (cg *cgroup) usage() (Usage, error) {
+	u := Usage{Measured: true}
+	var err error
+	if cg.kind == "v2" {
+		dir := cg.dirs[0]
+		if u.CPU, err = cpuStatUsage(filepath.Join(dir, "cpu.stat")); err != nil {
+			return u, err
+		}
+		if u.MemoryBytes, err = readInt(filepath.Join(dir, "memory.current")); err != nil {
+			return u, err
+		}
+		// memory.peak came with Linux 5.19.
+		if u.MemoryPeakBytes, err = readInt(filepath.Join(dir, "memory.peak")); err != nil {
+			u.MemoryPeakBytes = u.MemoryBytes
+		}
+		n, err := readInt(filepath.Join(dir, "pids.current"))
+		u.Processes = int(n)
+		return u, err
+	}
+	if u.MemoryBytes, err = readInt(filepath.Join(cg.dirs[0], "memory.usage_in_bytes")); err != nil {
+		return u, err
+	}
+	if u.MemoryPeakBytes, err = readInt(filepath.Join(cg.dirs[0], "memory.max_usage_in_bytes")); err != nil {
+		return u, err
+	}
+	n, err := readInt(filepath.Join(cg.dirs[1], "pids.current"))
+	if err != nil {
+		return u, err
+	}
+	u.Processes = int(n)
+	if cg.acct != "" {
+		ns, err := readInt(filepath.Join(cg.acct, "cpuacct.usage"))
+		if err != nil {
+			return u, err
+		}
+		u.CPU = time.Duration(ns)
+	}
+	return u, nil
+}
+
+// readInt reads a cgroup file that holds one number.
+func readInt(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return n, nil
+}
+
+// cpuStatUsage reads usage_usec of a v2 cpu.stat.
+func cpuStatUsage(path string) (time.Duration, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+			us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s: %w", path, err)
+			}
+			return time.Duration(us) * time.Microsecond, nil
+		}
+	}
+	return 0, fmt.Errorf("%s: no usage_usec", path)
 }

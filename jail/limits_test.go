@@ -149,7 +149,7 @@ func TestRemoveStaleCgroups(t *testing.T) {
 	}
 	dirs := func(pid int) []string {
 		var ds []string
-		for _, h := range []string{"", "memory", "pids", "cpu"} {
+		for _, h := range []string{"", "memory", "pids", "cpu", "cpuacct"} {
 			d := filepath.Join(cgroupRoot, h, "warren", "jail-"+strconv.Itoa(pid))
 			if isDir(d) {
 				ds = append(ds, d)
@@ -195,5 +195,40 @@ func TestRemoveStaleCgroups(t *testing.T) {
 	}
 	if code, out, _ := run(t, live, "echo alive"); code != 0 || out != "alive\n" {
 		t.Errorf("the live jail after RemoveStaleCgroups: exit %d, %q", code, out)
+	}
+}
+
+// TestJailUsage: a jail's usage counts what its commands used, those that
+// ended too: the CPU time of a loop, the peak of an allocation, and its
+// processes now (its init).
+func TestJailUsage(t *testing.T) {
+	j, ws := startJail(t)
+	if !strings.HasPrefix(j.Limits, "cgroup") {
+		t.Fatalf("this test needs a jail with a cgroup: %s", j.Limits)
+	}
+	before, err := j.Usage()
+	if err != nil || !before.Measured {
+		t.Fatalf("usage of a new jail: %+v, %v", before, err)
+	}
+	bin := installHelper(t, ws)
+	if code, out := runHelper(t, j, bin, "spin", "0.3"); code != 0 {
+		t.Fatalf("spin: exit %d: %s", code, out)
+	}
+	if code, out := runHelper(t, j, bin, "alloc", "64"); code != 0 {
+		t.Fatalf("alloc: exit %d: %s", code, out)
+	}
+	u, err := j.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("before %+v, after %+v", before, u)
+	if u.CPU-before.CPU < 200*time.Millisecond {
+		t.Errorf("CPU time went from %v to %v across a 0.3 s loop", before.CPU, u.CPU)
+	}
+	if u.MemoryPeakBytes < 64<<20 {
+		t.Errorf("peak memory %d after a 64 MiB allocation", u.MemoryPeakBytes)
+	}
+	if u.MemoryBytes > u.MemoryPeakBytes || u.Processes < 1 {
+		t.Errorf("usage %+v: memory above its peak, or no process (the init runs)", u)
 	}
 }

@@ -14,10 +14,11 @@ import (
 
 func lsCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var socket, tenant string
-	fs := cli.NewFlags(e, "warren ls", "[--tenant T] [--json]")
+	fs := cli.NewFlags(e, "warren ls", "[--tenant T] [--usage] [--json]")
 	clientFlags(e, fs, &socket)
 	fs.StringVar(&tenant, "tenant", "", "list only this tenant's threads")
 	asJSON := fs.Bool("json", false, "print the bindings as JSON")
+	usage := fs.Bool("usage", false, "print what each thread uses here (CPU, memory, processes, disk, jobs, FUSE requests) instead")
 	rest, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
@@ -31,7 +32,48 @@ func lsCmd(ctx context.Context, e *cli.Env, args []string) error {
 			only = &tenant
 		}
 	})
+	if *usage {
+		return lsUsage(ctx, e, client.New(socket), socket, only, *asJSON)
+	}
 	return ls(ctx, e, client.New(socket), socket, only, *asJSON)
+}
+
+// lsUsage prints the usage of each thread served here, of one tenant if
+// tenant is not nil. A thread another host serves is left out.
+func lsUsage(ctx context.Context, e *cli.Env, c *client.Client, socket string, tenant *string, asJSON bool) error {
+	var tis []api.ThreadInfo
+	var err error
+	if tenant != nil {
+		tis, err = c.TenantThreads(ctx, *tenant)
+	} else {
+		tis, err = c.Threads(ctx)
+	}
+	if err != nil {
+		return callError(socket, "list threads", err)
+	}
+	us := []api.Usage{}
+	for _, ti := range tis {
+		if !ti.Mounted {
+			continue
+		}
+		u, err := c.Usage(ctx, ti.Tenant, ti.Thread)
+		if err != nil {
+			return callError(socket, "read the usage of "+ti.Thread, err)
+		}
+		us = append(us, u)
+	}
+	if asJSON {
+		enc := json.NewEncoder(e.Stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		return enc.Encode(us)
+	}
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	printUsageHeader(tw)
+	for _, u := range us {
+		printUsageRow(tw, u)
+	}
+	return tw.Flush()
 }
 
 // ls prints the bindings, of one tenant if tenant is not nil, as a table

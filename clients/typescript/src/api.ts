@@ -17,6 +17,8 @@ export type BindRequest = S['BindRequest']
 export type BindResponse = S['BindResponse']
 export type ThreadResponse = S['ThreadResponse']
 /** A daemon, as its heartbeats show it. */
+export type Usage = S['Usage']
+export type UsageResponse = S['UsageResponse']
 export type Health = S['Health']
 export type Readiness = S['Readiness']
 export type ReadyCheck = S['ReadyCheck']

@@ -96,6 +96,12 @@ export class WarrenClient {
 
   // Probes and metrics: calls for operators (also on `--metrics-addr`).
 
+  /** What a thread uses on the server that serves it: CPU, memory, processes, disk, jobs, FUSE requests. */
+  async usage(tenant: string, thread: string, o: CallOptions = {}): Promise<api.Usage> {
+    const r = await this.t.call<api.UsageResponse>('GET', this.thread(tenant, thread) + '/usage', { signal: o.signal })
+    return r.usage
+  }
+
   /** The daemon answers: `{ status: 'ok' }`. */
   async health(o: CallOptions = {}): Promise<api.Health> {
     return this.t.call<api.Health>('GET', '/healthz', { signal: o.signal })

@@ -103,6 +103,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tenants/{tenant}/threads/{thread}/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The tenant id: any UTF-8 text of at most 1024 bytes, sent as exactly one path segment with every byte that is not a letter, a digit, `-`, `_` or `~` escaped as %XX (so `.` is `%2E`, `..` is `%2E%2E`, `/` is `%2F`). The daemon unescapes each segment on its own and never cleans the path. An empty segment is the tenant `default`. */
+                tenant: components["parameters"]["tenant"];
+                /** @description The thread id: any UTF-8 text of 1 to 1024 bytes, escaped as one path segment as the tenant is (`.`, `..` and `/` escaped). An empty thread is 400. */
+                thread: components["parameters"]["thread"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Usage of a thread
+         * @description What the thread uses on this server: its jail's CPU time, memory now and at its peak, and processes (its cgroup's; zero while no jail runs), its workspace's bytes and entries against its quota, its jobs, and its mount's FUSE requests. Refused (409 pinned) when another live host serves it.
+         */
+        get: operations["usage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tenants/{tenant}/threads/{thread}/unpin": {
         parameters: {
             query?: never;
@@ -1139,6 +1164,59 @@ export interface components {
         HostsResponse: {
             hosts: components["schemas"]["Host"][];
         };
+        Usage: {
+            tenant: string;
+            thread: string;
+            /** @description A jail runs for the thread now; the jail's figures are zero without one. */
+            jail: boolean;
+            /**
+             * Format: double
+             * @description CPU time of the jail's processes since it started, ended ones too.
+             */
+            cpuSeconds: number;
+            /**
+             * Format: int64
+             * @description Memory the jail holds now, page cache included.
+             */
+            memoryBytes: number;
+            /** Format: int64 */
+            memoryPeakBytes: number;
+            /**
+             * Format: int64
+             * @description The jail's processes and threads now, its init included.
+             */
+            processes: number;
+            /**
+             * Format: int64
+             * @description Size of the workspace's files.
+             */
+            diskBytes: number;
+            /**
+             * Format: int64
+             * @description Entries in the workspace (files, folders, links).
+             */
+            diskFiles: number;
+            /**
+             * Format: int64
+             * @description The workspace's quota; 0 for none.
+             */
+            diskQuotaBytes: number;
+            /** Format: int64 */
+            jobsRunning: number;
+            /**
+             * Format: int64
+             * @description Jobs recorded for the thread, running and ended.
+             */
+            jobs: number;
+            /**
+             * Format: uint64
+             * @description Requests its mount answered since it was mounted.
+             */
+            fuseRequests: number;
+        };
+        UsageResponse: {
+            usage: components["schemas"]["Usage"];
+        };
         Health: {
             /** @constant */
             status: "ok";
@@ -1900,6 +1978,38 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             403: components["responses"]["Forbidden"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    usage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The tenant id: any UTF-8 text of at most 1024 bytes, sent as exactly one path segment with every byte that is not a letter, a digit, `-`, `_` or `~` escaped as %XX (so `.` is `%2E`, `..` is `%2E%2E`, `/` is `%2F`). The daemon unescapes each segment on its own and never cleans the path. An empty segment is the tenant `default`. */
+                tenant: components["parameters"]["tenant"];
+                /** @description The thread id: any UTF-8 text of 1 to 1024 bytes, escaped as one path segment as the tenant is (`.`, `..` and `/` escaped). An empty thread is 400. */
+                thread: components["parameters"]["thread"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The usage. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            410: components["responses"]["Gone"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };

@@ -134,6 +134,12 @@ test('the rest of the API: a terminal resized, a command sent to the background,
   // Without a host id this daemon pins nothing, so it cannot take a thread over.
   await assert.rejects(c.unpin('acme', 't'), (err: unknown) => isWarrenError(err, 'invalid'))
 
+  // What the thread uses: its jail ran commands, its workspace holds seen.txt.
+  const u = await c.usage('acme', 't')
+  assert.equal(u.jail, true)
+  assert.ok(u.cpuSeconds > 0 && u.processes >= 1 && u.memoryPeakBytes > 0, JSON.stringify(u))
+  assert.ok(u.diskFiles >= 1 && u.diskBytes >= 'inspected\n'.length && u.jobs >= 1, JSON.stringify(u))
+
   // The probes and the metrics.
   assert.deepEqual(await c.health(), { status: 'ok' })
   const rd = await c.ready()

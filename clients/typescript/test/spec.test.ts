@@ -37,6 +37,7 @@ const methodOf: Record<keyof operations, keyof WarrenClient> = {
   listThreads: 'threads',
   unpin: 'unpin',
   listHosts: 'hosts',
+  usage: 'usage',
   health: 'health',
   ready: 'ready',
   metrics: 'metrics',
