@@ -36,6 +36,11 @@ const (
 	// died), with its commands and jobs; the thread's next command started
 	// a new one. Message says so.
 	EventJailReplaced EventType = "jail.replaced"
+	// EventJailReclaimed: no command or job ran in the thread's jail for
+	// its idle time, and the gateway stopped it to give its memory back.
+	// The thread stays bound and mounted; its next command starts a new
+	// jail. Message says how long it was idle.
+	EventJailReclaimed EventType = "jail.reclaimed"
 	// EventThreadFenced: this gateway's lease ended, and it took the thread
 	// down (jail, commands, jobs, mount) as another host may take it now. The
 	// thread's next call pins it again, if no other host took it, and mounts

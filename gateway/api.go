@@ -189,6 +189,11 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			default:
 				r.Body = http.MaxBytesReader(w, body, limit)
 			}
+			if ps.thread != "" && r.Method != http.MethodGet {
+				if k, err := threadKey(ps.tenant, ps.thread); err == nil {
+					g.threads.touch(k)
+				}
+			}
 			resp, err := cr.handle(g, r, ps)
 			if err != nil {
 				g.writeError(w, r, ps, err)

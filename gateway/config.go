@@ -91,6 +91,11 @@ type Config struct {
 	// JailRlimits bounds jails with rlimits even where cgroups could
 	// (jail.Config.Rlimits); for tests of hosts without cgroups.
 	JailRlimits bool
+	// JailIdle stops a jail in which no command or job ran for so long,
+	// and CloseIdle closes a thread nothing used for so long, unless the
+	// thread's settings say otherwise (idle.go). 0 means
+	// DefaultJailIdle and never closing; a negative value never.
+	JailIdle, CloseIdle time.Duration
 	// MaxJobs is how many background jobs a thread runs at once unless
 	// its settings say otherwise; 0 means DefaultMaxJobs.
 	MaxJobs int

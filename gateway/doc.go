@@ -74,6 +74,9 @@
 //     the first file changes; a restore cut short is finished by the
 //     thread's next checkpoint call or at the next start. Unreferenced
 //     objects are collected per tenant (checkpoints.go).
+//   - A jail idle past its thread's jail idle time is stopped and a thread
+//     unused past its close idle time is closed (idle.go); a jail is taken
+//     only while no command of it is registered and no job runs.
 //   - With a host id, a gateway keeps a lease in the store and pins the
 //     threads it serves; another gateway refuses them while the lease
 //     holds, takes them over once it lapsed, and a gateway whose lease
@@ -259,6 +262,8 @@
 //
 //   - the API's serving goroutine (Start): Close shuts the server down
 //     and waits for serveDone;
+//   - the idle reclaimer (idle.go), which stops idle jails and closes idle
+//     threads: Close stops it first (stopIdle) and waits for it;
 //   - the metrics listener's serving goroutine (health.go), when
 //     Config.MetricsAddr is set: Close closes that server and waits for
 //     metricsDone;

@@ -57,6 +57,10 @@ type Gateway struct {
 	metricsSrv  *http.Server
 	metricsAddr string
 	metricsDone chan struct{}
+	// idleStop stops the idle reclaimer (idle.go), and idleDone is closed
+	// when it returned.
+	idleStop context.CancelFunc
+	idleDone chan struct{}
 
 	// The gateway's state, by concern; each group has its own lock (see
 	// the package's lock order).
@@ -168,6 +172,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		ConnContext:                  g.connContext,
 		ErrorLog:                     g.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
+	g.startIdle()
 	go func() {
 		defer close(g.serveDone)
 		err := g.srv.Serve(ln)
@@ -212,6 +217,8 @@ func (g *Gateway) Close() error {
 		// From now on no mount, jail or job is added: a request still
 		// running is refused (ErrClosed) where it would add one, and
 		// undoes what it made.
+		// The reclaimer first: it closes threads and jails.
+		g.stopIdle()
 		g.threads.close()
 		g.inspections.close()
 		g.jobs.close()

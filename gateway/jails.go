@@ -50,6 +50,7 @@ func (js *jailSet) get(k meta.ThreadKey) (*threadJail, meta.Settings) {
 	if tj == nil {
 		return nil, meta.Settings{}
 	}
+	tj.used = time.Now()
 	return tj, tj.settings
 }
 
@@ -75,6 +76,7 @@ func (js *jailSet) add(k meta.ThreadKey, tj *threadJail) error {
 	if js.closed {
 		return api.ErrClosed
 	}
+	tj.used = time.Now()
 	js.jails[k] = tj
 	return nil
 }
@@ -186,6 +188,9 @@ func (js *jailSet) endExec(id string) *runningExec {
 		return nil
 	}
 	delete(js.execs, id)
+	if tj := js.jails[re.key]; tj != nil {
+		tj.used = time.Now()
+	}
 	if js.endedExecs == nil {
 		js.endedExecs = make(map[string]endedExec)
 	}
@@ -283,6 +288,9 @@ type threadJail struct {
 	// settings are the thread's, as its jail was started with them or
 	// last changed (resettle); guarded by jailSet.mu.
 	settings meta.Settings
+	// used is when a command last found the jail or ended in it (idle.go);
+	// guarded by jailSet.mu.
+	used time.Time
 }
 
 func (tj *threadJail) close() {

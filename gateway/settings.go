@@ -60,6 +60,9 @@ func checkSettings(s meta.Settings) error {
 	if s.Checkpoints < 0 || s.Checkpoints > maxCheckpoints {
 		return fmt.Errorf("%w: settings: checkpoints %d is not between 1 and %d", api.ErrInvalid, s.Checkpoints, maxCheckpoints)
 	}
+	if s.JailIdleSeconds < -1 || s.CloseIdleSeconds < -1 {
+		return fmt.Errorf("%w: settings: jailIdleSeconds and closeIdleSeconds are -1 (never), 0 (the default) or a number of seconds", api.ErrInvalid)
+	}
 	if err := checkEnvSize("settings: env", s.Env); err != nil {
 		return err
 	}

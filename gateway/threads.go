@@ -43,6 +43,8 @@ type threadSet struct {
 type threadMount struct {
 	mount io.Closer // nil when not mounted
 	err   error     // why the last mount attempt failed, when mount is nil
+	// touched is when a call last changed or used the thread (idle.go).
+	touched time.Time
 }
 
 // add keeps k's new mount m, or refuses it with ErrClosed once the
@@ -647,6 +649,11 @@ func (g *Gateway) listThreads(ctx context.Context, tenant *string) ([]api.Thread
 // closeThread unmounts k and records it as closed, keeping its folder. A
 // closed thread is bound again by the next call that needs it.
 func (g *Gateway) closeThread(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
+	return g.closeThreadWith(ctx, tenant, thread, "closed; the folder is kept")
+}
+
+// closeThreadWith is closeThread, with why as its event's message.
+func (g *Gateway) closeThreadWith(ctx context.Context, tenant, thread, why string) (api.ThreadInfo, error) {
 	k, err := threadKey(tenant, thread)
 	if err != nil {
 		return api.ThreadInfo{}, err
@@ -688,7 +695,7 @@ func (g *Gateway) closeThread(ctx context.Context, tenant, thread string) (api.T
 		}
 		// Only here: closing a closed thread changes nothing.
 		g.emit(api.Event{Type: api.EventThreadClosed, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
-			Message: "closed; the folder is kept"})
+			Message: why})
 	}
 	g.log.Info("thread closed", "tenant", k.Tenant, "thread", k.Thread, "path", b.MountPath)
 	return g.info(b), nil

@@ -142,6 +142,14 @@ type Settings struct {
 	// Checkpoints is how many checkpoints of the thread are kept (the
 	// oldest go first); zero means the gateway's default.
 	Checkpoints int `json:"checkpoints,omitempty"`
+	// JailIdleSeconds stops the thread's jail once no command or job ran
+	// in it for so long, giving back its memory and cgroup; the thread
+	// stays bound and mounted, and its next command starts a new jail.
+	// CloseIdleSeconds closes the thread itself (its mount goes, its
+	// folder and record stay) once nothing used it for so long. -1 means
+	// never, zero the gateway's default.
+	JailIdleSeconds  int64 `json:"jailIdleSeconds,omitempty"`
+	CloseIdleSeconds int64 `json:"closeIdleSeconds,omitempty"`
 }
 
 // Job records a background job of a thread. Jobs are numbered per thread

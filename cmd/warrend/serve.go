@@ -60,6 +60,8 @@ type serveOptions struct {
 	metricsAddr string
 	// socketGroup is the group the socket is given ("": the daemon's).
 	socketGroup string
+	// Idle reclaim: of jails, and of threads.
+	jailIdle, closeIdle time.Duration
 }
 
 // uidList is a repeatable --allow-uid flag.
@@ -112,6 +114,8 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.Int64Var(&o.diskReserve, "disk-reserve", 0, "bytes of the workspaces' disk that their writes leave free (default none; needs workspaces on btrfs)")
 	fs.StringVar(&o.snapshots, "snapshots", "", "folder of the tenants' snapshot repositories, the checkpoints' content (default DATA/snapshots); servers may share one")
 	fs.IntVar(&o.checkpoints, "checkpoints", gateway.DefaultCheckpoints, "how many checkpoints a thread keeps unless its settings say otherwise")
+	fs.DurationVar(&o.jailIdle, "jail-idle", gateway.DefaultJailIdle, "stop a thread's jail once no command or job ran in it for so long (the next command starts a new one); 0: never. A thread's settings win")
+	fs.DurationVar(&o.closeIdle, "close-idle", 0, "close a thread (unmount it, keep its folder) once nothing used it for so long; 0: never. A thread's settings win")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "TCP host:port serving /metrics, /healthz and /readyz only, without authentication (default: on the socket only)")
 	rest, err := cli.Parse(fs, args)
 	if err != nil {
@@ -149,6 +153,8 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	cfg := gateway.Config{
 		HostID:          o.hostID,
 		MetricsAddr:     o.metricsAddr,
+		JailIdle:        neverIfZero(o.jailIdle),
+		CloseIdle:       neverIfZero(o.closeIdle),
 		AllowUIDs:       o.allowUIDs,
 		NoEditChecks:    o.noEditChecks,
 		JailNetwork:     o.jailNetwork,
@@ -274,4 +280,13 @@ func lookupGroup(group string) (int, error) {
 		return 0, err
 	}
 	return strconv.Atoi(g.Gid)
+}
+
+// neverIfZero turns a flag's 0 ("never") into the Config's negative
+// never (0 there is the default).
+func neverIfZero(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

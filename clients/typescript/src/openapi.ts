@@ -1101,6 +1101,16 @@ export interface components {
              * @description Checkpoints the thread keeps; 1 to 1000.
              */
             checkpoints?: number;
+            /**
+             * Format: int64
+             * @description Stop the thread's jail once no command or job ran in it for so many seconds (the next command starts a new one); -1 never.
+             */
+            jailIdleSeconds?: number;
+            /**
+             * Format: int64
+             * @description Close the thread (its mount goes, its folder and record stay) once nothing used it for so many seconds; -1 never.
+             */
+            closeIdleSeconds?: number;
         };
         /** @description The stored record of a thread's workspace (the base of ThreadInfo). */
         Binding: {
@@ -1270,7 +1280,7 @@ export interface components {
             inUse?: boolean;
         };
         /** @enum {string} */
-        EventType: "thread.bound" | "thread.closed" | "thread.deleted" | "thread.stranded" | "escape.refused" | "write.stale" | "job.started" | "job.output" | "job.ended" | "jail.replaced" | "thread.fenced" | "missed" | "checkpoint.created" | "thread.restored";
+        EventType: "thread.bound" | "thread.closed" | "thread.deleted" | "thread.stranded" | "escape.refused" | "write.stale" | "job.started" | "job.output" | "job.ended" | "jail.replaced" | "jail.reclaimed" | "thread.fenced" | "missed" | "checkpoint.created" | "thread.restored";
         /** @description One line of the event stream. */
         Event: {
             /**

@@ -1,0 +1,261 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"warren/api"
+	"warren/meta"
+)
+
+// Idle reclaim. A thread an agent stopped using still holds its jail (an
+// init, a cgroup, their memory) and its mount. The reclaimer, a goroutine
+// the gateway owns, looks every idleTick:
+//
+//   - a jail in which no command or job ran for the thread's jail idle
+//     time (Config.JailIdle, or its settings' JailIdleSeconds) is stopped.
+//     The thread stays bound and mounted; its next command starts a new
+//     jail (threadJail). Nothing runs in it by construction: the jail is
+//     taken out of the jail set, under its lock, only while no command is
+//     registered and it was last found longer ago than the idle time, and
+//     only when no job of the thread runs.
+//   - a thread nothing used for its close idle time (commands, jobs,
+//     requests through its mount, calls that change it) is closed, as by
+//     POST .../close: its mount goes, its folder and record stay.
+//
+// Both are logged, and told as events (jail.reclaimed, thread.closed).
+//
+// A command that waited longer than the jail idle time between finding
+// its jail and starting in it would find the jail gone (exit 137); idle
+// times are minutes.
+
+// DefaultJailIdle is how long a jail may stay idle unless the daemon or
+// the thread says otherwise.
+const DefaultJailIdle = 30 * time.Minute
+
+// idleTick is how often the reclaimer looks.
+const idleTick = 500 * time.Millisecond
+
+// idleOf turns a daemon default and a thread setting into an idle time;
+// 0 means never.
+func idleOf(daemon time.Duration, seconds int64, def time.Duration) time.Duration {
+	switch {
+	case seconds < 0:
+		return 0
+	case seconds > 0:
+		return time.Duration(seconds) * time.Second
+	case daemon < 0:
+		return 0
+	case daemon > 0:
+		return daemon
+	}
+	return def
+}
+
+// threadUse is what the reclaimer remembers of a mounted thread.
+type threadUse struct {
+	requests uint64    // its mount's requests when last seen
+	at       time.Time // when it was last seen used
+	// closeIdle is its close idle time (0: never), as its settings said
+	// at settingsAt; read again every settingsEvery, and before a close.
+	closeIdle  time.Duration
+	settingsAt time.Time
+}
+
+// settingsEvery is how often the reclaimer reads a thread's settings
+// again.
+const settingsEvery = time.Minute
+
+// startIdle starts the reclaimer; Close stops it with stopIdle.
+func (g *Gateway) startIdle() {
+	ctx, stop := context.WithCancel(context.Background())
+	g.idleStop = stop
+	g.idleDone = make(chan struct{})
+	go func() {
+		defer close(g.idleDone)
+		t := time.NewTicker(idleTick)
+		defer t.Stop()
+		uses := make(map[meta.ThreadKey]*threadUse)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			g.reclaimJails()
+			g.closeIdleThreads(ctx, uses)
+		}
+	}()
+}
+
+// stopIdle stops the reclaimer and waits for it.
+func (g *Gateway) stopIdle() {
+	if g.idleStop != nil {
+		g.idleStop()
+		<-g.idleDone
+	}
+}
+
+// reclaimJails stops the jails idle past their time.
+func (g *Gateway) reclaimJails() {
+	now := time.Now()
+	g.jobs.mu.Lock()
+	busy := make(map[meta.ThreadKey]bool, len(g.jobs.threads))
+	for k, tj := range g.jobs.threads {
+		if tj.slots > 0 || tj.closing {
+			busy[k] = true
+		}
+	}
+	g.jobs.mu.Unlock()
+
+	type reclaimed struct {
+		k    meta.ThreadKey
+		tj   *threadJail
+		idle time.Duration
+	}
+	var out []reclaimed
+	g.jails.mu.Lock()
+	running := make(map[meta.ThreadKey]bool, len(g.jails.execs))
+	for _, re := range g.jails.execs {
+		running[re.key] = true
+	}
+	for k, tj := range g.jails.jails {
+		idle := idleOf(g.cfg.JailIdle, tj.settings.JailIdleSeconds, DefaultJailIdle)
+		if idle == 0 || busy[k] || running[k] || now.Sub(tj.used) < idle {
+			continue
+		}
+		if _, restoring := g.jails.restoring[k]; restoring {
+			continue
+		}
+		delete(g.jails.jails, k)
+		out = append(out, reclaimed{k, tj, now.Sub(tj.used)})
+	}
+	g.jails.mu.Unlock()
+
+	for _, r := range out {
+		r.tj.close()
+		g.log.Info("jail reclaimed: idle", "tenant", r.k.Tenant, "thread", r.k.Thread, "idle", r.idle.Round(time.Second))
+		g.emit(api.Event{Type: api.EventJailReclaimed, Tenant: r.k.Tenant, Thread: r.k.Thread,
+			Message: fmt.Sprintf("No command or job ran in the jail for %v: it was stopped to give its memory back. The next command starts a new one.", r.idle.Round(time.Second))})
+	}
+}
+
+// closeIdleThreads closes the mounted threads unused past their close
+// idle time. uses carries what it saw from one look to the next.
+func (g *Gateway) closeIdleThreads(ctx context.Context, uses map[meta.ThreadKey]*threadUse) {
+	now := time.Now()
+	type mounted struct {
+		k        meta.ThreadKey
+		requests uint64
+		touched  time.Time
+	}
+	var ms []mounted
+	g.threads.mu.Lock()
+	for k, tm := range g.threads.mounts {
+		if tm.mount == nil {
+			continue
+		}
+		m := mounted{k: k, touched: tm.touched}
+		if r, ok := tm.mount.(interface{ Requests() uint64 }); ok {
+			m.requests = r.Requests()
+		}
+		ms = append(ms, m)
+	}
+	g.threads.mu.Unlock()
+
+	seen := make(map[meta.ThreadKey]bool, len(ms))
+	for _, m := range ms {
+		seen[m.k] = true
+		u := uses[m.k]
+		if u == nil {
+			u = &threadUse{requests: m.requests, at: now}
+			uses[m.k] = u
+		}
+		if m.requests != u.requests {
+			u.requests, u.at = m.requests, now
+		}
+		if m.touched.After(u.at) {
+			u.at = m.touched
+		}
+		if used, ok := g.jails.lastUsed(m.k); ok && used.After(u.at) {
+			u.at = used
+		}
+		if g.runningJobs(m.k) > 0 || g.jails.runs(m.k) {
+			u.at = now
+			continue
+		}
+		if now.Sub(u.settingsAt) > settingsEvery {
+			if !g.readCloseIdle(ctx, m.k, u) {
+				continue
+			}
+		}
+		if u.closeIdle == 0 || now.Sub(u.at) < u.closeIdle {
+			continue
+		}
+		// Its settings may have changed since: read them again first.
+		if !g.readCloseIdle(ctx, m.k, u) || u.closeIdle == 0 || now.Sub(u.at) < u.closeIdle {
+			continue
+		}
+		why := fmt.Sprintf("closed after %v without use; the folder is kept", now.Sub(u.at).Round(time.Second))
+		if _, err := g.closeThreadWith(ctx, m.k.Tenant, m.k.Thread, why); err != nil {
+			if ctx.Err() == nil {
+				g.log.Warn("close an idle thread", "tenant", m.k.Tenant, "thread", m.k.Thread, "error", err)
+			}
+			u.at = now // try again after another idle time, not at every tick
+			continue
+		}
+		g.log.Info("thread closed: idle", "tenant", m.k.Tenant, "thread", m.k.Thread, "idle", now.Sub(u.at).Round(time.Second))
+		delete(uses, m.k)
+	}
+	for k := range uses {
+		if !seen[k] {
+			delete(uses, k)
+		}
+	}
+}
+
+// readCloseIdle reads thread k's close idle time into u; false if its
+// binding could not be read.
+func (g *Gateway) readCloseIdle(ctx context.Context, k meta.ThreadKey, u *threadUse) bool {
+	b, err := g.store.GetBinding(ctx, k)
+	if err != nil {
+		return false
+	}
+	u.closeIdle = idleOf(g.cfg.CloseIdle, b.Settings.CloseIdleSeconds, 0)
+	u.settingsAt = time.Now()
+	return true
+}
+
+// lastUsed returns when k's jail was last found or ended a command in,
+// and whether k has a jail.
+func (js *jailSet) lastUsed(k meta.ThreadKey) (time.Time, bool) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	tj := js.jails[k]
+	if tj == nil {
+		return time.Time{}, false
+	}
+	return tj.used, true
+}
+
+// runs reports whether a foreground command of k runs.
+func (js *jailSet) runs(k meta.ThreadKey) bool {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	for _, re := range js.execs {
+		if re.key == k {
+			return true
+		}
+	}
+	return false
+}
+
+// touch notes that a call changed or used thread k (idle.go).
+func (ts *threadSet) touch(k meta.ThreadKey) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if tm := ts.mounts[k]; tm != nil {
+		tm.touched = time.Now()
+	}
+}
