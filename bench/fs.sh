@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Filesystem benchmark: native ext4, go-fuse's stock loopback, warren, and
-# warren with its edit checks off (a second daemon, serve --no-edit-checks),
-# side by side in one run. See bench/README.md.
+# Filesystem benchmark: native ext4, go-fuse's stock loopback, warren,
+# warren with its edit checks off (a second daemon, serve --no-edit-checks)
+# and warren with its FUSE requests untimed (a third, serve
+# --no-fs-metrics), side by side in one run. See bench/README.md.
 #
 # Environment:
 #   BENCH_RUNS     timed runs per workload and system (default 5)
@@ -33,6 +34,8 @@ warren_pid=
 warren_mnt=
 warren_off_pid=
 warren_off_mnt=
+warren_nm_pid=
+warren_nm_mnt=
 
 # is_child PID: PID is still a running child of this script (not exited,
 # and not a pid reused by someone else after our child exited).
@@ -67,8 +70,9 @@ cleanup() {
 	[[ -n $fsbench_pid ]] && stop_pid "$fsbench_pid" "fsbench"
 	[[ -n $warren_pid ]] && stop_pid "$warren_pid" "warren daemon"
 	[[ -n $warren_off_pid ]] && stop_pid "$warren_off_pid" "warren daemon (checks off)"
+	[[ -n $warren_nm_pid ]] && stop_pid "$warren_nm_pid" "warren daemon (no fs metrics)"
 	[[ -n $loop_pid ]] && stop_pid "$loop_pid" "loopback"
-	for m in "$warren_mnt" "$warren_off_mnt"; do
+	for m in "$warren_mnt" "$warren_off_mnt" "$warren_nm_mnt"; do
 		if [[ -n $m && $m != "$work"/* ]] && mountpoint -q "$m" 2>/dev/null; then
 			umount -l "$m"
 		fi
@@ -135,18 +139,28 @@ fi
 # (d) the same with the edit checks off: a second daemon, started with
 # --no-edit-checks, with its own data folder and socket. The two differ in
 # that flag alone, so their ratio is what the checks cost.
+# (e) the same with its FUSE requests untimed: a third daemon, started with
+# --no-fs-metrics, so the ratio is what the fs metrics cost.
 warren_args=()
 warren_off_args=()
+warren_nm_args=()
 warren=${BENCH_WARREN:-bin/warren}
-# warren_unavailable SIDE WHY: the report says why SIDE (on, off) is not measured.
+# warren_unavailable SIDE WHY: the report says why SIDE (on, off, nm) is not measured.
 warren_unavailable() {
-	if [[ $1 == on ]]; then
+	case $1 in
+	on)
 		say "warren: unavailable ($2)"
 		warren_args=(-warren-unavailable "$2")
-	else
+		;;
+	off)
 		say "warren (checks off): unavailable ($2)"
 		warren_off_args=(-warren-off-unavailable "$2")
-	fi
+		;;
+	nm)
+		say "warren (no fs metrics): unavailable ($2)"
+		warren_nm_args=(-warren-nometrics-unavailable "$2")
+		;;
+	esac
 }
 # start_warren SIDE: start the daemon for SIDE (on: as shipped; off: with
 # --no-edit-checks), bind a thread in it and pass its mount to fsbench. Its
@@ -154,10 +168,16 @@ warren_unavailable() {
 start_warren() {
 	local side=$1 name=warren tag=warren pidvar=warren_pid mntvar=warren_mnt
 	local serve_args=() data sock out pid mnt
-	if [[ $side == off ]]; then
+	case $side in
+	off)
 		name="warren (checks off)" tag=warren-off pidvar=warren_off_pid mntvar=warren_off_mnt
 		serve_args=(--no-edit-checks)
-	fi
+		;;
+	nm)
+		name="warren (no fs metrics)" tag=warren-nm pidvar=warren_nm_pid mntvar=warren_nm_mnt
+		serve_args=(--no-fs-metrics)
+		;;
+	esac
 	data=$work/$tag-data sock=$work/$tag-data/warren.sock
 	"$warren" serve --data "$data" --socket "$sock" "${serve_args[@]}" </dev/null >"$work/$tag.log" 2>&1 &
 	pid=$!
@@ -186,19 +206,21 @@ start_warren() {
 		return
 	fi
 	say "$name: daemon pid $pid, thread mounted at $mnt"
-	if [[ $side == on ]]; then
-		warren_args=(-warren "$mnt")
-	else
-		warren_off_args=(-warren-off "$mnt")
-	fi
+	case $side in
+	on) warren_args=(-warren "$mnt") ;;
+	off) warren_off_args=(-warren-off "$mnt") ;;
+	nm) warren_nm_args=(-warren-nometrics "$mnt") ;;
+	esac
 }
 if [[ -z ${BENCH_WARREN:-} ]] && ! { CGO_ENABLED=0 "$GO" build -o bin/warren ./cmd/warren && "$GO" build -o bin/warrend ./cmd/warrend; } 2>"$work/warren-build.log"; then
 	why="build failed: $(grep -v '^#' "$work/warren-build.log" | head -n 1)"
 	warren_unavailable on "$why"
 	warren_unavailable off "$why"
+	warren_unavailable nm "$why"
 else
 	start_warren on
 	start_warren off
+	start_warren nm
 fi
 
 mkdir -p bench/out
@@ -206,7 +228,7 @@ report=bench/out/fs-$(date +%Y%m%d-%H%M%S).txt
 # In the background and waited for, so that a signal to this script is
 # handled at once (the trap stops fsbench too) rather than after the run.
 bin/fsbench -tar "$work/gosrc.tar" -runs "$runs" -seq-mib "$seq_mib" ${BENCH_ONLY:+-only "$BENCH_ONLY"} \
-	-native "$work/native" "${loop_args[@]}" "${warren_args[@]}" "${warren_off_args[@]}" -out "$report" &
+	-native "$work/native" "${loop_args[@]}" "${warren_args[@]}" "${warren_off_args[@]}" "${warren_nm_args[@]}" -out "$report" &
 fsbench_pid=$!
 rc=0
 wait "$fsbench_pid" || rc=$?

@@ -25,6 +25,15 @@ type observedOps struct {
 	observe  OpObserver     // nil: count only
 }
 
+// now is when a request began, read only for an observer: without one a
+// request costs an atomic add.
+func (o *observedOps) now() time.Time {
+	if o.observe == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
 func (o *observedOps) done(op string, start time.Time) {
 	o.requests.Add(1)
 	if o.observe != nil {
@@ -33,106 +42,106 @@ func (o *observedOps) done(op string, start time.Time) {
 }
 
 func (o *observedOps) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
-	defer o.done("lookup", time.Now())
+	defer o.done("lookup", o.now())
 	return o.RawFileSystem.Lookup(cancel, h, name, out)
 }
 
 func (o *observedOps) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
-	defer o.done("getattr", time.Now())
+	defer o.done("getattr", o.now())
 	return o.RawFileSystem.GetAttr(cancel, in, out)
 }
 
 func (o *observedOps) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
-	defer o.done("setattr", time.Now())
+	defer o.done("setattr", o.now())
 	return o.RawFileSystem.SetAttr(cancel, in, out)
 }
 
 func (o *observedOps) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	defer o.done("mknod", time.Now())
+	defer o.done("mknod", o.now())
 	return o.RawFileSystem.Mknod(cancel, in, name, out)
 }
 
 func (o *observedOps) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	defer o.done("mkdir", time.Now())
+	defer o.done("mkdir", o.now())
 	return o.RawFileSystem.Mkdir(cancel, in, name, out)
 }
 
 func (o *observedOps) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	defer o.done("unlink", time.Now())
+	defer o.done("unlink", o.now())
 	return o.RawFileSystem.Unlink(cancel, h, name)
 }
 
 func (o *observedOps) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	defer o.done("rmdir", time.Now())
+	defer o.done("rmdir", o.now())
 	return o.RawFileSystem.Rmdir(cancel, h, name)
 }
 
 func (o *observedOps) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
-	defer o.done("rename", time.Now())
+	defer o.done("rename", o.now())
 	return o.RawFileSystem.Rename(cancel, in, oldName, newName)
 }
 
 func (o *observedOps) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
-	defer o.done("link", time.Now())
+	defer o.done("link", o.now())
 	return o.RawFileSystem.Link(cancel, in, name, out)
 }
 
 func (o *observedOps) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
-	defer o.done("symlink", time.Now())
+	defer o.done("symlink", o.now())
 	return o.RawFileSystem.Symlink(cancel, h, target, name, out)
 }
 
 func (o *observedOps) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
-	defer o.done("readlink", time.Now())
+	defer o.done("readlink", o.now())
 	return o.RawFileSystem.Readlink(cancel, h)
 }
 
 func (o *observedOps) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	defer o.done("create", time.Now())
+	defer o.done("create", o.now())
 	return o.RawFileSystem.Create(cancel, in, name, out)
 }
 
 func (o *observedOps) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	defer o.done("open", time.Now())
+	defer o.done("open", o.now())
 	return o.RawFileSystem.Open(cancel, in, out)
 }
 
 func (o *observedOps) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
-	defer o.done("read", time.Now())
+	defer o.done("read", o.now())
 	return o.RawFileSystem.Read(cancel, in, buf)
 }
 
 func (o *observedOps) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
-	defer o.done("write", time.Now())
+	defer o.done("write", o.now())
 	return o.RawFileSystem.Write(cancel, in, data)
 }
 
 func (o *observedOps) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
-	defer o.done("release", time.Now())
+	defer o.done("release", o.now())
 	o.RawFileSystem.Release(cancel, in)
 }
 
 func (o *observedOps) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	defer o.done("fsync", time.Now())
+	defer o.done("fsync", o.now())
 	return o.RawFileSystem.Fsync(cancel, in)
 }
 
 func (o *observedOps) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	defer o.done("opendir", time.Now())
+	defer o.done("opendir", o.now())
 	return o.RawFileSystem.OpenDir(cancel, in, out)
 }
 
 func (o *observedOps) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	defer o.done("readdir", time.Now())
+	defer o.done("readdir", o.now())
 	return o.RawFileSystem.ReadDir(cancel, in, out)
 }
 
 func (o *observedOps) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	defer o.done("readdirplus", time.Now())
+	defer o.done("readdirplus", o.now())
 	return o.RawFileSystem.ReadDirPlus(cancel, in, out)
 }
 
 func (o *observedOps) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
-	defer o.done("statfs", time.Now())
+	defer o.done("statfs", o.now())
 	return o.RawFileSystem.StatFs(cancel, h, out)
 }

@@ -70,6 +70,10 @@ type Config struct {
 	// Store keeps bindings and inspection mounts. The caller opens it (see
 	// MetaDir) and closes it after the gateway's Close.
 	Store meta.Store
+	// NoFSMetrics leaves the FUSE requests untimed (no
+	// warren_fuse_request_duration_seconds). It exists for benchmarks that
+	// measure what timing them costs.
+	NoFSMetrics bool
 	// NoEditChecks switches off the refusal of writes based on stale
 	// reads (fs.HubConfig.NoEditChecks). It exists for benchmarks that
 	// measure what the checks cost; never set it in production.

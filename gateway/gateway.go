@@ -119,7 +119,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		checkpoints: newCheckpointSet(),
 		instance:    newInstance(),
 		machine:     machineID(),
-		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks, ObserveOp: m.observeFUSE}),
+		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks, ObserveOp: m.fuseObserver(cfg.NoFSMetrics)}),
 	}
 	m.watch(g)
 	for _, u := range cfg.AllowUIDs {

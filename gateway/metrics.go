@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"warren/api"
+	"warren/fs"
 	"warren/meta"
 )
 
@@ -151,6 +152,14 @@ func (m *metrics) apiError(code string) {
 // observeFUSE is the hub's fs.OpObserver.
 func (m *metrics) observeFUSE(op string, took time.Duration) {
 	m.fuseOps.WithLabelValues(op).Observe(took.Seconds())
+}
+
+// fuseObserver is the hub's fs.OpObserver, nil when off.
+func (m *metrics) fuseObserver(off bool) fs.OpObserver {
+	if off {
+		return nil
+	}
+	return m.observeFUSE
 }
 
 // observeStore is the store's meta.Observer.

@@ -40,6 +40,7 @@ const (
 	metadataTarget   = 1.5
 	sequentialTarget = 0.9
 	editChecksTarget = 1.1
+	fsMetricsTarget  = 1.05
 )
 
 // The roots, in the order they take turns and appear in the report.
@@ -48,6 +49,9 @@ const (
 	loopbackName  = "loopback"
 	warrenName    = "warren"
 	warrenOffName = "warren (checks off)"
+	// warrenNoMetricsName is warren serve --no-fs-metrics: the FUSE
+	// requests untimed.
+	warrenNoMetricsName = "warren (no fs metrics)"
 )
 
 func main() {
@@ -63,6 +67,8 @@ func main() {
 	flag.StringVar(&cfg.loopbackWhy, "loopback-unavailable", "", "why the loopback root is missing, for the report")
 	flag.StringVar(&cfg.warrenWhy, "warren-unavailable", "", "why the warren root is missing, for the report")
 	flag.StringVar(&cfg.warrenOffWhy, "warren-off-unavailable", "", "why the warren root with checks off is missing, for the report")
+	flag.StringVar(&cfg.warrenNoMetrics, "warren-nometrics", "", "empty folder on a mount of warren serve --no-fs-metrics")
+	flag.StringVar(&cfg.warrenNoMetricsWhy, "warren-nometrics-unavailable", "", "why the warren root without fs metrics is missing, for the report")
 	flag.IntVar(&cfg.runs, "runs", 5, "timed repetitions of each workload per root")
 	flag.Int64Var(&cfg.seqMiB, "seq-mib", 1024, "size of the sequential write/read file in MiB")
 	flag.StringVar(&cfg.grep, "grep", "ENOTCONN", "fixed string that grep -r looks for")
@@ -79,6 +85,7 @@ func main() {
 type config struct {
 	tarball, native, loopback, warren, warrenOff string
 	loopbackWhy, warrenWhy, warrenOffWhy         string
+	warrenNoMetrics, warrenNoMetricsWhy          string
 	runs                                         int
 	seqMiB                                       int64
 	grep, only, out                              string
@@ -106,6 +113,7 @@ func run(cfg config) error {
 		newSystem(loopbackName, cfg.loopback, cfg.loopbackWhy),
 		newSystem(warrenName, cfg.warren, cfg.warrenWhy),
 		newSystem(warrenOffName, cfg.warrenOff, cfg.warrenOffWhy),
+		newSystem(warrenNoMetricsName, cfg.warrenNoMetrics, cfg.warrenNoMetricsWhy),
 	}
 	for _, s := range systems {
 		if s.root != "" {

@@ -11,7 +11,7 @@ import (
 
 // A system is one root under test and everything measured on it.
 type system struct {
-	name string // nativeName, loopbackName, warrenName or warrenOffName
+	name string // nativeName, loopbackName, warrenName, warrenOffName or warrenNoMetricsName
 	root string // folder the caller gave; empty when not measured
 	// unavailable, if set, says why this system is not measured.
 	unavailable string
@@ -52,7 +52,7 @@ func newSystem(name, root, unavailable string) *system {
 }
 
 // nameWidth is the length of the longest system name, for aligned logs.
-const nameWidth = len(warrenOffName)
+const nameWidth = len(warrenNoMetricsName)
 
 // measured reports whether workloads still run on s.
 func (s *system) measured() bool { return s.root != "" && s.broken == "" }

@@ -33,8 +33,10 @@ type serveOptions struct {
 	logLevel   string
 	logJSON    bool
 	// noEditChecks switches off the refusal of stale writes; benchmarks
-	// set it to measure what the checks cost.
+	// set it to measure what the checks cost. noFSMetrics leaves the FUSE
+	// requests untimed, for the same reason.
 	noEditChecks bool
+	noFSMetrics  bool
 	// The jails of the threads.
 	jailNetwork string
 	jailMemory  int64
@@ -98,6 +100,7 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON lines")
 	fs.BoolVar(&o.noEditChecks, "no-edit-checks", false, "for benchmarks only: do not refuse writes based on stale reads")
+	fs.BoolVar(&o.noFSMetrics, "no-fs-metrics", false, "for benchmarks only: do not time the FUSE requests")
 	fs.StringVar(&o.jailNetwork, "jail-network", "none", "network of the threads' jails: none (loopback only) or host")
 	fs.Int64Var(&o.jailMemory, "jail-memory", 0, "memory of each thread's jail, in bytes (default 2 GiB)")
 	fs.IntVar(&o.jailProcs, "jail-procs", 0, "processes of each thread's jail (default 1024)")
@@ -157,6 +160,7 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 		CloseIdle:       neverIfZero(o.closeIdle),
 		AllowUIDs:       o.allowUIDs,
 		NoEditChecks:    o.noEditChecks,
+		NoFSMetrics:     o.noFSMetrics,
 		JailNetwork:     o.jailNetwork,
 		JailMemoryBytes: o.jailMemory,
 		JailMaxProcs:    o.jailProcs,
