@@ -4,7 +4,7 @@
 #   make run    build and start the daemon on its defaults (ARGS="..." adds flags)
 #   make test   go vet, then every test, unit and integration, Go and TypeScript
 #   make install  install the binaries, the systemd unit and the docs (PREFIX=/usr/local, DESTDIR=)
-#   make bench  filesystem benchmark: native ext4, go-fuse loopback, warren (edit checks on and off);
+#   make bench  filesystem benchmark: native ext4, go-fuse loopback, warren (edit checks on and off, fs metrics on and off);
 #               then commands: plain fork+exec, warren's warm jail, bwrap, a new thread's first command,
 #               and the TypeScript provider's exec('true') and 4 KiB fs.read beside them;
 #               then checkpoints: 10 of 100,000 files changed, and an untar, against git add -A && commit
