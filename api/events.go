@@ -41,6 +41,19 @@ const (
 	// The thread stays bound and mounted; its next command starts a new
 	// jail. Message says how long it was idle.
 	EventJailReclaimed EventType = "jail.reclaimed"
+	// The file events: an entry of the thread's workspace was made,
+	// changed (content, size, mode or times), removed or renamed, through
+	// a mount or the file API, or found changed behind the filesystem's
+	// back (no Actor then). Path is the entry (the new one of a rename,
+	// From the old), Actor who made the change, Version the path's
+	// version after it. Changes are told as they happen, writes through a
+	// handle when it closes; a burst of changes to one entry is one
+	// file.changed event per 100 ms. They are built only while a reader
+	// wants the thread's events.
+	EventFileCreated EventType = "file.created"
+	EventFileChanged EventType = "file.changed"
+	EventFileRemoved EventType = "file.removed"
+	EventFileRenamed EventType = "file.renamed"
 	// EventThreadFenced: this gateway's lease ended, and it took the thread
 	// down (jail, commands, jobs, mount) as another host may take it now. The
 	// thread's next call pins it again, if no other host took it, and mounts
@@ -71,6 +84,10 @@ type Event struct {
 	// Path is a path inside the thread's workspace, "/"-separated and
 	// starting with "/", for events about one file.
 	Path string `json:"path,omitempty"`
+	// From is the old path of a file.renamed event.
+	From string `json:"from,omitempty"`
+	// Version is a path's version after a file event's change.
+	Version uint64 `json:"version,omitempty"`
 	// Message says what happened, for a person.
 	Message string `json:"message,omitempty"`
 	// Missed is how many events a missed event stands for.

@@ -93,6 +93,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno
 	}
 	n.root.modified(a, g, fingerprintFd(ofd))
+	kind := Changed
+	if made {
+		kind = Created
+	}
+	n.root.changedAt(kind, n, name, a, g.state.version)
 	nd := ch.Operations().(*node)
 	nd.told(g.state.version)
 	var w *writer
@@ -230,6 +235,7 @@ func (n *node) remove(ctx context.Context, op, name string, flags int) syscall.E
 	n.root.modified(a, g, fingerprint{})
 	n.root.changedEntry(n, name)
 	n.root.track(n, name, false)
+	n.root.changedAt(Removed, n, name, a, g.state.version)
 	return 0
 }
 
@@ -309,6 +315,12 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 	// A folder moved, or swapped in, brings its whole tree.
 	n.root.track(n, name, srcFp.dir)
 	n.root.track(np, newName, dstFp.dir)
+	if flags&unix.RENAME_EXCHANGE != 0 {
+		n.root.changedAt(Changed, n, name, a, src.state.version)
+		n.root.changedAt(Changed, np, newName, a, dst.state.version)
+	} else {
+		n.root.renamedAt(n, name, np, newName, a, dst.state.version)
+	}
 	return 0
 }
 
@@ -376,5 +388,6 @@ func (n *node) makeEntryAs(ctx context.Context, name string, out *fuse.EntryOut,
 	n.root.modified(a, g, fp)
 	n.root.changedEntry(n, name)
 	n.root.track(n, name, fp.dir)
+	n.root.changedAt(Created, n, name, a, g.state.version)
 	return n.addChild(ctx, fd, name, out)
 }

@@ -136,6 +136,14 @@
 // write takes its content into a temporary file first, then checks again
 // and replaces the file as write does.
 //
+// # Changes as they happen
+//
+// A mount's Options.OnChange and a Files' WatchChanges are told of every
+// change of an entry as it is made, with its actor and version
+// (watch.go): created, changed, removed, renamed; a handle's writes at its
+// close. The path is computed only while the watcher wants changes. The
+// callback runs with the path's lock held and must only queue.
+//
 // # What changed since a checkpoint
 //
 // Every mount of a folder and its file API share the folder's change log

@@ -198,6 +198,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 	n.root.modified(a, g, fingerprintFd(fd))
 	n.told(g.state.version) // it truncated, or will write, itself
 	n.root.trackInode(n)
+	if flags&syscall.O_TRUNC != 0 {
+		n.root.changedAt(Changed, dir, name, a, g.state.version)
+	}
 	opened = true
 	return fh, fopen, 0
 }

@@ -54,6 +54,7 @@ type Files struct {
 	dev     uint64
 	onStale func(Stale)
 	changes *changeLog // the folder's change log (changes.go)
+	watch   watcher    // WatchChanges
 }
 
 // Files opens the workspace folder dir for the file API. label names it
@@ -298,6 +299,7 @@ func (f *Files) lockTarget(t *target) (guarded, func(), error) {
 	}
 	if g.moved {
 		f.track(t, g.state.fp.dir)
+		f.changedAt(Changed, t.rel, Actor{}, g.state.version)
 	}
 	return g, unlock, nil
 }
@@ -553,6 +555,11 @@ func (f *Files) commit(a Actor, t *target, g guarded, tmp *tempFile, old *syscal
 	// The name now leads to another inode: the mounts look it up again.
 	f.hub.changed(t.dirSt.Dev, oldIno, t.dirSt.Ino, t.name)
 	f.track(t, false)
+	kind := Changed
+	if old == nil {
+		kind = Created
+	}
+	f.changedAt(kind, t.rel, a, v)
 	if err := syncDir(t.dirFd); err != nil {
 		return 0, fmt.Errorf("%s: fsync its folder: %w", t.rel, err)
 	}

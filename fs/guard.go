@@ -129,6 +129,7 @@ func (n *node) take(dfd int, name string) (guarded, func(), syscall.Errno) {
 	}
 	if g.moved {
 		n.root.track(n, name, g.state.fp.dir)
+		n.root.changedAt(Changed, n, name, Actor{}, g.state.version)
 	}
 	return g, unlock, 0
 }
@@ -210,6 +211,9 @@ func (r *root) newWriter(n *node, a Actor, g guarded) *writer {
 			st, _, unlock := l.lock(k)
 			l.closeWriter(a, k, st, fingerprintFd(fd))
 			n.told(st.version)
+			// What the handle wrote, passed through or not, is told at
+			// its close (and by each write the daemon serves).
+			r.changedNode(n, a, st.version)
 			unlock()
 		},
 		lockPath: func() func() {

@@ -32,6 +32,10 @@ type Options struct {
 	// OnRefusal, if set, is called for every refused escape attempt, after
 	// it is logged. It must not block.
 	OnRefusal func(Refusal)
+	// OnChange, if set, is told of every change through the mount
+	// (watch.go), while WantChanges (if set) says anyone listens.
+	OnChange    func(EntryChange)
+	WantChanges func() bool
 	// OnStale, if set, is called once for every modification refused
 	// because its actor's read of the file is older than the file (see
 	// ledger.go), after it is logged. It must not block.
@@ -94,6 +98,7 @@ type root struct {
 	log           hclog.Logger
 	onRefusal     func(Refusal)
 	onStale       func(Stale)
+	watch         watcher  // Options.OnChange and WantChanges
 	hub           *Hub     // the mount's own when Options.Hub is nil
 	ownHub        bool     // hub was made for this mount alone
 	fds           *fdCache // hub.fds
@@ -220,6 +225,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		log:           logger.With("mount", opts.Name),
 		onRefusal:     opts.OnRefusal,
 		onStale:       opts.OnStale,
+		watch:         watcher{opts.OnChange, opts.WantChanges},
 		hub:           opts.Hub,
 		nodes:         make(map[uint64]*node),
 	}

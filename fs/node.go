@@ -284,6 +284,10 @@ func (n *node) Setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAt
 	} else {
 		n.root.hub.ledger.touched(g.state, fp)
 	}
+	// Not the SETATTR that changes nothing (killpriv.go).
+	if in.Valid&(fuse.FATTR_MODE|fuse.FATTR_UID|fuse.FATTR_GID|fuse.FATTR_SIZE|fuse.FATTR_MTIME) != 0 {
+		n.root.changedAt(Changed, dir, name, a, g.state.version)
+	}
 	return 0
 }
 

@@ -167,6 +167,7 @@ func (f *Files) makeFolder(ctx context.Context, a Actor, p string, mode uint32, 
 	f.hub.ledger.modified(a, g.key, g.state, fp)
 	f.hub.changed(t.dirSt.Dev, fp.ino, t.dirSt.Ino, t.name)
 	f.track(t, true)
+	f.changedAt(Created, t.rel, a, g.state.version)
 	// The new folder survives a power loss, as a file written in it will.
 	if err := syncDir(t.dirFd); err != nil {
 		return fmt.Errorf("make folder %s: fsync its folder: %w", t.rel, err)
@@ -249,7 +250,11 @@ func (f *Files) remove(ctx context.Context, a Actor, p string, recursive bool, t
 		return 0, fmt.Errorf("%s: %w", t.rel, err)
 	}
 	if !recursive || st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-		return f.removeOne(a, t, tl)
+		n, err := f.removeOne(a, t, tl)
+		if err == nil {
+			f.changedAt(Removed, t.rel, a, 0)
+		}
+		return n, err
 	}
 	if err := f.checkTreeStale(ctx, a, t.dirFd, &t.dirSt, t.key.gen, t.name, t.rel, 0); err != nil {
 		return 0, err
@@ -261,6 +266,9 @@ func (f *Files) remove(ctx context.Context, a Actor, p string, recursive bool, t
 	if errors.Is(err, unix.ENOTEMPTY) {
 		// Filled faster than it was emptied, round after round.
 		err = &NotEmptyError{Path: t.rel}
+	}
+	if err == nil {
+		f.changedAt(Removed, t.rel, a, 0) // the folder, its tree with it
 	}
 	return rm.removed, err
 }
@@ -498,6 +506,9 @@ func (f *Files) rename(ctx context.Context, a Actor, from, to string, overwrite 
 	// A folder moved brings its whole tree.
 	f.track(src, moving.dir)
 	f.track(dst, moving.dir)
+	if f.watch.active() {
+		f.watch.onChange(EntryChange{Kind: Renamed, From: slashed(src.rel), Path: slashed(dst.rel), Actor: a, Version: dg.state.version})
+	}
 	// Both entries survive a power loss as they are now.
 	if err := syncDir(dst.dirFd); err != nil {
 		return v, fmt.Errorf("rename %s to %s: fsync its folder: %w", src.rel, dst.rel, err)

@@ -236,6 +236,10 @@
 //   - keyedLocks.mu: finding or dropping a thread's lock.
 //   - diskQuotas.mu: opening the workspaces' quota filesystem (once).
 //   - broker.mu: numbering an event and offering it to each queue.
+//   - fileEvents.mu: the paths in their change windows; called under a
+//     path lock of package fs (a change is told as it is made), it takes
+//     broker.mu under it (publish), so that file events keep the order of
+//     the changes.
 //   - job.mu: a job's record, why it is being stopped, and whether a
 //     client killed it.
 //   - jobStreams.mu: a write of a job's output to one stream's ring and
@@ -262,6 +266,8 @@
 //
 //   - the API's serving goroutine (Start): Close shuts the server down
 //     and waits for serveDone;
+//   - the file events' window goroutine (fileevents.go): Close stops it
+//     after the hub, and waits for it;
 //   - the idle reclaimer (idle.go), which stops idle jails and closes idle
 //     threads: Close stops it first (stopIdle) and waits for it;
 //   - the metrics listener's serving goroutine (health.go), when

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,9 +80,21 @@ func (g *Gateway) refusalEvents(k meta.ThreadKey) func(fs.Refusal) {
 // matches every value.
 type eventFilter struct {
 	tenant, thread string
+	// prefix, if set, passes only the file events of paths that start
+	// with it (a rename's old or new one).
+	prefix string
+}
+
+// matchThread says whether f may pass events of thread k.
+func (f eventFilter) matchThread(k meta.ThreadKey) bool {
+	return (f.tenant == "" || f.tenant == k.Tenant) && (f.thread == "" || f.thread == k.Thread)
 }
 
 func (f eventFilter) match(ev api.Event) bool {
+	if f.prefix != "" && (!strings.HasPrefix(string(ev.Type), "file.") ||
+		!strings.HasPrefix(ev.Path, f.prefix) && (ev.From == "" || !strings.HasPrefix(ev.From, f.prefix))) {
+		return false
+	}
 	return (f.tenant == "" || f.tenant == ev.Tenant) && (f.thread == "" || f.thread == ev.Thread)
 }
 
@@ -198,7 +211,7 @@ func (b *broker) wants(k meta.ThreadKey) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for s := range b.subs {
-		if s.filter.match(api.Event{Tenant: k.Tenant, Thread: k.Thread}) {
+		if s.filter.matchThread(k) {
 			return true
 		}
 	}
@@ -226,13 +239,22 @@ func (b *broker) close() {
 // returns. Subscribing before the answer starts means that a client that
 // has the response headers gets every event emitted after them.
 func (g *Gateway) handleEvents(r *http.Request, _ params) (any, error) {
-	q, err := query(r, "tenant", "thread")
+	q, err := query(r, "tenant", "thread", "prefix")
 	if err != nil {
 		return nil, err
 	}
 	f, err := eventFilterOf(q)
 	if err != nil {
 		return nil, err
+	}
+	if p, ok := q["prefix"]; ok {
+		if err := checkPath("prefix", p[0]); err != nil {
+			return nil, err
+		}
+		f.prefix = p[0]
+		if !strings.HasPrefix(f.prefix, "/") {
+			f.prefix = "/" + f.prefix
+		}
 	}
 	sub, err := g.events.subscribe(f)
 	if err != nil {

@@ -114,6 +114,7 @@ func (g *Gateway) openFiles(ctx context.Context, tenant, thread string) (k meta.
 	if err != nil {
 		return k, nil, "", err
 	}
+	f.WatchChanges(g.files.of(k), func() bool { return g.events.wants(k) })
 	return k, f, mountPath, nil
 }
 

@@ -48,8 +48,11 @@ type Gateway struct {
 	// dataID and wsID are the identities of dataDir and wsReal: an
 	// inspection folder is checked on descriptors, not by its path.
 	dataID, wsID fileID
-	// events fans the gateway's events out to GET /v1/events (events.go).
+	// events fans the gateway's events out to GET /v1/events (events.go);
+	// files turns the filesystem's changes into file events
+	// (fileevents.go).
 	events *broker
+	files  *fileEvents
 	// metrics are its Prometheus series (metrics.go); metricsSrv serves
 	// them on Config.MetricsAddr, if set, and metricsDone is closed when
 	// that server returned.
@@ -122,20 +125,24 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks, ObserveOp: m.fuseObserver(cfg.NoFSMetrics)}),
 	}
 	m.watch(g)
+	g.files = newFileEvents(g.emit)
 	for _, u := range cfg.AllowUIDs {
 		g.allow[u] = true
 	}
 	if err := g.makeLayout(); err != nil {
 		g.hub.Close()
+		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	g.probeSeal()
 	if err := g.startQuotas(); err != nil {
 		g.hub.Close()
+		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	if err := g.startLease(ctx); err != nil {
 		g.hub.Close()
+		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	// A gateway killed with SIGKILL leaves its jails' cgroups behind.
@@ -150,6 +157,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.closeCheckpoints()
 		g.unmountAll()
 		g.hub.Close()
+		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	g.ln = ln
@@ -160,6 +168,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.closeCheckpoints()
 		g.unmountAll()
 		g.hub.Close()
+		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	g.srv = &http.Server{
@@ -259,6 +268,7 @@ func (g *Gateway) Close() error {
 		g.closeCheckpoints()
 		g.closeErr = errors.Join(g.serveErr, err, g.unmountAll())
 		g.hub.Close()
+		g.files.close()
 		g.log.Info("gateway stopped", "socket", g.cfg.SocketPath)
 	})
 	return g.closeErr

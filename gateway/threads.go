@@ -489,9 +489,11 @@ func (g *Gateway) mountAt(ctx context.Context, k meta.ThreadKey, root, mountPath
 		Logger:   log,
 		Hub:      g.hub,
 		// Inspection mounts too: an escape through them is the thread's.
-		OnRefusal: g.refusalEvents(k),
-		OnStale:   g.staleEvents(k),
-		Target:    target,
+		OnRefusal:   g.refusalEvents(k),
+		OnStale:     g.staleEvents(k),
+		OnChange:    g.files.of(k),
+		WantChanges: func() bool { return g.events.wants(k) },
+		Target:      target,
 	}
 	m, err := g.mounter.Mount(ctx, root, mountPath, opts)
 	if err != nil {

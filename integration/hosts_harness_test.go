@@ -267,6 +267,16 @@ type eventLog struct {
 // returns: the gateway sends the answer's headers only then.
 func (d *daemon) subscribe(thread string) *eventLog {
 	d.t.Helper()
+	q := url.Values{}
+	if thread != "" {
+		q.Set("thread", thread)
+	}
+	return d.subscribeQuery(q)
+}
+
+// subscribeQuery is subscribe with the query q (thread, tenant, prefix).
+func (d *daemon) subscribeQuery(q url.Values) *eventLog {
+	d.t.Helper()
 	socket := d.socket
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var dl net.Dialer
@@ -274,10 +284,6 @@ func (d *daemon) subscribe(thread string) *eventLog {
 	}}
 	hc := &http.Client{Transport: tr}
 	ctx, cancel := context.WithCancel(context.Background())
-	q := url.Values{}
-	if thread != "" {
-		q.Set("thread", thread)
-	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://warren/v1/events?"+q.Encode(), nil)
 	if err != nil {
 		cancel()

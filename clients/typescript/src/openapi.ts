@@ -1280,7 +1280,7 @@ export interface components {
             inUse?: boolean;
         };
         /** @enum {string} */
-        EventType: "thread.bound" | "thread.closed" | "thread.deleted" | "thread.stranded" | "escape.refused" | "write.stale" | "job.started" | "job.output" | "job.ended" | "jail.replaced" | "jail.reclaimed" | "thread.fenced" | "missed" | "checkpoint.created" | "thread.restored";
+        EventType: "thread.bound" | "thread.closed" | "thread.deleted" | "thread.stranded" | "escape.refused" | "write.stale" | "job.started" | "job.output" | "job.ended" | "jail.replaced" | "file.created" | "file.changed" | "file.removed" | "file.renamed" | "jail.reclaimed" | "thread.fenced" | "missed" | "checkpoint.created" | "thread.restored";
         /** @description One line of the event stream. */
         Event: {
             /**
@@ -1295,6 +1295,13 @@ export interface components {
             thread: string;
             actor?: string;
             path?: string;
+            /** @description The old path of a file.renamed event. */
+            from?: string;
+            /**
+             * Format: uint64
+             * @description The path's version after a file event's change.
+             */
+            version?: number;
             message?: string;
             /** Format: uint64 */
             missed?: number;
@@ -2256,6 +2263,8 @@ export interface operations {
                 tenant?: string;
                 /** @description Only this thread (of `tenant`, or of the tenant `default`); not empty. */
                 thread?: string;
+                /** @description Only the file events of paths that start with it (`/src/`; a missing leading `/` is added), a rename's old or new one. */
+                prefix?: string;
             };
             header?: never;
             path?: never;
