@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -150,13 +151,34 @@ func (c *Client) Unmount(ctx context.Context, path string) error {
 // api.ErrClosed when the gateway ended it because it is shutting down,
 // another error when the connection broke.
 func (c *Client) Events(ctx context.Context, tenant, thread string, fn func(api.Event) error) error {
+	return c.EventsWith(ctx, EventsQuery{Tenant: tenant, Thread: thread}, fn)
+}
+
+// EventsQuery chooses the events of EventsWith.
+type EventsQuery struct {
+	Tenant, Thread string
+	// Prefix passes only the file events of paths under it.
+	Prefix string
+	// Since, if set, replays the kept events after that seq first (and a
+	// missed event for those no longer kept).
+	Since *uint64
+}
+
+// EventsWith is Events with a path prefix and a replay.
+func (c *Client) EventsWith(ctx context.Context, eq EventsQuery, fn func(api.Event) error) error {
 	const path = "/v1/events"
 	q := url.Values{}
-	if tenant != "" {
-		q.Set("tenant", tenant)
+	if eq.Tenant != "" {
+		q.Set("tenant", eq.Tenant)
 	}
-	if thread != "" {
-		q.Set("thread", thread)
+	if eq.Thread != "" {
+		q.Set("thread", eq.Thread)
+	}
+	if eq.Prefix != "" {
+		q.Set("prefix", eq.Prefix)
+	}
+	if eq.Since != nil {
+		q.Set("since", strconv.FormatUint(*eq.Since, 10))
 	}
 	resp, err := c.send(ctx, http.MethodGet, path, q, nil)
 	if err != nil {

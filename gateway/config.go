@@ -57,6 +57,10 @@ type Config struct {
 	// read, the connection has no read deadline. 0 means
 	// DefaultBodyTimeout.
 	BodyTimeout time.Duration
+	// EventLog is how many of the newest events are kept, in the data
+	// folder, for a reader that comes back with since (eventlog.go); 0
+	// means DefaultEventLog, a negative number none.
+	EventLog int
 	// MetricsAddr, if set, is a TCP address (host:port) on which the
 	// operational endpoints, /metrics, /healthz and /readyz, are served
 	// with no authentication and nothing else (health.go). They are on

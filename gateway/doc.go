@@ -98,6 +98,7 @@
 //	moved-aside/<time>/<t>/<th>    what was found in a mount point before a mount
 //	orphans/<time>/<t>/<th>        workspace folders a start found with files and no record
 //	warren.sock                    the API socket, unless Config.SocketPath says otherwise
+//	events.log                     the newest events, for readers that come back with since (eventlog.go)
 //
 // # API
 //

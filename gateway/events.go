@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,6 +113,32 @@ type broker struct {
 	closed bool
 	subs   map[*subscription]struct{}
 	missed uint64 // events dropped for a full queue, all subscribers together
+	// log keeps the newest events for replay (eventlog.go); nil keeps
+	// none. logErr is its first write error, logged once.
+	log    *eventLog
+	logErr error
+	// left are the filters of readers that left in the last wantGrace,
+	// newest last: what they would take is still built (wants), so one
+	// that comes back with since finds it in the log.
+	left []leftReader
+}
+
+// leftReader is a reader that went away, and when.
+type leftReader struct {
+	filter eventFilter
+	at     time.Time
+}
+
+// wantGrace is how long after a reader left the events only built for
+// readers (file events) are still built for it.
+const wantGrace = 10 * time.Minute
+
+// attachLog makes b keep its events in l, numbering on from l's newest.
+func (b *broker) attachLog(l *eventLog) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.log = l
+	b.seq = l.last()
 }
 
 // stats returns the subscribers now and the events dropped so far for a
@@ -137,6 +164,13 @@ type subscription struct {
 	filter eventFilter
 	ch     chan delivery
 	missed uint64 // events dropped since the last delivery; guarded by b.mu
+	// replay are the kept events after the reader's since that pass its
+	// filter, to be sent before ch's; lost is how many events after since
+	// the log no longer keeps (a missed event says so first), and
+	// lostFrom, lostTo their seqs. Set by subscribe, read by the stream.
+	replay           []api.Event
+	lost             uint64
+	lostFrom, lostTo uint64
 }
 
 func newBroker(buffer int) *broker {
@@ -150,12 +184,36 @@ func newBroker(buffer int) *broker {
 // subscribe starts a subscription to the events that pass f. The caller
 // must cancel it. It fails with ErrClosed once the broker is closed.
 func (b *broker) subscribe(f eventFilter) (*subscription, error) {
+	return b.subscribeSince(f, nil)
+}
+
+// subscribeSince is subscribe for a reader that saw the events up to
+// *since (nil: none to replay): the kept events after it come first, and
+// the count of those no longer kept. Registered under the same lock as
+// the replay is taken, the reader gets every event after since once.
+func (b *broker) subscribeSince(f eventFilter, since *uint64) (*subscription, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return nil, api.ErrClosed
 	}
 	s := &subscription{b: b, filter: f, ch: make(chan delivery, b.buffer)}
+	if since != nil && *since < b.seq {
+		first := b.seq + 1 // the oldest kept; none kept: all lost
+		if b.log != nil && b.log.oldest() != 0 {
+			first = b.log.oldest()
+		}
+		if *since+1 < first {
+			s.lost, s.lostFrom, s.lostTo = first-*since-1, *since+1, first-1
+		}
+		if b.log != nil {
+			for _, ev := range b.log.since(*since) {
+				if f.match(ev) {
+					s.replay = append(s.replay, ev)
+				}
+			}
+		}
+	}
 	b.subs[s] = struct{}{}
 	return s, nil
 }
@@ -168,6 +226,11 @@ func (s *subscription) cancel() {
 	if _, ok := s.b.subs[s]; ok {
 		delete(s.b.subs, s)
 		close(s.ch)
+		if s.b.log != nil {
+			// One entry per filter, the newest.
+			s.b.left = slices.DeleteFunc(s.b.left, func(l leftReader) bool { return l.filter == s.filter })
+			s.b.left = append(s.b.left, leftReader{s.filter, time.Now()})
+		}
 	}
 }
 
@@ -189,6 +252,11 @@ func (b *broker) publish(ev api.Event) {
 	ev.Seq = b.seq
 	// Stamped under the lock, so time order is seq order.
 	ev.Time = time.Now().UTC()
+	if b.log != nil {
+		if err := b.log.add(ev); err != nil && b.logErr == nil {
+			b.logErr = err // told once, by the gateway (closeLog)
+		}
+	}
 	for s := range b.subs {
 		if !s.filter.match(ev) {
 			continue
@@ -215,6 +283,18 @@ func (b *broker) wants(k meta.ThreadKey) bool {
 			return true
 		}
 	}
+	// Readers that left lately, newest last; the expired ones go.
+	now := time.Now()
+	n := 0
+	for n < len(b.left) && now.Sub(b.left[n].at) > wantGrace {
+		n++
+	}
+	b.left = b.left[n:]
+	for _, l := range b.left {
+		if l.filter.matchThread(k) {
+			return true
+		}
+	}
 	return false
 }
 
@@ -232,6 +312,18 @@ func (b *broker) close() {
 		delete(b.subs, s)
 		close(s.ch)
 	}
+	if b.log != nil {
+		if err := b.log.close(); err != nil && b.logErr == nil {
+			b.logErr = err
+		}
+	}
+}
+
+// logError returns the event log's first error, if it had one.
+func (b *broker) logError() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.logErr
 }
 
 // handleEvents answers GET /v1/events[?tenant=T][&thread=ID]: it checks
@@ -239,7 +331,7 @@ func (b *broker) close() {
 // returns. Subscribing before the answer starts means that a client that
 // has the response headers gets every event emitted after them.
 func (g *Gateway) handleEvents(r *http.Request, _ params) (any, error) {
-	q, err := query(r, "tenant", "thread", "prefix")
+	q, err := query(r, "tenant", "thread", "prefix", "since")
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +348,15 @@ func (g *Gateway) handleEvents(r *http.Request, _ params) (any, error) {
 			f.prefix = "/" + f.prefix
 		}
 	}
-	sub, err := g.events.subscribe(f)
+	var since *uint64
+	if v, ok := q["since"]; ok {
+		n, err := strconv.ParseUint(v[0], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: since must be an event's seq, a number: %s", api.ErrInvalid, quote(v[0]))
+		}
+		since = &n
+	}
+	sub, err := g.events.subscribeSince(f, since)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to events: %w", err)
 	}
@@ -342,6 +442,21 @@ func (s *eventStream) serveStream(w http.ResponseWriter, r *http.Request) {
 		}
 		return rc.Flush()
 	}
+	// What the reader missed since its since: first how many are no
+	// longer kept, then the kept ones, then the live ones.
+	if s.sub.lost > 0 {
+		if err := send(api.Event{Time: time.Now().UTC(), Type: api.EventMissed, Tenant: s.sub.filter.tenant, Thread: s.sub.filter.thread,
+			Missed: s.sub.lost, Message: fmt.Sprintf("events %d to %d are no longer kept", s.sub.lostFrom, s.sub.lostTo)}); err != nil {
+			return
+		}
+	}
+	for _, ev := range s.sub.replay {
+		if err := send(ev); err != nil {
+			log.Debug("event stream ended: write failed", "error", err)
+			return
+		}
+	}
+	s.sub.replay = nil
 	for {
 		select {
 		case d, ok := <-s.sub.ch:

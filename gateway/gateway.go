@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -135,6 +136,15 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	g.probeSeal()
+	if cfg.EventLog >= 0 {
+		l, err := openEventLog(eventLogPath(cfg.DataDir), cmp.Or(cfg.EventLog, DefaultEventLog))
+		if err != nil {
+			g.hub.Close()
+			g.files.close()
+			return nil, fmt.Errorf("start gateway: %w", err)
+		}
+		g.events.attachLog(l)
+	}
 	if err := g.startQuotas(); err != nil {
 		g.hub.Close()
 		g.files.close()
@@ -240,6 +250,9 @@ func (g *Gateway) Close() error {
 		g.closeJails()
 		g.jobs.wg.Wait()
 		g.events.close()
+		if err := g.events.logError(); err != nil {
+			g.log.Warn("the event log failed: a reader that comes back may not be given what it missed", "error", err)
+		}
 
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		defer cancel()

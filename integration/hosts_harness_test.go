@@ -258,8 +258,13 @@ func execAPI(c *client.Client, timeout time.Duration, thread, command string) (s
 type eventLog struct {
 	mu     sync.Mutex
 	events []api.Event
-	err    error // why the stream ended, once it has
+	err    error  // why the stream ended, once it has
+	end    func() // ends the subscription and waits for its reader
 }
+
+// stop ends the subscription (the reader goes away) and waits until its
+// reader ended; the events collected stay. Calling it again does nothing.
+func (l *eventLog) stop() { l.end() }
 
 // subscribe opens the daemon's event stream (for thread of the default
 // tenant, or every thread if thread is "") and collects its events until
@@ -323,11 +328,15 @@ func (d *daemon) subscribeQuery(q url.Values) *eventLog {
 			l.mu.Unlock()
 		}
 	}()
-	d.t.Cleanup(func() {
-		cancel()
-		<-done
-		tr.CloseIdleConnections()
-	})
+	var once sync.Once
+	l.end = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			tr.CloseIdleConnections()
+		})
+	}
+	d.t.Cleanup(l.end)
 	return l
 }
 

@@ -60,6 +60,8 @@ type serveOptions struct {
 	checkpoints int
 	// metricsAddr is the TCP address of the operational endpoints.
 	metricsAddr string
+	// eventLog is how many events are kept for replay.
+	eventLog int
 	// socketGroup is the group the socket is given ("": the daemon's).
 	socketGroup string
 	// Idle reclaim: of jails, and of threads.
@@ -119,6 +121,7 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.IntVar(&o.checkpoints, "checkpoints", gateway.DefaultCheckpoints, "how many checkpoints a thread keeps unless its settings say otherwise")
 	fs.DurationVar(&o.jailIdle, "jail-idle", gateway.DefaultJailIdle, "stop a thread's jail once no command or job ran in it for so long (the next command starts a new one); 0: never. A thread's settings win")
 	fs.DurationVar(&o.closeIdle, "close-idle", 0, "close a thread (unmount it, keep its folder) once nothing used it for so long; 0: never. A thread's settings win")
+	fs.IntVar(&o.eventLog, "event-log", gateway.DefaultEventLog, "how many of the newest events are kept, across restarts, for a reader that comes back with ?since=N; 0: none")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "TCP host:port serving /metrics, /healthz and /readyz only, without authentication (default: on the socket only)")
 	rest, err := cli.Parse(fs, args)
 	if err != nil {
@@ -156,6 +159,7 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	cfg := gateway.Config{
 		HostID:          o.hostID,
 		MetricsAddr:     o.metricsAddr,
+		EventLog:        eventLogFlag(o.eventLog),
 		JailIdle:        neverIfZero(o.jailIdle),
 		CloseIdle:       neverIfZero(o.closeIdle),
 		AllowUIDs:       o.allowUIDs,
@@ -293,4 +297,13 @@ func neverIfZero(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// eventLogFlag turns --event-log's 0 ("none") into the Config's negative
+// none (0 there is the default).
+func eventLogFlag(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

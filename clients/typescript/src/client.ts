@@ -462,10 +462,16 @@ export class WarrenClient {
 
   // Events.
 
-  /** The event stream, filtered by tenant and thread, until the signal fires. */
-  async *events(filter: { tenant?: string; thread?: string } & CallOptions = {}): AsyncGenerator<api.WarrenEvent> {
+  /**
+   * The event stream, filtered by tenant and thread (and, for file events,
+   * a path prefix), until the signal fires. With since, the kept events
+   * after that seq come first.
+   */
+  async *events(
+    filter: { tenant?: string; thread?: string; prefix?: string; since?: number } & CallOptions = {},
+  ): AsyncGenerator<api.WarrenEvent> {
     const res = await this.t.send('GET', '/v1/events', {
-      query: { tenant: filter.tenant, thread: filter.thread },
+      query: { tenant: filter.tenant, thread: filter.thread, prefix: filter.prefix, since: filter.since },
       signal: filter.signal,
     })
     yield* ndjson<api.WarrenEvent>(res, filter.signal)

@@ -270,7 +270,7 @@ export interface paths {
         };
         /**
          * Follow events
-         * @description Streams what happens to threads from the response headers on, until the client hangs up or the daemon stops. No history; events in seq order; a stream that fell behind gets a `missed` event.
+         * @description Streams what happens to threads from the response headers on, until the client hangs up or the daemon stops; with `since`, the kept events after it first. Events in seq order; a stream that fell behind gets a `missed` event.
          */
         get: operations["events"];
         put?: never;
@@ -2265,6 +2265,8 @@ export interface operations {
                 thread?: string;
                 /** @description Only the file events of paths that start with it (`/src/`; a missing leading `/` is added), a rename's old or new one. */
                 prefix?: string;
+                /** @description The seq of the last event the reader saw: the kept events after it (`--event-log`, kept across restarts) come first, preceded by a `missed` event counting those no longer kept. */
+                since?: number;
             };
             header?: never;
             path?: never;
