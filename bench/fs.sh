@@ -36,6 +36,7 @@ warren_off_pid=
 warren_off_mnt=
 warren_nm_pid=
 warren_nm_mnt=
+reader_pid=
 
 # is_child PID: PID is still a running child of this script (not exited,
 # and not a pid reused by someone else after our child exited).
@@ -70,6 +71,7 @@ cleanup() {
 	[[ -n $fsbench_pid ]] && stop_pid "$fsbench_pid" "fsbench"
 	[[ -n $warren_pid ]] && stop_pid "$warren_pid" "warren daemon"
 	[[ -n $warren_off_pid ]] && stop_pid "$warren_off_pid" "warren daemon (checks off)"
+	[[ -n $reader_pid ]] && stop_pid "$reader_pid" "event reader"
 	[[ -n $warren_nm_pid ]] && stop_pid "$warren_nm_pid" "warren daemon (no fs metrics)"
 	[[ -n $loop_pid ]] && stop_pid "$loop_pid" "loopback"
 	for m in "$warren_mnt" "$warren_off_mnt" "$warren_nm_mnt"; do
@@ -139,8 +141,10 @@ fi
 # (d) the same with the edit checks off: a second daemon, started with
 # --no-edit-checks, with its own data folder and socket. The two differ in
 # that flag alone, so their ratio is what the checks cost.
-# (e) the same with its FUSE requests untimed: a third daemon, started with
-# --no-fs-metrics, so the ratio is what the fs metrics cost.
+# (e) the same with its FUSE requests untimed and no event reader: a third
+# daemon, started with --no-fs-metrics, while the first has a reader of
+# the thread's events (so it builds file events), so the ratio is what the
+# fs metrics and the file events cost together.
 warren_args=()
 warren_off_args=()
 warren_nm_args=()
@@ -206,6 +210,13 @@ start_warren() {
 		return
 	fi
 	say "$name: daemon pid $pid, thread mounted at $mnt"
+	if [[ $side == on ]]; then
+		# A reader of the thread's events, so the daemon builds its file
+		# events as it would for a harness that follows them; the third
+		# daemon has none, and no FUSE timing: the ratio is what both cost.
+		WARREN_SOCKET=$sock "$warren" events --thread bench >/dev/null 2>"$work/reader.err" </dev/null &
+		reader_pid=$!
+	fi
 	case $side in
 	on) warren_args=(-warren "$mnt") ;;
 	off) warren_off_args=(-warren-off "$mnt") ;;

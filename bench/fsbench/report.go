@@ -232,7 +232,8 @@ func (b *bench) report(out io.Writer, works []workload) {
 	// What timing the FUSE requests costs: warren against itself with
 	// --no-fs-metrics.
 	nm := b.system(warrenNoMetricsName)
-	p("fs metrics: warren with its FUSE requests timed / untimed (warren serve --no-fs-metrics; target <= %.2fx)\n", fsMetricsTarget)
+	p("fs metrics and file events: warren with its FUSE requests timed and a reader of its file events /\n")
+	p("warren serve --no-fs-metrics with no reader (target <= %.2fx)\n", fsMetricsTarget)
 	rows = [][]string{{"workload", "metrics on", "metrics off", "on/off", "target"}}
 	for _, w := range works {
 		row := []string{w.label(b), b.cell(w, on), b.cell(w, nm), "-", "-"}
@@ -253,7 +254,7 @@ func (b *bench) report(out io.Writer, works []workload) {
 		p("verdict %-*s %s\n", nameWidth+1, s.name+":", b.verdict(works, s))
 	}
 	p("verdict %-*s %s\n", nameWidth+1, "checks on/off:", b.onOffVerdict(works, warrenOffName, editChecksTarget))
-	p("verdict %-*s %s\n", nameWidth+1, "fs metrics on/off:", b.onOffVerdict(works, warrenNoMetricsName, fsMetricsTarget))
+	p("verdict %-*s %s\n", nameWidth+1, "metrics+events on/off:", b.onOffVerdict(works, warrenNoMetricsName, fsMetricsTarget))
 
 	// Correctness remarks and failures.
 	var notes []string
