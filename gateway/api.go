@@ -132,9 +132,12 @@ type compiledRoute struct {
 	segs []string
 }
 
-func (g *Gateway) handler() http.Handler {
-	rt := &router{g: g}
-	for _, r := range routes() {
+func (g *Gateway) handler() http.Handler { return newRouter(g, routes(), false) }
+
+// newRouter routes rs; open serves every peer (the metrics listener).
+func newRouter(g *Gateway, rs []route, open bool) *router {
+	rt := &router{g: g, open: open}
+	for _, r := range rs {
 		rt.routes = append(rt.routes, compiledRoute{r, strings.Split(strings.TrimPrefix(r.pattern, "/"), "/")})
 	}
 	return rt

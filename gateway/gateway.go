@@ -59,7 +59,6 @@ type Gateway struct {
 	// that server returned.
 	metrics     *metrics
 	metricsSrv  *http.Server
-	metricsAddr string
 	metricsDone chan struct{}
 	// idleStop stops the idle reclaimer (idle.go), and idleDone is closed
 	// when it returned.

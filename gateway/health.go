@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -166,17 +165,13 @@ func (g *Gateway) startMetricsListener() error {
 	}
 	// The peers of a TCP listener have no credentials to check: it
 	// serves the operational endpoints and nothing else.
-	rt := &router{g: g, open: true}
-	for _, r := range opsRoutes() {
-		rt.routes = append(rt.routes, compiledRoute{r, strings.Split(strings.TrimPrefix(r.pattern, "/"), "/")})
-	}
+	rt := newRouter(g, opsRoutes(), true)
 	g.metricsSrv = &http.Server{
 		Handler:           rt,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          g.log.Named("metrics").StandardLogger(nil),
 	}
-	g.metricsAddr = ln.Addr().String()
 	g.metricsDone = make(chan struct{})
 	go func() {
 		defer close(g.metricsDone)
@@ -186,15 +181,6 @@ func (g *Gateway) startMetricsListener() error {
 	}()
 	g.log.Info("metrics listening", "addr", ln.Addr().String())
 	return nil
-}
-
-// MetricsAddr returns the address the metrics listener listens on ("" if
-// none): Config.MetricsAddr with its port resolved.
-func (g *Gateway) MetricsAddr() string {
-	if g.metricsSrv == nil {
-		return ""
-	}
-	return g.metricsAddr
 }
 
 // stopMetricsListener stops the metrics listener and waits for it.
