@@ -41,15 +41,9 @@ func lsCmd(ctx context.Context, e *cli.Env, args []string) error {
 // lsUsage prints the usage of each thread served here, of one tenant if
 // tenant is not nil. A thread another host serves is left out.
 func lsUsage(ctx context.Context, e *cli.Env, c *client.Client, socket string, tenant *string, asJSON bool) error {
-	var tis []api.ThreadInfo
-	var err error
-	if tenant != nil {
-		tis, err = c.TenantThreads(ctx, *tenant)
-	} else {
-		tis, err = c.Threads(ctx)
-	}
+	tis, err := listThreads(ctx, c, socket, tenant)
 	if err != nil {
-		return callError(socket, "list threads", err)
+		return err
 	}
 	us := []api.Usage{}
 	for _, ti := range tis {
@@ -79,15 +73,9 @@ func lsUsage(ctx context.Context, e *cli.Env, c *client.Client, socket string, t
 // ls prints the bindings, of one tenant if tenant is not nil, as a table
 // or as JSON.
 func ls(ctx context.Context, e *cli.Env, c *client.Client, socket string, tenant *string, asJSON bool) error {
-	var tis []api.ThreadInfo
-	var err error
-	if tenant != nil {
-		tis, err = c.TenantThreads(ctx, *tenant)
-	} else {
-		tis, err = c.Threads(ctx)
-	}
+	tis, err := listThreads(ctx, c, socket, tenant)
 	if err != nil {
-		return callError(socket, "list threads", err)
+		return err
 	}
 	if asJSON {
 		if tis == nil {
@@ -111,4 +99,19 @@ func ls(ctx context.Context, e *cli.Env, c *client.Client, socket string, tenant
 			orDash(ti.HostID), orDash(ti.Owner), ti.MountPath)
 	}
 	return tw.Flush()
+}
+
+// listThreads lists the bindings, of one tenant if tenant is not nil.
+func listThreads(ctx context.Context, c *client.Client, socket string, tenant *string) ([]api.ThreadInfo, error) {
+	var tis []api.ThreadInfo
+	var err error
+	if tenant != nil {
+		tis, err = c.TenantThreads(ctx, *tenant)
+	} else {
+		tis, err = c.Threads(ctx)
+	}
+	if err != nil {
+		return nil, callError(socket, "list threads", err)
+	}
+	return tis, nil
 }
