@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,22 +14,11 @@ import (
 // still shows at once, passed through or served by the daemon. The
 // writer's own mount keeps caching (its kernel made the writes).
 func TestOpenWriterSeenElsewhere(t *testing.T) {
-	for _, c := range []struct {
-		name          string
-		noPassthrough bool
-	}{{"passthrough", false}, {"daemon", true}} {
+	for _, c := range servingModes {
 		t.Run(c.name, func(t *testing.T) {
-			hub := NewHub(HubConfig{})
-			t.Cleanup(hub.Close)
-			opts := Options{Hub: hub, EntryTimeout: time.Hour, AttrTimeout: time.Hour, NegativeTimeout: time.Hour, NoPassthrough: c.noPassthrough}
-			backing, a := mountTemp(t, opts)
-			b := filepath.Join(t.TempDir(), "b")
-			must(t, os.Mkdir(b, 0o755))
-			mb, err := Serve(context.Background(), backing, b, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { mb.Close() })
+			opts := c.opts
+			opts.EntryTimeout, opts.AttrTimeout, opts.NegativeTimeout = time.Hour, time.Hour, time.Hour
+			_, _, a, b, _ := sharedMountsWith(t, HubConfig{}, opts)
 
 			must(t, os.WriteFile(filepath.Join(a, "f"), []byte("a"), 0o644))
 			look := filepath.Join(b, "f")
