@@ -29,38 +29,45 @@ import (
 // and wait for an answer no one can give: the process would stay a zombie
 // holding every descriptor, the store's lock too (issue 12).
 func pollHack(mntFd int) error {
+	return onThreadWithOwnFiles(func() error {
+		if err := closeFuseDevices(); err != nil {
+			return fmt.Errorf("poll hack: %w", err)
+		}
+		fd, err := unix.Openat(mntFd, ".go-fuse-epoll-hack", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open poll hack: %w", err)
+		}
+		defer unix.Close(fd)
+		unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
+		return nil
+	})
+}
+
+// onThreadWithOwnFiles runs fn on a locked thread that has a copy of the
+// descriptor table of its own (unshare CLONE_FILES), a thread that ends
+// when fn returns. Never on the main thread: its table is the one
+// /proc/self/fd shows (reopen relies on it), and the main thread never
+// ends, so a copy made there would outlive fn and hide every descriptor
+// opened later. A goroutine that finds itself there holds the main thread
+// (so it cannot be given the next goroutine) and tries again from another.
+func onThreadWithOwnFiles(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		if unix.Gettid() == unix.Getpid() {
-			// The main thread's table is the one /proc/self/fd shows
-			// (reopen uses it), and the main thread never ends: not
-			// here. Held by this goroutine, it cannot take the next one.
-			errc <- pollHack(mntFd)
+			errc <- onThreadWithOwnFiles(fn)
 			runtime.UnlockOSThread()
 			return
 		}
-		// Never unlocked: the thread, with its own descriptor table, ends
-		// with this goroutine.
-		errc <- pollHackAlone(mntFd)
+		// Never unlocked: the thread, with its own table, ends with this
+		// goroutine.
+		if err := unix.Unshare(unix.CLONE_FILES); err != nil {
+			errc <- fmt.Errorf("unshare the descriptor table: %w", err)
+			return
+		}
+		errc <- fn()
 	}()
 	return <-errc
-}
-
-func pollHackAlone(mntFd int) error {
-	if err := unix.Unshare(unix.CLONE_FILES); err != nil {
-		return fmt.Errorf("poll hack: unshare the descriptor table: %w", err)
-	}
-	if err := closeFuseDevices(); err != nil {
-		return fmt.Errorf("poll hack: %w", err)
-	}
-	fd, err := unix.Openat(mntFd, ".go-fuse-epoll-hack", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open poll hack: %w", err)
-	}
-	defer unix.Close(fd)
-	unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
-	return nil
 }
 
 // closeFuseDevices closes, in the calling thread's descriptor table, every

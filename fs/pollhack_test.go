@@ -1,9 +1,9 @@
 package fs
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -28,41 +28,34 @@ func TestCloseFuseDevicesTouchesNothingElse(t *testing.T) {
 		fuseOpen, plainOpen, pathOpen bool
 		err                           error
 	}
-	done := make(chan result, 1)
-	go func() {
-		// The thread ends with the goroutine: its table is its own.
-		runtime.LockOSThread()
-		var r result
-		if r.err = unix.Unshare(unix.CLONE_FILES); r.err != nil {
-			done <- r
-			return
+	var r result
+	r.err = onThreadWithOwnFiles(func() error {
+		if unix.Gettid() == unix.Getpid() {
+			// A copy of the main thread's table would outlive the test
+			// and hide every later descriptor from /proc/self/fd.
+			return errors.New("running on the main thread")
 		}
 		fuseFd, err := unix.Open("/dev/fuse", unix.O_RDWR, 0) // no O_CLOEXEC, as go-fuse's
 		if err != nil {
-			r.err = err
-			done <- r
-			return
+			return err
 		}
 		plainFd, err := unix.Open(plain, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			r.err = err
-			done <- r
-			return
+			return err
 		}
+		defer unix.Close(plainFd)
 		pathFd, err := unix.Open(dir, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
-			r.err = err
-			done <- r
-			return
+			return err
 		}
-		r.err = closeFuseDevices()
+		defer unix.Close(pathFd)
+		if err := closeFuseDevices(); err != nil {
+			return err
+		}
 		open := func(fd int) bool { _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); return err == nil }
 		r.fuseOpen, r.plainOpen, r.pathOpen = open(fuseFd), open(plainFd), open(pathFd)
-		unix.Close(plainFd)
-		unix.Close(pathFd)
-		done <- r
-	}()
-	r := <-done
+		return nil
+	})
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
