@@ -299,7 +299,7 @@ func (f *Files) lockTarget(t *target) (guarded, func(), error) {
 	}
 	if g.moved {
 		f.track(t, g.state.fp.dir)
-		f.changedAt(Changed, t.rel, Actor{}, g.state.version)
+		f.changedAt(Changed, t.rel, g.state.soleWriter(), g.state.version)
 	}
 	return g, unlock, nil
 }

@@ -129,7 +129,7 @@ func (n *node) take(dfd int, name string) (guarded, func(), syscall.Errno) {
 	}
 	if g.moved {
 		n.root.track(n, name, g.state.fp.dir)
-		n.root.changedAt(Changed, n, name, Actor{}, g.state.version)
+		n.root.changedAt(Changed, n, name, g.state.soleWriter(), g.state.version)
 	}
 	return g, unlock, 0
 }

@@ -103,6 +103,26 @@ type pathState struct {
 	idle    *list.Element // in ledger.idleList while nobody holds or read it; ledger.mu
 }
 
+// soleWriter is the one actor that holds the path open for writing, if
+// exactly one does, else no actor. A change the daemon did not see (the
+// writes of a handle pass through) is most likely that actor's: its
+// handle's release, which tells the change with its actor, can come after
+// the next request about the path has seen the change already. st.mu is
+// held.
+func (st *pathState) soleWriter() Actor {
+	var only Actor
+	for a, n := range st.writers {
+		if n <= 0 {
+			continue
+		}
+		if only != (Actor{}) {
+			return Actor{}
+		}
+		only = a
+	}
+	return only
+}
+
 // readKey names one read record.
 type readKey struct {
 	actor Actor

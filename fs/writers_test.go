@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -57,6 +58,57 @@ func TestOpenWriterSeenElsewhere(t *testing.T) {
 			}
 			must(t, f.Close())
 			size("after the close", n)
+		})
+	}
+}
+
+// TestChangeSeenLateHasItsWriter: writes passed through to a file still
+// open are seen by the next request about the path, which may come
+// before the handle's release tells them. The change is told with the
+// actor that holds the file open for writing, not as nobody's.
+func TestChangeSeenLateHasItsWriter(t *testing.T) {
+	for _, c := range servingModes {
+		t.Run(c.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var changes []EntryChange
+			opts := c.opts
+			opts.OnChange = func(ch EntryChange) {
+				mu.Lock()
+				changes = append(changes, ch)
+				mu.Unlock()
+			}
+			_, mnt := mountTemp(t, opts)
+			p := filepath.Join(mnt, "f")
+			must(t, os.WriteFile(p, []byte("a"), 0o644))
+			w, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+			must(t, err)
+			defer w.Close()
+			for range 3 {
+				if _, err := w.WriteString("more"); err != nil {
+					t.Fatal(err)
+				}
+				// An open of the path while w is open: it sees the
+				// writes w passed through.
+				r, err := os.Open(p)
+				must(t, err)
+				r.Close()
+			}
+			must(t, w.Close())
+			mu.Lock()
+			defer mu.Unlock()
+			var n int
+			for _, ch := range changes {
+				if ch.Kind != Changed {
+					continue
+				}
+				n++
+				if ch.Actor.Pid != os.Getpid() {
+					t.Errorf("a change of %s told as %s's, want this process's (pid %d)", ch.Path, ch.Actor, os.Getpid())
+				}
+			}
+			if n == 0 {
+				t.Error("no change told")
+			}
 		})
 	}
 }
