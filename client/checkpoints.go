@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"net/http"
 	"net/url"
 
 	"warren/api"
@@ -11,7 +10,7 @@ import (
 // Checkpoint takes a checkpoint of a thread's workspace.
 func (c *Client) Checkpoint(ctx context.Context, tenant, thread string, req api.CheckpointRequest) (api.CheckpointResponse, error) {
 	var out api.CheckpointResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/checkpoints", nil, req, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/checkpoints", nil, req, &out)
 	return out, err
 }
 
@@ -19,7 +18,7 @@ func (c *Client) Checkpoint(ctx context.Context, tenant, thread string, req api.
 // and redo stack.
 func (c *Client) Checkpoints(ctx context.Context, tenant, thread string) (api.CheckpointsResponse, error) {
 	var out api.CheckpointsResponse
-	err := c.do(ctx, http.MethodGet, threadPath(tenant, thread)+"/checkpoints", nil, nil, &out)
+	err := c.do(ctx, methodGet, threadPath(tenant, thread)+"/checkpoints", nil, nil, &out)
 	return out, err
 }
 
@@ -38,7 +37,7 @@ func (c *Client) Diff(ctx context.Context, tenant, thread, from, to string, text
 		q.Set("text", "true")
 	}
 	var out api.DiffResponse
-	err := c.do(ctx, http.MethodGet, threadPath(tenant, thread)+"/diff", q, nil, &out)
+	err := c.do(ctx, methodGet, threadPath(tenant, thread)+"/diff", q, nil, &out)
 	return out, err
 }
 
@@ -46,21 +45,21 @@ func (c *Client) Diff(ctx context.Context, tenant, thread, from, to string, text
 // the thread's commands and jobs first.
 func (c *Client) Undo(ctx context.Context, tenant, thread string, force bool) (api.RestoreResponse, error) {
 	var out api.RestoreResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/undo", nil, api.RestoreRequest{Force: force}, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/undo", nil, api.RestoreRequest{Force: force}, &out)
 	return out, err
 }
 
 // Redo restores the checkpoint the last undo left.
 func (c *Client) Redo(ctx context.Context, tenant, thread string, force bool) (api.RestoreResponse, error) {
 	var out api.RestoreResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/redo", nil, api.RestoreRequest{Force: force}, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/redo", nil, api.RestoreRequest{Force: force}, &out)
 	return out, err
 }
 
 // Revert restores checkpoint id.
 func (c *Client) Revert(ctx context.Context, tenant, thread, id string, force bool) (api.RestoreResponse, error) {
 	var out api.RestoreResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/revert", nil, api.RestoreRequest{Checkpoint: id, Force: force}, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/revert", nil, api.RestoreRequest{Checkpoint: id, Force: force}, &out)
 	return out, err
 }
 
@@ -68,6 +67,6 @@ func (c *Client) Revert(ctx context.Context, tenant, thread, id string, force bo
 // checkpoint of this one.
 func (c *Client) Fork(ctx context.Context, tenant, thread string, req api.ForkRequest) (api.ForkResponse, error) {
 	var out api.ForkResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/fork", nil, req, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/fork", nil, req, &out)
 	return out, err
 }

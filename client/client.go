@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -22,37 +20,29 @@ import (
 // not usable; make one with New. It is safe for concurrent use.
 type Client struct {
 	socket string
-	hc     *http.Client
+	tr     *transport
 }
 
 // New returns a client of the daemon listening at socketPath. It
 // connects on first use.
 func New(socketPath string) *Client {
-	var d net.Dialer
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, "unix", socketPath)
-		},
-		MaxIdleConns:    4,
-		IdleConnTimeout: 30 * time.Second,
-	}
-	return &Client{socket: socketPath, hc: &http.Client{Transport: tr}}
+	return &Client{socket: socketPath, tr: &transport{socket: socketPath}}
 }
 
 // CloseIdleConnections closes the client's idle connections.
-func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+func (c *Client) CloseIdleConnections() { c.tr.closeIdle() }
 
 // Bind binds a thread (or returns its binding if it is bound).
 func (c *Client) Bind(ctx context.Context, tenant, thread string) (api.BindResponse, error) {
 	var out api.BindResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/bind", nil, nil, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/bind", nil, nil, &out)
 	return out, err
 }
 
 // BindWith binds a thread and gives it settings (see api.BindRequest).
 func (c *Client) BindWith(ctx context.Context, tenant, thread string, s meta.Settings) (api.BindResponse, error) {
 	var out api.BindResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/bind", nil, api.BindRequest{Settings: &s}, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/bind", nil, api.BindRequest{Settings: &s}, &out)
 	return out, err
 }
 
@@ -60,84 +50,84 @@ func (c *Client) BindWith(ctx context.Context, tenant, thread string, s meta.Set
 // has none.
 func (c *Client) Thread(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
 	var out api.ThreadResponse
-	err := c.do(ctx, http.MethodGet, threadPath(tenant, thread), nil, nil, &out)
+	err := c.do(ctx, methodGet, threadPath(tenant, thread), nil, nil, &out)
 	return out.Binding, err
 }
 
 // ReadFile reads a file of a thread's workspace for a run.
 func (c *Client) ReadFile(ctx context.Context, tenant, thread string, req api.ReadFileRequest) (api.ReadFileResponse, error) {
 	var out api.ReadFileResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/read", nil, req, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/files/read", nil, req, &out)
 	return out, err
 }
 
 // WriteFile writes a file of a thread's workspace for a run.
 func (c *Client) WriteFile(ctx context.Context, tenant, thread string, req api.WriteFileRequest) (api.WriteFileResponse, error) {
 	var out api.WriteFileResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/write", nil, req, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/files/write", nil, req, &out)
 	return out, err
 }
 
 // EditFile edits a file of a thread's workspace for a run.
 func (c *Client) EditFile(ctx context.Context, tenant, thread string, req api.EditFileRequest) (api.EditFileResponse, error) {
 	var out api.EditFileResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/edit", nil, req, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/files/edit", nil, req, &out)
 	return out, err
 }
 
 // RegisterRun makes a process and its descendants act as a run.
 func (c *Client) RegisterRun(ctx context.Context, tenant, thread string, pid int, run string) error {
-	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/runs", nil, api.RunRequest{Pid: pid, Run: run}, &api.RunResponse{})
+	return c.do(ctx, methodPost, threadPath(tenant, thread)+"/runs", nil, api.RunRequest{Pid: pid, Run: run}, &api.RunResponse{})
 }
 
 // EndRun forgets a run: its processes and read records.
 func (c *Client) EndRun(ctx context.Context, tenant, thread, run string) error {
-	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/runs/end", nil, api.RunRequest{Run: run}, &api.RunResponse{})
+	return c.do(ctx, methodPost, threadPath(tenant, thread)+"/runs/end", nil, api.RunRequest{Run: run}, &api.RunResponse{})
 }
 
 // Threads lists the bindings of every tenant.
 func (c *Client) Threads(ctx context.Context) ([]api.ThreadInfo, error) {
 	var out api.ThreadsResponse
-	err := c.do(ctx, http.MethodGet, "/v1/threads", nil, nil, &out)
+	err := c.do(ctx, methodGet, "/v1/threads", nil, nil, &out)
 	return out.Bindings, err
 }
 
 // TenantThreads lists the bindings of one tenant ("" is the default one).
 func (c *Client) TenantThreads(ctx context.Context, tenant string) ([]api.ThreadInfo, error) {
 	var out api.ThreadsResponse
-	err := c.do(ctx, http.MethodGet, "/v1/threads", url.Values{"tenant": {tenant}}, nil, &out)
+	err := c.do(ctx, methodGet, "/v1/threads", url.Values{"tenant": {tenant}}, nil, &out)
 	return out.Bindings, err
 }
 
 // CloseThread unmounts a thread and records it as closed.
 func (c *Client) CloseThread(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
 	var out api.ThreadResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/close", nil, nil, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/close", nil, nil, &out)
 	return out.Binding, err
 }
 
 // DeleteThread unmounts a thread, removes its folder and its record.
 func (c *Client) DeleteThread(ctx context.Context, tenant, thread string) error {
-	return c.do(ctx, http.MethodDelete, threadPath(tenant, thread), nil, nil, &api.DeleteResponse{})
+	return c.do(ctx, methodDelete, threadPath(tenant, thread), nil, nil, &api.DeleteResponse{})
 }
 
 // Mount makes an inspection mount.
 func (c *Client) Mount(ctx context.Context, req api.MountRequest) (api.MountInfo, error) {
 	var out api.MountResponse
-	err := c.do(ctx, http.MethodPost, "/v1/mounts", nil, req, &out)
+	err := c.do(ctx, methodPost, "/v1/mounts", nil, req, &out)
 	return out.Mount, err
 }
 
 // Mounts lists the inspection mounts.
 func (c *Client) Mounts(ctx context.Context) ([]api.MountInfo, error) {
 	var out api.MountsResponse
-	err := c.do(ctx, http.MethodGet, "/v1/mounts", nil, nil, &out)
+	err := c.do(ctx, methodGet, "/v1/mounts", nil, nil, &out)
 	return out.Mounts, err
 }
 
 // Unmount takes down the inspection mount at path.
 func (c *Client) Unmount(ctx context.Context, path string) error {
-	return c.do(ctx, http.MethodDelete, "/v1/mounts", url.Values{"path": {path}}, nil, &api.UnmountResponse{})
+	return c.do(ctx, methodDelete, "/v1/mounts", url.Values{"path": {path}}, nil, &api.UnmountResponse{})
 }
 
 // Events streams the gateway's events to fn, one at a time, in the order
@@ -180,7 +170,7 @@ func (c *Client) EventsWith(ctx context.Context, eq EventsQuery, fn func(api.Eve
 	if eq.Since != nil {
 		q.Set("since", strconv.FormatUint(*eq.Since, 10))
 	}
-	resp, err := c.send(ctx, http.MethodGet, path, q, nil)
+	resp, err := c.send(ctx, methodGet, path, q, nil)
 	if err != nil {
 		return err
 	}
@@ -217,7 +207,7 @@ func (c *Client) Exec(ctx context.Context, tenant, thread string, req api.ExecRe
 // output goes to stdout.
 func (c *Client) ExecStream(ctx context.Context, tenant, thread string, req api.ExecRequest, onID func(string), stdout, stderr io.Writer) (int, error) {
 	path := threadPath(tenant, thread) + "/exec"
-	resp, err := c.send(ctx, http.MethodPost, path, nil, req)
+	resp, err := c.send(ctx, methodPost, path, nil, req)
 	if err != nil {
 		return -1, err
 	}
@@ -256,35 +246,35 @@ func (c *Client) ExecStream(ctx context.Context, tenant, thread string, req api.
 // Background moves a running command to the background as a job.
 func (c *Client) Background(ctx context.Context, tenant, thread, execID string, req api.BackgroundRequest) (api.JobInfo, error) {
 	var out api.JobResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/exec/"+escapeID(execID)+"/background", nil, req, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/exec/"+escapeID(execID)+"/background", nil, req, &out)
 	return out.Job, err
 }
 
 // Unpin moves a thread whose owner died to this gateway at once.
 func (c *Client) Unpin(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
 	var out api.ThreadResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/unpin", nil, nil, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/unpin", nil, nil, &out)
 	return out.Binding, err
 }
 
 // Hosts lists the hosts the store knows.
 func (c *Client) Hosts(ctx context.Context) ([]meta.Host, error) {
 	var out api.HostsResponse
-	err := c.do(ctx, http.MethodGet, "/v1/hosts", nil, nil, &out)
+	err := c.do(ctx, methodGet, "/v1/hosts", nil, nil, &out)
 	return out.Hosts, err
 }
 
 // Usage reports what a thread uses on the server that serves it.
 func (c *Client) Usage(ctx context.Context, tenant, thread string) (api.Usage, error) {
 	var out api.UsageResponse
-	err := c.do(ctx, http.MethodGet, threadPath(tenant, thread)+"/usage", nil, nil, &out)
+	err := c.do(ctx, methodGet, threadPath(tenant, thread)+"/usage", nil, nil, &out)
 	return out.Usage, err
 }
 
 // Health asks whether the daemon answers.
 func (c *Client) Health(ctx context.Context) (api.Health, error) {
 	var out api.Health
-	err := c.do(ctx, http.MethodGet, "/healthz", nil, nil, &out)
+	err := c.do(ctx, methodGet, "/healthz", nil, nil, &out)
 	return out, err
 }
 
@@ -292,20 +282,20 @@ func (c *Client) Health(ctx context.Context) (api.Health, error) {
 // that may not is an answer (Ready false, its 503), not an error.
 func (c *Client) Ready(ctx context.Context) (api.Readiness, error) {
 	var out api.Readiness
-	resp, err := c.roundTrip(ctx, http.MethodGet, "/readyz", nil, "", nil)
+	resp, err := c.roundTrip(ctx, methodGet, "/readyz", nil, "", nil)
 	if err != nil {
 		return out, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable {
-		return out, answerError(http.MethodGet, "/readyz", resp)
+	if resp.StatusCode != statusOK && resp.StatusCode != statusServiceUnavailable {
+		return out, answerError(methodGet, "/readyz", resp)
 	}
-	return out, decodeAnswer(http.MethodGet, "/readyz", resp, &out)
+	return out, decodeAnswer(methodGet, "/readyz", resp, &out)
 }
 
 // Metrics returns the daemon's metrics in Prometheus' text format.
 func (c *Client) Metrics(ctx context.Context) (string, error) {
-	resp, err := c.send(ctx, http.MethodGet, "/metrics", nil, nil)
+	resp, err := c.send(ctx, methodGet, "/metrics", nil, nil)
 	if err != nil {
 		return "", err
 	}
@@ -320,21 +310,21 @@ func (c *Client) Metrics(ctx context.Context) (string, error) {
 // Spawn starts a background job.
 func (c *Client) Spawn(ctx context.Context, tenant, thread string, req api.SpawnRequest) (api.JobInfo, error) {
 	var out api.JobResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/jobs", nil, req, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/jobs", nil, req, &out)
 	return out.Job, err
 }
 
 // Jobs lists a thread's jobs.
 func (c *Client) Jobs(ctx context.Context, tenant, thread string) ([]api.JobInfo, error) {
 	var out api.JobsResponse
-	err := c.do(ctx, http.MethodGet, threadPath(tenant, thread)+"/jobs", nil, nil, &out)
+	err := c.do(ctx, methodGet, threadPath(tenant, thread)+"/jobs", nil, nil, &out)
 	return out.Jobs, err
 }
 
 // Job returns one job.
 func (c *Client) Job(ctx context.Context, tenant, thread, id string) (api.JobInfo, error) {
 	var out api.JobResponse
-	err := c.do(ctx, http.MethodGet, threadPath(tenant, thread)+"/jobs/"+escapeID(id), nil, nil, &out)
+	err := c.do(ctx, methodGet, threadPath(tenant, thread)+"/jobs/"+escapeID(id), nil, nil, &out)
 	return out.Job, err
 }
 
@@ -342,14 +332,14 @@ func (c *Client) Job(ctx context.Context, tenant, thread, id string) (api.JobInf
 // gateway's default) and returns it ended.
 func (c *Client) StopJob(ctx context.Context, tenant, thread, id string, grace time.Duration) (api.JobInfo, error) {
 	var out api.JobResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/jobs/"+escapeID(id)+"/stop", nil,
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/jobs/"+escapeID(id)+"/stop", nil,
 		api.StopJobRequest{GraceSeconds: grace.Seconds()}, &out)
 	return out.Job, err
 }
 
 // JobStdin sends input to a job; closeIt ends its input after data.
 func (c *Client) JobStdin(ctx context.Context, tenant, thread, id, data string, closeIt bool) error {
-	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/jobs/"+escapeID(id)+"/stdin", nil,
+	return c.do(ctx, methodPost, threadPath(tenant, thread)+"/jobs/"+escapeID(id)+"/stdin", nil,
 		api.ExecStdinRequest{Data: data, Close: closeIt}, &api.JobResponse{})
 }
 
@@ -364,13 +354,13 @@ func (c *Client) JobOutput(ctx context.Context, tenant, thread, id string, offse
 // ExecStdin sends input to a running command (see api.ExecRequest.OpenStdin);
 // closeIt ends its input after data.
 func (c *Client) ExecStdin(ctx context.Context, tenant, thread, id, data string, closeIt bool) error {
-	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/exec/"+escapeID(id)+"/stdin", nil,
+	return c.do(ctx, methodPost, threadPath(tenant, thread)+"/exec/"+escapeID(id)+"/stdin", nil,
 		api.ExecStdinRequest{Data: data, Close: closeIt}, &api.ExecAck{})
 }
 
 // ExecResize resizes a running command's terminal.
 func (c *Client) ExecResize(ctx context.Context, tenant, thread, id string, rows, cols uint16) error {
-	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/exec/"+escapeID(id)+"/resize", nil,
+	return c.do(ctx, methodPost, threadPath(tenant, thread)+"/exec/"+escapeID(id)+"/resize", nil,
 		api.ExecResizeRequest{Rows: rows, Cols: cols}, &api.ExecAck{})
 }
 
@@ -411,7 +401,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 }
 
 // decodeAnswer decodes the JSON of a 200 answer into out.
-func decodeAnswer(method, path string, resp *http.Response, out any) error {
+func decodeAnswer(method, path string, resp *response, out any) error {
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
 		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
@@ -428,7 +418,7 @@ const maxAnswerBytes = 64 << 20
 // send sends one request and returns a 200 answer for the caller to read
 // and close. Any other answer is read, closed and returned as an error: an
 // *api.APIError.
-func (c *Client) send(ctx context.Context, method, path string, q url.Values, body any) (*http.Response, error) {
+func (c *Client) send(ctx context.Context, method, path string, q url.Values, body any) (*response, error) {
 	if body == nil {
 		return c.sendBody(ctx, method, path, q, "", nil)
 	}
@@ -441,12 +431,12 @@ func (c *Client) send(ctx context.Context, method, path string, q url.Values, bo
 
 // sendBody is send with a body of its own (nil: none) of the content
 // type ctype.
-func (c *Client) sendBody(ctx context.Context, method, path string, q url.Values, ctype string, body io.Reader) (*http.Response, error) {
+func (c *Client) sendBody(ctx context.Context, method, path string, q url.Values, ctype string, body io.Reader) (*response, error) {
 	resp, err := c.roundTrip(ctx, method, path, q, ctype, body)
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode == http.StatusOK {
+	if resp.StatusCode == statusOK {
 		return resp, nil
 	}
 	defer resp.Body.Close()
@@ -455,29 +445,24 @@ func (c *Client) sendBody(ctx context.Context, method, path string, q url.Values
 
 // roundTrip sends one request and returns its answer, whatever its
 // status, for the caller to read and close.
-func (c *Client) roundTrip(ctx context.Context, method, path string, q url.Values, ctype string, body io.Reader) (*http.Response, error) {
-	// The host is a placeholder: the transport dials the socket. Parsing
-	// keeps path as escaped here (url.URL.RawPath), ids intact.
-	target := "http://warren" + path
+func (c *Client) roundTrip(ctx context.Context, method, path string, q url.Values, ctype string, body io.Reader) (*response, error) {
+	// path is escaped already (escapeID): ids reach the daemon intact.
+	target := path
 	if len(q) > 0 {
 		target += "?" + q.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	resp, err := c.tr.roundTrip(ctx, method, target, ctype, body)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", ctype)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%s %s on %s: %w", method, path, c.socket, err)
 	}
 	return resp, nil
 }
 
 // answerError reads an error answer and returns it as an *api.APIError.
-func answerError(method, path string, resp *http.Response) error {
+func answerError(method, path string, resp *response) error {
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
 		return fmt.Errorf("%s %s: read answer: %w", method, path, err)

@@ -11,5 +11,7 @@
 //
 // The package imports only the standard library and package api (and
 // meta's plain data types through it), so a program that uses it links
-// none of the daemon.
+// none of the daemon. Nor net/http: it speaks HTTP/1.1 to the socket with
+// a small transport of its own (transport.go), since net/http links TLS,
+// x509 and HTTP/2, whose init alone would be a quarter of a CLI call.
 package client

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"strconv"
 
@@ -19,7 +18,7 @@ import (
 // api.ErrNotFound.
 func (c *Client) Signal(ctx context.Context, tenant, thread, execID, sig string) (api.SignalExecResponse, error) {
 	var out api.SignalExecResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/exec/"+escapeID(execID)+"/signal", nil,
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/exec/"+escapeID(execID)+"/signal", nil,
 		api.SignalRequest{Signal: api.Signal(sig)}, &out)
 	return out, err
 }
@@ -30,7 +29,7 @@ func (c *Client) Signal(ctx context.Context, tenant, thread, execID, sig string)
 // matching api.ErrConflict.
 func (c *Client) SignalJob(ctx context.Context, tenant, thread, id, sig string) (api.SignalJobResponse, error) {
 	var out api.SignalJobResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/jobs/"+escapeID(id)+"/signal", nil,
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/jobs/"+escapeID(id)+"/signal", nil,
 		api.SignalRequest{Signal: api.Signal(sig)}, &out)
 	return out, err
 }
@@ -48,7 +47,7 @@ func (c *Client) JobOutputStream(ctx context.Context, tenant, thread, id, stream
 	if follow {
 		q.Set("follow", "true")
 	}
-	resp, err := c.send(ctx, http.MethodGet, path, q, nil)
+	resp, err := c.send(ctx, methodGet, path, q, nil)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"strconv"
 
@@ -14,7 +13,7 @@ import (
 // List lists a folder of a thread's workspace.
 func (c *Client) List(ctx context.Context, tenant, thread string, req api.ListRequest) (api.ListResponse, error) {
 	var out api.ListResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/list", nil, req, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/files/list", nil, req, &out)
 	return out, err
 }
 
@@ -22,34 +21,34 @@ func (c *Client) List(ctx context.Context, tenant, thread string, req api.ListRe
 // api.ErrNotFound if there is none.
 func (c *Client) Stat(ctx context.Context, tenant, thread string, req api.StatRequest) (api.StatResponse, error) {
 	var out api.StatResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/stat", nil, req, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/files/stat", nil, req, &out)
 	return out, err
 }
 
 // Exists says whether a path of a thread's workspace names an entry.
 func (c *Client) Exists(ctx context.Context, tenant, thread string, req api.ExistsRequest) (api.ExistsResponse, error) {
 	var out api.ExistsResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/exists", nil, req, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/files/exists", nil, req, &out)
 	return out, err
 }
 
 // Mkdir makes a folder of a thread's workspace.
 func (c *Client) Mkdir(ctx context.Context, tenant, thread string, req api.MkdirRequest) error {
-	return c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/mkdir", nil, req, &api.MkdirResponse{})
+	return c.do(ctx, methodPost, threadPath(tenant, thread)+"/files/mkdir", nil, req, &api.MkdirResponse{})
 }
 
 // Remove removes an entry, or with Recursive a tree, of a thread's
 // workspace, and says how many entries went.
 func (c *Client) Remove(ctx context.Context, tenant, thread string, req api.RemoveRequest) (api.RemoveResponse, error) {
 	var out api.RemoveResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/remove", nil, req, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/files/remove", nil, req, &out)
 	return out, err
 }
 
 // Rename moves an entry of a thread's workspace.
 func (c *Client) Rename(ctx context.Context, tenant, thread string, req api.RenameRequest) (api.RenameResponse, error) {
 	var out api.RenameResponse
-	err := c.do(ctx, http.MethodPost, threadPath(tenant, thread)+"/files/rename", nil, req, &out)
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/files/rename", nil, req, &out)
 	return out, err
 }
 
@@ -71,7 +70,7 @@ func rawQuery(req api.RawRequest) url.Values {
 // content cut short is an error, after w got what came.
 func (c *Client) ReadRaw(ctx context.Context, tenant, thread string, req api.RawRequest, w io.Writer) (api.RawInfo, error) {
 	path := threadPath(tenant, thread) + "/files/raw"
-	resp, err := c.send(ctx, http.MethodGet, path, rawQuery(req), nil)
+	resp, err := c.send(ctx, methodGet, path, rawQuery(req), nil)
 	if err != nil {
 		return api.RawInfo{}, err
 	}
@@ -97,13 +96,13 @@ func (c *Client) ReadRaw(ctx context.Context, tenant, thread string, req api.Raw
 // sent with its length, any other chunked.
 func (c *Client) WriteRaw(ctx context.Context, tenant, thread string, req api.RawRequest, r io.Reader) (api.RawInfo, error) {
 	path := threadPath(tenant, thread) + "/files/raw"
-	resp, err := c.sendBody(ctx, http.MethodPut, path, rawQuery(req), "application/octet-stream", r)
+	resp, err := c.sendBody(ctx, methodPut, path, rawQuery(req), "application/octet-stream", r)
 	if err != nil {
 		return api.RawInfo{}, err
 	}
 	defer resp.Body.Close()
 	var out api.RawInfo
-	if err := decodeAnswer(http.MethodPut, path, resp, &out); err != nil {
+	if err := decodeAnswer(methodPut, path, resp, &out); err != nil {
 		return api.RawInfo{}, err
 	}
 	return out, nil

@@ -39,4 +39,17 @@ func TestLinksOnlyTheClient(t *testing.T) {
 			}
 		}
 	}
+	// Nor net/http, which links TLS, x509 and HTTP/2 with it: the client
+	// has a transport of its own (client/transport.go).
+	for _, pkg := range []string{"warren/client", "warren/cmd/warren"} {
+		out, err := exec.CommandContext(t.Context(), goTool, "list", "-deps", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		for _, p := range strings.Fields(string(out)) {
+			if p == "net/http" || p == "crypto/tls" {
+				t.Errorf("%s depends on %s", pkg, p)
+			}
+		}
+	}
 }
