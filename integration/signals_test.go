@@ -1,10 +1,14 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -86,5 +90,43 @@ func TestSignalsAndStreams(t *testing.T) {
 	}
 	if _, err := c.Signal(ctx, "", "t1", id, "INT"); !errors.Is(err, api.ErrConflict) {
 		t.Errorf("SIGINT to the ended %s: %v", id, err)
+	}
+}
+
+// TestCLIExecInterrupted: ^C (SIGINT) to `warren exec` ends the CLI as it
+// ends any program, by the signal, and the daemon ends the command, whose
+// answer has no reader any more. The CLI sets no handler of its own.
+func TestCLIExecInterrupted(t *testing.T) {
+	d := newDaemon(t)
+	cmd := exec.Command(warrenBin, "exec", "--thread", "int", "--", "echo $$; exec sleep 600")
+	cmd.Env = append(os.Environ(), "WARREN_SOCKET="+d.socket)
+	stdout, err := cmd.StdoutPipe()
+	must(t, err)
+	must(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("the command's pid: %v", err)
+	}
+	pid := strings.TrimSpace(line)
+	must(t, cmd.Process.Signal(syscall.SIGINT))
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("warren exec after SIGINT: %v, want death by the signal", err)
+	}
+	if ws := ee.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+		t.Fatalf("warren exec after SIGINT: %v, want death by SIGINT", ee)
+	}
+	// The command's pid in the jail goes away: wait for that state.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := d.warren("exec", "--thread", "int", "--", "kill -0 "+pid+" 2>/dev/null"); err != nil {
+			break // no such process any more
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the command (pid %s in the jail) still runs 30 s after its CLI was interrupted", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -59,11 +59,20 @@ func execCmd(ctx context.Context, e *cli.Env, args []string) error {
 		}
 		req.Stdin = string(b)
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	c := client.New(tf.socket)
 	var onID func(string)
+	// Without a terminal, ^C or a SIGTERM ends this program as it would
+	// any other (the shell sees the signal); the daemon, whose answer has
+	// no reader then, kills the command's whole tree. No handler is set:
+	// it would start the runtime's signal thread, a millisecond of every
+	// call here.
 	if tty {
+		// A terminal in raw mode sends ^C to the command as a key; the
+		// signals that still come end the call cleanly, so the terminal
+		// is put back.
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGHUP)
+		defer stop()
 		// Keys go to the command as they are typed: ^C is the command's,
 		// not this program's.
 		req.Tty = true
