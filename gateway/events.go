@@ -319,14 +319,13 @@ func (b *broker) close() {
 	}
 }
 
-// syncLog writes out the events the log queued: before a stream sends an
-// event, so that no reader sees one a crash could lose.
-func (b *broker) syncLog() {
+// waitLogged returns once the event seq is in the log (eventLog.waitWritten).
+func (b *broker) waitLogged(seq uint64) {
 	b.mu.Lock()
 	l := b.log
 	b.mu.Unlock()
-	if l != nil {
-		l.flush()
+	if l != nil && seq != 0 {
+		l.waitWritten(seq)
 	}
 }
 
@@ -455,7 +454,7 @@ func (s *eventStream) serveStream(w http.ResponseWriter, r *http.Request) {
 	// write and one wake-up of the reader per event, and the last event
 	// of any burst leaves at once.
 	send := func(ev api.Event) error {
-		s.g.events.syncLog() // in the page cache before a reader has it
+		s.g.events.waitLogged(ev.Seq) // in the page cache before a reader has it
 		if err := enc.Encode(ev); err != nil {
 			return err
 		}
