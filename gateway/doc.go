@@ -258,7 +258,8 @@
 //
 // Four locks serialize writes and are held across one write, with only
 // leaves under them: eventLog.writeMu (the event log's file: its writer
-// goroutine takes it, then eventLog.mu), job.stdinMu (a job's input pipe), runningExec.mu (a
+// goroutine, and a stream writing the log out before it sends, take it,
+// then eventLog.mu), job.stdinMu (a job's input pipe), runningExec.mu (a
 // command's input pipe), and switchWriter.mu, under which an exec's output
 // goes to frames.mu (the client's answer) or, once it moved to the
 // background, to the job's jobStreams.mu and broker.mu.

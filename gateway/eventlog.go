@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"time"
 
 	"warren/api"
 )
@@ -24,15 +23,13 @@ import (
 // Events are written by group commit. publish, which runs in the path of
 // the change it tells (a FUSE request, often under the path's lock), only
 // queues the event's line; a goroutine the log owns writes what is queued
-// in one write(2): at once after a quiet spell, and at most once a
-// millisecond while events keep coming (writeGap). An untar's thousands of
-// file events cost a few hundred writes, not one journaled append each,
-// in the request, which made an untar a third slower. An event still
-// reaches the page cache before any reader is sent it: an event stream
-// waits until the event is written (waitWritten) before it sends it. So a
-// daemon killed at any moment keeps every event a reader saw, and loses
-// at most the last millisecond's that no one saw; a machine that loses
-// power may lose the last ones.
+// in one write(2), at once, as a burst goes on. An untar's thousands of
+// file events cost a few writes, not one journaled append each, which made
+// an untar a third slower. An event still reaches the page cache before
+// any reader is sent it: an event stream writes the log out (flush) before
+// it sends anything. So a daemon killed at any moment keeps every event a
+// reader saw, and loses at most the few it queued in the moment before
+// that no one saw; a machine that loses power may lose the last ones.
 
 // DefaultEventLog is how many events the log keeps unless the daemon says
 // otherwise (Config.EventLog).
@@ -50,15 +47,11 @@ type eventLog struct {
 	f       *os.File
 	lines   int // lines in the file
 
-	mu       sync.Mutex  // a leaf
-	ring     []api.Event // oldest first, at most max; guarded by mu
-	pending  []byte      // lines queued, not yet written; guarded by mu
-	queued   int         // lines in pending; guarded by mu
-	queuedTo uint64      // the seq of the newest line queued; guarded by mu
-	written  uint64      // every line up to this seq is written; guarded by mu
-	wrote    *sync.Cond  // on mu: written moved, or the log closed
-	closed   bool        // guarded by mu
-	err      error       // the first failed write; guarded by mu
+	mu      sync.Mutex  // a leaf
+	ring    []api.Event // oldest first, at most max; guarded by mu
+	pending []byte      // lines queued, not yet written; guarded by mu
+	queued  int         // lines in pending; guarded by mu
+	err     error       // the first failed write; guarded by mu
 
 	kick chan struct{} // a line was queued (capacity 1)
 	stop chan struct{} // closed by close
@@ -70,7 +63,6 @@ type eventLog struct {
 // that does not parse (a torn last write) is dropped.
 func openEventLog(path string, max int) (*eventLog, error) {
 	l := &eventLog{path: path, max: max, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	l.wrote = sync.NewCond(&l.mu)
 	data, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("read the event log: %w", err)
@@ -95,9 +87,6 @@ func openEventLog(path string, max int) (*eventLog, error) {
 	}
 	if err := l.rewrite(l.ring); err != nil {
 		return nil, err
-	}
-	if n := len(l.ring); n > 0 {
-		l.queuedTo, l.written = l.ring[n-1].Seq, l.ring[n-1].Seq
 	}
 	go l.writer()
 	return l, nil
@@ -137,7 +126,6 @@ func (l *eventLog) add(ev api.Event) error {
 	}
 	l.pending = append(append(l.pending, b...), '\n')
 	l.queued++
-	l.queuedTo = ev.Seq
 	l.mu.Unlock()
 	select {
 	case l.kick <- struct{}{}:
@@ -157,48 +145,16 @@ func (l *eventLog) since(seq uint64) []api.Event {
 	return slices.Clone(l.ring[i:])
 }
 
-// writeGap is the least time between two writes of the writer while
-// events keep coming: a burst is written a millisecond's worth at a time,
-// an event after a quiet spell at once.
-const writeGap = time.Millisecond
-
-// writer writes what is queued, until close.
+// writer writes what is queued whenever something is, until close.
 func (l *eventLog) writer() {
 	defer close(l.done)
-	var lastWrite time.Time
 	for {
 		select {
 		case <-l.stop:
 			return
 		case <-l.kick:
 		}
-		if wait := writeGap - time.Since(lastWrite); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-l.stop:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
 		l.flush()
-		lastWrite = time.Now()
-	}
-}
-
-// waitWritten returns once the event seq is written (or the log closed,
-// or its write failed: it is kept in memory then). A stream calls it
-// before it sends the event, so that no reader sees an event a crash
-// could lose.
-func (l *eventLog) waitWritten(seq uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for l.written < seq && !l.closed {
-		select {
-		case l.kick <- struct{}{}:
-		default:
-		}
-		l.wrote.Wait()
 	}
 }
 
@@ -217,7 +173,6 @@ func (l *eventLog) flush() {
 		return
 	}
 	var err error
-	upTo := l.queuedTo
 	if l.lines+l.queued >= 2*l.max {
 		ring := slices.Clone(l.ring) // the queued lines are in it
 		l.pending, l.queued = l.pending[:0], 0
@@ -237,15 +192,13 @@ func (l *eventLog) flush() {
 		}
 		l.mu.Unlock()
 	}
-	// A failed write counts as done too: the events stay in memory, and
-	// a stream must not wait for them forever.
-	l.mu.Lock()
-	if err != nil && l.err == nil {
-		l.err = err
+	if err != nil {
+		l.mu.Lock()
+		if l.err == nil {
+			l.err = err
+		}
+		l.mu.Unlock()
 	}
-	l.written = max(l.written, upTo)
-	l.wrote.Broadcast()
-	l.mu.Unlock()
 }
 
 // rewrite writes events to a new file and renames it over the log.
@@ -299,10 +252,6 @@ func (l *eventLog) close() error {
 	close(l.stop)
 	<-l.done
 	l.flush()
-	l.mu.Lock()
-	l.closed = true
-	l.wrote.Broadcast()
-	l.mu.Unlock()
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
 	err := l.f.Close()

@@ -319,13 +319,14 @@ func (b *broker) close() {
 	}
 }
 
-// waitLogged returns once the event seq is in the log (eventLog.waitWritten).
-func (b *broker) waitLogged(seq uint64) {
+// syncLog writes out the events the log queued: before a stream sends an
+// event, so that no reader sees one a crash could lose.
+func (b *broker) syncLog() {
 	b.mu.Lock()
 	l := b.log
 	b.mu.Unlock()
-	if l != nil && seq != 0 {
-		l.waitWritten(seq)
+	if l != nil {
+		l.flush()
 	}
 }
 
@@ -454,7 +455,7 @@ func (s *eventStream) serveStream(w http.ResponseWriter, r *http.Request) {
 	// write and one wake-up of the reader per event, and the last event
 	// of any burst leaves at once.
 	send := func(ev api.Event) error {
-		s.g.events.waitLogged(ev.Seq) // in the page cache before a reader has it
+		s.g.events.syncLog() // in the page cache before a reader has it
 		if err := enc.Encode(ev); err != nil {
 			return err
 		}
