@@ -236,9 +236,7 @@
 //   - requestSet.mu: the count of requests being answered.
 //   - keyedLocks.mu: finding or dropping a thread's lock.
 //   - diskQuotas.mu: opening the workspaces' quota filesystem (once).
-//   - broker.mu: numbering an event and offering it to each queue; the
-//     event log's eventLog.mu (its ring and its queued lines, a leaf) is
-//     taken under it.
+//   - broker.mu: numbering an event and offering it to each queue.
 //   - fileEvents.mu: the paths in their change windows; called under a
 //     path lock of package fs (a change is told as it is made), it takes
 //     broker.mu under it (publish), so that file events keep the order of
@@ -256,10 +254,8 @@
 //     held over map and clock work only, never across a store call or the
 //     fence.
 //
-// Four locks serialize writes and are held across one write, with only
-// leaves under them: eventLog.writeMu (the event log's file: its writer
-// goroutine, and a stream writing the log out before it sends, take it,
-// then eventLog.mu), job.stdinMu (a job's input pipe), runningExec.mu (a
+// Three locks serialize writes and are held across one write, with only
+// leaves under them: job.stdinMu (a job's input pipe), runningExec.mu (a
 // command's input pipe), and switchWriter.mu, under which an exec's output
 // goes to frames.mu (the client's answer) or, once it moved to the
 // background, to the job's jobStreams.mu and broker.mu.
@@ -273,8 +269,6 @@
 //     and waits for serveDone;
 //   - the file events' window goroutine (fileevents.go): Close stops it
 //     after the hub, and waits for it;
-//   - the event log's writer (eventlog.go): the broker's close stops it,
-//     waits for it and writes out what it left queued;
 //   - the idle reclaimer (idle.go), which stops idle jails and closes idle
 //     threads: Close stops it first (stopIdle) and waits for it;
 //   - the metrics listener's serving goroutine (health.go), when

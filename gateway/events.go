@@ -319,24 +319,10 @@ func (b *broker) close() {
 	}
 }
 
-// syncLog writes out the events the log queued: before a stream sends an
-// event, so that no reader sees one a crash could lose.
-func (b *broker) syncLog() {
-	b.mu.Lock()
-	l := b.log
-	b.mu.Unlock()
-	if l != nil {
-		l.flush()
-	}
-}
-
 // logError returns the event log's first error, if it had one.
 func (b *broker) logError() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.logErr == nil && b.log != nil {
-		return b.log.error()
-	}
 	return b.logErr
 }
 
@@ -404,7 +390,7 @@ func eventFilterOf(q url.Values) (eventFilter, error) {
 }
 
 // eventStream is the answer of GET /v1/events: NDJSON, one event per
-// line, flushed whenever its queue is empty, until the client goes away or the gateway
+// line, flushed after each, until the client goes away or the gateway
 // closes.
 type eventStream struct {
 	g   *Gateway
@@ -450,17 +436,9 @@ func (s *eventStream) serveStream(w http.ResponseWriter, r *http.Request) {
 
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false) // ids and paths are data
-	// Each event is flushed unless more wait in the queue: a burst (an
-	// untar's thousands of file events) goes out in a few writes, not one
-	// write and one wake-up of the reader per event, and the last event
-	// of any burst leaves at once.
 	send := func(ev api.Event) error {
-		s.g.events.syncLog() // in the page cache before a reader has it
 		if err := enc.Encode(ev); err != nil {
 			return err
-		}
-		if len(s.sub.ch) > 0 {
-			return nil
 		}
 		return rc.Flush()
 	}
