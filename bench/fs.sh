@@ -10,6 +10,10 @@
 #                  not tmpfs (default /var/tmp)
 #   BENCH_SEQ_MIB  size of the sequential file in MiB (default 1024)
 #   BENCH_ONLY     comma-separated subset of workloads (see bin/fsbench -h)
+#   BENCH_LOOPFS   1 (the default, as root): the work folder is a new ext4 of
+#                  its own, in an image file on BENCH_DIR's disk (loop device,
+#                  direct I/O); 0: the work folder is on BENCH_DIR's own filesystem
+#   BENCH_LOOPFS_GIB  the image's size in GiB (default 32; sparse)
 #   BENCH_KEEP=1   keep the work folder afterwards
 #   BENCH_WARREN   a warren binary to measure instead of building ./cmd/warren and
 #                  ./cmd/warrend (its serve runs the warrend beside it, else on PATH)
@@ -37,6 +41,8 @@ warren_off_mnt=
 warren_nm_pid=
 warren_nm_mnt=
 reader_pid=
+loopdev=
+img=
 
 # is_child PID: PID is still a running child of this script (not exited,
 # and not a pid reused by someone else after our child exited).
@@ -80,17 +86,25 @@ cleanup() {
 		fi
 	done
 	for m in $(mounts_under "$work"); do
+		[[ $m == "$work" && -n $loopdev ]] && continue # the bench's own ext4, below
 		say "detaching leftover mount $m"
 		umount -l "$m"
 	done
-	if [[ -n $(mounts_under "$work") ]]; then
+	if [[ -n $(mounts_under "$work" | grep -vxF "$work") ]]; then
 		say "mounts remain under $work; not removing it"
 	elif [[ ${BENCH_KEEP:-} == 1 ]]; then
-		say "kept $work"
+		say "kept $work${loopdev:+ (the ext4 of $img on $loopdev: umount it, then losetup -d $loopdev)}"
 	else
 		# The daemons' mount points are immutable (chattr +i).
 		chattr -i "$work"/*-data/mnt/*/* 2>/dev/null
-		rm -rf "$work"
+		if [[ -n $loopdev ]]; then
+			umount "$work" || umount -l "$work"
+			losetup -d "$loopdev"
+			rm -f "$img"
+			rmdir "$work"
+		else
+			rm -rf "$work"
+		fi
 	fi
 	exit "$status"
 }
@@ -99,6 +113,32 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # The native root must be a real disk: the whole point is to compare with it.
+fstype=$(findmnt -n -o FSTYPE -T "$work")
+if [[ $fstype == tmpfs || $fstype == ramfs ]]; then
+	say "$work is on $fstype; set BENCH_DIR to a folder on the disk under test"
+	exit 1
+fi
+# The work folder is an ext4 of its own, made for this run, on the same
+# disk: what the rest of the machine deletes must not slow the creates
+# measured here. An ext4 without a journal (this VM's root) skips, when
+# it allocates an inode, every inode freed in the last minute (five while
+# their table block is dirty), one lookup each: after a large removal,
+# half of a FUSE untar's time went there (perf: recently_deleted), and
+# it varied with the clock. A new ext4 has a journal and no past.
+if [[ ${BENCH_LOOPFS:-1} != 0 ]]; then
+	if [[ $(id -u) == 0 ]] && command -v losetup >/dev/null && command -v mkfs.ext4 >/dev/null; then
+		img=$work.img
+		truncate -s "${BENCH_LOOPFS_GIB:-32}G" "$img"
+		# Every inode table and the journal written now, not by a kernel thread
+		# during the first runs.
+		mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$img"
+		loopdev=$(losetup --find --show --direct-io=on "$img")
+		mount "$loopdev" "$work"
+		say "work folder is a new ext4 on $loopdev (the sparse image $img)"
+	else
+		say "note: not root, or no losetup/mkfs.ext4: the work folder is on the disk's own filesystem (BENCH_LOOPFS=0)"
+	fi
+fi
 fstype=$(findmnt -n -o FSTYPE -T "$work")
 source=$(findmnt -n -o SOURCE -T "$work")
 if [[ $fstype == tmpfs || $fstype == ramfs ]]; then

@@ -71,6 +71,18 @@ func (b *bench) measure(w workload) {
 			return nil
 		})
 	}
+	if w.teardown == nil {
+		return
+	}
+	// Every system, a failed one too: its repetitions may have left work.
+	for _, s := range b.systems {
+		if !s.measured() {
+			continue
+		}
+		if _, err := b.guard(s, w.name+" teardown", func() error { return w.teardown(b, s) }); err != nil {
+			log.Printf("%s: %s teardown: %v", s.name, w.name, err)
+		}
+	}
 }
 
 // repeat runs one repetition of w on s: its preparation and clean-up
