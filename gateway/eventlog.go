@@ -84,8 +84,9 @@ func (l *eventLog) oldest() uint64 {
 	return l.ring[0].Seq
 }
 
-// add appends ev. A failed write is returned; the event stays in memory.
-func (l *eventLog) add(ev api.Event) error {
+// add appends ev, whose line (encodeEvent) is given. A failed write is
+// returned; the event stays in memory.
+func (l *eventLog) add(ev api.Event, line []byte) error {
 	l.ring = append(l.ring, ev)
 	if len(l.ring) > l.max {
 		// The oldest goes; append copies the live part when it grows.
@@ -97,11 +98,7 @@ func (l *eventLog) add(ev api.Event) error {
 		}
 		return nil // the rewrite wrote ev too
 	}
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
-	if _, err := l.f.Write(append(b, '\n')); err != nil {
+	if _, err := l.f.Write(line); err != nil {
 		return fmt.Errorf("append to the event log: %w", err)
 	}
 	l.lines++
@@ -126,13 +123,12 @@ func (l *eventLog) rewrite() error {
 	}
 	w := bufio.NewWriter(f)
 	for _, ev := range l.ring {
-		b, err := json.Marshal(ev)
+		b, err := encodeEvent(ev)
 		if err != nil {
 			f.Close()
 			return err
 		}
 		w.Write(b)
-		w.WriteByte('\n')
 	}
 	if err := w.Flush(); err != nil {
 		f.Close()

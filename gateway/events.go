@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -45,6 +46,14 @@ const eventBuffer = 1024
 // closes. A reader ends at once; a client that stopped reading leaves its
 // handler stuck in a write, which only a write deadline ends.
 const streamCloseGrace = time.Second
+
+// streamBatch bounds the events a stream writes before it flushes, and
+// streamLinger how long at most it waits for more while events keep
+// coming (serveStream).
+const (
+	streamBatch  = 256
+	streamLinger = 2 * time.Millisecond
+)
 
 // emit tells every interested subscriber about ev. It never blocks: a
 // subscriber that is behind loses the event (see broker.publish). The
@@ -154,6 +163,19 @@ func (b *broker) stats() (subscribers int, missed uint64) {
 type delivery struct {
 	missed uint64
 	ev     api.Event
+	line   []byte // ev as the stream sends it (encodeEvent); shared, read-only
+}
+
+// encodeEvent is ev as one line of a stream and of the log: JSON, with
+// "<", ">" and "&" as they are (ids and paths are data), and a newline.
+func encodeEvent(ev api.Event) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(ev); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // subscription is one subscriber's queue. Only the broker sends on ch, and
@@ -252,8 +274,14 @@ func (b *broker) publish(ev api.Event) {
 	ev.Seq = b.seq
 	// Stamped under the lock, so time order is seq order.
 	ev.Time = time.Now().UTC()
+	// Encoded once, here, for the log and for every stream.
+	line, err := encodeEvent(ev)
+	if err != nil {
+		// An Event is plain data: this cannot fail while it stays so.
+		panic(fmt.Sprintf("encode event %s: %v", ev.Type, err))
+	}
 	if b.log != nil {
-		if err := b.log.add(ev); err != nil && b.logErr == nil {
+		if err := b.log.add(ev, line); err != nil && b.logErr == nil {
 			b.logErr = err // told once, by the gateway (closeLog)
 		}
 	}
@@ -268,7 +296,7 @@ func (b *broker) publish(ev api.Event) {
 			b.missed++
 			continue
 		}
-		s.ch <- delivery{missed: s.missed, ev: ev}
+		s.ch <- delivery{missed: s.missed, ev: ev, line: line}
 		s.missed = 0
 	}
 }
@@ -390,8 +418,8 @@ func eventFilterOf(q url.Values) (eventFilter, error) {
 }
 
 // eventStream is the answer of GET /v1/events: NDJSON, one event per
-// line, flushed after each, until the client goes away or the gateway
-// closes.
+// line, until the client goes away or the gateway closes; a burst of
+// events is flushed at most once per streamLinger.
 type eventStream struct {
 	g   *Gateway
 	sub *subscription
@@ -434,49 +462,106 @@ func (s *eventStream) serveStream(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false) // ids and paths are data
-	send := func(ev api.Event) error {
-		if err := enc.Encode(ev); err != nil {
+	write := func(ev api.Event) error {
+		line, err := encodeEvent(ev)
+		if err != nil {
 			return err
 		}
-		return rc.Flush()
+		_, err = w.Write(line)
+		return err
+	}
+	deliver := func(d delivery) error {
+		if d.missed > 0 {
+			if err := write(s.sub.missedEvent(d)); err != nil {
+				return err
+			}
+		}
+		_, err := w.Write(d.line)
+		return err
 	}
 	// What the reader missed since its since: first how many are no
 	// longer kept, then the kept ones, then the live ones.
 	if s.sub.lost > 0 {
-		if err := send(api.Event{Time: time.Now().UTC(), Type: api.EventMissed, Tenant: s.sub.filter.tenant, Thread: s.sub.filter.thread,
+		if err := write(api.Event{Time: time.Now().UTC(), Type: api.EventMissed, Tenant: s.sub.filter.tenant, Thread: s.sub.filter.thread,
 			Missed: s.sub.lost, Message: fmt.Sprintf("events %d to %d are no longer kept", s.sub.lostFrom, s.sub.lostTo)}); err != nil {
 			return
 		}
 	}
 	for _, ev := range s.sub.replay {
-		if err := send(ev); err != nil {
+		if err := write(ev); err != nil {
 			log.Debug("event stream ended: write failed", "error", err)
 			return
 		}
 	}
 	s.sub.replay = nil
+	if err := rc.Flush(); err != nil {
+		log.Debug("event stream ended: write failed", "error", err)
+		return
+	}
+	// The live events. The first after a quiet spell is sent at once.
+	// While they keep coming, the stream flushes at most once per
+	// streamLinger: it sleeps out the rest of the interval, not woken by
+	// each new event (the queue holds them), then sends what came in one
+	// write. A reader of a busy thread (an untar: thousands of events a
+	// second) and this goroutine then wake a few hundred times a second,
+	// not once per event, and no event waits more than streamLinger.
+	var lastFlush time.Time
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	defer linger.Stop()
 	for {
+		var d delivery
+		var ok bool
 		select {
-		case d, ok := <-s.sub.ch:
-			if !ok {
-				log.Debug("event stream ended: the gateway is closing")
-				return
-			}
-			var err error
-			if d.missed > 0 {
-				err = send(s.sub.missedEvent(d))
-			}
-			if err == nil {
-				err = send(d.ev)
-			}
-			if err != nil {
-				log.Debug("event stream ended: write failed", "error", err)
-				return
-			}
+		case d, ok = <-s.sub.ch:
 		case <-r.Context().Done():
 			log.Debug("event stream ended: the client went away")
+			return
+		}
+		if !ok {
+			log.Debug("event stream ended: the gateway is closing")
+			return
+		}
+		err := deliver(d)
+		if wait := streamLinger - time.Since(lastFlush); err == nil && wait > 0 {
+			linger.Reset(wait)
+			select {
+			case <-linger.C:
+			case <-s.g.events.done: // closing: send what is queued now
+				linger.Stop()
+			case <-r.Context().Done():
+				log.Debug("event stream ended: the client went away")
+				return
+			}
+		}
+		n := 1
+	batch:
+		for ; err == nil && n < streamBatch; n++ {
+			select {
+			case d, ok = <-s.sub.ch:
+				if !ok {
+					break batch
+				}
+				err = deliver(d)
+			default:
+				break batch
+			}
+		}
+		if err == nil {
+			err = rc.Flush()
+		}
+		lastFlush = time.Now()
+		if n == streamBatch {
+			// More may be queued than one write takes: the next goes at
+			// once, so a fast thread does not fill the queue.
+			lastFlush = time.Time{}
+		}
+		if err != nil {
+			log.Debug("event stream ended: write failed", "error", err)
+			return
+		}
+		if !ok {
+			log.Debug("event stream ended: the gateway is closing")
 			return
 		}
 	}

@@ -16,9 +16,12 @@ import (
 //
 //   - a creation, removal or rename is told at once, after any change of
 //     the same paths still held back, so a reader sees them in order;
-//   - a change is told at once if its path had none in the last
-//     fileEventWindow, else held back and told, the latest one, when the
-//     window ends: a burst of writes is one event per window.
+//   - a change is told at once if its path had no change and was not
+//     created in the last fileEventWindow, else held back and told, the
+//     latest one, when the window ends: a burst of writes is one event
+//     per window, and a file created and written at once (a copy, an
+//     untar: the write, then the times set) is told as its creation and
+//     one change.
 //
 // A goroutine the gateway owns ends the windows; Close stops it.
 
@@ -93,6 +96,11 @@ func (fe *fileEvents) changed(k meta.ThreadKey, c fs.EntryChange) {
 			}
 		}
 		out = append(out, c)
+		if c.Kind == fs.Created {
+			// A new file's first writes come right after its creation
+			// (a copy, an untar): they are its window's one change.
+			fe.pending[key] = &heldChange{until: now.Add(fileEventWindow)}
+		}
 	}
 	// Emitted under mu: the order of the events is the order of the
 	// changes (publish never blocks).

@@ -49,6 +49,9 @@ func TestFileEvents(t *testing.T) {
 	last := func(ev api.Event) bool { return ev.Type == api.EventFileRemoved && ev.Path == "/sub/c.txt" }
 	waitEvent(t, all, "file.removed of /sub/c.txt", last)
 	waitEvent(t, sub, "file.removed of /sub/c.txt, under the prefix", last)
+	// A creation opens its path's window: the rewrites of a.txt right
+	// after it are told as one change when the window ends.
+	waitEvent(t, all, "file.changed of /a.txt", func(ev api.Event) bool { return ev.Type == api.EventFileChanged && ev.Path == "/a.txt" })
 
 	// The creations, renames and removals in order, each once; the
 	// changes after the creation of their path. A handle's close is told
