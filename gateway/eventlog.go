@@ -1,42 +1,63 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+
+	"golang.org/x/sys/unix"
 
 	"warren/api"
 )
 
 // The event log keeps the newest events, so that a reader that comes back
 // (GET /v1/events?since=N) is given what it missed, across restarts too.
-// It is a file of JSON lines in the data folder (events.log), appended to
-// as events are published, and a ring of the same events in memory.
-// When the file holds twice the ring's bound it is rewritten with the
-// ring alone (a new file renamed over it). A write reaches the page cache
-// before the event is delivered to anyone, so a daemon killed at any
-// moment keeps every event a reader saw; a machine that loses power may
-// lose the last ones.
+// It is a file in the data folder (events.log) of JSON lines, one per
+// event, and a ring of the same events in memory.
+//
+// The file is made at its full size and mapped into memory (shared), and
+// an event's line is copied into the mapping: publishing an event, which
+// a FUSE request does under its path lock, costs a copy, not a system
+// call. The copy is in the page cache once it is done, as a write(2)
+// would be, so a daemon killed at any moment keeps every event a reader
+// saw, and every event of a change that returned; a machine that loses
+// power may lose the last ones. After the lines the file holds zero
+// bytes. When the next line does not fit, the file is made anew with the
+// ring alone (a new file, renamed over it) and room for as many again.
+//
+// The file's blocks are allocated when it is made (fallocate), so a copy
+// into the mapping never needs a new block. Should one still fault (an
+// I/O error, a file cut short by someone else), the fault is caught and
+// the log goes on with pwrite(2) on the same file.
 
 // DefaultEventLog is how many events the log keeps unless the daemon says
 // otherwise (Config.EventLog).
 const DefaultEventLog = 10_000
 
+// eventLogLineRoom is the room the file keeps per event kept: lines are
+// about 250 bytes, and the file is remade once it is full.
+const eventLogLineRoom = 512
+
 // eventLog is the log; its methods are called under broker.mu.
 type eventLog struct {
-	path  string
-	max   int
-	ring  []api.Event // oldest first, at most max
-	f     *os.File
-	lines int // lines in the file
+	path string
+	max  int
+	ring []api.Event // oldest first, at most max
+	f    *os.File
+	// mem is f mapped shared, nil once a fault made the log fall back to
+	// pwrite; off is where the next line goes, in both cases; size is
+	// the file's size.
+	mem  []byte
+	off  int
+	size int
 }
 
 // openEventLog reads the log at path, keeping its newest max events, and
-// opens it for appending. A line that does not parse (a torn last write)
+// makes it anew with them. A line that does not parse (a torn last copy)
 // is dropped.
 func openEventLog(path string, max int) (*eventLog, error) {
 	l := &eventLog{path: path, max: max}
@@ -44,11 +65,17 @@ func openEventLog(path string, max int) (*eventLog, error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("read the event log: %w", err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
+	for len(data) > 0 {
+		line, rest, complete := bytes.Cut(data, []byte{'\n'})
+		data = rest
+		// The zero bytes after the last line; a line cut short by a
+		// crash has no newline.
+		line = bytes.TrimLeft(line, "\x00")
+		if !complete || len(line) == 0 {
+			continue
+		}
 		var ev api.Event
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Seq == 0 {
+		if json.Unmarshal(line, &ev) != nil || ev.Seq == 0 {
 			continue
 		}
 		if n := len(l.ring); n > 0 && ev.Seq <= l.ring[n-1].Seq {
@@ -62,7 +89,7 @@ func openEventLog(path string, max int) (*eventLog, error) {
 	if len(l.ring) > max {
 		l.ring = append([]api.Event(nil), l.ring[len(l.ring)-max:]...)
 	}
-	if err := l.rewrite(); err != nil {
+	if err := l.rewrite(0); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -92,16 +119,38 @@ func (l *eventLog) add(ev api.Event, line []byte) error {
 		// The oldest goes; append copies the live part when it grows.
 		l.ring = l.ring[len(l.ring)-l.max:]
 	}
-	if l.lines >= 2*l.max {
-		if err := l.rewrite(); err != nil {
-			return err
-		}
-		return nil // the rewrite wrote ev too
+	if l.f == nil {
+		return errors.New("append to the event log: it is closed")
 	}
-	if _, err := l.f.Write(line); err != nil {
+	if l.off+len(line) > l.size {
+		return l.rewrite(len(line)) // the ring holds ev: the new file has it
+	}
+	if l.mem != nil {
+		if err := l.copyLine(line); err == nil {
+			return nil
+		}
+		// The mapping faulted: the log goes on with writes.
+		unix.Munmap(l.mem)
+		l.mem = nil
+	}
+	if _, err := l.f.WriteAt(line, int64(l.off)); err != nil {
 		return fmt.Errorf("append to the event log: %w", err)
 	}
-	l.lines++
+	l.off += len(line)
+	return nil
+}
+
+// copyLine copies line into the mapping at off, and turns a fault in the
+// copy into an error instead of the end of the daemon.
+func (l *eventLog) copyLine(line []byte) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("append to the event log: a fault in its mapping: %v", r)
+		}
+	}()
+	copy(l.mem[l.off:], line)
+	l.off += len(line)
 	return nil
 }
 
@@ -114,39 +163,89 @@ func (l *eventLog) since(seq uint64) []api.Event {
 	return l.ring[i:]
 }
 
-// rewrite writes the ring to a new file and renames it over the log.
-func (l *eventLog) rewrite() error {
-	tmp := l.path + ".new"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("write the event log: %w", err)
-	}
-	w := bufio.NewWriter(f)
+// rewrite makes the file anew with the ring's lines, with room for about
+// as many again and at least need more bytes, and renames it over the log.
+// On failure the old file stays as it was.
+func (l *eventLog) rewrite(need int) error {
+	var buf bytes.Buffer
 	for _, ev := range l.ring {
 		b, err := encodeEvent(ev)
 		if err != nil {
-			f.Close()
 			return err
 		}
-		w.Write(b)
+		buf.Write(b)
 	}
-	if err := w.Flush(); err != nil {
-		f.Close()
+	size := max(2*buf.Len(), l.max*eventLogLineRoom, buf.Len()+2*need)
+	size = (size + 4095) &^ 4095
+
+	tmp := l.path + ".new"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+	if err != nil {
 		return fmt.Errorf("write the event log: %w", err)
+	}
+	fail := func(err error) error {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("write the event log: %w", err)
+	}
+	off := buf.Len() // where the next line goes
+	if _, err := f.Write(buf.Bytes()); err != nil {
+		return fail(err)
+	}
+	if err := allocate(f, size); err != nil {
+		return fail(err)
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		mem = nil // the log works with writes alone
 	}
 	if err := os.Rename(tmp, l.path); err != nil {
-		f.Close()
-		return fmt.Errorf("write the event log: %w", err)
+		if mem != nil {
+			unix.Munmap(mem)
+		}
+		return fail(err)
 	}
+	l.unmap()
 	if l.f != nil {
 		l.f.Close()
 	}
-	l.f, l.lines = f, len(l.ring)
+	l.f, l.mem, l.off, l.size = f, mem, off, size
 	return nil
 }
 
-// close closes the file.
+// allocate gives f its blocks up to size, so that no later copy into its
+// mapping needs one; a filesystem without fallocate gets zeros written.
+func allocate(f *os.File, size int) error {
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	err = unix.Fallocate(int(f.Fd()), 0, 0, int64(size))
+	if !errors.Is(err, unix.EOPNOTSUPP) {
+		return err
+	}
+	zeros := make([]byte, 64<<10)
+	for off := st.Size(); off < int64(size); off += int64(len(zeros)) {
+		n := min(int64(len(zeros)), int64(size)-off)
+		if _, err := f.WriteAt(zeros[:n], off); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unmap drops the mapping, if there is one.
+func (l *eventLog) unmap() {
+	if l.mem != nil {
+		unix.Munmap(l.mem)
+		l.mem = nil
+	}
+}
+
+// close drops the mapping and closes the file. What was copied into the
+// mapping is in the page cache already; nothing is lost.
 func (l *eventLog) close() error {
+	l.unmap()
 	if l.f == nil {
 		return nil
 	}
