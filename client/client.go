@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -156,6 +157,25 @@ type EventsQuery struct {
 
 // EventsWith is Events with a path prefix and a replay.
 func (c *Client) EventsWith(ctx context.Context, eq EventsQuery, fn func(api.Event) error) error {
+	return c.EventLines(ctx, eq, func(line []byte, _ bool) error {
+		var ev api.Event
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return fmt.Errorf("GET /v1/events: read event stream: %w", err)
+		}
+		return fn(ev)
+	})
+}
+
+// MaxEventLine bounds one line of the event stream: a checkpoint's event
+// lists up to api.MaxEventPaths paths, the longest kind.
+const MaxEventLine = 16 << 20
+
+// EventLines is EventsWith for a caller that passes the events on as they
+// came: fn gets each event's line as the gateway sent it (one JSON object
+// and its newline; valid until fn returns), and more, which is true when
+// the next line has already arrived, so a caller that buffers its output
+// can flush when it is false.
+func (c *Client) EventLines(ctx context.Context, eq EventsQuery, fn func(line []byte, more bool) error) error {
 	const path = "/v1/events"
 	q := url.Values{}
 	if eq.Tenant != "" {
@@ -175,11 +195,9 @@ func (c *Client) EventsWith(ctx context.Context, eq EventsQuery, fn func(api.Eve
 		return err
 	}
 	defer resp.Body.Close()
-	// One JSON value per line; the decoder needs no line length limit.
-	dec := json.NewDecoder(resp.Body)
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	for {
-		var ev api.Event
-		err := dec.Decode(&ev)
+		line, err := readEventLine(br)
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -189,8 +207,39 @@ func (c *Client) EventsWith(ctx context.Context, eq EventsQuery, fn func(api.Eve
 		case err != nil:
 			return fmt.Errorf("GET %s: read event stream: %w", path, err)
 		}
-		if err := fn(ev); err != nil {
+		if err := fn(line, br.Buffered() > 0); err != nil {
 			return err
+		}
+	}
+}
+
+// readEventLine reads one line of the event stream, its newline included:
+// io.EOF at a clean end, io.ErrUnexpectedEOF for a line cut short.
+func readEventLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err == nil {
+		return line, nil
+	}
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		if errors.Is(err, io.EOF) && len(line) > 0 {
+			return nil, io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	long := append([]byte(nil), line...)
+	for {
+		line, err = br.ReadSlice('\n')
+		long = append(long, line...)
+		if len(long) > MaxEventLine {
+			return nil, fmt.Errorf("an event line longer than %d bytes", MaxEventLine)
+		}
+		switch {
+		case err == nil:
+			return long, nil
+		case errors.Is(err, io.EOF):
+			return nil, io.ErrUnexpectedEOF
+		case !errors.Is(err, bufio.ErrBufferFull):
+			return nil, err
 		}
 	}
 }

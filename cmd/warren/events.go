@@ -1,13 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
-	"encoding/json"
 	"os"
 	"os/signal"
 	"syscall"
 
-	"warren/api"
 	"warren/client"
 	"warren/internal/cli"
 )
@@ -31,14 +30,23 @@ func eventsCmd(ctx context.Context, e *cli.Env, args []string) error {
 }
 
 // events prints the gateway's events, one JSON object per line, until ctx
-// is done (the user interrupted it: not an error) or the stream ends.
+// is done (the user interrupted it: not an error) or the stream ends. The
+// lines are the gateway's own: JSON escapes control characters, so hostile
+// ids cannot drive the terminal. They are written out as soon as no other
+// has arrived behind them, so a burst is one write, and no line waits.
 func events(ctx context.Context, e *cli.Env, c *client.Client, socket, tenant, thread string) error {
-	enc := json.NewEncoder(e.Stdout)
-	// JSON escapes control characters, so hostile ids cannot drive the
-	// terminal; "<", ">" and "&" in paths stay as they are.
-	enc.SetEscapeHTML(false)
-	err := c.Events(ctx, tenant, thread, func(ev api.Event) error { return enc.Encode(ev) })
+	out := bufio.NewWriterSize(e.Stdout, 64<<10)
+	err := c.EventLines(ctx, client.EventsQuery{Tenant: tenant, Thread: thread}, func(line []byte, more bool) error {
+		if _, err := out.Write(line); err != nil {
+			return err
+		}
+		if more {
+			return nil
+		}
+		return out.Flush()
+	})
 	if ctx.Err() != nil {
+		out.Flush()
 		return nil
 	}
 	return callError(socket, "follow events", err)
