@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -164,18 +162,6 @@ type delivery struct {
 	missed uint64
 	ev     api.Event
 	line   []byte // ev as the stream sends it (encodeEvent); shared, read-only
-}
-
-// encodeEvent is ev as one line of a stream and of the log: JSON, with
-// "<", ">" and "&" as they are (ids and paths are data), and a newline.
-func encodeEvent(ev api.Event) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(ev); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }
 
 // subscription is one subscriber's queue. Only the broker sends on ch, and
