@@ -237,10 +237,35 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 		cfg.StoreFreeBytes = badger.MinFreeBytes + badger.BallastBytes
 	}
 	err = gateway.Run(ctx, cfg)
-	if cerr := store.Close(); cerr != nil && err == nil {
-		err = fmt.Errorf("close metadata store: %w", cerr)
+	if cerr := closeStore(store, storeCloseTimeout); cerr != nil && err == nil {
+		err = cerr
 	}
 	return err
+}
+
+// storeCloseTimeout bounds how long a stopping daemon waits for its store
+// to close, within the unit's TimeoutStopSec (45 s, of which requests and
+// jobs take up to 10 s each).
+const storeCloseTimeout = 15 * time.Second
+
+// closeStore closes store, but waits at most within: a store that cannot
+// write its last files (Badger flushing into a data folder removed under
+// it, or on a dead disk, retries forever) must not keep the daemon from
+// exiting. What it holds is safe without the close: Badger replays its
+// log at the next start, as after a crash, and etcd keeps everything.
+// On a timeout the closing goroutine is left behind: the process exits.
+func closeStore(store meta.Store, within time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- store.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("close metadata store: %w", err)
+		}
+		return nil
+	case <-time.After(within):
+		return fmt.Errorf("close metadata store: not closed after %v; exiting without it (the next start recovers it)", within)
+	}
 }
 
 // openStore opens the metadata store the flags choose: Badger in the data

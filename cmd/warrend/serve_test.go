@@ -16,6 +16,8 @@ import (
 	"warren/gateway"
 	"warren/internal/cli"
 	"warren/internal/testenv"
+	"warren/meta"
+	"warren/meta/badger"
 )
 
 // runDaemon runs a warrend command line (as `warren serve` passes it, or
@@ -151,5 +153,30 @@ func TestServeJailCPUUsage(t *testing.T) {
 		if code != 2 || !strings.Contains(errOut, c.why) {
 			t.Errorf("--jail-cpu %s: exit %d, stderr %q; want 2 and %q", c.value, code, errOut, c.why)
 		}
+	}
+}
+
+// TestCloseStoreBounded: a Badger store whose folder was removed under it
+// retries its last flush forever; the daemon's close gives up after its
+// bound and says so, instead of never exiting.
+func TestCloseStoreBounded(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "meta")
+	store, err := badger.Open(context.Background(), dir, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.CreateBinding(context.Background(), meta.Binding{ThreadKey: meta.ThreadKey{Tenant: "default", Thread: "t"}, Kind: meta.KindHost, Root: "/x"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	err = closeStore(store, 2*time.Second)
+	if took := time.Since(began); took > 10*time.Second {
+		t.Fatalf("closeStore took %v with a bound of 2s", took)
+	}
+	if err == nil || !strings.Contains(err.Error(), "not closed after 2s") {
+		t.Errorf("closeStore of a store that cannot flush: got %v, want it given up after 2s", err)
 	}
 }
