@@ -79,6 +79,23 @@ func helperMain(name string, args []string) int {
 		var ru unix.Rusage
 		unix.Getrusage(unix.RUSAGE_SELF, &ru)
 		fmt.Printf("%.3f\n", float64(ru.Utime.Nano()+ru.Stime.Nano())/1e9)
+	case "burn":
+		// burn SECONDS: keeps one CPU busy until it has used that much
+		// CPU time, however long the machine takes to give it.
+		d, err := time.ParseDuration(args[0] + "s")
+		if err != nil {
+			fmt.Println(err)
+			return 2
+		}
+		for {
+			var ts unix.Timespec
+			unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts)
+			if time.Duration(ts.Nano()) >= d {
+				break
+			}
+			for i := 0; i < 1e5; i++ {
+			}
+		}
 	case "alloc":
 		// alloc MIB: touches that many MiB of memory, then ends.
 		n, err := strconv.Atoi(args[0])
