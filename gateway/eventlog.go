@@ -46,7 +46,7 @@ const eventLogLineRoom = 512
 type eventLog struct {
 	path string
 	max  int
-	ring []api.Event // oldest first, at most max
+	ring eventRing // the newest max events
 	f    *os.File
 	// mem is f mapped shared, nil once a fault made the log fall back to
 	// pwrite; off is where the next line goes, in both cases; size is
@@ -61,6 +61,7 @@ type eventLog struct {
 // is dropped.
 func openEventLog(path string, max int) (*eventLog, error) {
 	l := &eventLog{path: path, max: max}
+	var kept []api.Event // oldest first
 	data, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("read the event log: %w", err)
@@ -78,16 +79,21 @@ func openEventLog(path string, max int) (*eventLog, error) {
 		if json.Unmarshal(line, &ev) != nil || ev.Seq == 0 {
 			continue
 		}
-		if n := len(l.ring); n > 0 && ev.Seq <= l.ring[n-1].Seq {
+		if n := len(kept); n > 0 && ev.Seq <= kept[n-1].Seq {
 			continue // not newer: a log from before a reset
 		}
-		l.ring = append(l.ring, ev)
-		if len(l.ring) > 2*max {
-			l.ring = append(l.ring[:0], l.ring[len(l.ring)-max:]...)
+		kept = append(kept, ev)
+		if len(kept) > 2*max {
+			kept = append(kept[:0], kept[len(kept)-max:]...)
 		}
 	}
-	if len(l.ring) > max {
-		l.ring = append([]api.Event(nil), l.ring[len(l.ring)-max:]...)
+	l.ring = newEventRing(max)
+	for _, ev := range kept {
+		line, err := encodeEvent(ev)
+		if err != nil {
+			continue
+		}
+		l.ring.push(ev, line)
 	}
 	if err := l.rewrite(0); err != nil {
 		return nil, err
@@ -97,28 +103,24 @@ func openEventLog(path string, max int) (*eventLog, error) {
 
 // last is the newest event's seq, 0 if none.
 func (l *eventLog) last() uint64 {
-	if len(l.ring) == 0 {
+	if l.ring.n == 0 {
 		return 0
 	}
-	return l.ring[len(l.ring)-1].Seq
+	return l.ring.at(l.ring.n - 1).Seq
 }
 
 // oldest is the oldest kept event's seq, 0 if none.
 func (l *eventLog) oldest() uint64 {
-	if len(l.ring) == 0 {
+	if l.ring.n == 0 {
 		return 0
 	}
-	return l.ring[0].Seq
+	return l.ring.at(0).Seq
 }
 
 // add appends ev, whose line (encodeEvent) is given. A failed write is
 // returned; the event stays in memory.
 func (l *eventLog) add(ev api.Event, line []byte) error {
-	l.ring = append(l.ring, ev)
-	if len(l.ring) > l.max {
-		// The oldest goes; append copies the live part when it grows.
-		l.ring = l.ring[len(l.ring)-l.max:]
-	}
+	l.ring.push(ev, line)
 	if l.f == nil {
 		return errors.New("append to the event log: it is closed")
 	}
@@ -154,26 +156,60 @@ func (l *eventLog) copyLine(line []byte) (err error) {
 	return nil
 }
 
-// since returns the kept events after seq, oldest first.
+// since returns the kept events after seq, oldest first, in a slice of
+// their own.
 func (l *eventLog) since(seq uint64) []api.Event {
-	i := len(l.ring)
-	for i > 0 && l.ring[i-1].Seq > seq {
+	i := l.ring.n
+	for i > 0 && l.ring.at(i-1).Seq > seq {
 		i--
 	}
-	return l.ring[i:]
+	out := make([]api.Event, 0, l.ring.n-i)
+	for ; i < l.ring.n; i++ {
+		out = append(out, l.ring.at(i))
+	}
+	return out
 }
+
+// eventRing holds the newest events, at most len(buf), each with its
+// line (kept so that remaking the file encodes nothing): pushing one more
+// overwrites the oldest, in place. An untar publishes an event for every
+// file it makes; a slice that shifted would copy the whole ring.
+type eventRing struct {
+	buf   []keptEvent
+	start int // the oldest
+	n     int // how many are kept
+}
+
+type keptEvent struct {
+	ev   api.Event
+	line []byte // encodeEvent(ev), shared with the streams, read-only
+}
+
+func newEventRing(max int) eventRing { return eventRing{buf: make([]keptEvent, max)} }
+
+func (r *eventRing) push(ev api.Event, line []byte) {
+	if r.n < len(r.buf) {
+		r.buf[(r.start+r.n)%len(r.buf)] = keptEvent{ev, line}
+		r.n++
+		return
+	}
+	r.buf[r.start] = keptEvent{ev, line}
+	r.start = (r.start + 1) % len(r.buf)
+}
+
+// at is the i-th kept event, oldest first; i < n.
+func (r *eventRing) at(i int) api.Event { return r.buf[(r.start+i)%len(r.buf)].ev }
+
+// lineAt is the line of the i-th kept event.
+func (r *eventRing) lineAt(i int) []byte { return r.buf[(r.start+i)%len(r.buf)].line }
 
 // rewrite makes the file anew with the ring's lines, with room for about
 // as many again and at least need more bytes, and renames it over the log.
 // On failure the old file stays as it was.
 func (l *eventLog) rewrite(need int) error {
 	var buf bytes.Buffer
-	for _, ev := range l.ring {
-		b, err := encodeEvent(ev)
-		if err != nil {
-			return err
-		}
-		buf.Write(b)
+	for i := range l.ring.n {
+		buf.Write(l.ring.lineAt(i))
 	}
 	size := max(2*buf.Len(), l.max*eventLogLineRoom, buf.Len()+2*need)
 	size = (size + 4095) &^ 4095

@@ -61,7 +61,7 @@ func seqRange(from, to uint64) []uint64 {
 
 func ringSeqs(l *eventLog) []uint64 {
 	var s []uint64
-	for _, ev := range l.ring {
+	for _, ev := range l.since(0) {
 		s = append(s, ev.Seq)
 	}
 	return s

@@ -50,7 +50,7 @@ const streamCloseGrace = time.Second
 // coming (serveStream).
 const (
 	streamBatch  = 256
-	streamLinger = 2 * time.Millisecond
+	streamLinger = 10 * time.Millisecond
 )
 
 // emit tells every interested subscriber about ev. It never blocks: a
