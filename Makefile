@@ -4,7 +4,7 @@
 #   make run    build and start the daemon on its defaults (ARGS="..." adds flags)
 #   make test   go vet, then every test, unit and integration, Go and TypeScript
 #   make install  install the binaries, the systemd unit and the docs (PREFIX=/usr/local, DESTDIR=)
-#   make bench  filesystem benchmark: native ext4, go-fuse loopback, warren (edit checks on and off, fs metrics on and off);
+#   make bench  filesystem benchmark: native ext4, go-fuse loopback, warren (edit checks on and off, fs metrics on and off, served over io_uring);
 #               then commands: plain fork+exec, warren's warm jail, bwrap, a new thread's first command,
 #               and the TypeScript provider's exec('true') and 4 KiB fs.read beside them;
 #               then checkpoints: 10 of 100,000 files changed, and an untar, against git add -A && commit
@@ -28,6 +28,14 @@ ARGS ?=
 # daemons, which -race makes several times slower.
 RACE_PKGS := ./meta/... ./gateway/... ./fs/... ./snapshot/...
 RACE_RE   := ^warren/(meta|gateway|fs|snapshot)(/|$$)
+
+# The filesystem's suite (posixtest, the boundary, the no-lost-edits
+# torture test...) runs a second time with every mount served over FUSE
+# over io_uring (fs/uring_linux.go), and so do the integration tests that
+# kill a daemon with -9 or cut it short; the tests turn the fuse module's
+# enable_uring on for their run and back off after (as root). About 2.5
+# minutes more.
+URING_INT_RE := Kill9|CutShort|StaleMount
 
 # Debian packages the tests need, as package:probe, where the probe is a
 # command on PATH or an absolute path: gcc and the libc headers for -race
@@ -76,6 +84,8 @@ install: build
 test: deps vet build
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
 	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -Ev '$(RACE_RE)')
+	WARREN_FS_TRANSPORT=uring CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./fs/...
+	WARREN_FS_TRANSPORT=uring $(GO) test -count=1 -timeout 15m -run '$(URING_INT_RE)' ./integration
 	cd $(TS) && npm ci && npm test
 
 # deps installs what DEPS lists and the machine lacks; it does nothing when

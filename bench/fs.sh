@@ -41,6 +41,10 @@ warren_off_mnt=
 warren_nm_pid=
 warren_nm_mnt=
 reader_pid=
+warren_ur_pid=
+warren_ur_mnt=
+ur_reader_pid=
+uring_was=
 loopdev=
 img=
 
@@ -79,8 +83,12 @@ cleanup() {
 	[[ -n $warren_off_pid ]] && stop_pid "$warren_off_pid" "warren daemon (checks off)"
 	[[ -n $reader_pid ]] && stop_pid "$reader_pid" "event reader"
 	[[ -n $warren_nm_pid ]] && stop_pid "$warren_nm_pid" "warren daemon (no fs metrics)"
+	[[ -n $warren_ur_pid ]] && stop_pid "$warren_ur_pid" "warren daemon (uring)"
+	[[ -n $ur_reader_pid ]] && stop_pid "$ur_reader_pid" "event reader (uring)"
+	# enable_uring back as it was, if this run turned it on.
+	[[ -n $uring_was ]] && echo "$uring_was" >/sys/module/fuse/parameters/enable_uring
 	[[ -n $loop_pid ]] && stop_pid "$loop_pid" "loopback"
-	for m in "$warren_mnt" "$warren_off_mnt" "$warren_nm_mnt"; do
+	for m in "$warren_mnt" "$warren_off_mnt" "$warren_nm_mnt" "$warren_ur_mnt"; do
 		if [[ -n $m && $m != "$work"/* ]] && mountpoint -q "$m" 2>/dev/null; then
 			umount -l "$m"
 		fi
@@ -185,9 +193,14 @@ fi
 # daemon, started with --no-fs-metrics, while the first has a reader of
 # the thread's events (so it builds file events), so the ratio is what the
 # fs metrics and the file events cost together.
+# (f) the same as (c), a reader of its events too, with its mounts served
+# over FUSE over io_uring (--fuse-transport uring): the ratio between the
+# two is what the transport changes. The fuse module's enable_uring is
+# turned on for the run, as root, and back off at the end.
 warren_args=()
 warren_off_args=()
 warren_nm_args=()
+warren_ur_args=()
 warren=${BENCH_WARREN:-bin/warren}
 # warren_unavailable SIDE WHY: the report says why SIDE (on, off, nm) is not measured.
 warren_unavailable() {
@@ -203,6 +216,10 @@ warren_unavailable() {
 	nm)
 		say "warren (no fs metrics): unavailable ($2)"
 		warren_nm_args=(-warren-nometrics-unavailable "$2")
+		;;
+	ur)
+		say "warren (uring): unavailable ($2)"
+		warren_ur_args=(-warren-uring-unavailable "$2")
 		;;
 	esac
 }
@@ -220,6 +237,10 @@ start_warren() {
 	nm)
 		name="warren (no fs metrics)" tag=warren-nm pidvar=warren_nm_pid mntvar=warren_nm_mnt
 		serve_args=(--no-fs-metrics)
+		;;
+	ur)
+		name="warren (uring)" tag=warren-ur pidvar=warren_ur_pid mntvar=warren_ur_mnt
+		serve_args=(--fuse-transport uring)
 		;;
 	esac
 	data=$work/$tag-data sock=$work/$tag-data/warren.sock
@@ -257,21 +278,44 @@ start_warren() {
 		WARREN_SOCKET=$sock "$warren" events --thread bench >/dev/null 2>"$work/reader.err" </dev/null &
 		reader_pid=$!
 	fi
+	if [[ $side == ur ]]; then
+		WARREN_SOCKET=$sock "$warren" events --thread bench >/dev/null 2>"$work/ur-reader.err" </dev/null &
+		ur_reader_pid=$!
+	fi
 	case $side in
 	on) warren_args=(-warren "$mnt") ;;
 	off) warren_off_args=(-warren-off "$mnt") ;;
 	nm) warren_nm_args=(-warren-nometrics "$mnt") ;;
+	ur) warren_ur_args=(-warren-uring "$mnt") ;;
 	esac
+}
+# uring_on: turn the fuse module's enable_uring on for this run (root
+# only), remembering its value for cleanup. It fails if the kernel lacks it.
+uring_param=/sys/module/fuse/parameters/enable_uring
+uring_on() {
+	[[ -r $uring_param ]] || { echo "this kernel has no FUSE over io_uring ($uring_param)"; return 1; }
+	local was
+	was=$(cat "$uring_param")
+	[[ $was == Y ]] && return 0
+	[[ $(id -u) == 0 ]] || { echo "enable_uring is off and only root may turn it on"; return 1; }
+	echo Y >"$uring_param" || { echo "could not turn on $uring_param"; return 1; }
+	uring_was=$was
 }
 if [[ -z ${BENCH_WARREN:-} ]] && ! { CGO_ENABLED=0 "$GO" build -o bin/warren ./cmd/warren && "$GO" build -o bin/warrend ./cmd/warrend; } 2>"$work/warren-build.log"; then
 	why="build failed: $(grep -v '^#' "$work/warren-build.log" | head -n 1)"
 	warren_unavailable on "$why"
 	warren_unavailable off "$why"
 	warren_unavailable nm "$why"
+	warren_unavailable ur "$why"
 else
 	start_warren on
 	start_warren off
 	start_warren nm
+	if why=$(uring_on); then
+		start_warren ur
+	else
+		warren_unavailable ur "$why"
+	fi
 fi
 
 mkdir -p bench/out
@@ -279,7 +323,7 @@ report=bench/out/fs-$(date +%Y%m%d-%H%M%S).txt
 # In the background and waited for, so that a signal to this script is
 # handled at once (the trap stops fsbench too) rather than after the run.
 bin/fsbench -tar "$work/gosrc.tar" -runs "$runs" -seq-mib "$seq_mib" ${BENCH_ONLY:+-only "$BENCH_ONLY"} \
-	-native "$work/native" "${loop_args[@]}" "${warren_args[@]}" "${warren_off_args[@]}" "${warren_nm_args[@]}" -out "$report" &
+	-native "$work/native" "${loop_args[@]}" "${warren_args[@]}" "${warren_off_args[@]}" "${warren_nm_args[@]}" "${warren_ur_args[@]}" -out "$report" &
 fsbench_pid=$!
 rc=0
 wait "$fsbench_pid" || rc=$?

@@ -85,7 +85,12 @@
 //     it runs on a thread of its own whose copy of the descriptor table
 //     holds no /dev/fuse descriptor: killed there, that thread does not
 //     keep the connection open; it is aborted and the thread ends
-//     (pollhack_linux.go).
+//     (pollhack_linux.go). That copy holds no io_uring ring either (a
+//     ring's commands hold /dev/fuse open). Over io_uring that is not
+//     enough: a request in flight when the server dies sits in a ring
+//     entry of a dead worker and the connection is never let go, so a
+//     server that opens no file of its mounts (warrend) sets
+//     Options.NoPollHack and makes no request to them at all.
 //
 // go-fuse's mount(2) also left the /dev/fuse descriptor inheritable, so
 // every process started after a mount (a jail's init) held its connection
@@ -283,8 +288,10 @@
 //     actors.go: registrations and cached callers; a jail's RunOf is
 //     called with it released), the file API's temporary files
 //     (tempFiles.mu, atomic_linux.go), a change log's set
-//     (changeLog.mu) and the count of open writers (openWriters.mu,
-//     writers.go).
+//     (changeLog.mu), the count of open writers (openWriters.mu,
+//     writers.go), and the io_uring transport's (uring_linux.go): a
+//     worker's answers from goroutines (uringQueue.mu) and the requests
+//     served on goroutines (uringServer.asyncMu).
 //
 // A Hub's sendMu is held shared by a sender that waits for room in the
 // delivery queue (postWait, flush) and exclusive by Close; it is taken

@@ -67,7 +67,7 @@ func mountAgain(t *testing.T, backing string, opts Options) string {
 	t.Helper()
 	mnt := filepath.Join(t.TempDir(), "again")
 	must(t, os.Mkdir(mnt, 0o755))
-	m, err := Serve(context.Background(), backing, mnt, opts)
+	m, err := serveTest(context.Background(), backing, mnt, opts)
 	if err != nil {
 		t.Fatalf("Serve: %v", err)
 	}

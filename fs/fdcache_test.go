@@ -185,7 +185,7 @@ func TestUnmountClosesDescriptors(t *testing.T) {
 	backing, mnt := filepath.Join(dir, "backing"), filepath.Join(dir, "mnt")
 	must(t, os.Mkdir(backing, 0o755))
 	must(t, os.Mkdir(mnt, 0o755))
-	m, err := Serve(context.Background(), backing, mnt, Options{Hub: hub})
+	m, err := serveTest(context.Background(), backing, mnt, Options{Hub: hub})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +339,7 @@ func BenchmarkNodeMemory(b *testing.B) {
 				runtime.GC()
 				runtime.ReadMemStats(&before)
 				rssBefore := residentBytes(b)
-				m, err := Serve(context.Background(), backing0, mnt, Options{Hub: hub})
+				m, err := serveTest(context.Background(), backing0, mnt, Options{Hub: hub})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -33,7 +33,7 @@ func TestHubTwoMounts(t *testing.T) {
 			backing, a := mountTemp(t, opts)
 			b := filepath.Join(t.TempDir(), "b")
 			must(t, os.Mkdir(b, 0o755))
-			mb, err := Serve(context.Background(), backing, b, opts)
+			mb, err := serveTest(context.Background(), backing, b, opts)
 			if err != nil {
 				t.Fatal(err)
 			}

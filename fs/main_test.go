@@ -2,6 +2,7 @@ package fs
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/testenv"
 )
 
 // childEnv names, in a re-executed test binary, the helper it runs
@@ -56,7 +59,33 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	t, err := ParseTransport(os.Getenv(testenv.TransportEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	testTransport = t
+	restore, err := testenv.EnableFUSEURing()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	restore()
+	os.Exit(code)
+}
+
+// testTransport is the one every mount of the tests is served on
+// (testenv.TransportEnv's), read once by TestMain.
+var testTransport Transport
+
+// serveTest is Serve on the tests' transport, unless opts names one. On
+// uring, Serve fails rather than serve the classic way.
+func serveTest(ctx context.Context, backing, mountpoint string, opts Options) (*Mount, error) {
+	if opts.Transport == "" {
+		opts.Transport = testTransport
+	}
+	return Serve(ctx, backing, mountpoint, opts)
 }
 
 // inChild runs helper in a new process of this test binary, started

@@ -2,9 +2,11 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
+
+	"warren/internal/uring"
 )
 
 // Options configures one mount. The zero value is a writable mount with
@@ -59,7 +63,64 @@ type Options struct {
 	// unmounts the mount itself, wherever it is by then (target_linux.go).
 	// Needs Linux 5.8 and root.
 	Target *Target
+	// Transport says how the mount's FUSE requests reach the daemon:
+	// TransportClassic (the zero value), TransportURing or TransportAuto.
+	Transport Transport
+	// NoPollHack, for a server that never opens files of its own mounts
+	// (warrend), leaves out the poll hack on a mount served over
+	// io_uring (pollhack_linux.go). The hack is a request of the server
+	// to its own mount; over io_uring, a server killed while one is in
+	// flight cannot die: the request sits in a ring entry of a dead
+	// worker, the kernel never lets go of the connection, and the
+	// hack's thread, with the zombie, waits for good. Without the hack,
+	// the kernel asks POLL only if some process polls a file of the
+	// mount, and go-fuse's ENOSYS ends that for good; a server that
+	// polled its own files itself could deadlock (see pollHack).
+	NoPollHack bool
 }
+
+// Transport is how a mount's FUSE requests reach the daemon.
+type Transport string
+
+const (
+	// TransportClassic reads requests from /dev/fuse and writes the
+	// answers back (go-fuse's server): two system calls a request.
+	TransportClassic Transport = "classic"
+	// TransportURing serves FUSE over io_uring (uring_linux.go): one
+	// submission answers a request and fetches the next. Serve fails if
+	// the kernel does not offer it (the fuse module's enable_uring).
+	TransportURing Transport = "uring"
+	// TransportAuto takes io_uring where the kernel offers it and the
+	// classic transport otherwise.
+	TransportAuto Transport = "auto"
+)
+
+// ParseTransport reads a transport's name ("" is classic).
+func ParseTransport(name string) (Transport, error) {
+	switch t := Transport(name); t {
+	case "":
+		return TransportClassic, nil
+	case TransportClassic, TransportURing, TransportAuto:
+		return t, nil
+	}
+	return "", fmt.Errorf("fs: unknown FUSE transport %q (want classic, uring or auto)", name)
+}
+
+// URingEnabled tells whether the kernel offers FUSE over io_uring to new
+// mounts: the fuse module's enable_uring parameter, which root sets.
+func URingEnabled() (bool, error) {
+	b, err := os.ReadFile(uringParam)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil // a kernel built without it
+	}
+	if err != nil {
+		return false, fmt.Errorf("fs: read %s: %w", uringParam, err)
+	}
+	return strings.TrimSpace(string(b)) == "Y", nil
+}
+
+// uringParam is the fuse module's switch for FUSE over io_uring.
+const uringParam = "/sys/module/fuse/parameters/enable_uring"
 
 // Default cache timeouts. This daemon sees every change made through its
 // mounts, and a Hub pushes each to the other mounts of the same folder, so
@@ -160,6 +221,8 @@ var mountIDs atomic.Uint64
 type Mount struct {
 	mountpoint string
 	server     *fuse.Server
+	transport  Transport    // the one taken: classic or uring
+	uring      *uringServer // on TransportURing
 	root       *root
 	done       chan struct{} // closed when the server stopped serving
 	// mntFd is the mount's own descriptor (fsmount's): every mount is
@@ -280,7 +343,18 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		mo.AllowOther = true
 		mo.Options = append(mo.Options, "default_permissions")
 	}
-	server, mntFd, err := serveAt(rootNode, &mountpoint, opts.Target, &fusefs.Options{
+	transport, err := ParseTransport(string(opts.Transport))
+	if err != nil {
+		rootNode.fd.close()
+		unix.Close(fd)
+		unix.Close(handleFd)
+		r.hub.dropChangeLog(r.changes)
+		if r.ownHub {
+			r.hub.Close()
+		}
+		return nil, err
+	}
+	fo := &fusefs.Options{
 		MountOptions:    mo,
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
@@ -289,7 +363,12 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		// A mode of 0000 is a mode (open(O_CREAT, 0), chmod 0): go-fuse
 		// would show it as 0644 otherwise.
 		NullPermissions: true,
-	})
+	}
+	server, mntFd, err := serveAt(rootNode, &mountpoint, opts.Target, fo, transport, opts.NoPollHack, r.log)
+	if err != nil && transport == TransportAuto && errors.Is(err, errURingRefused) {
+		r.log.Warn("FUSE over io_uring refused, serving the classic way", "error", err)
+		server, mntFd, err = serveAt(rootNode, &mountpoint, opts.Target, fo, TransportClassic, opts.NoPollHack, r.log)
+	}
 	if err != nil {
 		rootNode.fd.close()
 		unix.Close(fd)
@@ -300,7 +379,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		}
 		return nil, fmt.Errorf("fs: mount %s at %s: %w", backing, mountpoint, err)
 	}
-	m := &Mount{mountpoint: label, server: server, root: r, done: make(chan struct{}), mntFd: mntFd, atTarget: opts.Target != nil}
+	m := &Mount{mountpoint: label, server: server.Server, transport: server.transport, uring: server.uring, root: r, done: make(chan struct{}), mntFd: mntFd, atTarget: opts.Target != nil}
 	r.hub.add(r)
 	go func() {
 		server.Wait()
@@ -317,31 +396,75 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		unix.Close(handleFd)
 		close(m.done)
 	}()
-	r.log.Debug("mounted", "backing", backing, "mountpoint", label, "readonly", opts.ReadOnly)
+	r.log.Debug("mounted", "backing", backing, "mountpoint", label, "readonly", opts.ReadOnly, "transport", m.transport)
 	return m, nil
 }
 
-// serveNodes serves the node tree on the /dev/fuse descriptor named by
-// fuseDev ("/dev/fd/N", target_linux.go), with directories served without
-// OPENDIR where the kernel allows (dirs.go). NewServer has read and
-// answered INIT when it returns, so the mount serves: WaitMount is not
-// called, for its poll hack would open a file of the mount, a request of
-// the daemon to its own mount (serveAt).
-func serveNodes(root fusefs.InodeEmbedder, fuseDev string, opts *fusefs.Options) (*fuse.Server, error) {
+// Transport returns how the mount is served: TransportClassic or
+// TransportURing (TransportAuto took one of them).
+func (m *Mount) Transport() Transport { return m.transport }
+
+// served is a mount's go-fuse server and the transport it is served on.
+type served struct {
+	*fuse.Server
+	transport Transport
+	uring     *uringServer // on TransportURing
+}
+
+// serveNodes serves the node tree on the /dev/fuse descriptor fuseFd, with
+// directories served without OPENDIR where the kernel allows (dirs.go),
+// over the transport asked for: TransportClassic, or TransportURing, or
+// TransportAuto, which takes io_uring where the kernel offered it in INIT.
+// NewServer has read and answered INIT when it returns, so the mount
+// serves: WaitMount is not called, for its poll hack would open a file of
+// the mount, a request of the daemon to its own mount (serveAt).
+//
+// On an error with a non-nil server, the server owns fuseFd: the caller
+// dissolves the mount and then calls server.Serve, which finds the
+// connection gone and closes it.
+func serveNodes(root fusefs.InodeEmbedder, fuseFd int, opts *fusefs.Options, transport Transport, log hclog.Logger) (served, error) {
 	raw := &dirsWithoutOpen{RawFileSystem: capOpenFiles(&killPriv{RawFileSystem: fusefs.NewNodeFS(root, opts)}, root)}
-	var served fuse.RawFileSystem = raw
+	var fs fuse.RawFileSystem = raw
 	if n, ok := root.(*node); ok {
-		served = &observedOps{RawFileSystem: raw, requests: &n.root.requests, observe: n.root.hub.observe}
+		fs = &observedOps{RawFileSystem: raw, requests: &n.root.requests, observe: n.root.hub.observe}
 	}
-	server, err := fuse.NewServer(served, fuseDev, &opts.MountOptions)
+	mo := opts.MountOptions
+	if transport != TransportClassic {
+		if err := uring.Probe(); err != nil {
+			if transport == TransportURing {
+				return served{}, fmt.Errorf("%w: %v", errURingRefused, err)
+			}
+			transport = TransportClassic
+		} else {
+			mo.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
+		}
+	}
+	server, err := fuse.NewServer(fs, "/dev/fd/"+strconv.Itoa(fuseFd), &mo)
 	if err != nil {
-		return nil, err
+		return served{}, err
 	}
-	go server.Serve()
 	if server.KernelSettings().Flags64()&fuse.CAP_NO_OPENDIR_SUPPORT != 0 {
 		raw.handleless.Store(true)
 	}
-	return server, nil
+	if transport != TransportClassic && server.KernelSettings().Flags64()&fuse.CAP_OVER_IO_URING == 0 {
+		if transport == TransportURing {
+			return served{Server: server}, fmt.Errorf("%w: the kernel does not offer it (%s is not Y)", errURingRefused, uringParam)
+		}
+		transport = TransportClassic
+	}
+	if transport == TransportClassic {
+		go server.Serve()
+		return served{Server: server, transport: TransportClassic}, nil
+	}
+	us, err := startURing(fuseFd, fs, &mo, server.KernelSettings(), log)
+	if err != nil {
+		return served{Server: server}, err
+	}
+	go func() {
+		us.wait()
+		server.Serve()
+	}()
+	return served{server, TransportURing, us}, nil
 }
 
 func timeout(v, def time.Duration) time.Duration {

@@ -71,7 +71,7 @@ func onThreadWithOwnFiles(fn func() error) error {
 }
 
 // closeFuseDevices closes, in the calling thread's descriptor table, every
-// descriptor of /dev/fuse. Only those: the runtime's own (its epoll, its
+// descriptor of /dev/fuse and every io_uring ring. Only those: the runtime's own (its epoll, its
 // wake-up eventfd) must stay, as the runtime may use them on this thread.
 func closeFuseDevices() error {
 	dir, err := unix.Open("/proc/thread-self/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -110,7 +110,17 @@ func closeFuseDevices() error {
 		// the file's filesystem; only a descriptor named /dev/fuse is
 		// then checked to be the device.
 		target, err := os.Readlink("/proc/thread-self/fd/" + name)
-		if err != nil || target != "/dev/fuse" {
+		if err != nil {
+			continue
+		}
+		if target == "anon_inode:[io_uring]" {
+			// A ring of the io_uring transport (uring_linux.go): its
+			// commands hold /dev/fuse open until the ring goes, and the
+			// copy of the table would keep it.
+			unix.Close(fd)
+			continue
+		}
+		if target != "/dev/fuse" {
 			continue
 		}
 		var st unix.Stat_t

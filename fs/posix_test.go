@@ -29,7 +29,7 @@ func mountTemp(t testing.TB, opts Options) (string, string) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.New(&hclog.LoggerOptions{Output: testWriter{t}, Level: hclog.Warn})
 	}
-	m, err := Serve(context.Background(), backing, mnt, opts)
+	m, err := serveTest(context.Background(), backing, mnt, opts)
 	if err != nil {
 		t.Fatalf("Serve: %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
@@ -53,14 +54,14 @@ type Target struct {
 // statfs (which asks the filesystem). The /dev/fuse descriptor is
 // close-on-exec (go-fuse's own mount(2) leaves it inheritable, so every
 // jail started after would hold the connection open past the daemon).
-func serveAt(root fusefs.InodeEmbedder, mountpoint *string, target *Target, opts *fusefs.Options) (*fuse.Server, int, error) {
+func serveAt(root fusefs.InodeEmbedder, mountpoint *string, target *Target, opts *fusefs.Options, transport Transport, noPollHack bool, log hclog.Logger) (served, int, error) {
 	targetFd := -1
 	if target != nil {
 		targetFd = target.Fd
 	} else {
 		fd, err := unix.Open(*mountpoint, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return nil, -1, fmt.Errorf("open mount point: %w", err)
+			return served{}, -1, fmt.Errorf("open mount point: %w", err)
 		}
 		defer unix.Close(fd)
 		targetFd = fd
@@ -68,18 +69,22 @@ func serveAt(root fusefs.InodeEmbedder, mountpoint *string, target *Target, opts
 	flags := opts.MountOptions.DirectMountFlags
 	fuseFd, mntFd, err := mountDetached(&opts.MountOptions, flags)
 	if err != nil {
-		return nil, -1, err
+		return served{}, -1, err
 	}
 	// go-fuse serves a /dev/fuse descriptor it is handed as "/dev/fd/N"
 	// and mounts nothing itself then.
 	o := *opts
 	o.MountOptions.DirectMount, o.MountOptions.DirectMountStrict = false, false
-	server, err := serveNodes(root, "/dev/fd/"+strconv.Itoa(fuseFd), &o)
+	server, err := serveNodes(root, fuseFd, &o, transport, log)
 	if err != nil {
 		// Dropping the last reference to a detached mount dissolves it.
 		unix.Close(mntFd)
-		unix.Close(fuseFd)
-		return nil, -1, fmt.Errorf("serve the detached mount: %w", err)
+		if server.Server != nil {
+			server.Serve() // the connection is gone: it closes fuseFd
+		} else {
+			unix.Close(fuseFd)
+		}
+		return served{}, -1, fmt.Errorf("serve the detached mount: %w", err)
 	}
 	undo := func() {
 		// Out of the tree if it was moved there; the last reference then
@@ -88,17 +93,19 @@ func serveAt(root fusefs.InodeEmbedder, mountpoint *string, target *Target, opts
 		unix.Close(mntFd)
 		server.Wait()
 	}
-	if err := pollHack(mntFd); err != nil {
+	if server.transport == TransportURing && noPollHack {
+		// See Options.NoPollHack.
+	} else if err := pollHack(mntFd); err != nil {
 		undo()
-		return nil, -1, err
+		return served{}, -1, err
 	}
 	if err := moveOnto(mntFd, targetFd); err != nil {
 		undo()
-		return nil, -1, err
+		return served{}, -1, err
 	}
 	if err := checkAttrs(mntFd, flags); err != nil {
 		undo()
-		return nil, -1, err
+		return served{}, -1, err
 	}
 	if target != nil {
 		*mountpoint = procFdPath(mntFd)

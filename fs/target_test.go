@@ -50,7 +50,7 @@ func TestServeOntoTarget(t *testing.T) {
 	}
 
 	label := filepath.Join(dir, "p", "d")
-	m, err := Serve(context.Background(), backing, label, Options{
+	m, err := serveTest(context.Background(), backing, label, Options{
 		ReadOnly: true,
 		Target:   &Target{Fd: target},
 		Logger:   hclog.New(&hclog.LoggerOptions{Output: testWriter{t}, Level: hclog.Warn}),

@@ -74,6 +74,11 @@ type Config struct {
 	// Store keeps bindings and inspection mounts. The caller opens it (see
 	// MetaDir) and closes it after the gateway's Close.
 	Store meta.Store
+	// FUSETransport is how the threads' mounts are served:
+	// fs.TransportClassic (the zero value), fs.TransportURing (a mount
+	// fails if the kernel refuses it) or fs.TransportAuto (io_uring where
+	// the kernel offers it).
+	FUSETransport fs.Transport
 	// NoFSMetrics leaves the FUSE requests untimed (no
 	// warren_fuse_request_duration_seconds). It exists for benchmarks that
 	// measure what timing them costs.

@@ -494,6 +494,9 @@ func (g *Gateway) mountAt(ctx context.Context, k meta.ThreadKey, root, mountPath
 		OnChange:    g.files.of(k),
 		WantChanges: func() bool { return g.events.wants(k) },
 		Target:      target,
+		Transport:   g.cfg.FUSETransport,
+		// The daemon opens no file of its mounts (fs/doc.go).
+		NoPollHack: true,
 	}
 	m, err := g.mounter.Mount(ctx, root, mountPath, opts)
 	if err != nil {

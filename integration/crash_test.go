@@ -313,7 +313,16 @@ func kernelStacks(pid int) string {
 		if f := statFieldsAt(dir + "stat"); len(f) > 0 {
 			state = f[0]
 		}
-		fmt.Fprintf(&b, "task %s: state %s, wchan %s, syscall %s\n%s\n", task.Name(), state, read("wchan"), read("syscall"), read("stack"))
+		fmt.Fprintf(&b, "task %s (%s): state %s, wchan %s, syscall %s\n%s\n", task.Name(), read("comm"), state, read("wchan"), read("syscall"), read("stack"))
+		if state == "D" {
+			// What its descriptor table holds (a thread may have one of
+			// its own, the poll hack's).
+			fds, _ := os.ReadDir(dir + "fd")
+			for _, fd := range fds {
+				target, _ := os.Readlink(dir + "fd/" + fd.Name())
+				fmt.Fprintf(&b, "  fd %s -> %s\n", fd.Name(), target)
+			}
+		}
 	}
 	return b.String()
 }

@@ -48,6 +48,12 @@ func runMain(m *testing.M) int {
 			return 1
 		}
 	}
+	restore, err := testenv.EnableFUSEURing()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer restore()
 	return m.Run()
 }
 
@@ -149,7 +155,11 @@ func (d *daemon) launch() (*exec.Cmd, chan struct{}) {
 	if d.logs == nil {
 		d.logs = &testenv.SyncBuffer{}
 	}
-	argv := append([]string{warrenBin, "serve", "--data", d.data, "--log-level", "debug"}, d.args...)
+	argv := []string{warrenBin, "serve", "--data", d.data, "--log-level", "debug"}
+	if t := os.Getenv(testenv.TransportEnv); t != "" {
+		argv = append(argv, "--fuse-transport", t)
+	}
+	argv = append(argv, d.args...)
 	argv = append(append([]string{}, d.wrap...), argv...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = d.logs, d.logs

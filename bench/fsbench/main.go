@@ -41,6 +41,9 @@ const (
 	sequentialTarget = 0.9
 	editChecksTarget = 1.1
 	fsMetricsTarget  = 1.05
+	// uringGoal is the io_uring transport's goal on the round trip: classic
+	// time over uring time.
+	uringGoal = 2.0
 )
 
 // The roots, in the order they take turns and appear in the report.
@@ -52,6 +55,10 @@ const (
 	// warrenNoMetricsName is warren serve --no-fs-metrics: the FUSE
 	// requests untimed.
 	warrenNoMetricsName = "warren (no fs metrics)"
+	// warrenURingName is warren serve --fuse-transport uring: the same
+	// daemon as warren (a reader of its events too), its mounts served
+	// over FUSE over io_uring.
+	warrenURingName = "warren (uring)"
 )
 
 func main() {
@@ -69,6 +76,9 @@ func main() {
 	flag.StringVar(&cfg.warrenOffWhy, "warren-off-unavailable", "", "why the warren root with checks off is missing, for the report")
 	flag.StringVar(&cfg.warrenNoMetrics, "warren-nometrics", "", "empty folder on a mount of warren serve --no-fs-metrics")
 	flag.StringVar(&cfg.warrenNoMetricsWhy, "warren-nometrics-unavailable", "", "why the warren root without fs metrics is missing, for the report")
+	flag.StringVar(&cfg.warrenURing, "warren-uring", "", "empty folder on a mount of warren serve --fuse-transport uring")
+	flag.StringVar(&cfg.warrenURingWhy, "warren-uring-unavailable", "", "why the warren root over io_uring is missing, for the report")
+	flag.IntVar(&cfg.opens, "opens", 20000, "open+close pairs of the round-trip workload")
 	flag.IntVar(&cfg.runs, "runs", 5, "timed repetitions of each workload per root")
 	flag.Int64Var(&cfg.seqMiB, "seq-mib", 1024, "size of the sequential write/read file in MiB")
 	flag.StringVar(&cfg.grep, "grep", "ENOTCONN", "fixed string that grep -r looks for")
@@ -86,6 +96,8 @@ type config struct {
 	tarball, native, loopback, warren, warrenOff string
 	loopbackWhy, warrenWhy, warrenOffWhy         string
 	warrenNoMetrics, warrenNoMetricsWhy          string
+	warrenURing, warrenURingWhy                  string
+	opens                                        int
 	runs                                         int
 	seqMiB                                       int64
 	grep, only, out                              string
@@ -114,6 +126,7 @@ func run(cfg config) error {
 		newSystem(warrenName, cfg.warren, cfg.warrenWhy),
 		newSystem(warrenOffName, cfg.warrenOff, cfg.warrenOffWhy),
 		newSystem(warrenNoMetricsName, cfg.warrenNoMetrics, cfg.warrenNoMetricsWhy),
+		newSystem(warrenURingName, cfg.warrenURing, cfg.warrenURingWhy),
 	}
 	for _, s := range systems {
 		if s.root != "" {

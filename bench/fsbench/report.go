@@ -97,6 +97,8 @@ func header(s *system) string {
 		return "checks off"
 	case warrenNoMetricsName:
 		return "no fs metrics"
+	case warrenURingName:
+		return "uring"
 	}
 	return s.name
 }
@@ -243,6 +245,25 @@ func (b *bench) report(out io.Writer, works []workload) {
 			if r <= fsMetricsTarget {
 				row[4] = "MET"
 			}
+		}
+		rows = append(rows, row)
+	}
+	table(out, nil, rows)
+	p("\n")
+
+	// What the io_uring transport gains: warren against itself served
+	// over io_uring.
+	ur := b.system(warrenURingName)
+	p("FUSE transport: warren served over /dev/fuse (classic) / over io_uring (uring); above 1.00x the\n")
+	p("rings are faster (goal >= %.2fx on the open+close round trip: half the time)\n", uringGoal)
+	rows = [][]string{{"workload", "classic", "uring", "classic/uring"}}
+	for _, w := range works {
+		row := []string{w.label(b), b.cell(w, on), b.cell(w, ur), "-"}
+		if r, ok := b.onOff(w, warrenURingName); ok {
+			if w.kind == sequential {
+				r = 1 / r
+			}
+			row[3] = fmt.Sprintf("%.2fx", r)
 		}
 		rows = append(rows, row)
 	}

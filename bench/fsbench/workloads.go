@@ -151,6 +151,31 @@ func workloads() []workload {
 			},
 		},
 		{
+			// The round trip: every open and close of a file is an
+			// OPEN, a FLUSH and a RELEASE the daemon answers (the
+			// kernel caches the name and the attributes).
+			name:  "open-close",
+			label: func(b *bench) string { return fmt.Sprintf("open+close x%d", b.cfg.opens) },
+			kind:  metadata,
+			warm:  true,
+			setup: func(b *bench, s *system) error {
+				return os.WriteFile(filepath.Join(s.dir, "opened"), []byte("x"), 0o644)
+			},
+			run: func(b *bench, s *system, rep int) error {
+				path := filepath.Join(s.dir, "opened")
+				for range b.cfg.opens {
+					fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+					if err != nil {
+						return err
+					}
+					if err := syscall.Close(fd); err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+		},
+		{
 			name:  "seq-write",
 			label: func(b *bench) string { return fmt.Sprintf("seq write %s", sizeLabel(b.cfg.seqMiB)) },
 			kind:  sequential,

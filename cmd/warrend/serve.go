@@ -37,6 +37,9 @@ type serveOptions struct {
 	// requests untimed, for the same reason.
 	noEditChecks bool
 	noFSMetrics  bool
+	// fuseTransport serves the mounts over /dev/fuse (classic), io_uring
+	// (uring) or whichever the kernel offers (auto).
+	fuseTransport string
 	// The jails of the threads.
 	jailNetwork string
 	jailMemory  int64
@@ -103,6 +106,7 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON lines")
 	fs.BoolVar(&o.noEditChecks, "no-edit-checks", false, "for benchmarks only: do not refuse writes based on stale reads")
 	fs.BoolVar(&o.noFSMetrics, "no-fs-metrics", false, "for benchmarks only: do not time the FUSE requests")
+	fs.StringVar(&o.fuseTransport, "fuse-transport", "classic", "how the mounts' FUSE requests come: classic (/dev/fuse), uring (FUSE over io_uring; a mount fails without it) or auto (io_uring where the kernel offers it)")
 	fs.StringVar(&o.jailNetwork, "jail-network", "none", "network of the threads' jails: none (loopback only) or host")
 	fs.Int64Var(&o.jailMemory, "jail-memory", 0, "memory of each thread's jail, in bytes (default 2 GiB)")
 	fs.IntVar(&o.jailProcs, "jail-procs", 0, "processes of each thread's jail (default 1024)")
@@ -154,9 +158,14 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	if m := int(o.jailCPU); m != 0 && (m < jail.MinCPUMillis || m > gateway.MaxCPUMillis) {
 		return cli.Usagef("--jail-cpu is between %s and %s CPUs, not %s", cli.CPU(jail.MinCPUMillis), cli.CPU(gateway.MaxCPUMillis), o.jailCPU)
 	}
+	transport, err := fuseTransport(log, o.fuseTransport)
+	if err != nil {
+		return err
+	}
 	// The configuration the flags give; the folders, the logger and the
 	// store are filled in once they are made.
 	cfg := gateway.Config{
+		FUSETransport:   transport,
 		HostID:          o.hostID,
 		MetricsAddr:     o.metricsAddr,
 		EventLog:        eventLogFlag(o.eventLog),
@@ -331,4 +340,30 @@ func eventLogFlag(n int) int {
 		return -1
 	}
 	return n
+}
+
+// fuseTransport reads --fuse-transport, and says which transport the
+// mounts get: uring needs the kernel to offer it, and auto takes it where
+// it does.
+func fuseTransport(log hclog.Logger, name string) (fs.Transport, error) {
+	t, err := fs.ParseTransport(name)
+	if err != nil {
+		return "", cli.Usagef("--fuse-transport: %v", err)
+	}
+	if t == fs.TransportClassic {
+		return t, nil
+	}
+	on, err := fs.URingEnabled()
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case on:
+		log.Info("FUSE transport", "asked", t, "taken", fs.TransportURing)
+	case t == fs.TransportURing:
+		return "", fmt.Errorf("--fuse-transport uring: the kernel does not offer FUSE over io_uring; as root: echo Y > /sys/module/fuse/parameters/enable_uring (warren doctor checks it)")
+	default:
+		log.Info("FUSE transport", "asked", t, "taken", fs.TransportClassic, "why", "the fuse module's enable_uring is off")
+	}
+	return t, nil
 }

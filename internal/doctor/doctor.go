@@ -124,6 +124,7 @@ func Run(h Host, o Options) []Result {
 		h.root(),
 		h.fuse(),
 		h.passthrough(),
+		h.fuseURing(),
 		h.landlock(),
 		h.seccomp(),
 		h.userNamespaces(),
@@ -179,6 +180,24 @@ func (h Host) passthrough() Result {
 	}
 	return Result{"passthrough", Warn, "Linux " + rel + " has no FUSE passthrough: reads and writes go through the daemon, slower",
 		"run Linux 6.9 or later"}
+}
+
+// fuseURing: FUSE over io_uring (Linux 6.14) serves a request with one
+// submission instead of a read and a write of /dev/fuse; the fuse module
+// offers it only once root turns on its enable_uring parameter, and warren
+// takes it with --fuse-transport uring or auto.
+func (h Host) fuseURing() Result {
+	const param = "/sys/module/fuse/parameters/enable_uring"
+	v, err := h.read(param)
+	switch {
+	case err != nil:
+		return Result{"fuse io_uring", Warn, "this kernel has no FUSE over io_uring (" + param + " is missing)",
+			"run Linux 6.14 or later built with CONFIG_FUSE_IO_URING to serve mounts over io_uring (optional)"}
+	case v != "Y":
+		return Result{"fuse io_uring", Warn, "FUSE over io_uring is off (" + param + " = " + v + "): --fuse-transport uring fails, auto serves the classic way",
+			"as root: echo Y > " + param + " (optional; see docs/operations.md, FUSE transport)"}
+	}
+	return Result{Name: "fuse io_uring", Status: OK, Detail: "FUSE over io_uring is on: --fuse-transport uring or auto serves the mounts over it"}
 }
 
 // kernelVersion reads "6.18.0-1-amd64" as 6, 18; 0, 0 if it cannot.

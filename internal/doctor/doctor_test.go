@@ -18,11 +18,12 @@ func fakeHost(t *testing.T) Host {
 	t.Helper()
 	root := t.TempDir()
 	files := map[string]string{
-		"proc/sys/kernel/osrelease":             "6.18.0-1-amd64",
-		"proc/sys/kernel/seccomp/actions_avail": "kill_process kill_thread trap errno user_notif trace log allow",
-		"proc/sys/user/max_user_namespaces":     "96364",
-		"sys/fs/cgroup/cgroup.controllers":      "cpuset cpu io memory pids",
-		"etc/group":                             "root:x:0:\nwarren:x:998:alice,bob\n",
+		"proc/sys/kernel/osrelease":               "6.18.0-1-amd64",
+		"proc/sys/kernel/seccomp/actions_avail":   "kill_process kill_thread trap errno user_notif trace log allow",
+		"proc/sys/user/max_user_namespaces":       "96364",
+		"sys/fs/cgroup/cgroup.controllers":        "cpuset cpu io memory pids",
+		"etc/group":                               "root:x:0:\nwarren:x:998:alice,bob\n",
+		"sys/module/fuse/parameters/enable_uring": "Y",
 	}
 	for p, content := range files {
 		full := filepath.Join(root, p)
@@ -95,6 +96,8 @@ func TestMissing(t *testing.T) {
 			write(t, h, "dev/fuse", "a plain file")
 		}},
 		{"passthrough", Warn, Options{}, func(t *testing.T, h *Host) { write(t, h, "proc/sys/kernel/osrelease", "6.1.0-13-amd64") }},
+		{"fuse io_uring", Warn, Options{}, func(t *testing.T, h *Host) { write(t, h, "sys/module/fuse/parameters/enable_uring", "N") }},
+		{"fuse io_uring", Warn, Options{}, func(t *testing.T, h *Host) { remove(t, h, "sys/module/fuse/parameters/enable_uring") }},
 		{"landlock", Warn, Options{}, func(t *testing.T, h *Host) {
 			h.LandlockABI = func() (int, error) { return 0, unix.EOPNOTSUPP }
 		}},
