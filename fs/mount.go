@@ -247,6 +247,10 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	transport, err := ParseTransport(string(opts.Transport))
+	if err != nil {
+		return nil, err
+	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = hclog.NewNullLogger()
@@ -342,17 +346,6 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		// their permissions against the files' modes.
 		mo.AllowOther = true
 		mo.Options = append(mo.Options, "default_permissions")
-	}
-	transport, err := ParseTransport(string(opts.Transport))
-	if err != nil {
-		rootNode.fd.close()
-		unix.Close(fd)
-		unix.Close(handleFd)
-		r.hub.dropChangeLog(r.changes)
-		if r.ownHub {
-			r.hub.Close()
-		}
-		return nil, err
 	}
 	fo := &fusefs.Options{
 		MountOptions:    mo,

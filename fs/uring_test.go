@@ -3,11 +3,13 @@ package fs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -233,4 +235,52 @@ func TestURingLockWaitsLeaveTheRingsServing(t *testing.T) {
 			t.Fatal("a lock waiter never got the lock")
 		}
 	}
+}
+
+func TestParseTransport(t *testing.T) {
+	for in, want := range map[string]Transport{"": TransportClassic, "classic": TransportClassic, "uring": TransportURing, "auto": TransportAuto} {
+		if got, err := ParseTransport(in); err != nil || got != want {
+			t.Errorf("ParseTransport(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"URING", "io_uring", "classic ", "uring,auto"} {
+		if _, err := ParseTransport(in); err == nil {
+			t.Errorf("ParseTransport(%q) took it", in)
+		}
+	}
+}
+
+// TestURingRefusedWhenOff: with the fuse module's enable_uring off, a
+// mount asked on uring fails and says why, and one on auto is served the
+// classic way.
+func TestURingRefusedWhenOff(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	was, err := os.ReadFile(uringParam)
+	if errors.Is(err, os.ErrNotExist) {
+		t.Skip("this kernel has no FUSE over io_uring")
+	}
+	must(t, err)
+	must(t, os.WriteFile(uringParam, []byte("N"), 0))
+	t.Cleanup(func() { os.WriteFile(uringParam, bytes.TrimSpace(was), 0) })
+
+	dir := t.TempDir()
+	backing, mnt := filepath.Join(dir, "backing"), filepath.Join(dir, "mnt")
+	must(t, os.Mkdir(backing, 0o755))
+	must(t, os.Mkdir(mnt, 0o755))
+	if m, err := Serve(context.Background(), backing, mnt, Options{Transport: TransportURing}); err == nil {
+		m.Close()
+		t.Fatal("served on uring with enable_uring off")
+	} else if !errors.Is(err, errURingRefused) || !strings.Contains(err.Error(), "enable_uring") {
+		t.Fatalf("refusal %q does not say why", err)
+	}
+	if mounted, err := IsMountpoint(mnt); err != nil || mounted {
+		t.Fatalf("the refused mount is left at %s (%v)", mnt, err)
+	}
+	m, err := Serve(context.Background(), backing, mnt, Options{Transport: TransportAuto})
+	must(t, err)
+	t.Cleanup(func() { m.Close() })
+	if m.Transport() != TransportClassic {
+		t.Fatalf("auto took %q with enable_uring off", m.Transport())
+	}
+	must(t, os.WriteFile(filepath.Join(mnt, "f"), []byte("classic"), 0o644))
 }
