@@ -428,8 +428,17 @@ func serveNodes(root fusefs.InodeEmbedder, fuseFd int, opts *fusefs.Options, tra
 				return served{}, fmt.Errorf("%w: %v", errURingRefused, err)
 			}
 			transport = TransportClassic
-		} else {
+		} else if on, _ := URingEnabled(); on || transport == TransportURing {
 			mo.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
+			// Locks stay with the kernel, per mount. Forwarded, a lock
+			// that waits holds a ring entry, and the kernel hands a
+			// request queued while all of a queue's entries were taken
+			// only to an entry that is answered, never to one added
+			// since: lock waits that take every entry of a queue at once
+			// stall it for good (an unlock queued behind them too).
+			mo.EnableLocks = false
+		} else {
+			transport = TransportClassic
 		}
 	}
 	server, err := fuse.NewServer(fs, "/dev/fd/"+strconv.Itoa(fuseFd), &mo)

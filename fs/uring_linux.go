@@ -45,7 +45,8 @@ import (
 // SETLKW) is served on a goroutine instead, and its worker takes a new
 // entry (up to uringMaxEntries) to go on with; the answer comes back to
 // the worker's thread through an eventfd the thread keeps a read queued
-// on.
+// on. (Mounts on the rings leave locks to the kernel, so no SETLKW comes
+// today: see serveNodes. This stays as the guard for one that would.)
 //
 // What still comes through /dev/fuse (FORGET, BATCH_FORGET, INTERRUPT) is
 // read by one more goroutine and served by the same ProtocolServer, so an
