@@ -319,12 +319,13 @@ func TestKill9InspectionMountRestored(t *testing.T) {
 }
 
 // crashedMountErr tells the error of a request to a mount whose daemon was
-// killed: ENOTCONN; over FUSE over io_uring also ECONNABORTED, since the
-// kernel lets go of the rings, and with them of the connection, only
-// after the process is gone, and a request made in between is ended by
-// the abort that follows.
+// killed: ENOTCONN. Over FUSE over io_uring also ECONNABORTED or
+// ECANCELED: the kernel lets go of the rings, and with them of the
+// connection, only after the process is gone, and a request made in
+// between is ended by the abort that follows (ECONNABORTED), or, handed
+// to a ring entry of a worker already dead, cancelled (ECANCELED).
 func crashedMountErr(err error) bool {
-	if os.Getenv(testenv.TransportEnv) == "uring" && errors.Is(err, syscall.ECONNABORTED) {
+	if os.Getenv(testenv.TransportEnv) == "uring" && (errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ECANCELED)) {
 		return true
 	}
 	return errors.Is(err, syscall.ENOTCONN)
