@@ -468,9 +468,15 @@ func TestJobOutputByStream(t *testing.T) {
 			t.Errorf("view %q: the follower's last frame %+v, want the end with exit 3", v, end)
 		}
 	}
-	// Merged, the streams alternate: more than one frame of each.
-	if n := len(followed[1].frames); n < 3 {
-		t.Errorf("the merged view came in %d frames", n)
+	// Merged, frames of both streams come (each says its own). How
+	// they alternate is the pipes' timing: the daemon may read all of
+	// one before the other, so two frames are enough.
+	streams := map[string]bool{}
+	for _, f := range followed[1].frames {
+		streams[f.Stream] = true
+	}
+	if len(streams) != 2 {
+		t.Errorf("the merged view came in %d frames of %d streams, want both streams", len(followed[1].frames), len(streams))
 	}
 
 	// From the middle of one stream: its offsets are its own bytes.
