@@ -21,22 +21,20 @@ import (
 	"warren/internal/testenv"
 )
 
-// requireURingPass skips a test of the io_uring transport itself outside
-// the suite's uring pass (make test runs the package once on each
-// transport), where every mount is served on the rings.
-func requireURingPass(t *testing.T) {
+// requireURing readies a test of the io_uring transport itself, which
+// serves its own mount on the rings in either pass of the suite: root,
+// FUSE, and the fuse module's enable_uring on for the test (a kernel
+// without it fails the test under CI=true).
+func requireURing(t *testing.T) {
 	t.Helper()
-	testenv.RequireRootFUSE(t)
-	if testTransport != TransportURing {
-		t.Skipf("runs in the uring pass (%s=uring)", testenv.TransportEnv)
-	}
+	testenv.SetFUSEURing(t, true)
 }
 
 // TestURingServesOverTheRings: on the uring transport the requests of
 // ordinary file work come over the rings, not through /dev/fuse, and are
 // answered right.
 func TestURingServesOverTheRings(t *testing.T) {
-	requireURingPass(t)
+	requireURing(t)
 	backing, mnt, m := serveURing(t, Options{EntryTimeout: -1, AttrTimeout: -1, NegativeTimeout: -1})
 	if m.Transport() != TransportURing || m.uring == nil {
 		t.Fatalf("transport %q, want uring", m.Transport())
@@ -177,7 +175,7 @@ func TestInterruptReachesTheRequest(t *testing.T) {
 // a mount on the rings, so no wait reaches the daemon, the mount goes on
 // serving, and each waiter gets the lock in turn once it is let go.
 func TestURingLockWaitsLeaveTheRingsServing(t *testing.T) {
-	requireURingPass(t)
+	requireURing(t)
 	_, mnt, m := serveURing(t, Options{})
 	path := filepath.Join(mnt, "locked")
 	must(t, os.WriteFile(path, []byte("x"), 0o644))
@@ -256,14 +254,7 @@ func TestParseTransport(t *testing.T) {
 // mount asked on uring fails and says why, and one on auto is served the
 // classic way.
 func TestURingRefusedWhenOff(t *testing.T) {
-	testenv.RequireRootFUSE(t)
-	was, err := os.ReadFile(uringParam)
-	if errors.Is(err, os.ErrNotExist) {
-		t.Skip("this kernel has no FUSE over io_uring")
-	}
-	must(t, err)
-	must(t, os.WriteFile(uringParam, []byte("N"), 0))
-	t.Cleanup(func() { os.WriteFile(uringParam, bytes.TrimSpace(was), 0) })
+	testenv.SetFUSEURing(t, false)
 
 	dir := t.TempDir()
 	backing, mnt := filepath.Join(dir, "backing"), filepath.Join(dir, "mnt")
