@@ -109,9 +109,12 @@ func closeFuseDevices() error {
 		// text is the kernel's name of the file, read without asking
 		// the file's filesystem; only a descriptor named /dev/fuse is
 		// then checked to be the device.
+		// A descriptor not known for sure to be neither is an error, not
+		// a skip: left open here, /dev/fuse or a ring would keep the
+		// connection up past the daemon's death.
 		target, err := os.Readlink("/proc/thread-self/fd/" + name)
 		if err != nil {
-			continue
+			return fmt.Errorf("read what descriptor %s is: %w", name, err)
 		}
 		if target == "anon_inode:[io_uring]" {
 			// A ring of the io_uring transport (uring_linux.go): its
