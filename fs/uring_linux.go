@@ -41,12 +41,12 @@ import (
 // the queue's next requests to the other workers: a request whose serving
 // waits for another request of the same connection (a notification waits
 // for a page lock a READ holds) does not stop the queue, as one reader
-// would. A request that may wait without bound (a lock that waits,
-// SETLKW) is served on a goroutine instead, and its worker takes a new
-// entry (up to uringMaxEntries) to go on with; the answer comes back to
-// the worker's thread through an eventfd the thread keeps a read queued
-// on. (Mounts on the rings leave locks to the kernel, so no SETLKW comes
-// today: see serveNodes. This stays as the guard for one that would.)
+// would. Still, four requests that each wait for one more stop a queue:
+// so no request may wait without bound, and the one kind that does, a
+// lock that waits (SETLKW), never comes, since mounts on the rings leave
+// POSIX and flock locks to the kernel (serveNodes; see
+// docs/experiments/fuse-over-io-uring.md for why they cannot be
+// forwarded here). lockRequests counts any that would come all the same.
 //
 // What still comes through /dev/fuse (FORGET, BATCH_FORGET, INTERRUPT) is
 // read by one more goroutine and served by the same ProtocolServer, so an
@@ -74,20 +74,19 @@ const (
 	inHeaderSize  = int(unsafe.Sizeof(fuse.InHeader{}))
 	outHeaderSize = int(unsafe.Sizeof(fuse.OutHeader{}))
 
+	opWrite     = 16
 	opInit      = 26
+	opGetlk     = 31
+	opSetlk     = 32
 	opSetlkw    = 33
 	opInterrupt = 36
-	opWrite     = 16
 )
 
-// Workers per kernel queue, and entries per worker: made at the start,
-// and at most (serveAsync adds them).
+// Workers per kernel queue, each with one entry, and the room of each
+// worker's submission queue (it never has more than one command queued).
 const (
-	uringWorkers        = 4
-	uringInitialEntries = 1
-	uringMaxEntries     = 32
-	uringSQEntries      = 128 // > uringMaxEntries + 1: one command per entry and the eventfd read
-	eventfdTag          = ^uint64(0)
+	uringWorkers   = 4
+	uringSQEntries = 4
 )
 
 // errURingRefused wraps every reason the io_uring transport could not be
@@ -101,41 +100,28 @@ type uringServer struct {
 	log     hclog.Logger
 	payload int // bytes of each entry's payload buffer
 	workers []*uringQueue
-	// stopping ends the workers while the connection lives (a failed
-	// start); they end by themselves when it ends.
-	stopping atomic.Bool
-	wg       sync.WaitGroup // the queues' threads and the /dev/fuse reader
+	wg      sync.WaitGroup // the queues' threads and the /dev/fuse reader
 
-	asyncMu sync.Mutex
-	async   map[uint64]bool // uniques of requests served on goroutines
-
-	// ringRequests counts the requests that came over the rings.
-	ringRequests atomic.Uint64
+	// ringRequests counts the requests that came over the rings, and
+	// lockRequests those of them that were locks (none should: see the
+	// top of this file).
+	ringRequests, lockRequests atomic.Uint64
 }
 
 // uringQueue is one worker of a kernel queue: its thread, ring and
-// entries.
+// entry.
 type uringQueue struct {
-	s    *uringServer
-	qid  uint16
-	ring *uring.Ring
-	efd  int
-	// efdBuf is where the queued eventfd read lands (off the Go heap:
-	// the kernel writes it whenever the read completes).
-	efdBuf []byte
-	ents   []*uringEnt
-	live   int // entries whose command the kernel holds or will get back
-	held   int // entries held by requests served on goroutines
+	s      *uringServer
+	qid    uint16
+	ring   *uring.Ring
+	ent    *uringEnt
+	live   bool // the kernel holds the entry's command or will give it back
 	failed error
-
-	mu      sync.Mutex
-	replies []*uringEnt // answered on goroutines, to be committed
 }
 
-// uringEnt is one ring entry: header and payload buffers, mapped off the
+// uringEnt is a ring entry: header and payload buffers, mapped off the
 // Go heap since the kernel writes them at any time.
 type uringEnt struct {
-	idx      int
 	mem      []byte // header page, then payload
 	hdr      []byte
 	payload  []byte
@@ -166,15 +152,18 @@ func startURing(fd int, fs fuse.RawFileSystem, mo *fuse.MountOptions, kernel *fu
 		log: log,
 		// The kernel's least: max(8 KiB, max_write, max_pages pages).
 		payload: max(8192, (maxWrite+page-1)/page*page),
-		async:   make(map[uint64]bool),
 	}
 	n := queues * uringWorkers
 	ready := make(chan error, n)
+	// start tells the workers, once all are set up, whether to serve
+	// (closed with go true) or to close their rings (a worker failed).
+	start := make(chan struct{})
+	var serve bool
 	for i := range n {
-		uq := &uringQueue{s: s, qid: uint16(i % queues), efd: -1}
+		uq := &uringQueue{s: s, qid: uint16(i % queues)}
 		s.workers = append(s.workers, uq)
 		s.wg.Add(1)
-		go uq.run(ready)
+		go uq.run(ready, start, &serve)
 	}
 	var first error
 	for range n {
@@ -182,8 +171,9 @@ func startURing(fd int, fs fuse.RawFileSystem, mo *fuse.MountOptions, kernel *fu
 			first = err
 		}
 	}
+	serve = first == nil
+	close(start) // after the write of serve: the workers read it after
 	if first != nil {
-		s.stop()
 		s.wg.Wait()
 		return nil, fmt.Errorf("%w: %v", errURingRefused, first)
 	}
@@ -192,24 +182,8 @@ func startURing(fd int, fs fuse.RawFileSystem, mo *fuse.MountOptions, kernel *fu
 	return s, nil
 }
 
-// heldRequests returns how many requests are being served on goroutines.
-func (s *uringServer) heldRequests() int {
-	s.asyncMu.Lock()
-	defer s.asyncMu.Unlock()
-	return len(s.async)
-}
-
 // wait returns once the connection ended and nothing of s runs.
 func (s *uringServer) wait() { s.wg.Wait() }
-
-// stop ends the queues while the connection lives: each closes its ring,
-// and the kernel cancels the commands on it.
-func (s *uringServer) stop() {
-	s.stopping.Store(true)
-	for _, q := range s.workers {
-		q.wake()
-	}
-}
 
 // initProtocol gives ps the INIT go-fuse's Server answered, so that it
 // parses requests by the same negotiated flags.
@@ -258,16 +232,19 @@ func possibleCPUs() (int, error) {
 	return last + 1, nil
 }
 
-// run is the queue's thread: it sets the ring up, says so on ready, and
-// serves until the connection ends.
-func (q *uringQueue) run(ready chan<- error) {
+// run is the queue's thread: it sets the ring up, says so on ready,
+// and, once start is closed, serves until the connection ends if serve
+// says so. Closing the ring at the end makes the kernel cancel the
+// entry's command.
+func (q *uringQueue) run(ready chan<- error, start <-chan struct{}, serve *bool) {
 	defer q.s.wg.Done()
 	// Never unlocked: the thread ends with this goroutine, and the
 	// kernel cancels the commands it submitted.
 	runtime.LockOSThread()
 	err := q.setup()
 	ready <- err
-	if err == nil {
+	<-start
+	if err == nil && *serve {
 		q.serve()
 	}
 	q.teardown()
@@ -279,22 +256,8 @@ func (q *uringQueue) setup() error {
 		return err
 	}
 	q.ring = ring
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
-	if err != nil {
-		return fmt.Errorf("eventfd: %w", err)
-	}
-	q.efd = efd
-	q.efdBuf, err = unix.Mmap(-1, 0, os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		return fmt.Errorf("map the eventfd buffer: %w", err)
-	}
-	if err := q.armEventfd(); err != nil {
+	if err := q.register(); err != nil {
 		return err
-	}
-	for range uringInitialEntries {
-		if err := q.register(); err != nil {
-			return err
-		}
 	}
 	if err := q.ring.Enter(false); err != nil {
 		return err
@@ -306,15 +269,15 @@ func (q *uringQueue) setup() error {
 	return q.failed
 }
 
-// register adds an entry: its buffers, and a REGISTER command that hands
-// them to the kernel.
+// register makes the worker's entry: its buffers, and a REGISTER command
+// that hands them to the kernel.
 func (q *uringQueue) register() error {
 	page := os.Getpagesize()
 	mem, err := unix.Mmap(-1, 0, page+q.s.payload, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
 		return fmt.Errorf("map a ring entry: %w", err)
 	}
-	e := &uringEnt{idx: len(q.ents), mem: mem, hdr: mem[:uringHeaderSize], payload: mem[page:]}
+	e := &uringEnt{mem: mem, hdr: mem[:uringHeaderSize], payload: mem[page:]}
 	// The two iovecs REGISTER takes sit in the header page, after the
 	// header.
 	iov := unsafe.Slice((*unix.Iovec)(unsafe.Pointer(&mem[512])), 2)
@@ -325,8 +288,7 @@ func (q *uringQueue) register() error {
 		unix.Munmap(mem)
 		return err
 	}
-	q.ents = append(q.ents, e)
-	q.live++
+	q.ent, q.live = e, true
 	q.fuseCmd(sqe, uringCmdRegister, e, 0)
 	sqe.Addr = uint64(uintptr(unsafe.Pointer(&iov[0])))
 	sqe.Len = 2
@@ -338,7 +300,6 @@ func (q *uringQueue) fuseCmd(sqe *uring.SQE, op uint32, e *uringEnt, commitID ui
 	sqe.Opcode = uring.OpURingCmd
 	sqe.Fd = int32(q.s.fd)
 	sqe.Off = uint64(op) // cmd_op
-	sqe.UserData = uint64(e.idx)
 	// struct fuse_uring_cmd_req: flags, commit_id, qid.
 	binary.LittleEndian.PutUint64(sqe.Cmd[8:], commitID)
 	binary.LittleEndian.PutUint16(sqe.Cmd[16:], q.qid)
@@ -357,34 +318,10 @@ func (q *uringQueue) next() (*uring.SQE, error) {
 	return sqe, err
 }
 
-// armEventfd queues a read of the eventfd: it completes when a goroutine
-// has answered a request (wake).
-func (q *uringQueue) armEventfd() error {
-	sqe, err := q.next()
-	if err != nil {
-		return err
-	}
-	sqe.Opcode = uring.OpRead
-	sqe.Fd = int32(q.efd)
-	sqe.Addr = uint64(uintptr(unsafe.Pointer(&q.efdBuf[0])))
-	sqe.Len = 8
-	sqe.UserData = eventfdTag
-	return nil
-}
-
-// wake makes the queue's thread look at its replies (and at stopping).
-func (q *uringQueue) wake() {
-	var one [8]byte
-	binary.LittleEndian.PutUint64(one[:], 1)
-	if q.efd >= 0 {
-		unix.Write(q.efd, one[:])
-	}
-}
-
-// serve answers requests until every entry is gone (the connection
-// ended) or the server stops.
+// serve answers requests until the kernel lets the entry go (the
+// connection ended).
 func (q *uringQueue) serve() {
-	for q.live > 0 && !q.s.stopping.Load() {
+	for q.live {
 		if err := q.ring.Enter(true); err != nil {
 			q.s.log.Error("FUSE ring failed", "queue", q.qid, "error", err)
 			return
@@ -393,74 +330,25 @@ func (q *uringQueue) serve() {
 	}
 }
 
-// complete handles one completion: a request in an entry, an entry the
-// kernel let go, or the eventfd.
+// complete handles one completion: a request in the entry, or the
+// kernel letting the entry go.
 func (q *uringQueue) complete(c uring.CQE) {
-	if c.UserData == eventfdTag {
-		q.mu.Lock()
-		replies := q.replies
-		q.replies = nil
-		q.mu.Unlock()
-		for _, e := range replies {
-			q.held--
-			q.commit(e)
-		}
-		if c.Res < 0 && c.Res != -int32(unix.EINTR) && c.Res != -int32(unix.EAGAIN) {
-			if c.Res != -int32(unix.ECANCELED) {
-				q.s.log.Error("FUSE ring: eventfd read failed", "queue", q.qid, "error", unix.Errno(-c.Res))
-			}
-			return
-		}
-		if err := q.armEventfd(); err != nil {
-			q.s.log.Error("FUSE ring: queue the eventfd read", "queue", q.qid, "error", err)
-		}
-		return
-	}
-	if c.UserData >= uint64(len(q.ents)) {
-		return
-	}
-	e := q.ents[c.UserData]
 	if c.Res < 0 {
-		// The kernel let the entry go: the connection ended (ENOTCONN,
-		// ECANCELED), or it refused the command.
-		q.live--
+		// The connection ended (ENOTCONN, ECANCELED), or the kernel
+		// refused the command.
+		q.live = false
 		if err := unix.Errno(-c.Res); err != unix.ENOTCONN && err != unix.ECANCELED && q.failed == nil {
 			q.failed = fmt.Errorf("FUSE ring command: %w", err)
 		}
 		return
 	}
 	q.s.ringRequests.Add(1)
-	if (*fuse.InHeader)(unsafe.Pointer(&e.hdr[0])).Opcode == opSetlkw {
-		q.serveAsync(e)
-		return
+	switch (*fuse.InHeader)(unsafe.Pointer(&q.ent.hdr[0])).Opcode {
+	case opGetlk, opSetlk, opSetlkw:
+		q.s.lockRequests.Add(1)
 	}
-	q.s.serve(e)
-	q.commit(e)
-}
-
-// serveAsync serves e on a goroutine, and first makes sure entries are
-// left for the queue's other requests.
-func (q *uringQueue) serveAsync(e *uringEnt) {
-	q.held++
-	if len(q.ents)-q.held < 1 && len(q.ents) < uringMaxEntries {
-		if err := q.register(); err != nil {
-			q.s.log.Warn("FUSE ring: add an entry", "queue", q.qid, "error", err)
-		}
-	}
-	unique := (*fuse.InHeader)(unsafe.Pointer(&e.hdr[0])).Unique
-	q.s.asyncMu.Lock()
-	q.s.async[unique] = true
-	q.s.asyncMu.Unlock()
-	go func() {
-		q.s.serve(e)
-		q.s.asyncMu.Lock()
-		delete(q.s.async, unique)
-		q.s.asyncMu.Unlock()
-		q.mu.Lock()
-		q.replies = append(q.replies, e)
-		q.mu.Unlock()
-		q.wake()
-	}()
+	q.s.serve(q.ent)
+	q.commit(q.ent)
 }
 
 // commit hands e's answer to the kernel and e back for the next request.
@@ -473,29 +361,14 @@ func (q *uringQueue) commit(e *uringEnt) {
 	q.fuseCmd(sqe, uringCmdCommitAndFetch, e, e.commitID)
 }
 
-// teardown closes the ring (the kernel cancels its commands, the queued
-// eventfd read too) and frees the buffers, once the requests served on
-// goroutines, which write into theirs, are answered.
+// teardown closes the ring (the kernel cancels its command) and frees
+// the entry's buffers.
 func (q *uringQueue) teardown() {
 	if q.ring != nil {
 		q.ring.Close()
 	}
-	for q.held > 0 {
-		var b [8]byte
-		unix.Read(q.efd, b[:])
-		q.mu.Lock()
-		q.held -= len(q.replies)
-		q.replies = nil
-		q.mu.Unlock()
-	}
-	if q.efd >= 0 {
-		unix.Close(q.efd)
-	}
-	for _, e := range q.ents {
-		unix.Munmap(e.mem)
-	}
-	if q.efdBuf != nil {
-		unix.Munmap(q.efdBuf)
+	if q.ent != nil {
+		unix.Munmap(q.ent.mem)
 	}
 }
 
@@ -541,9 +414,7 @@ func (s *uringServer) answerError(e *uringEnt, unique uint64, errno unix.Errno) 
 
 // readDevice serves what still comes through /dev/fuse: FORGET,
 // BATCH_FORGET and INTERRUPT (which finds requests of the rings, being
-// the same ProtocolServer's). It ends when the connection does, and then
-// interrupts the requests still served on goroutines, as go-fuse's Serve
-// does with its own.
+// the same ProtocolServer's). It ends when the connection does.
 func (s *uringServer) readDevice() {
 	defer s.wg.Done()
 	// The kernel refuses a read into less than this.
@@ -559,7 +430,6 @@ func (s *uringServer) readDevice() {
 			if err != unix.ENODEV {
 				s.log.Error("FUSE: read /dev/fuse", "error", err)
 			}
-			s.interruptAsync()
 			return
 		}
 		if n < inHeaderSize {
@@ -586,20 +456,4 @@ func (s *uringServer) readDevice() {
 func noAnswer(opcode uint32) bool {
 	const opForget, opBatchForget, opNotifyReply = 2, 42, 41
 	return opcode == opForget || opcode == opBatchForget || opcode == opNotifyReply
-}
-
-// interruptAsync interrupts the requests served on goroutines, once the
-// connection is gone, by an INTERRUPT of each to the ProtocolServer.
-func (s *uringServer) interruptAsync() {
-	s.asyncMu.Lock()
-	uniques := make([]uint64, 0, len(s.async))
-	for u := range s.async {
-		uniques = append(uniques, u)
-	}
-	s.asyncMu.Unlock()
-	for _, u := range uniques {
-		in := fuse.InterruptIn{Unique: u}
-		in.InHeader = fuse.InHeader{Length: uint32(unsafe.Sizeof(in)), Opcode: opInterrupt, Unique: 1}
-		s.ps.HandleRequest([][]byte{unsafe.Slice((*byte)(unsafe.Pointer(&in)), unsafe.Sizeof(in))}, [][]byte{make([]byte, 64)})
-	}
 }

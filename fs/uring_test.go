@@ -220,7 +220,7 @@ func TestURingLockWaitsLeaveTheRingsServing(t *testing.T) {
 			t.Fatalf("read %s back while locks wait: %q, %v", name, b, err)
 		}
 	}
-	if n := m.uring.heldRequests(); n != 0 {
+	if n := m.uring.lockRequests.Load(); n != 0 {
 		t.Errorf("%d lock waits reached the daemon; the kernel keeps a ring mount's locks", n)
 	}
 	unlock := unix.Flock_t{Type: unix.F_UNLCK}
