@@ -89,11 +89,13 @@ func openEventLog(path string, max int) (*eventLog, error) {
 	}
 	l.ring = newEventRing(max)
 	for _, ev := range kept {
+		// Encoded anew: the line in the file may have been torn and
+		// still parsed, or written by an older daemon.
 		line, err := encodeEvent(ev)
 		if err != nil {
 			continue
 		}
-		l.ring.push(ev, line)
+		l.ring.push(ev.Seq, line)
 	}
 	if err := l.rewrite(0); err != nil {
 		return nil, err
@@ -106,7 +108,7 @@ func (l *eventLog) last() uint64 {
 	if l.ring.n == 0 {
 		return 0
 	}
-	return l.ring.at(l.ring.n - 1).Seq
+	return l.ring.seqAt(l.ring.n - 1)
 }
 
 // oldest is the oldest kept event's seq, 0 if none.
@@ -114,13 +116,13 @@ func (l *eventLog) oldest() uint64 {
 	if l.ring.n == 0 {
 		return 0
 	}
-	return l.ring.at(0).Seq
+	return l.ring.seqAt(0)
 }
 
-// add appends ev, whose line (encodeEvent) is given. A failed write is
-// returned; the event stays in memory.
-func (l *eventLog) add(ev api.Event, line []byte) error {
-	l.ring.push(ev, line)
+// add appends the event numbered seq, whose line (encodeEvent) is given.
+// A failed write is returned; the event stays in memory.
+func (l *eventLog) add(seq uint64, line []byte) error {
+	l.ring.push(seq, line)
 	if l.f == nil {
 		return errors.New("append to the event log: it is closed")
 	}
@@ -156,24 +158,32 @@ func (l *eventLog) copyLine(line []byte) (err error) {
 	return nil
 }
 
-// since returns the kept events after seq, oldest first, in a slice of
-// their own.
-func (l *eventLog) since(seq uint64) []api.Event {
+// since returns the lines of the kept events after seq, oldest first, in
+// a slice of their own (the lines are shared and read-only).
+func (l *eventLog) since(seq uint64) [][]byte {
 	i := l.ring.n
-	for i > 0 && l.ring.at(i-1).Seq > seq {
+	for i > 0 && l.ring.seqAt(i-1) > seq {
 		i--
 	}
-	out := make([]api.Event, 0, l.ring.n-i)
+	out := make([][]byte, 0, l.ring.n-i)
 	for ; i < l.ring.n; i++ {
-		out = append(out, l.ring.at(i))
+		out = append(out, l.ring.lineAt(i))
 	}
 	return out
 }
 
-// eventRing holds the newest events, at most len(buf), each with its
-// line (kept so that remaking the file encodes nothing): pushing one more
-// overwrites the oldest, in place. An untar publishes an event for every
-// file it makes; a slice that shifted would copy the whole ring.
+// eventRing holds the newest events, at most len(buf), as their lines
+// (the stream sends them, the file is remade from them, a replay decodes
+// them): pushing one more overwrites the oldest, in place. An untar
+// publishes an event for every file it makes; a slice that shifted would
+// copy the whole ring.
+//
+// Lines, not api.Events: the ring lives as long as the daemon, and the
+// garbage collector walks every pointer of it at each cycle. An Event has
+// a dozen strings; a line is one allocation without pointers. With
+// Events kept here the collector had 5.8% of a daemon's perf samples
+// during an untar followed by a reader; with lines, 2.7% (2.2% with no
+// reader, so no events at all).
 type eventRing struct {
 	buf   []keptEvent
 	start int // the oldest
@@ -181,24 +191,24 @@ type eventRing struct {
 }
 
 type keptEvent struct {
-	ev   api.Event
-	line []byte // encodeEvent(ev), shared with the streams, read-only
+	seq  uint64
+	line []byte // encodeEvent of the event, shared with the streams, read-only
 }
 
 func newEventRing(max int) eventRing { return eventRing{buf: make([]keptEvent, max)} }
 
-func (r *eventRing) push(ev api.Event, line []byte) {
+func (r *eventRing) push(seq uint64, line []byte) {
 	if r.n < len(r.buf) {
-		r.buf[(r.start+r.n)%len(r.buf)] = keptEvent{ev, line}
+		r.buf[(r.start+r.n)%len(r.buf)] = keptEvent{seq, line}
 		r.n++
 		return
 	}
-	r.buf[r.start] = keptEvent{ev, line}
+	r.buf[r.start] = keptEvent{seq, line}
 	r.start = (r.start + 1) % len(r.buf)
 }
 
-// at is the i-th kept event, oldest first; i < n.
-func (r *eventRing) at(i int) api.Event { return r.buf[(r.start+i)%len(r.buf)].ev }
+// seqAt is the seq of the i-th kept event, oldest first; i < n.
+func (r *eventRing) seqAt(i int) uint64 { return r.buf[(r.start+i)%len(r.buf)].seq }
 
 // lineAt is the line of the i-th kept event.
 func (r *eventRing) lineAt(i int) []byte { return r.buf[(r.start+i)%len(r.buf)].line }
@@ -206,12 +216,18 @@ func (r *eventRing) lineAt(i int) []byte { return r.buf[(r.start+i)%len(r.buf)].
 // rewrite makes the file anew with the ring's lines, with room for about
 // as many again and at least need more bytes, and renames it over the log.
 // On failure the old file stays as it was.
+//
+// It runs under the broker's lock, inside the FUSE request whose event
+// filled the file, so it writes the lines straight into the new file's
+// mapping, whose pages it asks for at once (MAP_POPULATE), rather than
+// through a buffer and a write(2): every later copy into the mapping then
+// finds its page there instead of faulting it in.
 func (l *eventLog) rewrite(need int) error {
-	var buf bytes.Buffer
+	used := 0
 	for i := range l.ring.n {
-		buf.Write(l.ring.lineAt(i))
+		used += len(l.ring.lineAt(i))
 	}
-	size := max(2*buf.Len(), l.max*eventLogLineRoom, buf.Len()+2*need)
+	size := max(2*used, l.max*eventLogLineRoom, used+2*need)
 	size = (size + 4095) &^ 4095
 
 	tmp := l.path + ".new"
@@ -224,17 +240,32 @@ func (l *eventLog) rewrite(need int) error {
 		os.Remove(tmp)
 		return fmt.Errorf("write the event log: %w", err)
 	}
-	off := buf.Len() // where the next line goes
-	if _, err := f.Write(buf.Bytes()); err != nil {
-		return fail(err)
-	}
 	if err := allocate(f, size); err != nil {
 		return fail(err)
 	}
-	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		mem = nil // the log works with writes alone
 	}
+	off := 0 // where the next line goes
+	if mem != nil {
+		err = l.copyKept(mem)
+		if err != nil {
+			unix.Munmap(mem)
+			mem = nil
+		}
+	}
+	if mem == nil {
+		var buf bytes.Buffer
+		buf.Grow(used)
+		for i := range l.ring.n {
+			buf.Write(l.ring.lineAt(i))
+		}
+		if _, err := f.WriteAt(buf.Bytes(), 0); err != nil {
+			return fail(err)
+		}
+	}
+	off = used
 	if err := os.Rename(tmp, l.path); err != nil {
 		if mem != nil {
 			unix.Munmap(mem)
@@ -246,6 +277,22 @@ func (l *eventLog) rewrite(need int) error {
 		l.f.Close()
 	}
 	l.f, l.mem, l.off, l.size = f, mem, off, size
+	return nil
+}
+
+// copyKept copies the ring's lines to the start of mem, a new file's
+// mapping, turning a fault in the copy into an error.
+func (l *eventLog) copyKept(mem []byte) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("a fault in the new event log's mapping: %v", r)
+		}
+	}()
+	off := 0
+	for i := range l.ring.n {
+		off += copy(mem[off:], l.ring.lineAt(i))
+	}
 	return nil
 }
 

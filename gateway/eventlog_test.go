@@ -22,7 +22,7 @@ func addEvents(t *testing.T, l *eventLog, from, to uint64, size int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := l.add(ev, line); err != nil {
+		if err := l.add(ev.Seq, line); err != nil {
 			t.Fatalf("add event %d: %v", seq, err)
 		}
 	}
@@ -61,7 +61,11 @@ func seqRange(from, to uint64) []uint64 {
 
 func ringSeqs(l *eventLog) []uint64 {
 	var s []uint64
-	for _, ev := range l.since(0) {
+	for _, line := range l.since(0) {
+		var ev api.Event
+		if json.Unmarshal(line, &ev) != nil {
+			return append(s, 0) // never a seq: the comparison fails
+		}
 		s = append(s, ev.Seq)
 	}
 	return s

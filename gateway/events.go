@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -156,12 +157,14 @@ func (b *broker) stats() (subscribers int, missed uint64) {
 	return len(b.subs), b.missed
 }
 
-// delivery is one queued event, with the number of events this subscriber
-// lost just before it.
+// delivery is one queued event, as the stream sends it, with the number
+// of events this subscriber lost just before it. The line alone, not the
+// api.Event: a queue's buffer is scanned by the garbage collector whole,
+// and an Event has a dozen strings.
 type delivery struct {
 	missed uint64
-	ev     api.Event
-	line   []byte // ev as the stream sends it (encodeEvent); shared, read-only
+	at     time.Time // the event's time, for a missed event before it
+	line   []byte    // encodeEvent of the event; shared, read-only
 }
 
 // subscription is one subscriber's queue. Only the broker sends on ch, and
@@ -172,11 +175,13 @@ type subscription struct {
 	filter eventFilter
 	ch     chan delivery
 	missed uint64 // events dropped since the last delivery; guarded by b.mu
-	// replay are the kept events after the reader's since that pass its
-	// filter, to be sent before ch's; lost is how many events after since
-	// the log no longer keeps (a missed event says so first), and
-	// lostFrom, lostTo their seqs. Set by subscribe, read by the stream.
-	replay           []api.Event
+	// replay are the lines of the kept events after the reader's since,
+	// to be sent before ch's, those that pass the filter (the stream
+	// decodes them to tell, outside the broker's lock); lost is how many
+	// events after since the log no longer keeps (a missed event says so
+	// first), and lostFrom, lostTo their seqs. Set by subscribe, read by
+	// the stream.
+	replay           [][]byte
 	lost             uint64
 	lostFrom, lostTo uint64
 }
@@ -215,11 +220,7 @@ func (b *broker) subscribeSince(f eventFilter, since *uint64) (*subscription, er
 			s.lost, s.lostFrom, s.lostTo = first-*since-1, *since+1, first-1
 		}
 		if b.log != nil {
-			for _, ev := range b.log.since(*since) {
-				if f.match(ev) {
-					s.replay = append(s.replay, ev)
-				}
-			}
+			s.replay = b.log.since(*since)
 		}
 	}
 	b.subs[s] = struct{}{}
@@ -244,7 +245,7 @@ func (s *subscription) cancel() {
 
 // missedEvent is the missed event that precedes d.
 func (s *subscription) missedEvent(d delivery) api.Event {
-	return api.Event{Time: d.ev.Time, Type: api.EventMissed, Tenant: s.filter.tenant, Thread: s.filter.thread, Missed: d.missed}
+	return api.Event{Time: d.at, Type: api.EventMissed, Tenant: s.filter.tenant, Thread: s.filter.thread, Missed: d.missed}
 }
 
 // publish numbers ev, stamps it and queues it for every subscriber whose
@@ -267,7 +268,7 @@ func (b *broker) publish(ev api.Event) {
 		panic(fmt.Sprintf("encode event %s: %v", ev.Type, err))
 	}
 	if b.log != nil {
-		if err := b.log.add(ev, line); err != nil && b.logErr == nil {
+		if err := b.log.add(ev.Seq, line); err != nil && b.logErr == nil {
 			b.logErr = err // told once, by the gateway (closeLog)
 		}
 	}
@@ -282,7 +283,7 @@ func (b *broker) publish(ev api.Event) {
 			b.missed++
 			continue
 		}
-		s.ch <- delivery{missed: s.missed, ev: ev, line: line}
+		s.ch <- delivery{missed: s.missed, at: ev.Time, line: line}
 		s.missed = 0
 	}
 }
@@ -473,8 +474,17 @@ func (s *eventStream) serveStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	for _, ev := range s.sub.replay {
-		if err := write(ev); err != nil {
+	for _, line := range s.sub.replay {
+		var ev api.Event
+		if err := json.Unmarshal(line, &ev); err != nil {
+			// The log's lines are the daemon's own encoding.
+			log.Error("event stream: a kept event does not parse", "error", err)
+			continue
+		}
+		if !s.sub.filter.match(ev) {
+			continue
+		}
+		if _, err := w.Write(line); err != nil {
 			log.Debug("event stream ended: write failed", "error", err)
 			return
 		}

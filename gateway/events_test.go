@@ -135,22 +135,23 @@ func TestBrokerStalledSubscriber(t *testing.T) {
 
 	for i := range 4 {
 		d := <-stalled.ch
-		if d.missed != 0 || d.ev.Message != strconv.Itoa(i) || d.ev.Seq != uint64(i+1) {
-			t.Errorf("delivery %d: got %+v, want event %d (seq %d) with nothing missed", i, d, i, i+1)
+		if ev := mustEvent(t, d); d.missed != 0 || ev.Message != strconv.Itoa(i) || ev.Seq != uint64(i+1) {
+			t.Errorf("delivery %d: got %+v, want event %d (seq %d) with nothing missed", i, ev, i, i+1)
 		}
 	}
 	b.publish(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: "after"})
 	b.publish(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: "after 2"})
 	d := <-stalled.ch
-	if d.missed != 10 || d.ev.Message != "after" || d.ev.Seq != 15 {
-		t.Errorf("got %+v, want event \"after\" (seq 15) with 10 missed before it", d)
+	ev := mustEvent(t, d)
+	if d.missed != 10 || ev.Message != "after" || ev.Seq != 15 {
+		t.Errorf("got %+v (%d missed), want event \"after\" (seq 15) with 10 missed before it", ev, d.missed)
 	}
 	m := stalled.missedEvent(d)
-	if m.Type != api.EventMissed || m.Missed != 10 || m.Seq != 0 || !m.Time.Equal(d.ev.Time) {
+	if m.Type != api.EventMissed || m.Missed != 10 || m.Seq != 0 || !m.Time.Equal(ev.Time) {
 		t.Errorf("got missed event %+v, want type missed, 10 missed, seq 0, the time of the next event", m)
 	}
-	if d := <-stalled.ch; d.missed != 0 || d.ev.Message != "after 2" {
-		t.Errorf("got %+v, want event \"after 2\" with nothing missed: one missed event per loss", d)
+	if d := <-stalled.ch; d.missed != 0 || mustEvent(t, d).Message != "after 2" {
+		t.Errorf("got %+v (%d missed), want event \"after 2\" with nothing missed: one missed event per loss", mustEvent(t, d), d.missed)
 	}
 	// A subscriber that none of it was for lost nothing.
 	if len(other.ch) != 0 || other.missed != 0 {
@@ -590,4 +591,21 @@ func TestEventsEscapeRefused(t *testing.T) {
 		!strings.HasPrefix(ev.Message, "symlink of /leak refused: ") || !strings.Contains(ev.Message, `"/etc/passwd"`) {
 		t.Errorf("got %+v, want escape.refused of acme/t1 at /leak naming the target", ev)
 	}
+}
+
+// mustEvent is d's event, decoded from the line the stream would send.
+func mustEvent(t *testing.T, d delivery) api.Event {
+	t.Helper()
+	ev, err := d.event()
+	if err != nil {
+		t.Fatalf("decode a delivery's line %q: %v", d.line, err)
+	}
+	return ev
+}
+
+// event decodes d's event from its line.
+func (d delivery) event() (api.Event, error) {
+	var ev api.Event
+	err := json.Unmarshal(d.line, &ev)
+	return ev, err
 }

@@ -223,7 +223,12 @@ func subscribe(t *testing.T, env *testEnv, thread string) <-chan api.Event {
 				if !ok {
 					return
 				}
-				evs <- d.ev
+				ev, err := d.event()
+				if err != nil {
+					t.Errorf("decode an event: %v", err)
+					return
+				}
+				evs <- ev
 			case <-ctx.Done():
 				return
 			}

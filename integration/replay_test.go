@@ -32,6 +32,9 @@ func TestEventReplay(t *testing.T) {
 	// Away: a file written, then the daemon killed and started again, and
 	// a job run.
 	must(t, os.WriteFile(filepath.Join(mnt, "away.txt"), []byte("y"), 0o644))
+	// Another thread's event, kept in the log too: a replay for t passes
+	// it over.
+	d.bind("default", "u")
 	d.kill9()
 	d.start()
 	job, err := c.Spawn(ctx, "", "t", api.SpawnRequest{Command: "true"})
@@ -48,6 +51,9 @@ func TestEventReplay(t *testing.T) {
 			t.Errorf("replayed %s with seq %d after seq %d: not after since, or out of order", ev.Type, ev.Seq, last)
 		}
 		last = ev.Seq
+		if ev.Thread != "t" {
+			t.Errorf("a replay for thread t holds %s of thread %q", ev.Type, ev.Thread)
+		}
 		types = append(types, string(ev.Type)+" "+ev.Path)
 		if ended(ev) {
 			break
