@@ -13,6 +13,15 @@ import (
 // and must be quick (a histogram's Observe).
 type OpObserver func(op string, took time.Duration)
 
+// ObservedOps names the operations an OpObserver is told of, so that an
+// observer can make its series (or whatever it keeps per operation) once,
+// before the first request. TestObservedOpsNamed holds it to the methods
+// below.
+func ObservedOps() []string {
+	return []string{"lookup", "getattr", "setattr", "mknod", "mkdir", "unlink", "rmdir", "rename", "link", "symlink", "readlink",
+		"create", "open", "read", "write", "release", "fsync", "opendir", "readdir", "readdirplus", "statfs"}
+}
+
 // observedOps counts every request a mount answers (Mount.Requests), and
 // tells an OpObserver, if any, of the requests the kernel sends most:
 // names, attributes, opens and closes, reads and writes the daemon

@@ -1,5 +1,7 @@
 package fs
 
+import "strings"
+
 // Changes told as they happen. Every change of an entry through a mount or
 // the file API is told to the mount's (Options.OnChange) or the Files'
 // (Files.WatchChanges) callback, with the actor that made it and the
@@ -50,11 +52,11 @@ func (r *root) changedAt(kind ChangeKind, dir *node, name string, a Actor, versi
 	if !r.watch.active() {
 		return
 	}
-	p, ok := dir.pathOf()
+	p, ok := dir.slashPath(name)
 	if !ok {
 		return
 	}
-	r.watch.onChange(EntryChange{Kind: kind, Path: "/" + joinPath(p, name), Actor: a, Version: version})
+	r.watch.onChange(EntryChange{Kind: kind, Path: p, Actor: a, Version: version})
 }
 
 // changedNode tells the mount's watcher that n's content or attributes
@@ -75,12 +77,41 @@ func (r *root) renamedAt(fromDir *node, fromName string, toDir *node, toName str
 	if !r.watch.active() {
 		return
 	}
-	from, ok1 := fromDir.pathOf()
-	to, ok2 := toDir.pathOf()
+	from, ok1 := fromDir.slashPath(fromName)
+	to, ok2 := toDir.slashPath(toName)
 	if !ok1 || !ok2 {
 		return
 	}
-	r.watch.onChange(EntryChange{Kind: Renamed, From: "/" + joinPath(from, fromName), Path: "/" + joinPath(to, toName), Actor: a, Version: version})
+	r.watch.onChange(EntryChange{Kind: Renamed, From: from, Path: to, Actor: a, Version: version})
+}
+
+// slashPath is the path of the entry name in dir as a change tells it:
+// "/" and the names from the root down, built in one allocation, since
+// it is built for every change a reader follows (an untar: every file).
+// ok is false for a folder no longer in the tree.
+func (dir *node) slashPath(name string) (string, bool) {
+	var stack [32]string // deeper trees spill to the heap
+	names := stack[:0]
+	size := 1 + len(name)
+	cur := dir.EmbeddedInode()
+	for !cur.IsRoot() {
+		n, parent := cur.Parent()
+		if parent == nil {
+			return "", false
+		}
+		names = append(names, n)
+		size += 1 + len(n)
+		cur = parent
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for i := len(names) - 1; i >= 0; i-- {
+		b.WriteByte('/')
+		b.WriteString(names[i])
+	}
+	b.WriteByte('/')
+	b.WriteString(name)
+	return b.String(), true
 }
 
 // WatchChanges sets the file API's change callback (see EntryChange); want, if
