@@ -290,15 +290,19 @@ start_warren() {
 	esac
 }
 # uring_on: turn the fuse module's enable_uring on for this run (root
-# only), remembering its value for cleanup. It fails if the kernel lacks it.
+# only), remembering its value in uring_was for cleanup. It fails, saying
+# why in uring_why, if the kernel lacks it. Called in this shell, never in
+# $(...): a subshell's uring_was is lost, and the run would leave
+# enable_uring on.
 uring_param=/sys/module/fuse/parameters/enable_uring
+uring_why=
 uring_on() {
-	[[ -r $uring_param ]] || { echo "this kernel has no FUSE over io_uring ($uring_param)"; return 1; }
+	[[ -r $uring_param ]] || { uring_why="this kernel has no FUSE over io_uring ($uring_param)"; return 1; }
 	local was
 	was=$(cat "$uring_param")
 	[[ $was == Y ]] && return 0
-	[[ $(id -u) == 0 ]] || { echo "enable_uring is off and only root may turn it on"; return 1; }
-	echo Y >"$uring_param" || { echo "could not turn on $uring_param"; return 1; }
+	[[ $(id -u) == 0 ]] || { uring_why="enable_uring is off and only root may turn it on"; return 1; }
+	echo Y >"$uring_param" || { uring_why="could not turn on $uring_param"; return 1; }
 	uring_was=$was
 }
 if [[ -z ${BENCH_WARREN:-} ]] && ! { CGO_ENABLED=0 "$GO" build -o bin/warren ./cmd/warren && "$GO" build -o bin/warrend ./cmd/warrend; } 2>"$work/warren-build.log"; then
@@ -311,10 +315,10 @@ else
 	start_warren on
 	start_warren off
 	start_warren nm
-	if why=$(uring_on); then
+	if uring_on; then
 		start_warren ur
 	else
-		warren_unavailable ur "$why"
+		warren_unavailable ur "$uring_why"
 	fi
 fi
 
