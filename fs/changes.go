@@ -210,18 +210,28 @@ func (c *changeLog) commit(base string) {
 // false when n is no longer reachable from the root (removed, or
 // forgotten by the kernel).
 func (n *node) pathOf() (string, bool) {
-	var names []string
+	names, ok := n.namesUp(nil)
+	if !ok {
+		return "", false
+	}
+	slices.Reverse(names)
+	return strings.Join(names, "/"), true
+}
+
+// namesUp appends to names the names from n up to its mount's root, n's
+// own first (none for the root), or returns false when n is no longer
+// reachable from the root.
+func (n *node) namesUp(names []string) ([]string, bool) {
 	cur := n.EmbeddedInode()
 	for !cur.IsRoot() {
 		name, parent := cur.Parent()
 		if parent == nil {
-			return "", false
+			return nil, false
 		}
 		names = append(names, name)
 		cur = parent
 	}
-	slices.Reverse(names)
-	return strings.Join(names, "/"), true
+	return names, true
 }
 
 // joinPath joins a folder's path inside the root and a name in it.

@@ -91,17 +91,13 @@ func (r *root) renamedAt(fromDir *node, fromName string, toDir *node, toName str
 // ok is false for a folder no longer in the tree.
 func (dir *node) slashPath(name string) (string, bool) {
 	var stack [32]string // deeper trees spill to the heap
-	names := stack[:0]
+	names, ok := dir.namesUp(stack[:0])
+	if !ok {
+		return "", false
+	}
 	size := 1 + len(name)
-	cur := dir.EmbeddedInode()
-	for !cur.IsRoot() {
-		n, parent := cur.Parent()
-		if parent == nil {
-			return "", false
-		}
-		names = append(names, n)
+	for _, n := range names {
 		size += 1 + len(n)
-		cur = parent
 	}
 	var b strings.Builder
 	b.Grow(size)
