@@ -146,15 +146,24 @@ func (l *eventLog) add(seq uint64, line []byte) error {
 
 // copyLine copies line into the mapping at off, and turns a fault in the
 // copy into an error instead of the end of the daemon.
-func (l *eventLog) copyLine(line []byte) (err error) {
+func (l *eventLog) copyLine(line []byte) error {
+	if err := faultless(func() { copy(l.mem[l.off:], line) }); err != nil {
+		return fmt.Errorf("append to the event log: %w", err)
+	}
+	l.off += len(line)
+	return nil
+}
+
+// faultless runs copyIn, a copy into a file's mapping, and returns a
+// fault in it (an I/O error, a file cut short) as an error.
+func faultless(copyIn func()) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("append to the event log: a fault in its mapping: %v", r)
+			err = fmt.Errorf("a fault in its mapping: %v", r)
 		}
 	}()
-	copy(l.mem[l.off:], line)
-	l.off += len(line)
+	copyIn()
 	return nil
 }
 
@@ -218,10 +227,9 @@ func (r *eventRing) lineAt(i int) []byte { return r.buf[(r.start+i)%len(r.buf)].
 // On failure the old file stays as it was.
 //
 // It runs under the broker's lock, inside the FUSE request whose event
-// filled the file, so it writes the lines straight into the new file's
-// mapping, whose pages it asks for at once (MAP_POPULATE), rather than
-// through a buffer and a write(2): every later copy into the mapping then
-// finds its page there instead of faulting it in.
+// filled the file, so it copies the lines straight into the new file's
+// mapping rather than into a buffer and through a write(2); the buffer
+// and the write are only for a file that cannot be mapped.
 func (l *eventLog) rewrite(need int) error {
 	used := 0
 	for i := range l.ring.n {
@@ -243,17 +251,13 @@ func (l *eventLog) rewrite(need int) error {
 	if err := allocate(f, size); err != nil {
 		return fail(err)
 	}
-	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		mem = nil // the log works with writes alone
 	}
-	off := 0 // where the next line goes
-	if mem != nil {
-		err = l.copyKept(mem)
-		if err != nil {
-			unix.Munmap(mem)
-			mem = nil
-		}
+	if mem != nil && faultless(func() { l.copyKept(mem) }) != nil {
+		unix.Munmap(mem)
+		mem = nil
 	}
 	if mem == nil {
 		var buf bytes.Buffer
@@ -265,7 +269,7 @@ func (l *eventLog) rewrite(need int) error {
 			return fail(err)
 		}
 	}
-	off = used
+	off := used // where the next line goes
 	if err := os.Rename(tmp, l.path); err != nil {
 		if mem != nil {
 			unix.Munmap(mem)
@@ -281,19 +285,12 @@ func (l *eventLog) rewrite(need int) error {
 }
 
 // copyKept copies the ring's lines to the start of mem, a new file's
-// mapping, turning a fault in the copy into an error.
-func (l *eventLog) copyKept(mem []byte) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("a fault in the new event log's mapping: %v", r)
-		}
-	}()
+// mapping (under faultless).
+func (l *eventLog) copyKept(mem []byte) {
 	off := 0
 	for i := range l.ring.n {
 		off += copy(mem[off:], l.ring.lineAt(i))
 	}
-	return nil
 }
 
 // allocate gives f its blocks up to size, so that no later copy into its
