@@ -155,8 +155,9 @@ func startURing(fd int, fs fuse.RawFileSystem, mo *fuse.MountOptions, kernel *fu
 	}
 	n := queues * uringWorkers
 	ready := make(chan error, n)
-	// start tells the workers, once all are set up, whether to serve
-	// (closed with go true) or to close their rings (a worker failed).
+	// start is closed once every worker is set up; serve, written
+	// before it is closed, tells them to serve or, if a worker failed,
+	// to close their rings.
 	start := make(chan struct{})
 	var serve bool
 	for i := range n {
