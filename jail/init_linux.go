@@ -39,6 +39,16 @@ func RunInit() {
 	// and a command inherits those of the thread that forks it: the setup
 	// and every fork happen on this one.
 	runtime.LockOSThread()
+	// Commands start with every signal at its default action, whatever
+	// the daemon started with. An ignored signal stays ignored across
+	// fork and exec, and Go's runtime leaves SIGINT and SIGHUP ignored
+	// when they come so (a daemon under nohup, or started with & from a
+	// script): a command could not trap them, and an interrupt sent to
+	// it would do nothing. A handled signal is reset to its default by
+	// exec, so the init handles both. What comes is dropped: as pid 1 of
+	// the namespace, the init gets them only from the jail's own
+	// processes.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGINT, syscall.SIGHUP)
 	// The gateway's socket is the init's alone: no command inherits it.
 	unix.CloseOnExec(initFd)
 	// Descriptors the gateway leaked into this process (libraries open

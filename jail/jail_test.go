@@ -282,6 +282,38 @@ func TestJailNoInheritedFds(t *testing.T) {
 	}
 }
 
+// TestJailSignalsAtDefault: a daemon started with signals ignored (nohup
+// ignores SIGHUP, a script's `warrend &` SIGINT and SIGQUIT) hands that on
+// to the processes it starts; a jail's commands start with no signal
+// ignored or blocked all the same, so that a command can trap SIGHUP and
+// an interrupt sent to it ends it. The init is started here through a
+// shell that ignores them first, as such a daemon would start it.
+func TestJailSignalsAtDefault(t *testing.T) {
+	testenv.RequireRoot(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ignoring := filepath.Join(t.TempDir(), "ignoring-init")
+	script := "#!/bin/sh\ntrap '' HUP INT QUIT TERM USR1 PIPE\nexec '" + self + "' \"$@\"\n"
+	if err := os.WriteFile(ignoring, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	j, _ := startJailWith(t, Config{Binary: ignoring})
+	code, out, _ := run(t, j, `grep -E '^Sig(Ign|Blk)' /proc/self/status`)
+	if want := "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n"; code != 0 || out != want {
+		t.Errorf("a command's blocked and ignored signals: %q (exit %d), want %q", out, code, want)
+	}
+	// And what users see: a trap of SIGHUP runs, SIGINT ends a command.
+	code, out, _ = run(t, j, `trap 'echo got hup; exit 7' HUP; kill -HUP $$; echo missed`)
+	if code != 7 || out != "got hup\n" {
+		t.Errorf("a command that traps SIGHUP and gets it: exit %d, %q", code, out)
+	}
+	if code, out, _ = run(t, j, `sh -c 'kill -INT $$; echo missed'`); code != 128+int(unix.SIGINT) {
+		t.Errorf("a command sent SIGINT: exit %d, %q, want %d", code, out, 128+int(unix.SIGINT))
+	}
+}
+
 // TestJailCapabilities: a command holds no capability and could gain none.
 func TestJailCapabilities(t *testing.T) {
 	j, _ := startJail(t)
