@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
@@ -39,16 +40,11 @@ func RunInit() {
 	// and a command inherits those of the thread that forks it: the setup
 	// and every fork happen on this one.
 	runtime.LockOSThread()
-	// Commands start with every signal at its default action, whatever
-	// the daemon started with. An ignored signal stays ignored across
-	// fork and exec, and Go's runtime leaves SIGINT and SIGHUP ignored
-	// when they come so (a daemon under nohup, or started with & from a
-	// script): a command could not trap them, and an interrupt sent to
-	// it would do nothing. A handled signal is reset to its default by
-	// exec, so the init handles both. What comes is dropped: as pid 1 of
-	// the namespace, the init gets them only from the jail's own
-	// processes.
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGINT, syscall.SIGHUP)
+	// Commands start with no signal ignored, whatever the daemon started
+	// with (resetIgnoredSignals).
+	if err := resetIgnoredSignals(); err != nil {
+		initFail("%v", err)
+	}
 	// The gateway's socket is the init's alone: no command inherits it.
 	unix.CloseOnExec(initFd)
 	// Descriptors the gateway leaked into this process (libraries open
@@ -107,6 +103,39 @@ func RunInit() {
 		os.Exit(1)
 	}
 	in.serve(rc)
+}
+
+// resetIgnoredSignals sets every ignored signal back to its default
+// action. An ignored signal stays ignored across fork and exec, and some
+// come so: nohup ignores SIGHUP, a script's & SIGINT and SIGQUIT, make
+// signals 32 and 33. Go's runtime takes over most signals at its start,
+// which exec then resets, but it leaves SIGINT, SIGHUP and the C library's
+// 32 and 33 ignored when they come so; a command could not trap them, and
+// an interrupt sent to it would do nothing. The init, pid 1 of its
+// namespace, is not hurt by their default: the kernel does not give a
+// namespace's init a signal it has no handler for from inside.
+func resetIgnoredSignals() error {
+	const sigIgn = 1
+	// struct sigaction begins with the handler on every architecture;
+	// zeroed, it is SIG_DFL with no flags and an empty mask.
+	var old, dfl [4]uint64
+	for sig := 1; sig <= 64; sig++ {
+		if sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) {
+			continue
+		}
+		_, _, errno := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), 0, uintptr(unsafe.Pointer(&old)), 8, 0, 0)
+		if errno != 0 {
+			return fmt.Errorf("read the action of signal %d: %w", sig, errno)
+		}
+		if old[0] != sigIgn {
+			continue
+		}
+		_, _, errno = unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&dfl)), 0, 8, 0, 0)
+		if errno != 0 {
+			return fmt.Errorf("set signal %d back to its default: %w", sig, errno)
+		}
+	}
+	return nil
 }
 
 // dropBoundingSet empties the capability bounding set and the ambient

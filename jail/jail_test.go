@@ -283,11 +283,12 @@ func TestJailNoInheritedFds(t *testing.T) {
 }
 
 // TestJailSignalsAtDefault: a daemon started with signals ignored (nohup
-// ignores SIGHUP, a script's `warrend &` SIGINT and SIGQUIT) hands that on
-// to the processes it starts; a jail's commands start with no signal
-// ignored or blocked all the same, so that a command can trap SIGHUP and
-// an interrupt sent to it ends it. The init is started here through a
-// shell that ignores them first, as such a daemon would start it.
+// ignores SIGHUP, a script's `warrend &` SIGINT and SIGQUIT, make 32 and
+// 33) hands that on to the processes it starts; a jail's commands start
+// with no signal ignored or blocked all the same, so that a command can
+// trap SIGHUP and an interrupt sent to it ends it. The init is started
+// here through a shell that ignores some of each kind first (real-time
+// ones too), as such a daemon would start it.
 func TestJailSignalsAtDefault(t *testing.T) {
 	testenv.RequireRoot(t)
 	self, err := os.Executable()
@@ -295,7 +296,7 @@ func TestJailSignalsAtDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	ignoring := filepath.Join(t.TempDir(), "ignoring-init")
-	script := "#!/bin/sh\ntrap '' HUP INT QUIT TERM USR1 PIPE\nexec '" + self + "' \"$@\"\n"
+	script := "#!/bin/sh\ntrap '' HUP INT QUIT TERM USR1 PIPE 34 64\nexec '" + self + "' \"$@\"\n"
 	if err := os.WriteFile(ignoring, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
