@@ -40,6 +40,10 @@ func RunInit() {
 	// and a command inherits those of the thread that forks it: the setup
 	// and every fork happen on this one.
 	runtime.LockOSThread()
+	// Commands start with the usual umask, 022, whatever the daemon's
+	// (an operator's shell under 077 made every file an agent wrote
+	// readable by its owner alone); the root is built under it too.
+	unix.Umask(0o022)
 	// Commands start with no signal ignored, whatever the daemon started
 	// with (resetIgnoredSignals).
 	if err := resetIgnoredSignals(); err != nil {

@@ -282,6 +282,27 @@ func TestJailNoInheritedFds(t *testing.T) {
 	}
 }
 
+// TestJailUmask: the commands of a daemon started under umask 077 (as
+// root's shell may be) start with umask 022 all the same: the daemon's
+// umask is its own, not the agents' (theirs made every file they wrote
+// readable by its owner alone).
+func TestJailUmask(t *testing.T) {
+	testenv.RequireRoot(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	strict := filepath.Join(t.TempDir(), "strict-init")
+	if err := os.WriteFile(strict, []byte("#!/bin/sh\numask 077\nexec '"+self+"' \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	j, _ := startJailWith(t, Config{Binary: strict})
+	code, out, errOut := run(t, j, `umask; echo x > /workspace/f; echo y > /tmp/g; stat -c %a /workspace/f /tmp/g`)
+	if code != 0 || out != "0022\n644\n644\n" {
+		t.Errorf("a command of a daemon under umask 077: exit %d, %q, %q; want umask 0022 and files of mode 644", code, out, errOut)
+	}
+}
+
 // TestJailSignalsAtDefault: a daemon started with signals ignored (nohup
 // ignores SIGHUP, a script's `warrend &` SIGINT and SIGQUIT, make 32 and
 // 33) hands that on to the processes it starts; a jail's commands start
