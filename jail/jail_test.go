@@ -282,21 +282,31 @@ func TestJailNoInheritedFds(t *testing.T) {
 	}
 }
 
-// TestJailUmask: the commands of a daemon started under umask 077 (as
-// root's shell may be) start with umask 022 all the same: the daemon's
-// umask is its own, not the agents' (theirs made every file they wrote
-// readable by its owner alone).
-func TestJailUmask(t *testing.T) {
+// startJailAfter starts a jail whose init is started through a shell that
+// runs prelude first, as a daemon in the state prelude makes would start
+// it (prelude's umask, signals it ignores).
+func startJailAfter(t *testing.T, prelude string) *Jail {
+	t.Helper()
 	testenv.RequireRoot(t)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	strict := filepath.Join(t.TempDir(), "strict-init")
-	if err := os.WriteFile(strict, []byte("#!/bin/sh\numask 077\nexec '"+self+"' \"$@\"\n"), 0o755); err != nil {
+	path := filepath.Join(t.TempDir(), "init")
+	script := "#!/bin/sh\n" + prelude + "\nexec '" + self + "' \"$@\"\n"
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	j, _ := startJailWith(t, Config{Binary: strict})
+	j, _ := startJailWith(t, Config{Binary: path})
+	return j
+}
+
+// TestJailUmask: the commands of a daemon started under umask 077 (as
+// root's shell may be) start with umask 022 all the same: the daemon's
+// umask is its own, not the agents' (theirs made every file they wrote
+// readable by its owner alone).
+func TestJailUmask(t *testing.T) {
+	j := startJailAfter(t, "umask 077")
 	code, out, errOut := run(t, j, `umask; echo x > /workspace/f; echo y > /tmp/g; stat -c %a /workspace/f /tmp/g`)
 	if code != 0 || out != "0022\n644\n644\n" {
 		t.Errorf("a command of a daemon under umask 077: exit %d, %q, %q; want umask 0022 and files of mode 644", code, out, errOut)
@@ -311,17 +321,7 @@ func TestJailUmask(t *testing.T) {
 // here through a shell that ignores some of each kind first (real-time
 // ones too), as such a daemon would start it.
 func TestJailSignalsAtDefault(t *testing.T) {
-	testenv.RequireRoot(t)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ignoring := filepath.Join(t.TempDir(), "ignoring-init")
-	script := "#!/bin/sh\ntrap '' HUP INT QUIT TERM USR1 PIPE 34 64\nexec '" + self + "' \"$@\"\n"
-	if err := os.WriteFile(ignoring, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	j, _ := startJailWith(t, Config{Binary: ignoring})
+	j := startJailAfter(t, "trap '' HUP INT QUIT TERM USR1 PIPE 34 64")
 	code, out, _ := run(t, j, `grep -E '^Sig(Ign|Blk)' /proc/self/status`)
 	if want := "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n"; code != 0 || out != want {
 		t.Errorf("a command's blocked and ignored signals: %q (exit %d), want %q", out, code, want)
