@@ -334,6 +334,15 @@ func TestJailSignalsAtDefault(t *testing.T) {
 	if code, out, _ = run(t, j, `sh -c 'kill -INT $$; echo missed'`); code != 128+int(unix.SIGINT) {
 		t.Errorf("a command sent SIGINT: exit %d, %q, want %d", code, out, 128+int(unix.SIGINT))
 	}
+	// The init's own are at their default now too, and the kernel gives
+	// a namespace's init no signal from inside that it has no handler
+	// for: a command cannot end its jail with them.
+	if code, out, _ = run(t, j, `kill -HUP 1; kill -INT 1; kill -QUIT 1; kill -34 1; echo sent`); code != 0 || out != "sent\n" {
+		t.Errorf("signals to the init: exit %d, %q", code, out)
+	}
+	if code, out, _ = run(t, j, `echo alive`); code != 0 || out != "alive\n" {
+		t.Errorf("the jail after its commands signalled its init: exit %d, %q", code, out)
+	}
 }
 
 // TestJailCapabilities: a command holds no capability and could gain none.
