@@ -37,6 +37,10 @@ RACE_RE   := ^warren/(meta|gateway|fs|snapshot)(/|$$)
 # minutes more.
 URING_INT_RE := Kill9|CutShort|StaleMount
 
+# And a third time with every mount served on a Pool's shared connections
+# (fs/pool.go), as the daemon serves the threads' mounts by default; the
+# daemon's own tests already run that way. About 1 minute more.
+
 # Debian packages the tests need, as package:probe, where the probe is a
 # command on PATH or an absolute path: gcc and the libc headers for -race
 # (it needs cgo), fuse3 for fusermount3, git for the git-facing tests,
@@ -85,6 +89,7 @@ test: deps vet build
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
 	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -Ev '$(RACE_RE)')
 	WARREN_FS_TRANSPORT=uring CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./fs/...
+	WARREN_FS_TRANSPORT=shared CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./fs/...
 	WARREN_FS_TRANSPORT=uring $(GO) test -count=1 -timeout 15m -run '$(URING_INT_RE)' ./integration
 	cd $(TS) && npm ci && npm test
 

@@ -222,8 +222,8 @@ func (n *node) pathOf() (string, bool) {
 // own first (none for the root), or returns false when n is no longer
 // reachable from the root.
 func (n *node) namesUp(names []string) ([]string, bool) {
-	cur := n.EmbeddedInode()
-	for !cur.IsRoot() {
+	cur, top := n.EmbeddedInode(), n.root.top.EmbeddedInode()
+	for cur != top && !cur.IsRoot() {
 		name, parent := cur.Parent()
 		if parent == nil {
 			return nil, false
@@ -259,7 +259,7 @@ func (r *root) track(dir *node, name string, tree bool) {
 func (r *root) trackInode(n *node) {
 	name, dir := n.entryOf()
 	if dir == nil {
-		if n.IsRoot() {
+		if n.isTop() {
 			r.changes.mark("", false)
 		}
 		// A file without a name is in no tree.

@@ -40,6 +40,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fusefs.Inode, fusefs.FileHandle, uint32, syscall.Errno) {
+	n.root.count()
 	if errno := n.mayModify(name); errno != 0 {
 		return nil, nil, 0, errno
 	}
@@ -202,7 +203,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	out.Attr.FromStat(&st)
 	nd := n.root.newNode(pfd, st.Ino, gen)
 	out.SetAttrTimeout(nd.attrValidity())
-	ch := n.NewInode(ctx, nd, fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: gen})
+	ch := n.NewInode(ctx, nd, n.root.stable(st.Mode, st.Ino, gen))
 	fh, fopen := nd.openHandle(ofd, flags, nil, 0)
 	return ch, fh, fopen, 0
 }
@@ -333,6 +334,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHand
 }
 
 func (n *node) Readdir(ctx context.Context) (fusefs.DirStream, syscall.Errno) {
+	n.root.count()
 	dfd, done, errno := n.use()
 	if errno != 0 {
 		return nil, errno
@@ -342,7 +344,64 @@ func (n *node) Readdir(ctx context.Context) (fusefs.DirStream, syscall.Errno) {
 	if err != nil {
 		return nil, fusefs.ToErrno(err)
 	}
-	return fusefs.NewLoopbackDirStreamFd(fd)
+	ds, errno := fusefs.NewLoopbackDirStreamFd(fd)
+	if _, ok := ds.(loopbackStream); errno != 0 || n.root.inoBase == 0 || !ok {
+		return ds, errno
+	}
+	return &movedInos{DirStream: ds, r: n.root}, 0
+}
+
+// movedInos gives a listing's entries the inode numbers the kernel knows
+// their inodes by (root.fuseIno), as stat shows them. It passes on every
+// operation of go-fuse's loopback stream, which is what it wraps.
+type movedInos struct {
+	fusefs.DirStream
+	r *root
+}
+
+type loopbackStream interface {
+	fusefs.DirStream
+	fusefs.FileReaddirenter
+	fusefs.FileReleasedirer
+	fusefs.FileSeekdirer
+	fusefs.FileFsyncdirer
+}
+
+var (
+	_ fusefs.FileReaddirenter = (*movedInos)(nil)
+	_ fusefs.FileReleasedirer = (*movedInos)(nil)
+	_ fusefs.FileSeekdirer    = (*movedInos)(nil)
+	_ fusefs.FileFsyncdirer   = (*movedInos)(nil)
+)
+
+func (d *movedInos) Next() (fuse.DirEntry, syscall.Errno) {
+	e, errno := d.DirStream.Next()
+	if errno == 0 {
+		e.Ino = d.r.fuseIno(e.Ino)
+	}
+	return e, errno
+}
+
+func (d *movedInos) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	e, errno := d.DirStream.(loopbackStream).Readdirent(ctx)
+	if errno == 0 && e != nil {
+		moved := *e
+		moved.Ino = d.r.fuseIno(e.Ino)
+		return &moved, 0
+	}
+	return e, errno
+}
+
+func (d *movedInos) Releasedir(ctx context.Context, flags uint32) {
+	d.DirStream.(loopbackStream).Releasedir(ctx, flags)
+}
+
+func (d *movedInos) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	return d.DirStream.(loopbackStream).Seekdir(ctx, off)
+}
+
+func (d *movedInos) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
+	return d.DirStream.(loopbackStream).Fsyncdir(ctx, flags)
 }
 
 // mayModify is the common gate of every operation that changes an entry.

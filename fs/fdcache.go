@@ -9,6 +9,7 @@ import (
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
@@ -140,27 +141,19 @@ func (c *fdCache) closeFile(mount uint64) {
 // one place every file handle the kernel gets passes, and gives back.
 type openFilesCapped struct {
 	fuse.RawFileSystem
-	r *root
-}
-
-// capOpenFiles wraps raw, the filesystem of the node tree root, in
-// openFilesCapped.
-func capOpenFiles(raw fuse.RawFileSystem, root fusefs.InodeEmbedder) fuse.RawFileSystem {
-	n, ok := root.(*node)
-	if !ok {
-		return raw
-	}
-	return &openFilesCapped{RawFileSystem: raw, r: n.root}
+	fds *fdCache
+	id  uint64 // the server's key in fds.filesOf (serverAcct.id)
+	log hclog.Logger
 }
 
 // take counts a file about to be opened; ENFILE past the cap.
 func (o *openFilesCapped) take() fuse.Status {
-	ok, log := o.r.fds.takeFile(o.r.id)
+	ok, log := o.fds.takeFile(o.id)
 	if ok {
 		return fuse.OK
 	}
 	if log {
-		o.r.log.Warn("refused to open a file: the mounts' users hold as many open files as the daemon allows (logged once a minute)", "max", o.r.fds.maxFiles)
+		o.log.Warn("refused to open a file: the mounts' users hold as many open files as the daemon allows (logged once a minute)", "max", o.fds.maxFiles)
 	}
 	return fuse.Status(syscall.ENFILE)
 }
@@ -173,7 +166,7 @@ func (o *openFilesCapped) counted(open func() fuse.Status) fuse.Status {
 	}
 	st := open()
 	if !st.Ok() {
-		o.r.fds.closeFile(o.r.id)
+		o.fds.closeFile(o.id)
 	}
 	return st
 }
@@ -192,7 +185,7 @@ func (o *openFilesCapped) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out
 
 func (o *openFilesCapped) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	o.RawFileSystem.Release(cancel, in)
-	o.r.fds.closeFile(o.r.id)
+	o.fds.closeFile(o.id)
 }
 
 // pathFd is the descriptor of one node, open or closed.

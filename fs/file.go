@@ -115,6 +115,7 @@ func (h *plainHandle) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLoc
 // the caller's read is stale, recorded otherwise (guard.go). An open for
 // reading records the version read.
 func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint32, syscall.Errno) {
+	n.root.count()
 	writes := opensForWriting(flags)
 	if n.root.readOnly && writes {
 		return nil, 0, syscall.EROFS

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -59,7 +60,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	t, err := ParseTransport(os.Getenv(testenv.TransportEnv))
+	name := os.Getenv(testenv.TransportEnv)
+	if name == sharedTransport {
+		testShared, name = true, ""
+	}
+	t, err := ParseTransport(name)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -85,7 +90,61 @@ func serveTest(ctx context.Context, backing, mountpoint string, opts Options) (*
 	if opts.Transport == "" {
 		opts.Transport = testTransport
 	}
+	if testShared && opts.Transport == TransportClassic && !opts.Debug {
+		return servePooled(ctx, backing, mountpoint, opts)
+	}
 	return Serve(ctx, backing, mountpoint, opts)
+}
+
+// sharedTransport, as testenv.TransportEnv, serves the tests' mounts on
+// Pools' shared connections: one pool per hub, and a hub and pool of its
+// own for a mount that names no hub.
+const sharedTransport = "shared"
+
+// testShared says the tests' mounts are served by pools (sharedTransport).
+var testShared bool
+
+// testPools are the pools of the tests' hubs, under sharedTransport.
+var testPools = struct {
+	sync.Mutex
+	of map[*Hub]*Pool
+}{of: make(map[*Hub]*Pool)}
+
+// servePooled serves a test's mount on a pool of its hub's.
+func servePooled(ctx context.Context, backing, mountpoint string, opts Options) (*Mount, error) {
+	if opts.Hub == nil {
+		hub := NewHub(HubConfig{Logger: opts.Logger})
+		p, err := NewPool(PoolConfig{Hub: hub, Logger: opts.Logger})
+		if err != nil {
+			hub.Close()
+			return nil, err
+		}
+		opts.Hub = hub
+		m, err := p.Serve(ctx, backing, mountpoint, opts)
+		if err != nil {
+			p.Close(time.Second)
+			hub.Close()
+			return nil, err
+		}
+		go func() {
+			<-m.Done()
+			p.Close(time.Minute)
+			hub.Close()
+		}()
+		return m, nil
+	}
+	testPools.Lock()
+	p := testPools.of[opts.Hub]
+	if p == nil {
+		var err error
+		if p, err = NewPool(PoolConfig{Hub: opts.Hub, Logger: opts.Logger}); err != nil {
+			testPools.Unlock()
+			return nil, err
+		}
+		testPools.of[opts.Hub] = p
+	}
+	testPools.Unlock()
+	return p.Serve(ctx, backing, mountpoint, opts)
 }
 
 // inChild runs helper in a new process of this test binary, started

@@ -166,9 +166,23 @@ type root struct {
 	// changes is the folder's change log, shared with the hub's other
 	// mounts of it and its file API (changes.go).
 	changes *changeLog
+	// top is the node of the backing folder itself: the server's root on
+	// a mount of its own, one entry of a shared connection's top folder
+	// in a Pool (pool.go).
+	top *node
+	// inoBase is what the inode numbers the kernel sees are moved by: 0
+	// on a mount of its own (the backing numbers as they are), the
+	// root's slot in a shared connection otherwise (fuseIno).
+	inoBase uint64
+	// slot is the root's place in its shared connection; nil on a mount
+	// of its own.
+	slot *slot
 
 	mu    sync.Mutex
 	nodes map[uint64]*node // the nodes the kernel knows, by inode; guarded by mu
+	// bigInos gives the backing inode numbers too big for a slot's range
+	// numbers of their own (fuseIno); guarded by mu.
+	bigInos map[uint64]uint64
 }
 
 // remember records n as the node the kernel knows for its inode.
@@ -231,6 +245,12 @@ type Mount struct {
 	mntFd int
 	// atTarget says the mount was made onto Options.Target.
 	atTarget bool
+	// slot is the mount's place in a Pool's shared connection; nil for a
+	// mount with a connection of its own.
+	slot *slot
+	// mntID is the mount's id when mntFd is -1: a Pool's mount at a path
+	// keeps no descriptor (detach).
+	mntID uint64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -258,52 +278,11 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 	// What the mount is called. A Target mount is reached by its own
 	// descriptor once made: serveAt points mountpoint there.
 	label := mountpoint
-	fd, err := unix.Open(backing, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	r, err := openRoot(backing, opts, logger)
 	if err != nil {
-		return nil, fmt.Errorf("fs: open backing folder %s: %w", backing, err)
+		return nil, err
 	}
-	var st syscall.Stat_t
-	gen, err := statGen(fd, "", &st)
-	if err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("fs: stat backing folder %s: %w", backing, err)
-	}
-	rootFd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("fs: dup backing folder descriptor: %w", err)
-	}
-	handleFd, err := reopen(fd, unix.O_RDONLY|unix.O_DIRECTORY)
-	if err != nil {
-		unix.Close(fd)
-		unix.Close(rootFd)
-		return nil, fmt.Errorf("fs: open backing folder %s: %w", backing, err)
-	}
-	r := &root{
-		id:            mountIDs.Add(1),
-		name:          opts.Name,
-		fd:            fd,
-		handleFd:      handleFd,
-		dev:           st.Dev,
-		readOnly:      opts.ReadOnly,
-		noPassthrough: opts.NoPassthrough,
-		uid:           os.Geteuid(),
-		gid:           os.Getegid(),
-		log:           logger.With("mount", opts.Name),
-		onRefusal:     opts.OnRefusal,
-		onStale:       opts.OnStale,
-		watch:         watcher{opts.OnChange, opts.WantChanges},
-		hub:           opts.Hub,
-		nodes:         make(map[uint64]*node),
-	}
-	if r.hub == nil {
-		r.hub, r.ownHub = NewHub(HubConfig{Logger: r.log}), true
-	}
-	r.fds = r.hub.fds
-	r.changes = r.hub.changeLogOf(rootID{st.Dev, st.Ino})
-	// The root's descriptor is pinned: never evicted, closed with the mount.
-	rootNode := &node{root: r, fd: &pathFd{fd: rootFd, mountFd: handleFd}, ino: st.Ino, gen: gen}
-	r.remember(rootNode)
+	rootNode := r.top
 
 	entry := timeout(opts.EntryTimeout, DefaultEntryTimeout)
 	// Every reply with attributes sets their validity itself
@@ -352,7 +331,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
 		NegativeTimeout: &negative,
-		RootStableAttr:  &fusefs.StableAttr{Ino: st.Ino, Gen: gen},
+		RootStableAttr:  &fusefs.StableAttr{Ino: rootNode.ino, Gen: rootNode.gen},
 		// A mode of 0000 is a mode (open(O_CREAT, 0), chmod 0): go-fuse
 		// would show it as 0644 otherwise.
 		NullPermissions: true,
@@ -363,13 +342,7 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		server, mntFd, err = serveAt(rootNode, &mountpoint, opts.Target, fo, TransportClassic, opts.NoPollHack, r.log)
 	}
 	if err != nil {
-		rootNode.fd.close()
-		unix.Close(fd)
-		unix.Close(handleFd)
-		r.hub.dropChangeLog(r.changes)
-		if r.ownHub {
-			r.hub.Close()
-		}
+		r.release()
 		return nil, fmt.Errorf("fs: mount %s at %s: %w", backing, mountpoint, err)
 	}
 	m := &Mount{mountpoint: label, server: server.Server, transport: server.transport, uring: server.uring, root: r, done: make(chan struct{}), mntFd: mntFd, atTarget: opts.Target != nil}
@@ -380,17 +353,117 @@ func Serve(ctx context.Context, backing, mountpoint string, opts Options) (*Moun
 		// the mount's nodes now, not when (if ever) they are collected.
 		r.fds.closeMount(r.id)
 		r.hub.remove(r)
-		r.hub.dropChangeLog(r.changes)
-		if r.ownHub {
-			r.hub.Close()
-		}
-		rootNode.fd.close()
-		unix.Close(fd)
-		unix.Close(handleFd)
+		r.release()
 		close(m.done)
 	}()
 	r.log.Debug("mounted", "backing", backing, "mountpoint", label, "readonly", opts.ReadOnly, "transport", m.transport)
 	return m, nil
+}
+
+// openRoot opens the backing folder and makes the root of a mount of it,
+// joined to opts.Hub (or a hub of its own). Call release when no server
+// serves it any more.
+func openRoot(backing string, opts Options, logger hclog.Logger) (*root, error) {
+	// One descriptor serves the root for everything: the lookups below
+	// it (fd), open_by_handle_at (handleFd, which takes no O_PATH
+	// descriptor) and the root's own node. An idle workspace costs this
+	// descriptor alone.
+	fd, err := unix.Open(backing, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("fs: open backing folder %s: %w", backing, err)
+	}
+	var st syscall.Stat_t
+	gen, err := statGen(fd, "", &st)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("fs: stat backing folder %s: %w", backing, err)
+	}
+	rootFd, handleFd := fd, fd
+	r := &root{
+		id:            mountIDs.Add(1),
+		name:          opts.Name,
+		fd:            fd,
+		handleFd:      handleFd,
+		dev:           st.Dev,
+		readOnly:      opts.ReadOnly,
+		noPassthrough: opts.NoPassthrough,
+		uid:           os.Geteuid(),
+		gid:           os.Getegid(),
+		log:           logger.With("mount", opts.Name),
+		onRefusal:     opts.OnRefusal,
+		onStale:       opts.OnStale,
+		watch:         watcher{opts.OnChange, opts.WantChanges},
+		hub:           opts.Hub,
+		nodes:         make(map[uint64]*node),
+	}
+	if r.hub == nil {
+		r.hub, r.ownHub = NewHub(HubConfig{Logger: r.log}), true
+	}
+	r.fds = r.hub.fds
+	r.changes = r.hub.changeLogOf(rootID{st.Dev, st.Ino})
+	// The root's descriptor is pinned: never evicted, closed with the mount.
+	r.top = &node{root: r, fd: &pathFd{fd: rootFd, mountFd: handleFd}, ino: st.Ino, gen: gen}
+	r.remember(r.top)
+	return r, nil
+}
+
+// release closes what openRoot opened: the root's descriptors, its change
+// log's reference, and its hub if it was the root's own.
+func (r *root) release() {
+	r.hub.dropChangeLog(r.changes)
+	if r.ownHub {
+		r.hub.Close()
+	}
+	// fd and handleFd are the root node's descriptor (openRoot).
+	r.top.fd.close()
+}
+
+// isTop tells whether n is the root's own folder.
+func (n *node) isTop() bool { return n == n.root.top }
+
+// count counts a request of a root served by a Pool, whose connection's
+// requests are those of many roots (observedOps counts a mount of its
+// own). The kinds counted are those that show a root is in use: lookups,
+// attributes, opens, creates and listings.
+func (r *root) count() {
+	if r.slot != nil {
+		r.requests.Add(1)
+	}
+}
+
+// inoBits is the width of a slot's range of inode numbers in a shared
+// connection: backing numbers below 1<<(inoBits-1) keep their value within
+// it, bigger ones get numbers of the upper half, one by one (fuseIno).
+const inoBits = 43
+
+// fuseIno is the inode number the kernel knows the backing inode ino by.
+// On a mount of its own it is ino itself. In a shared connection the
+// roots' folders may lie on different filesystems (a btrfs subvolume per
+// workspace numbers its inodes from 256 again), so each root's numbers are
+// moved into a range of their own.
+func (r *root) fuseIno(ino uint64) uint64 {
+	if r.inoBase == 0 {
+		return ino
+	}
+	if ino < 1<<(inoBits-1) {
+		return r.inoBase | ino
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, ok := r.bigInos[ino]
+	if !ok {
+		if r.bigInos == nil {
+			r.bigInos = make(map[uint64]uint64)
+		}
+		v = r.inoBase | 1<<(inoBits-1) | uint64(len(r.bigInos))
+		r.bigInos[ino] = v
+	}
+	return v
+}
+
+// stable is the go-fuse identity of the backing inode ino.
+func (r *root) stable(mode uint32, ino, gen uint64) fusefs.StableAttr {
+	return fusefs.StableAttr{Mode: mode, Ino: r.fuseIno(ino), Gen: gen}
 }
 
 // Transport returns how the mount is served: TransportClassic or
@@ -416,10 +489,33 @@ type served struct {
 // dissolves the mount and then calls server.Serve, which finds the
 // connection gone and closes it.
 func serveNodes(root fusefs.InodeEmbedder, fuseFd int, opts *fusefs.Options, transport Transport, log hclog.Logger) (served, error) {
-	raw := &dirsWithoutOpen{RawFileSystem: capOpenFiles(&killPriv{RawFileSystem: fusefs.NewNodeFS(root, opts)}, root)}
-	var fs fuse.RawFileSystem = raw
+	var acct *serverAcct
 	if n, ok := root.(*node); ok {
-		fs = &observedOps{RawFileSystem: raw, requests: &n.root.requests, observe: n.root.hub.observe}
+		acct = &serverAcct{id: n.root.id, requests: &n.root.requests, hub: n.root.hub, log: n.root.log}
+	}
+	return serveNodesAcct(root, fuseFd, opts, transport, log, acct)
+}
+
+// serverAcct is what a server's requests are counted against: the open
+// files of its users (openFilesCapped, by id), the requests it answered
+// and the hub's observer. nil counts nothing (tests' own trees).
+type serverAcct struct {
+	id       uint64 // fdCache.filesOf's key: the root's id, or a shared connection's
+	requests *atomic.Uint64
+	hub      *Hub
+	log      hclog.Logger
+}
+
+// serveNodesAcct is serveNodes with the server's accounts given.
+func serveNodesAcct(root fusefs.InodeEmbedder, fuseFd int, opts *fusefs.Options, transport Transport, log hclog.Logger, acct *serverAcct) (served, error) {
+	var inner fuse.RawFileSystem = &killPriv{RawFileSystem: fusefs.NewNodeFS(root, opts)}
+	if acct != nil {
+		inner = &openFilesCapped{RawFileSystem: inner, fds: acct.hub.fds, id: acct.id, log: acct.log}
+	}
+	raw := &dirsWithoutOpen{RawFileSystem: inner}
+	var fs fuse.RawFileSystem = raw
+	if acct != nil {
+		fs = &observedOps{RawFileSystem: raw, requests: acct.requests, observe: acct.hub.observe}
 	}
 	mo := opts.MountOptions
 	if transport != TransportClassic {
@@ -510,7 +606,12 @@ func (m *Mount) Done() <-chan struct{} { return m.done }
 // stop, as an unused mount does at once; Done tells when it did.
 func (m *Mount) Close() error {
 	m.closeOnce.Do(func() {
-		if m.closeErr = m.detach(); m.closeErr != nil || m.atTarget {
+		if m.slot != nil {
+			m.closeErr = m.slot.close(m)
+		} else {
+			m.closeErr = m.detach()
+		}
+		if m.closeErr != nil || m.atTarget {
 			return
 		}
 		select {
@@ -532,11 +633,41 @@ const closeWait = 2 * time.Second
 // the server, so it cannot hang on a busy or stuck mount; Done tells when
 // serving stopped.
 func (m *Mount) detach() error {
+	if m.mntFd < 0 {
+		return m.detachAt()
+	}
 	if err := DetachFd(m.mntFd); err != nil {
 		return fmt.Errorf("fs: unmount %s: %w", m.mountpoint, err)
 	}
 	unix.Close(m.mntFd)
 	m.root.log.Debug("detached", "mountpoint", m.mountpoint)
+	return nil
+}
+
+// detachAt detaches a mount that kept no descriptor of its own: the
+// folder at its path is opened without following links, and detached
+// through that descriptor only if it is the root of this very mount (its
+// mount id). A mount no longer in the mount table is gone already.
+func (m *Mount) detachAt() error {
+	fd, err := unix.Open(m.mountpoint, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == nil {
+		id, isRoot, idErr := MountID(fd)
+		if idErr == nil && isRoot && id == m.mntID {
+			err = DetachFd(fd)
+			unix.Close(fd)
+			if err != nil {
+				return fmt.Errorf("fs: unmount %s: %w", m.mountpoint, err)
+			}
+			m.root.log.Debug("detached", "mountpoint", m.mountpoint)
+			return nil
+		}
+		unix.Close(fd)
+	}
+	if _, attached, lerr := LookupMount(m.mntID); lerr != nil {
+		return fmt.Errorf("fs: unmount %s: %w", m.mountpoint, lerr)
+	} else if attached {
+		return fmt.Errorf("fs: unmount %s: the mount %d is no longer at its path", m.mountpoint, m.mntID)
+	}
 	return nil
 }
 

@@ -89,6 +89,15 @@ func (n *node) use() (fd int, done func(), errno syscall.Errno) {
 // OnForget closes the descriptor as soon as the kernel no longer needs the
 // node, instead of waiting for the garbage collector.
 func (n *node) OnForget() {
+	if n.isTop() {
+		// The root's descriptor is pinned until the root is released;
+		// in a Pool, the kernel forgets a root once it was closed and
+		// nothing uses it any more: it is released then.
+		if s := n.root.slot; s != nil {
+			s.forgotten()
+		}
+		return
+	}
 	n.root.forget(n)
 	n.fd.close()
 }
@@ -96,12 +105,12 @@ func (n *node) OnForget() {
 // rel returns the node's path inside the root, "/"-separated, for logs,
 // refusals and link checks.
 func (n *node) rel() string {
-	return "/" + n.Path(nil)
+	return "/" + n.Path(n.root.top.EmbeddedInode())
 }
 
 // child returns the path of name below n, for logs.
 func (n *node) child(name string) string {
-	p := n.Path(nil)
+	p := n.Path(n.root.top.EmbeddedInode())
 	if p == "" {
 		return "/" + name
 	}
@@ -126,7 +135,7 @@ func (n *node) addChild(ctx context.Context, fd int, name string, out *fuse.Entr
 	out.Attr.FromStat(&st)
 	nd := n.root.newNode(fd, st.Ino, gen)
 	out.SetAttrTimeout(nd.attrValidity())
-	ch := n.NewInode(ctx, nd, fusefs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: gen})
+	ch := n.NewInode(ctx, nd, n.root.stable(st.Mode, st.Ino, gen))
 	if winner, ok := ch.Operations().(*node); ok {
 		if winner != nd {
 			// The kernel knows this inode already: the new descriptor
@@ -151,6 +160,7 @@ func (n *node) addChild(ctx context.Context, fd int, name string, out *fuse.Entr
 // name still holds the inode the kernel already knows, that node is
 // returned as it is: one fstatat, and no new descriptor.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
+	n.root.count()
 	if errno := checkName(name); errno != 0 {
 		return nil, errno
 	}
@@ -194,6 +204,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 }
 
 func (n *node) Getattr(ctx context.Context, fh fusefs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.root.count()
 	defer n.setAttrValidity(out)
 	if g, ok := fh.(fusefs.FileGetattrer); ok && fh != nil {
 		return g.Getattr(ctx, out)
@@ -208,6 +219,7 @@ func (n *node) Getattr(ctx context.Context, fh fusefs.FileHandle, out *fuse.Attr
 		return fusefs.ToErrno(err)
 	}
 	out.FromStat(&st)
+	out.Ino = n.root.fuseIno(st.Ino)
 	return 0
 }
 
@@ -353,6 +365,7 @@ func (n *node) setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAt
 		return fusefs.ToErrno(err)
 	}
 	out.FromStat(&st)
+	out.Ino = n.root.fuseIno(st.Ino)
 	return 0
 }
 
@@ -392,6 +405,7 @@ func (n *node) killSetID(fd int, out *fuse.AttrOut) syscall.Errno {
 		}
 	}
 	out.FromStat(&st)
+	out.Ino = n.root.fuseIno(st.Ino)
 	return 0
 }
 
