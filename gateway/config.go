@@ -79,6 +79,12 @@ type Config struct {
 	// fails if the kernel refuses it) or fs.TransportAuto (io_uring where
 	// the kernel offers it).
 	FUSETransport fs.Transport
+	// FUSEPerThread serves each thread's mount on a FUSE connection of
+	// its own, as warren did before shared connections: a reader thread
+	// and several descriptors per bound thread. By default the threads'
+	// mounts on the classic transport share a few connections (fs.Pool),
+	// and an idle bound thread costs one descriptor and no OS thread.
+	FUSEPerThread bool
 	// NoFSMetrics leaves the FUSE requests untimed (no
 	// warren_fuse_request_duration_seconds). It exists for benchmarks that
 	// measure what timing them costs.
@@ -256,13 +262,22 @@ type mounter interface {
 }
 
 // fuseMounter mounts with package fs: the real workspace filesystem.
-type fuseMounter struct{}
+// With a pool, the threads' mounts at their paths share its connections
+// (fs.Pool); an inspection mount (onto a Target) or one over io_uring
+// has a connection of its own.
+type fuseMounter struct{ pool *fs.Pool }
 
 var _ mounter = fuseMounter{}
 
 // Mount implements mounter.
-func (fuseMounter) Mount(ctx context.Context, backing, mountpoint string, opts fs.Options) (io.Closer, error) {
-	m, err := fs.Serve(ctx, backing, mountpoint, opts)
+func (fm fuseMounter) Mount(ctx context.Context, backing, mountpoint string, opts fs.Options) (io.Closer, error) {
+	var m *fs.Mount
+	var err error
+	if fm.pool != nil && opts.Target == nil && (opts.Transport == "" || opts.Transport == fs.TransportClassic) {
+		m, err = fm.pool.Serve(ctx, backing, mountpoint, opts)
+	} else {
+		m, err = fs.Serve(ctx, backing, mountpoint, opts)
+	}
 	if err != nil {
 		// A nil *fs.Mount in an io.Closer would not compare equal to nil.
 		return nil, err

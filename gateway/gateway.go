@@ -33,6 +33,9 @@ type Gateway struct {
 	log     hclog.Logger
 	store   meta.Store
 	mounter mounter
+	// pool serves the threads' mounts on shared connections; nil with
+	// Config.FUSEPerThread or another mounter. Set at Start.
+	pool    *fs.Pool
 	wsBase  string // Config.WorkspacesDir: backing roots
 	wsReal  string // wsBase with symlinks resolved, to refuse inspection mounts in it
 	mntBase string // DataDir/mnt: mount points
@@ -124,13 +127,21 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		machine:     machineID(),
 		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks, ObserveOp: m.fuseObserver(cfg.NoFSMetrics)}),
 	}
+	if _, ok := g.mounter.(fuseMounter); ok && !cfg.FUSEPerThread {
+		pool, err := fs.NewPool(fs.PoolConfig{Hub: g.hub, Logger: cfg.Logger.Named("fs")})
+		if err != nil {
+			closeFS(g.hub, g.pool, g.log)
+			return nil, fmt.Errorf("start gateway: %w", err)
+		}
+		g.pool, g.mounter = pool, fuseMounter{pool: pool}
+	}
 	m.watch(g)
 	g.files = newFileEvents(g.emit)
 	for _, u := range cfg.AllowUIDs {
 		g.allow[u] = true
 	}
 	if err := g.makeLayout(); err != nil {
-		g.hub.Close()
+		closeFS(g.hub, g.pool, g.log)
 		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
@@ -138,19 +149,19 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if cfg.EventLog >= 0 {
 		l, err := openEventLog(eventLogPath(cfg.DataDir), cmp.Or(cfg.EventLog, DefaultEventLog))
 		if err != nil {
-			g.hub.Close()
+			closeFS(g.hub, g.pool, g.log)
 			g.files.close()
 			return nil, fmt.Errorf("start gateway: %w", err)
 		}
 		g.events.attachLog(l)
 	}
 	if err := g.startQuotas(); err != nil {
-		g.hub.Close()
+		closeFS(g.hub, g.pool, g.log)
 		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	if err := g.startLease(ctx); err != nil {
-		g.hub.Close()
+		closeFS(g.hub, g.pool, g.log)
 		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
@@ -165,7 +176,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.endLease()
 		g.closeCheckpoints()
 		g.unmountAll()
-		g.hub.Close()
+		closeFS(g.hub, g.pool, g.log)
 		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
@@ -176,7 +187,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.endLease()
 		g.closeCheckpoints()
 		g.unmountAll()
-		g.hub.Close()
+		closeFS(g.hub, g.pool, g.log)
 		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
@@ -279,12 +290,28 @@ func (g *Gateway) Close() error {
 		g.endLease() // no fence behind unmountAll, nor on a closed store
 		g.closeCheckpoints()
 		g.closeErr = errors.Join(g.serveErr, err, g.unmountAll())
-		g.hub.Close()
+		closeFS(g.hub, g.pool, g.log)
 		g.files.close()
 		g.log.Info("gateway stopped", "socket", g.cfg.SocketPath)
 	})
 	return g.closeErr
 }
+
+// closeFS lets the shared FUSE connections go, once the mounts were
+// closed, and then the hub. A mount still busy (detached lazily) keeps
+// its connection a while: poolCloseWait bounds the wait for it.
+func closeFS(hub *fs.Hub, pool *fs.Pool, log hclog.Logger) {
+	if pool != nil {
+		if err := pool.Close(poolCloseWait); err != nil {
+			log.Warn("shared FUSE connections still in use at stop", "error", err)
+		}
+	}
+	hub.Close()
+}
+
+// poolCloseWait bounds how long a stop waits for the shared FUSE
+// connections to end.
+const poolCloseWait = 5 * time.Second
 
 // makeLayout creates the data folder and its subfolders.
 func (g *Gateway) makeLayout() error {

@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"warren/api"
 	"warren/client"
@@ -246,47 +244,6 @@ func TestVanishedFolderIsGone(t *testing.T) {
 	}
 	if _, err := os.Stat(b.Root); !os.IsNotExist(err) {
 		t.Errorf("an empty folder was made in place of the vanished one: %v", err)
-	}
-}
-
-// TestThousandThreads: one daemon binds 1,000 threads (the design's
-// target for a 2-core machine), each with a file of its own, and every
-// one of them stays mounted and answers.
-func TestThousandThreads(t *testing.T) {
-	d := newDaemon(t)
-	c := client.New(d.socket)
-	defer c.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	const n = 1000
-	start := time.Now()
-	for i := range n {
-		thread := fmt.Sprintf("t-%d", i)
-		if _, err := c.WriteFile(ctx, "many", thread, api.WriteFileRequest{Path: "f", Content: thread}); err != nil {
-			t.Fatalf("bind and write %s: %v", thread, err)
-		}
-	}
-	t.Logf("%d threads bound in %v", n, time.Since(start))
-	threads, err := c.Threads(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mounted := 0
-	for _, ti := range threads {
-		if ti.Mounted {
-			mounted++
-		}
-	}
-	if mounted != n {
-		t.Errorf("%d of %d threads mounted", mounted, n)
-	}
-	// Each mount serves its own file, read through the kernel.
-	for i := 0; i < n; i += 37 {
-		ti := threads[i]
-		got, err := os.ReadFile(filepath.Join(ti.MountPath, "f"))
-		if err != nil || string(got) != ti.Thread {
-			t.Errorf("%s/f through its mount: %q, %v", ti.Thread, got, err)
-		}
 	}
 }
 

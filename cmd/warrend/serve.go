@@ -39,6 +39,7 @@ type serveOptions struct {
 	noFSMetrics  bool
 	// fuseTransport serves the mounts over /dev/fuse (classic), io_uring
 	// (uring) or whichever the kernel offers (auto).
+	fusePerThread bool
 	fuseTransport string
 	// The jails of the threads.
 	jailNetwork string
@@ -107,6 +108,7 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.BoolVar(&o.noEditChecks, "no-edit-checks", false, "for benchmarks only: do not refuse writes based on stale reads")
 	fs.BoolVar(&o.noFSMetrics, "no-fs-metrics", false, "for benchmarks only: do not time the FUSE requests")
 	fs.StringVar(&o.fuseTransport, "fuse-transport", "classic", "how the mounts' FUSE requests come: classic (/dev/fuse), uring (FUSE over io_uring; a mount fails without it) or auto (io_uring where the kernel offers it)")
+	fs.BoolVar(&o.fusePerThread, "fuse-per-thread", false, "serve each thread's mount on a FUSE connection of its own (a reader thread and several descriptors per bound thread) instead of the shared connections")
 	fs.StringVar(&o.jailNetwork, "jail-network", "none", "network of the threads' jails: none (loopback only) or host")
 	fs.Int64Var(&o.jailMemory, "jail-memory", 0, "memory of each thread's jail, in bytes (default 2 GiB)")
 	fs.IntVar(&o.jailProcs, "jail-procs", 0, "processes of each thread's jail (default 1024)")
@@ -166,6 +168,7 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	// store are filled in once they are made.
 	cfg := gateway.Config{
 		FUSETransport:   transport,
+		FUSEPerThread:   o.fusePerThread,
 		HostID:          o.hostID,
 		MetricsAddr:     o.metricsAddr,
 		EventLog:        eventLogFlag(o.eventLog),
