@@ -505,10 +505,16 @@ func noQuery(r *http.Request) error {
 func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, p params, err error) {
 	status, code := classify(err)
 	if errors.Is(err, admit.ErrLimit) {
+		// A refusal, not a failure: a warning, as every refusal.
+		g.metrics.apiError(code)
+		g.log.Warn("refused: limit", "method", r.Method, "path", clip(r.URL.EscapedPath()),
+			"tenant", clip(p.tenant), "thread", clip(p.thread), "status", status, "code", code, "error", err)
 		w.Header().Set("Retry-After", admit.RetryAfterHeader())
 		// The body, if any, was not read; and a refused client is
 		// best given its descriptor back.
 		w.Header().Set("Connection", "close")
+		writeJSON(w, status, api.ErrorBody{Error: &api.APIError{Code: code, Message: err.Error()}})
+		return
 	}
 	g.writeErrorCode(w, r, p, status, code, err.Error())
 }
