@@ -256,3 +256,53 @@ func slowUploader(spec string) int {
 	holders.Wait()
 	return 0
 }
+
+// TestStreamsBoundedPerThread: event streams of one thread stop at its
+// bound with 503 unavailable and Retry-After, while another thread's
+// stream and calls go on, and a place comes back when a stream ends.
+func TestStreamsBoundedPerThread(t *testing.T) {
+	env := startEnv(t, Config{Admission: admit.Limits{Streams: admit.Bound{PerThread: 2}}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hc := unixHTTP(env.g.SocketPath())
+	open := func(thread string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://warren/v1/events?tenant=acme&thread="+thread, nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("events of %s: %v", thread, err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	a1, a2 := open("a"), open("a")
+	for _, r := range []*http.Response{a1, a2} {
+		if r.StatusCode != http.StatusOK {
+			t.Fatalf("a stream within the bound: %s", r.Status)
+		}
+	}
+	over := open("a")
+	body, _ := io.ReadAll(over.Body)
+	if over.StatusCode != http.StatusServiceUnavailable || over.Header.Get("Retry-After") != "1" ||
+		!strings.Contains(string(body), `"code":"unavailable"`) || !strings.Contains(string(body), "too many streams at once for this thread (the limit is 2)") {
+		t.Fatalf("a third stream of a: %s Retry-After %q %s", over.Status, over.Header.Get("Retry-After"), body)
+	}
+	if b := open("b"); b.StatusCode != http.StatusOK {
+		t.Fatalf("a stream of b while a is at its bound: %s", b.Status)
+	}
+	if _, err := env.c.WriteFile(ctx, "acme", "a", api.WriteFileRequest{Path: "x", Content: "x\n"}); err != nil {
+		t.Errorf("a call of a while its streams are at their bound: %v", err)
+	}
+	a1.Body.Close()
+	// The place comes back once the server sees the stream end.
+	deadline := time.Now().Add(10 * time.Second)
+	for n, _ := env.g.admit.Held(admit.Streams, meta.ThreadKey{Tenant: "acme", Thread: "a"}); n >= 2; n, _ = env.g.admit.Held(admit.Streams, meta.ThreadKey{Tenant: "acme", Thread: "a"}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d streams of a still counted after one ended", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if r := open("a"); r.StatusCode != http.StatusOK {
+		t.Errorf("a stream of a after one ended: %s", r.Status)
+	}
+}
