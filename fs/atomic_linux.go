@@ -106,10 +106,15 @@ func (t *tempFile) open() (int, error) {
 	return fd, nil
 }
 
-// replace gives the file the name name in its folder, atomically in place
-// of what was there.
-func (t *tempFile) replace(name string) error {
+// replace gives the file the name name in the folder dirFd (dirSt),
+// atomically in place of what was there. The folder may be another than
+// the one it was made in (an upload resolves its path again at its end),
+// on the same filesystem.
+func (t *tempFile) replace(dirFd int, dirSt *syscall.Stat_t, name string) error {
 	if !t.named {
+		if t.dirFd != dirFd {
+			t.move(dirFd, dirSt)
+		}
 		// linkat with AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the
 		// /proc/self/fd link works for anyone.
 		err := unix.Linkat(t.fd, "", t.dirFd, t.name, unix.AT_EMPTY_PATH)
@@ -121,11 +126,24 @@ func (t *tempFile) replace(name string) error {
 		}
 		t.named = true
 	}
-	if err := unix.Renameat(t.dirFd, t.name, t.dirFd, name); err != nil {
+	if err := unix.Renameat(t.dirFd, t.name, dirFd, name); err != nil {
 		return fmt.Errorf("rename the new content over the old: %w", err)
 	}
 	t.named, t.done = false, true
 	return nil
+}
+
+// move makes the folder dirFd (dirSt), borrowed, the one an unnamed file
+// will be linked into: its key moves there before its name can exist, so
+// that a sweep of that folder leaves it.
+func (t *tempFile) move(dirFd int, dirSt *syscall.Stat_t) {
+	key := tempKey{dirSt.Dev, dirSt.Ino, t.name}
+	ts := t.temps
+	ts.mu.Lock()
+	delete(ts.live, t.key)
+	ts.live[key] = struct{}{}
+	ts.mu.Unlock()
+	t.key, t.dirFd = key, dirFd
 }
 
 // discard closes the file and, unless it replaced its target, removes it.

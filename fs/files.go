@@ -537,7 +537,7 @@ func (f *Files) commit(a Actor, t *target, g guarded, tmp *tempFile, old *syscal
 	if err := fsyncRetry(tmp.fd); err != nil {
 		return 0, fmt.Errorf("%s: fsync: %w", t.rel, err)
 	}
-	if err := tmp.replace(t.name); err != nil {
+	if err := tmp.replace(t.dirFd, &t.dirSt, t.name); err != nil {
 		return 0, fmt.Errorf("%s: %w", t.rel, err)
 	}
 	// From here the new content is the file: the version moves whatever

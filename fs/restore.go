@@ -392,7 +392,7 @@ func (r *Restorer) WriteFile(ctx context.Context, p string, mode uint32, content
 		if err := unix.Fchmod(tmp.fd, mode&0o7777); err != nil {
 			return fmt.Errorf("write %s: give it its mode: %w", t.rel, err)
 		}
-		if err := tmp.replace(t.name); err != nil {
+		if err := tmp.replace(t.dirFd, &t.dirSt, t.name); err != nil {
 			return fmt.Errorf("write %s: %w", t.rel, err)
 		}
 		r.f.changedTarget(tl, t, g, g.state.fp.ino, fingerprintFd(tmp.fd), false)

@@ -223,61 +223,153 @@ func (f *Files) WriteFrom(ctx context.Context, a Actor, p string, r io.Reader, m
 	return n, v, err
 }
 
-func (f *Files) writeFrom(ctx context.Context, a Actor, p string, r io.Reader, mode *uint32) (n int64, v uint64, err error) {
-	if err := ctx.Err(); err != nil {
+func (f *Files) writeFrom(ctx context.Context, a Actor, p string, r io.Reader, mode *uint32) (int64, uint64, error) {
+	u, err := f.StartUpload(ctx, a, p)
+	if err != nil {
 		return 0, 0, err
+	}
+	defer u.Close()
+	if _, err := u.ReadFrom(ctx, r); err != nil {
+		return 0, 0, err
+	}
+	v, err := f.finishUpload(u, mode)
+	return u.n, v, err
+}
+
+// Upload is WriteFrom in steps, for content that may come slowly (a
+// client's upload): StartUpload, then ReadFrom, then FinishUpload; Close
+// in any case. While the content comes it holds one descriptor, its
+// temporary file (two where the filesystem has no O_TMPFILE: its folder's
+// too), and nothing else of the Files: the caller may close the Files
+// that started it and finish it with another of the same workspace, so a
+// stalled upload costs nothing beyond its temporary file.
+type Upload struct {
+	a     Actor
+	p     string // as the caller named it
+	rel   string // as reported, inside the workspace
+	tmp   *tempFile
+	dirFd int // the folder of a named tmp, owned; -1 for an unnamed one
+	n     int64
+	read  bool // ReadFrom ended well
+}
+
+// StartUpload resolves p (its missing folders made), refuses early, before
+// any content is taken, a write a's read would make stale or a folder in
+// the file's place (as WriteFrom does), and makes the temporary file of
+// the new content.
+func (f *Files) StartUpload(ctx context.Context, a Actor, p string) (*Upload, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	t, err := f.streamTarget(a, p)
 	if err != nil {
-		return 0, 0, spaceError(p, err)
+		return nil, spaceError(p, err)
 	}
-	defer t.close()
-	defer func() { err = spaceError(t.rel, err) }()
-
-	// The content, with no lock held: it may be big, and come slowly.
 	f.hub.sweepTemps(t.dirFd, &t.dirSt, f.label)
 	tmp, err := f.hub.temps.newTemp(t.dirFd, &t.dirSt)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%s: make a temporary file: %w", t.rel, err)
+		t.close()
+		return nil, spaceError(t.rel, fmt.Errorf("%s: make a temporary file: %w", t.rel, err))
 	}
-	defer tmp.discard()
-	n, err = copyIn(ctx, t.rel, tmp.fd, r)
-	if err != nil {
-		return 0, 0, err
+	u := &Upload{a: a, p: p, rel: t.rel, tmp: tmp, dirFd: -1}
+	if tmp.named {
+		// Its name is in this folder: keep the folder to rename it out.
+		u.dirFd = t.dirFd
+	} else {
+		// An unnamed file needs no folder until its link
+		// (FinishUpload resolves p again).
+		t.close()
+		tmp.dirFd = -1
 	}
-	if err := fsyncRetry(tmp.fd); err != nil {
-		return 0, 0, fmt.Errorf("%s: fsync: %w", t.rel, err)
-	}
+	return u, nil
+}
 
+// ReadFrom writes all that r gives into the upload's temporary file, with
+// no lock held, and fsyncs it. A failure of r is a *ContentError.
+func (u *Upload) ReadFrom(ctx context.Context, r io.Reader) (int64, error) {
+	n, err := copyIn(ctx, u.rel, u.tmp.fd, r)
+	u.n += n
+	if err != nil {
+		return u.n, spaceError(u.rel, err)
+	}
+	if err := fsyncRetry(u.tmp.fd); err != nil {
+		return u.n, spaceError(u.rel, fmt.Errorf("%s: fsync: %w", u.rel, err))
+	}
+	u.read = true
+	return u.n, nil
+}
+
+// FinishUpload resolves the upload's path again and, under its lock,
+// checks it again and puts the new content in place of the old, as
+// WriteFrom does; it returns the file's new version. f is any Files of
+// the workspace that started u.
+func (f *Files) FinishUpload(u *Upload, mode *uint32) (uint64, error) {
+	v, err := f.finishUpload(u, mode)
+	// Once it answered, every mount shows the change.
+	f.hub.flush()
+	return v, err
+}
+
+func (f *Files) finishUpload(u *Upload, mode *uint32) (v uint64, err error) {
+	if !u.read {
+		return 0, fmt.Errorf("%s: the upload's content was not read to its end", u.rel)
+	}
 	defer f.changes.enter()()
+	t, err := f.resolve(u.p, true)
+	if err != nil {
+		return 0, spaceError(u.p, err)
+	}
+	defer t.close()
+	defer func() { err = spaceError(t.rel, err) }()
+	if u.dirFd < 0 {
+		f.hub.sweepTemps(t.dirFd, &t.dirSt, f.label)
+	}
 	g, unlock, err := f.lockTarget(t)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	defer unlock()
-	if err := f.refuseIfStale("write", a, t, g); err != nil {
-		return 0, 0, err
+	if err := f.refuseIfStale("write", u.a, t, g); err != nil {
+		return 0, err
 	}
+	tmp, n := u.tmp, u.n
 	var st syscall.Stat_t
 	old := &st
 	if err := fstatat(t.dirFd, t.name, old); err != nil {
 		if err != unix.ENOENT {
-			return 0, 0, fmt.Errorf("%s: %w", t.rel, err)
+			return 0, fmt.Errorf("%s: %w", t.rel, err)
 		}
 		old = nil
 	} else if old.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return 0, 0, &NotFileError{Path: t.rel}
+		return 0, &NotFileError{Path: t.rel}
 	} else if old.Nlink > 1 {
 		src, err := reopen(tmp.fd, unix.O_RDONLY)
 		if err != nil {
-			return 0, 0, fmt.Errorf("%s: reopen the new content: %w", t.rel, err)
+			return 0, fmt.Errorf("%s: reopen the new content: %w", t.rel, err)
 		}
 		defer unix.Close(src)
-		v, err := f.storeInPlace(a, t, g, n, mode, func(fd int) error { return copyFd(fd, src, n) })
-		return n, v, err
+		return f.storeInPlace(u.a, t, g, n, mode, func(fd int) error { return copyFd(fd, src, n) })
 	}
-	v, err = f.commit(a, t, g, tmp, old, mode)
-	return n, v, err
+	return f.commit(u.a, t, g, tmp, old, mode)
+}
+
+// Close discards the temporary file unless it replaced its target, and
+// releases what the upload holds.
+func (u *Upload) Close() {
+	if u.tmp == nil {
+		return
+	}
+	if u.tmp.dirFd < 0 {
+		// Unnamed and never linked: nothing of it is in a folder.
+		unix.Close(u.tmp.fd)
+		u.tmp.forget()
+	} else {
+		u.tmp.discard()
+	}
+	if u.dirFd >= 0 {
+		unix.Close(u.dirFd)
+	}
+	u.tmp = nil
 }
 
 // streamTarget resolves p for WriteFrom (its missing folders made, under

@@ -357,3 +357,65 @@ func TestStreamQuota(t *testing.T) {
 		check(t, dir, syscall.ENOSPC, 64<<20)
 	})
 }
+
+// TestUploadHoldsOnlyItsTempFile: while an upload's content comes, it
+// holds one descriptor, its temporary file, and nothing of the Files
+// that started it (closed meanwhile); another Files of the workspace
+// finishes it, into a folder that was renamed meanwhile, and the sweep
+// of that folder leaves the new content alone.
+func TestUploadHoldsOnlyItsTempFile(t *testing.T) {
+	ctx := context.Background()
+	hub, f, dir := newFiles(t, HubConfig{})
+	a := RunActor("r")
+	must(t, os.MkdirAll(filepath.Join(dir, "a/b"), 0o755))
+	f2, err := hub.Files(dir, "test/thread", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := openFds(t)
+	u, err := f2.StartUpload(ctx, a, "a/b/up.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	f2.Close()
+	if got := openFds(t) - before; got != 0 {
+		// The Files' folder was closed: one less, one more.
+		t.Errorf("an upload under way holds %d descriptors more than its Files did, want 0 (its temporary file in place of the folder)", got)
+	}
+	if _, err := u.ReadFrom(ctx, strings.NewReader("first part, ")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.ReadFrom(ctx, strings.NewReader("second part\n")); err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.Rename(filepath.Join(dir, "a/b"), filepath.Join(dir, "a/c")))
+	must(t, os.MkdirAll(filepath.Join(dir, "a/b"), 0o755))
+	if _, err := f.FinishUpload(u, nil); err != nil {
+		t.Fatalf("finish: %v", err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "a/b/up.txt"))
+	if err != nil || string(got) != "first part, second part\n" {
+		t.Fatalf("the uploaded file: %q, %v", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "a/c/up.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the upload landed in the folder that moved away: %v", err)
+	}
+	u.Close()
+	if got := openFds(t) - before; got != -1 {
+		t.Errorf("after the upload: %d descriptors more than before, want -1 (the Files closed)", got)
+	}
+	ents, _ := os.ReadDir(filepath.Join(dir, "a/b"))
+	if len(ents) != 1 {
+		t.Errorf("folder after the upload: %v, want up.txt alone", ents)
+	}
+}
+
+func openFds(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/gateway/admit"
+	"warren/meta"
 )
 
 // maxBodyBytes bounds a request body; a larger one is answered 413.
@@ -115,6 +117,30 @@ func bodyLimit(pattern string) int64 {
 	return maxBodyBytes
 }
 
+// admissionOf is what a request is counted as (package admit): a raw
+// upload, a stream (an answer that goes on: events, exec output, job
+// output, a raw file's content) or a request, and the thread it is
+// counted for, from its path or, for the events, its query (the zero key
+// when it names none).
+func admissionOf(r *http.Request, pattern string, p params) (admit.Kind, meta.ThreadKey) {
+	key := meta.ThreadKey{Tenant: p.tenant, Thread: p.thread}
+	switch {
+	case pattern == "/v1/events":
+		q := r.URL.Query()
+		if q.Get("thread") != "" {
+			key = meta.ThreadKey{Tenant: q.Get("tenant"), Thread: q.Get("thread")}
+		}
+		return admit.Streams, key
+	case strings.HasSuffix(pattern, "/files/raw") && r.Method == http.MethodPut:
+		return admit.Uploads, key
+	case strings.HasSuffix(pattern, "/files/raw"),
+		strings.HasSuffix(pattern, "/exec") && r.Method == http.MethodPost,
+		strings.HasSuffix(pattern, "/jobs/{job}/output"):
+		return admit.Streams, key
+	}
+	return admit.Requests, key
+}
+
 // router matches requests against the route table on the escaped path,
 // segment by segment. It replaces http.ServeMux on purpose: ServeMux cleans
 // paths and redirects "/a/../b" to "/b", which would turn a thread id ".."
@@ -191,6 +217,28 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				r.Body = body
 			default:
 				r.Body = http.MaxBytesReader(w, body, limit)
+			}
+			// Counted before the handler takes anything: a refusal
+			// costs nothing but its answer.
+			if !rt.open {
+				kind, key := admissionOf(r, cr.pattern, ps)
+				tk, err := g.admit.Enter(kind, p.uid, key)
+				if err != nil {
+					g.writeError(w, r, ps, err)
+					return
+				}
+				defer tk.Release()
+				if body != http.NoBody && kind != admit.Uploads {
+					bt, err := g.admit.Enter(admit.Bodies, p.uid, key)
+					if err != nil {
+						g.writeError(w, r, ps, err)
+						return
+					}
+					defer bt.Release()
+					if db, ok := body.(*deadlineBody); ok {
+						db.atEnd = bt.Release
+					}
+				}
 			}
 			if ps.thread != "" && r.Method != http.MethodGet {
 				if k, err := threadKey(ps.tenant, ps.thread); err == nil {
@@ -456,6 +504,18 @@ func noQuery(r *http.Request) error {
 // the refusal with the thread and the path.
 func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, p params, err error) {
 	status, code := classify(err)
+	if errors.Is(err, admit.ErrLimit) {
+		// A refusal, not a failure: a warning, as every refusal.
+		g.metrics.apiError(code)
+		g.log.Warn("refused: limit", "method", r.Method, "path", clip(r.URL.EscapedPath()),
+			"tenant", clip(p.tenant), "thread", clip(p.thread), "status", status, "code", code, "error", err)
+		w.Header().Set("Retry-After", admit.RetryAfterHeader())
+		// The body, if any, was not read; and a refused client is
+		// best given its descriptor back.
+		w.Header().Set("Connection", "close")
+		writeJSON(w, status, api.ErrorBody{Error: &api.APIError{Code: code, Message: err.Error()}})
+		return
+	}
 	g.writeErrorCode(w, r, p, status, code, err.Error())
 }
 
@@ -519,6 +579,9 @@ type deadlineBody struct {
 	timeout time.Duration
 	stream  bool // set before the body is read
 	cleared bool
+	// atEnd, if set, is called once the body was read to its end: it
+	// gives back the body's place (package admit).
+	atEnd func()
 }
 
 func newDeadlineBody(w http.ResponseWriter, body io.ReadCloser, timeout time.Duration) io.ReadCloser {
@@ -537,6 +600,9 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	case err == io.EOF:
 		b.cleared = true
 		_ = b.rc.SetReadDeadline(time.Time{}) // the connection is still there: it was just read
+		if b.atEnd != nil {
+			b.atEnd()
+		}
 	case n > 0 && b.stream:
 		_ = b.rc.SetReadDeadline(time.Now().Add(b.timeout))
 	}

@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 
 	"warren/api"
 	"warren/fs"
+	"warren/gateway/admit"
 	"warren/gateway/lease"
 	"warren/meta"
 )
@@ -137,6 +139,13 @@ type Config struct {
 	// store lives elsewhere. A reserve below it, on that same disk, is
 	// warned about at start: full workspaces would stop the store's writes.
 	StoreFreeBytes int64
+	// Admission bounds what the API's clients hold at once: connections,
+	// requests, request bodies, raw uploads and streams, each in total,
+	// per peer uid and per thread (package admit). Past a bound a request
+	// is refused at once with 503 "unavailable" and Retry-After. Zero
+	// fields are derived from the open-file limit at Start
+	// (admit.Limits.WithDefaults).
+	Admission admit.Limits
 
 	// mounter serves the mounts; nil means fuseMounter, the FUSE filesystem
 	// of package fs, which is the only implementation. It is a seam for
@@ -182,7 +191,21 @@ func (c Config) CheckLimits() error {
 	if c.DiskQuotaBytes != 0 && c.DiskQuotaBytes < minDiskBytes {
 		return fmt.Errorf("disk quota %d is below %d", c.DiskQuotaBytes, minDiskBytes)
 	}
+	if err := c.Admission.Check(fileLimit()); err != nil {
+		return err
+	}
 	return nil
+}
+
+// fileLimit is the process's open-file limit (the soft one, which the
+// daemon raises to the hard one at start: fs.RaiseFileLimit); 1024 if it
+// cannot be read.
+func fileLimit() uint64 {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return 1024
+	}
+	return lim.Cur
 }
 
 // DefaultBodyTimeout is Config.BodyTimeout's default: the socket is local,

@@ -81,6 +81,14 @@
 //     threads it serves; another gateway refuses them while the lease
 //     holds, takes them over once it lapsed, and a gateway whose lease
 //     lapsed serves none of them (hosts.go, package lease).
+//   - What API clients hold at once (connections, requests, request
+//     bodies, raw uploads, streams) is bounded in total, per peer uid and
+//     per thread; past a bound a request is refused at once with 503
+//     unavailable and Retry-After, and one thread at its bounds never
+//     makes another's calls fail (package admit: the listener counts
+//     connections at accept, the router each request before its
+//     handler). A stalled raw upload holds its connection and its
+//     temporary file, nothing else (fs.Upload).
 //
 // # Layout
 //
@@ -253,6 +261,8 @@
 //   - lease.Session's mu (package lease): the lease's id, expiry and pins;
 //     held over map and clock work only, never across a store call or the
 //     fence.
+//   - admit.Admitter's mu (package admit): the counters of what clients
+//     hold; a leaf, held over map work only.
 //
 // Three locks serialize writes and are held across one write, with only
 // leaves under them: job.stdinMu (a job's input pipe), runningExec.mu (a

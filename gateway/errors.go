@@ -6,6 +6,7 @@ import (
 	"syscall"
 
 	"warren/api"
+	"warren/gateway/admit"
 	"warren/meta"
 )
 
@@ -46,6 +47,9 @@ var errorClasses = []struct {
 	// retry will do, so the code is not the one of a closing gateway,
 	// after which the client must give up or connect anew.
 	{meta.ErrUnavailable, http.StatusServiceUnavailable, api.CodeUnavailable},
+	// Too many requests of a kind held at once (package admit): a retry
+	// after Retry-After will do.
+	{admit.ErrLimit, http.StatusServiceUnavailable, api.CodeUnavailable},
 	{api.ErrNoSpace, http.StatusInsufficientStorage, api.CodeNoSpace},
 	{meta.ErrNoSpace, http.StatusInsufficientStorage, api.CodeNoSpace},
 	// A thread's disk quota refused a file of the file API (fileError).

@@ -17,6 +17,7 @@ import (
 
 	"warren/api"
 	"warren/fs"
+	"warren/gateway/admit"
 	"warren/gateway/lease"
 	"warren/jail"
 	"warren/meta"
@@ -77,6 +78,10 @@ type Gateway struct {
 	checkpoints checkpointSet // checkpoint locks, repositories, collections (checkpoints.go)
 	// requests counts the API's requests being answered (Close waits).
 	requests requestSet
+	// admit bounds the connections, requests, bodies, uploads and
+	// streams that clients hold at once (package admit): the listener
+	// and the router ask it.
+	admit *admit.Admitter
 
 	// instance names this run of the gateway in the job records, and
 	// machine the machine it runs on.
@@ -123,6 +128,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		jails:       jailSet{jails: make(map[meta.ThreadKey]*threadJail), execs: make(map[string]*runningExec)},
 		jobs:        jobSet{threads: make(map[meta.ThreadKey]*threadJobs)},
 		checkpoints: newCheckpointSet(),
+		admit:       admit.New(cfg.Admission, fileLimit()),
 		instance:    newInstance(),
 		machine:     machineID(),
 		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks, ObserveOp: m.fuseObserver(cfg.NoFSMetrics)}),
@@ -204,7 +210,10 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	g.startIdle()
 	go func() {
 		defer close(g.serveDone)
-		err := g.srv.Serve(ln)
+		err := g.srv.Serve(g.admit.Listener(ln, peerUID, func(uid uint32, err error) {
+			g.metrics.apiError(api.CodeUnavailable)
+			g.log.Warn("refused: connection", "peer_uid", uid, "status", http.StatusServiceUnavailable, "code", api.CodeUnavailable, "error", err)
+		}))
 		if !errors.Is(err, http.ErrServerClosed) {
 			g.serveErr = fmt.Errorf("serve api: %w", err)
 		}

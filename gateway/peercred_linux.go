@@ -25,7 +25,18 @@ func (g *Gateway) connContext(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, peerKey{}, readPeer(c))
 }
 
+// peerUID reads the uid of c's peer, for the listener's per-uid bound
+// (admit.Listener).
+func peerUID(c net.Conn) (uint32, bool) {
+	p := readPeer(c)
+	return p.uid, p.err == nil
+}
+
 func readPeer(c net.Conn) peer {
+	// The listener wraps each connection it counts (admit.Listener).
+	if w, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = w.NetConn()
+	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return peer{err: fmt.Errorf("not a unix connection: %T", c)}

@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	if sock := os.Getenv(peerClientEnv); sock != "" {
 		os.Exit(peerClient(sock))
 	}
+	if spec := os.Getenv(slowUploadsEnv); spec != "" {
+		os.Exit(slowUploader(spec))
+	}
 	if data := os.Getenv(stuckChildEnv); data != "" {
 		os.Exit(stuckChild(data))
 	}

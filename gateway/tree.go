@@ -294,15 +294,30 @@ func (s *rawStream) serveStream(w http.ResponseWriter, r *http.Request) {
 type writerOnly struct{ io.Writer }
 
 // writeRaw writes the raw body of the request as a file of the thread's
-// workspace.
+// workspace. The body may come slowly: while it comes, the upload holds
+// its temporary file and nothing else (no Files, no folder), so that a
+// stalled upload costs the daemon two descriptors, with its connection.
 func (g *Gateway) writeRaw(ctx context.Context, tenant, thread string, req api.RawRequest, body io.Reader) (api.RawInfo, error) {
 	a, err := g.actorFor(ctx, req.Run)
 	if err != nil {
 		return api.RawInfo{}, err
 	}
-	var out api.RawInfo
+	var u *fs.Upload
 	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
-		n, v, err := f.WriteFrom(ctx, a, inWorkspace(req.Path, mountPath), body, req.Mode)
+		u, err = f.StartUpload(ctx, a, inWorkspace(req.Path, mountPath))
+		return fileError(err)
+	})
+	if err != nil {
+		return api.RawInfo{}, err
+	}
+	defer u.Close()
+	n, err := u.ReadFrom(ctx, body)
+	if err != nil {
+		return api.RawInfo{}, fileError(err)
+	}
+	var out api.RawInfo
+	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, _ string) error {
+		v, err := f.FinishUpload(u, req.Mode)
 		if err != nil {
 			return fileError(err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"warren/fs"
 	"warren/gateway"
+	"warren/gateway/admit"
 	"warren/internal/cli"
 	"warren/jail"
 	"warren/meta"
@@ -70,6 +71,42 @@ type serveOptions struct {
 	socketGroup string
 	// Idle reclaim: of jails, and of threads.
 	jailIdle, closeIdle time.Duration
+	// admission bounds what API clients hold at once (--max-conns,
+	// --max-requests, --max-bodies, --max-uploads, --max-streams).
+	admission admit.Limits
+}
+
+// boundFlag is a --max-KIND flag: TOTAL[,PER-UID[,PER-THREAD]], each
+// empty or 0 for its default (admit.Limits.WithDefaults).
+type boundFlag struct {
+	b       *admit.Bound
+	perUser bool // the kind has a per-thread bound
+}
+
+func (f boundFlag) String() string {
+	if f.b == nil {
+		return ""
+	}
+	return fmt.Sprintf("%d,%d,%d", f.b.Total, f.b.PerUID, f.b.PerThread)
+}
+
+func (f boundFlag) Set(v string) error {
+	parts := strings.Split(v, ",")
+	if len(parts) > 3 || !f.perUser && len(parts) > 2 {
+		return fmt.Errorf("%q has too many numbers", v)
+	}
+	fields := []*int{&f.b.Total, &f.b.PerUID, &f.b.PerThread}
+	for i, p := range parts {
+		if p == "" {
+			continue
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a number of 0 or more", p)
+		}
+		*fields[i] = n
+	}
+	return nil
 }
 
 // uidList is a repeatable --allow-uid flag.
@@ -128,6 +165,11 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.DurationVar(&o.jailIdle, "jail-idle", gateway.DefaultJailIdle, "stop a thread's jail once no command or job ran in it for so long (the next command starts a new one); 0: never. A thread's settings win")
 	fs.DurationVar(&o.closeIdle, "close-idle", 0, "close a thread (unmount it, keep its folder) once nothing used it for so long; 0: never. A thread's settings win")
 	fs.IntVar(&o.eventLog, "event-log", gateway.DefaultEventLog, "how many of the newest events are kept, across restarts, for a reader that comes back with ?since=N; 0: none")
+	fs.Var(boundFlag{b: &o.admission.Conns}, "max-conns", "open API connections: TOTAL[,PER-UID]; a connection past them is answered 503 and closed (default from the open-file limit: an eighth of it, per uid three quarters of that)")
+	fs.Var(boundFlag{b: &o.admission.Requests, perUser: true}, "max-requests", "requests being answered: TOTAL[,PER-UID[,PER-THREAD]], empty or 0 for a default (default: as connections, 32 per thread)")
+	fs.Var(boundFlag{b: &o.admission.Bodies, perUser: true}, "max-bodies", "request bodies still arriving: TOTAL[,PER-UID[,PER-THREAD]] (default: a 32nd of the open-file limit, 8 per thread)")
+	fs.Var(boundFlag{b: &o.admission.Uploads, perUser: true}, "max-uploads", "raw uploads (PUT files/raw) under way: TOTAL[,PER-UID[,PER-THREAD]] (default: a 32nd of the open-file limit, 4 per thread)")
+	fs.Var(boundFlag{b: &o.admission.Streams, perUser: true}, "max-streams", "streams (events, exec output, job output, raw reads): TOTAL[,PER-UID[,PER-THREAD]] (default: a 16th of the open-file limit, 16 per thread)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "TCP host:port serving /metrics, /healthz and /readyz only, without authentication (default: on the socket only)")
 	rest, err := cli.Parse(fs, args)
 	if err != nil {
@@ -190,6 +232,7 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 		DiskQuotaBytes:   o.diskQuota,
 		DiskReserveBytes: o.diskReserve,
 		Checkpoints:      o.checkpoints,
+		Admission:        o.admission,
 	}
 	if o.socketGroup != "" {
 		gid, err := lookupGroup(o.socketGroup)

@@ -125,6 +125,9 @@ func TestServeBadFlags(t *testing.T) {
 		{[]string{"--expires-after", "-1s"}, "expires-after -1s"},
 		{[]string{"--renew-every", "10s", "--expires-after", "5s"}, "expires-after 5s"},
 		{[]string{"--body-timeout", "-1s"}, "body timeout -1s"},
+		{[]string{"--max-uploads", "100,10,8"}, "uploads per uid (10) must be at least twice per thread (8)"},
+		{[]string{"--max-conns", "100,200"}, "connections per uid (200) is more than in total (100)"},
+		{[]string{"--max-streams", "-1"}, "is not a number of 0 or more"},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			data := filepath.Join(t.TempDir(), "data")
