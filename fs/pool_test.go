@@ -269,3 +269,30 @@ var _ = unix.O_PATH
 func poolTestLogger(t *testing.T) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Output: testWriter{t}, Level: hclog.Warn})
 }
+
+// TestMountFlagsOf reads a mount's flags with statmount, as checkAttrs
+// does: a read-only pool mount is read-only and nosymfollow, a writable
+// one nosymfollow only.
+func TestMountFlagsOf(t *testing.T) {
+	p := newTestPool(t)
+	dir := t.TempDir()
+	rw := mountPooled(t, p, dir, "rw")
+	fd, err := unix.Open(rw.Mountpoint(), unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	attrs, ok, err := mountFlagsOf(fd)
+	if err != nil || !ok {
+		t.Fatalf("mountFlagsOf: %v, ok %v (statmount is on Linux 6.8 and later)", err, ok)
+	}
+	if attrs&unix.MOUNT_ATTR_NOSYMFOLLOW == 0 || attrs&unix.MOUNT_ATTR_NOSUID == 0 || attrs&unix.MOUNT_ATTR_RDONLY != 0 {
+		t.Errorf("flags of a writable pool mount: got %#x, want nosymfollow and nosuid, not read-only", attrs)
+	}
+	if mounted, err := IsMountpoint(rw.Mountpoint()); err != nil || !mounted {
+		t.Errorf("IsMountpoint of a mount: %v, %v", mounted, err)
+	}
+	if mounted, err := IsMountpoint(dir); err != nil || mounted {
+		t.Errorf("IsMountpoint of a plain folder: %v, %v", mounted, err)
+	}
+}

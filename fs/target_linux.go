@@ -120,6 +120,19 @@ func serveAt(root fusefs.InodeEmbedder, mountpoint *string, target *Target, opts
 // It reads /proc/self/mountinfo for the mount of mntFd, which asks the
 // filesystem nothing; statfs would send it a request.
 func checkAttrs(mntFd int, flags uintptr) error {
+	if attrs, ok, err := mountFlagsOf(mntFd); err != nil {
+		return err
+	} else if ok {
+		want, err := mountAttrs(flags)
+		if err != nil {
+			return err
+		}
+		// MOUNT_ATTR_RDONLY and the rest are bits of the same mask.
+		if missing := uint64(want) &^ attrs; missing != 0 {
+			return fmt.Errorf("the mount lacks the flags %#x it was made with (it has %#x)", missing, attrs)
+		}
+		return nil
+	}
 	id, _, err := MountID(mntFd)
 	if err != nil {
 		return err
@@ -303,8 +316,18 @@ func DetachFd(fd int) error {
 	}
 	// The magic link is followed to the descriptor's own (mount, root); no
 	// mount stacked on top of it is looked up (LAST_BIND).
+	unique, uerr := uniqueMountID(fd)
 	if err := unix.Unmount(procFdPath(fd), unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("fs: detach mount %d: %w", id, err)
+	}
+	if uerr == nil {
+		if attached, ok, err := mountAttached(unique); err != nil {
+			return err
+		} else if ok && attached {
+			return fmt.Errorf("fs: detach mount %d: still attached", id)
+		} else if ok {
+			return nil
+		}
 	}
 	if e, attached, err := LookupMount(id); err != nil {
 		return err

@@ -84,7 +84,7 @@ func TestThousandThreads(t *testing.T) {
 	t.Logf("bind median: %v for binds 1-100, %v for binds %d-%d", first, last, n-99, n)
 	// Generous on a noisy machine, and still far from the 4x slowdown of
 	// a server per thread.
-	if last > 3*first+5*time.Millisecond {
+	if last > 2*first+2*time.Millisecond {
 		t.Errorf("bind slowed down: median %v for the last 100, %v for the first 100", last, first)
 	}
 	// Every thread is used: a file written through the API to each, and
