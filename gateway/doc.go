@@ -304,7 +304,8 @@
 //     thread's close, delete or fence, or by Close (closeJails);
 //   - a mount's FUSE server (package fs): its entry in threadSet or
 //     inspectionSet, unmounted by the thread's close or delete, by an
-//     unmount, or by Close (unmountAll); the fs.Hub's own: Close (Hub.Close);
+//     unmount, or by Close (unmountAll, unmountParallel at a time, each
+//     waited for); the fs.Hub's own: Close (Hub.Close);
 //   - a collection of a tenant's unreferenced snapshot objects
 //     (checkpoints.go, collect): counted in checkpointSet.wg; Close
 //     cancels it and waits for it (closeCheckpoints), after the requests

@@ -365,15 +365,32 @@ func (g *Gateway) unmountAll() error {
 		names = append(names, p)
 	}
 
-	var errs []error
+	// A few at a time: each unmount waits for its server to stop, and
+	// ten thousand of them one by one would outlast any stop timeout.
+	var (
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, unmountParallel)
+		mu   sync.Mutex
+		errs []error
+	)
 	for i, c := range closers {
-		if err := c.Close(); err != nil {
-			g.log.Error("unmount at shutdown", "path", names[i], "error", err)
-			errs = append(errs, fmt.Errorf("unmount %s: %w", names[i], err))
-		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := c.Close(); err != nil {
+				g.log.Error("unmount at shutdown", "path", names[i], "error", err)
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("unmount %s: %w", names[i], err))
+				mu.Unlock()
+			}
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// unmountParallel bounds the unmounts made at once at shutdown.
+const unmountParallel = 32
 
 // workspacePath names a thread for logs when its paths are not at hand.
 func (g *Gateway) workspacePath(k meta.ThreadKey) string {

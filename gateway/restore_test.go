@@ -188,3 +188,69 @@ func testRestartServesAtOnce(t *testing.T, crash bool) {
 		t.Errorf("readyz once restored: got ready %v, restoring %d, %v", rd.Ready, rd.Restoring, err)
 	}
 }
+
+// TestStopUnmountsInParallel binds many threads and stops the gateway
+// with each unmount held until another one runs: a stop that unmounts one
+// by one never has two at once (and with ten thousand threads would
+// outlast any stop timeout).
+func TestStopUnmountsInParallel(t *testing.T) {
+	env := startEnv(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < restartThreads; i += 8 {
+				if _, err := env.c.Bind(ctx, "acme", fmt.Sprintf("t-%d", i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	var (
+		mu       sync.Mutex
+		inFlight int
+		most     int
+		second   = make(chan struct{})
+		alone    bool
+		released bool
+	)
+	env.m.setFailClose(func(string) error {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		if inFlight == 2 && !released {
+			released = true
+			close(second)
+		}
+		mu.Unlock()
+		select {
+		case <-second:
+		case <-time.After(10 * time.Second):
+			mu.Lock()
+			alone = true
+			mu.Unlock()
+		}
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return nil
+	})
+	start := time.Now()
+	if err := env.g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if alone || most < 2 {
+		t.Errorf("unmounts at once at a stop: got at most %d, want more than one", most)
+	}
+	if live := env.live(t); len(live) != 0 {
+		t.Errorf("got %d mounts after the stop, want 0", len(live))
+	}
+	t.Logf("a stop with %d threads bound took %v (at most %d unmounts at once)", restartThreads, took, most)
+}
