@@ -10,10 +10,15 @@ type Health struct {
 type Readiness struct {
 	Ready  bool         `json:"ready"`
 	Checks []ReadyCheck `json:"checks"`
+	// Restoring counts the threads of the former run that the start has
+	// still to serve again, in the background (0 once it is done). It
+	// does not make the server unready: a call for one of them serves it
+	// at once.
+	Restoring int `json:"restoring,omitempty"`
 }
 
 // ReadyCheck is one check of a readiness answer. Name is one of serving,
-// store, lease, disk and descriptors; Detail says what was found, and
+// store, lease, disk, descriptors and restore; Detail says what was found, and
 // what to fix when OK is false.
 type ReadyCheck struct {
 	Name   string `json:"name"`

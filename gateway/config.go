@@ -152,6 +152,11 @@ type Config struct {
 	// this package's tests alone: they wrap fuseMounter to count its mounts
 	// or to make one fail, and every mount they get is a real one.
 	mounter mounter
+	// remountGate, if not nil, holds the background restore of the
+	// threads (restore.go) until it is closed: a seam for this package's
+	// tests, which look at a gateway that serves while no thread is
+	// mounted again yet. A call's own thread is never held by it.
+	remountGate chan struct{}
 }
 
 // MetaDir is where the metadata store of a gateway with dataDir lives.

@@ -48,6 +48,15 @@
 //     to orphans/ (restore.go). RecoverStuck, run before the store is
 //     opened, frees a store held by a former daemon that was killed and
 //     could not end (stuck_linux.go).
+//   - A restart serves at once: the API serves once the steps above are
+//     done, and the threads are mounted again in the background, a few at
+//     a time (package remount), each with the checkpoint restore a crash
+//     cut short finished. A call that works in a thread the background has
+//     not come to yet does that thread's part itself, at once (bindLocked,
+//     settleLocked), so a call waits for its own thread, never for the
+//     others; until then the thread's mount path refuses writes, as every
+//     unserved mount point does. /readyz says how many are left
+//     (restoring) and stays ready meanwhile.
 //   - A delete is recorded (state deleting) before it removes anything;
 //     a thread being deleted answers as gone (410) to every call but
 //     another delete, which, like the next start, finishes it.
@@ -297,12 +306,16 @@
 //     jobSet.wg once no slot can be taken, after ending the jails;
 //   - closeIdle, started by the end of the last job of a closed thread:
 //     counted in jobSet.wg too;
-//   - restore's mounts: restore, which waits for them;
+//   - the background restore's workers: the remount.Queue (restore.go),
+//     started once the API serves; Close stops it first (it takes no
+//     more threads) and waits for it after the requests' grace, when a
+//     checkpoint restore it finishes is cut with the others';
 //   - a jail's goroutines (package jail): its threadJail, closed by the
 //     thread's close, delete or fence, or by Close (closeJails);
 //   - a mount's FUSE server (package fs): its entry in threadSet or
 //     inspectionSet, unmounted by the thread's close or delete, by an
-//     unmount, or by Close (unmountAll); the fs.Hub's own: Close (Hub.Close);
+//     unmount, or by Close (unmountAll, unmountParallel at a time, each
+//     waited for); the fs.Hub's own: Close (Hub.Close);
 //   - a collection of a tenant's unreferenced snapshot objects
 //     (checkpoints.go, collect): counted in checkpointSet.wg; Close
 //     cancels it and waits for it (closeCheckpoints), after the requests

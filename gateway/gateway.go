@@ -19,6 +19,7 @@ import (
 	"warren/fs"
 	"warren/gateway/admit"
 	"warren/gateway/lease"
+	"warren/gateway/remount"
 	"warren/jail"
 	"warren/meta"
 )
@@ -82,6 +83,11 @@ type Gateway struct {
 	// streams that clients hold at once (package admit): the listener
 	// and the router ask it.
 	admit *admit.Admitter
+	// remounts is the threads' part of the start's restore, done in the
+	// background once the API serves (restore.go, package remount); set
+	// by restore, never nil after it. It owns its workers; Close stops
+	// and waits for them.
+	remounts *remount.Queue[meta.ThreadKey]
 
 	// instance names this run of the gateway in the job records, and
 	// machine the machine it runs on.
@@ -101,10 +107,14 @@ type Gateway struct {
 	closeErr  error
 }
 
-// Start prepares the data folder, mounts again every thread and inspection
-// mount that the store says was served, and starts serving the API. ctx
-// bounds the start only; stop the gateway with Close. A binding that cannot
-// be mounted again is logged and marked, and does not stop the start.
+// Start prepares the data folder, detaches what a former run left
+// mounted, mounts again every inspection mount that the store says was
+// served, and starts serving the API; the threads the store says were
+// served are mounted again in the background from then on (restore.go),
+// and a call for one of them mounts it at once if the background has not
+// yet. ctx bounds the start only; stop the gateway with Close. A binding
+// that cannot be mounted again is logged and marked, and does not stop
+// the start.
 func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -179,6 +189,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 
 	ln, err := listenSocket(cfg.SocketPath, cfg.SocketGID)
 	if err != nil {
+		g.remounts.Close()
 		g.endLease()
 		g.closeCheckpoints()
 		g.unmountAll()
@@ -190,6 +201,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err := g.startMetricsListener(); err != nil {
 		ln.Close()
 		os.Remove(cfg.SocketPath)
+		g.remounts.Close()
 		g.endLease()
 		g.closeCheckpoints()
 		g.unmountAll()
@@ -218,6 +230,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 			g.serveErr = fmt.Errorf("serve api: %w", err)
 		}
 	}()
+	g.remounts.Start()
 	g.log.Info("gateway serving", "socket", cfg.SocketPath, "data", cfg.DataDir,
 		"workspaces", g.wsBase, "mounts", g.mntBase, "host_id", cfg.HostID)
 	return g, nil
@@ -255,8 +268,11 @@ func (g *Gateway) Close() error {
 		// From now on no mount, jail or job is added: a request still
 		// running is refused (ErrClosed) where it would add one, and
 		// undoes what it made.
-		// The reclaimer first: it closes threads and jails.
+		// The reclaimer first: it closes threads and jails. The
+		// background restore takes no more threads (the one it does
+		// ends below).
 		g.stopIdle()
+		g.remounts.Stop()
 		g.threads.close()
 		g.inspections.close()
 		g.jobs.close()
@@ -280,6 +296,10 @@ func (g *Gateway) Close() error {
 		// grace, the stop ends them, their journals left for the next
 		// start.
 		g.checkpoints.endRestores()
+		// A thread's restore under way ends now (its checkpoint restore,
+		// if any, with the others'); what it mounted, unmountAll
+		// unmounts.
+		g.remounts.Close()
 		if err != nil {
 			// Handlers still running are refused where they would add
 			// a mount, a jail or a job, and undo what they made; cut
@@ -381,15 +401,32 @@ func (g *Gateway) unmountAll() error {
 		names = append(names, p)
 	}
 
-	var errs []error
+	// A few at a time: each unmount waits for its server to stop, and
+	// ten thousand of them one by one would outlast any stop timeout.
+	var (
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, unmountParallel)
+		mu   sync.Mutex
+		errs []error
+	)
 	for i, c := range closers {
-		if err := c.Close(); err != nil {
-			g.log.Error("unmount at shutdown", "path", names[i], "error", err)
-			errs = append(errs, fmt.Errorf("unmount %s: %w", names[i], err))
-		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := c.Close(); err != nil {
+				g.log.Error("unmount at shutdown", "path", names[i], "error", err)
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("unmount %s: %w", names[i], err))
+				mu.Unlock()
+			}
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// unmountParallel bounds the unmounts made at once at shutdown.
+const unmountParallel = 32
 
 // workspacePath names a thread for logs when its paths are not at hand.
 func (g *Gateway) workspacePath(k meta.ThreadKey) string {

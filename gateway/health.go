@@ -76,8 +76,9 @@ func (g *Gateway) readiness(ctx context.Context) api.Readiness {
 		g.checkLease(),
 		g.checkDisk(),
 		checkDescriptors(),
+		g.checkRestore(),
 	}
-	rd := api.Readiness{Ready: true, Checks: checks}
+	rd := api.Readiness{Ready: true, Checks: checks, Restoring: g.remounts.Left()}
 	for _, c := range checks {
 		rd.Ready = rd.Ready && c.OK
 	}
@@ -92,6 +93,17 @@ func (g *Gateway) checkServing() api.ReadyCheck {
 		return api.ReadyCheck{Name: "serving", Detail: "the daemon is stopping"}
 	}
 	return api.ReadyCheck{Name: "serving", OK: true, Detail: "serving"}
+}
+
+// checkRestore says how many threads the start's background restore has
+// still to serve again. It never makes the server unready: a call for one
+// of them serves it at once (bindLocked), so the server takes work while
+// it restores.
+func (g *Gateway) checkRestore() api.ReadyCheck {
+	if n := g.remounts.Left(); n > 0 {
+		return api.ReadyCheck{Name: "restore", OK: true, Detail: fmt.Sprintf("restoring: %d threads of the former run still to mount again in the background; a call for one mounts it at once", n)}
+	}
+	return api.ReadyCheck{Name: "restore", OK: true, Detail: "every thread of the former run is served again"}
 }
 
 func (g *Gateway) checkStore(ctx context.Context) api.ReadyCheck {

@@ -278,9 +278,24 @@ func startEnv(t testing.TB, cfg Config) *testEnv {
 		}
 	})
 	env.g, env.cfg = g, cfg
+	if cfg.remountGate == nil {
+		// The tests written before the restore went to the background
+		// look at the mounts as soon as Start returns.
+		env.waitRestored(t)
+	}
 	env.c = client.New(g.SocketPath())
 	t.Cleanup(env.c.CloseIdleConnections)
 	return env
+}
+
+// waitRestored waits until the start's background restore is done.
+func (e *testEnv) waitRestored(t testing.TB) {
+	t.Helper()
+	select {
+	case <-e.g.remounts.Done():
+	case <-time.After(time.Minute):
+		t.Fatalf("the background restore did not end within a minute: %d threads left", e.g.remounts.Left())
+	}
 }
 
 // live lists the mounts at or below the data folder, any mount point the

@@ -7,27 +7,54 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"warren/fs"
+	"warren/gateway/remount"
 	"warren/meta"
 )
 
-// restoreParallel bounds the mounts made at once at start.
+// restoreParallel bounds the threads restored at once in the background.
 const restoreParallel = 16
 
-// restore mounts again what the store says this host served: every thread
-// in state bound, then every inspection mount. A crashed daemon leaves dead
-// FUSE mounts that answer ENOTCONN, so each path is detached first. A
-// failure is logged and kept for ThreadInfo/MountInfo; it does not stop the
-// start, and the next call that needs the thread tries again.
+// restore prepares what the store says this host served, before the API
+// serves: what must not race a call, and is cheap. A crashed daemon
+// leaves dead FUSE mounts that answer ENOTCONN: every warren mount under
+// the mount folder is detached first. Then the deletes a former run cut
+// short are finished, the folders reconciled with the records, the jobs
+// the former run left noted, and the inspection mounts served again.
+// The threads themselves (their mounts, and a checkpoint restore a crash
+// cut short) are left to the background (g.remounts, remountThread): a
+// call for one of them does its thread's part itself at once (bindLocked,
+// settleLocked), so that the API serves at once and no call waits for
+// another thread's. A failure is logged and kept for ThreadInfo/MountInfo;
+// it does not stop the start, and the next call that needs the thread
+// tries again.
 //
-// It runs before the API serves, so it takes no thread locks.
+// It runs before the API serves, so it takes no thread locks; the
+// background restore takes each thread's.
 func (g *Gateway) restore(ctx context.Context) {
+	var keys []meta.ThreadKey
+	defer func() {
+		// Always a queue, maybe empty: bindLocked and readiness ask it.
+		start := time.Now()
+		var failed atomic.Int64
+		g.remounts = remount.New(keys, remount.Config[meta.ThreadKey]{
+			Parallel: restoreParallel,
+			Gate:     g.cfg.remountGate,
+			Run: func(ctx context.Context, k meta.ThreadKey) {
+				if !g.remountThread(ctx, k) {
+					failed.Add(1)
+				}
+				if g.remounts.Left() == 0 {
+					g.log.Info("restore: every thread served again", "threads", len(keys), "failed", failed.Load(), "took", time.Since(start))
+				}
+			},
+		})
+	}()
 	// Every warren mount under the mount folder was left by a former run
 	// (a daemon holds its data folder alone), recorded or not (a bind cut
 	// short mounts before it records): its connection is aborted, so no
@@ -35,7 +62,10 @@ func (g *Gateway) restore(ctx context.Context) {
 	// detached, so nothing is stacked on it or trips on ENOTCONN.
 	detached, err := fs.DetachUnder(g.mntBase)
 	for _, m := range detached {
-		g.log.Info("restore: detached a mount of a former run", "path", m.Path, "source", m.Source)
+		g.log.Debug("restore: detached a mount of a former run", "path", m.Path, "source", m.Source)
+	}
+	if len(detached) > 0 {
+		g.log.Info("restore: detached the mounts of a former run", "mounts", len(detached))
 	}
 	if err != nil {
 		g.log.Error("restore: detach the mounts of a former run", "error", err)
@@ -45,28 +75,20 @@ func (g *Gateway) restore(ctx context.Context) {
 		g.log.Error("restore: list bindings", "error", err)
 		return
 	}
+	// Both stay before the API serves: a bind in flight would race them
+	// (a folder it just made looks like one with no record), and they cost
+	// nothing per thread but for the threads they repair.
 	bs = g.finishDeletes(ctx, bs)
 	g.reconcileFolders(bs)
-	// Mount in parallel, a few at a time: a host with a thousand threads
-	// should not wait for them one by one. Each mount touches only its own
-	// thread's entry (under threadSet.mu).
-	var (
-		wg              sync.WaitGroup
-		sem             = make(chan struct{}, restoreParallel)
-		mounted, failed atomic.Int64
-	)
 	g.noteRestartedJobs(ctx, bs)
 	for _, b := range bs {
-		if b.State == meta.StateClosed && (b.HostID == "" || b.HostID == g.cfg.HostID) {
-			// Not served: its mount point refuses writes, and what
-			// landed there before is moved aside now.
-			g.sealClosed(b)
-			continue
-		}
-		if b.State != meta.StateBound {
+		if b.State != meta.StateBound && b.State != meta.StateClosed {
 			continue
 		}
 		if b.HostID != "" && b.HostID != g.cfg.HostID {
+			if b.State != meta.StateBound {
+				continue
+			}
 			// Another host serves it (it may have taken it over from this
 			// one while it was down): a mount this host left there when
 			// it crashed is dead, and goes.
@@ -78,26 +100,17 @@ func (g *Gateway) restore(ctx context.Context) {
 			}
 			continue
 		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := g.restoreThread(ctx, b); err != nil {
-				failed.Add(1)
-				g.log.Error("restore: mount thread", "tenant", b.Tenant, "thread", b.Thread, "path", b.MountPath, "error", err)
-				g.setMountErr(b.ThreadKey, err)
-				return
-			}
-			mounted.Add(1)
-		})
+		// Bound: mounted again. Closed: its mount point sealed. Both: a
+		// restore a crash cut short finished.
+		keys = append(keys, b.ThreadKey)
 	}
-	wg.Wait()
-	g.finishRestores(ctx, bs)
 
 	ms, err := g.store.ListInspectionMounts(ctx)
 	if err != nil {
 		g.log.Error("restore: list inspection mounts", "error", err)
 		return
 	}
+	var mounted, failed int
 	for _, m := range ms {
 		mount, err := g.restoreInspection(ctx, m)
 		var drop string
@@ -121,13 +134,88 @@ func (g *Gateway) restore(ctx context.Context) {
 		}
 		g.inspections.put(m.Path, &inspectionMount{key: m.ThreadKey, mount: mount, err: err})
 		if err != nil {
-			failed.Add(1)
+			failed++
 			g.log.Error("restore: inspection mount", "tenant", m.Tenant, "thread", m.Thread, "path", m.Path, "error", err)
 			continue
 		}
-		mounted.Add(1)
+		mounted++
 	}
-	g.log.Info("restored mounts", "mounted", mounted.Load(), "failed", failed.Load())
+	g.log.Info("restore: serving; the threads are served again in the background", "threads", len(keys), "inspection_mounts", mounted, "inspection_failed", failed)
+}
+
+// remountThread is the background restore of thread k: under its lock,
+// unless a call took k's part first (settleLocked). It says false if k's
+// restore failed.
+func (g *Gateway) remountThread(ctx context.Context, k meta.ThreadKey) bool {
+	unlock, err := g.threads.locks.lock(ctx, k)
+	if err != nil {
+		return ctx.Err() != nil // the daemon stops; not a failure of k
+	}
+	defer unlock()
+	return g.settleLocked(ctx, k)
+}
+
+// settleLocked does k's part of the start's restore, if it is still to
+// do: a bound thread is mounted again, a closed one's mount point sealed,
+// and a checkpoint restore a crash cut short is finished, so that no
+// command of k runs on a workspace half restored. It says false if a step
+// failed (logged, and for a mount kept for ThreadInfo; the next call that
+// needs k tries the mount again). The thread lock of k must be held: the
+// lock, with the queue's Take, makes sure k's part runs once, and every
+// call that works in k waits for it (bindLocked).
+func (g *Gateway) settleLocked(ctx context.Context, k meta.ThreadKey) bool {
+	done, ok := g.remounts.Take(k)
+	if !ok {
+		return true
+	}
+	defer done()
+	b, err := g.store.GetBinding(ctx, k)
+	if err != nil {
+		if errors.Is(err, meta.ErrNotFound) {
+			return true // deleted meanwhile
+		}
+		g.log.Error("restore: read binding", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+		g.setMountErr(k, err)
+		return false
+	}
+	if b.HostID != "" && b.HostID != g.cfg.HostID {
+		return true // taken over meanwhile
+	}
+	ok = true
+	switch b.State {
+	case meta.StateClosed:
+		// Not served: its mount point refuses writes, and what landed
+		// there before is moved aside now.
+		g.sealClosed(b)
+	case meta.StateBound:
+		if g.mounted(k) {
+			break
+		}
+		if err := g.restoreThread(ctx, b); err != nil {
+			g.log.Error("restore: mount thread", "tenant", b.Tenant, "thread", b.Thread, "path", b.MountPath, "error", err)
+			g.setMountErr(k, err)
+			ok = false
+		}
+	default:
+		return true
+	}
+	h, err := g.store.GetHistory(ctx, k)
+	if err != nil || h.Restoring == nil {
+		if err != nil && !errors.Is(err, meta.ErrNotFound) {
+			g.log.Error("restore: read the checkpoint history", "tenant", b.Tenant, "thread", b.Thread, "error", err)
+			return false
+		}
+		return ok
+	}
+	// withHistoryLocked finishes the restore it finds journaled. No
+	// checkpoint call of k holds its checkpoint lock meanwhile: each binds
+	// first, and the first bind of k since the start waits for this
+	// (finishMovedRestore relies on the same).
+	if err := g.withHistoryLocked(ctx, k, b, func(*history) error { return nil }); err != nil {
+		g.log.Error("restore: finish a restore cut short", "tenant", b.Tenant, "thread", b.Thread, "error", err)
+		return false
+	}
+	return ok
 }
 
 // restoreThread mounts a bound thread again at its mount point.
@@ -340,26 +428,4 @@ func leafFolders(base string) []string {
 		}
 	}
 	return out
-}
-
-// finishRestores finishes, before the API serves, the restores of this
-// host's threads that a crash cut short (checkpoints.go): no command of
-// those threads runs on a workspace half restored.
-func (g *Gateway) finishRestores(ctx context.Context, bs []meta.Binding) {
-	for _, b := range bs {
-		if b.State != meta.StateBound && b.State != meta.StateClosed || b.HostID != "" && b.HostID != g.cfg.HostID {
-			continue
-		}
-		h, err := g.store.GetHistory(ctx, b.ThreadKey)
-		if err != nil || h.Restoring == nil {
-			if err != nil && !errors.Is(err, meta.ErrNotFound) {
-				g.log.Error("restore: read the checkpoint history", "tenant", b.Tenant, "thread", b.Thread, "error", err)
-			}
-			continue
-		}
-		// withHistoryLocked finishes the restore it finds journaled.
-		if err := g.withHistoryLocked(ctx, b.ThreadKey, b, func(*history) error { return nil }); err != nil {
-			g.log.Error("restore: finish a restore cut short", "tenant", b.Tenant, "thread", b.Thread, "error", err)
-		}
-	}
 }

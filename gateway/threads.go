@@ -233,6 +233,10 @@ func (g *Gateway) bindWith(ctx context.Context, tenant, thread string, settings 
 // attempt is left: no record, no mount, no folder it created. The thread
 // lock of k must be held.
 func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *meta.Settings) (meta.Binding, error) {
+	// A thread the start left to the background is served again now, by
+	// this call, if the background has not come to it: the call waits
+	// for its own thread, never for the whole restore.
+	g.settleLocked(ctx, k)
 	old, err := g.store.GetBinding(ctx, k)
 	found := err == nil
 	if err != nil && !errors.Is(err, meta.ErrNotFound) {
