@@ -60,6 +60,18 @@
 // folder at the path, opened without following links; Close detaches it
 // through its descriptor too, and waits a little for it to stop serving.
 //
+// # Many workspaces on one connection
+//
+// A Pool (pool.go) serves many roots on a few FUSE connections: each root
+// is an entry of a connection's top folder, which no process sees, and
+// its mount is a bind of that entry (clone_linux.go makes it from a
+// thread with a descriptor table of its own, since the walk to the entry
+// is a request to this daemon). The kernel keeps ".." at a bind's root,
+// so the boundary is the same as a mount's own. Each root's inode
+// numbers are moved into its slot's range (root.fuseIno). The code below
+// a root is the same: a node knows its root, and the root's own folder
+// is root.top, whichever is the server's root.
+//
 // # Requests to its own mounts
 //
 // The serving process never makes a FUSE request to a mount it serves, but

@@ -82,9 +82,9 @@ func TestThousandThreads(t *testing.T) {
 	}
 	first, last := median(times[:100]), median(times[n-100:])
 	t.Logf("bind median: %v for binds 1-100, %v for binds %d-%d", first, last, n-99, n)
-	// Generous on a noisy machine, and still far from the 4x slowdown of
-	// a server per thread.
-	if last > 2*first+2*time.Millisecond {
+	// Generous, for a noisy machine: bench/threads.sh measures the 2x
+	// target at 10,000; this catches a bind that grows with the threads.
+	if last > 3*first+3*time.Millisecond {
 		t.Errorf("bind slowed down: median %v for the last 100, %v for the first 100", last, first)
 	}
 	// Every thread is used: a file written through the API to each, and

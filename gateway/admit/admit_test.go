@@ -220,7 +220,7 @@ func TestListenerRefuses(t *testing.T) {
 	// The server notices the close with its next read: wait for the
 	// counter to say so.
 	deadline := time.Now().Add(10 * time.Second)
-	for n, _ := a.Held(Conns, meta.ThreadKey{}); n >= 2; n, _ = a.Held(Conns, meta.ThreadKey{}) {
+	for _, n := a.Held(Conns, meta.ThreadKey{}); n >= 2; _, n = a.Held(Conns, meta.ThreadKey{}) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d connections still held after a close", n)
 		}
