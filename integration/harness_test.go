@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,8 +121,39 @@ func (d *daemon) allLogs() string {
 	return d.logs.String()
 }
 
-// start runs `warren serve` and waits until its socket answers.
+// start runs `warren serve` and waits until its socket answers and the
+// start's background restore has served every thread of the former run
+// again, so that a test may use their mount paths directly.
 func (d *daemon) start() {
+	d.t.Helper()
+	d.startServing()
+	d.waitRestored()
+}
+
+// waitRestored waits, for at most a minute, until /metrics says the
+// background restore has no thread left.
+func (d *daemon) waitRestored() {
+	d.t.Helper()
+	c := d.opsClient()
+	defer c.CloseIdleConnections()
+	for deadline := time.Now().Add(time.Minute); ; {
+		left, ok := scrape(d.t, httpGet(d.t, c, "http://warren/metrics", http.StatusOK))["warren_restore_threads_left"]
+		if !ok {
+			d.t.Fatal("/metrics has no warren_restore_threads_left")
+		}
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("the background restore still has %v threads to serve after a minute\n%s", left, d.allLogs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startServing runs `warren serve` and waits until its socket answers,
+// not for the background restore.
+func (d *daemon) startServing() {
 	d.t.Helper()
 	cmd, done := d.launch()
 	c := client.New(d.socket)

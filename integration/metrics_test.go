@@ -230,7 +230,7 @@ func (d *daemon) opsGet(t *testing.T, path string) string {
 	return httpGet(t, d.opsClient(), "http://warren"+path, http.StatusOK)
 }
 
-func httpGet(t *testing.T, c *http.Client, url string, status int) string {
+func httpGet(t testing.TB, c *http.Client, url string, status int) string {
 	t.Helper()
 	resp, err := c.Get(url)
 	must(t, err)
@@ -245,7 +245,7 @@ func httpGet(t *testing.T, c *http.Client, url string, status int) string {
 
 // scrape parses Prometheus' text format into series (name and labels, as
 // written) and values.
-func scrape(t *testing.T, text string) map[string]float64 {
+func scrape(t testing.TB, text string) map[string]float64 {
 	t.Helper()
 	m := make(map[string]float64)
 	sc := bufio.NewScanner(strings.NewReader(text))
