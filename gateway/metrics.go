@@ -239,6 +239,7 @@ func (m *metrics) watch(g *Gateway) {
 		gauge("warren_fs_descriptors_budget", "Node descriptors the mounts may hold open (half the open-file limit, less a reserve).", func() float64 { return float64(g.hub.Descriptors().Budget) }),
 		gauge("warren_fs_nodes", "Files and folders the kernel knows through the mounts.", func() float64 { return float64(g.hub.Descriptors().Nodes) }),
 		gauge("warren_fs_open_files", "Files the mounts' users hold open.", func() float64 { return float64(g.hub.Descriptors().Files) }),
+		gauge("warren_fs_lock_waits", "Lock requests (F_SETLKW, flock) waiting on the mounts; each is a parked goroutine, never an OS thread.", func() float64 { return float64(g.hub.LockWaits()) }),
 	)
 }
 
