@@ -26,11 +26,15 @@ type handle struct {
 	// inode's I/O mode and, for a handle that may have written, tells the
 	// other mounts to drop what they cached.
 	released func()
+	// waits counts the handle's lock waits in progress (lockwait.go); nil
+	// counts nowhere.
+	waits *lockWaits
 }
 
 var (
 	_ fusefs.FileReleaser = (*handle)(nil)
 	_ fusefs.FileWriter   = (*handle)(nil)
+	_ fusefs.FileSetlkwer = (*handle)(nil)
 )
 
 // Write writes to the backing file, holding the path's lock: no other

@@ -24,20 +24,21 @@ import (
 //
 // A zero Hub is not usable; call NewHub, and Close when finished.
 type Hub struct {
-	log     hclog.Logger
-	queue   chan notice
-	done    chan struct{}
-	stop    chan struct{} // closed by Close: ends the sweeper and the evictor
-	swept   chan struct{} // closed when the sweeper ended
-	evicted chan struct{} // closed when the node evictor ended
-	ended   chan struct{} // closed when the first Close is done: nothing of the hub runs
-	onSweep func()        // if set, runs on the sweeper before each sweep (tests); set before start
-	fds     *fdCache      // the node descriptors of every mount of the hub
-	ledger  *ledger       // versions, locks and read records (ledger.go)
-	actors  *actors       // who makes a request (actors.go)
-	temps   tempFiles     // the file API's temporary files (atomic_linux.go)
-	observe OpObserver    // HubConfig.ObserveOp; nil tells no one
-	writing openWriters   // open handles that may write, by inode and mount (writers.go)
+	log       hclog.Logger
+	queue     chan notice
+	done      chan struct{}
+	stop      chan struct{} // closed by Close: ends the sweeper and the evictor
+	swept     chan struct{} // closed when the sweeper ended
+	evicted   chan struct{} // closed when the node evictor ended
+	ended     chan struct{} // closed when the first Close is done: nothing of the hub runs
+	onSweep   func()        // if set, runs on the sweeper before each sweep (tests); set before start
+	fds       *fdCache      // the node descriptors of every mount of the hub
+	ledger    *ledger       // versions, locks and read records (ledger.go)
+	actors    *actors       // who makes a request (actors.go)
+	temps     tempFiles     // the file API's temporary files (atomic_linux.go)
+	observe   OpObserver    // HubConfig.ObserveOp; nil tells no one
+	writing   openWriters   // open handles that may write, by inode and mount (writers.go)
+	lockWaits lockWaits     // lock waits in progress on every mount of the hub (lockwait.go)
 
 	// sendMu is held shared by a sender that waits for room in the
 	// queue (postWait), exclusive by Close to close the queue.
@@ -50,6 +51,10 @@ type Hub struct {
 	// or a Files uses (changes.go); guarded by mu.
 	changes map[rootID]*changeLog
 }
+
+// LockWaits returns how many lock requests (F_SETLKW, flock) wait for a
+// lock on the hub's mounts now.
+func (h *Hub) LockWaits() int { return int(h.lockWaits.n.Load()) }
 
 // notice is one change: the entry name in directory ino changed, or (name
 // == "") the attributes and content of inode ino changed. A notice with a

@@ -130,6 +130,7 @@ func (n *node) openHandle(fd int, flags uint32, w *writer, version uint64) (fuse
 	h := &handle{
 		LoopbackFile: fusefs.NewLoopbackFile(fd).(*fusefs.LoopbackFile),
 		fd:           fd,
+		waits:        &n.root.hub.lockWaits,
 	}
 	h.released = func() {
 		n.io.mu.Lock()

@@ -51,6 +51,15 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		os.Exit(0)
+	case "lock-wait":
+		if err := lockWait(os.Args[len(os.Args)-3], os.Args[len(os.Args)-2], os.Args[len(os.Args)-1]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	case "flood":
+		fmt.Fprintln(os.Stderr, flood(os.Args[len(os.Args)-1]))
+		os.Exit(1)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown child helper", os.Getenv(childEnv))
 		os.Exit(2)

@@ -240,6 +240,7 @@ func (m *metrics) watch(g *Gateway) {
 		gauge("warren_fs_nodes", "Files and folders the kernel knows through the mounts.", func() float64 { return float64(g.hub.Descriptors().Nodes) }),
 		gauge("warren_fs_open_files", "Files the mounts' users hold open.", func() float64 { return float64(g.hub.Descriptors().Files) }),
 		gauge("warren_restore_threads_left", "Threads of the former run the start's background restore has still to serve again.", func() float64 { return float64(g.remounts.Left()) }),
+		gauge("warren_fs_lock_waits", "Lock requests (F_SETLKW, flock) waiting on the mounts; each is a parked goroutine, never an OS thread.", func() float64 { return float64(g.hub.LockWaits()) }),
 	)
 }
 
