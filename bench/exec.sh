@@ -19,42 +19,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-GO=${GO:-go}
+. bench/lib.sh
 runs=${BENCH_EXEC_RUNS:-200}
-base=${BENCH_DIR:-/var/tmp}
-
-say() { echo "bench: $*" >&2; }
-
-work=$(mktemp -d "$base/warren-execbench.XXXXXX")
-warren_pid=
-
-is_child() {
-	local stat
-	stat=$(awk '{ print $3, $4 }' "/proc/$1/stat" 2>/dev/null) || return 1
-	[[ $stat != Z* && ${stat#* } == "$$" ]]
-}
-
-cleanup() {
-	local status=$?
-	set +e
-	if [[ -n $warren_pid ]] && is_child "$warren_pid"; then
-		kill -TERM "$warren_pid"
-		for _ in $(seq 100); do is_child "$warren_pid" || break; sleep 0.1; done
-		is_child "$warren_pid" && kill -KILL "$warren_pid"
-		wait "$warren_pid" 2>/dev/null
-	fi
-	for m in $(awk -v d="$work" 'index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r); do
-		say "detaching leftover mount $m"
-		umount -l "$m"
-	done
-	# The daemon's mount points are immutable (chattr +i).
-	chattr -i "$work"/data/mnt/*/* 2>/dev/null
-	rm -rf "$work"
-	exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_work execbench
 
 if ! command -v bwrap >/dev/null; then
 	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
@@ -74,12 +41,7 @@ warren=${BENCH_WARREN:-bin/warren}
 sock=$work/data/warren.sock
 "$warren" serve --data "$work/data" --socket "$sock" </dev/null >"$work/warren.log" 2>&1 &
 warren_pid=$!
-for _ in $(seq 150); do
-	[[ -S $sock ]] && break
-	kill -0 "$warren_pid" 2>/dev/null || { say "daemon exited: $(tail -n 1 "$work/warren.log")"; exit 1; }
-	sleep 0.1
-done
-[[ -S $sock ]] || { say "no socket at $sock within 15 s"; exit 1; }
+wait_socket "$sock"
 
 mkdir -p bench/out
 report=bench/out/exec-$(date +%Y%m%d-%H%M%S).txt

@@ -16,39 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-GO=${GO:-go}
-base=${BENCH_DIR:-/var/tmp}
-say() { echo "bench: $*" >&2; }
-
-work=$(mktemp -d "$base/warren-threadbench.XXXXXX")
-warren_pid=
-
-is_child() {
-	local stat
-	stat=$(awk '{ print $3, $4 }' "/proc/$1/stat" 2>/dev/null) || return 1
-	[[ $stat != Z* && ${stat#* } == "$$" ]]
-}
-
-cleanup() {
-	local status=$?
-	set +e
-	if [[ -n $warren_pid ]] && is_child "$warren_pid"; then
-		kill -TERM "$warren_pid"
-		for _ in $(seq 300); do is_child "$warren_pid" || break; sleep 0.1; done
-		is_child "$warren_pid" && kill -KILL "$warren_pid"
-		wait "$warren_pid" 2>/dev/null
-	fi
-	for m in $(awk -v d="$work" 'index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r); do
-		say "detaching leftover mount $m"
-		umount -l "$m"
-	done
-	chattr -i "$work"/data/mnt/*/* 2>/dev/null
-	rm -rf "$work"
-	exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+. bench/lib.sh
+bench_work threadbench
 
 say "building"
 "$GO" build -o bin/threadbench ./bench/threadbench
@@ -80,6 +49,8 @@ start_daemon
 wait_serving "$(date +%s.%N)" >/dev/null
 mkdir -p bench/out
 report=bench/out/threads-$(date +%Y%m%d-%H%M%S).txt
+# The block runs in this shell (a pipe would make it a subshell, which
+# cannot wait for the daemon, a child of this one).
 {
 	bin/threadbench -socket "$sock" -pid "$warren_pid" -threads "${BENCH_THREADS:-10000}" -execs "${BENCH_THREAD_EXECS:-1000}"
 	t0=$(date +%s.%N)
@@ -96,5 +67,5 @@ report=bench/out/threads-$(date +%Y%m%d-%H%M%S).txt
 	t0=$(date +%s.%N)
 	start_daemon
 	wait_serving "$t0"
-} | tee "$report"
+} > >(tee "$report")
 say "report written to $report"

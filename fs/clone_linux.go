@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"sync"
 	"syscall"
 
@@ -206,37 +204,11 @@ func errnoOf(err error) syscall.Errno {
 // closeFuseDevices, a descriptor is told by the kernel's name of it
 // (readlink), never by fstat, which could ask one of the daemon's mounts.
 func closeAllBut(keep int) error {
-	dir, err := unix.Open("/proc/thread-self/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open the descriptor table: %w", err)
-	}
-	defer unix.Close(dir)
-	buf := make([]byte, 8<<10)
-	var names []string
-	for {
-		n, err := unix.ReadDirent(dir, buf)
-		if err != nil {
-			return fmt.Errorf("read the descriptor table: %w", err)
+	return eachThreadFd(func(fd int, target string) {
+		switch {
+		case fd == keep, target == "anon_inode:[eventpoll]", target == "anon_inode:[eventfd]":
+		default:
+			unix.Close(fd)
 		}
-		if n <= 0 {
-			break
-		}
-		_, _, names = syscall.ParseDirent(buf[:n], -1, names)
-	}
-	for _, name := range names {
-		fd, err := strconv.Atoi(name)
-		if err != nil || fd == dir || fd == keep {
-			continue
-		}
-		target, err := os.Readlink("/proc/thread-self/fd/" + name)
-		if err != nil {
-			return fmt.Errorf("read what descriptor %s is: %w", name, err)
-		}
-		switch target {
-		case "anon_inode:[eventpoll]", "anon_inode:[eventfd]":
-			continue
-		}
-		unix.Close(fd)
-	}
-	return nil
+	})
 }

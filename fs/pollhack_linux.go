@@ -74,15 +74,45 @@ func onThreadWithOwnFiles(fn func() error) error {
 // descriptor of /dev/fuse and every io_uring ring. Only those: the runtime's own (its epoll, its
 // wake-up eventfd) must stay, as the runtime may use them on this thread.
 func closeFuseDevices() error {
+	var fuseDev unix.Stat_t
+	if err := unix.Stat("/dev/fuse", &fuseDev); err != nil {
+		return fmt.Errorf("stat /dev/fuse: %w", err)
+	}
+	return eachThreadFd(func(fd int, target string) {
+		switch target {
+		case "anon_inode:[io_uring]":
+			// A ring of the io_uring transport (uring_linux.go): its
+			// commands hold /dev/fuse open until the ring goes, and the
+			// copy of the table would keep it.
+			unix.Close(fd)
+		case "/dev/fuse":
+			var st unix.Stat_t
+			if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == fuseDev.Rdev {
+				unix.Close(fd)
+			}
+		}
+	})
+}
+
+// eachThreadFd calls fn with every descriptor of the calling thread's
+// descriptor table (but the one it reads the table by) and the kernel's
+// name of it, the link's text in /proc/thread-self/fd.
+//
+// Never fstat a descriptor only to learn what it is: the table holds the
+// roots of other mounts of this daemon (fsmount's descriptors), and an
+// fstat of one is a GETATTR to this very daemon, made before this thread
+// let go of the /dev/fuse descriptors. Killed then, the daemon would stay
+// a zombie behind this thread, as the comment above says. The link's text
+// is read without asking the file's filesystem; only a descriptor named
+// /dev/fuse is then checked to be the device. A descriptor that cannot be
+// named is an error, not a skip: left open, /dev/fuse or a ring would keep
+// the connection up past the daemon's death.
+func eachThreadFd(fn func(fd int, target string)) error {
 	dir, err := unix.Open("/proc/thread-self/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open the descriptor table: %w", err)
 	}
 	defer unix.Close(dir)
-	var fuseDev unix.Stat_t
-	if err := unix.Stat("/dev/fuse", &fuseDev); err != nil {
-		return fmt.Errorf("stat /dev/fuse: %w", err)
-	}
 	buf := make([]byte, 8<<10)
 	var names []string
 	for {
@@ -100,39 +130,11 @@ func closeFuseDevices() error {
 		if err != nil || fd == dir {
 			continue
 		}
-		// Never fstat a descriptor only to learn what it is: the table
-		// holds the roots of other mounts of this daemon (fsmount's
-		// descriptors), and an fstat of one is a GETATTR to this very
-		// daemon, made before this thread let go of the /dev/fuse
-		// descriptors. Killed then, the daemon would stay a zombie
-		// behind this thread, as the comment above says. The link's
-		// text is the kernel's name of the file, read without asking
-		// the file's filesystem; only a descriptor named /dev/fuse is
-		// then checked to be the device.
-		// A descriptor not known for sure to be neither is an error, not
-		// a skip: left open here, /dev/fuse or a ring would keep the
-		// connection up past the daemon's death.
 		target, err := os.Readlink("/proc/thread-self/fd/" + name)
 		if err != nil {
 			return fmt.Errorf("read what descriptor %s is: %w", name, err)
 		}
-		if target == "anon_inode:[io_uring]" {
-			// A ring of the io_uring transport (uring_linux.go): its
-			// commands hold /dev/fuse open until the ring goes, and the
-			// copy of the table would keep it.
-			unix.Close(fd)
-			continue
-		}
-		if target != "/dev/fuse" {
-			continue
-		}
-		var st unix.Stat_t
-		if unix.Fstat(fd, &st) != nil {
-			continue
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == fuseDev.Rdev {
-			unix.Close(fd)
-		}
+		fn(fd, target)
 	}
 	return nil
 }
