@@ -13,6 +13,14 @@ const DefaultTenant = "default"
 // than hashed: no client needs them, and they would bloat every log line.
 const MaxIDBytes = 1024
 
+// A page of GET /v1/threads holds at most ThreadsPageMax bindings, and
+// ThreadsPageDefault when the request gives no limit: a listing costs the
+// daemon the same however many threads it serves.
+const (
+	ThreadsPageDefault = 100
+	ThreadsPageMax     = 1000
+)
+
 // DefaultSocket is the API socket of a daemon whose data folder is dataDir
 // and that was given no socket path of its own.
 func DefaultSocket(dataDir string) string { return filepath.Join(dataDir, "warren.sock") }
@@ -48,9 +56,14 @@ type (
 	ThreadResponse struct {
 		Binding ThreadInfo `json:"binding"`
 	}
-	// ThreadsResponse answers GET /v1/threads.
+	// ThreadsResponse answers GET /v1/threads: one page of bindings,
+	// ordered by tenant then thread.
 	ThreadsResponse struct {
 		Bindings []ThreadInfo `json:"bindings"`
+		// NextCursor, when set, is where the next page starts: pass it as
+		// ?cursor= (with the same tenant) to read on. It is absent on the
+		// last page. It is opaque: a client neither reads nor builds one.
+		NextCursor string `json:"nextCursor,omitempty"`
 	}
 	// DeleteResponse answers DELETE of a thread.
 	DeleteResponse struct {

@@ -86,18 +86,59 @@ func (c *Client) EndRun(ctx context.Context, tenant, thread, run string) error {
 	return c.do(ctx, methodPost, threadPath(tenant, thread)+"/runs/end", nil, api.RunRequest{Run: run}, &api.RunResponse{})
 }
 
-// Threads lists the bindings of every tenant.
+// Threads lists the bindings of every tenant, following the daemon's
+// pages to the end.
 func (c *Client) Threads(ctx context.Context) ([]api.ThreadInfo, error) {
-	var out api.ThreadsResponse
-	err := c.do(ctx, methodGet, "/v1/threads", nil, nil, &out)
-	return out.Bindings, err
+	return c.allThreads(ctx, nil)
 }
 
-// TenantThreads lists the bindings of one tenant ("" is the default one).
+// TenantThreads lists the bindings of one tenant ("" is the default one),
+// following the daemon's pages to the end.
 func (c *Client) TenantThreads(ctx context.Context, tenant string) ([]api.ThreadInfo, error) {
+	return c.allThreads(ctx, &tenant)
+}
+
+// ThreadsPage lists one page of bindings, ordered by tenant then thread:
+// of tenant only if it is not nil; at most limit (0: the daemon's
+// default, api.ThreadsPageDefault); after cursor, the NextCursor of the
+// page before ("": from the first). The answer's NextCursor is "" on the
+// last page.
+func (c *Client) ThreadsPage(ctx context.Context, tenant *string, limit int, cursor string) (api.ThreadsResponse, error) {
+	q := url.Values{}
+	if tenant != nil {
+		q.Set("tenant", *tenant)
+	}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
 	var out api.ThreadsResponse
-	err := c.do(ctx, methodGet, "/v1/threads", url.Values{"tenant": {tenant}}, nil, &out)
-	return out.Bindings, err
+	err := c.do(ctx, methodGet, "/v1/threads", q, nil, &out)
+	return out, err
+}
+
+// allThreads reads every page. The first asks with no limit, so a daemon
+// from before paging (which refuses ?limit=) answers it whole; the rest
+// ask for the largest pages.
+func (c *Client) allThreads(ctx context.Context, tenant *string) ([]api.ThreadInfo, error) {
+	var all []api.ThreadInfo
+	limit, cursor := 0, ""
+	for {
+		page, err := c.ThreadsPage(ctx, tenant, limit, cursor)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Bindings...)
+		if page.NextCursor == "" {
+			return all, nil
+		}
+		if page.NextCursor == cursor || len(page.Bindings) == 0 {
+			return nil, errors.New("list threads: the daemon's pages do not advance")
+		}
+		limit, cursor = api.ThreadsPageMax, page.NextCursor
+	}
 }
 
 // CloseThread unmounts a thread and records it as closed.

@@ -361,7 +361,7 @@ func (g *Gateway) handleDelete(r *http.Request, p params) (any, error) {
 }
 
 func (g *Gateway) handleThreads(r *http.Request, _ params) (any, error) {
-	q, err := query(r, "tenant")
+	q, err := query(r, "tenant", "limit", "cursor")
 	if err != nil {
 		return nil, err
 	}
@@ -369,11 +369,15 @@ func (g *Gateway) handleThreads(r *http.Request, _ params) (any, error) {
 	if vs, ok := q["tenant"]; ok {
 		tenant = &vs[0]
 	}
-	tis, err := g.listThreads(r.Context(), tenant)
+	limit, after, err := pageQuery(q)
 	if err != nil {
 		return nil, err
 	}
-	return api.ThreadsResponse{Bindings: tis}, nil
+	tis, next, err := g.listThreads(r.Context(), tenant, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return api.ThreadsResponse{Bindings: tis, NextCursor: next}, nil
 }
 
 func (g *Gateway) handleMount(r *http.Request, _ params) (any, error) {

@@ -132,7 +132,7 @@
 //	GET    /v1/tenants/{tenant}/threads/{thread}        {"binding":{...}}
 //	POST   /v1/tenants/{tenant}/threads/{thread}/close  {"binding":{...}}
 //	DELETE /v1/tenants/{tenant}/threads/{thread}        {"deleted":{"tenant":..,"thread":..}}
-//	GET    /v1/threads[?tenant=T]                       {"bindings":[...]}
+//	GET    /v1/threads[?tenant=T][&limit=N][&cursor=C] {"bindings":[...][,"nextCursor":C]}
 //	POST   /v1/mounts  {"tenant","thread","path","writable"}  {"mount":{...}}
 //	GET    /v1/mounts                                   {"mounts":[...]}
 //	DELETE /v1/mounts?path=DIR                          {"unmounted":"DIR"[,"inUse":true]}

@@ -622,37 +622,35 @@ func (g *Gateway) owner(ctx context.Context, b meta.Binding) string {
 	return p.HostID
 }
 
-// listThreads lists the bindings, of one tenant if tenant is not nil.
-func (g *Gateway) listThreads(ctx context.Context, tenant *string) ([]api.ThreadInfo, error) {
-	var want string
-	if tenant != nil {
-		want = *tenant
-		if want == "" {
-			want = api.DefaultTenant
-		}
+// listThreads lists a page of at most limit bindings, of one tenant if
+// tenant is not nil, after the key after if it is not nil, and returns
+// the cursor of the next page ("" on the last). It reads limit bindings
+// and their pins, however many threads the store holds, and takes no lock
+// of the daemon's over the reads (info takes the thread set's briefly,
+// per binding, after them).
+func (g *Gateway) listThreads(ctx context.Context, tenant *string, after *meta.ThreadKey, limit int) ([]api.ThreadInfo, string, error) {
+	if tenant != nil && *tenant == "" {
+		def := api.DefaultTenant
+		tenant = &def
 	}
-	bs, err := g.store.ListBindings(ctx)
+	if tenant != nil && after != nil && after.Tenant != *tenant {
+		// A cursor of another listing would start this one anywhere.
+		return nil, "", fmt.Errorf("%w: the cursor is not of tenant %s's listing", api.ErrInvalid, quote(*tenant))
+	}
+	bs, more, err := g.store.ListBindingsPage(ctx, tenant, after, limit)
 	if err != nil {
-		return nil, fmt.Errorf("list bindings: %w", err)
+		return nil, "", fmt.Errorf("list bindings: %w", err)
 	}
-	pins, err := g.store.ListPins(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list pins: %w", err)
+	out := make([]api.ThreadInfo, len(bs))
+	for i, b := range bs {
+		out[i] = g.info(b)
+		out[i].Owner = g.owner(ctx, b)
 	}
-	owners := make(map[meta.ThreadKey]string, len(pins))
-	for _, p := range pins {
-		owners[p.ThreadKey] = p.HostID
+	var next string
+	if more {
+		next = encodeCursor(bs[len(bs)-1].ThreadKey)
 	}
-	out := make([]api.ThreadInfo, 0, len(bs))
-	for _, b := range bs {
-		if tenant != nil && b.Tenant != want {
-			continue
-		}
-		ti := g.info(b)
-		ti.Owner = owners[b.ThreadKey]
-		out = append(out, ti)
-	}
-	return out, nil
+	return out, next, nil
 }
 
 // closeThread unmounts k and records it as closed, keeping its folder. A

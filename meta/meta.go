@@ -297,6 +297,16 @@ type Store interface {
 	GetBinding(ctx context.Context, k ThreadKey) (Binding, error)
 	// ListBindings returns every binding, ordered by tenant then thread.
 	ListBindings(ctx context.Context) ([]Binding, error)
+	// ListBindingsPage returns at most limit bindings (limit > 0), ordered
+	// by tenant then thread: those of tenant only when tenant is not nil,
+	// and only those after the key after when it is not nil (after need not
+	// be stored: the page starts at the first key above it). more says
+	// whether bindings follow the last one returned; a caller pages by
+	// passing that last key as the next after. It reads limit records
+	// (and the key of one more), however many the store holds. Pages are
+	// not one snapshot: a binding created or deleted between two pages is
+	// listed or not, but every binding stored throughout is listed once.
+	ListBindingsPage(ctx context.Context, tenant *string, after *ThreadKey, limit int) (page []Binding, more bool, err error)
 	// DeleteBinding removes the binding if its revision equals rev;
 	// ErrConflict if it changed, ErrNotFound if it is gone.
 	DeleteBinding(ctx context.Context, k ThreadKey, rev uint64) error

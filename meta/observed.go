@@ -60,6 +60,13 @@ func (o *observed) ListBindings(ctx context.Context) ([]Binding, error) {
 	return v, err
 }
 
+func (o *observed) ListBindingsPage(ctx context.Context, tenant *string, after *ThreadKey, limit int) ([]Binding, bool, error) {
+	start := time.Now()
+	v, more, err := o.s.ListBindingsPage(ctx, tenant, after, limit)
+	o.done("ListBindingsPage", start, err)
+	return v, more, err
+}
+
 func (o *observed) DeleteBinding(ctx context.Context, k ThreadKey, rev uint64) error {
 	start := time.Now()
 	err := o.s.DeleteBinding(ctx, k, rev)

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -164,5 +166,72 @@ func TestLsJSONEmpty(t *testing.T) {
 	var got []api.ThreadInfo
 	if err := json.Unmarshal([]byte(out), &got); err != nil || got == nil || len(got) != 0 {
 		t.Errorf("got %q (%v), want an empty JSON list", out, err)
+	}
+}
+
+// TestLsPages: warren ls prints every thread by default, following the
+// daemon's pages; --limit prints one page and, on stderr, the cursor of
+// the next, which --cursor continues from, to a last page with none.
+func TestLsPages(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	sock := startGateway(t)
+	var want []string
+	for i := range 5 {
+		id := fmt.Sprintf("t-%d", i)
+		if code, _, errOut := runCLI(t, sock, "bind", "--tenant", "acme", "--thread", id); code != 0 {
+			t.Fatalf("bind %s: exit %d (%s)", id, code, errOut)
+		}
+		want = append(want, id)
+	}
+	threadsOf := func(t *testing.T, out string) []string {
+		t.Helper()
+		var tis []api.ThreadInfo
+		if err := json.Unmarshal([]byte(out), &tis); err != nil {
+			t.Fatalf("decode %q: %v", out, err)
+		}
+		var ids []string
+		for _, ti := range tis {
+			ids = append(ids, ti.Thread)
+		}
+		return ids
+	}
+	code, out, errOut := runCLI(t, sock, "ls", "--json")
+	if code != 0 || strings.Join(threadsOf(t, out), ",") != strings.Join(want, ",") || errOut != "" {
+		t.Errorf("ls --json: exit %d, stdout %q, stderr %q; want every thread and no cursor", code, out, errOut)
+	}
+
+	cursorRE := regexp.MustCompile(`--cursor (\S+)\n$`)
+	var got []string
+	args := []string{"ls", "--json", "--tenant", "acme", "--limit", "2"}
+	for pages := 1; ; pages++ {
+		code, out, errOut := runCLI(t, sock, args...)
+		if code != 0 {
+			t.Fatalf("%q: exit %d (%s)", args, code, errOut)
+		}
+		page := threadsOf(t, out)
+		got = append(got, page...)
+		m := cursorRE.FindStringSubmatch(errOut)
+		if pages == 3 {
+			if m != nil || len(page) != 1 {
+				t.Errorf("last page: got %q and stderr %q, want one thread and no cursor", page, errOut)
+			}
+			break
+		}
+		if m == nil || len(page) != 2 {
+			t.Fatalf("page %d: got %q and stderr %q, want two threads and a cursor", pages, page, errOut)
+		}
+		args = []string{"ls", "--json", "--tenant", "acme", "--limit", "2", "--cursor", m[1]}
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("pages: got %q, want %q", got, want)
+	}
+
+	for _, bad := range [][]string{{"ls", "--limit", "0"}, {"ls", "--limit", "1001"}, {"ls", "--cursor", ""}} {
+		if code, _, errOut := runCLI(t, sock, bad...); code != 2 || errOut == "" {
+			t.Errorf("%q: got exit %d (%q), want 2 and a usage error", bad, code, errOut)
+		}
+	}
+	if code, _, errOut := runCLI(t, sock, "ls", "--cursor", "garbage"); code != 1 || !strings.Contains(errOut, "malformed cursor") {
+		t.Errorf("ls --cursor garbage: got exit %d (%q), want 1 and the daemon's refusal", code, errOut)
 	}
 }

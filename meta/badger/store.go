@@ -200,6 +200,55 @@ func (s *Store) ListBindings(ctx context.Context) ([]meta.Binding, error) {
 	return list, nil
 }
 
+// ListBindingsPage implements meta.Store: an iterator seeks to the first
+// key after the cursor and stops after limit records, looking at the key
+// of one more to say whether the page is the last.
+func (s *Store) ListBindingsPage(ctx context.Context, tenant *string, after *meta.ThreadKey, limit int) ([]meta.Binding, bool, error) {
+	if limit <= 0 {
+		return nil, false, fmt.Errorf("meta: list bindings page: limit %d is not positive", limit)
+	}
+	list := []meta.Binding{}
+	more := false
+	prefix, from, ok := keys.BindingPage(tenant, after)
+	err := s.view(ctx, func(txn *badgerdb.Txn) error {
+		if !ok {
+			return nil
+		}
+		opts := badgerdb.DefaultIteratorOptions
+		opts.Prefix = prefix
+		// Values are read one by one, for the records kept only: a
+		// prefetch would read ahead past the page.
+		opts.PrefetchValues = false
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Seek(from); it.Valid(); it.Next() {
+			if len(list) == limit {
+				more = true
+				return nil
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			item := it.Item()
+			k, err := keys.ParseBinding(item.Key())
+			if err != nil {
+				return err
+			}
+			var b meta.Binding
+			if err := getJSON(item, &b); err != nil {
+				return fmt.Errorf("binding %q/%q: %w", k.Tenant, k.Thread, err)
+			}
+			b.ThreadKey = k
+			list = append(list, b)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("meta: list bindings page: %w", err)
+	}
+	return list, more, nil
+}
+
 // DeleteBinding implements meta.Store.
 func (s *Store) DeleteBinding(ctx context.Context, k meta.ThreadKey, rev uint64) error {
 	key := keys.Binding(k)

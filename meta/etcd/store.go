@@ -263,6 +263,43 @@ func (s *Store) ListBindings(ctx context.Context) ([]meta.Binding, error) {
 	return list, nil
 }
 
+// ListBindingsPage implements meta.Store: one range read from the key
+// after the cursor to the end of the prefix, limited to limit records
+// (in reads of s.listPage when limit is larger), never a read of the
+// whole prefix.
+func (s *Store) ListBindingsPage(ctx context.Context, tenant *string, after *meta.ThreadKey, limit int) ([]meta.Binding, bool, error) {
+	if limit <= 0 {
+		return nil, false, fmt.Errorf("meta: list bindings page: limit %d is not positive", limit)
+	}
+	list := []meta.Binding{}
+	prefix, from, ok := keys.BindingPage(tenant, after)
+	if !ok {
+		// Nothing to read, but a closed store or a canceled ctx still
+		// answers as every call does.
+		if err := s.call(ctx, func(context.Context) error { return nil }); err != nil {
+			return nil, false, fmt.Errorf("meta: list bindings page: %w", err)
+		}
+		return list, false, nil
+	}
+	more, err := s.scanRange(ctx, string(from), clientv3.GetPrefixRangeEnd(string(prefix)), s.listPage, int64(limit), func(kv *mvccpb.KeyValue) error {
+		k, err := keys.ParseBinding(kv.Key)
+		if err != nil {
+			return err
+		}
+		var b meta.Binding
+		if err := decode(kv, &b); err != nil {
+			return fmt.Errorf("binding %q/%q: %w", k.Tenant, k.Thread, err)
+		}
+		b.ThreadKey = k
+		list = append(list, b)
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("meta: list bindings page: %w", err)
+	}
+	return list, more, nil
+}
+
 // DeleteBinding implements meta.Store.
 func (s *Store) DeleteBinding(ctx context.Context, k meta.ThreadKey, rev uint64) error {
 	key := string(keys.Binding(k))
@@ -487,10 +524,23 @@ func (s *Store) scan(ctx context.Context, prefix string, fn func(*mvccpb.KeyValu
 // scanPages is scan in pages of page records, for records larger than
 // most (a page of s.listPage of them would be too large a response).
 func (s *Store) scanPages(ctx context.Context, prefix string, page int64, fn func(*mvccpb.KeyValue) error) error {
-	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
-	var rev int64
+	_, err := s.scanRange(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), page, 0, fn)
+	return err
+}
+
+// scanRange calls fn for each record whose key is in [from, end), in key
+// order, in range reads of at most page records at one revision (as scan).
+// When max is positive it stops after max records, each read asking for
+// no more than are left; more then says whether the range holds records
+// after the last one read (etcd's own More of the last read).
+func (s *Store) scanRange(ctx context.Context, from, end string, page, max int64, fn func(*mvccpb.KeyValue) error) (more bool, err error) {
+	var rev, read int64
 	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(page)}
+		n := page
+		if max > 0 {
+			n = min(page, max-read)
+		}
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(n)}
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
@@ -500,16 +550,20 @@ func (s *Store) scanPages(ctx context.Context, prefix string, page int64, fn fun
 			return err
 		})
 		if err != nil {
-			return err
+			return false, err
 		}
 		rev = resp.Header.Revision
 		for _, kv := range resp.Kvs {
 			if err := fn(kv); err != nil {
-				return err
+				return false, err
 			}
 		}
+		read += int64(len(resp.Kvs))
 		if !resp.More || len(resp.Kvs) == 0 {
-			return nil
+			return false, nil
+		}
+		if max > 0 && read >= max {
+			return true, nil
 		}
 		// The next page starts just after the last key read.
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"

@@ -45,6 +45,10 @@ func Run(t *testing.T, open func(t *testing.T) meta.Store) {
 		{"RevisionsIncrease", testRevisionsIncrease},
 		{"ListEmpty", testListEmpty},
 		{"ListOrder", testListOrder},
+		{"ListPages", testListPages},
+		{"ListPagesOfTenant", testListPagesOfTenant},
+		{"ListPageAfter", testListPageAfter},
+		{"ListPagesWhileCreating", testListPagesWhileCreating},
 		{"HostileKeys", testHostileKeys},
 		{"ConcurrentCreate", testConcurrentCreate},
 		{"ConcurrentUpdate", testConcurrentUpdate},
@@ -798,6 +802,11 @@ func testCanceledContext(t *testing.T, s meta.Store) {
 		{"UpdateBinding", func() error { _, err := s.UpdateBinding(ctx, kept); return err }},
 		{"GetBinding", func() error { _, err := s.GetBinding(ctx, kept.ThreadKey); return err }},
 		{"ListBindings", func() error { _, err := s.ListBindings(ctx); return err }},
+		{"ListBindingsPage", func() error { _, _, err := s.ListBindingsPage(ctx, nil, nil, 10); return err }},
+		{"ListBindingsPage past the end", func() error {
+			_, _, err := s.ListBindingsPage(ctx, &kept.Tenant, &meta.ThreadKey{Tenant: "\xff"}, 10)
+			return err
+		}},
 		{"DeleteBinding", func() error { return s.DeleteBinding(ctx, kept.ThreadKey, kept.Revision) }},
 		{"PutInspectionMount", func() error {
 			_, err := s.PutInspectionMount(ctx, meta.InspectionMount{Path: "/mnt/x"})
@@ -849,6 +858,11 @@ func testClosed(t *testing.T, s meta.Store) {
 		{"UpdateBinding", func() error { _, err := s.UpdateBinding(ctx, b); return err }},
 		{"GetBinding", func() error { _, err := s.GetBinding(ctx, b.ThreadKey); return err }},
 		{"ListBindings", func() error { _, err := s.ListBindings(ctx); return err }},
+		{"ListBindingsPage", func() error { _, _, err := s.ListBindingsPage(ctx, nil, nil, 10); return err }},
+		{"ListBindingsPage past the end", func() error {
+			_, _, err := s.ListBindingsPage(ctx, &b.Tenant, &meta.ThreadKey{Tenant: "\xff"}, 10)
+			return err
+		}},
 		{"DeleteBinding", func() error { return s.DeleteBinding(ctx, b.ThreadKey, b.Revision) }},
 		{"PutInspectionMount", func() error {
 			_, err := s.PutInspectionMount(ctx, meta.InspectionMount{Path: "/mnt/x"})

@@ -16,6 +16,8 @@ export type ThreadInfo = S['ThreadInfo']
 export type BindRequest = S['BindRequest']
 export type BindResponse = S['BindResponse']
 export type ThreadResponse = S['ThreadResponse']
+/** One page of GET /v1/threads: nextCursor is set when more follow. */
+export type ThreadsResponse = S['ThreadsResponse']
 /** A daemon, as its heartbeats show it. */
 export type Usage = S['Usage']
 export type UsageResponse = S['UsageResponse']

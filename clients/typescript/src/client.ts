@@ -63,13 +63,40 @@ export class WarrenClient {
     return r.binding
   }
 
-  /** Every thread (of tenant, if given). */
+  /**
+   * Every thread (of tenant, if given), following the daemon's pages to the
+   * end. The first page is asked for with no limit, so a daemon from before
+   * pages answers it whole; the rest ask for the largest pages.
+   */
   async threads(tenant?: string, o: CallOptions = {}): Promise<api.ThreadInfo[]> {
-    const r = await this.t.call<{ bindings: api.ThreadInfo[] }>('GET', '/v1/threads', {
-      query: { tenant },
+    const all: api.ThreadInfo[] = []
+    let limit: number | undefined
+    let cursor: string | undefined
+    for (;;) {
+      const page = await this.threadsPage({ tenant, limit, cursor }, o)
+      all.push(...page.bindings)
+      if (!page.nextCursor) return all
+      if (page.nextCursor === cursor || page.bindings.length === 0) {
+        throw new Error("list threads: the daemon's pages do not advance")
+      }
+      limit = 1000
+      cursor = page.nextCursor
+    }
+  }
+
+  /**
+   * One page of threads, ordered by tenant then thread: of tenant, if given;
+   * at most limit (the daemon's default, 100, if not given); after cursor,
+   * the nextCursor of the page before. nextCursor is absent on the last page.
+   */
+  async threadsPage(
+    q: { tenant?: string; limit?: number; cursor?: string } = {},
+    o: CallOptions = {},
+  ): Promise<api.ThreadsResponse> {
+    return this.t.call<api.ThreadsResponse>('GET', '/v1/threads', {
+      query: { tenant: q.tenant, limit: q.limit, cursor: q.cursor },
       signal: o.signal,
     })
-    return r.bindings
   }
 
   /** Unmounts a thread, keeping its folder. */

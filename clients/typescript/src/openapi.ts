@@ -92,7 +92,7 @@ export interface paths {
         };
         /**
          * List bindings
-         * @description Every binding, ordered by tenant, then thread; with `tenant`, that tenant's only.
+         * @description One page of the bindings, ordered by tenant, then thread; with `tenant`, that tenant's only. A page holds at most `limit` bindings (100 when no limit is given); when more follow, the answer's `nextCursor` is set: pass it as `cursor` (with the same `tenant`) for the next page. The last page has no `nextCursor`. A listing costs the daemon one page's reads however many threads it serves; pages are not one snapshot: a thread bound or deleted while a client pages is listed or not, every other one exactly once.
          */
         get: operations["listThreads"];
         put?: never;
@@ -1153,6 +1153,8 @@ export interface components {
         };
         ThreadsResponse: {
             bindings: components["schemas"]["ThreadInfo"][];
+            /** @description Set when more bindings follow this page; the `cursor` of the next page. Absent on the last page. */
+            nextCursor?: string;
         };
         DeleteResponse: {
             deleted: components["schemas"]["ThreadKey"];
@@ -1234,10 +1236,15 @@ export interface components {
         Readiness: {
             ready: boolean;
             checks: components["schemas"]["ReadyCheck"][];
+            /**
+             * Format: int64
+             * @description How many threads of the former run the start has still to mount again, in the background; absent once it is done. It does not make the server unready: a call for one of them mounts it at once.
+             */
+            restoring?: number;
         };
         ReadyCheck: {
             /** @enum {string} */
-            name: "serving" | "store" | "lease" | "disk" | "descriptors";
+            name: "serving" | "store" | "lease" | "disk" | "descriptors" | "restore";
             ok: boolean;
             /** @description What the check found; when it failed, what to fix. */
             detail: string;
@@ -1794,9 +1801,11 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
-        /** @description `closed`: the daemon is shutting down (do not retry on it); `unavailable`: the metadata store did not answer in time (retry after a pause); `fenced`: the daemon's lease lapsed (retry). */
+        /** @description `closed`: the daemon is shutting down (do not retry on it); `unavailable`: the metadata store did not answer in time, or a bound of what clients hold at once was reached (connections, requests, request bodies, raw uploads or streams, in total, per uid or per thread; the message names it, Retry-After says when to try again, and the connection is closed); `fenced`: the daemon's lease lapsed (retry). */
         Unavailable: {
             headers: {
+                /** @description seconds to wait before a retry, on a refusal past a bound */
+                "Retry-After"?: number;
                 [name: string]: unknown;
             };
             content: {
@@ -1977,6 +1986,10 @@ export interface operations {
             query?: {
                 /** @description Only this tenant's threads; empty means the tenant `default`. */
                 tenant?: string;
+                /** @description The most bindings in the page, from 1 to 1000 (default 100); anything else is a 400. */
+                limit?: number;
+                /** @description Where the page starts: the `nextCursor` of the page before, as it was given (it is opaque). A malformed cursor, an empty one, or one of another tenant's listing is a 400. */
+                cursor?: string;
             };
             header?: never;
             path?: never;
@@ -1984,7 +1997,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The bindings. */
+            /** @description The page of bindings. */
             200: {
                 headers: {
                     [name: string]: unknown;

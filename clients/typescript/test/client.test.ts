@@ -32,6 +32,22 @@ test('the client against a real daemon', { timeout: 120_000 }, async (t) => {
   const threads = await c.threads('acme')
   assert.equal(threads.length, 5)
 
+  // Pages: two at a time, in order, each thread once, the last with no cursor.
+  const paged: string[] = []
+  let cursor: string | undefined
+  for (let pages = 1; ; pages++) {
+    const page = await c.threadsPage({ tenant: 'acme', limit: 2, cursor })
+    paged.push(...page.bindings.map((b) => b.thread))
+    if (!page.nextCursor) {
+      assert.equal(pages, 3)
+      break
+    }
+    cursor = page.nextCursor
+  }
+  assert.deepEqual(paged, threads.map((b) => b.thread))
+  await assert.rejects(c.threadsPage({ limit: 0 }), (err: unknown) => isWarrenError(err) && err.code === 'invalid')
+  await assert.rejects(c.threadsPage({ cursor: 'garbage' }), (err: unknown) => isWarrenError(err) && err.code === 'invalid')
+
   const r = await c.exec('acme', '..', { command: 'echo out; echo err >&2; exit 3' })
   assert.deepEqual([r.stdout, r.stderr, r.exitCode], ['out\n', 'err\n', 3])
 

@@ -158,6 +158,31 @@ func parseThreadKeyAfter(key []byte, prefix string) (meta.ThreadKey, error) {
 	return k, nil
 }
 
+// BindingPage returns what a page of bindings reads: the keys starting
+// with prefix (the bindings of tenant, or of every tenant when tenant is
+// nil), from the key from on. from is the first key after the binding of
+// after (its key with a 0x00 appended: no key sorts between the two), or
+// the prefix itself when after is nil or sorts before it. ok is false when
+// no binding of the page can exist: after sorts past every key of the
+// prefix (a cursor of another tenant, say).
+func BindingPage(tenant *string, after *meta.ThreadKey) (prefix, from []byte, ok bool) {
+	prefix = []byte(BindingPrefix)
+	if tenant != nil {
+		prefix = appendComponent(prefix, *tenant)
+	}
+	if after == nil {
+		return prefix, prefix, true
+	}
+	from = append(Binding(*after), 0x00)
+	switch {
+	case bytes.HasPrefix(from, prefix):
+		return prefix, from, true
+	case bytes.Compare(from, prefix) < 0:
+		return prefix, prefix, true
+	}
+	return prefix, nil, false
+}
+
 // Mount returns the store key of the inspection mount at path.
 func Mount(path string) []byte {
 	return append([]byte(MountPrefix), path...)
