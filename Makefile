@@ -43,10 +43,10 @@ URING_INT_RE := Kill9|CutShort|StaleMount
 
 # Debian packages the tests need, as package:probe, where the probe is a
 # command on PATH or an absolute path: gcc and the libc headers for -race
-# (it needs cgo), fuse3 for fusermount3, git for the git-facing tests,
+# (it needs cgo), git for the git-facing tests,
 # btrfs-progs for the disk quota tests' loop-mounted btrfs, nodejs and npm
 # for the TypeScript client's tests.
-DEPS := gcc:gcc libc6-dev:/usr/include/stdio.h fuse3:fusermount3 git:git btrfs-progs:mkfs.btrfs nodejs:node npm:npm
+DEPS := gcc:gcc libc6-dev:/usr/include/stdio.h git:git btrfs-progs:mkfs.btrfs nodejs:node npm:npm
 
 # The TypeScript client and sandbox provider (clients/typescript): its
 # tests run against real daemons, the binaries make build makes.
