@@ -65,6 +65,12 @@ func main() {
 // run runs one warren command line and returns its exit status.
 func run(ctx context.Context, e *cli.Env, args []string) int {
 	vs := verbs()
+	args, err := hoistGlobalFlags(args)
+	if err != nil {
+		fmt.Fprintf(e.Stderr, "warren: %v\n", err)
+		printUsage(e.Stderr, vs)
+		return 2
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		printUsage(e.Stderr, vs)
 		if len(args) == 0 {
@@ -78,13 +84,47 @@ func run(ctx context.Context, e *cli.Env, args []string) int {
 		printUsage(e.Stderr, vs)
 		return 2
 	}
-	err := v.run(ctx, e, args[1:])
+	err = v.run(ctx, e, args[1:])
 	// A command's own exit code (exec, logs) is passed on as it is.
 	var ec *exitCodeError
 	if errors.As(err, &ec) {
 		return ec.code
 	}
 	return cli.Status(e, "warren "+args[0], err)
+}
+
+// globalFlags are the flags that may also come before the command, as
+// docker's and kubectl's do (`warren --socket S ls`). Every command that
+// talks to a daemon defines them, so they are moved behind the command
+// name, where its own flag set parses them (and a command without one
+// says so).
+var globalFlags = map[string]bool{"socket": true, "tenant": true}
+
+// hoistGlobalFlags moves the global flags that come before the command
+// behind it.
+func hoistGlobalFlags(args []string) ([]string, error) {
+	var globals []string
+	for len(args) > 0 && len(args[0]) > 1 && args[0][0] == '-' && args[0] != "-h" && args[0] != "--help" {
+		name, _, withValue := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		if !globalFlags[name] {
+			return nil, fmt.Errorf("%s is not a flag that may come before the command (those are --socket and --tenant); put it after the command", args[0])
+		}
+		n := 2
+		if withValue {
+			n = 1
+		} else if len(args) < 2 {
+			return nil, fmt.Errorf("%s needs a value", args[0])
+		}
+		globals = append(globals, args[:n]...)
+		args = args[n:]
+	}
+	if len(globals) == 0 {
+		return args, nil
+	}
+	if len(args) == 0 {
+		return nil, fmt.Errorf("no command after %s", strings.Join(globals, " "))
+	}
+	return append(append([]string{args[0]}, globals...), args[1:]...), nil
 }
 
 func printUsage(w io.Writer, vs map[string]verb) {
@@ -94,7 +134,7 @@ func printUsage(w io.Writer, vs map[string]verb) {
 	}
 	sort.Strings(names)
 	var b strings.Builder
-	b.WriteString("usage: warren <command> [flags] [args]\n\ncommands:\n")
+	b.WriteString("usage: warren [--socket PATH] [--tenant ID] <command> [flags] [args]\n\ncommands:\n")
 	for _, n := range names {
 		fmt.Fprintf(&b, "  %-11s %s\n", n, vs[n].summary)
 	}

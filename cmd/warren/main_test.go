@@ -235,3 +235,36 @@ func TestLsPages(t *testing.T) {
 		t.Errorf("ls --cursor garbage: got exit %d (%q), want 1 and the daemon's refusal", code, errOut)
 	}
 }
+
+// TestGlobalFlagsBeforeCommand: --socket and --tenant may come before the
+// command, as docker's and kubectl's flags do; any other flag there, or
+// one without its value, is a usage error that says so.
+func TestGlobalFlagsBeforeCommand(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	sock := startGateway(t)
+	nowhere := filepath.Join(t.TempDir(), "no.sock")
+	for _, tc := range []struct {
+		args     []string
+		wantCode int
+		want     string // substring of stdout, or of stderr when wantCode != 0
+	}{
+		{[]string{"--socket", sock, "--tenant", "acme", "bind", "--thread", "g1"}, 0, "/mnt/acme/g1\n"},
+		{[]string{"--socket=" + sock, "ls", "--tenant", "acme"}, 0, "acme"},
+		{[]string{"-socket", sock, "--tenant=acme", "ls", "--json"}, 0, `"thread": "g1"`},
+		// The flag after the command wins, as the flag package has it.
+		{[]string{"--tenant", "other", "--socket", sock, "ls", "--tenant", "acme"}, 0, "g1"},
+		{[]string{"--json", "--socket", sock, "ls"}, 2, "--json is not a flag that may come before the command"},
+		{[]string{"--socket"}, 2, "--socket needs a value"},
+		{[]string{"--socket", sock}, 2, "no command after --socket " + sock},
+		{[]string{"--tenant", "acme", "hosts"}, 2, "flag provided but not defined: -tenant"},
+	} {
+		code, out, errOut := runCLI(t, nowhere, tc.args...)
+		got := out
+		if tc.wantCode != 0 {
+			got = errOut
+		}
+		if code != tc.wantCode || !strings.Contains(got, tc.want) {
+			t.Errorf("warren %q: exit %d, stdout %q, stderr %q; want exit %d and %q", tc.args, code, out, errOut, tc.wantCode, tc.want)
+		}
+	}
+}
