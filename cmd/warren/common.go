@@ -17,6 +17,7 @@ import (
 // threadFlags are the flags that name a thread and the socket.
 type threadFlags struct {
 	socket, tenant, thread string
+	threadGiven            bool // --thread was on the command line, maybe empty
 }
 
 // clientFlags adds --socket to fs.
@@ -32,13 +33,19 @@ func clientFlags(e *cli.Env, fs *flag.FlagSet, socket *string) {
 func addThreadFlags(e *cli.Env, fs *flag.FlagSet, tf *threadFlags) {
 	clientFlags(e, fs, &tf.socket)
 	fs.StringVar(&tf.tenant, "tenant", "", "tenant id (default \"default\")")
-	fs.StringVar(&tf.thread, "thread", "", "thread id (required)")
+	fs.Func("thread", "thread id (required)", func(s string) error {
+		tf.thread, tf.threadGiven = s, true
+		return nil
+	})
 }
 
-// check reports a missing --thread as a usage error.
+// check reports a missing or empty --thread as a usage error.
 func (tf *threadFlags) check() error {
-	if tf.thread == "" {
+	switch {
+	case !tf.threadGiven:
 		return cli.Usagef("--thread is required")
+	case tf.thread == "":
+		return cli.Usagef("--thread is empty: a thread id has at least one character")
 	}
 	return nil
 }

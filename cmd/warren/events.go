@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"warren/client"
@@ -12,11 +14,17 @@ import (
 )
 
 func eventsCmd(ctx context.Context, e *cli.Env, args []string) error {
-	var socket, tenant, thread string
-	fs := cli.NewFlags(e, "warren events", "[--tenant T] [--thread ID]")
+	var (
+		socket string
+		q      client.EventsQuery
+		since  sinceFlag
+	)
+	fs := cli.NewFlags(e, "warren events", "[--tenant T] [--thread ID] [--prefix P] [--since SEQ]")
 	clientFlags(e, fs, &socket)
-	fs.StringVar(&tenant, "tenant", "", "only this tenant's events (with --thread: default \"default\")")
-	fs.StringVar(&thread, "thread", "", "only this thread's events")
+	fs.StringVar(&q.Tenant, "tenant", "", "only this tenant's events (with --thread: default \"default\")")
+	fs.StringVar(&q.Thread, "thread", "", "only this thread's events")
+	fs.StringVar(&q.Prefix, "prefix", "", "only the file events of paths under this one")
+	fs.Var(&since, "since", "first replay the kept events after this seq (an event's \"seq\"), then follow")
 	rest, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
@@ -24,9 +32,29 @@ func eventsCmd(ctx context.Context, e *cli.Env, args []string) error {
 	if len(rest) > 0 {
 		return cli.Usagef("unexpected arguments %q", rest)
 	}
+	q.Since = since.seq
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return events(ctx, e, client.New(socket), socket, tenant, thread)
+	return events(ctx, e, client.New(socket), socket, q)
+}
+
+// sinceFlag is --since: unset, or an event's seq.
+type sinceFlag struct{ seq *uint64 }
+
+func (f *sinceFlag) String() string {
+	if f.seq == nil {
+		return ""
+	}
+	return strconv.FormatUint(*f.seq, 10)
+}
+
+func (f *sinceFlag) Set(s string) error {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%q is not an event's seq (a whole number, 0 or more)", s)
+	}
+	f.seq = &n
+	return nil
 }
 
 // events prints the gateway's events, one JSON object per line, until ctx
@@ -34,9 +62,9 @@ func eventsCmd(ctx context.Context, e *cli.Env, args []string) error {
 // lines are the gateway's own: JSON escapes control characters, so hostile
 // ids cannot drive the terminal. They are written out as soon as no other
 // has arrived behind them, so a burst is one write, and no line waits.
-func events(ctx context.Context, e *cli.Env, c *client.Client, socket, tenant, thread string) error {
+func events(ctx context.Context, e *cli.Env, c *client.Client, socket string, q client.EventsQuery) error {
 	out := bufio.NewWriterSize(e.Stdout, 64<<10)
-	err := c.EventLines(ctx, client.EventsQuery{Tenant: tenant, Thread: thread}, func(line []byte, more bool) error {
+	err := c.EventLines(ctx, q, func(line []byte, more bool) error {
 		if _, err := out.Write(line); err != nil {
 			return err
 		}

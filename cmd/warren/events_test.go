@@ -102,3 +102,43 @@ func TestEventsVerbErrors(t *testing.T) {
 		t.Errorf("got exit %d, stderr %q; want 1 and the gateway's reason", code, errOut)
 	}
 }
+
+// TestEventsSince: events --since replays the kept events after that seq
+// before it follows, so a client that was away misses nothing; a seq that
+// is not a number is a usage error.
+func TestEventsSince(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	sock := startGateway(t)
+	for _, args := range [][]string{{"bind", "--thread", "past"}, {"close", "--thread", "past"}} {
+		if code, _, errOut := runCLI(t, sock, args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
+		}
+	}
+	var out, errOut testenv.SyncBuffer
+	e := &cli.Env{Stdout: &out, Stderr: &errOut, Getenv: func(k string) string {
+		if k == "WARREN_SOCKET" {
+			return sock
+		}
+		return ""
+	}}
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	exit := make(chan int, 1)
+	go func() { exit <- run(ctx, e, []string{"events", "--thread", "past", "--since", "0"}) }()
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out.String(), `"thread.closed"`); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the events before the stream were not replayed; stdout %q, stderr %q", out.String(), errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), `"thread.bound"`) {
+		t.Errorf("replay lacks the bind: %q", out.String())
+	}
+	interrupt()
+	if code := <-exit; code != 0 {
+		t.Errorf("interrupted warren events: exit %d, %q", code, errOut.String())
+	}
+	if code, _, errOut := runCLI(t, sock, "events", "--since", "yesterday"); code != 2 || !strings.Contains(errOut, "is not an event's seq") {
+		t.Errorf("events --since yesterday: exit %d, %q; want a usage error", code, errOut)
+	}
+}

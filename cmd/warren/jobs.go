@@ -88,18 +88,24 @@ func jobsCmd(ctx context.Context, e *cli.Env, args []string) error {
 
 func logsCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
-	fs := cli.NewFlags(e, "warren logs", "[-f] [--offset N] --thread ID JOB")
+	fs := cli.NewFlags(e, "warren logs", "[-f] [--offset N] [--stream stdout|stderr] --thread ID JOB")
 	addThreadFlags(e, fs, &tf)
 	follow := fs.Bool("f", false, "follow the output until the job ends")
-	offset := fs.Int64("offset", 0, "start at this byte of the job's output (negative: the oldest kept)")
+	offset := fs.Int64("offset", 0, "start at this byte of the output read (negative: the oldest kept)")
+	stream := fs.String("stream", "", "read stdout or stderr alone (default both, merged as they came); offsets are then that stream's")
 	id, err := parseJobArgs(fs, &tf, args)
 	if err != nil {
 		return err
 	}
+	switch *stream {
+	case "", "stdout", "stderr":
+	default:
+		return cli.Usagef("--stream %q: want stdout or stderr", *stream)
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var exit *int
-	err = client.New(tf.socket).JobOutput(ctx, tf.tenant, tf.thread, id, *offset, *follow, func(f api.JobFrame) error {
+	err = client.New(tf.socket).JobOutputStream(ctx, tf.tenant, tf.thread, id, *stream, *offset, *follow, func(f api.JobFrame) error {
 		if f.Dropped > 0 {
 			fmt.Fprintf(e.Stderr, "warren: %d bytes of the output were dropped before byte %d (a job keeps its newest 1 MiB)\n", f.Dropped, f.Offset)
 		}

@@ -120,3 +120,24 @@ func TestKillSignal(t *testing.T) {
 		t.Errorf("jobs after kill --signal KILL: %q", out)
 	}
 }
+
+// TestLogsOneStream: logs --stream reads stdout or stderr alone, as the
+// API does; another name is a usage error.
+func TestLogsOneStream(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	sock := startGateway(t)
+	if code, out, errOut := runCLI(t, sock, "spawn", "--thread", "t1", "--", "echo out; echo err >&2; echo out2"); code != 0 || out != "bash-1\n" {
+		t.Fatalf("spawn: exit %d, %q, %q", code, out, errOut)
+	}
+	if code, _, errOut := runCLI(t, sock, "logs", "-f", "--thread", "t1", "bash-1"); code != 0 {
+		t.Fatalf("logs -f: exit %d, %q", code, errOut)
+	}
+	for stream, want := range map[string]string{"stdout": "out\nout2\n", "stderr": "err\n"} {
+		if code, out, errOut := runCLI(t, sock, "logs", "--stream", stream, "--thread", "t1", "bash-1"); code != 0 || out != want {
+			t.Errorf("logs --stream %s: exit %d, %q, %q; want %q", stream, code, out, errOut, want)
+		}
+	}
+	if code, _, errOut := runCLI(t, sock, "logs", "--stream", "all-of-it", "--thread", "t1", "bash-1"); code != 2 || !strings.Contains(errOut, "want stdout or stderr") {
+		t.Errorf("logs --stream all-of-it: exit %d, %q; want a usage error", code, errOut)
+	}
+}

@@ -238,7 +238,8 @@ func TestLsPages(t *testing.T) {
 
 // TestGlobalFlagsBeforeCommand: --socket and --tenant may come before the
 // command, as docker's and kubectl's flags do; any other flag there, or
-// one without its value, is a usage error that says so.
+// one without its value, is a usage error that says so; so are a missing
+// and an empty --thread, each in its own words.
 func TestGlobalFlagsBeforeCommand(t *testing.T) {
 	testenv.RequireRootFUSE(t)
 	sock := startGateway(t)
@@ -257,6 +258,8 @@ func TestGlobalFlagsBeforeCommand(t *testing.T) {
 		{[]string{"--socket"}, 2, "--socket needs a value"},
 		{[]string{"--socket", sock}, 2, "no command after --socket " + sock},
 		{[]string{"--tenant", "acme", "hosts"}, 2, "flag provided but not defined: -tenant"},
+		{[]string{"--socket", sock, "bind", "--thread", ""}, 2, "--thread is empty: a thread id has at least one character"},
+		{[]string{"--socket", sock, "bind"}, 2, "--thread is required"},
 	} {
 		code, out, errOut := runCLI(t, nowhere, tc.args...)
 		got := out
