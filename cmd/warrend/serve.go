@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -26,6 +28,9 @@ import (
 
 // serveOptions are the flags of warrend (warren serve).
 type serveOptions struct {
+	// flagErrs are the mistakes found while parsing, said together with
+	// those serve finds in the values (all at once).
+	flagErrs   []error
 	dataDir    string
 	socket     string
 	workspaces string
@@ -171,16 +176,18 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.Var(boundFlag{b: &o.admission.Uploads, perUser: true}, "max-uploads", "raw uploads (PUT files/raw) under way: TOTAL[,PER-UID[,PER-THREAD]] (default: a 32nd of the open-file limit, 4 per thread)")
 	fs.Var(boundFlag{b: &o.admission.Streams, perUser: true}, "max-streams", "streams (events, exec output, job output, raw reads): TOTAL[,PER-UID[,PER-THREAD]] (default: a 16th of the open-file limit, 16 per thread)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "TCP host:port serving /metrics, /healthz and /readyz only, without authentication (default: on the socket only)")
-	rest, err := cli.Parse(fs, args)
-	if err != nil {
-		return err
+	rest, errs := cli.ParseAll(fs, args)
+	if len(errs) > 0 && errors.Is(errs[0], flag.ErrHelp) {
+		return flag.ErrHelp
 	}
+	o.flagErrs = errs
 	if len(rest) > 0 {
-		return cli.Usagef("unexpected arguments %q", rest)
+		o.flagErrs = append(o.flagErrs, fmt.Errorf("unexpected arguments %q", rest))
 	}
 	level := hclog.LevelFromString(o.logLevel)
 	if level == hclog.NoLevel {
-		return cli.Usagef("unknown log level %q", o.logLevel)
+		o.flagErrs = append(o.flagErrs, fmt.Errorf("unknown log level %q", o.logLevel))
+		level = hclog.Info
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -196,15 +203,25 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 // serve runs the gateway until ctx is done: it creates the data folder,
 // opens the metadata store in it and serves the API.
 func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
+	// Every mistake in the flags is said at once, before anything is
+	// opened.
+	bad := o.flagErrs
 	if o.jailNetwork != "" && o.jailNetwork != "none" && o.jailNetwork != "host" {
-		return cli.Usagef("--jail-network is none or host, not %q", o.jailNetwork)
+		bad = append(bad, fmt.Errorf("--jail-network is none or host, not %q", o.jailNetwork))
 	}
 	if m := int(o.jailCPU); m != 0 && (m < jail.MinCPUMillis || m > gateway.MaxCPUMillis) {
-		return cli.Usagef("--jail-cpu is between %s and %s CPUs, not %s", cli.CPU(jail.MinCPUMillis), cli.CPU(gateway.MaxCPUMillis), o.jailCPU)
+		bad = append(bad, fmt.Errorf("--jail-cpu is between %s and %s CPUs, not %s", cli.CPU(jail.MinCPUMillis), cli.CPU(gateway.MaxCPUMillis), o.jailCPU))
+	}
+	if _, err := storeFlags(o); err != nil {
+		bad = append(bad, err)
 	}
 	transport, err := fuseTransport(log, o.fuseTransport)
 	if err != nil {
-		return err
+		var ue *cli.UsageError
+		if !errors.As(err, &ue) {
+			return err
+		}
+		bad = append(bad, err)
 	}
 	// The configuration the flags give; the folders, the logger and the
 	// store are filled in once they are made.
@@ -237,14 +254,17 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	if o.socketGroup != "" {
 		gid, err := lookupGroup(o.socketGroup)
 		if err != nil {
-			return cli.Usagef("--socket-group: %v", err)
+			bad = append(bad, fmt.Errorf("--socket-group: %v", err))
 		}
 		cfg.SocketGID = gid
 	}
-	// Every number at once, before anything is opened: a daemon that
-	// started with a bound no jail can have would fail every command.
+	// A daemon that started with a bound no jail can have would fail
+	// every command.
 	if err := cfg.CheckLimits(); err != nil {
-		return cli.Usagef("bad flag: %v", err)
+		bad = append(bad, fmt.Errorf("bad flag: %v", err))
+	}
+	if len(bad) > 0 {
+		return badFlags(bad)
 	}
 	dataDir, err := filepath.Abs(o.dataDir)
 	if err != nil {
@@ -326,28 +346,11 @@ func closeStore(store meta.Store, within time.Duration) error {
 // openStore opens the metadata store the flags choose: Badger in the data
 // folder, or an etcd cluster that several servers share.
 func openStore(ctx context.Context, log hclog.Logger, o serveOptions, dataDir string) (meta.Store, error) {
-	switch o.store {
-	case "badger", "":
-		if o.etcdEndpoints != "" {
-			return nil, cli.Usagef("--etcd-endpoints needs --store etcd")
-		}
-		metaDir := gateway.MetaDir(dataDir)
-		log.Info("data folder", "data", dataDir, "meta", metaDir)
-		store, err := badger.Open(ctx, metaDir, log.Named("meta"))
-		if err != nil {
-			return nil, fmt.Errorf("open metadata store: %w", err)
-		}
-		return store, nil
-	case "etcd":
-		var eps []string
-		for _, ep := range strings.Split(o.etcdEndpoints, ",") {
-			if ep = strings.TrimSpace(ep); ep != "" {
-				eps = append(eps, ep)
-			}
-		}
-		if len(eps) == 0 {
-			return nil, cli.Usagef("--store etcd needs --etcd-endpoints")
-		}
+	eps, err := storeFlags(o)
+	if err != nil {
+		return nil, cli.Usagef("%v", err)
+	}
+	if o.store == "etcd" {
 		log.Info("data folder", "data", dataDir, "etcd", eps, "prefix", o.etcdPrefix)
 		store, err := etcd.Open(ctx, etcd.Config{Endpoints: eps, Prefix: o.etcdPrefix, Logger: log.Named("meta")})
 		if err != nil {
@@ -355,7 +358,37 @@ func openStore(ctx context.Context, log hclog.Logger, o serveOptions, dataDir st
 		}
 		return store, nil
 	}
-	return nil, cli.Usagef("--store is badger or etcd, not %q", o.store)
+	metaDir := gateway.MetaDir(dataDir)
+	log.Info("data folder", "data", dataDir, "meta", metaDir)
+	store, err := badger.Open(ctx, metaDir, log.Named("meta"))
+	if err != nil {
+		return nil, fmt.Errorf("open metadata store: %w", err)
+	}
+	return store, nil
+}
+
+// storeFlags checks --store and --etcd-endpoints together and returns the
+// endpoints.
+func storeFlags(o serveOptions) ([]string, error) {
+	var eps []string
+	for _, ep := range strings.Split(o.etcdEndpoints, ",") {
+		if ep = strings.TrimSpace(ep); ep != "" {
+			eps = append(eps, ep)
+		}
+	}
+	switch o.store {
+	case "badger", "":
+		if o.etcdEndpoints != "" {
+			return nil, errors.New("--etcd-endpoints needs --store etcd")
+		}
+		return nil, nil
+	case "etcd":
+		if len(eps) == 0 {
+			return nil, errors.New("--store etcd needs --etcd-endpoints")
+		}
+		return eps, nil
+	}
+	return nil, fmt.Errorf("--store is badger or etcd, not %q", o.store)
 }
 
 // lookupGroup returns the gid of group, a name or a number.
@@ -377,6 +410,19 @@ func neverIfZero(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// badFlags is the usage error of every mistake in the flags: one line
+// each.
+func badFlags(errs []error) error {
+	if len(errs) == 1 {
+		return cli.Usagef("%v", errs[0])
+	}
+	lines := make([]string, len(errs))
+	for i, err := range errs {
+		lines[i] = "  " + err.Error()
+	}
+	return cli.Usagef("%d mistakes in the flags:\n%s", len(errs), strings.Join(lines, "\n"))
 }
 
 // eventLogFlag turns --event-log's 0 ("none") into the Config's negative

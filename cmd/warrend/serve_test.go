@@ -183,3 +183,34 @@ func TestCloseStoreBounded(t *testing.T) {
 		t.Errorf("closeStore of a store that cannot flush: got %v, want it given up after 2s", err)
 	}
 }
+
+// TestServeSaysEveryBadFlag: with several mistakes in its flags, serve
+// says each of them in one go (a value the flag package refuses, one
+// serve checks, a flag it does not know, a bound no jail can have), and
+// makes nothing.
+func TestServeSaysEveryBadFlag(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	code, _, errOut := runDaemon(t, "serve", "--data", data,
+		"--jail-memory", "lots", "--jail-network", "wifi", "--no-such-flag",
+		"--log-level", "loud", "--jail-procs", "3", "--store", "zookeeper", "--jail-cpu", "half")
+	if code != 2 {
+		t.Errorf("exit %d, want 2", code)
+	}
+	for _, want := range []string{
+		`invalid value "lots" for flag -jail-memory`,
+		"--jail-network is none or host, not \"wifi\"",
+		"flag provided but not defined: -no-such-flag",
+		`unknown log level "loud"`,
+		"jail processes 3",
+		"--store is badger or etcd",
+		`"half" is not a number of CPUs`,
+		"mistakes in the flags",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if _, err := os.Lstat(data); !os.IsNotExist(err) {
+		t.Errorf("data folder made before the flags were checked: %v", err)
+	}
+}

@@ -48,20 +48,56 @@ func NewFlags(e *Env, name, args string) *flag.FlagSet {
 
 // Parse parses args, letting flags and arguments come in any order
 // ("warren mount DIR --thread t" and "warren mount --thread t DIR"), and
-// returns the arguments. A flag error is a usage error.
+// returns the arguments. Flag errors are a usage error, every one of them
+// said at once, then the usage.
 func Parse(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
+	pos, errs := ParseAll(fs, args)
+	if len(errs) == 0 {
+		return pos, nil
+	}
+	if errors.Is(errs[0], flag.ErrHelp) {
+		return nil, flag.ErrHelp
+	}
+	for _, err := range errs {
+		fmt.Fprintln(fs.Output(), err)
+	}
+	fs.Usage()
+	return nil, &UsageError{Msg: errors.Join(errs...).Error(), Shown: true}
+}
+
+// ParseAll is Parse that goes on past a bad flag, to the end of args,
+// and returns every flag error instead of printing them: a command that
+// checks its flags' values too can say all that is wrong in one go. A
+// flag that failed keeps its default. With -h it prints the usage and
+// returns flag.ErrHelp alone.
+func ParseAll(fs *flag.FlagSet, args []string) ([]string, []error) {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	defer func() {
+		fs.SetOutput(out)
+		fs.Usage = usage
+	}()
+	var (
+		pos  []string
+		errs []error
+	)
 	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			// The flag package has printed the error and the usage.
-			return nil, &UsageError{Msg: err.Error(), Shown: true}
-		}
+		err := fs.Parse(args)
 		args = fs.Args()
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			fs.SetOutput(out)
+			usage()
+			return nil, []error{flag.ErrHelp}
+		case err != nil:
+			// The flag package stopped after the bad flag: go on
+			// with the rest.
+			errs = append(errs, err)
+			continue
+		}
 		if len(args) == 0 {
-			return pos, nil
+			return pos, errs
 		}
 		pos = append(pos, args[0])
 		args = args[1:]
