@@ -92,24 +92,39 @@ func NewBase(cfg BaseConfig) (*Base, error) {
 	if err != nil {
 		return nil, err
 	}
-	type made struct {
-		fd, mounts int
-		err        error
+	var fd, mounts int
+	// The thread goes into a mount namespace of its own, and never back.
+	err = onDiscardedThread(func() (err error) {
+		fd, mounts, err = plan.make()
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jail: make the base namespace: %w", err)
 	}
-	done := make(chan made, 1)
+	return &Base{readOnly: slices.Clone(cfg.ReadOnly), binary: cfg.Binary, mounts: mounts, fd: fd}, nil
+}
+
+// onDiscardedThread runs fn on a locked thread that ends when fn returns
+// (its goroutine returns locked, and the runtime ends the thread rather
+// than run other goroutines on it): fn may leave it in another mount
+// namespace, with a filesystem context of its own. Never on the main
+// thread: the runtime never ends it (it parks it, for good, in whatever
+// namespace fn left it), and /proc/self is its view, which the daemon
+// reads (/proc/self/mountinfo). A goroutine that finds itself there holds
+// the main thread, so that the next goroutine cannot be given it, and
+// tries again from another (as fs's onThreadWithOwnFiles does).
+func onDiscardedThread(fn func() error) error {
+	errc := make(chan error, 1)
 	go func() {
-		// The thread goes into a mount namespace of its own, and never
-		// back: this goroutine returns still locked to it, so the runtime
-		// ends the thread instead of running other goroutines on it.
 		runtime.LockOSThread()
-		fd, n, err := plan.make()
-		done <- made{fd, n, err}
+		if unix.Gettid() == unix.Getpid() {
+			errc <- onDiscardedThread(fn)
+			runtime.UnlockOSThread()
+			return
+		}
+		errc <- fn()
 	}()
-	m := <-done
-	if m.err != nil {
-		return nil, fmt.Errorf("jail: make the base namespace: %w", m.err)
-	}
-	return &Base{readOnly: slices.Clone(cfg.ReadOnly), binary: cfg.Binary, mounts: m.mounts, fd: m.fd}, nil
+	return <-errc
 }
 
 // Mounts returns how many mounts the base holds: about what every jail's
@@ -148,14 +163,7 @@ func (b *Base) fits(cfg Config) error {
 // child's CLONE_NEWNS then copies the base, not the daemon's namespace.
 // The thread is not given back to the runtime.
 func (b *Base) startIn(start func() error) error {
-	done := make(chan error, 1)
-	go func() {
-		// Returning locked ends the thread: it is in the base's
-		// namespace, and has a filesystem context (root, cwd) of its own.
-		runtime.LockOSThread()
-		done <- b.enter(start)
-	}()
-	return <-done
+	return onDiscardedThread(func() error { return b.enter(start) })
 }
 
 // enter moves the calling (locked) thread into the base and runs start.

@@ -367,3 +367,40 @@ func TestUnescapeMountPath(t *testing.T) {
 		}
 	}
 }
+
+// TestBaseLeavesMainThread: the threads that make the base and fork from
+// it are never the main thread, which the runtime never ends: left in the
+// base, it would make /proc/self (mountinfo, which the daemon reads) show
+// the base's mounts for good.
+func TestBaseLeavesMainThread(t *testing.T) {
+	testenv.RequireRoot(t)
+	nsOf := func(path string) uint64 {
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	before := nsOf("/proc/self/ns/mnt")
+	var bases []*Base
+	defer func() {
+		for _, b := range bases {
+			b.Close()
+		}
+	}()
+	for range 20 {
+		b, err := NewBase(BaseConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bases = append(bases, b)
+		for range 20 {
+			if err := b.startIn(func() error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if after := nsOf("/proc/self/ns/mnt"); after != before {
+		t.Fatalf("the main thread's mount namespace changed from %d to %d", before, after)
+	}
+}
