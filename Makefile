@@ -37,6 +37,9 @@ RACE_RE   := ^warren/(meta|gateway|fs|snapshot)(/|$$)
 # minutes more.
 URING_INT_RE := Kill9|CutShort|StaleMount
 
+# The jail's suite runs a second time with every jail forked from a base
+# namespace (jail.Base), as the daemon starts them. About 10 s more.
+
 # And a third time with every mount served on a Pool's shared connections
 # (fs/pool.go), as the daemon serves the threads' mounts by default; the
 # daemon's own tests already run that way. About 1 minute more.
@@ -88,6 +91,7 @@ install: build
 test: deps vet build
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
 	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -Ev '$(RACE_RE)')
+	WARREN_JAIL_BASE=1 $(GO) test -count=1 -timeout 15m ./jail
 	WARREN_FS_TRANSPORT=uring CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./fs/...
 	WARREN_FS_TRANSPORT=shared CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./fs/...
 	WARREN_FS_TRANSPORT=uring $(GO) test -count=1 -timeout 15m -run '$(URING_INT_RE)' ./integration

@@ -74,7 +74,7 @@ type Base struct {
 	binary   string   // as in BaseConfig
 	mounts   int      // how many mounts it holds, for Mounts
 
-	// mu is held for reading while a start uses fd, and for writing by
+	// mu is held for reading while a start enters fd, and for writing by
 	// Close.
 	mu sync.RWMutex
 	fd int // the namespace (/proc/thread-self/ns/mnt of its maker); -1 once closed; guarded by mu
@@ -168,20 +168,30 @@ func (b *Base) startIn(start func() error) error {
 
 // enter moves the calling (locked) thread into the base and runs start.
 func (b *Base) enter(start func() error) error {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if b.fd < 0 {
-		return errBaseClosed
-	}
 	// setns into a mount namespace wants a filesystem context that no
 	// other thread shares; Go's threads share one.
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return fmt.Errorf("jail: unshare the thread's filesystem context: %w", err)
 	}
+	if err := b.setns(); err != nil {
+		return err
+	}
+	// The thread holds the namespace now: a Close from here on does not
+	// take it away.
+	return start()
+}
+
+// setns moves the calling thread into the base, unless it is closed.
+func (b *Base) setns() error {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.fd < 0 {
+		return errBaseClosed
+	}
 	if err := unix.Setns(b.fd, unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("jail: enter the base namespace: %w", err)
 	}
-	return start()
+	return nil
 }
 
 // basePlan is what a base keeps, resolved on the host.
