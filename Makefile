@@ -29,6 +29,9 @@ ARGS ?=
 RACE_PKGS := ./meta/... ./gateway/... ./fs/... ./snapshot/...
 RACE_RE   := ^warren/(meta|gateway|fs|snapshot)(/|$$)
 
+# The jail's suite runs a second time with every jail forked from a base
+# namespace (jail.Base), as the daemon starts them. About 10 s more.
+
 # The filesystem's suite (posixtest, the boundary, the no-lost-edits
 # torture test...) runs a second time with every mount served over FUSE
 # over io_uring (fs/uring_linux.go), and so do the integration tests that
@@ -36,9 +39,6 @@ RACE_RE   := ^warren/(meta|gateway|fs|snapshot)(/|$$)
 # enable_uring on for their run and back off after (as root). About 2.5
 # minutes more.
 URING_INT_RE := Kill9|CutShort|StaleMount
-
-# The jail's suite runs a second time with every jail forked from a base
-# namespace (jail.Base), as the daemon starts them. About 10 s more.
 
 # And a third time with every mount served on a Pool's shared connections
 # (fs/pool.go), as the daemon serves the threads' mounts by default; the
