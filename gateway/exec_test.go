@@ -273,3 +273,50 @@ func TestExecSettings(t *testing.T) {
 		t.Errorf("with default settings: %q; want no variables and a network of its own", got)
 	}
 }
+
+// TestExecFromBaseNamespace: a thread's jail is forked from the gateway's
+// base namespace (jail.Base), which holds none of the threads' mounts:
+// binding more threads does not make a jail's start copy more mounts. The
+// jail sees its own workspace all the same, and nothing of the data
+// folder.
+func TestExecFromBaseNamespace(t *testing.T) {
+	env := startEnv(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := env.c
+	const threads = 20
+	for i := range threads {
+		if _, err := c.Bind(ctx, "acme", fmt.Sprintf("b%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := env.g.jailBase
+	if base == nil {
+		t.Fatal("the gateway has no base namespace for its jails")
+	}
+	if cfg := env.g.jailConfig(meta.Settings{}, "/x"); cfg.Base != base {
+		t.Fatal("the jails' configuration does not start them from the base")
+	}
+	mounted := len(testenv.MountsUnder(t, env.cfg.DataDir))
+	if mounted < threads {
+		t.Fatalf("%d mounts under the data folder, want at least %d", mounted, threads)
+	}
+	if n := len(testenv.Mounts(t)); base.Mounts() > n-threads {
+		t.Errorf("the base holds %d mounts, the daemon's namespace %d with %d threads bound", base.Mounts(), n, threads)
+	}
+	var out bytes.Buffer
+	code, err := c.Exec(ctx, "acme", "b7", api.ExecRequest{Command: `echo hi > f && cat f && cat /proc/self/mountinfo`}, &out, nil)
+	if err != nil || code != 0 || !strings.HasPrefix(out.String(), "hi\n") {
+		t.Fatalf("exec: exit %d, %v, %q", code, err, out.String())
+	}
+	if strings.Contains(out.String(), env.cfg.DataDir) {
+		t.Errorf("the jail sees the data folder:\n%s", out.String())
+	}
+	bound, err := c.Bind(ctx, "acme", "b7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(bound.MountPath, "f")); err != nil || string(got) != "hi\n" {
+		t.Errorf("the command's file through the thread's mount: %q, %v", got, err)
+	}
+}

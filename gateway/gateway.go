@@ -101,6 +101,12 @@ type Gateway struct {
 	// quotas holds the workspaces' quota groups (diskquota.go).
 	quotas diskQuotas
 
+	// jailBase is the mount namespace the jails are forked from, without
+	// the threads' mounts (jail.Base); nil if it could not be made, and
+	// jails then copy the daemon's namespace. Set by Start, closed by
+	// Close once no request runs.
+	jailBase *jail.Base
+
 	serveDone chan struct{} // closed when the serve goroutine returned
 	serveErr  error         // written before serveDone is closed
 	closeOnce sync.Once
@@ -185,10 +191,12 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err := jail.RemoveStaleCgroups(); err != nil {
 		g.log.Warn("remove cgroups of ended jails", "error", err)
 	}
+	g.jailBase = newJailBase(cfg, g.dataDir, g.wsReal, g.log)
 	g.restore(ctx)
 
 	ln, err := listenSocket(cfg.SocketPath, cfg.SocketGID)
 	if err != nil {
+		closeJailBase(g.jailBase, g.log)
 		g.remounts.Close()
 		g.endLease()
 		g.closeCheckpoints()
@@ -201,6 +209,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err := g.startMetricsListener(); err != nil {
 		ln.Close()
 		os.Remove(cfg.SocketPath)
+		closeJailBase(g.jailBase, g.log)
 		g.remounts.Close()
 		g.endLease()
 		g.closeCheckpoints()
@@ -312,6 +321,7 @@ func (g *Gateway) Close() error {
 		// Shutdown waited for the requests, but Close does not: the
 		// handlers of cut connections may still run.
 		g.requests.closeAndWait()
+		closeJailBase(g.jailBase, g.log) // no jail starts any more
 		// The listener does not unlink the socket (see listenSocket).
 		if rmErr := os.Remove(g.cfg.SocketPath); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
 			g.log.Warn("remove socket", "socket", g.cfg.SocketPath, "error", rmErr)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/hashicorp/go-hclog"
+
 	"warren/api"
 	"warren/jail"
 	"warren/meta"
@@ -88,6 +90,37 @@ func (g *Gateway) jailConfig(s meta.Settings, workspace string) jail.Config {
 		MemoryBytes: cmp.Or(s.MemoryBytes, g.cfg.JailMemoryBytes, jail.DefaultMemoryBytes),
 		MaxProcs:    cmp.Or(s.MaxProcs, g.cfg.JailMaxProcs, jail.DefaultMaxProcs),
 		CPUMillis:   cmp.Or(s.CPUMillis, g.cfg.JailCPUMillis),
+		Base:        g.jailBase,
+	}
+}
+
+// newJailBase makes the mount namespace the jails are forked from
+// (jail.Base): a copy of the daemon's without the threads' mounts, so that
+// a jail's start does not copy one mount per bound thread. It holds no
+// mount of the data folder, the workspaces or the snapshots, and none made
+// after it. Without it (no privilege for it) it returns nil: jails are as
+// safe, and copy the daemon's namespace whole.
+func newJailBase(cfg Config, dataDir, wsReal string, log hclog.Logger) *jail.Base {
+	base, err := jail.NewBase(jail.BaseConfig{
+		Binary: cfg.JailBinary,
+		Hide:   []string{dataDir, wsReal, cfg.SnapshotsDir},
+	})
+	if err != nil {
+		log.Warn("jails start from the daemon's own mount namespace, copying every mount of it: no base namespace", "error", err)
+		return nil
+	}
+	log.Debug("jails start from a base namespace", "mounts", base.Mounts())
+	return base
+}
+
+// closeJailBase lets the jails' base namespace go, if any, once no jail
+// starts.
+func closeJailBase(base *jail.Base, log hclog.Logger) {
+	if base == nil {
+		return
+	}
+	if err := base.Close(); err != nil {
+		log.Warn("close the jails' base namespace", "error", err)
 	}
 }
 

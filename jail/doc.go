@@ -17,6 +17,11 @@
 //     a SOCK_SEQPACKET socket pair (stdin, stdout and stderr come as
 //     descriptors, or it opens a terminal of the jail's devpts) in a
 //     session of its own, as the jail's uid.
+//   - base_linux.go: the mount namespace jails are forked from (Base), so
+//     that a jail's start copies a few mounts, not one per thread the
+//     daemon serves; the workspace then goes to the init as a detached
+//     bind (open_tree), attached with move_mount. Config.Base nil forks
+//     from the daemon's own namespace.
 //   - env.go: the whole environment a command gets.
 //   - script.go: a command line of plain words is started the way bash -c
 //     would start it, without starting bash first.
@@ -57,6 +62,9 @@
 //     commands. Start starts it once the init is ready; it ends when the
 //     init's end of the socket closes, which Close brings about by
 //     killing the init, and Close waits for it.
+//   - NewBase and a Start from a Base run their namespace work on a
+//     goroutine locked to a thread it never unlocks, so the runtime ends
+//     that thread with it (onDiscardedThread; never the main thread).
 //   - Start itself leaves nothing running when it fails: a ctx that ends
 //     before the init answered kills the init (context.AfterFunc), and
 //     Start reaps it and removes its cgroup before it returns. ctx bounds
@@ -83,6 +91,8 @@
 //   - Jail.mu guards the commands waiting for replies, the runs of the
 //     commands (RunOf) and whether the init is gone; the reader hands a
 //     reply to its command only after it released it;
+//   - Base.mu is held for reading while a thread enters the base (setns),
+//     and for writing by Close;
 //   - cgroup.mu (limits_linux.go) guards the empty command trees kept for
 //     reuse;
 //   - in the init's own process, initState.mu is held across a command's

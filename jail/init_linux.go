@@ -63,14 +63,24 @@ func RunInit() {
 	if err != nil {
 		initFail("read setup: %v", err)
 	}
-	home := -1
+	home, wsTree := -1, -1
+	want := 0
 	if s.Trees {
-		if len(setupFds) != 1 {
-			initFail("setup: a jail with trees needs its cgroup's descriptor")
-		}
-		home = setupFds[0]
+		want++
 	}
-	if err := buildRoot(s); err != nil {
+	if s.WorkspaceTree {
+		want++
+	}
+	if len(setupFds) != want {
+		initFail("setup: %d descriptors, want %d (the cgroup's: %v, the workspace's: %v)", len(setupFds), want, s.Trees, s.WorkspaceTree)
+	}
+	if s.Trees {
+		home, setupFds = setupFds[0], setupFds[1:]
+	}
+	if s.WorkspaceTree {
+		wsTree = setupFds[0]
+	}
+	if err := buildRoot(s, wsTree); err != nil {
 		initFail("%v", err)
 	}
 	if s.Rlimits != nil {
@@ -472,16 +482,25 @@ func lookPath(name string, env []string) (string, error) {
 // holding read-only binds of the system folders, the workspace, a private
 // /tmp, a minimal /dev with its own devpts, and a /proc of the jail's pid
 // namespace. Nothing else of the host is reachable afterwards.
-func buildRoot(s setup) error {
-	// Mounts made here must not propagate back to the host.
+//
+// wsTree, if not -1, is the workspace as a detached mount (a jail forked
+// from a Base, where s.Workspace is not mounted); it is attached, and
+// closed.
+func buildRoot(s setup, wsTree int) error {
+	// Mounts made here must not propagate back to the host. (From a Base
+	// every mount is private already.)
 	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("make / a slave: %w", err)
 	}
-	// The workspace is held open before the new root goes over /tmp, where
-	// it may live.
-	wsFd, err := unix.Open(s.Workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open the workspace %s: %w", s.Workspace, err)
+	wsFd := wsTree
+	if wsTree < 0 {
+		// The workspace is held open before the new root goes over /tmp,
+		// where it may live.
+		var err error
+		wsFd, err = unix.Open(s.Workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open the workspace %s: %w", s.Workspace, err)
+		}
 	}
 	defer unix.Close(wsFd)
 	// The new root: a tmpfs over /tmp of this namespace (a mount point, as
@@ -499,7 +518,13 @@ func buildRoot(s setup) error {
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		return err
 	}
-	if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(wsFd), ws, "", unix.MS_BIND, ""); err != nil {
+	if wsTree >= 0 {
+		// The bind was made by the gateway (cloneWorkspace): it only
+		// needs a place.
+		if err := unix.MoveMount(wsTree, "", unix.AT_FDCWD, ws, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("attach the workspace: %w", err)
+		}
+	} else if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(wsFd), ws, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind the workspace: %w", err)
 	}
 	// The bind copied the host mount's flags, nosymfollow among them

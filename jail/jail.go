@@ -60,6 +60,11 @@ type Config struct {
 	// bound the jail. Hosts without cgroups get rlimits anyway; this is
 	// for testing them on hosts with cgroups.
 	Rlimits bool
+	// Base, if set, is the mount namespace the jail is forked from
+	// (base_linux.go): its start then costs the same whatever the daemon
+	// has mounted. nil forks it from the daemon's own, which the kernel
+	// copies whole. ReadOnly and Binary must be the base's.
+	Base *Base
 }
 
 // Jail is a running per-thread sandbox: an init process in its own
@@ -137,8 +142,27 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	if bin == "" {
 		bin = "/proc/self/exe"
 	}
+	if cfg.Base != nil {
+		if err := cfg.Base.fits(cfg); err != nil {
+			return nil, err
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("jail: start: %w", err)
+	}
+	// From a base, the workspace is not there to open by path: it goes to
+	// the init as a detached bind made here, in the daemon's namespace.
+	wsTree := -1
+	if cfg.Base != nil {
+		var err error
+		if wsTree, err = cloneWorkspace(cfg.Workspace); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if wsTree >= 0 {
+				unix.Close(wsTree)
+			}
+		}()
 	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -166,7 +190,13 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: flags,
 	}
-	err = cmd.Start()
+	if cfg.Base != nil {
+		// The fork, on a thread in the base: the init's namespace is a
+		// copy of the base's few mounts.
+		err = cfg.Base.startIn(cmd.Start)
+	} else {
+		err = cmd.Start()
+	}
 	// The init holds its end now. Ours goes, so that the init's end
 	// closes when the init ends, and a wait for its answer ends with it.
 	theirs.Close()
@@ -241,15 +271,23 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		Workspace: cfg.Workspace, ReadOnly: cfg.ReadOnly,
 		UID: cfg.UID, GID: cfg.GID, Hostname: cfg.Hostname, TmpBytes: cfg.TmpBytes,
 		OwnNet: flags&unix.CLONE_NEWNET != 0, Rlimits: rl, Trees: cg != nil,
+		WorkspaceTree: wsTree >= 0,
 	}
+	var fds []int
+	var home *os.File
 	if cg != nil {
-		var home *os.File
 		if home, err = cg.homeFile(); err == nil {
-			err = send(pair[0], s, int(home.Fd()))
-			home.Close()
+			fds = append(fds, int(home.Fd()))
 		}
-	} else {
-		err = send(pair[0], s)
+	}
+	if err == nil {
+		if wsTree >= 0 {
+			fds = append(fds, wsTree)
+		}
+		err = send(pair[0], s, fds...)
+	}
+	if home != nil {
+		home.Close()
 	}
 	rc := newReceiver(pair[0])
 	var ready reply

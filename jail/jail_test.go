@@ -24,7 +24,36 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv(helperVar); name != "" {
 		os.Exit(helperMain(name, os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	if os.Getenv(baseVar) != "" && os.Geteuid() == 0 {
+		b, err := NewBase(BaseConfig{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		suiteBase = b
+	}
+	code := m.Run()
+	if suiteBase != nil {
+		suiteBase.Close()
+	}
+	os.Exit(code)
+}
+
+// baseVar, set, starts the suite's jails from a Base (base_linux.go), as
+// the gateway starts them: the suite runs once each way.
+const baseVar = "WARREN_JAIL_BASE"
+
+// suiteBase is the suite's Base when baseVar is set; TestMain makes it
+// before any test runs and closes it after, and no test changes it.
+var suiteBase *Base
+
+// based returns cfg starting from the suite's Base, if it has one and cfg
+// fits it.
+func based(cfg Config) Config {
+	if suiteBase != nil && cfg.Base == nil && cfg.ReadOnly == nil && cfg.Binary == "" {
+		cfg.Base = suiteBase
+	}
+	return cfg
 }
 
 // startJail starts a jail over a fresh workspace, with a secret file and a
@@ -54,7 +83,7 @@ func startJailWith(t *testing.T, cfg Config) (*Jail, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg.Workspace = ws
-	j, err := Start(ctx, cfg)
+	j, err := Start(ctx, based(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,7 +95,7 @@ func TestJailOutlivesTheThreadThatStartedIt(t *testing.T) {
 	thread := onEndingThread(t, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		j, err = Start(ctx, Config{Workspace: t.TempDir()})
+		j, err = Start(ctx, based(Config{Workspace: t.TempDir()}))
 	})
 	defer unix.Close(thread)
 	if err != nil {

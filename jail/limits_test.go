@@ -101,7 +101,7 @@ func TestJailCPUBoundRefused(t *testing.T) {
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		cfg.Workspace = t.TempDir()
-		j, err := Start(ctx, cfg)
+		j, err := Start(ctx, based(cfg))
 		cancel()
 		if err == nil {
 			j.Close()

@@ -33,6 +33,11 @@ type setup struct {
 	// descriptor that moves the init's forking thread back into it
 	// (tree_linux.go).
 	Trees bool `json:"trees,omitempty"`
+	// WorkspaceTree says the setup message carries the workspace as a
+	// detached mount (open_tree), after the cgroup's descriptor if any:
+	// the init attaches it instead of binding Workspace by its path (a
+	// jail forked from a Base, base_linux.go).
+	WorkspaceTree bool `json:"workspaceTree,omitempty"`
 	// Rlimits, when set, bounds each command with rlimits (no cgroup).
 	Rlimits *rlimits `json:"rlimits,omitempty"`
 }

@@ -30,7 +30,7 @@ func TestStartCancelled(t *testing.T) {
 	before := snapshot(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	j, err := Start(ctx, Config{Workspace: ws})
+	j, err := Start(ctx, based(Config{Workspace: ws}))
 	if err == nil {
 		j.Close()
 		t.Fatal("Start with a cancelled ctx started a jail")
