@@ -113,7 +113,7 @@ func RunInit() {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD)
 	go in.reap(sigs)
-	if err := send(initFd, reply{Ready: true}); err != nil {
+	if err := sendReply(initFd, reply{Ready: true}); err != nil {
 		os.Exit(1)
 	}
 	in.serve(rc)
@@ -206,7 +206,7 @@ func closeInherited() error {
 }
 
 func initFail(format string, args ...any) {
-	send(initFd, reply{Err: fmt.Sprintf(format, args...)})
+	sendReply(initFd, reply{Err: fmt.Sprintf(format, args...)})
 	os.Exit(1)
 }
 
@@ -255,7 +255,7 @@ func (in *initState) start(req request, fds []int) {
 	treeFd := -1
 	if req.Tree {
 		if len(fds) == 0 || in.home < 0 {
-			send(initFd, reply{ID: req.ID, Done: true, Exit: -1, Err: "a command's tree needs its cgroup's descriptor"})
+			sendReply(initFd, reply{ID: req.ID, Done: true, Exit: -1, Err: "a command's tree needs its cgroup's descriptor"})
 			return
 		}
 		treeFd, fds = fds[len(fds)-1], fds[:len(fds)-1]
@@ -266,7 +266,7 @@ func (in *initState) start(req request, fds []int) {
 		// stdout and stderr, and its controlling terminal.
 		m, tty, err := pty.Open()
 		if err != nil {
-			send(initFd, reply{ID: req.ID, Done: true, Exit: -1, Err: fmt.Sprintf("open a terminal: %v", err)})
+			sendReply(initFd, reply{ID: req.ID, Done: true, Exit: -1, Err: fmt.Sprintf("open a terminal: %v", err)})
 			return
 		}
 		defer m.Close()
@@ -279,7 +279,7 @@ func (in *initState) start(req request, fds []int) {
 		fds = []int{t, t, t}
 	}
 	if len(fds) != 3 || len(req.Argv) == 0 {
-		send(initFd, reply{ID: req.ID, Done: true, Exit: -1, Err: "a command needs argv and three descriptors, or a terminal"})
+		sendReply(initFd, reply{ID: req.ID, Done: true, Exit: -1, Err: "a command needs argv and three descriptors, or a terminal"})
 		return
 	}
 	attr := &syscall.ProcAttr{
@@ -304,7 +304,7 @@ func (in *initState) start(req request, fds []int) {
 		// fork and comes back after it.
 		if _, err := unix.Write(treeFd, []byte("0")); err != nil {
 			in.mu.Unlock()
-			send(initFd, reply{ID: req.ID, Done: true, Exit: -1, Err: fmt.Sprintf("enter the command's cgroup: %v", err)})
+			sendReply(initFd, reply{ID: req.ID, Done: true, Exit: -1, Err: fmt.Sprintf("enter the command's cgroup: %v", err)})
 			return
 		}
 	}
@@ -330,18 +330,18 @@ func (in *initState) start(req request, fds []int) {
 		if errors.Is(err, errNotFound) {
 			code = 127
 		}
-		send(initFd, reply{ID: req.ID, Done: true, Exit: code, Err: err.Error()})
+		sendReply(initFd, reply{ID: req.ID, Done: true, Exit: code, Err: err.Error()})
 		return
 	}
 	if master != nil {
-		send(initFd, reply{ID: req.ID, Started: true, Pid: pid}, int(master.Fd()))
+		sendReply(initFd, reply{ID: req.ID, Started: true, Pid: pid}, int(master.Fd()))
 	} else {
-		send(initFd, reply{ID: req.ID, Started: true, Pid: pid})
+		sendReply(initFd, reply{ID: req.ID, Started: true, Pid: pid})
 	}
 	if ws, ok := in.early[pid]; ok {
 		delete(in.early, pid)
 		in.mu.Unlock()
-		send(initFd, reply{ID: req.ID, Done: true, Exit: exitCode(ws)})
+		sendReply(initFd, reply{ID: req.ID, Done: true, Exit: exitCode(ws)})
 		return
 	}
 	in.running[pid] = req.ID
@@ -420,7 +420,7 @@ func (in *initState) reap(sigs <-chan os.Signal) {
 				// A command's session may live on in its children; they
 				// die with it, as its process group.
 				unix.Kill(-pid, unix.SIGKILL)
-				send(initFd, reply{ID: id, Done: true, Exit: exitCode(ws)})
+				sendReply(initFd, reply{ID: id, Done: true, Exit: exitCode(ws)})
 			}
 		}
 	}

@@ -72,7 +72,7 @@ type Config struct {
 // process in it.
 type Jail struct {
 	init *exec.Cmd
-	conn int     // the gateway's end of the socket pair
+	conn *conn   // the gateway's end of the socket pair
 	cg   *cgroup // nil if the host has no cgroup for limits
 	// devNull is the input of commands given none.
 	devNull *os.File
@@ -178,6 +178,11 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		return nil, fmt.Errorf("jail: socket send buffer: %w", err)
 	}
 	theirs := os.NewFile(uintptr(pair[1]), "jail-init")
+	ours, err := newConn(pair[0])
+	if err != nil {
+		theirs.Close()
+		return nil, fmt.Errorf("jail: socket: %w", err)
+	}
 
 	cmd := exec.Command(bin, InitArg)
 	// The init starts with the jail's environment, never the server's.
@@ -201,7 +206,7 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	// closes when the init ends, and a wait for its answer ends with it.
 	theirs.Close()
 	if err != nil {
-		unix.Close(pair[0])
+		ours.Close()
 		return nil, fmt.Errorf("jail: start init: %w", err)
 	}
 	// A ctx that ends before the init answered kills the init: whatever
@@ -228,7 +233,7 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		if devNull != nil {
 			devNull.Close()
 		}
-		unix.Close(pair[0])
+		ours.Close()
 		return nil, err
 	}
 	// The init waits for its setup: it runs nothing before it is in its
@@ -284,12 +289,12 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		if wsTree >= 0 {
 			fds = append(fds, wsTree)
 		}
-		err = send(pair[0], s, fds...)
+		err = ours.send(s, fds...)
 	}
 	if home != nil {
 		home.Close()
 	}
-	rc := newReceiver(pair[0])
+	rc := ours.receiver()
 	var ready reply
 	if err == nil {
 		_, err = rc.receive(&ready)
@@ -306,7 +311,7 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	}
 	j := &Jail{
 		cg: cg, Limits: limits, devNull: devNull,
-		init: cmd, conn: pair[0], waiting: make(map[uint64]chan replyMsg), done: make(chan struct{}),
+		init: cmd, conn: ours, waiting: make(map[uint64]chan replyMsg), done: make(chan struct{}),
 		runOfID: make(map[uint64]string), idPid: make(map[uint64]int), pidRun: make(map[int]string),
 		started: make(chan struct{}),
 	}
@@ -706,7 +711,7 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 				toTree(sig)
 			} else {
 				j.sendMu.Lock()
-				send(j.conn, request{ID: id, Kill: true, Signal: int(sig)})
+				j.conn.send(request{ID: id, Kill: true, Signal: int(sig)})
 				j.sendMu.Unlock()
 			}
 		case <-ctx.Done():
@@ -714,7 +719,7 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 				toTree(unix.SIGKILL)
 			}
 			j.sendMu.Lock()
-			send(j.conn, request{ID: id, Kill: true})
+			j.conn.send(request{ID: id, Kill: true})
 			j.sendMu.Unlock()
 			ctx = context.Background() // wait for its end now
 		}
@@ -748,7 +753,7 @@ func (j *Jail) submit(req request, run string, fds []int) (uint64, chan replyMsg
 	j.mu.Unlock()
 
 	j.sendMu.Lock()
-	err := send(j.conn, req, fds...)
+	err := j.conn.send(req, fds...)
 	j.sendMu.Unlock()
 	if err != nil {
 		j.mu.Lock()
@@ -778,7 +783,7 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
 func (j *Jail) Close() error {
 	j.stop()
 	<-j.done // the init's end of the socket closed with it
-	err := errors.Join(unix.Close(j.conn), j.devNull.Close())
+	err := errors.Join(j.conn.Close(), j.devNull.Close())
 	if j.cg != nil {
 		err = errors.Join(err, j.cg.remove())
 	}

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -87,17 +90,9 @@ type reply struct {
 
 // send writes v as one packet on fd, with fds attached.
 func send(fd int, v any, fds ...int) error {
-	b, err := json.Marshal(v)
+	b, oob, err := packet(v, fds)
 	if err != nil {
 		return err
-	}
-	if len(b) > maxPacket {
-		// EMSGSIZE, as the kernel says it: the request is too large.
-		return fmt.Errorf("message of %d bytes is over %d: %w", len(b), maxPacket, unix.EMSGSIZE)
-	}
-	var oob []byte
-	if len(fds) > 0 {
-		oob = unix.UnixRights(fds...)
 	}
 	for {
 		err = unix.Sendmsg(fd, b, oob, nil, 0)
@@ -106,6 +101,93 @@ func send(fd int, v any, fds ...int) error {
 		}
 	}
 }
+
+// packet encodes v and fds as one packet's data and control message.
+func packet(v any, fds []int) (b, oob []byte, err error) {
+	if b, err = json.Marshal(v); err != nil {
+		return nil, nil, err
+	}
+	if len(b) > maxPacket {
+		// EMSGSIZE, as the kernel says it: the request is too large.
+		return nil, nil, fmt.Errorf("message of %d bytes is over %d: %w", len(b), maxPacket, unix.EMSGSIZE)
+	}
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	return b, oob, nil
+}
+
+// maxReply bounds a reply of the init's, and maxReplyErr its error text
+// (which JSON may escape to six bytes a byte): the gateway's receiver of
+// every live jail keeps a buffer of maxReply, not of maxPacket.
+const (
+	maxReply    = 64 << 10
+	maxReplyErr = 8 << 10
+)
+
+// sendReply is the init's send of a reply, its error text cut to
+// maxReplyErr so that the reply fits the gateway's buffer.
+func sendReply(fd int, r reply, fds ...int) error {
+	if len(r.Err) > maxReplyErr {
+		r.Err = strings.ToValidUTF8(r.Err[:maxReplyErr], "") + "..."
+	}
+	return send(fd, r, fds...)
+}
+
+// conn is the gateway's end of a jail's socket. It is non-blocking and
+// served by the Go runtime's poller: the reader of a live jail, waiting
+// for the init's next reply, is a parked goroutine, where a blocking
+// recvmsg held one of the daemon's OS threads for as long as the jail
+// lived (a thousand live jails, a thousand threads). And a send after
+// Close fails, rather than reach whatever file took the descriptor's
+// number since.
+type conn struct {
+	f   *os.File
+	raw syscall.RawConn
+}
+
+// newConn takes fd over.
+func newConn(fd int) (*conn, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("make the socket non-blocking: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "jail-socket")
+	raw, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &conn{f: f, raw: raw}, nil
+}
+
+// send writes v as one packet, with fds attached, waiting (parked) while
+// the socket's buffer is full.
+func (c *conn) send(v any, fds ...int) error {
+	b, oob, err := packet(v, fds)
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := c.raw.Write(func(fd uintptr) bool {
+		for {
+			serr = unix.Sendmsg(int(fd), b, oob, nil, 0)
+			if serr != unix.EINTR {
+				return serr != unix.EAGAIN
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// receiver returns the receiver of the init's replies.
+func (c *conn) receiver() *receiver {
+	return &receiver{raw: c.raw, buf: make([]byte, maxReply), oob: make([]byte, unix.CmsgSpace(3*4))}
+}
+
+func (c *conn) Close() error { return c.f.Close() }
 
 // setSendBuffer lets fd send packets of up to n bytes. The kernel takes
 // the value as half of the buffer (the rest is its own overhead) and
@@ -122,7 +204,8 @@ func setSendBuffer(fd, n int) error {
 // receiver reads packets from one socket; it keeps its buffer, so a
 // packet costs no allocation of its size. Not for concurrent use.
 type receiver struct {
-	fd  int
+	fd  int             // a blocking socket, when raw is nil
+	raw syscall.RawConn // else the poller's
 	buf []byte
 	oob []byte
 }
@@ -134,34 +217,38 @@ func newReceiver(fd int) *receiver {
 // receive reads one packet into v and returns the descriptors that came
 // with it (close-on-exec).
 func (rc *receiver) receive(v any) ([]int, error) {
-	fd, buf, oob := rc.fd, rc.buf, rc.oob
-	var n, oobn int
+	buf, oob := rc.buf, rc.oob
+	var n, oobn, flags int
 	var err error
-	for {
-		n, oobn, _, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err != unix.EINTR {
-			break
+	recv := func(fd int) {
+		for {
+			n, oobn, flags, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+			if err != unix.EINTR {
+				return
+			}
 		}
+	}
+	if rc.raw == nil {
+		recv(rc.fd)
+	} else if rerr := rc.raw.Read(func(fd uintptr) bool {
+		recv(int(fd))
+		return err != unix.EAGAIN
+	}); rerr != nil {
+		return nil, rerr
 	}
 	if err != nil {
 		return nil, err
 	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		// Cut short: what it held cannot be trusted, and descriptors may
+		// have been lost with the cut.
+		closeAll(parseRights(oob[:oobn]))
+		return nil, fmt.Errorf("a message over %d bytes, or with too many descriptors", len(buf))
+	}
 	if n == 0 {
 		return nil, errors.New("connection closed")
 	}
-	var fds []int
-	if oobn > 0 {
-		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err != nil {
-			return nil, fmt.Errorf("parse control message: %w", err)
-		}
-		for _, m := range msgs {
-			got, err := unix.ParseUnixRights(&m)
-			if err == nil {
-				fds = append(fds, got...)
-			}
-		}
-	}
+	fds := parseRights(oob[:oobn])
 	if err := json.Unmarshal(buf[:n], v); err != nil {
 		for _, f := range fds {
 			unix.Close(f)
@@ -169,4 +256,22 @@ func (rc *receiver) receive(v any) ([]int, error) {
 		return nil, fmt.Errorf("decode message: %w", err)
 	}
 	return fds, nil
+}
+
+// parseRights returns the descriptors a control message carries.
+func parseRights(oob []byte) []int {
+	if len(oob) == 0 {
+		return nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for _, m := range msgs {
+		if got, err := unix.ParseUnixRights(&m); err == nil {
+			fds = append(fds, got...)
+		}
+	}
+	return fds
 }
