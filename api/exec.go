@@ -31,7 +31,14 @@ type ExecRequest struct {
 	Tty  bool   `json:"tty,omitempty"`
 	Rows uint16 `json:"rows,omitempty"`
 	Cols uint16 `json:"cols,omitempty"`
+	// Term is a Tty command's TERM, the client's terminal type (letters,
+	// digits and ".+-_", at most 64); "" means DefaultTerm. A command
+	// without Tty has no TERM, and a Term without Tty is refused.
+	Term string `json:"term,omitempty"`
 }
+
+// DefaultTerm is the TERM of a Tty command whose request names none.
+const DefaultTerm = "xterm-256color"
 
 // ExecStdinRequest sends input to a running command.
 type ExecStdinRequest struct {

@@ -75,6 +75,38 @@ func (g *Gateway) commandIn(ctx context.Context, tenant, thread, command, run, c
 	return j, settings, k, jail.Cmd{Run: run, Script: command, Env: env, Dir: dir}, nil
 }
 
+// execTerm returns the TERM of a terminal command: the request's, or
+// api.DefaultTerm; a Term without Tty, or one that is no terminal type's
+// name, is refused.
+func execTerm(req api.ExecRequest) (string, error) {
+	if req.Term == "" {
+		return api.DefaultTerm, nil
+	}
+	if !req.Tty {
+		return "", fmt.Errorf("%w: term %s without tty: only a command on a terminal has a TERM", api.ErrInvalid, quote(req.Term))
+	}
+	ok := len(req.Term) <= 64
+	for _, c := range req.Term {
+		ok = ok && ('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune(".+-_", c))
+	}
+	if !ok {
+		return "", fmt.Errorf("%w: term %s is not a terminal type (letters, digits and .+-_, at most 64)", api.ErrInvalid, quote(req.Term))
+	}
+	return req.Term, nil
+}
+
+// withTerm adds TERM=term to env, unless the thread's or the call's
+// variables set TERM themselves: a terminal command is the one place the
+// env gains TERM.
+func withTerm(env []string, term string) []string {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "TERM=") {
+			return env
+		}
+	}
+	return append(env, "TERM="+term)
+}
+
 // execCwd turns a request's cwd into a folder inside the jail's
 // workspace, or refuses it.
 func execCwd(cwd string) (string, error) {
@@ -226,6 +258,10 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 	if req.TimeoutSeconds > 0 {
 		timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
 	}
+	term, err := execTerm(req)
+	if err != nil {
+		return nil, err
+	}
 	j, settings, k, cmd, err := g.commandIn(r.Context(), p.tenant, p.thread, req.Command, req.Run, req.Cwd, req.Env)
 	if err != nil {
 		return nil, err
@@ -247,6 +283,7 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 	cmd.Stdin = stdin
 	if req.Tty {
 		cmd.Tty = true
+		cmd.Env = withTerm(cmd.Env, term)
 		cmd.Size = jail.Winsize{Rows: 24, Cols: 80}
 		if req.Rows > 0 && req.Cols > 0 {
 			cmd.Size = jail.Winsize{Rows: req.Rows, Cols: req.Cols}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -318,5 +319,42 @@ func TestExecFromBaseNamespace(t *testing.T) {
 	}
 	if got, err := os.ReadFile(filepath.Join(bound.MountPath, "f")); err != nil || string(got) != "hi\n" {
 		t.Errorf("the command's file through the thread's mount: %q, %v", got, err)
+	}
+}
+
+// TestExecTerm: a command on a terminal gets the client's TERM, else
+// xterm-256color, so clear and tput work; a command without one has no
+// TERM; a term without a terminal, or that names no terminal type, is
+// refused.
+func TestExecTerm(t *testing.T) {
+	testenv.RequireCommand(t, "tput")
+	env := startEnv(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := env.c
+	for _, tc := range []struct {
+		req  api.ExecRequest
+		want string
+	}{
+		{api.ExecRequest{Command: `echo "[$TERM]"; tput cols`, Tty: true, Rows: 24, Cols: 77}, "[xterm-256color]\n77\n"},
+		{api.ExecRequest{Command: `echo "[$TERM]"; tput cols`, Tty: true, Rows: 24, Cols: 77, Term: "vt100"}, "[vt100]\n77\n"},
+		// (bash gives itself TERM=dumb, but exports none.)
+		{api.ExecRequest{Command: `env | grep '^TERM=' || echo none`}, "none\n"},
+	} {
+		var out testenv.SyncBuffer
+		code, err := c.ExecStream(ctx, "acme", "term", tc.req, nil, &out, &out)
+		got := strings.ReplaceAll(out.String(), "\r", "")
+		if err != nil || code != 0 || got != tc.want {
+			t.Errorf("%+v: exit %d, %v, %q; want %q", tc.req, code, err, got, tc.want)
+		}
+	}
+	for _, req := range []api.ExecRequest{
+		{Command: "true", Term: "vt100"},
+		{Command: "true", Tty: true, Term: "xterm; rm -rf /"},
+		{Command: "true", Tty: true, Term: strings.Repeat("x", 65)},
+	} {
+		if _, err := c.ExecStream(ctx, "acme", "term", req, nil, io.Discard, io.Discard); !errors.Is(err, api.ErrInvalid) {
+			t.Errorf("term %q (tty %v): %v, want invalid", req.Term, req.Tty, err)
+		}
 	}
 }

@@ -77,6 +77,8 @@ func execCmd(ctx context.Context, e *cli.Env, args []string) error {
 		// not this program's.
 		req.Tty = true
 		req.Rows, req.Cols = terminalSize(int(os.Stdout.Fd()))
+		// The command's terminal is of this one's type.
+		req.Term = e.Getenv("TERM")
 		if restore, err := rawTerminal(int(os.Stdin.Fd())); err == nil {
 			defer restore()
 		}

@@ -1504,6 +1504,8 @@ export interface components {
             rows?: number;
             /** Format: uint16 */
             cols?: number;
+            /** @description A tty command's TERM (the client's terminal type); default xterm-256color. Refused without tty. */
+            term?: string;
         };
         ExecStdinRequest: {
             data?: string;
