@@ -215,6 +215,21 @@ type history struct {
 	files *fs.Files
 }
 
+// mustExist refuses op on a thread that has no record (never bound, or
+// deleted): such calls never bind one. A closed thread exists.
+func (g *Gateway) mustExist(ctx context.Context, op, tenant, thread string) error {
+	k, err := threadKey(tenant, thread)
+	if err != nil {
+		return err
+	}
+	if _, err := g.store.GetBinding(ctx, k); errors.Is(err, meta.ErrNotFound) {
+		return &toolError{api.ErrNotFound, fmt.Sprintf("There is no thread %s: it was never bound, or was deleted (%s makes none; bind it first).", keyName(k), op)}
+	} else if err != nil {
+		return fmt.Errorf("%s of %s: read the binding: %w", op, keyName(k), err)
+	}
+	return nil
+}
+
 // find returns the checkpoint id of h, or nil.
 func (h *history) find(id string) *meta.Checkpoint {
 	for i := range h.Checkpoints {
@@ -228,8 +243,16 @@ func (h *history) find(id string) *meta.Checkpoint {
 // withHistory binds the thread, takes its checkpoint lock and its
 // repository's shared lock, opens its workspace, reads its history (an
 // empty one if it has none), finishes a restore a crash or an error cut
-// short, and runs fn.
-func (g *Gateway) withHistory(ctx context.Context, tenant, thread string, fn func(h *history) error) error {
+// short, and runs fn. Only op "checkpoint" binds a thread that has no
+// record yet (a checkpoint binds lazily, as exec does); for the others
+// (undo, redo, revert, diff) a thread that does not exist is not found,
+// so that a typo in an id makes no workspace.
+func (g *Gateway) withHistory(ctx context.Context, op, tenant, thread string, fn func(h *history) error) error {
+	if op != "checkpoint" {
+		if err := g.mustExist(ctx, op, tenant, thread); err != nil {
+			return err
+		}
+	}
 	info, err := g.bind(ctx, tenant, thread)
 	if err != nil {
 		return err
@@ -423,7 +446,7 @@ func (g *Gateway) checkpoint(ctx context.Context, tenant, thread string, req api
 		return api.CheckpointResponse{}, err
 	}
 	var out api.CheckpointResponse
-	err := g.withHistory(ctx, tenant, thread, func(h *history) error {
+	err := g.withHistory(ctx, "checkpoint", tenant, thread, func(h *history) error {
 		b, err := g.buildNow(ctx, h)
 		if err != nil {
 			return err
@@ -546,7 +569,7 @@ func (g *Gateway) listCheckpoints(ctx context.Context, tenant, thread string) (a
 // the workspace changed since it, else the head's parent.
 func (g *Gateway) undo(ctx context.Context, tenant, thread string, force bool) (api.RestoreResponse, error) {
 	var out api.RestoreResponse
-	err := g.withHistory(ctx, tenant, thread, func(h *history) error {
+	err := g.withHistory(ctx, "undo", tenant, thread, func(h *history) error {
 		head := h.find(h.Head)
 		if head == nil {
 			return &toolError{api.ErrConflict, "Nothing to undo: this thread has no checkpoint."}
@@ -577,7 +600,7 @@ func (g *Gateway) undo(ctx context.Context, tenant, thread string, force bool) (
 // redo restores the checkpoint the last undo left.
 func (g *Gateway) redo(ctx context.Context, tenant, thread string, force bool) (api.RestoreResponse, error) {
 	var out api.RestoreResponse
-	err := g.withHistory(ctx, tenant, thread, func(h *history) error {
+	err := g.withHistory(ctx, "redo", tenant, thread, func(h *history) error {
 		if len(h.Redo) == 0 {
 			return &toolError{api.ErrConflict, "Nothing to redo."}
 		}
@@ -611,7 +634,7 @@ func (g *Gateway) revert(ctx context.Context, tenant, thread, id string, force b
 		return api.RestoreResponse{}, err
 	}
 	var out api.RestoreResponse
-	err := g.withHistory(ctx, tenant, thread, func(h *history) error {
+	err := g.withHistory(ctx, "revert", tenant, thread, func(h *history) error {
 		if h.find(id) == nil {
 			return &toolError{api.ErrNotFound, fmt.Sprintf("This thread has no checkpoint %s.", quote(id))}
 		}
@@ -797,7 +820,7 @@ func (g *Gateway) diff(ctx context.Context, tenant, thread, from, to string, tex
 		to = "now"
 	}
 	var out api.DiffResponse
-	err := g.withHistory(ctx, tenant, thread, func(h *history) error {
+	err := g.withHistory(ctx, "diff", tenant, thread, func(h *history) error {
 		if from == "" {
 			from = h.Head
 			if from == "" {
@@ -875,6 +898,9 @@ const maxDiffText = 8 << 20
 // names them.
 func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkRequest) (api.ForkResponse, error) {
 	if err := checkText("checkpoint", req.Checkpoint, maxLabelBytes); err != nil {
+		return api.ForkResponse{}, err
+	}
+	if err := g.mustExist(ctx, "fork", tenant, thread); err != nil {
 		return api.ForkResponse{}, err
 	}
 	info, err := g.bind(ctx, tenant, thread)

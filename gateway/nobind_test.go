@@ -1,0 +1,70 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"warren/api"
+	"warren/meta"
+)
+
+// TestReadLookingCallsBindNothing: undo, redo, revert, diff, fork (of its
+// source), the checkpoint list, jobs and usage on a thread that does not
+// exist answer not found and make nothing: no record, no folder, no
+// mount (a typo in an id made an empty workspace). A closed thread exists:
+// undo works on it. A checkpoint binds lazily, as exec does.
+func TestReadLookingCallsBindNothing(t *testing.T) {
+	env := startEnv(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := env.c
+	ghost := "tpyo"
+	calls := map[string]func() error{
+		"undo":        func() error { _, err := c.Undo(ctx, "acme", ghost, false); return err },
+		"redo":        func() error { _, err := c.Redo(ctx, "acme", ghost, false); return err },
+		"revert":      func() error { _, err := c.Revert(ctx, "acme", ghost, "cp-1", false); return err },
+		"diff":        func() error { _, err := c.Diff(ctx, "acme", ghost, "", "", false); return err },
+		"fork":        func() error { _, err := c.Fork(ctx, "acme", ghost, api.ForkRequest{Thread: "child"}); return err },
+		"checkpoints": func() error { _, err := c.Checkpoints(ctx, "acme", ghost); return err },
+		"jobs":        func() error { _, err := c.Jobs(ctx, "acme", ghost); return err },
+	}
+	for name, call := range calls {
+		err := call()
+		if name == "jobs" && err == nil {
+			continue // an empty list of a thread without jobs is no harm, if nothing is made
+		}
+		if !errors.Is(err, api.ErrNotFound) {
+			t.Errorf("%s of a thread that does not exist: %v, want not found", name, err)
+		}
+	}
+	for _, th := range []string{ghost, "child"} {
+		if _, err := env.g.store.GetBinding(ctx, meta.ThreadKey{Tenant: "acme", Thread: th}); !errors.Is(err, meta.ErrNotFound) {
+			t.Errorf("thread %s has a record after the calls: %v", th, err)
+		}
+	}
+	if ents, err := os.ReadDir(filepath.Join(env.cfg.DataDir, "workspaces", "acme")); err == nil && len(ents) > 0 {
+		t.Errorf("workspaces made: %v", ents)
+	}
+	if err := calls["undo"](); err == nil || !strings.Contains(err.Error(), "There is no thread") {
+		t.Errorf("undo's refusal: %v, want it to say there is no such thread", err)
+	}
+
+	// A closed thread exists: its history works.
+	if _, err := c.Checkpoint(ctx, "acme", "real", api.CheckpointRequest{Label: "first"}); err != nil {
+		t.Fatalf("a checkpoint binds lazily: %v", err)
+	}
+	if _, err := c.WriteFile(ctx, "acme", "real", api.WriteFileRequest{Path: "f.txt", Content: "later"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CloseThread(ctx, "acme", "real"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Undo(ctx, "acme", "real", false); err != nil {
+		t.Errorf("undo of a closed thread: %v", err)
+	}
+}
