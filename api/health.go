@@ -3,6 +3,9 @@ package api
 // Health is the answer of GET /healthz: the daemon's process answers.
 type Health struct {
 	Status string `json:"status"` // always "ok"
+	// Revision is the daemon's commit (short hash), as GET /v1/version
+	// says it: which build answers, for a rollout.
+	Revision string `json:"revision,omitempty"`
 }
 
 // Readiness is the answer of GET /readyz: 200 when every check passes,

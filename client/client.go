@@ -454,6 +454,13 @@ func (c *Client) ExecResize(ctx context.Context, tenant, thread, id string, rows
 		api.ExecResizeRequest{Rows: rows, Cols: cols}, &api.ExecAck{})
 }
 
+// Version returns the daemon's build and what its kernel offers it.
+func (c *Client) Version(ctx context.Context) (api.Version, error) {
+	var v api.Version
+	err := c.do(ctx, methodGet, "/v1/version", nil, nil, &v)
+	return v, err
+}
+
 // threadPath is the escaped API path of a thread.
 func threadPath(tenant, thread string) string {
 	return "/v1/tenants/" + escapeID(tenant) + "/threads/" + escapeID(thread)

@@ -55,6 +55,7 @@ func routes() []route {
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/close", (*Gateway).handleClose},
 		{http.MethodDelete, "/v1/tenants/{tenant}/threads/{thread}", (*Gateway).handleDelete},
 		{http.MethodGet, "/v1/threads", (*Gateway).handleThreads},
+		{http.MethodGet, "/v1/version", handleVersion},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/unpin", (*Gateway).handleUnpin},
 		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/usage", (*Gateway).handleUsage},
 		{http.MethodGet, "/v1/hosts", (*Gateway).handleHosts},

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/api"
+	"warren/internal/version"
 )
 
 // The operational endpoints: the process answers (/healthz), the server
@@ -39,7 +40,7 @@ func opsRoutes() []route {
 }
 
 func (g *Gateway) handleHealth(r *http.Request, p params) (any, error) {
-	return api.Health{Status: "ok"}, nil
+	return api.Health{Status: "ok", Revision: version.Get().Revision}, nil
 }
 
 func (g *Gateway) handleReady(r *http.Request, p params) (any, error) {

@@ -271,3 +271,20 @@ func TestGlobalFlagsBeforeCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestVersionVerb: warren version says the client's version and Go
+// version and exits 0 whether a daemon answers or not; with one, it says
+// the daemon's too, with its kernel's features.
+func TestVersionVerb(t *testing.T) {
+	nowhere := filepath.Join(t.TempDir(), "no.sock")
+	code, out, errOut := runCLI(t, nowhere, "version")
+	if code != 0 || !strings.HasPrefix(out, "warren ") || !strings.Contains(out, "go1.") || !strings.Contains(out, "daemon: none answers on "+nowhere) {
+		t.Errorf("warren version, no daemon: exit %d, %q, %q", code, out, errOut)
+	}
+	testenv.RequireRootFUSE(t)
+	sock := startGateway(t)
+	code, out, errOut = runCLI(t, sock, "version")
+	if code != 0 || !strings.Contains(out, "daemon: warrend ") || !strings.Contains(out, "landlock") {
+		t.Errorf("warren version, a daemon: exit %d, %q, %q", code, out, errOut)
+	}
+}

@@ -7,7 +7,8 @@
 // none of the daemon. This binary is also what package jail re-executes as
 // a thread's jail init (/proc/self/exe), so main checks for that first.
 //
-// Usage: warrend [serve] [flags]; warrend -h lists the flags.
+// Usage: warrend [serve] [flags]; warrend -h lists the flags; warrend
+// --version says what build it is and what its kernel offers.
 //
 // Exit status: 0 when it stopped on a signal, 1 when it failed, 2 on a
 // usage error.
@@ -17,7 +18,9 @@ import (
 	"context"
 	"os"
 
+	"warren/gateway"
 	"warren/internal/cli"
+	"warren/internal/version"
 	"warren/jail"
 )
 
@@ -36,6 +39,10 @@ func main() {
 // the command the user typed.
 func run(ctx context.Context, e *cli.Env, args []string) int {
 	name := "warrend"
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version") {
+		version.Print(e.Stdout, "warrend", gateway.DaemonVersion())
+		return 0
+	}
 	if len(args) > 0 && args[0] == "serve" {
 		name, args = "warren serve", args[1:]
 	}

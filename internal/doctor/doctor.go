@@ -135,6 +135,13 @@ func Run(h Host, o Options) []Result {
 	}
 }
 
+// KernelFeatures are the checks of what the kernel offers warren (FUSE
+// passthrough, FUSE over io_uring, the Landlock ABI, the cgroup version),
+// as `warrend --version` and GET /v1/version report them.
+func KernelFeatures(h Host) []Result {
+	return []Result{h.passthrough(), h.fuseURing(), h.landlock(), h.cgroups()}
+}
+
 // Failed reports whether any result is a failure.
 func Failed(rs []Result) bool {
 	return slices.ContainsFunc(rs, func(r Result) bool { return r.Status == Fail })

@@ -129,7 +129,12 @@ export class WarrenClient {
     return r.usage
   }
 
-  /** The daemon answers: `{ status: 'ok' }`. */
+  /** The daemon's build (version, commit, Go version) and what its kernel offers it. */
+  async version(o: CallOptions = {}): Promise<api.Version> {
+    return this.t.call<api.Version>('GET', '/v1/version', { signal: o.signal })
+  }
+
+  /** The daemon answers: `{ status: 'ok' }`, and its commit. */
   async health(o: CallOptions = {}): Promise<api.Health> {
     return this.t.call<api.Health>('GET', '/healthz', { signal: o.signal })
   }

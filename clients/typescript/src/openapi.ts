@@ -173,6 +173,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/version": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Version
+         * @description The daemon's build (version, commit, Go version) and what its kernel offers it.
+         */
+        get: operations["version"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -1232,6 +1252,26 @@ export interface components {
         Health: {
             /** @constant */
             status: "ok";
+            /** @description The daemon's commit, short hash; absent for a build without one. */
+            revision?: string;
+        };
+        Version: {
+            /** @description As `git describe --always --dirty` gave it when make build stamped it; `devel` otherwise. */
+            version: string;
+            /** @description The commit's short hash. */
+            revision?: string;
+            /** @description The tree had uncommitted changes. */
+            modified?: boolean;
+            /** @description The commit's time, RFC 3339. */
+            date?: string;
+            goVersion: string;
+            kernel?: components["schemas"]["KernelFeature"][];
+        };
+        KernelFeature: {
+            /** @enum {string} */
+            name: "passthrough" | "fuse io_uring" | "landlock" | "cgroups";
+            ok: boolean;
+            detail: string;
         };
         Readiness: {
             ready: boolean;
@@ -2107,6 +2147,28 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+        };
+    };
+    version: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The version. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Version"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
         };
     };
     health: {

@@ -157,7 +157,12 @@ test('the rest of the API: a terminal resized, a command sent to the background,
   assert.ok(u.diskFiles >= 1 && u.diskBytes >= 'inspected\n'.length && u.jobs >= 1, JSON.stringify(u))
 
   // The probes and the metrics.
-  assert.deepEqual(await c.health(), { status: 'ok' })
+  const h = await c.health()
+  assert.equal(h.status, 'ok')
+  const v = await c.version()
+  assert.equal(h.revision, v.revision)
+  assert.ok(v.goVersion.startsWith('go') && v.version !== '', `version ${JSON.stringify(v)}`)
+  assert.deepEqual(v.kernel?.map((f) => f.name), ['passthrough', 'fuse io_uring', 'landlock', 'cgroups'])
   const rd = await c.ready()
   assert.equal(rd.ready, true)
   assert.deepEqual(rd.checks.map((x) => [x.name, x.ok]), [['serving', true], ['store', true], ['lease', true], ['disk', true], ['descriptors', true], ['restore', true]])

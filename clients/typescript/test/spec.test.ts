@@ -39,6 +39,7 @@ const methodOf: Record<keyof operations, keyof WarrenClient> = {
   listHosts: 'hosts',
   usage: 'usage',
   health: 'health',
+  version: 'version',
   ready: 'ready',
   metrics: 'metrics',
   listMounts: 'mounts',
