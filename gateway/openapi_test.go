@@ -69,10 +69,10 @@ var wireTypes = map[string]wire{
 	"GET /v1/tenants/{tenant}/threads/{thread}/usage": {resp: typeOf[api.UsageResponse]()},
 
 	// The operational endpoints.
-	"GET /healthz": {resp: typeOf[api.Health]()},
+	"GET /healthz":    {resp: typeOf[api.Health]()},
 	"GET /v1/version": {resp: typeOf[api.Version]()},
-	"GET /readyz":  {resp: typeOf[api.Readiness]()},
-	"GET /metrics": {},
+	"GET /readyz":     {resp: typeOf[api.Readiness]()},
+	"GET /metrics":    {},
 
 	// Inspection mounts and events.
 	"POST /v1/mounts":   {req: typeOf[api.MountRequest](), resp: typeOf[api.MountResponse]()},

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"strings"
 	"runtime/debug"
+	"strings"
 
 	"warren/api"
 )
