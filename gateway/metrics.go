@@ -242,7 +242,9 @@ func (m *metrics) watch(g *Gateway) {
 		headroom("tenant_threads", func(h threadlimit.Headroom) float64 { return float64(h.MaxThreadsPerTenant - h.TenantMost) }),
 		headroom("descriptors", func(h threadlimit.Headroom) float64 { return float64(h.FDLimit - h.FDReserve - h.FDs) }),
 		headroom("memory_bytes", func(h threadlimit.Headroom) float64 { return float64(h.MemoryCap - h.RSS) }),
-		headroom("os_threads", func(h threadlimit.Headroom) float64 { return float64(h.OSThreadLimit - h.OSThreadReserve - h.OSThreads) }),
+		headroom("os_threads", func(h threadlimit.Headroom) float64 {
+			return float64(h.OSThreadLimit - h.OSThreadReserve - h.OSThreads)
+		}),
 		gauge("warren_jobs_running", "Background jobs running.", func() float64 { return float64(g.jobs.running()) }),
 		gauge("warren_event_subscribers", "Readers of GET /v1/events now.", func() float64 { n, _ := g.events.stats(); return float64(n) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
