@@ -105,6 +105,19 @@ func TestAdmitThreadLimits(t *testing.T) {
 		}
 	}
 
+	// warren doctor shows the headroom, from the admission check (the
+	// doctor may fail other checks on this machine: only its row counts).
+	doc, _ := d.warren("doctor", "--data", d.data)
+	var row string
+	for _, line := range strings.Split(doc, "\n") {
+		if strings.HasPrefix(line, "headroom") {
+			row = line
+		}
+	}
+	if !strings.Contains(row, "warn") || !strings.Contains(row, "threads 3 of 3 (--max-threads)") {
+		t.Errorf("warren doctor's headroom row at the limit: %q; all of it:\n%s", row, doc)
+	}
+
 	// A closed thread frees its slot; bound again, it needs one.
 	if _, err := c.CloseThread(ctx, "acme", "a1"); err != nil {
 		t.Fatal(err)
