@@ -103,9 +103,14 @@ func (g *Gateway) checkServing() api.ReadyCheck {
 // never makes it unready: a new jail takes an idle one's place.
 func (g *Gateway) checkAdmission() api.ReadyCheck {
 	h := g.threads.admit.Headroom()
+	refused := h.Refused
+	h.Refused = "" // said last, after the jails
 	live, maxJails := g.jails.jailsLive()
 	detail := fmt.Sprintf("%s; jails %d of %d (--max-jails)", h, live, maxJails)
-	return api.ReadyCheck{Name: "admission", OK: h.Refused == "", Detail: detail}
+	if refused != "" {
+		detail += "; new threads refused: " + refused
+	}
+	return api.ReadyCheck{Name: "admission", OK: refused == "", Detail: detail}
 }
 
 // checkRestore says how many threads the start's background restore has
