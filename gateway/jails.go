@@ -17,8 +17,10 @@ import (
 
 // The threads' jails (package jail): one per bound thread, made at its
 // first command and closed when the thread is closed or deleted, when a
-// fence takes it down, or when the gateway stops. The commands running in
-// them are kept by id (exec.go), for their input and size.
+// fence takes it down, when it is idle (idle.go), when the bound of live
+// jails needs its place (jailbound.go), or when the gateway stops. The
+// commands running in them are kept by id (exec.go), for their input and
+// size.
 
 // jailSet is the jails of the threads and the commands running in them.
 type jailSet struct {
