@@ -23,8 +23,9 @@ var (
 	// serves the socket anew.
 	ErrClosed = errors.New("gateway: closed")
 	// ErrUnavailable means the metadata store did not answer in time (an
-	// etcd cluster electing a leader, say): the daemon is up and the same
-	// call is likely to work if retried after a pause.
+	// etcd cluster electing a leader, say), or a limit of the server
+	// refused a new thread or jail (the message names it): the daemon is
+	// up and the same call may work if retried after a pause.
 	ErrUnavailable = errors.New("gateway: metadata store unavailable")
 	// ErrForbidden means the caller may not do this.
 	ErrForbidden = errors.New("gateway: forbidden")

@@ -21,7 +21,8 @@ type Readiness struct {
 }
 
 // ReadyCheck is one check of a readiness answer. Name is one of serving,
-// store, lease, disk, descriptors and restore; Detail says what was found, and
+// store, lease, disk, descriptors, admission and restore; Detail says what
+// was found (for admission, the headroom of the limits of new threads), and
 // what to fix when OK is false.
 type ReadyCheck struct {
 	Name   string `json:"name"`

@@ -15,6 +15,7 @@ import (
 
 	"warren/api"
 	"warren/gateway/admit"
+	"warren/gateway/threadlimit"
 	"warren/meta"
 )
 
@@ -521,7 +522,27 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, p params, e
 		writeJSON(w, status, api.ErrorBody{Error: &api.APIError{Code: code, Message: err.Error()}})
 		return
 	}
+	if code == api.CodeUnavailable {
+		// The store did not answer, or a limit of this server refused a
+		// new thread or jail: a retry after a pause may work.
+		w.Header().Set("Retry-After", admit.RetryAfterHeader())
+	}
+	if capacityRefusal(err) {
+		// A refusal, not a failure (logged where it refused): no error
+		// line per refused call.
+		g.metrics.apiError(code)
+		writeJSON(w, status, api.ErrorBody{Error: &api.APIError{Code: code, Message: boundMessage(err.Error())}})
+		return
+	}
 	g.writeErrorCode(w, r, p, status, code, err.Error())
+}
+
+// capacityRefusal says whether err refuses a new thread past a limit of
+// the server (package threadlimit) or a jail past --max-jails.
+func capacityRefusal(err error) bool {
+	var tr *threadlimit.Refusal
+	var jr *jailBoundError
+	return errors.As(err, &tr) || errors.As(err, &jr)
 }
 
 func (g *Gateway) writeErrorCode(w http.ResponseWriter, r *http.Request, p params, status int, code, msg string) {

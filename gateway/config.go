@@ -16,6 +16,7 @@ import (
 	"warren/fs"
 	"warren/gateway/admit"
 	"warren/gateway/lease"
+	"warren/gateway/threadlimit"
 	"warren/meta"
 )
 
@@ -146,6 +147,31 @@ type Config struct {
 	// fields are derived from the open-file limit at Start
 	// (admit.Limits.WithDefaults).
 	Admission admit.Limits
+	// MaxThreads bounds the threads this server serves at once (mounted,
+	// or being mounted), and MaxThreadsPerTenant those of one tenant: a
+	// bind of a new thread past either is refused with 503 "unavailable"
+	// (package threadlimit); a thread served already keeps working. 0
+	// derives MaxThreads from the machine (threadlimit.Machine: its
+	// memory, open-file limit and fs.mount-max) and MaxThreadsPerTenant
+	// as MaxThreads.
+	MaxThreads, MaxThreadsPerTenant int
+	// The reserves under which a new thread is refused too, whatever the
+	// counts: FDReserve descriptors below the open-file limit,
+	// MemoryCapBytes of resident memory, OSThreadReserve OS threads below
+	// OSThreadLimit. 0 derives each from the machine (threadlimit.Machine).
+	FDReserve       int
+	MemoryCapBytes  int64
+	OSThreadReserve int
+	// OSThreadLimit is the Go runtime's limit of OS threads the process
+	// runs under (the daemon sets it with debug.SetMaxThreads); 0 means
+	// the runtime's default, DefaultOSThreadLimit.
+	OSThreadLimit int
+	// MaxJails bounds the jails alive at once: a thread that needs one at
+	// the bound gets the least recently used idle jail's place (that jail
+	// is stopped; its thread stays bound), or 503 "unavailable" if every
+	// jail is busy (jails.go). 0 means threadlimit.Machine.MaxJails: a
+	// quarter of the memory at 16 MiB a jail, between 8 and 4096.
+	MaxJails int
 
 	// mounter serves the mounts; nil means fuseMounter, the FUSE filesystem
 	// of package fs, which is the only implementation. It is a seam for
@@ -196,6 +222,19 @@ func (c Config) CheckLimits() error {
 	if c.DiskQuotaBytes != 0 && c.DiskQuotaBytes < minDiskBytes {
 		return fmt.Errorf("disk quota %d is below %d", c.DiskQuotaBytes, minDiskBytes)
 	}
+	if c.MaxThreads < 0 || c.MaxThreadsPerTenant < 0 || c.MaxJails < 0 {
+		return fmt.Errorf("max threads %d, per tenant %d and max jails %d must not be negative", c.MaxThreads, c.MaxThreadsPerTenant, c.MaxJails)
+	}
+	if c.FDReserve < 0 || c.MemoryCapBytes < 0 || c.OSThreadReserve < 0 || c.OSThreadLimit < 0 {
+		return fmt.Errorf("descriptor reserve %d, memory cap %d, OS thread reserve %d and OS thread limit %d must not be negative",
+			c.FDReserve, c.MemoryCapBytes, c.OSThreadReserve, c.OSThreadLimit)
+	}
+	if limit := cmp.Or(c.OSThreadLimit, DefaultOSThreadLimit); c.OSThreadReserve >= limit {
+		return fmt.Errorf("OS thread reserve %d leaves no room below the limit of %d", c.OSThreadReserve, limit)
+	}
+	if c.FDReserve != 0 && uint64(c.FDReserve) >= fileLimit() {
+		return fmt.Errorf("descriptor reserve %d leaves no room below the open-file limit of %d", c.FDReserve, fileLimit())
+	}
 	if err := c.Admission.Check(fileLimit()); err != nil {
 		return err
 	}
@@ -211,6 +250,27 @@ func fileLimit() uint64 {
 		return 1024
 	}
 	return lim.Cur
+}
+
+// DefaultOSThreadLimit is Config.OSThreadLimit's default: the Go
+// runtime's own limit of OS threads when nobody called
+// debug.SetMaxThreads.
+const DefaultOSThreadLimit = 10000
+
+// threadLimits is the admission config of c (package threadlimit): the
+// limits c gives, the others derived from machine m.
+func (c Config) threadLimits(m threadlimit.Machine) threadlimit.Config {
+	tc := m.Config(c.MaxThreads, c.MaxThreadsPerTenant)
+	if c.FDReserve != 0 {
+		tc.FDReserve = c.FDReserve
+	}
+	if c.MemoryCapBytes != 0 {
+		tc.MemoryCap = c.MemoryCapBytes
+	}
+	if c.OSThreadReserve != 0 {
+		tc.OSThreadReserve = c.OSThreadReserve
+	}
+	return tc
 }
 
 // DefaultBodyTimeout is Config.BodyTimeout's default: the socket is local,

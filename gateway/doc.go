@@ -272,6 +272,11 @@
 //     fence.
 //   - admit.Admitter's mu (package admit): the counters of what clients
 //     hold; a leaf, held over map work only.
+//   - threadlimit.Admitter's mu and gaugeMu (package threadlimit): the
+//     threads' admission slots, taken under threadSet.mu (a mount kept or
+//     taken out holds or gives back its slot), and the cached reading of
+//     the process's gauges, held over a read of /proc/self; neither is
+//     held with the other.
 //
 // Three locks serialize writes and are held across one write, with only
 // leaves under them: job.stdinMu (a job's input pipe), runningExec.mu (a

@@ -47,6 +47,11 @@ var errorClasses = []struct {
 	// retry will do, so the code is not the one of a closing gateway,
 	// after which the client must give up or connect anew.
 	{meta.ErrUnavailable, http.StatusServiceUnavailable, api.CodeUnavailable},
+	// The store, or a limit of this server's (a new thread past
+	// --max-threads or a reserve, package threadlimit; a jail past
+	// --max-jails with every jail busy, jailbound.go): the daemon is up,
+	// and the call may work after Retry-After.
+	{api.ErrUnavailable, http.StatusServiceUnavailable, api.CodeUnavailable},
 	// Too many requests of a kind held at once (package admit): a retry
 	// after Retry-After will do.
 	{admit.ErrLimit, http.StatusServiceUnavailable, api.CodeUnavailable},

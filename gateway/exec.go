@@ -38,41 +38,41 @@ const timeoutExit = 124
 // starting the jail if need be) and returns the command to run there,
 // with its whole environment (the thread's variables, then the call's)
 // and its folder.
-func (g *Gateway) commandIn(ctx context.Context, tenant, thread, command, run, cwd string, callEnv map[string]string) (*jail.Jail, meta.Settings, meta.ThreadKey, jail.Cmd, error) {
-	var k meta.ThreadKey
+func (g *Gateway) commandIn(ctx context.Context, tenant, thread, command, run, cwd string, callEnv map[string]string) (j *jail.Jail, settings meta.Settings, k meta.ThreadKey, cmd jail.Cmd, release func(), err error) {
 	if command == "" {
-		return nil, meta.Settings{}, k, jail.Cmd{}, fmt.Errorf("%w: command is required", api.ErrInvalid)
+		return nil, meta.Settings{}, k, jail.Cmd{}, nil, fmt.Errorf("%w: command is required", api.ErrInvalid)
 	}
 	if err := checkText("command", command, maxCommandBytes); err != nil {
-		return nil, meta.Settings{}, k, jail.Cmd{}, err
+		return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
 	}
 	if err := checkPath("cwd", cwd); err != nil {
-		return nil, meta.Settings{}, k, jail.Cmd{}, err
+		return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
 	}
 	if err := checkEnvSize("env", callEnv); err != nil {
-		return nil, meta.Settings{}, k, jail.Cmd{}, err
+		return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
 	}
 	if run != "" {
 		if err := validRun(run); err != nil {
-			return nil, meta.Settings{}, k, jail.Cmd{}, err
+			return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
 		}
 	}
 	dir, err := execCwd(cwd)
 	if err != nil {
-		return nil, meta.Settings{}, k, jail.Cmd{}, err
+		return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
 	}
 	if _, err := jail.Env(nil, callEnv); err != nil {
-		return nil, meta.Settings{}, k, jail.Cmd{}, fmt.Errorf("%w: %v", api.ErrInvalid, err)
+		return nil, meta.Settings{}, k, jail.Cmd{}, nil, fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	}
-	j, settings, k, err := g.threadJail(ctx, tenant, thread)
+	j, settings, k, release, err = g.threadJail(ctx, tenant, thread)
 	if err != nil {
-		return nil, settings, k, jail.Cmd{}, err
+		return nil, settings, k, jail.Cmd{}, nil, err
 	}
 	env, err := jail.Env(settings.Env, callEnv)
 	if err != nil {
-		return nil, settings, k, jail.Cmd{}, fmt.Errorf("%w: %v", api.ErrInvalid, err)
+		release()
+		return nil, settings, k, jail.Cmd{}, nil, fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	}
-	return j, settings, k, jail.Cmd{Run: run, Script: command, Env: env, Dir: dir}, nil
+	return j, settings, k, jail.Cmd{Run: run, Script: command, Env: env, Dir: dir}, release, nil
 }
 
 // execTerm returns the TERM of a terminal command: the request's, or
@@ -262,10 +262,13 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	j, settings, k, cmd, err := g.commandIn(r.Context(), p.tenant, p.thread, req.Command, req.Run, req.Cwd, req.Env)
+	j, settings, k, cmd, release, err := g.commandIn(r.Context(), p.tenant, p.thread, req.Command, req.Run, req.Cwd, req.Env)
 	if err != nil {
 		return nil, err
 	}
+	// Held until the command is registered (startExec): from then on it
+	// keeps its jail from being stopped itself.
+	defer release()
 	re := &runningExec{key: k, signals: make(chan syscall.Signal, 1), moves: make(chan moveRequest), ended: make(chan struct{})}
 	var stdin io.Reader
 	if req.Stdin != "" {

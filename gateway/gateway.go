@@ -20,6 +20,7 @@ import (
 	"warren/gateway/admit"
 	"warren/gateway/lease"
 	"warren/gateway/remount"
+	"warren/gateway/threadlimit"
 	"warren/jail"
 	"warren/meta"
 )
@@ -126,6 +127,17 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
+	// The admission of threads and the bound of jails, from the machine
+	// where the config leaves them to it.
+	machine, err := threadlimit.ReadMachine(cmp.Or(cfg.OSThreadLimit, DefaultOSThreadLimit))
+	if err != nil {
+		return nil, fmt.Errorf("start gateway: %w", err)
+	}
+	threadAdmit, err := threadlimit.New(cfg.threadLimits(machine))
+	if err != nil {
+		return nil, fmt.Errorf("start gateway: %w", err)
+	}
+	maxJails := cmp.Or(cfg.MaxJails, machine.MaxJails())
 	m := newMetrics()
 	g := &Gateway{
 		cfg:         cfg,
@@ -138,10 +150,10 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		uid:         uint32(os.Getuid()),
 		allow:       make(map[uint32]bool),
 		serveDone:   make(chan struct{}),
-		threads:     threadSet{mounts: make(map[meta.ThreadKey]*threadMount)},
+		threads:     threadSet{mounts: make(map[meta.ThreadKey]*threadMount), admit: threadAdmit},
 		inspections: inspectionSet{mounts: make(map[string]*inspectionMount)},
 		events:      newBroker(eventBuffer),
-		jails:       jailSet{jails: make(map[meta.ThreadKey]*threadJail), execs: make(map[string]*runningExec)},
+		jails:       jailSet{jails: make(map[meta.ThreadKey]*threadJail), execs: make(map[string]*runningExec), max: maxJails},
 		jobs:        jobSet{threads: make(map[meta.ThreadKey]*threadJobs)},
 		checkpoints: newCheckpointSet(),
 		admit:       admit.New(cfg.Admission, fileLimit()),
@@ -192,6 +204,10 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.log.Warn("remove cgroups of ended jails", "error", err)
 	}
 	g.jailBase = newJailBase(cfg, g.dataDir, g.wsReal, g.log)
+	h := threadAdmit.Headroom()
+	g.log.Info("limits", "max_threads", h.MaxThreads, "max_threads_per_tenant", h.MaxThreadsPerTenant,
+		"fd_reserve", h.FDReserve, "memory_cap_mib", h.MemoryCap>>20, "os_thread_limit", h.OSThreadLimit,
+		"os_thread_reserve", h.OSThreadReserve, "max_jails", maxJails)
 	g.restore(ctx)
 
 	ln, err := listenSocket(cfg.SocketPath, cfg.SocketGID)

@@ -77,6 +77,7 @@ func (g *Gateway) readiness(ctx context.Context) api.Readiness {
 		g.checkLease(),
 		g.checkDisk(),
 		checkDescriptors(),
+		g.checkAdmission(),
 		g.checkRestore(),
 	}
 	rd := api.Readiness{Ready: true, Checks: checks, Restoring: g.remounts.Left()}
@@ -94,6 +95,23 @@ func (g *Gateway) checkServing() api.ReadyCheck {
 		return api.ReadyCheck{Name: "serving", Detail: "the daemon is stopping"}
 	}
 	return api.ReadyCheck{Name: "serving", OK: true, Detail: "serving"}
+}
+
+// checkAdmission says whether a new thread would be admitted now (package
+// threadlimit), with the headroom of every limit in its detail, and the
+// jails alive against their bound. A server that refuses new threads is
+// not ready for them; its threads served keep working. The jails' bound
+// never makes it unready: a new jail takes an idle one's place.
+func (g *Gateway) checkAdmission() api.ReadyCheck {
+	h := g.threads.admit.Headroom()
+	refused := h.Refused
+	h.Refused = "" // said last, after the jails
+	live, maxJails := g.jails.jailsLive()
+	detail := fmt.Sprintf("%s; jails %d of %d (--max-jails)", h, live, maxJails)
+	if refused != "" {
+		detail += "; new threads refused: " + refused
+	}
+	return api.ReadyCheck{Name: "admission", OK: refused == "", Detail: detail}
 }
 
 // checkRestore says how many threads the start's background restore has

@@ -122,7 +122,7 @@ func (g *Gateway) reclaimJails() {
 	}
 	for k, tj := range g.jails.jails {
 		idle := idleOf(g.cfg.JailIdle, tj.settings.JailIdleSeconds, DefaultJailIdle)
-		if idle == 0 || busy[k] || running[k] || now.Sub(tj.used) < idle {
+		if idle == 0 || busy[k] || running[k] || tj.holds > 0 || now.Sub(tj.used) < idle {
 			continue
 		}
 		if _, restoring := g.jails.restoring[k]; restoring {

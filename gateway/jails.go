@@ -17,8 +17,10 @@ import (
 
 // The threads' jails (package jail): one per bound thread, made at its
 // first command and closed when the thread is closed or deleted, when a
-// fence takes it down, or when the gateway stops. The commands running in
-// them are kept by id (exec.go), for their input and size.
+// fence takes it down, when it is idle (idle.go), when the bound of live
+// jails needs its place (jailbound.go), or when the gateway stops. The
+// commands running in them are kept by id (exec.go), for their input and
+// size.
 
 // jailSet is the jails of the threads and the commands running in them.
 type jailSet struct {
@@ -40,6 +42,34 @@ type jailSet struct {
 	// restoring holds the threads whose workspace is being restored
 	// (checkpoints.go), with why: no command starts in them.
 	restoring map[meta.ThreadKey]string
+	// max bounds the jails alive, counting the starting ones being
+	// started (jailbound.go); max is set at Start, never changed.
+	max      int
+	starting int
+}
+
+// hold returns k's jail (nil if none) and the settings it runs with, and
+// holds it: no bound or idle reclaim stops it until unhold (the caller is
+// about to start a command in it, or wait on it).
+func (js *jailSet) hold(k meta.ThreadKey) (*threadJail, meta.Settings) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	tj := js.jails[k]
+	if tj == nil {
+		return nil, meta.Settings{}
+	}
+	tj.used = time.Now()
+	tj.holds++
+	tj.uses++
+	return tj, tj.settings
+}
+
+// unhold gives back a hold of tj (hold, or jailFor).
+func (js *jailSet) unhold(tj *threadJail) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	tj.holds--
+	tj.used = time.Now()
 }
 
 // get returns k's jail (nil if none) and the settings it runs with.
@@ -68,15 +98,19 @@ func (js *jailSet) setSettings(tj *threadJail, s meta.Settings) {
 	tj.settings = s
 }
 
-// add keeps tj as k's jail, or refuses it with ErrClosed once Close ended
-// the jails: the caller then closes tj.
+// add keeps tj as k's jail, in the place reserve took for it, held for
+// the caller (unhold), or refuses it with ErrClosed once Close ended the
+// jails: the caller then closes tj.
 func (js *jailSet) add(k meta.ThreadKey, tj *threadJail) error {
 	js.mu.Lock()
 	defer js.mu.Unlock()
+	js.starting-- // its place, taken by reserve
 	if js.closed {
 		return api.ErrClosed
 	}
 	tj.used = time.Now()
+	tj.holds++ // the caller's, as hold gives
+	tj.uses++
 	js.jails[k] = tj
 	return nil
 }
@@ -218,17 +252,21 @@ func (js *jailSet) exec(id string) *runningExec {
 	return js.execs[id]
 }
 
-// jailFor returns k's jail, starting it at the thread's first command
-// with the settings of its binding b. The workspace's root is given to the
-// jail's user, whose commands otherwise could not write it. The thread
-// lock of k must be held.
+// jailFor returns k's jail, held (the caller unholds it once its
+// command is registered, or it is done with it), starting it at the
+// thread's first command with the settings of its binding b; at the bound
+// of live jails, the least recently used idle one is stopped to make
+// room, or the call refused (reserveJail). The workspace's root is given
+// to the jail's user, whose commands otherwise could not write it. The
+// thread lock of k must be held.
 func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey, b meta.Binding) (*threadJail, error) {
-	tj, _ := g.jails.get(k)
+	tj, _ := g.jails.hold(k)
 	if tj != nil {
 		dead := tj.jail.Err()
 		if dead == nil {
 			return tj, nil
 		}
+		g.jails.unhold(tj)
 		g.replaceDeadJail(k, tj, dead)
 	}
 	s := b.Settings
@@ -245,16 +283,21 @@ func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey, b meta.Binding)
 		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
 	}
 	cfg := g.jailConfig(s, mountPath)
+	if err := g.reserveJail(k); err != nil {
+		return nil, err
+	}
 	started := time.Now()
 	j, err := jail.Start(ctx, cfg)
 	g.metrics.jailStarted(time.Since(started), err)
 	if err != nil {
+		g.jails.unreserve()
 		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
 	}
 	// Its commands act as their runs in every mount of the gateway.
 	unregister, err := g.hub.RegisterJail(j.InitPid(), j.RunOf)
 	if err != nil {
 		j.Close()
+		g.jails.unreserve()
 		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
 	}
 	tj = &threadJail{jail: j, unregister: unregister, settings: cloneSettings(s)}
@@ -291,6 +334,13 @@ type threadJail struct {
 	// used is when a command last found the jail or ended in it (idle.go);
 	// guarded by jailSet.mu.
 	used time.Time
+	// holds counts the calls that found the jail and have not registered
+	// their command yet (hold, unhold): a held jail is never stopped to
+	// make room or for being idle. uses counts the holds ever taken, so
+	// that the bound sees a jail used while it looked away
+	// (jailbound.go). Guarded by jailSet.mu.
+	holds int
+	uses  uint64
 }
 
 func (tj *threadJail) close() {
@@ -301,13 +351,16 @@ func (tj *threadJail) close() {
 // threadJail returns the jail of a thread and the thread's settings,
 // binding the thread and starting its jail if need be. A running jail means
 // a bound, mounted thread (closing or deleting it ends the jail first), so
-// a warm command costs no look-up in the store.
-func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (*jail.Jail, meta.Settings, meta.ThreadKey, error) {
-	k, err := threadKey(tenant, thread)
+// a warm command costs no look-up in the store. The jail is held (hold):
+// the caller calls release once its command is registered (a running
+// command or job keeps the jail from being stopped from then on), or when
+// it gives up; release is nil with an error.
+func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (j *jail.Jail, s meta.Settings, k meta.ThreadKey, release func(), err error) {
+	k, err = threadKey(tenant, thread)
 	if err != nil {
-		return nil, meta.Settings{}, k, err
+		return nil, meta.Settings{}, k, nil, err
 	}
-	tj, s := g.jails.get(k)
+	tj, s := g.jails.hold(k)
 	// A jail whose init died is replaced under the thread's lock
 	// (jailFor); a thread closed while its jobs run is bound again there.
 	warm := tj != nil && tj.jail.Err() == nil && !g.jobs.closing(k)
@@ -315,24 +368,28 @@ func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (*jail.
 		// A warm jail still needs the thread's pin (a map look-up while
 		// the lease holds).
 		if err := g.claim(ctx, k, nil); err != nil {
-			return nil, s, k, err
+			g.jails.unhold(tj)
+			return nil, s, k, nil, err
 		}
-		return tj.jail, s, k, nil
+		return tj.jail, s, k, func() { g.jails.unhold(tj) }, nil
+	}
+	if tj != nil {
+		g.jails.unhold(tj)
 	}
 	unlock, err := g.threads.locks.lock(ctx, k)
 	if err != nil {
-		return nil, s, k, fmt.Errorf("jail for %s: %w", keyName(k), err)
+		return nil, s, k, nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
 	}
 	defer unlock()
 	b, err := g.bindLocked(ctx, k, nil)
 	if err != nil {
-		return nil, s, k, err
+		return nil, s, k, nil, err
 	}
 	tj, err = g.jailFor(ctx, k, b)
 	if err != nil {
-		return nil, s, k, err
+		return nil, s, k, nil, err
 	}
-	return tj.jail, g.jails.settings(tj), k, nil
+	return tj.jail, g.jails.settings(tj), k, func() { g.jails.unhold(tj) }, nil
 }
 
 // closeJail ends k's jail, if it has one, and every command in it.

@@ -378,10 +378,13 @@ type runResult struct {
 // spawn starts a background job in a thread's jail and returns once it
 // runs and is recorded.
 func (g *Gateway) spawn(ctx context.Context, tenant, thread string, req api.SpawnRequest) (api.JobInfo, error) {
-	j, settings, k, cmd, err := g.commandIn(ctx, tenant, thread, req.Command, req.Run, req.Cwd, req.Env)
+	j, settings, k, cmd, release, err := g.commandIn(ctx, tenant, thread, req.Command, req.Run, req.Cwd, req.Env)
 	if err != nil {
 		return api.JobInfo{}, err
 	}
+	// Held until the job holds its slot (reserveJob), which keeps the
+	// jail from being stopped from then on.
+	defer release()
 	jb, err := g.reserveJob(ctx, k, settings, req.Label, req.Command, req.User)
 	if err != nil {
 		return api.JobInfo{}, err

@@ -10,6 +10,7 @@ import (
 
 	"warren/api"
 	"warren/fs"
+	"warren/gateway/threadlimit"
 	"warren/meta"
 )
 
@@ -206,6 +207,15 @@ func (m *metrics) watch(g *Gateway) {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
+	// What is left of each limit of admission before a new thread is
+	// refused (negative: past it).
+	headroom := func(resource string, f func(threadlimit.Headroom) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "warren_admission_headroom",
+			Help:        "What is left before new threads are refused, by resource: threads (--max-threads), tenant_threads (--max-threads-per-tenant, of the busiest tenant), descriptors (above the reserve), memory_bytes (below the cap), os_threads (above the reserve).",
+			ConstLabels: prometheus.Labels{"resource": resource},
+		}, func() float64 { return f(g.threads.admit.Headroom()) })
+	}
 	withState := func(state string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "warren_threads",
@@ -217,6 +227,24 @@ func (m *metrics) watch(g *Gateway) {
 		withState("mounted", func() float64 { mounted, _ := g.threads.counts(); return float64(mounted) }),
 		withState("failed", func() float64 { _, failed := g.threads.counts(); return float64(failed) }),
 		gauge("warren_jails", "Jails running (one per thread that ran a command).", func() float64 { return float64(g.jails.count()) }),
+		gauge("warren_jails_max", "The bound of live jails (--max-jails): past it a new jail takes the place of the least recently used idle one.", func() float64 { _, n := g.jails.jailsLive(); return float64(n) }),
+		gauge("warren_admitted_threads", "Threads holding an admission slot: mounted, or being mounted (--max-threads counts them).", func() float64 { return float64(g.threads.admit.Headroom().Threads) }),
+		gauge("warren_max_threads", "The limit of threads served (--max-threads).", func() float64 { return float64(g.threads.admit.Headroom().MaxThreads) }),
+		gauge("warren_max_threads_per_tenant", "The limit of threads served per tenant (--max-threads-per-tenant).", func() float64 { return float64(g.threads.admit.Headroom().MaxThreadsPerTenant) }),
+		gauge("warren_tenant_threads_most", "Threads served of the tenant that has the most.", func() float64 { return float64(g.threads.admit.Headroom().TenantMost) }),
+		gauge("warren_admission_open", "1 while a new thread would be admitted, 0 while new threads are refused (a limit or a reserve is reached; /readyz says which).", func() float64 {
+			if g.threads.admit.Headroom().Refused == "" {
+				return 1
+			}
+			return 0
+		}),
+		headroom("threads", func(h threadlimit.Headroom) float64 { return float64(h.MaxThreads - h.Threads) }),
+		headroom("tenant_threads", func(h threadlimit.Headroom) float64 { return float64(h.MaxThreadsPerTenant - h.TenantMost) }),
+		headroom("descriptors", func(h threadlimit.Headroom) float64 { return float64(h.FDLimit - h.FDReserve - h.FDs) }),
+		headroom("memory_bytes", func(h threadlimit.Headroom) float64 { return float64(h.MemoryCap - h.RSS) }),
+		headroom("os_threads", func(h threadlimit.Headroom) float64 {
+			return float64(h.OSThreadLimit - h.OSThreadReserve - h.OSThreads)
+		}),
 		gauge("warren_jobs_running", "Background jobs running.", func() float64 { return float64(g.jobs.running()) }),
 		gauge("warren_event_subscribers", "Readers of GET /v1/events now.", func() float64 { n, _ := g.events.stats(); return float64(n) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{

@@ -17,6 +17,7 @@ import (
 
 	"warren/api"
 	"warren/fs"
+	"warren/gateway/threadlimit"
 	"warren/jail"
 	"warren/meta"
 )
@@ -27,6 +28,11 @@ type threadSet struct {
 	// locks holds a lock per thread, taken first and held across the slow
 	// steps of an operation on the thread (see the package's lock order).
 	locks keyedLocks[meta.ThreadKey]
+	// admit holds a slot for each mounted thread (package threadlimit):
+	// a bind takes one before it mounts (Gateway.admitThread), a mount
+	// kept here holds one, and one taken out of the set gives it back.
+	// Set at Start, never changed; its lock is a leaf, taken under mu.
+	admit *threadlimit.Admitter
 
 	mu sync.Mutex
 	// closed is set by Close: no mount is added after it.
@@ -56,6 +62,7 @@ func (ts *threadSet) add(k meta.ThreadKey, m io.Closer) error {
 		return api.ErrClosed
 	}
 	ts.mounts[k] = &threadMount{mount: m}
+	ts.admit.Hold(k) // taken by the bind already: nothing, but said here
 	return nil
 }
 
@@ -68,6 +75,8 @@ func (ts *threadSet) put(k meta.ThreadKey, m io.Closer) bool {
 		return false
 	}
 	ts.mounts[k] = &threadMount{mount: m}
+	// Served already (restored, or its unmount failed): never refused.
+	ts.admit.Hold(k)
 	return true
 }
 
@@ -78,6 +87,7 @@ func (ts *threadSet) take(k meta.ThreadKey) io.Closer {
 	defer ts.mu.Unlock()
 	t := ts.mounts[k]
 	delete(ts.mounts, k)
+	ts.admit.Release(k)
 	if t == nil {
 		return nil
 	}
@@ -89,6 +99,7 @@ func (ts *threadSet) forget(k meta.ThreadKey) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	delete(ts.mounts, k)
+	ts.admit.Release(k)
 }
 
 // mounted reports whether k is mounted.
@@ -155,6 +166,7 @@ func (ts *threadSet) drain() map[meta.ThreadKey]io.Closer {
 		if t.mount != nil {
 			out[k] = t.mount
 		}
+		ts.admit.Release(k)
 	}
 	clear(ts.mounts)
 	return out
@@ -296,6 +308,13 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	if err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
 	}
+	var undo undoStack
+	defer undo.run(g.log)
+	// A new mount takes a slot first: past a limit it is refused before
+	// anything is made or taken over.
+	if err := g.admitThread(k, &undo); err != nil {
+		return meta.Binding{}, err
+	}
 	fresh := false
 	switch {
 	case moved:
@@ -307,8 +326,6 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 			return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
 		}
 	}
-	var undo undoStack
-	defer undo.run(g.log)
 
 	// A dead FUSE mount would make every step below fail with ENOTCONN
 	// (or be covered by the new one). A record means this gateway (or a
@@ -407,6 +424,31 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	return b, nil
 }
 
+// admitThread takes a slot for k, which is about to be mounted, or
+// refuses it past a limit with a message naming the limit (a
+// *threadlimit.Refusal: 503 unavailable). A thread mounted already holds
+// one. The slot is given back by undo unless the bind succeeds (the
+// mount then holds it: threadSet). The thread lock of k must be held.
+func (g *Gateway) admitThread(k meta.ThreadKey, undo *undoStack) error {
+	if g.mounted(k) {
+		return nil
+	}
+	if err := g.threads.admit.Admit(k); err != nil {
+		var r *threadlimit.Refusal
+		limit := ""
+		if errors.As(err, &r) {
+			limit = r.Limit
+		}
+		g.log.Warn("refused: thread limit", "tenant", k.Tenant, "thread", k.Thread, "limit", limit, "error", err)
+		return err
+	}
+	undo.push("give back the thread's slot", func() error {
+		g.threads.admit.Release(k)
+		return nil
+	})
+	return nil
+}
+
 // seed runs the configured seed command in a fresh workspace (one that
 // replaced a folder the thread lost in a move). A failure is logged: the
 // thread is served anyway, as empty as it is.
@@ -414,6 +456,7 @@ func (g *Gateway) seed(ctx context.Context, b meta.Binding) {
 	k := b.ThreadKey
 	tj, err := g.jailFor(ctx, k, b)
 	if err == nil {
+		defer g.jails.unhold(tj) // held while the seed runs: it is no registered command
 		var out strings.Builder
 		var code int
 		var env []string

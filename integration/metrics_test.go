@@ -133,7 +133,7 @@ func TestHealthAndReadiness(t *testing.T) {
 			t.Errorf("check %+v", c)
 		}
 	}
-	if got := strings.Join(names, ","); got != "serving,store,lease,disk,descriptors,restore" {
+	if got := strings.Join(names, ","); got != "serving,store,lease,disk,descriptors,admission,restore" {
 		t.Errorf("checks %s", got)
 	}
 	// Only GET.

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"text/tabwriter"
+	"time"
 
+	"warren/api"
+	"warren/client"
 	"warren/internal/cli"
 	"warren/internal/doctor"
 )
@@ -12,9 +15,11 @@ import (
 // doctorCmd checks this host before warren serve starts on it.
 func doctorCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var o doctor.Options
-	fs := cli.NewFlags(e, "warren doctor", "[--data DIR] [--socket-group GROUP]")
+	var socket string
+	fs := cli.NewFlags(e, "warren doctor", "[--data DIR] [--socket-group GROUP] [--socket PATH]")
 	fs.StringVar(&o.DataDir, "data", cli.DefaultDataDir(e.Getenv), "the data folder warren serve will use")
 	fs.StringVar(&o.SocketGroup, "socket-group", "", "the group warren serve --socket-group will give the socket")
+	clientFlags(e, fs, &socket)
 	rest, err := cli.Parse(fs, args)
 	if err != nil {
 		return err
@@ -22,8 +27,22 @@ func doctorCmd(ctx context.Context, e *cli.Env, args []string) error {
 	if len(rest) > 0 {
 		return cli.Usagef("unexpected arguments %q", rest)
 	}
-	return printDoctor(e, doctor.Run(doctor.System(), o))
+	h := doctor.System()
+	// The headroom row: what the daemon serving here, if one does, has
+	// left of its limits of new threads (its /readyz admission check).
+	h.Ready = func() (api.Readiness, error) {
+		c := client.New(socket)
+		defer c.CloseIdleConnections()
+		ctx, cancel := context.WithTimeout(ctx, doctorReadyTimeout)
+		defer cancel()
+		return c.Ready(ctx)
+	}
+	return printDoctor(e, doctor.Run(h, o))
 }
+
+// doctorReadyTimeout bounds the daemon's answer to the doctor's readiness
+// question: a daemon that takes longer is reported, not waited for.
+const doctorReadyTimeout = 5 * time.Second
 
 // printDoctor prints the results as a table, each fix under its check,
 // and fails if any check failed.

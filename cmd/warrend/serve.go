@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -79,7 +80,20 @@ type serveOptions struct {
 	// admission bounds what API clients hold at once (--max-conns,
 	// --max-requests, --max-bodies, --max-uploads, --max-streams).
 	admission admit.Limits
+	// Threads served (--max-threads, --max-threads-per-tenant), the
+	// reserves under which new ones are refused, and the live jails.
+	maxThreads, maxThreadsPerTenant int
+	fdReserve, osThreadReserve      int
+	memoryCap                       int64
+	maxJails                        int
 }
+
+// maxOSThreads is the limit of OS threads the daemon's Go runtime runs
+// under (debug.SetMaxThreads; the runtime's own default is 10,000): a
+// FUSE request or a store call blocked in the kernel holds one, and past
+// the limit the runtime kills the process. The admission of new threads
+// keeps a reserve below it (--os-thread-reserve).
+const maxOSThreads = 20000
 
 // boundFlag is a --max-KIND flag: TOTAL[,PER-UID[,PER-THREAD]], each
 // empty or 0 for its default (admit.Limits.WithDefaults).
@@ -175,6 +189,12 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.Var(boundFlag{b: &o.admission.Bodies, perUser: true}, "max-bodies", "request bodies still arriving: TOTAL[,PER-UID[,PER-THREAD]] (default: a 32nd of the open-file limit, 8 per thread)")
 	fs.Var(boundFlag{b: &o.admission.Uploads, perUser: true}, "max-uploads", "raw uploads (PUT files/raw) under way: TOTAL[,PER-UID[,PER-THREAD]] (default: a 32nd of the open-file limit, 4 per thread)")
 	fs.Var(boundFlag{b: &o.admission.Streams, perUser: true}, "max-streams", "streams (events, exec output, job output, raw reads): TOTAL[,PER-UID[,PER-THREAD]] (default: a 16th of the open-file limit, 16 per thread)")
+	fs.IntVar(&o.maxThreads, "max-threads", 0, "threads this server serves at once; a bind of a new thread past it gets 503 (default from the machine: what half its memory holds at 100 KiB a thread, what the open-file limit holds above its reserve at one descriptor a thread, and half of fs.mount-max, the least of the three)")
+	fs.IntVar(&o.maxThreadsPerTenant, "max-threads-per-tenant", 0, "threads of one tenant this server serves at once (default: --max-threads)")
+	fs.IntVar(&o.fdReserve, "fd-reserve", 0, "descriptors below the open-file limit at which new threads are refused, kept for connections, uploads, jails and the store (default: a fifth of the limit, at least 256)")
+	fs.Int64Var(&o.memoryCap, "memory-cap", 0, "resident memory of the daemon, in bytes, at which new threads are refused (default: half the machine's memory, or of its cgroup's memory.max)")
+	fs.IntVar(&o.osThreadReserve, "os-thread-reserve", 0, fmt.Sprintf("OS threads below the runtime's limit of %d at which new threads are refused (default: a tenth of it)", maxOSThreads))
+	fs.IntVar(&o.maxJails, "max-jails", 0, "jails alive at once; past it a new jail takes the place of the least recently used idle one (its thread stays bound), and a command gets 503 when every jail is busy (default: a quarter of the machine's memory at 16 MiB a jail, between 8 and 4096)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "TCP host:port serving /metrics, /healthz and /readyz only, without authentication (default: on the socket only)")
 	rest, errs := cli.ParseAll(fs, args)
 	if len(errs) > 0 && errors.Is(errs[0], flag.ErrHelp) {
@@ -250,6 +270,14 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 		DiskReserveBytes: o.diskReserve,
 		Checkpoints:      o.checkpoints,
 		Admission:        o.admission,
+
+		MaxThreads:          o.maxThreads,
+		MaxThreadsPerTenant: o.maxThreadsPerTenant,
+		FDReserve:           o.fdReserve,
+		MemoryCapBytes:      o.memoryCap,
+		OSThreadReserve:     o.osThreadReserve,
+		OSThreadLimit:       maxOSThreads,
+		MaxJails:            o.maxJails,
 	}
 	if o.socketGroup != "" {
 		gid, err := lookupGroup(o.socketGroup)
@@ -290,6 +318,9 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return fmt.Errorf("create data folder: %w", err)
 	}
+	// The runtime's limit of OS threads, which the admission of threads
+	// keeps its reserve below (cfg.OSThreadLimit).
+	debug.SetMaxThreads(maxOSThreads)
 	// Each mount holds a descriptor per inode the kernel knows.
 	if err := fs.RaiseFileLimit(); err != nil {
 		log.Warn("cannot raise the open-file limit; busy workspaces may run out", "error", err)

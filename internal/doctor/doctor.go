@@ -20,6 +20,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"warren/api"
 )
 
 // Status is how a check came out.
@@ -63,6 +65,12 @@ type Host struct {
 	// FreeBytes returns the space free for an unprivileged writer on the
 	// filesystem of path.
 	FreeBytes func(path string) (uint64, error)
+	// Ready, if set, asks the daemon serving on this host for its
+	// readiness (GET /readyz), for the headroom row: what is left of its
+	// limits of new threads. An error that says no daemon serves (no
+	// socket, or nobody listening) is no failure: the doctor runs before
+	// warren serve starts too.
+	Ready func() (api.Readiness, error)
 }
 
 // System is the machine the program runs on.
@@ -120,7 +128,7 @@ func Run(h Host, o Options) []Result {
 	if o.MinNoFile == 0 {
 		o.MinNoFile = DefaultMinNoFile
 	}
-	return []Result{
+	rs := []Result{
 		h.root(),
 		h.fuse(),
 		h.passthrough(),
@@ -133,6 +141,36 @@ func Run(h Host, o Options) []Result {
 		h.disk(o.DataDir, o.MinFreeBytes),
 		h.socketGroup(o.SocketGroup),
 	}
+	if h.Ready != nil {
+		rs = append(rs, h.headroom())
+	}
+	return rs
+}
+
+// headroom reports the admission check of the daemon that serves here
+// (its detail says what is left of each limit of new threads: threads,
+// per tenant, descriptors, memory, OS threads, jails). A daemon that
+// refuses new threads is a warning: the threads it serves work, new ones
+// go elsewhere or wait.
+func (h Host) headroom() Result {
+	rd, err := h.Ready()
+	switch {
+	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED):
+		return Result{Name: "headroom", Status: OK, Detail: "no daemon serves yet: nothing to measure"}
+	case err != nil:
+		return Result{"headroom", Warn, fmt.Sprintf("the daemon's readiness: %v", err), "see that warren serve runs, and answers on its socket"}
+	}
+	for _, c := range rd.Checks {
+		if c.Name != "admission" {
+			continue
+		}
+		if !c.OK {
+			return Result{"headroom", Warn, c.Detail,
+				"close idle threads (warren close), or raise the limit it names (--max-threads, --max-threads-per-tenant, LimitNOFILE, --memory-cap): docs/operations.md, Limits of threads and jails"}
+		}
+		return Result{Name: "headroom", Status: OK, Detail: c.Detail}
+	}
+	return Result{"headroom", Warn, "the daemon has no admission check (an older version)", "upgrade warren serve"}
 }
 
 // KernelFeatures are the checks of what the kernel offers warren (FUSE

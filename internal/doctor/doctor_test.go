@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warren/api"
 	"warren/internal/testenv"
 )
 
@@ -168,5 +170,51 @@ func write(t *testing.T, h *Host, p, content string) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(h.Root, p), []byte(content+"\n"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHeadroom: the headroom row is the daemon's admission check; no
+// daemon is no failure (the doctor runs before warren serve), one that
+// refuses new threads a warning with a fix, and no row without a way to
+// ask.
+func TestHeadroom(t *testing.T) {
+	ready := func(ok bool, detail string) func() (api.Readiness, error) {
+		return func() (api.Readiness, error) {
+			return api.Readiness{Ready: ok, Checks: []api.ReadyCheck{{Name: "store", OK: true}, {Name: "admission", OK: ok, Detail: detail}}}, nil
+		}
+	}
+	cases := []struct {
+		name       string
+		ready      func() (api.Readiness, error)
+		want       Status
+		wantDetail string
+	}{
+		{"room", ready(true, "threads 2 of 3 (--max-threads)"), OK, "threads 2 of 3"},
+		{"full", ready(false, "threads 3 of 3 (--max-threads); new threads refused"), Warn, "new threads refused"},
+		{"no daemon", func() (api.Readiness, error) { return api.Readiness{}, fmt.Errorf("dial: %w", unix.ENOENT) }, OK, "no daemon serves"},
+		{"nobody listens", func() (api.Readiness, error) { return api.Readiness{}, fmt.Errorf("dial: %w", unix.ECONNREFUSED) }, OK, "no daemon serves"},
+		{"daemon errs", func() (api.Readiness, error) { return api.Readiness{}, errors.New("answer cut") }, Warn, "answer cut"},
+		{"older daemon", func() (api.Readiness, error) { return api.Readiness{Ready: true}, nil }, Warn, "no admission check"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := Host{Ready: c.ready}
+			r := h.headroom()
+			if r.Name != "headroom" || r.Status != c.want || !strings.Contains(r.Detail, c.wantDetail) || (r.Status != OK && r.Fix == "") {
+				t.Errorf("got %+v, want %s with %q", r, c.want, c.wantDetail)
+			}
+		})
+	}
+	// Without Ready, Run has no headroom row; with it, the row comes last.
+	h := fakeHost(t)
+	rs := Run(h, Options{DataDir: t.TempDir()})
+	for _, r := range rs {
+		if r.Name == "headroom" {
+			t.Errorf("a headroom row without a daemon to ask: %+v", r)
+		}
+	}
+	h.Ready = ready(true, "threads 0 of 3")
+	if rs := Run(h, Options{DataDir: t.TempDir()}); rs[len(rs)-1].Name != "headroom" {
+		t.Errorf("last row %+v, want headroom", rs[len(rs)-1])
 	}
 }
