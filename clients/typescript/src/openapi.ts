@@ -1284,7 +1284,7 @@ export interface components {
         };
         ReadyCheck: {
             /** @enum {string} */
-            name: "serving" | "store" | "lease" | "disk" | "descriptors" | "restore";
+            name: "serving" | "store" | "lease" | "disk" | "descriptors" | "admission" | "restore";
             ok: boolean;
             /** @description What the check found; when it failed, what to fix. */
             detail: string;
@@ -1843,7 +1843,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
-        /** @description `closed`: the daemon is shutting down (do not retry on it); `unavailable`: the metadata store did not answer in time, or a bound of what clients hold at once was reached (connections, requests, request bodies, raw uploads or streams, in total, per uid or per thread; the message names it, Retry-After says when to try again, and the connection is closed); `fenced`: the daemon's lease lapsed (retry). */
+        /** @description `closed`: the daemon is shutting down (do not retry on it); `unavailable`: the metadata store did not answer in time, or a bound of what clients hold at once was reached (connections, requests, request bodies, raw uploads or streams, in total, per uid or per thread; the message names it, Retry-After says when to try again, and the connection is closed), or a new thread or jail past a limit of the server (--max-threads, --max-threads-per-tenant, a reserve of descriptors, memory or OS threads, --max-jails with every jail busy; the message names it, nothing was made, Retry-After says when to try again); `fenced`: the daemon's lease lapsed (retry). */
         Unavailable: {
             headers: {
                 /** @description seconds to wait before a retry, on a refusal past a bound */

@@ -165,7 +165,7 @@ test('the rest of the API: a terminal resized, a command sent to the background,
   assert.deepEqual(v.kernel?.map((f) => f.name), ['passthrough', 'fuse io_uring', 'landlock', 'cgroups'])
   const rd = await c.ready()
   assert.equal(rd.ready, true)
-  assert.deepEqual(rd.checks.map((x) => [x.name, x.ok]), [['serving', true], ['store', true], ['lease', true], ['disk', true], ['descriptors', true], ['restore', true]])
+  assert.deepEqual(rd.checks.map((x) => [x.name, x.ok]), [['serving', true], ['store', true], ['lease', true], ['disk', true], ['descriptors', true], ['admission', true], ['restore', true]])
   assert.match(await c.metrics(), /^warren_execs_total [1-9]/m)
 })
 
