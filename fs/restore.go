@@ -365,8 +365,17 @@ func (r *Restorer) WriteFile(ctx context.Context, p string, mode uint32, content
 			return fmt.Errorf("write %s: make a temporary file: %w", t.rel, err)
 		}
 		defer tmp.discard()
-		// The content first, with no lock held: it may be big.
-		if _, err := io.CopyBuffer(fdWriter(tmp.fd), &ctxReader{ctx: ctx, r: content}, make([]byte, 256<<10)); err != nil {
+		// The content first, with no lock held: it may be big. A sparse
+		// file's holes stay holes: the file is cut to its size, and only
+		// its data is written.
+		if sc, ok := content.(sparseContent); ok {
+			if err := unix.Ftruncate(tmp.fd, sc.Size()); err != nil {
+				return fmt.Errorf("write %s: set its size: %w", t.rel, err)
+			}
+			if err := sc.WriteSparse(ctx, fdWriterAt(tmp.fd)); err != nil {
+				return fmt.Errorf("write %s: %w", t.rel, err)
+			}
+		} else if _, err := io.CopyBuffer(fdWriter(tmp.fd), &ctxReader{ctx: ctx, r: content}, make([]byte, 256<<10)); err != nil {
 			return fmt.Errorf("write %s: %w", t.rel, err)
 		}
 		g, unlock, err := r.f.lockTarget(t)
@@ -485,6 +494,32 @@ func (w fdWriter) Write(p []byte) (int, error) {
 	n := 0
 	for n < len(p) {
 		m, err := unix.Write(int(w), p[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		n += m
+	}
+	return n, nil
+}
+
+// sparseContent is content with holes (snapshot.SparseContent, named
+// here by its methods): Size is the file's size, WriteSparse writes only
+// its data, at its offsets, and checks it.
+type sparseContent interface {
+	Size() int64
+	WriteSparse(ctx context.Context, w io.WriterAt) error
+}
+
+// fdWriterAt writes to a descriptor at an offset.
+type fdWriterAt int
+
+func (w fdWriterAt) WriteAt(p []byte, off int64) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := unix.Pwrite(int(w), p[n:], off+int64(n))
 		if err == unix.EINTR {
 			continue
 		}

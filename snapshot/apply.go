@@ -13,7 +13,7 @@ import (
 type Target interface {
 	RemoveAll(ctx context.Context, path string) error                                 // a missing path is not an error
 	Mkdir(ctx context.Context, path string, mode uint32) error                        // an existing folder is not an error; sets mode
-	WriteFile(ctx context.Context, path string, mode uint32, content io.Reader) error // atomic replace
+	WriteFile(ctx context.Context, path string, mode uint32, content io.Reader) error // atomic replace; see SparseContent
 	Symlink(ctx context.Context, path, target string) error                           // atomic replace
 	Chmod(ctx context.Context, path string, mode uint32) error
 }
@@ -35,7 +35,10 @@ type Target interface {
 // Every step replaces or converges: running a plan again after it was
 // cut short (a crash, a failed call) ends in the same workspace. Content
 // comes from the repository, checked against its hash: a corrupt blob
-// fails its WriteFile and replaces nothing. Call it holding Shared.
+// or extent map fails its WriteFile (an error matching ErrCorrupt, naming
+// the object) and replaces nothing. The content of a sparse file
+// implements SparseContent: a Target that uses it makes the holes again.
+// Call it holding Shared.
 func (r *Repo) Apply(ctx context.Context, deltas []Delta, t Target) (changed []string, err error) {
 	var removes, mkdirs, writes, chmods []Delta
 	for _, d := range deltas {
@@ -136,12 +139,12 @@ func (r *Repo) write(ctx context.Context, d Delta, t Target) error {
 		if err := t.Symlink(ctx, d.Path, string(target)); err != nil {
 			return fmt.Errorf("link %q: %w", d.Path, err)
 		}
-	case e.Kind == KindFile && d.Op == Modified && d.Old.Hash == e.Hash:
+	case e.Kind == KindFile && d.Op == Modified && d.Old.Hash == e.Hash && d.Old.Sparse == e.Sparse:
 		if err := t.Chmod(ctx, d.Path, e.Mode); err != nil {
 			return fmt.Errorf("chmod %q: %w", d.Path, err)
 		}
 	case e.Kind == KindFile:
-		rc, err := r.OpenBlob(e.Hash)
+		rc, err := r.OpenFile(e)
 		if err != nil {
 			return fmt.Errorf("write %q: %w", d.Path, err)
 		}

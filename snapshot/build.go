@@ -26,6 +26,7 @@ type BuildStats struct {
 	Files, Links, Dirs int64 // in the resulting tree
 	Bytes              int64 // content bytes of the files in the resulting tree
 	Read               int64 // files and links read during this build
+	BytesRead          int64 // content bytes read during this build: a sparse file's data, never its holes
 	NewObjects         int64 // objects written (not found in place already)
 	NewBytes           int64 // bytes written to the build's log (records' headers included)
 }
@@ -112,6 +113,7 @@ func (r *Repo) Build(ctx context.Context, rootFd int, base Hash, changes []Chang
 		Dirs:       c.dirs,
 		Bytes:      c.bytes,
 		Read:       b.read,
+		BytesRead:  b.bytes,
 		NewObjects: b.ws.newObjects,
 		NewBytes:   b.ws.newBytes,
 	}, nil
@@ -157,6 +159,7 @@ type builder struct {
 	ctx   context.Context
 	ws    writeSet
 	read  int64 // files and links read
+	bytes int64 // content bytes read
 	depth int   // folders open below the root
 }
 
@@ -355,12 +358,13 @@ func (b *builder) file(dirfd int, rel, name string) (e Entry, ok, again bool, er
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return Entry{}, false, true, nil
 	}
-	h, size, err := b.r.putStream(&b.ws, fdReader{fd})
+	h, sparse, size, read, err := b.r.putFile(&b.ws, fd, st.Size, st.Blocks)
+	b.bytes += read
 	if err != nil {
 		return Entry{}, false, false, fmt.Errorf("store %q: %w", rel, err)
 	}
 	b.read++
-	return Entry{Name: name, Kind: KindFile, Mode: st.Mode & 0o7777, Size: size, Hash: h}, true, false, nil
+	return Entry{Name: name, Kind: KindFile, Mode: st.Mode & 0o7777, Size: size, Hash: h, Sparse: sparse}, true, false, nil
 }
 
 // link stores the target of the symlink name. again: it is not a symlink
@@ -379,6 +383,7 @@ func (b *builder) link(dirfd int, rel, name string) (e Entry, ok, again bool, er
 	if target == "" {
 		return Entry{}, false, false, nil // no such link can be made; leave it out
 	}
+	b.bytes += int64(len(target))
 	h, err := b.r.putBytes(&b.ws, []byte(target))
 	if err != nil {
 		return Entry{}, false, false, fmt.Errorf("store link %q: %w", rel, err)

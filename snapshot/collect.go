@@ -109,7 +109,13 @@ func (r *Repo) mark(ctx context.Context, h Hash, marked map[Hash]struct{}) error
 				return err
 			}
 		} else {
-			marked[e.Hash] = struct{}{}
+			refs, err := r.fileRefs(e)
+			if err != nil {
+				return err
+			}
+			for _, h := range refs {
+				marked[h] = struct{}{}
+			}
 		}
 	}
 	return nil

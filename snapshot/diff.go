@@ -202,7 +202,7 @@ func (r *Repo) TextDiff(ctx context.Context, d Delta, contextLines int) (string,
 		if err := ctx.Err(); err != nil {
 			return "", false, err
 		}
-		data, err := r.readBlob(e.Hash, maxTextDiff)
+		data, err := r.readFile(e, maxTextDiff)
 		if err != nil {
 			return "", false, fmt.Errorf("snapshot: text diff of %q: %w", d.Path, err)
 		}
@@ -255,6 +255,16 @@ func splitLines(s string) []string {
 // (unchecked) where it is longer than max.
 func (r *Repo) readBlob(h Hash, max int64) ([]byte, error) {
 	rc, err := r.OpenBlob(h)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(io.LimitReader(rc, max+1))
+}
+
+// readFile reads the file entry e as readBlob reads a blob.
+func (r *Repo) readFile(e Entry, max int64) ([]byte, error) {
+	rc, err := r.OpenFile(e)
 	if err != nil {
 		return nil, err
 	}

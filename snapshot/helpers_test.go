@@ -167,6 +167,7 @@ type dirTarget struct {
 	root      *os.Root
 	calls     atomic.Int64
 	failAfter int64
+	dense     bool // read every content whole, as a Target that cannot make holes does
 }
 
 var _ Target = (*dirTarget)(nil)
@@ -240,7 +241,14 @@ func (d *dirTarget) WriteFile(ctx context.Context, p string, mode uint32, conten
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(f, content)
+	if sc, ok := content.(SparseContent); ok && !d.dense {
+		err = f.Truncate(sc.Size())
+		if err == nil {
+			err = sc.WriteSparse(ctx, f)
+		}
+	} else {
+		_, err = io.Copy(f, content)
+	}
 	if err == nil {
 		err = f.Chmod(fileMode(mode))
 	}

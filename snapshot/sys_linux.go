@@ -2,7 +2,7 @@ package snapshot
 
 import (
 	"errors"
-	"io"
+
 	"slices"
 
 	"golang.org/x/sys/unix"
@@ -94,25 +94,6 @@ func listDir(fd int) ([]string, error) {
 	}
 	slices.Sort(names)
 	return names, nil
-}
-
-// fdReader reads a file descriptor; the caller closes it.
-type fdReader struct{ fd int }
-
-func (f fdReader) Read(p []byte) (int, error) {
-	for {
-		n, err := unix.Read(f.fd, p)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		if n == 0 && len(p) > 0 {
-			return 0, io.EOF
-		}
-		return n, nil
-	}
 }
 
 // isErrno reports whether err is one of errs.

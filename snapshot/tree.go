@@ -34,8 +34,13 @@ type Entry struct {
 	Name string
 	Kind Kind
 	Mode uint32 // permission bits (0o7777) of files and folders; 0 for links
-	Size int64  // bytes of a file, length of a link's target; 0 for folders
-	Hash Hash   // the blob (file content, or a link's target) or the tree
+	Size int64  // bytes of a file (its apparent size), length of a link's target; 0 for folders
+	Hash Hash   // the blob (file content, or a link's target), the extent map of a sparse file, or the tree
+
+	// Sparse marks a file with holes: Hash names its extent map
+	// (sparse.go), which names the blobs of its data, not a blob of its
+	// whole content. Only files are sparse.
+	Sparse bool
 }
 
 // Tree is a folder: its entries, sorted by Name in byte order, each name
@@ -86,6 +91,11 @@ func (c *counts) sub(o counts) {
 //	per entry, in name order:
 //	  uvarint len(name), name, kind byte, uvarint mode, uvarint size, 32-byte hash
 //
+// The kind byte is the Kind, or kindSparseFile for a file with holes
+// (Entry.Sparse). Trees without a sparse file are encoded as before that
+// kind existed, so their hashes did not change; a tree with one is
+// refused by a reader older than it ("unknown kind"), never misread.
+//
 // Every uvarint is minimal, so that one tree has one encoding (and one
 // hash); the decoder refuses anything else, and a tree cut short (the
 // count of entries says so) or followed by more bytes.
@@ -93,7 +103,19 @@ const (
 	treeMagic   = "wt"
 	treeVersion = 1
 	maxLinkSize = 4096 // PATH_MAX: no symlink target is longer
+
+	// kindSparseFile is the kind byte of a file whose Hash names an
+	// extent map (Entry.Sparse).
+	kindSparseFile = 4
 )
+
+// kindByte is the kind byte that encodes e.
+func kindByte(e Entry) byte {
+	if e.Sparse {
+		return kindSparseFile
+	}
+	return byte(e.Kind)
+}
 
 // encodeTree appends t's encoding to dst. t must be valid.
 func encodeTree(dst []byte, t Tree, c counts) []byte {
@@ -107,7 +129,7 @@ func encodeTree(dst []byte, t Tree, c counts) []byte {
 	for _, e := range t {
 		dst = binary.AppendUvarint(dst, uint64(len(e.Name)))
 		dst = append(dst, e.Name...)
-		dst = append(dst, byte(e.Kind))
+		dst = append(dst, kindByte(e))
 		dst = binary.AppendUvarint(dst, uint64(e.Mode))
 		dst = binary.AppendUvarint(dst, uint64(e.Size))
 		dst = append(dst, e.Hash[:]...)
@@ -129,11 +151,16 @@ var errCorrupt = errors.New("corrupt tree")
 type treeDecoder struct {
 	b   []byte
 	err error
+	bad error // what a fault wraps; errCorrupt where nil
 }
 
 func (d *treeDecoder) fail(format string, args ...any) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: "+format, append([]any{errCorrupt}, args...)...)
+		bad := d.bad
+		if bad == nil {
+			bad = errCorrupt
+		}
+		d.err = fmt.Errorf("%w: "+format, append([]any{bad}, args...)...)
 	}
 }
 
@@ -208,6 +235,9 @@ func decodeTree(b []byte) (Tree, counts, error) {
 		e.Name = string(d.bytes("name", int(nameLen)))
 		if k := d.bytes("kind", 1); d.err == nil {
 			e.Kind = Kind(k[0])
+			if k[0] == kindSparseFile {
+				e.Kind, e.Sparse = KindFile, true
+			}
 		}
 		e.Mode = uint32(d.uvarint("mode", 0o7777))
 		e.Size = int64(d.uvarint("size", math.MaxInt64))
@@ -238,6 +268,9 @@ func decodeTree(b []byte) (Tree, counts, error) {
 func checkEntry(e Entry) error {
 	if !validName(e.Name) {
 		return fmt.Errorf("bad name %q", e.Name)
+	}
+	if e.Sparse && e.Kind != KindFile {
+		return fmt.Errorf("%s %q: only a file can be sparse", e.Kind, e.Name)
 	}
 	switch e.Kind {
 	case KindFile:
