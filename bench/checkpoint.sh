@@ -7,6 +7,7 @@
 # Environment:
 #   BENCH_CP_RUNS   timed runs of the small-change measure (default 9)
 #   BENCH_CP_FILES  files in the big workspace (default 100000)
+#   BENCH_CP_SPARSE_RUNS  timed runs of the 20 GiB sparse file (default 3; 0 skips)
 #   BENCH_DIR       where the work folder goes; the disk under test, not
 #                   tmpfs (default /var/tmp)
 #
@@ -36,5 +37,5 @@ wait_socket "$sock"
 
 mkdir -p bench/out "$work/git"
 report=bench/out/checkpoint-$(date +%Y%m%d-%H%M%S).txt
-bin/cpbench -socket "$sock" -work "$work/git" -repo "$work/data/snapshots/bench" -runs "${BENCH_CP_RUNS:-9}" -files "${BENCH_CP_FILES:-100000}" -tar "$tarball" | tee "$report"
+bin/cpbench -socket "$sock" -work "$work/git" -repo "$work/data/snapshots/bench" -runs "${BENCH_CP_RUNS:-9}" -files "${BENCH_CP_FILES:-100000}" -tar "$tarball" -pid "$warren_pid" -sparse-runs "${BENCH_CP_SPARSE_RUNS:-3}" | tee "$report"
 say "report written to $report"

@@ -10,7 +10,11 @@
 //     checkpointed, against the same untar into an empty repository, then
 //     added and committed;
 //   - the first checkpoint of the big workspace, which reads it whole, for
-//     reference.
+//     reference;
+//   - a 20 GiB sparse file with 1 MiB of data: a checkpoint and a restore
+//     (a revert) of it, their time and the bytes the daemon read, against
+//     cp --sparse=always of the same file natively (sparse.go). Target:
+//     under a second each, the restored file as sparse as the original.
 //
 // It prints medians and the ratios. bench/checkpoint.sh starts the daemon
 // and runs this.
@@ -44,6 +48,8 @@ func main() {
 	runs := flag.Int("runs", 9, "timed runs of the small-change measure")
 	tarball := flag.String("tar", "", "a tarball to untar for the everything-changed measure; empty to skip")
 	tarRuns := flag.Int("tar-runs", 3, "timed runs of the everything-changed measure")
+	sparseRuns := flag.Int("sparse-runs", 3, "timed runs of the sparse-file measure; 0 to skip")
+	daemon := flag.Int("pid", 0, "the daemon's pid, to count the bytes it reads; 0 not to count")
 	repo := flag.String("repo", "", "the tenant bench's snapshot repository (DATA/snapshots/bench), to wait for its background work; empty not to wait")
 	flag.Parse()
 	if *socket == "" || *work == "" {
@@ -168,6 +174,11 @@ func main() {
 		}
 	}
 
+	var sparseCp, sparseRestore, sparseNative sparseResult
+	if *sparseRuns > 0 {
+		sparseCp, sparseRestore, sparseNative = sparseMeasure(ctx, c, *work, *repo, *daemon, *sparseRuns)
+	}
+
 	fmt.Printf("%-44s %12s %12s %12s   (%d runs)\n", "checkpoint", "median", "p10", "p90", *runs)
 	row := func(name string, ds []time.Duration) time.Duration {
 		m, p10, p90 := stats(ds)
@@ -195,6 +206,9 @@ func main() {
 	fmt.Printf("files read per checkpoint:    %d to %d (of %d)\n", reads[0], reads[len(reads)-1], *files)
 	if len(wTar) > 0 {
 		fmt.Printf("warren / git, untar:          %.3fx\n", ratio(wt, gt))
+	}
+	if *sparseRuns > 0 {
+		printSparse(sparseCp, sparseRestore, sparseNative, *sparseRuns)
 	}
 }
 
