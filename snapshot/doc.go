@@ -9,8 +9,10 @@
 // # What it promises
 //
 //   - Content addressing: an object is named by the SHA-256 of its
-//     uncompressed bytes (Hash). A blob is a file's content or a link's
-//     target; a tree is a folder's entries (name, kind, mode, size, hash),
+//     uncompressed bytes (Hash). A blob is a file's content, a link's
+//     target or one data extent of a sparse file; an extent map is a
+//     sparse file's layout; a tree is a folder's entries (name, kind,
+//     mode, size, hash),
 //     sorted, in one canonical encoding (tree.go), so one folder is one
 //     hash and unchanged subtrees are shared by every tree that holds them.
 //     Owners, times, xattrs and hard links are not kept.
@@ -24,7 +26,20 @@
 //   - Checked reads: OpenBlob checks the content against its hash at the
 //     end, ReadTree before decoding; a tree is validated strictly (sorted
 //     unique valid names, known kinds, sane modes and sizes) and corrupt
-//     data is an error, never a panic.
+//     data is an error, never a panic. OpenFile checks an extent map
+//     before decoding and each extent's blob at its end and against its
+//     extent's length; Apply, TextDiff and Collect read through these, so
+//     nothing is restored or compared unchecked.
+//   - Sparse files stay sparse (sparse.go): a file with holes is stored
+//     as an extent map (its size, and the offset, length and blob of each
+//     data extent), found with lseek SEEK_DATA/SEEK_HOLE; only the data
+//     is read and hashed, never a hole. Its entry says so (Entry.Sparse,
+//     its own kind byte), so no file's content is ever taken for a map.
+//     Apply hands such a file to the Target as SparseContent, which
+//     writes only the data at its offsets of a file cut to its size.
+//     Files without holes are one blob, as before maps existed, and trees
+//     without a sparse file encode as before: old repositories read
+//     alike, and dedup spans them.
 //   - Durability before return: every object a Build wrote is durable
 //     when Build returns, so the caller may record the tree at once: its
 //     new objects are appended to one log, which is fsync'ed once with
@@ -117,7 +132,8 @@
 //
 // # Collection and its lock
 //
-// Collect removes every object no live root reaches. It is safe because
+// Collect removes every object no live root reaches (a sparse file's
+// map and its extents' blobs included: the map is read to mark them). It is safe because
 // every reader and writer of objects holds the lock shared (Shared) from
 // its first object read or write until its record is stored, and Collect
 // holds it exclusive from before it asks the caller for the live roots
@@ -155,7 +171,8 @@
 // Errors are wrapped with the step that failed and the path or object
 // concerned, prefixed "snapshot:". Callers branch with errors.Is on
 // ErrNotFound (an object the repository does not hold) and ErrCorrupt (an
-// object that fails its hash, does not decompress or is not a valid tree),
+// object that fails its hash, does not decompress, or is not a valid tree
+// or extent map; the error names the object),
 // and on ctx's errors.
 //
 // # Goroutines
