@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -124,5 +125,34 @@ func TestParseHash(t *testing.T) {
 	}
 	if !(Hash{}).IsZero() || good.IsZero() {
 		t.Errorf("IsZero is wrong")
+	}
+}
+
+// TestCorruptDiff checks that a text diff reads its sides checked: a blob
+// that fails its hash, or is longer than its entry says, is an error
+// naming it, never a diff of what it holds.
+func TestCorruptDiff(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "a.txt"), "one\ntwo\n", 0o644)
+	r := openRepo(t)
+	h, _ := build(t, r, dir, Hash{}, nil, true)
+	spreadAll(t, r)
+	tree, _ := r.ReadTree(h)
+	e := tree[0]
+	d := Delta{Path: "a.txt", Op: Added, New: e}
+	if s, ok, err := r.TextDiff(context.Background(), d, 3); err != nil || !ok || !strings.Contains(s, "+two") {
+		t.Fatalf("TextDiff of a good blob: %q, %v, %v", s, ok, err)
+	}
+	p := r.objectPath(e.Hash)
+	flipByte(t, p, -2)
+	if _, _, err := r.TextDiff(context.Background(), d, 3); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), e.Hash.String()) {
+		t.Errorf("TextDiff of a flipped blob: got %v, want ErrCorrupt naming %s", err, e.Hash)
+	}
+	// An entry that says less than the blob holds: not a silent cut.
+	flipByte(t, p, -2)
+	short := e
+	short.Size--
+	if _, _, err := r.TextDiff(context.Background(), Delta{Path: "a.txt", Op: Added, New: short}, 3); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("TextDiff of a blob longer than its entry: got %v, want ErrCorrupt", err)
 	}
 }

@@ -202,12 +202,9 @@ func (r *Repo) TextDiff(ctx context.Context, d Delta, contextLines int) (string,
 		if err := ctx.Err(); err != nil {
 			return "", false, err
 		}
-		data, err := r.readFile(e, maxTextDiff)
+		data, err := r.readFile(e)
 		if err != nil {
 			return "", false, fmt.Errorf("snapshot: text diff of %q: %w", d.Path, err)
-		}
-		if len(data) > maxTextDiff {
-			return "", false, nil
 		}
 		if bytes.IndexByte(data, 0) >= 0 || !utf8.Valid(data) {
 			return "", false, nil
@@ -262,12 +259,22 @@ func (r *Repo) readBlob(h Hash, max int64) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(rc, max+1))
 }
 
-// readFile reads the file entry e as readBlob reads a blob.
-func (r *Repo) readFile(e Entry, max int64) ([]byte, error) {
+// readFile reads the file entry e whole, checked: its content must end
+// at its entry's size and match its hash.
+func (r *Repo) readFile(e Entry) ([]byte, error) {
 	rc, err := r.OpenFile(e)
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	return io.ReadAll(io.LimitReader(rc, max+1))
+	// One byte more than the size: the read meets the end, which checks
+	// the hash.
+	data, err := io.ReadAll(io.LimitReader(rc, e.Size+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) != e.Size {
+		return nil, fmt.Errorf("%w %s: %d bytes or more for a file of %d", ErrCorrupt, e.Hash, len(data), e.Size)
+	}
+	return data, nil
 }
