@@ -109,7 +109,7 @@ func (r *Repo) mark(ctx context.Context, h Hash, marked map[Hash]struct{}) error
 				return err
 			}
 		} else {
-			refs, err := r.fileRefs(e)
+			refs, err := r.FileObjects(e)
 			if err != nil {
 				return err
 			}

@@ -298,10 +298,12 @@ func (r *Repo) readMap(h Hash) (fileMap, error) {
 	return m, nil
 }
 
-// fileRefs returns the objects the file or link entry e references: its
-// blob, or its extent map and the blobs of its extents (the map read and
-// checked).
-func (r *Repo) fileRefs(e Entry) ([]Hash, error) {
+// FileObjects returns the objects the file or link entry e (of a tree of
+// this repository) references: its blob, or its extent map and the blobs
+// of its extents, the map read and checked. What a sparse file holds in
+// the repository is the sum of these, not its Size. Call it holding
+// Shared.
+func (r *Repo) FileObjects(e Entry) ([]Hash, error) {
 	if !e.Sparse {
 		return []Hash{e.Hash}, nil
 	}
