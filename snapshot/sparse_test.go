@@ -412,3 +412,69 @@ func TestDecodeMap(t *testing.T) {
 		t.Errorf("a dense entry encodes with kind byte %d, want %d", enc[10], KindFile)
 	}
 }
+
+// TestSparseManyHoles checks a file with more holes than a map holds:
+// its smallest holes are stored as data, the rest stay holes, and the
+// content is the same.
+func TestSparseManyHoles(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	holesSupported(t, src)
+	page := int64(os.Getpagesize())
+	n := int64(maxExtents + 100)
+	var pieces []piece
+	for i := range n {
+		pieces = append(pieces, piece{2 * i * page, []byte{byte(i) | 1}})
+	}
+	tail := 2*n*page + 64<<20
+	pieces = append(pieces, piece{tail, []byte("the last extent")})
+	size := tail + page
+	makeSparse(t, filepath.Join(src, "f"), size, pieces...)
+	r := openRepo(t)
+	h, st := build(t, r, src, Hash{}, nil, true)
+	tree, _ := r.ReadTree(h)
+	if !tree[0].Sparse {
+		t.Fatalf("a file with %d holes is not stored sparse", n+1)
+	}
+	m, err := r.readMap(tree[0].Hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d holes stored as %d extents, %d bytes read", n+1, len(m.extents), st.BytesRead)
+	if len(m.extents) > maxExtents || len(m.extents) < 2 {
+		t.Errorf("%d extents, want at least 2 and at most %d", len(m.extents), maxExtents)
+	}
+	if st.BytesRead > 2*n*page+page {
+		t.Errorf("read %d bytes: the 64 MiB hole was read", st.BytesRead)
+	}
+	restore(t, r, h, dst)
+	sameContent(t, filepath.Join(dst, "f"), filepath.Join(src, "f"))
+	if _, disk := onDisk(t, filepath.Join(dst, "f")); disk > 2*n*page+2*page {
+		t.Errorf("restored on %d bytes of disk: the 64 MiB hole was written", disk)
+	}
+}
+
+// sameContent compares the files a and b a MiB at a time.
+func sameContent(t testing.TB, a, b string) {
+	t.Helper()
+	fa, err := os.Open(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Close()
+	fb, err := os.Open(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	ba, bb := make([]byte, 1<<20), make([]byte, 1<<20)
+	for off := int64(0); ; off += 1 << 20 {
+		na, ea := io.ReadFull(fa, ba)
+		nb, eb := io.ReadFull(fb, bb)
+		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
+			t.Fatalf("%s and %s differ in the MiB at %d", a, b, off)
+		}
+		if ea != nil || eb != nil {
+			return
+		}
+	}
+}
