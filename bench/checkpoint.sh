@@ -2,7 +2,8 @@
 # Checkpoint benchmark: a checkpoint of a 100,000-file workspace with 10
 # files changed, against git add -A && git commit of the same tree with
 # the same changes, and both after an untar of Go's source tree, side by
-# side in one run. See bench/README.md.
+# side in one run; then a checkpoint and a restore of a 20 GiB sparse file
+# with 1 MiB of data, against cp --sparse=always. See bench/README.md.
 #
 # Environment:
 #   BENCH_CP_RUNS   timed runs of the small-change measure (default 9)
