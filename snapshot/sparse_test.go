@@ -478,3 +478,43 @@ func sameContent(t testing.TB, a, b string) {
 		}
 	}
 }
+
+// TestSparseHuge checks that files of exabytes (holes cost nothing to
+// make) neither wrap the totals into a tree that cannot be read again
+// nor are read: the tree reads back from disk and a collection walks it.
+func TestSparseHuge(t *testing.T) {
+	src := t.TempDir()
+	holesSupported(t, src)
+	for _, name := range []string{"a", "b", "c"} {
+		f, err := os.Create(filepath.Join(src, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = f.Truncate(1 << 62)
+		f.Close()
+		if err != nil {
+			cannotRun(t, "%s holds no file of 4 EiB: %v", src, err)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "repo")
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, st := build(t, r, src, Hash{}, nil, true)
+	r.Close()
+	if st.Bytes != math.MaxInt64 || st.BytesRead != 0 {
+		t.Errorf("three 4 EiB holes: Bytes %d (want the bound %d), %d bytes read", st.Bytes, int64(math.MaxInt64), st.BytesRead)
+	}
+	r, err = Open(dir) // no cache: the tree is read from disk
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if tree, err := r.ReadTree(h); err != nil || len(tree) != 3 || !tree[0].Sparse {
+		t.Fatalf("ReadTree: %+v, %v", tree, err)
+	}
+	if _, err := r.Collect(context.Background(), roots(h)); err != nil {
+		t.Fatalf("Collect: %v", err)
+	}
+}

@@ -69,18 +69,31 @@ type counts struct {
 	files, links, dirs, bytes int64
 }
 
+// The totals saturate at math.MaxInt64 and never go below 0: sparse
+// files of exabytes each (a truncate costs nothing) must not wrap a total
+// into one the decoder refuses, which would make the tree unreadable and
+// every collection of the repository fail. Totals are statistics; past
+// 8 EiB they are only bounds.
 func (c *counts) add(o counts) {
-	c.files += o.files
-	c.links += o.links
-	c.dirs += o.dirs
-	c.bytes += o.bytes
+	c.files = addSat(c.files, o.files)
+	c.links = addSat(c.links, o.links)
+	c.dirs = addSat(c.dirs, o.dirs)
+	c.bytes = addSat(c.bytes, o.bytes)
 }
 
 func (c *counts) sub(o counts) {
-	c.files -= o.files
-	c.links -= o.links
-	c.dirs -= o.dirs
-	c.bytes -= o.bytes
+	c.files = max(c.files-o.files, 0)
+	c.links = max(c.links-o.links, 0)
+	c.dirs = max(c.dirs-o.dirs, 0)
+	c.bytes = max(c.bytes-o.bytes, 0)
+}
+
+// addSat adds two totals of at least 0, saturating at math.MaxInt64.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // The encoding of a tree object:
