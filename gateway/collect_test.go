@@ -1,0 +1,208 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"warren/api"
+	"warren/meta"
+	"warren/snapshot"
+)
+
+// countObjects counts the loose objects of tenant's snapshot repository.
+func countObjects(t *testing.T, env *testEnv, tenant string) int {
+	t.Helper()
+	dir := filepath.Join(env.g.cfg.SnapshotsDir, encodeID(tenant), "objects")
+	n := 0
+	for i := range 256 {
+		ents, err := os.ReadDir(filepath.Join(dir, fmt.Sprintf("%02x", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(ents)
+	}
+	return n
+}
+
+// waitStep waits for the collection step want, failing on any other.
+func waitStep(t *testing.T, steps <-chan string, want string) {
+	t.Helper()
+	select {
+	case got := <-steps:
+		if got != want {
+			t.Fatalf("collection step %q, want %q", got, want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no collection step %q within 30s", want)
+	}
+}
+
+// TestCollectionBesideCheckpoints holds thread slow's checkpoint once it
+// holds its locks, deletes another thread of the tenant (a collection is
+// then due and waits for the slow checkpoint), and checks that thread
+// quick's one-file checkpoint finishes while both wait; the collection
+// sweeps once the slow checkpoint is let go. (On a collector that waits
+// in line for the exclusive lock, the quick checkpoint waits behind it
+// for the slow one, and fails here at its deadline.)
+func TestCollectionBesideCheckpoints(t *testing.T) {
+	held, release := make(chan struct{}), make(chan struct{})
+	var holding atomic.Bool
+	steps := make(chan string, 64)
+	cfg := Config{
+		checkpointHold: func(k meta.ThreadKey) {
+			if k.Thread == "slow" && holding.CompareAndSwap(false, true) {
+				close(held)
+				<-release
+			}
+		},
+		collectHook: func(tenant, step string) {
+			select {
+			case steps <- step:
+			default:
+			}
+		},
+	}
+	env := startEnv(t, cfg)
+	ctx := context.Background()
+	mounts := map[string]string{}
+	for _, th := range []string{"slow", "quick", "gone"} {
+		br, err := env.c.Bind(ctx, "acme", th)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mounts[th] = br.MountPath
+		if err := os.WriteFile(filepath.Join(br.MountPath, "file"), []byte("the file of "+th), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := env.c.Checkpoint(ctx, "acme", "gone", api.CheckpointRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	slowDone := make(chan error, 1)
+	go func() {
+		_, err := env.c.Checkpoint(ctx, "acme", "slow", api.CheckpointRequest{Label: "slow"})
+		slowDone <- err
+	}()
+	<-held
+	before := countObjects(t, env, "acme")
+	if err := env.c.DeleteThread(ctx, "acme", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	waitStep(t, steps, "wait") // the collection is due, and waits for slow
+
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := env.c.Checkpoint(qctx, "acme", "quick", api.CheckpointRequest{Label: "quick"})
+	if err != nil {
+		t.Fatalf("the one-file checkpoint beside a held one and a due collection: %v", err)
+	}
+	t.Logf("the one-file checkpoint took %.1f ms of build beside the held checkpoint and the due collection", resp.Cost.Millis)
+	select {
+	case step := <-steps:
+		t.Fatalf("collection step %q while the slow checkpoint held the lock", step)
+	case err := <-slowDone:
+		t.Fatalf("the held checkpoint ended (%v) before it was let go", err)
+	default:
+	}
+	if n := countObjects(t, env, "acme"); n < before {
+		t.Fatalf("objects removed while a checkpoint held the lock: %d, were %d", n, before)
+	}
+
+	close(release)
+	if err := <-slowDone; err != nil {
+		t.Fatalf("the held checkpoint: %v", err)
+	}
+	waitStep(t, steps, "sweep")
+	waitStep(t, steps, "done")
+	// The deleted thread's blob and root tree are gone; slow's and
+	// quick's checkpoints are whole.
+	if n := countObjects(t, env, "acme"); n >= before+4 {
+		t.Errorf("the collection removed nothing: %d objects, %d before the delete and two checkpoints", n, before)
+	}
+	for _, th := range []string{"slow", "quick"} {
+		if err := os.WriteFile(filepath.Join(mounts[th], "file"), []byte("changed"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.c.Undo(ctx, "acme", th, false); err != nil {
+			t.Fatalf("undo of %s after the collection: %v", th, err)
+		}
+		if got, err := os.ReadFile(filepath.Join(mounts[th], "file")); err != nil || string(got) != "the file of "+th {
+			t.Errorf("%s after the undo: %q, %v", th, got, err)
+		}
+	}
+}
+
+// TestCheckpointLimits lowers each checkpoint limit and checks that a
+// workspace past it is refused with 413 "too_large" naming the limit, its
+// value and its flag, that nothing is recorded, and that the thread
+// checkpoints again once it is within.
+func TestCheckpointLimits(t *testing.T) {
+	env := startEnv(t, Config{CheckpointLimits: snapshot.Limits{Entries: 20, Depth: 4, Bytes: 10000}})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		limit string
+		max   int64
+		make  func(mnt string) error
+		fix   func(mnt string) error
+	}{
+		{"entries", 20, func(mnt string) error {
+			for i := range 25 {
+				if err := os.WriteFile(filepath.Join(mnt, fmt.Sprintf("f%02d", i)), []byte("x"), 0o644); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, func(mnt string) error {
+			for i := 5; i < 25; i++ {
+				if err := os.Remove(filepath.Join(mnt, fmt.Sprintf("f%02d", i))); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"depth", 4, func(mnt string) error {
+			return os.MkdirAll(filepath.Join(mnt, "a/b/c/d/e/f"), 0o755)
+		}, func(mnt string) error { return os.RemoveAll(filepath.Join(mnt, "a/b/c/d")) }},
+		{"bytes", 10000, func(mnt string) error {
+			return os.WriteFile(filepath.Join(mnt, "big"), []byte(strings.Repeat("y", 20000)), 0o644)
+		}, func(mnt string) error { return os.Truncate(filepath.Join(mnt, "big"), 100) }},
+	} {
+		t.Run(tc.limit, func(t *testing.T) {
+			br, err := env.c.Bind(ctx, "acme", tc.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.make(br.MountPath); err != nil {
+				t.Fatal(err)
+			}
+			_, err = env.c.Checkpoint(ctx, "acme", tc.limit, api.CheckpointRequest{})
+			var apiErr *api.APIError
+			if !errors.As(err, &apiErr) || apiErr.Code != api.CodeTooLarge || apiErr.Status != http.StatusRequestEntityTooLarge {
+				t.Fatalf("checkpoint past the %s limit: got %v, want 413 too_large", tc.limit, err)
+			}
+			for _, want := range []string{fmt.Sprint(tc.max), "--checkpoint-max-" + tc.limit, tc.limit} {
+				if !strings.Contains(apiErr.Message, want) {
+					t.Errorf("the message %q does not say %q", apiErr.Message, want)
+				}
+			}
+			list, err := env.c.Checkpoints(ctx, "acme", tc.limit)
+			if err != nil || len(list.Checkpoints) != 0 {
+				t.Fatalf("checkpoints after the refused one: %+v, %v; want none", list, err)
+			}
+			if err := tc.fix(br.MountPath); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := env.c.Checkpoint(ctx, "acme", tc.limit, api.CheckpointRequest{}); err != nil {
+				t.Fatalf("checkpoint within the limits: %v", err)
+			}
+		})
+	}
+}
