@@ -190,11 +190,13 @@ type Config struct {
 	// tests, which look at a gateway that serves while no thread is
 	// mounted again yet. A call's own thread is never held by it.
 	remountGate chan struct{}
-	// checkpointHold, if not nil, is called by every checkpoint, restore
-	// and fork once it holds its thread's checkpoint lock and its
-	// repository's shared lock, before it reads anything: a seam for
-	// this package's tests, which hold a checkpoint there to look at
-	// what a slow one does to the others.
+	// checkpointHold, if not nil, is called by every history call that
+	// takes its locks through withHistoryLocked (checkpoint, undo, redo,
+	// revert, diff, the finish of a cut restore; not fork) once it holds
+	// its thread's checkpoint lock and its repository's shared lock,
+	// before it reads anything: a seam for this package's tests, which
+	// hold a checkpoint there to look at what a slow one does to the
+	// others.
 	checkpointHold func(k meta.ThreadKey)
 	// collectHook, if not nil, is called with a tenant and the steps of
 	// its collections: snapshot's ("wait", "sweep"; see
