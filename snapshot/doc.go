@@ -137,7 +137,7 @@
 // removes nothing more.
 //
 // The exclusive lock is asked for with LOCK_NB and asked again after a
-// backoff of 1 to 25 ms, never queued: a collection that waits for a slow
+// backoff of 1 to 5 ms, never queued: a collection that waits for a slow
 // checkpoint keeps no other checkpoint waiting (a Shared caller waits
 // only while a sweep holds the lock). The other side of that choice: a
 // tenant whose checkpoints overlap without a gap delays the sweeps (its

@@ -33,12 +33,14 @@ import (
 //
 // A blocking flock cannot be canceled, so Shared asks with LOCK_NB too,
 // again after a backoff (lockPollMin doubling up to lockPollMax), until
-// granted or ctx ends. A holder that dies releases its lock with its
-// descriptor.
+// granted or ctx ends. The collector polls faster (up to collectPollMax),
+// to catch the short gaps between overlapping checkpoints: a try is one
+// system call. A holder that dies releases its lock with its descriptor.
 const (
-	lockName    = "lock"
-	lockPollMin = time.Millisecond
-	lockPollMax = 25 * time.Millisecond
+	lockName       = "lock"
+	lockPollMin    = time.Millisecond
+	lockPollMax    = 25 * time.Millisecond
+	collectPollMax = 5 * time.Millisecond
 )
 
 // Shared takes the repository's lock shared, waiting while a collection
@@ -48,7 +50,7 @@ const (
 // or they find none of the objects it removed in place (and write them
 // again). Call unlock (once) to release it.
 func (r *Repo) Shared(ctx context.Context) (unlock func(), err error) {
-	lock, err := r.flock(ctx, lockName, unix.LOCK_SH)
+	lock, err := r.flock(ctx, lockName, unix.LOCK_SH, lockPollMax)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: lock shared: %w", err)
 	}
@@ -60,7 +62,7 @@ func (r *Repo) Shared(ctx context.Context) (unlock func(), err error) {
 // while it waits) and asks again after a backoff until granted or ctx
 // ends.
 func (r *Repo) tryExclusive(ctx context.Context) (unlock func(), err error) {
-	lock, err := r.flock(ctx, lockName, unix.LOCK_EX)
+	lock, err := r.flock(ctx, lockName, unix.LOCK_EX, collectPollMax)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: lock exclusive: %w", err)
 	}
@@ -68,11 +70,11 @@ func (r *Repo) tryExclusive(ctx context.Context) (unlock func(), err error) {
 }
 
 // flock opens the file name of the repository anew and flocks it with
-// how (LOCK_SH or LOCK_EX), polling with LOCK_NB until granted or ctx
-// ends. Closing the file releases the lock. A LOCK_NB request is never
+// how (LOCK_SH or LOCK_EX), polling with LOCK_NB (the pause doubling
+// from lockPollMin up to pollMax) until granted or ctx ends. Closing the file releases the lock. A LOCK_NB request is never
 // queued by the kernel: a waiting exclusive request keeps no shared one
 // out, nor the reverse.
-func (r *Repo) flock(ctx context.Context, name string, how int) (*os.File, error) {
+func (r *Repo) flock(ctx context.Context, name string, how int, pollMax time.Duration) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(r.dir, name), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", name, err)
@@ -92,6 +94,6 @@ func (r *Repo) flock(ctx context.Context, name string, how int) (*os.File, error
 			f.Close()
 			return nil, fmt.Errorf("wait for %s: %w", name, err)
 		}
-		wait = min(2*wait, lockPollMax)
+		wait = min(2*wait, pollMax)
 	}
 }
