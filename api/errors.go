@@ -41,7 +41,9 @@ var (
 	ErrNoMatch = errors.New("gateway: edit text not matched")
 	// ErrOutside means a path leads out of the thread's workspace.
 	ErrOutside = errors.New("gateway: outside the workspace")
-	// ErrTooLarge means a file over the file API's bound.
+	// ErrTooLarge means a file over the file API's bound, or a checkpoint
+	// past one of the server's checkpoint limits (entries, depth, bytes
+	// read; the message names it).
 	ErrTooLarge = errors.New("gateway: file too large")
 	// ErrFenced means the daemon's lease lapsed: it serves no pinned
 	// thread until it renews it.

@@ -103,7 +103,11 @@ func (g *Gateway) repo(tenant string) (*snapshot.Repo, error) {
 		return r, nil
 	}
 	dir := filepath.Join(g.cfg.SnapshotsDir, encodeID(tenant))
-	r, err := snapshot.Open(dir, snapshot.WithSkip(fs.IsTempName))
+	opts := []snapshot.Option{snapshot.WithSkip(fs.IsTempName), snapshot.WithLimits(g.cfg.CheckpointLimits)}
+	if hook := g.cfg.collectHook; hook != nil {
+		opts = append(opts, snapshot.WithCollectHook(func(step string) { hook(tenant, step) }))
+	}
+	r, err := snapshot.Open(dir, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("open the snapshot repository of tenant %s: %w", quote(tenant), err)
 	}
@@ -164,8 +168,15 @@ func (g *Gateway) collect(tenant string) {
 	}()
 }
 
-// collectOnce runs one collection of tenant's repository.
+// collectOnce runs one collection of tenant's repository. It runs beside
+// the tenant's checkpoints: it marks without the repository's lock and
+// sweeps in short turns that never wait in line for it (snapshot.Collect),
+// so a slow checkpoint of one thread delays the sweep, never the others'
+// checkpoints.
 func (g *Gateway) collectOnce(ctx context.Context, tenant string) {
+	if hook := g.cfg.collectHook; hook != nil {
+		defer hook(tenant, "done")
+	}
 	r, err := g.repo(tenant)
 	if err != nil {
 		return
@@ -201,7 +212,8 @@ func (g *Gateway) collectOnce(ctx context.Context, tenant string) {
 		return
 	}
 	g.log.Info("collected unreferenced snapshot objects", "tenant", tenant,
-		"removed", stats.Removed, "kept", stats.Kept, "freed_bytes", stats.Freed, "took", stats.Duration)
+		"removed", stats.Removed, "kept", stats.Kept, "freed_bytes", stats.Freed, "took", stats.Duration,
+		"sweeps", stats.Sweeps, "locked", stats.Held)
 }
 
 // history is a thread's history being worked on, with what working on it
@@ -278,12 +290,15 @@ func (g *Gateway) withHistoryLocked(ctx context.Context, k meta.ThreadKey, b met
 		return fmt.Errorf("checkpoints of %s: wait for the repository: %w", keyName(k), err)
 	}
 	defer release()
+	if hold := g.cfg.checkpointHold; hold != nil {
+		hold(k)
+	}
 	return g.withHistoryShared(ctx, k, b, repo, fn)
 }
 
 // withHistoryShared is withHistoryLocked for a caller that holds repo's
-// shared lock already (it is not taken twice: a collection waiting
-// between the two would wait for the first forever).
+// shared lock already (it is not taken twice: Shared is not reentrant,
+// and a collection's sweep may take the lock between the two).
 func (g *Gateway) withHistoryShared(ctx context.Context, k meta.ThreadKey, b meta.Binding, repo *snapshot.Repo, fn func(h *history) error) error {
 	root, err := g.rootOf(b)
 	if err != nil {
@@ -364,6 +379,9 @@ func (g *Gateway) buildNow(ctx context.Context, h *history) (built, error) {
 	thaw()
 	if err != nil {
 		h.files.ReturnChanges(set)
+		if lerr := checkpointLimitError(h.k, err); lerr != nil {
+			return built{}, lerr
+		}
 		return built{}, fmt.Errorf("read the workspace of %s: %w", keyName(h.k), err)
 	}
 	return built{tree: tree, stats: stats, set: set, took: time.Since(start)}, nil

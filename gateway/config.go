@@ -18,6 +18,7 @@ import (
 	"warren/gateway/lease"
 	"warren/gateway/threadlimit"
 	"warren/meta"
+	"warren/snapshot"
 )
 
 // Config configures a gateway. DataDir and Store are required; every other
@@ -135,6 +136,12 @@ type Config struct {
 	// Checkpoints is how many checkpoints a thread keeps unless its
 	// settings say otherwise; 0 means DefaultCheckpoints.
 	Checkpoints int
+	// CheckpointLimits bound what one checkpoint reads: entries listed
+	// or looked at again, folders' depth, bytes of file content
+	// (snapshot.Limits; zero fields mean snapshot's defaults: a million,
+	// 512, 16 GiB). Past one the checkpoint is refused with 413
+	// "too_large", naming the limit, and nothing of it is kept.
+	CheckpointLimits snapshot.Limits
 	// StoreFreeBytes is the free space the metadata store keeps on the
 	// disk of MetaDir (the embedded store's floor and ballast), 0 when the
 	// store lives elsewhere. A reserve below it, on that same disk, is
@@ -183,6 +190,18 @@ type Config struct {
 	// tests, which look at a gateway that serves while no thread is
 	// mounted again yet. A call's own thread is never held by it.
 	remountGate chan struct{}
+	// checkpointHold, if not nil, is called by every history call that
+	// takes its locks through withHistoryLocked (checkpoint, undo, redo,
+	// revert, diff, the finish of a cut restore; not fork) once it holds
+	// its thread's checkpoint lock and its repository's shared lock,
+	// before it reads anything: a seam for this package's tests, which
+	// hold a checkpoint there to look at what a slow one does to the
+	// others.
+	checkpointHold func(k meta.ThreadKey)
+	// collectHook, if not nil, is called with a tenant and the steps of
+	// its collections: snapshot's ("wait", "sweep"; see
+	// snapshot.WithCollectHook), then "done". A seam for tests.
+	collectHook func(tenant, step string)
 }
 
 // MetaDir is where the metadata store of a gateway with dataDir lives.
@@ -215,6 +234,10 @@ func (c Config) CheckLimits() error {
 	}
 	if c.Checkpoints < 0 || c.Checkpoints > maxCheckpoints {
 		return fmt.Errorf("checkpoints %d is not between 1 and %d", c.Checkpoints, maxCheckpoints)
+	}
+	if l := c.CheckpointLimits; l.Entries < 0 || l.Bytes < 0 || l.Depth < 0 || l.Depth > snapshot.MaxDepth {
+		return fmt.Errorf("checkpoint limits: entries %d and bytes %d must not be negative, depth %d must be between 1 and %d",
+			l.Entries, l.Bytes, l.Depth, snapshot.MaxDepth)
 	}
 	if c.DiskQuotaBytes < 0 || c.DiskReserveBytes < 0 {
 		return fmt.Errorf("disk quota %d and reserve %d must not be negative", c.DiskQuotaBytes, c.DiskReserveBytes)

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -35,12 +36,6 @@ type BuildStats struct {
 // between its lstat and its open is looked at again; one that keeps
 // changing is left out of the tree.
 const examineTries = 8
-
-// maxDepth bounds how deep a build goes: each folder on the way holds a
-// descriptor open while it is walked. A workspace nested deeper fails to
-// build, with an error that says so, rather than running the daemon out
-// of descriptors.
-const maxDepth = 512
 
 // Build stores the folder rootFd (a descriptor of the workspace's backing
 // folder, O_PATH or not) as a tree and returns its hash, once every object
@@ -155,12 +150,13 @@ func makeTrie(changes []Change) (*changeNode, error) {
 
 // builder is one Build's state; one goroutine uses it.
 type builder struct {
-	r     *Repo
-	ctx   context.Context
-	ws    writeSet
-	read  int64 // files and links read
-	bytes int64 // content bytes read
-	depth int   // folders open below the root
+	r       *Repo
+	ctx     context.Context
+	ws      writeSet
+	read    int64 // files and links read
+	depth   int   // folders open below the root
+	entries int64 // names listed or looked at again (Limits.Entries)
+	bytes   int64 // content bytes read (Limits.Bytes)
 }
 
 func join(rel, name string) string {
@@ -175,6 +171,9 @@ func join(rel, name string) string {
 func (b *builder) walk(fd int, rel string) (Hash, counts, error) {
 	names, err := listDir(fd)
 	if err != nil {
+		return Hash{}, counts{}, fmt.Errorf("list %q: %w", rel, err)
+	}
+	if err := b.countEntries(len(names)); err != nil {
 		return Hash{}, counts{}, fmt.Errorf("list %q: %w", rel, err)
 	}
 	t := make(Tree, 0, len(names))
@@ -220,6 +219,9 @@ func (b *builder) update(fd int, rel string, base Hash, node *changeNode) (Hash,
 			if oldC, err = b.contribution(*old); err != nil {
 				return Hash{}, counts{}, fmt.Errorf("read base of %q: %w", join(rel, name), err)
 			}
+		}
+		if err := b.countEntries(1); err != nil {
+			return Hash{}, counts{}, fmt.Errorf("%q: %w", join(rel, name), err)
 		}
 		var e Entry
 		var c counts
@@ -358,8 +360,9 @@ func (b *builder) file(dirfd int, rel, name string) (e Entry, ok, again bool, er
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return Entry{}, false, true, nil
 	}
-	h, sparse, size, read, err := b.r.putFile(&b.ws, fd, st.Size, st.Blocks)
-	b.bytes += read
+	// What is read counts against the build's limit as it is read
+	// (budgetReader adds to b.bytes), holes never.
+	h, sparse, size, _, err := b.r.putFile(&b.ws, fd, st.Size, st.Blocks, func(rd io.Reader) io.Reader { return budgetReader{rd, b} })
 	if err != nil {
 		return Entry{}, false, false, fmt.Errorf("store %q: %w", rel, err)
 	}
@@ -414,8 +417,8 @@ func (b *builder) dir(dirfd int, rel, name string, base *Entry, node *changeNode
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return Entry{}, counts{}, false, true, nil
 	}
-	if b.depth >= maxDepth {
-		return Entry{}, counts{}, false, false, fmt.Errorf("%q: folders nested deeper than %d", rel, maxDepth)
+	if b.depth >= b.r.limits.Depth {
+		return Entry{}, counts{}, false, false, fmt.Errorf("%q: %w", rel, &LimitError{Limit: "depth", Max: int64(b.r.limits.Depth)})
 	}
 	b.depth++
 	defer func() { b.depth-- }()

@@ -15,79 +15,119 @@ type CollectStats struct {
 	Freed     int64         // bytes of the objects removed
 	Temps     int64         // stale files removed from tmp/
 	Recovered int64         // logs left by crashed processes, spread
-	Duration  time.Duration // from the lock granted to the end
+	Sweeps    int64         // times the lock was held exclusive
+	Held      time.Duration // how long it was held, all sweeps together
+	Duration  time.Duration // from the start to the end
 }
 
+// collectHold bounds the removals of one sweep: a Shared caller that
+// arrives while a sweep holds the lock waits about this long at most,
+// plus the sweep's listing of the live roots and marking of the new
+// ones, plus one poll (lockPollMax). A collection with more to remove
+// lets go of the lock and asks for it again.
+const collectHold = 20 * time.Millisecond
+
 // Collect removes every object that no tree reachable from the roots live
-// returns references. It takes the repository's lock exclusive, waiting
-// for every Shared holder (and keeping new ones waiting); waits until this
-// Repo's logs are spread and spreads those that crashed processes left;
-// calls live, marks everything reachable from the roots, visiting each
-// tree once, then removes the rest and the stale files of tmp/. The
-// objects of the logs of other live processes are not loose yet: they are
-// all kept, and so are those of a log of this Repo's that its spreader
-// fails to spread.
+// returns references, without ever making a Shared caller wait behind
+// it, other than for a bounded sweep.
+//
+// It works in two phases. Without the lock, beside checkpoints: it waits
+// until this Repo's logs are spread, spreads those that crashed processes
+// left, calls live, marks everything reachable from the roots (visiting
+// each tree once) and lists the loose objects that are not marked: the
+// candidates. Then in sweeps, each holding the lock exclusive (asked for
+// without waiting in line: tryExclusive), so that no checkpoint, restore
+// or fork is between its first object use and its record: it calls live
+// again, marks what the roots added since reach, keeps every object a
+// log holds (this Repo's not yet spread, and other processes'), and
+// removes the other candidates, for collectHold at most; then lets go
+// and, with candidates left, sweeps again. So an object is removed only
+// while no Shared holder is under way and when no root, listed in that
+// very sweep, reaches it: a checkpoint that found it in place before
+// the sweep has stored its record (and its root is marked), one that
+// looks after finds it gone and writes it again.
 //
 // It fails closed: if live fails, or a root's tree or any tree below it
-// is missing or corrupt, it removes nothing. (Blobs are not read: a
-// missing one is not noticed here.) A zero root is the empty tree. If ctx
-// ends during the sweep, the objects removed so far stay removed (they
-// were unreachable) and the error says so.
+// is missing or corrupt, it removes nothing more. (Blobs are not read: a
+// missing one is not noticed here.) A zero root is the empty tree. If
+// ctx ends, the objects removed so far stay removed (they were
+// unreachable) and the error says so.
 func (r *Repo) Collect(ctx context.Context, live func(ctx context.Context) ([]Hash, error)) (CollectStats, error) {
-	unlock, err := r.exclusive(ctx)
-	if err != nil {
-		return CollectStats{}, fmt.Errorf("snapshot: collect: %w", err)
-	}
-	defer unlock()
 	start := time.Now()
-	// No build runs now, here or in another process (they hold Shared),
-	// so no log is added until the end; the spreaders go on.
+	var stats CollectStats
+	done := func(err error) (CollectStats, error) {
+		stats.Duration = time.Since(start)
+		if err != nil {
+			return stats, fmt.Errorf("snapshot: collect: %w", err)
+		}
+		return stats, nil
+	}
 	if err := r.waitSpread(ctx); err != nil && ctx.Err() != nil {
-		return CollectStats{}, fmt.Errorf("snapshot: collect: wait for the spreader: %w", err)
+		return done(fmt.Errorf("wait for the spreader: %w", err))
 	}
 	recovered, err := r.recoverLogs()
+	stats.Recovered = int64(recovered)
 	if err != nil {
-		return CollectStats{}, fmt.Errorf("snapshot: collect: %w", err)
-	}
-	keep, err := r.otherHashes()
-	if err != nil {
-		return CollectStats{}, fmt.Errorf("snapshot: collect: %w", err)
-	}
-	r.mu.Lock()
-	for _, pl := range r.logs {
-		for h := range pl.recs {
-			keep[h] = struct{}{}
-		}
-	}
-	r.mu.Unlock()
-	roots, err := live(ctx)
-	if err != nil {
-		return CollectStats{}, fmt.Errorf("snapshot: collect: live roots: %w", err)
+		return done(err)
 	}
 	marked := make(map[Hash]struct{})
-	for _, root := range roots {
-		if err := r.mark(ctx, root, marked); err != nil {
-			return CollectStats{}, fmt.Errorf("snapshot: collect: root %s: %w", root, err)
-		}
+	if err := r.markLive(ctx, live, marked); err != nil {
+		return done(err)
 	}
-	stats, err := r.sweep(ctx, marked, keep)
-	stats.Recovered = int64(recovered)
-	stats.Duration = time.Since(start)
+	cands, listed, err := r.candidates(ctx, marked)
 	if err != nil {
-		return stats, fmt.Errorf("snapshot: collect: %w", err)
+		return done(err)
+	}
+	stats.Kept = listed - int64(len(cands))
+	for len(cands) > 0 {
+		r.collectStep("wait")
+		unlock, err := r.tryExclusive(ctx)
+		if err != nil {
+			return done(err)
+		}
+		held := time.Now()
+		r.collectStep("sweep")
+		cands, err = r.sweep(ctx, live, marked, cands, &stats)
+		unlock()
+		stats.Sweeps++
+		stats.Held += time.Since(held)
+		if err != nil {
+			return done(err)
+		}
 	}
 	n, err := r.removeStaleTemps()
 	stats.Temps = int64(n)
-	stats.Duration = time.Since(start)
-	if err != nil {
-		return stats, fmt.Errorf("snapshot: collect: %w", err)
+	return done(err)
+}
+
+// collectStep calls the collect hook, if any, with step: "wait" before
+// each sweep asks for the lock, "sweep" once it holds it.
+func (r *Repo) collectStep(step string) {
+	if r.collectHook != nil {
+		r.collectHook(step)
 	}
-	return stats, nil
+}
+
+// markLive calls live and marks everything its roots reach that is not
+// marked already.
+func (r *Repo) markLive(ctx context.Context, live func(ctx context.Context) ([]Hash, error), marked map[Hash]struct{}) error {
+	roots, err := live(ctx)
+	if err != nil {
+		return fmt.Errorf("live roots: %w", err)
+	}
+	for _, root := range roots {
+		if err := r.mark(ctx, root, marked); err != nil {
+			return fmt.Errorf("root %s: %w", root, err)
+		}
+	}
+	return nil
 }
 
 // mark adds the tree h, and everything it references, to marked. A tree
 // marked already is not read again: subtrees shared by several roots, or
-// several times in one, are visited once.
+// several times in one, are visited once. (A tree is marked before its
+// entries, so a mark that fails leaves marked holding trees whose
+// entries are not; the caller then stops.)
 func (r *Repo) mark(ctx context.Context, h Hash, marked map[Hash]struct{}) error {
 	if h.IsZero() {
 		return nil
@@ -121,43 +161,91 @@ func (r *Repo) mark(ctx context.Context, h Hash, marked map[Hash]struct{}) error
 	return nil
 }
 
-// sweep removes every object in neither marked nor keep. Files in the
-// fan-out folders whose names are not object names are left alone.
-func (r *Repo) sweep(ctx context.Context, marked, keep map[Hash]struct{}) (CollectStats, error) {
-	var stats CollectStats
+// candidates lists the loose objects not in marked, in the order of
+// their folders, and returns them with how many objects it listed in
+// all. Files in the fan-out folders whose names are not object names are
+// left alone.
+func (r *Repo) candidates(ctx context.Context, marked map[Hash]struct{}) ([]Hash, int64, error) {
+	var cands []Hash
+	var listed int64
 	for i := 0; i < 256; i++ {
 		if err := ctx.Err(); err != nil {
-			return stats, fmt.Errorf("sweep stopped: %w", err)
+			return nil, 0, fmt.Errorf("list objects: %w", err)
 		}
 		folder := fmt.Sprintf("%s/%02x", r.objects, i)
-		ents, err := os.ReadDir(folder)
+		d, err := os.Open(folder)
 		if err != nil {
-			return stats, fmt.Errorf("sweep: list %s: %w", folder, err)
+			return nil, 0, fmt.Errorf("list %s: %w", folder, err)
 		}
-		for _, e := range ents {
-			h, err := ParseHash(fmt.Sprintf("%02x%s", i, e.Name()))
+		names, err := d.Readdirnames(-1)
+		d.Close()
+		if err != nil {
+			return nil, 0, fmt.Errorf("list %s: %w", folder, err)
+		}
+		for _, name := range names {
+			h, err := ParseHash(fmt.Sprintf("%02x%s", i, name))
 			if err != nil {
 				continue
 			}
-			_, ok := marked[h]
-			if _, pending := keep[h]; ok || pending {
-				stats.Kept++
-				continue
-			}
-			var size int64
-			if info, err := e.Info(); err == nil {
-				size = info.Size()
-			}
-			err = os.Remove(folder + "/" + e.Name())
-			if err != nil && !errors.Is(err, os.ErrNotExist) {
-				return stats, fmt.Errorf("sweep: remove object %s: %w", h, err)
-			}
-			r.trees.drop(h)
-			if err == nil {
-				stats.Removed++
-				stats.Freed += size
+			listed++
+			if _, ok := marked[h]; !ok {
+				cands = append(cands, h)
 			}
 		}
 	}
-	return stats, nil
+	return cands, listed, nil
+}
+
+// sweep is one sweep of Collect; the caller holds the lock exclusive. It
+// marks what the roots live returns now reach, keeps what the logs hold,
+// and removes the other candidates for collectHold at most. It returns
+// the candidates it did not come to.
+func (r *Repo) sweep(ctx context.Context, live func(ctx context.Context) ([]Hash, error), marked map[Hash]struct{}, cands []Hash, stats *CollectStats) ([]Hash, error) {
+	// Every checkpoint that used an object before now stored its record
+	// before it let go of Shared: its root is among these.
+	if err := r.markLive(ctx, live, marked); err != nil {
+		return cands, err
+	}
+	keep, err := r.otherHashes()
+	if err != nil {
+		return cands, err
+	}
+	r.mu.Lock()
+	for _, pl := range r.logs {
+		for h := range pl.recs {
+			keep[h] = struct{}{}
+		}
+	}
+	r.mu.Unlock()
+	end := time.Now().Add(collectHold)
+	for i, h := range cands {
+		if i%32 == 0 && i > 0 {
+			if err := ctx.Err(); err != nil {
+				return cands[i:], fmt.Errorf("sweep stopped: %w", err)
+			}
+			if time.Now().After(end) {
+				return cands[i:], nil
+			}
+		}
+		_, ok := marked[h]
+		if _, pending := keep[h]; ok || pending {
+			stats.Kept++
+			continue
+		}
+		path := r.objectPath(h)
+		var size int64
+		if info, err := os.Lstat(path); err == nil {
+			size = info.Size()
+		}
+		err := os.Remove(path)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return cands[i:], fmt.Errorf("sweep: remove object %s: %w", h, err)
+		}
+		r.trees.drop(h)
+		if err == nil {
+			stats.Removed++
+			stats.Freed += size
+		}
+	}
+	return nil, nil
 }

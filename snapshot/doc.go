@@ -70,7 +70,6 @@
 //	DIR/tmp/log-<16 hex>           build logs: objects durable, not yet loose
 //	DIR/tmp/obj-<random>           loose objects being written, renamed into place
 //	DIR/lock                       the collection lock (below)
-//	DIR/gate                       its turnstile
 //
 // An object file is a format byte (0 raw, 1 zstd) and the payload. A log
 // is a header (8 bytes: "wrnlog", 0, 1) and records, each the object's
@@ -133,38 +132,57 @@
 // # Collection and its lock
 //
 // Collect removes every object no live root reaches (a sparse file's
-// map and its extents' blobs included: the map is read to mark them). It is safe because
-// every reader and writer of objects holds the lock shared (Shared) from
-// its first object read or write until its record is stored, and Collect
-// holds it exclusive from before it asks the caller for the live roots
-// until its sweep is done. So a checkpoint either stored its record before
-// the collection asked (its root is live, its objects marked) or starts
-// after the collection ended (the objects it finds in place, and its base
-// tree read from the records, are all still there). Build, Apply, Diff,
-// ReadTree and OpenBlob do not take the lock themselves: the caller holds
-// it across the whole operation and its record. Collect fails closed: a
+// map and its extents' blobs included: the map is read to mark them),
+// beside the checkpoints rather than in front of them. Every reader and writer of
+// objects holds the lock shared (Shared) from its first object read or
+// write until its record is stored. Collect marks without the lock: it
+// calls the caller's live function, marks what the roots reach and lists
+// the loose objects not marked (the candidates), while checkpoints run.
+// Then it sweeps in short turns, each holding the lock exclusive: it
+// calls live again, marks what the roots added since reach (only the
+// new trees are read), keeps what any log holds, and removes the other
+// candidates, for 20 ms at most (collectHold), then lets go and comes
+// back for the rest. So an object is removed only at a moment when no
+// checkpoint is between its first object use and its record, and no
+// root listed at that moment reaches it: a checkpoint that found it in
+// place (dedup) before has its root among those listed, one that looks
+// after finds it gone and writes it again. Build, Apply, Diff, ReadTree
+// and OpenBlob do not take the lock themselves: the caller holds it
+// across the whole operation and its record. Collect fails closed: a
 // failing live function, or a missing or corrupt tree below a root,
-// removes nothing.
+// removes nothing more.
 //
-// Logs and collection: holding the lock exclusive, Collect first waits
-// until this Repo's logs are spread (no build adds one meanwhile, here or
-// elsewhere: builds hold the lock shared), spreads the logs crashed
-// processes left, then keeps every object the remaining logs hold (other
-// processes' logs, and a log of this Repo's that failed to spread),
-// reachable or not: they are not loose, so there is nothing to sweep of
-// them, and a spreader may be placing them. The spreaders take no lock:
-// what they place is either in a log Collect read, or reachable from a
-// root it marked. Shared is not reentrant: a goroutine holding it must
-// not take it again, nor call Collect (a collection waiting between the
-// two would wait for the first while the second waits for it).
+// The exclusive lock is asked for with LOCK_NB and asked again after a
+// backoff of 1 to 5 ms, never queued: a collection that waits for a slow
+// checkpoint keeps no other checkpoint waiting (a Shared caller waits
+// only while a sweep holds the lock). The other side of that choice: a
+// tenant whose checkpoints overlap without a gap delays the sweeps (its
+// garbage stays on disk) until they leave the lock free for a moment.
+//
+// Logs and collection: Collect first waits until this Repo's logs
+// published before it started are spread, and spreads the logs crashed
+// processes left; each sweep keeps every object a log still holds
+// (other processes' logs, and logs of this Repo's not yet spread),
+// reachable or not: a spreader may be placing them. The spreaders take
+// no lock: what they place is either in a log a sweep read, or reachable
+// from a root it marked. Shared is not reentrant: a goroutine holding it
+// must not take it again, nor call Collect (Collect's sweep would wait
+// for it forever).
 //
 // The lock is flock(2) on DIR/lock, on an open file description of its
 // own per call, so it works alike between goroutines and between
-// processes (daemons sharing a disk). Collect first takes DIR/gate
-// exclusive, and Shared passes it shared, so a collection waiting for
-// the holders to finish keeps new ones out and is not starved. Blocking
-// flock cannot be canceled: both ask with LOCK_NB and ask again after a
-// backoff of 1 to 25 ms, until granted or ctx ends (lock_linux.go).
+// processes (daemons sharing a disk). Blocking flock cannot be canceled:
+// Shared too asks with LOCK_NB and asks again after a backoff of 1 to
+// 25 ms, until granted or ctx ends (lock_linux.go). (DIR/gate, the
+// turnstile of older versions, is no longer used.)
+//
+// # Limits
+//
+// A Build reads at most Limits: so many entries listed or looked at
+// again, folders so deeply nested, so many bytes of file content
+// (WithLimits; a million, 512 and 16 GiB by default). Past one it fails
+// with a *LimitError (errors.Is ErrLimit) naming the limit and its
+// value, and its log is removed: nothing of it is left.
 //
 // # Errors
 //
@@ -192,7 +210,7 @@
 // A Repo that has worked keeps two encoders, two decoders and two 1 MiB
 // buffers (about 11 MiB) and its tree cache (8 MiB at most by default,
 // WithTreeCache); a build holds one folder's entries per level of depth,
-// the descriptors of the folders it is in (at most 512 deep), its log's
+// the descriptors of the folders it is in (at most 512 deep: Limits), its log's
 // 1 MiB write buffer and its records' index (about 100 bytes an object,
 // kept until the log is spread: 10 MiB for a first build of 100,000
 // files). A pending log holds a descriptor open until it is spread.

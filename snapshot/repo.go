@@ -60,6 +60,12 @@ type Repo struct {
 	// spreadHook, when set (by tests, at Open), is called by the spreader
 	// with a log's name before it spreads it.
 	spreadHook func(log string)
+	// collectHook, when set (WithCollectHook), is called at the steps of
+	// a Collect (collectStep).
+	collectHook func(step string)
+
+	// limits bound what one Build reads (WithLimits).
+	limits Limits
 }
 
 // Option sets up a Repo at Open.
@@ -70,6 +76,22 @@ type config struct {
 	cacheBytes int
 	noSpreader bool             // tests: logs are left as a crash would leave them
 	spreadHook func(log string) // tests: see Repo.spreadHook
+	collect    func(step string)
+	limits     Limits
+}
+
+// WithCollectHook has Collect call fn at its steps: "wait" before a sweep
+// asks for the exclusive lock, "sweep" once it holds it. It is for tests
+// (to know that a collection is due and waiting) and tracing; fn must
+// not take the lock.
+func WithCollectHook(fn func(step string)) Option {
+	return func(c *config) { c.collect = fn }
+}
+
+// WithLimits bounds what one Build reads (see Limits); zero fields mean
+// the defaults.
+func WithLimits(l Limits) Option {
+	return func(c *config) { c.limits = l }
 }
 
 // WithSkip sets the rule for the names that Build leaves out of trees, in
@@ -131,7 +153,9 @@ func Open(dir string, opts ...Option) (*Repo, error) {
 		trees:    newTreeCache(cfg.cacheBytes),
 		passDone: make(chan struct{}),
 
-		spreadHook: cfg.spreadHook,
+		spreadHook:  cfg.spreadHook,
+		collectHook: cfg.collect,
+		limits:      cfg.limits.WithDefaults(),
 	}
 	if err := r.layout(); err != nil {
 		return nil, fmt.Errorf("snapshot: open %s: %w", dir, err)
@@ -198,13 +222,11 @@ func (r *Repo) layout() error {
 			}
 		}
 	}
-	for _, name := range []string{lockName, gateName} {
-		f, err := os.OpenFile(filepath.Join(r.dir, name), os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			return fmt.Errorf("make %s: %w", name, err)
-		}
-		f.Close()
+	f, err := os.OpenFile(filepath.Join(r.dir, lockName), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("make %s: %w", lockName, err)
 	}
+	f.Close()
 	return nil
 }
 

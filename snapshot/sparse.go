@@ -242,7 +242,7 @@ func (f *fdSection) Read(p []byte) (int, error) {
 // map, its size and the bytes read. A file with holes is stored as a map
 // of blobs of its data; any other as one blob of everything read to its
 // end. A file that shrinks meanwhile is stored as what was read.
-func (r *Repo) putFile(ws *writeSet, fd int, size, blocks int64) (h Hash, sparse bool, n, read int64, err error) {
+func (r *Repo) putFile(ws *writeSet, fd int, size, blocks int64, wrap func(io.Reader) io.Reader) (h Hash, sparse bool, n, read int64, err error) {
 	var spans []span
 	ok := false
 	// A file with as many blocks as bytes has no hole worth a lookup
@@ -253,12 +253,12 @@ func (r *Repo) putFile(ws *writeSet, fd int, size, blocks int64) (h Hash, sparse
 		}
 	}
 	if !ok {
-		h, n, err := r.putStream(ws, &fdSection{fd: fd, n: -1})
+		h, n, err := r.putStream(ws, wrap(&fdSection{fd: fd, n: -1}))
 		return h, false, n, n, err
 	}
 	m := fileMap{size: size, extents: make([]extent, 0, len(spans))}
 	for _, s := range spans {
-		eh, got, err := r.putStream(ws, &fdSection{fd: fd, off: s.off, n: s.end - s.off})
+		eh, got, err := r.putStream(ws, wrap(&fdSection{fd: fd, off: s.off, n: s.end - s.off}))
 		read += got
 		if err != nil {
 			return Hash{}, false, 0, read, fmt.Errorf("read %d bytes at %d: %w", s.end-s.off, s.off, err)

@@ -25,6 +25,7 @@ import (
 	"warren/meta"
 	"warren/meta/badger"
 	"warren/meta/etcd"
+	"warren/snapshot"
 )
 
 // serveOptions are the flags of warrend (warren serve).
@@ -69,6 +70,8 @@ type serveOptions struct {
 	// Checkpoints: where their content lives, and how many a thread keeps.
 	snapshots   string
 	checkpoints int
+	// cpLimits bound what one checkpoint reads.
+	cpLimits snapshot.Limits
 	// metricsAddr is the TCP address of the operational endpoints.
 	metricsAddr string
 	// eventLog is how many events are kept for replay.
@@ -181,6 +184,9 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.Int64Var(&o.diskReserve, "disk-reserve", 0, "bytes of the workspaces' disk that their writes leave free (default none; needs workspaces on btrfs)")
 	fs.StringVar(&o.snapshots, "snapshots", "", "folder of the tenants' snapshot repositories, the checkpoints' content (default DATA/snapshots); servers may share one")
 	fs.IntVar(&o.checkpoints, "checkpoints", gateway.DefaultCheckpoints, "how many checkpoints a thread keeps unless its settings say otherwise")
+	fs.Int64Var(&o.cpLimits.Entries, "checkpoint-max-entries", snapshot.DefaultMaxEntries, "most entries one checkpoint lists or looks at again; past it the checkpoint is refused")
+	fs.IntVar(&o.cpLimits.Depth, "checkpoint-max-depth", snapshot.MaxDepth, fmt.Sprintf("most folders nested below a workspace's root that a checkpoint reads (at most %d); past it the checkpoint is refused", snapshot.MaxDepth))
+	fs.Int64Var(&o.cpLimits.Bytes, "checkpoint-max-bytes", snapshot.DefaultMaxBytes, "most bytes of file content one checkpoint reads; past it the checkpoint is refused")
 	fs.DurationVar(&o.jailIdle, "jail-idle", gateway.DefaultJailIdle, "stop a thread's jail once no command or job ran in it for so long (the next command starts a new one); 0: never. A thread's settings win")
 	fs.DurationVar(&o.closeIdle, "close-idle", 0, "close a thread (unmount it, keep its folder) once nothing used it for so long; 0: never. A thread's settings win")
 	fs.IntVar(&o.eventLog, "event-log", gateway.DefaultEventLog, "how many of the newest events are kept, across restarts, for a reader that comes back with ?since=N; 0: none")
@@ -269,6 +275,7 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 		DiskQuotaBytes:   o.diskQuota,
 		DiskReserveBytes: o.diskReserve,
 		Checkpoints:      o.checkpoints,
+		CheckpointLimits: o.cpLimits,
 		Admission:        o.admission,
 
 		MaxThreads:          o.maxThreads,
