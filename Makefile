@@ -7,7 +7,8 @@
 #   make bench  filesystem benchmark: native ext4, go-fuse loopback, warren (edit checks on and off, fs metrics on and off, served over io_uring);
 #               then commands: plain fork+exec, warren's warm jail, bwrap, a new thread's first command,
 #               and the TypeScript provider's exec('true') and 4 KiB fs.read beside them;
-#               then checkpoints: 10 of 100,000 files changed, and an untar, against git add -A && commit
+#               then checkpoints: 10 of 100,000 files changed, and an untar, against git add -A && commit;
+#               then 10,000 threads bound in one daemon (bench/threads.sh)
 #
 # `make test` installs the Debian packages the tests need when they are
 # missing (as root), so it works on a fresh Debian machine with Go.
@@ -129,6 +130,7 @@ bench:
 	bench/fs.sh
 	bench/exec.sh
 	bench/checkpoint.sh
+	bench/threads.sh
 
 fmt:
 	$(GO) fmt ./...
