@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/testenv"
 )
 
 // TestStuckThreadLeavesOthersServed: on one shared connection, thread A
@@ -40,7 +42,7 @@ func TestStuckThreadLeavesOthersServed(t *testing.T) {
 
 	// Warm the connection up, so its readers are counted before.
 	ioRound(t, b, 0)
-	threads0 := countThreads(t)
+	threads0 := testenv.OSThreads(t)
 
 	const waiters = 64
 	ofd, ofdOut, err := startChild("lock-wait", "ofd", locked, strconv.Itoa(waiters/2))
@@ -62,7 +64,7 @@ func TestStuckThreadLeavesOthersServed(t *testing.T) {
 	waitFor(t, "every lock request to wait in the daemon", func() bool { return hub.LockWaits() == waiters })
 	// Counted before the flood, whose requests run side by side and may
 	// have OS threads of their own while they are in system calls.
-	if grew := countThreads(t) - threads0; grew > waiters/4 {
+	if grew := testenv.OSThreads(t) - threads0; grew > waiters/4 {
 		t.Errorf("the daemon has %d more OS threads with %d lock waits, want a few at most (no thread per wait)", grew, waiters)
 	}
 	flood, _, err := startChild("flood", filepath.Join(a, "flooded"))

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -33,26 +32,6 @@ func countFds(t testing.TB) int {
 		}
 	}
 	return n
-}
-
-// countThreads counts the process's OS threads.
-func countThreads(t testing.TB) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("no Threads: line in /proc/self/status")
-	return 0
 }
 
 // newTestPool starts a pool over a hub of its own, closed at the end.
@@ -87,12 +66,12 @@ func TestPoolManyRoots(t *testing.T) {
 	ctx := context.Background()
 	// One first, so that the connection's own cost is not counted.
 	first := mountPooled(t, p, dir, "first")
-	fds0, threads0 := countFds(t), countThreads(t)
+	fds0, threads0 := countFds(t), testenv.OSThreads(t)
 	ms := make([]*Mount, n)
 	for i := range ms {
 		ms[i] = mountPooled(t, p, dir, strconv.Itoa(i))
 	}
-	fds, threads := countFds(t), countThreads(t)
+	fds, threads := countFds(t), testenv.OSThreads(t)
 	if per := float64(fds-fds0) / n; per > 1 {
 		t.Errorf("descriptors per idle workspace: got %.2f (%d for %d), want at most 1", per, fds-fds0, n)
 	}

@@ -1,10 +1,9 @@
 package jail
 
 import (
-	"os"
-	"strconv"
-	"strings"
 	"testing"
+
+	"warren/internal/testenv"
 )
 
 // TestLiveJailsHoldNoOSThread: a live, idle jail costs the daemon no OS
@@ -16,36 +15,16 @@ func TestLiveJailsHoldNoOSThread(t *testing.T) {
 	const jails = 40
 	j0, _ := startJail(t)
 	run(t, j0, "true") // the first start's one-time costs, before the count
-	before := osThreads(t)
+	before := testenv.OSThreads(t)
 	for range jails {
 		j, _ := startJail(t)
 		if code, out, _ := run(t, j, "echo up"); code != 0 || out != "up\n" {
 			t.Fatalf("a command in a new jail: exit %d, %q", code, out)
 		}
 	}
-	grew := osThreads(t) - before
+	grew := testenv.OSThreads(t) - before
 	t.Logf("%d live jails: %d more OS threads", jails, grew)
 	if grew > jails/4 {
 		t.Errorf("%d live, idle jails cost %d more OS threads, want a few at most (none of their own)", jails, grew)
 	}
-}
-
-// osThreads counts the process's OS threads.
-func osThreads(t *testing.T) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("no Threads: line in /proc/self/status")
-	return 0
 }

@@ -19,12 +19,7 @@ func TestEventsVerb(t *testing.T) {
 	testenv.RequireRootFUSE(t)
 	sock := startGateway(t)
 	var out, errOut testenv.SyncBuffer
-	e := &cli.Env{Stdout: &out, Stderr: &errOut, Getenv: func(k string) string {
-		if k == "WARREN_SOCKET" {
-			return sock
-		}
-		return ""
-	}}
+	e := streamEnv(sock, &out, &errOut)
 	ctx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
 	exit := make(chan int, 1)
@@ -115,12 +110,7 @@ func TestEventsSince(t *testing.T) {
 		}
 	}
 	var out, errOut testenv.SyncBuffer
-	e := &cli.Env{Stdout: &out, Stderr: &errOut, Getenv: func(k string) string {
-		if k == "WARREN_SOCKET" {
-			return sock
-		}
-		return ""
-	}}
+	e := streamEnv(sock, &out, &errOut)
 	ctx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
 	exit := make(chan int, 1)
@@ -141,4 +131,15 @@ func TestEventsSince(t *testing.T) {
 	if code, _, errOut := runCLI(t, sock, "events", "--since", "yesterday"); code != 2 || !strings.Contains(errOut, "is not an event's seq") {
 		t.Errorf("events --since yesterday: exit %d, %q; want a usage error", code, errOut)
 	}
+}
+
+// streamEnv is the environment of a command line that runs while the test
+// reads its output: WARREN_SOCKET is sock, the outputs are out and errOut.
+func streamEnv(sock string, out, errOut *testenv.SyncBuffer) *cli.Env {
+	return &cli.Env{Stdout: out, Stderr: errOut, Getenv: func(k string) string {
+		if k == "WARREN_SOCKET" {
+			return sock
+		}
+		return ""
+	}}
 }
