@@ -181,23 +181,29 @@ func (s *Store) ListBindings(ctx context.Context) ([]meta.Binding, error) {
 	list := []meta.Binding{}
 	err := s.view(ctx, func(txn *badgerdb.Txn) error {
 		return scan(ctx, txn, keys.BindingPrefix, func(item *badgerdb.Item) error {
-			k, err := keys.ParseBinding(item.Key())
-			if err != nil {
-				return err
-			}
-			var b meta.Binding
-			if err := getJSON(item, &b); err != nil {
-				return fmt.Errorf("binding %q/%q: %w", k.Tenant, k.Thread, err)
-			}
-			b.ThreadKey = k
+			b, err := bindingOf(item)
 			list = append(list, b)
-			return nil
+			return err
 		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("meta: list bindings: %w", err)
 	}
 	return list, nil
+}
+
+// bindingOf decodes the binding record item.
+func bindingOf(item *badgerdb.Item) (meta.Binding, error) {
+	k, err := keys.ParseBinding(item.Key())
+	if err != nil {
+		return meta.Binding{}, err
+	}
+	var b meta.Binding
+	if err := getJSON(item, &b); err != nil {
+		return meta.Binding{}, fmt.Errorf("binding %q/%q: %w", k.Tenant, k.Thread, err)
+	}
+	b.ThreadKey = k
+	return b, nil
 }
 
 // ListBindingsPage implements meta.Store: an iterator seeks to the first
@@ -229,16 +235,10 @@ func (s *Store) ListBindingsPage(ctx context.Context, tenant *string, after *met
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			item := it.Item()
-			k, err := keys.ParseBinding(item.Key())
+			b, err := bindingOf(it.Item())
 			if err != nil {
 				return err
 			}
-			var b meta.Binding
-			if err := getJSON(item, &b); err != nil {
-				return fmt.Errorf("binding %q/%q: %w", k.Tenant, k.Thread, err)
-			}
-			b.ThreadKey = k
 			list = append(list, b)
 		}
 		return nil

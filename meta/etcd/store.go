@@ -245,22 +245,28 @@ func (s *Store) GetBinding(ctx context.Context, k meta.ThreadKey) (meta.Binding,
 func (s *Store) ListBindings(ctx context.Context) ([]meta.Binding, error) {
 	list := []meta.Binding{}
 	err := s.scan(ctx, keys.BindingPrefix, func(kv *mvccpb.KeyValue) error {
-		k, err := keys.ParseBinding(kv.Key)
-		if err != nil {
-			return err
-		}
-		var b meta.Binding
-		if err := decode(kv, &b); err != nil {
-			return fmt.Errorf("binding %q/%q: %w", k.Tenant, k.Thread, err)
-		}
-		b.ThreadKey = k
+		b, err := bindingOf(kv)
 		list = append(list, b)
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("meta: list bindings: %w", err)
 	}
 	return list, nil
+}
+
+// bindingOf decodes the binding record kv.
+func bindingOf(kv *mvccpb.KeyValue) (meta.Binding, error) {
+	k, err := keys.ParseBinding(kv.Key)
+	if err != nil {
+		return meta.Binding{}, err
+	}
+	var b meta.Binding
+	if err := decode(kv, &b); err != nil {
+		return meta.Binding{}, fmt.Errorf("binding %q/%q: %w", k.Tenant, k.Thread, err)
+	}
+	b.ThreadKey = k
+	return b, nil
 }
 
 // ListBindingsPage implements meta.Store: one range read from the key
@@ -282,17 +288,9 @@ func (s *Store) ListBindingsPage(ctx context.Context, tenant *string, after *met
 		return list, false, nil
 	}
 	more, err := s.scanRange(ctx, string(from), clientv3.GetPrefixRangeEnd(string(prefix)), s.listPage, int64(limit), func(kv *mvccpb.KeyValue) error {
-		k, err := keys.ParseBinding(kv.Key)
-		if err != nil {
-			return err
-		}
-		var b meta.Binding
-		if err := decode(kv, &b); err != nil {
-			return fmt.Errorf("binding %q/%q: %w", k.Tenant, k.Thread, err)
-		}
-		b.ThreadKey = k
+		b, err := bindingOf(kv)
 		list = append(list, b)
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("meta: list bindings page: %w", err)
