@@ -121,6 +121,11 @@ const (
 	// EventThreadRestored: the workspace was restored to a checkpoint
 	// (Checkpoint, Op, Paths: what the restore changed).
 	EventThreadRestored EventType = "thread.restored"
+	// EventThreadRestoreFailed: a restore could not finish (over the
+	// disk quota, a full disk, an object of the repository missing or
+	// corrupt) and the workspace was put back as it was before it
+	// (Checkpoint, Op, Message: the reason; Paths: what was put back).
+	EventThreadRestoreFailed EventType = "thread.restore_failed"
 )
 
 // MaxEventPaths bounds the paths an event lists; Message then says how
