@@ -29,12 +29,17 @@ import (
 //
 // Undo, redo and revert restore a checkpoint: the state the workspace
 // held is checkpointed first if no checkpoint has it, the restore is
-// journaled in the history before the first file changes, each file is
-// replaced under its path's lock (fs.Restorer), and the journal is
-// cleared once the last one changed; a restore cut short (a crash, an
-// error) is finished by the thread's next checkpoint call, or at the next
-// start. Fork makes a new thread of the tenant at a checkpoint, through
-// the same journal.
+// journaled in the history before the first file changes (with the tree
+// it begins from), each file is replaced under its path's lock
+// (fs.Restorer), and the journal is cleared once the last one changed. A
+// restore cut short by a crash or the daemon's stop is finished at the
+// next start (or by the thread's next checkpoint call). A restore that
+// cannot finish (over the disk quota, a full disk, an object missing or
+// corrupt) is put back: what it changed is made again what the tree it
+// began from holds, the journal is closed with the reason, and the call
+// answers it (failRestore); a crash while putting back has the next start
+// finish putting back. Fork makes a new thread of the tenant at a
+// checkpoint, through the same journal.
 //
 // The history's head is the checkpoint the workspace was last made or
 // restored at, and each checkpoint names its parent (the head when it was
@@ -203,6 +208,14 @@ func (g *Gateway) collectOnce(ctx context.Context, tenant string) {
 					return nil, fmt.Errorf("the restore of %s: %w", quote(h.Thread), err)
 				}
 				roots = append(roots, t)
+				// What a failed restore puts back.
+				if from := h.Restoring.From; from != "" {
+					t, err := snapshot.ParseHash(from)
+					if err != nil {
+						return nil, fmt.Errorf("the restore of %s: %w", quote(h.Thread), err)
+					}
+					roots = append(roots, t)
+				}
 			}
 		}
 		return roots, nil
