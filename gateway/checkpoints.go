@@ -905,8 +905,14 @@ func restoreFailure(rs meta.Restore, at *snapshot.Delta, cause, putBack error) e
 	if putBack != nil {
 		left = fmt.Sprintf("Putting the workspace back failed too (%v): it holds part of %s; take a checkpoint or revert to one.", putBack, rs.To)
 	}
+	if rs.Op == "fork" {
+		left = "The new thread is removed."
+	}
 	what := "a file"
-	if at != nil {
+	switch {
+	case at != nil && at.New.Kind == snapshot.KindDir:
+		what = "the folder " + quote(at.Path)
+	case at != nil:
 		what = fmt.Sprintf("%s (%d bytes)", quote(at.Path), at.New.Size)
 	}
 	switch {
@@ -1122,6 +1128,17 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 	if nk == k {
 		return api.ForkResponse{}, &toolError{api.ErrConflict, "A thread cannot be forked into itself; name a new thread."}
 	}
+	// A fork whose restore could not finish removes the thread it made,
+	// once its locks are let go (deleteThread takes them).
+	unmake := false
+	defer func() {
+		if !unmake {
+			return
+		}
+		if err := g.deleteThread(context.WithoutCancel(ctx), nk.Tenant, nk.Thread); err != nil {
+			g.log.Error("remove the thread of a fork that failed", "tenant", nk.Tenant, "thread", nk.Thread, "error", err)
+		}
+	}()
 	first, second := k, nk
 	if second.Tenant < first.Tenant || second.Tenant == first.Tenant && second.Thread < first.Thread {
 		first, second = second, first
@@ -1190,6 +1207,7 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 		}
 		// The new workspace is empty.
 		_, err := g.applyRestore(ctx, h, snapshot.Hash{})
+		unmake = err != nil && h.Restoring == nil // failed, and put back
 		return err
 	})
 	if err != nil {

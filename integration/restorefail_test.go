@@ -188,6 +188,23 @@ func TestRestoreMissingObject(t *testing.T) {
 	s := newFailScene(t, d, "missing", 4<<20)
 	must(t, os.Remove(s.bigObject(t, filepath.Join(d.data, "snapshots"))))
 	s.failUndo(t, http.StatusInternalServerError, api.CodeInternal, "an object of the snapshot repository is missing")
+
+	// A fork at cp-1 cannot be made either: refused the same way, and
+	// the thread it began is removed.
+	c := d.client()
+	ctx := context.Background()
+	_, err := c.Fork(ctx, "", s.thread, api.ForkRequest{Checkpoint: "cp-1", Thread: "missing-fork"})
+	var ae *api.APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusInternalServerError || !strings.Contains(ae.Message, "is missing") ||
+		!strings.Contains(ae.Message, "The new thread is removed") {
+		t.Fatalf("fork at cp-1: %v; want 500 saying the object is missing and the thread removed", err)
+	}
+	if _, err := c.Checkpoints(ctx, "", "missing-fork"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("the thread of a fork that failed: %v; want it not found", err)
+	}
+	if _, err := c.Fork(ctx, "", s.thread, api.ForkRequest{Checkpoint: "cp-2", Thread: "missing-fork"}); err != nil {
+		t.Fatalf("fork at cp-2 into the name of the fork that failed: %v", err)
+	}
 }
 
 // TestRestoreCorruptObject: an undo to a checkpoint whose big file's
