@@ -239,7 +239,9 @@ type Restore struct {
 	StartedAt time.Time `json:"startedAt"`
 	// From is the tree the workspace held when the restore began (the
 	// zero hash for an empty one): what a restore that cannot finish
-	// puts back. Empty in journals written before it was kept.
+	// puts back. Empty in journals written before it was kept: such a
+	// restore, finished at a start, is put back to the workspace as the
+	// start found it.
 	From string `json:"from,omitempty"`
 	// Failed is set once the restore failed (over a quota, a full disk,
 	// an object missing or corrupt), with the reason: the workspace is
