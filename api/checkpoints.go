@@ -1,6 +1,10 @@
 package api
 
-import "warren/meta"
+import (
+	"time"
+
+	"warren/meta"
+)
 
 // Checkpoints: recorded states of a thread's workspace (regular files
 // with their content and mode, symlinks, folders, empty ones too), kept in
@@ -70,6 +74,18 @@ type (
 		// at; Redo the checkpoints a redo goes back to, the next last.
 		Head string   `json:"head,omitempty"`
 		Redo []string `json:"redo,omitempty"`
+		// FailedRestore is the last restore of the thread that could
+		// not finish and was put back, if any.
+		FailedRestore *FailedRestore `json:"failedRestore,omitempty"`
+	}
+	// FailedRestore is a restore that could not finish: the workspace
+	// was put back as it was before it.
+	FailedRestore struct {
+		Op        string    `json:"op"` // "undo", "redo", "revert", "fork"
+		To        string    `json:"to"` // the checkpoint it could not restore
+		Reason    string    `json:"reason"`
+		StartedAt time.Time `json:"startedAt"`
+		EndedAt   time.Time `json:"endedAt"`
 	}
 	// RestoreResponse answers undo, redo and revert.
 	RestoreResponse struct {

@@ -592,6 +592,9 @@ func (g *Gateway) listCheckpoints(ctx context.Context, tenant, thread string) (a
 		return api.CheckpointsResponse{}, fmt.Errorf("checkpoints of %s: read the history: %w", keyName(k), err)
 	}
 	out := api.CheckpointsResponse{Checkpoints: make([]api.CheckpointInfo, 0, len(h.Checkpoints)), Head: h.Head, Redo: h.Redo}
+	if f := h.FailedRestore; f != nil {
+		out.FailedRestore = &api.FailedRestore{Op: f.Op, To: f.To, Reason: f.Failed, StartedAt: f.StartedAt, EndedAt: f.EndedAt}
+	}
 	for _, c := range h.Checkpoints {
 		out.Checkpoints = append(out.Checkpoints, api.CheckpointInfo{Checkpoint: c, Head: c.ID == h.Head})
 	}

@@ -126,6 +126,12 @@ func (s *failScene) historyWorks(t *testing.T, when string, before treeState, ne
 	if err != nil || list.Head != "cp-2" {
 		t.Fatalf("%s: checkpoints: %+v %v; want the head at cp-2", when, list, err)
 	}
+	if f := list.FailedRestore; f == nil || f.Op != "undo" || f.To != "cp-1" || f.Reason == "" || f.EndedAt.Before(f.StartedAt) {
+		t.Fatalf("%s: the failed restore in the list: %+v; want the undo to cp-1 with its reason", when, f)
+	}
+	if out := d.mustWarren("checkpoints", "--thread", s.thread); !strings.Contains(out, "last failed restore: undo to cp-1 at ") {
+		t.Fatalf("%s: warren checkpoints does not show the failed restore:\n%s", when, out)
+	}
 	d.mustWarren("exec", "--thread", s.thread, "--", "printf c > c.txt")
 	cp, err := c.Checkpoint(ctx, "", s.thread, api.CheckpointRequest{Label: "after"})
 	if err != nil || cp.Checkpoint.ID != next {
@@ -226,4 +232,13 @@ func TestRestoreCorruptObject(t *testing.T) {
 	must(t, err)
 	must(t, f.Close())
 	s.failUndo(t, http.StatusInternalServerError, api.CodeInternal, "an object of the snapshot repository fails its digest")
+
+	// A revert to cp-1 fails the same way, and changes nothing either.
+	before := captureTree(t, s.mp)
+	_, err = d.client().Revert(context.Background(), "", s.thread, "cp-1", false)
+	var ae *api.APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusInternalServerError || !strings.Contains(ae.Message, "The revert to cp-1 could not finish") {
+		t.Fatalf("revert to cp-1: %v; want 500 saying it could not finish", err)
+	}
+	wantTree(t, "after a failed revert", s.mp, before)
 }

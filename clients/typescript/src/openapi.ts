@@ -1710,6 +1710,19 @@ export interface components {
             checkpoints: components["schemas"]["CheckpointInfo"][];
             head?: string;
             redo?: string[];
+            failedRestore?: components["schemas"]["FailedRestore"];
+        };
+        /** @description The thread's last restore that could not finish; the workspace was put back as it was before it. */
+        FailedRestore: {
+            /** @enum {string} */
+            op: "undo" | "redo" | "revert" | "fork";
+            /** @description The checkpoint it could not restore. */
+            to: string;
+            reason: string;
+            /** Format: date-time */
+            startedAt: string;
+            /** Format: date-time */
+            endedAt: string;
         };
         RestoreRequest: {
             /** @description The checkpoint to revert to (revert only). */
