@@ -183,6 +183,8 @@ type Recorder struct {
 	removed map[string]bool // paths of RemoveAll calls: what was below them may have gone
 }
 
+var _ Target = (*Recorder)(nil)
+
 // Record returns a Recorder of t.
 func Record(t Target) *Recorder {
 	return &Recorder{T: t, changed: make(map[string]bool), removed: make(map[string]bool)}
