@@ -226,7 +226,9 @@ type Checkpoint struct {
 }
 
 // Restore is the journal of a restore under way: written before the
-// workspace's first file changes, cleared once the last one did.
+// workspace's first file changes, cleared once the last one did; for a
+// restore that could not finish, once the workspace was put back (it is
+// then kept, closed, as History.FailedRestore).
 type Restore struct {
 	Op   string `json:"op"`   // "undo", "redo", "revert", "fork"
 	To   string `json:"to"`   // the checkpoint restored
