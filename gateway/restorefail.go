@@ -30,17 +30,16 @@ import (
 // (History.FailedRestore), the event thread.restore_failed is sent, and
 // the call answers the reason (restoreFailure).
 
-// failedDelta returns the delta of deltas at path, nil if none.
+// failedDelta returns the delta of deltas that makes path, nil if none: of
+// a change of kind (a removal and an addition at one path), the addition.
 func failedDelta(deltas []snapshot.Delta, path string) *snapshot.Delta {
-	if path == "" {
-		return nil
-	}
+	var found *snapshot.Delta
 	for i := range deltas {
-		if deltas[i].Path == path {
-			return &deltas[i]
+		if path != "" && deltas[i].Path == path && (found == nil || deltas[i].Op != snapshot.Removed) {
+			found = &deltas[i]
 		}
 	}
-	return nil
+	return found
 }
 
 // maxFailedReason bounds the reason a failed restore's journal keeps.
