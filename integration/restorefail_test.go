@@ -150,16 +150,34 @@ func (s *failScene) historyWorks(t *testing.T, when string, before treeState, ne
 }
 
 // TestRestoreOverQuota: an undo to a checkpoint whose big file no longer
-// fits in the thread's disk quota (lowered since) is refused with 507
-// quota, naming the file, and changes nothing. On the code before the
-// restore ended cleanly, the undo answered 500 and left a.txt restored,
-// and every later checkpoint call answered 500.
+// fits in the thread's disk quota (lowered since), and one of a big file
+// rewritten in place (the old content is written beside the new), are
+// refused with 507 quota, naming the file, and change nothing. On the
+// code before the restore ended cleanly, the undo answered 500 and left
+// a.txt restored, and every later checkpoint call answered 500.
 func TestRestoreOverQuota(t *testing.T) {
 	mnt := testenv.LoopFS(t, 512<<20, "mkfs.btrfs", []string{"-q"}, "")
 	d := newDaemonAt(t, filepath.Join(mnt, "data"), "--disk-quota", fmt.Sprint(64<<20))
 	s := newFailScene(t, d, "quota", 80<<20, "--disk", fmt.Sprint(128<<20))
 	d.mustWarren("bind", "--thread", "quota", "--disk", fmt.Sprint(64<<20))
 	s.failUndo(t, http.StatusInsufficientStorage, api.CodeQuota, `does not fit in the thread's disk quota: "big.bin" (83886080 bytes) was not written`)
+
+	// Without a lowered quota: a 40 MiB file rewritten in place, whose
+	// undo writes the old content beside the new (a file is replaced
+	// atomically), 80 MiB for a quota of 64.
+	mp := d.bind("", "inplace")
+	d.mustWarren("exec", "--thread", "inplace", "--", "printf old > a.txt && head -c 40M /dev/urandom > big.bin")
+	d.mustWarren("checkpoint", "--thread", "inplace")
+	d.mustWarren("exec", "--thread", "inplace", "--", "printf new > a.txt && head -c 40M /dev/urandom > big.bin")
+	d.mustWarren("checkpoint", "--thread", "inplace")
+	before := captureTree(t, mp)
+	_, err := d.client().Undo(context.Background(), "", "inplace", false)
+	var ae *api.APIError
+	if !errors.As(err, &ae) || ae.Code != api.CodeQuota || !strings.Contains(ae.Message, `"big.bin" (41943040 bytes) was not written`) {
+		t.Fatalf("undo of a 40 MiB file rewritten in place, quota 64 MiB: %v; want 507 quota naming big.bin", err)
+	}
+	wantTree(t, "after the failed undo of a file rewritten in place", mp, before)
+	d.mustWarren("checkpoint", "--thread", "inplace")
 }
 
 // TestRestoreFullDisk: an undo whose big file does not fit on the
