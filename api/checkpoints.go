@@ -1,6 +1,10 @@
 package api
 
-import "warren/meta"
+import (
+	"time"
+
+	"warren/meta"
+)
 
 // Checkpoints: recorded states of a thread's workspace (regular files
 // with their content and mode, symlinks, folders, empty ones too), kept in
@@ -70,6 +74,18 @@ type (
 		// at; Redo the checkpoints a redo goes back to, the next last.
 		Head string   `json:"head,omitempty"`
 		Redo []string `json:"redo,omitempty"`
+		// FailedRestore is the last restore of the thread that could
+		// not finish and was put back, if any.
+		FailedRestore *FailedRestore `json:"failedRestore,omitempty"`
+	}
+	// FailedRestore is a restore that could not finish: the workspace
+	// was put back as it was before it.
+	FailedRestore struct {
+		Op        string    `json:"op"` // "undo", "redo", "revert", "fork"
+		To        string    `json:"to"` // the checkpoint it could not restore
+		Reason    string    `json:"reason"`
+		StartedAt time.Time `json:"startedAt"`
+		EndedAt   time.Time `json:"endedAt"`
 	}
 	// RestoreResponse answers undo, redo and revert.
 	RestoreResponse struct {
@@ -121,6 +137,11 @@ const (
 	// EventThreadRestored: the workspace was restored to a checkpoint
 	// (Checkpoint, Op, Paths: what the restore changed).
 	EventThreadRestored EventType = "thread.restored"
+	// EventThreadRestoreFailed: a restore could not finish (over the
+	// disk quota, a full disk, an object of the repository missing or
+	// corrupt) and the workspace was put back as it was before it
+	// (Checkpoint, Op, Message: the reason; Paths: what was put back).
+	EventThreadRestoreFailed EventType = "thread.restore_failed"
 )
 
 // MaxEventPaths bounds the paths an event lists; Message then says how

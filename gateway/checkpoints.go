@@ -27,12 +27,17 @@ import (
 //
 // Undo, redo and revert restore a checkpoint: the state the workspace
 // held is checkpointed first if no checkpoint has it, the restore is
-// journaled in the history before the first file changes, each file is
-// replaced under its path's lock (fs.Restorer), and the journal is
-// cleared once the last one changed; a restore cut short (a crash, an
-// error) is finished by the thread's next checkpoint call, or at the next
-// start. Fork makes a new thread of the tenant at a checkpoint, through
-// the same journal.
+// journaled in the history before the first file changes (with the tree
+// it begins from), each file is replaced under its path's lock
+// (fs.Restorer), and the journal is cleared once the last one changed. A
+// restore cut short by a crash or the daemon's stop is finished at the
+// next start (or by the thread's next checkpoint call). A restore that
+// cannot finish (over the disk quota, a full disk, an object missing or
+// corrupt) is put back: what it changed is made again what the tree it
+// began from holds, the journal is closed with the reason, and the call
+// answers it (failRestore); a crash while putting back has the next start
+// finish putting back. Fork makes a new thread of the tenant at a
+// checkpoint, through the same journal.
 //
 // The history's head is the checkpoint the workspace was last made or
 // restored at, and each checkpoint names its parent (the head when it was
@@ -201,6 +206,14 @@ func (g *Gateway) collectOnce(ctx context.Context, tenant string) {
 					return nil, fmt.Errorf("the restore of %s: %w", quote(h.Thread), err)
 				}
 				roots = append(roots, t)
+				// What a failed restore puts back.
+				if from := h.Restoring.From; from != "" {
+					t, err := snapshot.ParseHash(from)
+					if err != nil {
+						return nil, fmt.Errorf("the restore of %s: %w", quote(h.Thread), err)
+					}
+					roots = append(roots, t)
+				}
 			}
 		}
 		return roots, nil
@@ -577,6 +590,9 @@ func (g *Gateway) listCheckpoints(ctx context.Context, tenant, thread string) (a
 		return api.CheckpointsResponse{}, fmt.Errorf("checkpoints of %s: read the history: %w", keyName(k), err)
 	}
 	out := api.CheckpointsResponse{Checkpoints: make([]api.CheckpointInfo, 0, len(h.Checkpoints)), Head: h.Head, Redo: h.Redo}
+	if f := h.FailedRestore; f != nil {
+		out.FailedRestore = &api.FailedRestore{Op: f.Op, To: f.To, Reason: f.Failed, StartedAt: f.StartedAt, EndedAt: f.EndedAt}
+	}
 	for _, c := range h.Checkpoints {
 		out.Checkpoints = append(out.Checkpoints, api.CheckpointInfo{Checkpoint: c, Head: c.ID == h.Head})
 	}
@@ -697,7 +713,7 @@ func (g *Gateway) restoreTo(ctx context.Context, h *history, op string, now snap
 		return api.RestoreResponse{}, err
 	}
 	defer g.jails.endRestore(h.k)
-	h.Restoring = &meta.Restore{Op: op, To: to.ID, Tree: to.Tree, Head: to.ID, Redo: redo, HostID: g.cfg.HostID, StartedAt: time.Now().UTC()}
+	h.Restoring = &meta.Restore{Op: op, To: to.ID, Tree: to.Tree, Head: to.ID, Redo: redo, HostID: g.cfg.HostID, StartedAt: time.Now().UTC(), From: now.String()}
 	if err := g.putHistory(ctx, h); err != nil {
 		h.Restoring = nil
 		return api.RestoreResponse{}, err
@@ -710,27 +726,39 @@ func (g *Gateway) restoreTo(ctx context.Context, h *history, op string, now snap
 }
 
 // applyRestore makes the workspace, which held the tree now, what h's
-// journaled restore asks for, then clears the journal. The journal stays
-// when it fails: the next call finishes it.
+// journaled restore asks for, then clears the journal. A restore that
+// cannot finish (over the disk quota, a full disk, an object missing or
+// corrupt) is put back (failRestore): the workspace is left as it was
+// before the restore, the journal is closed with the reason and the error
+// says it. Only the daemon's stop, which cuts the restore short, leaves
+// the journal for the next start to finish.
 func (g *Gateway) applyRestore(ctx context.Context, h *history, now snapshot.Hash) ([]string, error) {
 	rs := *h.Restoring
+	if rs.Failed != "" {
+		// A put-back that a crash or a stop cut short: finished, never
+		// the restore itself.
+		return nil, g.failRestore(ctx, h, now, nil, nil, errors.New(rs.Failed))
+	}
 	to, err := snapshot.ParseHash(rs.Tree)
 	if err != nil {
-		return nil, fmt.Errorf("restore %s: %w", keyName(h.k), err)
+		return nil, g.failRestore(ctx, h, now, nil, nil, fmt.Errorf("the journal's tree: %w", err))
 	}
+	rec := snapshot.Record(h.files.Restorer())
 	deltas, err := h.repo.Diff(ctx, now, to)
-	if err != nil {
-		return nil, fmt.Errorf("restore %s to %s: %w", keyName(h.k), rs.To, err)
-	}
-	r := h.files.Restorer()
-	changed, err := h.repo.Apply(ctx, deltas, r)
+	var changed []string
 	if err == nil {
-		err = r.Sync()
+		changed, err = h.repo.Apply(ctx, deltas, rec)
+	}
+	if err == nil {
+		err = h.files.Restorer().Sync()
 	}
 	if err != nil {
-		g.log.Error("restore cut short; the thread's next checkpoint call finishes it", "tenant", h.k.Tenant, "thread", h.k.Thread,
-			"op", rs.Op, "to", rs.To, "error", err)
-		return nil, fmt.Errorf("restore %s to %s (the next checkpoint call finishes it): %w", keyName(h.k), rs.To, err)
+		if ctx.Err() != nil {
+			g.log.Error("restore cut short by the daemon's stop; the next start finishes it", "tenant", h.k.Tenant, "thread", h.k.Thread,
+				"op", rs.Op, "to", rs.To, "error", err)
+			return nil, fmt.Errorf("restore %s to %s (cut short; the next start finishes it): %w", keyName(h.k), rs.To, err)
+		}
+		return nil, g.failRestore(ctx, h, now, rec.Back(deltas), failedDelta(deltas, rec.Failed), err)
 	}
 	h.Restoring = nil
 	h.Head, h.Redo = rs.Head, rs.Redo
@@ -765,9 +793,11 @@ func (g *Gateway) restoreContext(ctx context.Context) (context.Context, context.
 }
 
 // finishRestore finishes the restore h's journal records, which a crash
-// or an error cut short: the whole workspace is read, since what the
-// restore changed before it stopped is not known, and made what the
-// journal asks for.
+// or the daemon's stop cut short: the whole workspace is read, since what
+// the restore changed before it stopped is not known, and made what the
+// journal asks for; a restore that cannot finish, or one whose journal
+// says it failed, is put back and closed (failRestore) and the call goes
+// on.
 func (g *Gateway) finishRestore(ctx context.Context, h *history) error {
 	ctx, done := g.restoreContext(ctx)
 	defer done()
@@ -785,8 +815,12 @@ func (g *Gateway) finishRestore(ctx context.Context, h *history) error {
 		h.files.ReturnChanges(set)
 		return fmt.Errorf("finish the restore of %s: read the workspace: %w", keyName(h.k), err)
 	}
-	_, err = g.applyRestore(ctx, h, now)
-	return err
+	if _, err := g.applyRestore(ctx, h, now); err != nil && h.Restoring != nil {
+		return err
+	}
+	// Finished, or failed and ended cleanly (put back, the journal
+	// closed, the event sent): the call that found it goes on.
+	return nil
 }
 
 // quiesce makes sure no command or job of k runs while its workspace is
@@ -939,6 +973,17 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 	if nk == k {
 		return api.ForkResponse{}, &toolError{api.ErrConflict, "A thread cannot be forked into itself; name a new thread."}
 	}
+	// A fork whose restore could not finish removes the thread it made,
+	// once its locks are let go (deleteThread takes them).
+	unmake := false
+	defer func() {
+		if !unmake {
+			return
+		}
+		if err := g.deleteThread(context.WithoutCancel(ctx), nk.Tenant, nk.Thread); err != nil {
+			g.log.Error("remove the thread of a fork that failed", "tenant", nk.Tenant, "thread", nk.Thread, "error", err)
+		}
+	}()
 	first, second := k, nk
 	if second.Tenant < first.Tenant || second.Tenant == first.Tenant && second.Thread < first.Thread {
 		first, second = second, first
@@ -1000,12 +1045,14 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 	err = g.withHistoryShared(ctx, nk, ninfo.Binding, repo, func(h *history) error {
 		h.Checkpoints = []meta.Checkpoint{cp}
 		h.NextSeq = 2
-		h.Restoring = &meta.Restore{Op: "fork", To: cp.ID, Tree: cp.Tree, Head: cp.ID, HostID: g.cfg.HostID, StartedAt: cp.CreatedAt}
+		h.Restoring = &meta.Restore{Op: "fork", To: cp.ID, Tree: cp.Tree, Head: cp.ID, HostID: g.cfg.HostID, StartedAt: cp.CreatedAt,
+			From: snapshot.Hash{}.String()}
 		if err := g.putHistory(ctx, h); err != nil {
 			return err
 		}
 		// The new workspace is empty.
 		_, err := g.applyRestore(ctx, h, snapshot.Hash{})
+		unmake = err != nil && h.Restoring == nil // failed, and put back
 		return err
 	})
 	if err != nil {

@@ -80,9 +80,11 @@
 //     workspace's uncheckpointed changes are kept in a checkpoint first,
 //     running commands refuse it (or are stopped, with force), no command
 //     starts meanwhile, and the restore is journaled in the history before
-//     the first file changes; a restore cut short is finished by the
-//     thread's next checkpoint call or at the next start. Unreferenced
-//     objects are collected per tenant (checkpoints.go).
+//     the first file changes; a restore cut short by a crash is finished
+//     at the next start, and one that cannot finish (quota, full disk, an
+//     object missing or corrupt) is put back and its journal closed
+//     (restorefail.go). Unreferenced objects are collected per tenant
+//     (checkpoints.go).
 //   - A jail idle past its thread's jail idle time is stopped and a thread
 //     unused past its close idle time is closed (idle.go); a jail is taken
 //     only while no command of it is registered and no job runs.

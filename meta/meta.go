@@ -226,7 +226,9 @@ type Checkpoint struct {
 }
 
 // Restore is the journal of a restore under way: written before the
-// workspace's first file changes, cleared once the last one did.
+// workspace's first file changes, cleared once the last one did; for a
+// restore that could not finish, once the workspace was put back (it is
+// then kept, closed, as History.FailedRestore).
 type Restore struct {
 	Op   string `json:"op"`   // "undo", "redo", "revert", "fork"
 	To   string `json:"to"`   // the checkpoint restored
@@ -237,6 +239,19 @@ type Restore struct {
 	Redo      []string  `json:"redo,omitempty"`
 	HostID    string    `json:"hostId,omitempty"`
 	StartedAt time.Time `json:"startedAt"`
+	// From is the tree the workspace held when the restore began (the
+	// zero hash for an empty one): what a restore that cannot finish
+	// puts back. Empty in journals written before it was kept: such a
+	// restore, finished at a start, is put back to the workspace as the
+	// start found it.
+	From string `json:"from,omitempty"`
+	// Failed is set once the restore failed (over a quota, a full disk,
+	// an object missing or corrupt), with the reason: the workspace is
+	// being put back to From. A restart that finds it finishes putting
+	// back, not the restore.
+	Failed string `json:"failed,omitempty"`
+	// EndedAt is when a failed restore ended (History.FailedRestore).
+	EndedAt time.Time `json:"endedAt,omitzero"`
 }
 
 // History is a thread's checkpoints and its place among them: one record
@@ -251,6 +266,10 @@ type History struct {
 	// Redo are the undone checkpoints, the next redo last.
 	Redo      []string `json:"redo,omitempty"`
 	Restoring *Restore `json:"restoring,omitempty"`
+	// FailedRestore is the journal of the last restore that could not
+	// finish, closed with its reason (Failed) once the workspace was put
+	// back: kept for the operator, never resumed.
+	FailedRestore *Restore `json:"failedRestore,omitempty"`
 
 	// Revision is set by the store on every read and write, as
 	// Binding.Revision is: a replace must pass the revision it read.

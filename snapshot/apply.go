@@ -169,3 +169,84 @@ func validPath(p string) bool {
 	}
 	return true
 }
+
+// Recorder is a Target that passes every call on to T and notes what the
+// calls changed, so that a plan cut short by an error can be taken back
+// (Back). A call that failed changed nothing, except a RemoveAll, which
+// may have removed part of its tree: it is noted whatever its outcome.
+type Recorder struct {
+	T Target
+	// Failed is the path of the last call that failed, "" if none did.
+	Failed string
+
+	changed map[string]bool // paths a call changed
+	removed map[string]bool // paths of RemoveAll calls: what was below them may have gone
+}
+
+var _ Target = (*Recorder)(nil)
+
+// Record returns a Recorder of t.
+func Record(t Target) *Recorder {
+	return &Recorder{T: t, changed: make(map[string]bool), removed: make(map[string]bool)}
+}
+
+func (r *Recorder) note(path string, err error) error {
+	if err != nil {
+		r.Failed = path
+		return err
+	}
+	r.changed[path] = true
+	return nil
+}
+
+// RemoveAll implements Target.
+func (r *Recorder) RemoveAll(ctx context.Context, path string) error {
+	r.removed[path] = true
+	return r.note(path, r.T.RemoveAll(ctx, path))
+}
+
+// Mkdir implements Target.
+func (r *Recorder) Mkdir(ctx context.Context, path string, mode uint32) error {
+	return r.note(path, r.T.Mkdir(ctx, path, mode))
+}
+
+// WriteFile implements Target.
+func (r *Recorder) WriteFile(ctx context.Context, path string, mode uint32, content io.Reader) error {
+	return r.note(path, r.T.WriteFile(ctx, path, mode, content))
+}
+
+// Symlink implements Target.
+func (r *Recorder) Symlink(ctx context.Context, path, target string) error {
+	return r.note(path, r.T.Symlink(ctx, path, target))
+}
+
+// Chmod implements Target.
+func (r *Recorder) Chmod(ctx context.Context, path string, mode uint32) error {
+	return r.note(path, r.T.Chmod(ctx, path, mode))
+}
+
+// Back returns the plan that takes back what the recorded calls of a plan
+// of deltas changed: the deltas turned round (Added is Removed, Old is
+// New), for the paths a call changed or a RemoveAll went over. Applied to
+// the workspace as the calls left it, it makes the tree the deltas
+// started from again; the paths no call reached are as they were, and
+// are left alone.
+func (r *Recorder) Back(deltas []Delta) []Delta {
+	var back []Delta
+	for _, d := range deltas {
+		if !r.changed[d.Path] && !r.removed[d.Path] && !underAny(d.Path, r.removed) {
+			continue
+		}
+		b := Delta{Path: d.Path, Old: d.New, New: d.Old}
+		switch d.Op {
+		case Added:
+			b.Op = Removed
+		case Removed:
+			b.Op = Added
+		default:
+			b.Op = Modified
+		}
+		back = append(back, b)
+	}
+	return back
+}

@@ -128,3 +128,44 @@ func TestApplyCorruptBlob(t *testing.T) {
 	}
 	sameDirs(t, dst, a)
 }
+
+// TestRecorderBack cuts a plan short after n calls, recorded, then
+// applies what Back returns: the workspace must be the tree the plan
+// started from, whatever n (the plan's every kind of delta: kind changes
+// both ways, read-only folders, modes); a plan run whole is taken back
+// whole.
+func TestRecorderBack(t *testing.T) {
+	r := openRepo(t)
+	a, b := twoStates(t)
+	ha, _ := build(t, r, a, Hash{}, nil, true)
+	hb, _ := build(t, r, b, Hash{}, nil, true)
+	deltas, err := r.Diff(context.Background(), ha, hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := t.TempDir()
+	restore(t, r, ha, probe)
+	counter := newDirTarget(t, probe)
+	if _, err := r.Apply(context.Background(), deltas, counter); err != nil {
+		t.Fatal(err)
+	}
+	calls := counter.calls.Load()
+	for _, n := range []int64{1, 2, calls / 3, calls / 2, calls - 1, calls} {
+		dst := t.TempDir()
+		restore(t, r, ha, dst)
+		cut := newDirTarget(t, dst)
+		cut.failAfter = n
+		rec := Record(cut)
+		_, err := r.Apply(context.Background(), deltas, rec)
+		if n < calls && !errors.Is(err, errCut) {
+			t.Fatalf("cut after %d: got %v, want %v", n, err, errCut)
+		}
+		if n < calls && rec.Failed == "" {
+			t.Errorf("cut after %d: the recorder names no failed call", n)
+		}
+		if _, err := r.Apply(context.Background(), rec.Back(deltas), newDirTarget(t, dst)); err != nil {
+			t.Fatalf("cut after %d: apply Back: %v", n, err)
+		}
+		sameDirs(t, dst, a)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -77,7 +78,16 @@ func checkpointsCmd(ctx context.Context, e *cli.Env, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", c.ID, orDash(at), c.Files, c.Bytes,
 			c.CreatedAt.Local().Format(time.DateTime), showID(label))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if f := out.FailedRestore; f != nil {
+		// The reason is the daemon's text, paths in it too: quoted
+		// unless plain.
+		_, err = fmt.Fprintf(e.Stdout, "last failed restore: %s to %s at %s, put back: %s\n",
+			showID(f.Op), showID(f.To), f.EndedAt.Local().Format(time.DateTime), strconv.Quote(f.Reason))
+	}
+	return err
 }
 
 func diffCmd(ctx context.Context, e *cli.Env, args []string) error {

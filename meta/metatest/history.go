@@ -31,6 +31,12 @@ func history(k meta.ThreadKey) meta.History {
 		Restoring: &meta.Restore{
 			Op: "undo", To: "cp-1", Tree: strings.Repeat("1", 64), Head: "cp-1", Redo: []string{"cp-3", "cp-2"},
 			HostID: "host-2", StartedAt: boundAt.Add(time.Hour + time.Nanosecond),
+			From: strings.Repeat("2", 64), Failed: "write big.bin: disk quota exceeded",
+		},
+		FailedRestore: &meta.Restore{
+			Op: "revert", To: "cp-3", Tree: strings.Repeat("3", 64), Head: "cp-3",
+			StartedAt: boundAt.Add(30 * time.Minute), EndedAt: boundAt.Add(31*time.Minute + time.Nanosecond),
+			From: strings.Repeat("2", 64), Failed: "snapshot: corrupt object",
 		},
 	}
 }
@@ -69,18 +75,27 @@ func checkHistory(t testing.TB, what string, got, want meta.History) {
 	if !slices.Equal(got.Redo, want.Redo) {
 		diff("Redo", got.Redo, want.Redo)
 	}
-	switch g, w := got.Restoring, want.Restoring; {
-	case (g == nil) != (w == nil):
-		diff("Restoring", g, w)
-	case g != nil:
-		if !g.StartedAt.Equal(w.StartedAt) {
-			diff("Restoring.StartedAt", g.StartedAt, w.StartedAt)
-		}
-		if !slices.Equal(g.Redo, w.Redo) {
-			diff("Restoring.Redo", g.Redo, w.Redo)
-		}
-		if g.Op != w.Op || g.To != w.To || g.Tree != w.Tree || g.Head != w.Head || g.HostID != w.HostID {
-			diff("Restoring", *g, *w)
+	for _, r := range []struct {
+		name string
+		g, w *meta.Restore
+	}{{"Restoring", got.Restoring, want.Restoring}, {"FailedRestore", got.FailedRestore, want.FailedRestore}} {
+		switch g, w := r.g, r.w; {
+		case (g == nil) != (w == nil):
+			diff(r.name, g, w)
+		case g != nil:
+			if !g.StartedAt.Equal(w.StartedAt) {
+				diff(r.name+".StartedAt", g.StartedAt, w.StartedAt)
+			}
+			if !g.EndedAt.Equal(w.EndedAt) {
+				diff(r.name+".EndedAt", g.EndedAt, w.EndedAt)
+			}
+			if !slices.Equal(g.Redo, w.Redo) {
+				diff(r.name+".Redo", g.Redo, w.Redo)
+			}
+			if g.Op != w.Op || g.To != w.To || g.Tree != w.Tree || g.Head != w.Head || g.HostID != w.HostID ||
+				g.From != w.From || g.Failed != w.Failed {
+				diff(r.name, *g, *w)
+			}
 		}
 	}
 	if len(diffs) > 0 {
@@ -422,6 +437,7 @@ func testHistoryRefusesTextJSONWouldRewrite(t *testing.T, s meta.Store) {
 		{"label", func(h *meta.History) { h.Checkpoints[1].Label = "turn \xff" }},
 		{"head", func(h *meta.History) { h.Head = "cp-\xfe" }},
 		{"restore's redo", func(h *meta.History) { h.Restoring.Redo[0] = "\xc0" }},
+		{"failed restore's reason", func(h *meta.History) { h.FailedRestore.Failed = "write \xff: disk quota exceeded" }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := history(meta.ThreadKey{Tenant: "acme", Thread: tt.name})

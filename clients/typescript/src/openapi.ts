@@ -972,7 +972,7 @@ export interface paths {
         put?: never;
         /**
          * Undo
-         * @description Goes back one checkpoint, keeping uncheckpointed changes in an automatic one first.
+         * @description Goes back one checkpoint, keeping uncheckpointed changes in an automatic one first. A restore that cannot finish (507 `quota` or `no_space` for a file that does not fit, 500 `internal` for an object of the repository missing or corrupt) leaves the workspace as it was and emits thread.restore_failed.
          */
         post: operations["undo"];
         delete?: never;
@@ -997,7 +997,7 @@ export interface paths {
         put?: never;
         /**
          * Redo
-         * @description Goes forward to the checkpoint the last undo left; refused when the workspace changed since.
+         * @description Goes forward to the checkpoint the last undo left; refused when the workspace changed since. A restore that cannot finish (507 `quota` or `no_space` for a file that does not fit, 500 `internal` for an object of the repository missing or corrupt) leaves the workspace as it was and emits thread.restore_failed.
          */
         post: operations["redo"];
         delete?: never;
@@ -1022,7 +1022,7 @@ export interface paths {
         put?: never;
         /**
          * Revert
-         * @description Goes to any checkpoint the thread keeps, keeping uncheckpointed changes in an automatic one first.
+         * @description Goes to any checkpoint the thread keeps, keeping uncheckpointed changes in an automatic one first. A restore that cannot finish (507 `quota` or `no_space` for a file that does not fit, 500 `internal` for an object of the repository missing or corrupt) leaves the workspace as it was and emits thread.restore_failed.
          */
         post: operations["revert"];
         delete?: never;
@@ -1327,7 +1327,7 @@ export interface components {
             inUse?: boolean;
         };
         /** @enum {string} */
-        EventType: "thread.bound" | "thread.closed" | "thread.deleted" | "thread.stranded" | "escape.refused" | "write.stale" | "job.started" | "job.output" | "job.ended" | "jail.replaced" | "file.created" | "file.changed" | "file.removed" | "file.renamed" | "jail.reclaimed" | "thread.fenced" | "missed" | "checkpoint.created" | "thread.restored";
+        EventType: "thread.bound" | "thread.closed" | "thread.deleted" | "thread.stranded" | "escape.refused" | "write.stale" | "job.started" | "job.output" | "job.ended" | "jail.replaced" | "file.created" | "file.changed" | "file.removed" | "file.renamed" | "jail.reclaimed" | "thread.fenced" | "missed" | "checkpoint.created" | "thread.restored" | "thread.restore_failed";
         /** @description One line of the event stream. */
         Event: {
             /**
@@ -1710,6 +1710,19 @@ export interface components {
             checkpoints: components["schemas"]["CheckpointInfo"][];
             head?: string;
             redo?: string[];
+            failedRestore?: components["schemas"]["FailedRestore"];
+        };
+        /** @description The thread's last restore that could not finish; the workspace was put back as it was before it. */
+        FailedRestore: {
+            /** @enum {string} */
+            op: "undo" | "redo" | "revert" | "fork";
+            /** @description The checkpoint it could not restore. */
+            to: string;
+            reason: string;
+            /** Format: date-time */
+            startedAt: string;
+            /** Format: date-time */
+            endedAt: string;
         };
         RestoreRequest: {
             /** @description The checkpoint to revert to (revert only). */

@@ -58,8 +58,11 @@ func CheckHistoryText(h meta.History) error {
 			return err
 		}
 	}
-	if r := h.Restoring; r != nil {
-		if err := check("restoring", r.Op, r.To, r.Tree, r.Head, r.HostID); err != nil {
+	for _, r := range []*meta.Restore{h.Restoring, h.FailedRestore} {
+		if r == nil {
+			continue
+		}
+		if err := check("restoring", r.Op, r.To, r.Tree, r.Head, r.HostID, r.From, r.Failed); err != nil {
 			return err
 		}
 		if err := check("restoring's redo", r.Redo...); err != nil {
