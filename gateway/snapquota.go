@@ -75,9 +75,18 @@ func ownBytes(ctx context.Context, r *snapshot.Repo, base, tree snapshot.Hash) (
 		if d.Op == snapshot.Modified && d.Old.Hash == d.New.Hash {
 			continue // a mode changed
 		}
-		n += d.New.Size
+		n += entryBytes(d.New)
 	}
 	return n, nil
+}
+
+// entryBytes is what the file or link entry e counts in a checkpoint's
+// own bytes: its content's size. (Where the repository keeps a sparse
+// file as its data extents, only those are referenced, as btrfs counts
+// a sparse file's extents only: count the extents' bytes then, or a
+// thread's sparse file would count its holes against its quota.)
+func entryBytes(e snapshot.Entry) int64 {
+	return e.Size
 }
 
 // settle counts the own bytes of each checkpoint of cps that is not
