@@ -1019,16 +1019,21 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 	} else if !errors.Is(err, meta.ErrNotFound) {
 		return api.ForkResponse{}, fmt.Errorf("fork into %s: read history: %w", keyName(nk), err)
 	}
-	ninfo, err := g.bind(ctx, nk.Tenant, nk.Thread)
-	if err != nil {
-		return api.ForkResponse{}, err
-	}
 	cp := src
 	cp.ID, cp.Seq, cp.Parent, cp.Auto = "cp-1", 1, "", false
 	// The new thread holds the whole tree: nothing of its own is its base.
 	cp.OwnBytes, cp.OwnBase, cp.Counted = cp.Bytes, "", true
 	cp.Label = fmt.Sprintf("fork of %s at %s", k.Thread, src.ID)
 	cp.HostID, cp.CreatedAt = g.cfg.HostID, time.Now().UTC()
+	unlockQuota, err := g.forkQuota(ctx, nk, cp)
+	if err != nil {
+		return api.ForkResponse{}, err
+	}
+	defer unlockQuota()
+	ninfo, err := g.bind(ctx, nk.Tenant, nk.Thread)
+	if err != nil {
+		return api.ForkResponse{}, err
+	}
 	err = g.withHistoryShared(ctx, nk, ninfo.Binding, repo, func(h *history) error {
 		h.Checkpoints = []meta.Checkpoint{cp}
 		h.NextSeq = 2

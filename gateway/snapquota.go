@@ -236,3 +236,34 @@ func (g *Gateway) tenantSnapshotBytes(ctx context.Context, k meta.ThreadKey) (in
 	}
 	return n, nil
 }
+
+// forkQuota refuses a fork into the new thread nk whose first checkpoint
+// cp (the whole tree, counted for the new thread) passes the new thread's
+// snapshot quota (its settings are the defaults) or the tenant's. It
+// returns what ends the hold on the tenant's quota, for the caller to
+// call once the new thread's history is stored.
+func (g *Gateway) forkQuota(ctx context.Context, nk meta.ThreadKey, cp meta.Checkpoint) (func(), error) {
+	if limit := g.snapshotQuota(meta.Settings{}); limit > 0 && cp.OwnBytes > limit {
+		return nil, &toolError{api.ErrQuota, fmt.Sprintf("The fork was refused: its first checkpoint holds %d bytes, which the new thread counts in full, past the snapshot quota of %d a new thread gets. Nothing was made. Fork from a smaller checkpoint, or raise the server's --snapshot-quota.",
+			cp.OwnBytes, limit)}
+	}
+	tenantLimit := g.cfg.TenantSnapshotQuotaBytes
+	if tenantLimit == 0 {
+		return func() {}, nil
+	}
+	unlock, err := g.checkpoints.tenantQuota.lock(ctx, nk.Tenant)
+	if err != nil {
+		return nil, fmt.Errorf("fork into %s: %w", keyName(nk), err)
+	}
+	others, err := g.tenantSnapshotBytes(ctx, nk)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	if others+cp.OwnBytes > tenantLimit {
+		unlock()
+		return nil, &toolError{api.ErrQuota, fmt.Sprintf("The fork was refused: the tenant's threads hold %d bytes of checkpoints of the tenant's snapshot quota of %d, and the new thread would hold %d more (a fork counts its whole tree). Nothing was made. Free room in the tenant's threads (delete threads, or checkpoints' content), or raise --tenant-snapshot-quota.",
+			others, tenantLimit, cp.OwnBytes)}
+	}
+	return unlock, nil
+}

@@ -187,6 +187,14 @@ func TestSnapshotQuotaShared(t *testing.T) {
 	if _, err := c.Checkpoint(ctx, "acme", "c", api.CheckpointRequest{}); err != nil {
 		t.Fatalf("a checkpoint once another thread's are deleted: %v", err)
 	}
+	// A fork counts its whole tree for the new thread: a and c hold 20
+	// MiB, and a fork of a would make it 30.
+	_, err = c.Fork(ctx, "acme", "a", api.ForkRequest{Thread: "a2"})
+	wantAPIError(t, "a fork past the tenant's quota", err, http.StatusInsufficientStorage, api.CodeQuota,
+		fmt.Sprintf("The fork was refused: the tenant's threads hold %d bytes of checkpoints of the tenant's snapshot quota of %d, and the new thread would hold %d more", 2*size, 25*mib, size))
+	if _, err := c.Thread(ctx, "acme", "a2"); err == nil {
+		t.Fatal("the refused fork made its thread")
+	}
 }
 
 // TestSnapshotsInReserve: on a btrfs with a reserve, a tenant's snapshot
