@@ -137,6 +137,37 @@ func TestSnapshotQuota(t *testing.T) {
 	}
 }
 
+// TestSnapshotQuotaRebase: a file no turn changes counts once, in the
+// oldest checkpoint; when that one is dropped, the next counts it, so the
+// thread's total never forgets bytes its kept checkpoints reference.
+func TestSnapshotQuotaRebase(t *testing.T) {
+	const quota = 16 * mib
+	env := startEnv(t, Config{SnapshotQuotaBytes: quota})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := env.c
+	writeRaw(t, ctx, c, "acme", "r", "stable.bin", randomBytes(1, 8*mib))
+	for i := range 8 {
+		writeRaw(t, ctx, c, "acme", "r", "f.bin", randomBytes(uint64(10+i), 2*mib))
+		if _, err := c.Checkpoint(ctx, "acme", "r", api.CheckpointRequest{}); err != nil {
+			t.Fatalf("checkpoint %d: %v", i, err)
+		}
+	}
+	out, ids := checkpointIDs(t, ctx, c, "acme", "r")
+	if !slices.Equal(ids, []string{"cp-5", "cp-6", "cp-7", "cp-8"}) {
+		t.Fatalf("kept %v; want cp-5 to cp-8 (10 MiB for the oldest, which holds the stable file, and 2 MiB each after)", ids)
+	}
+	if first := out.Checkpoints[0]; first.OwnBytes != 10*mib || first.OwnBase != "" || !first.Counted {
+		t.Fatalf("the oldest kept checkpoint counts %d bytes against %q; want the whole tree, %d", first.OwnBytes, first.OwnBase, 10*mib)
+	}
+	if second := out.Checkpoints[1]; second.OwnBytes != 2*mib || second.OwnBase != "cp-5" {
+		t.Fatalf("cp-6 counts %d bytes against %q; want %d against cp-5", second.OwnBytes, second.OwnBase, 2*mib)
+	}
+	if u, err := c.Usage(ctx, "acme", "r"); err != nil || u.SnapshotBytes != quota {
+		t.Fatalf("usage %+v, %v; want %d snapshot bytes", u, err, quota)
+	}
+}
+
 // TestSnapshotQuotaShared: two threads that hold the same content each
 // count it in full, so a tenant's threads cannot share one thread's quota
 // worth between them; a tenant's quota bounds all its threads together,
