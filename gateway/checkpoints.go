@@ -1022,7 +1022,12 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 	cp := src
 	cp.ID, cp.Seq, cp.Parent, cp.Auto = "cp-1", 1, "", false
 	// The new thread holds the whole tree: nothing of its own is its base.
-	cp.OwnBytes, cp.OwnBase, cp.Counted = cp.Bytes, "", true
+	cp.OwnBase, cp.OwnBytes = "", recount
+	one := []meta.Checkpoint{cp}
+	if err := settle(ctx, repo, one); err != nil {
+		return api.ForkResponse{}, fmt.Errorf("fork %s: %w", keyName(k), err)
+	}
+	cp = one[0]
 	cp.Label = fmt.Sprintf("fork of %s at %s", k.Thread, src.ID)
 	cp.HostID, cp.CreatedAt = g.cfg.HostID, time.Now().UTC()
 	unlockQuota, err := g.forkQuota(ctx, nk, cp)

@@ -28,6 +28,9 @@ import (
 // quota is for, and a thread that rewrites 50 MiB a turn still holds 50
 // MiB more per kept checkpoint.
 //
+// Bytes are data bytes (snapshot.Repo.DataBytes): a sparse file counts
+// its data, never its holes, as btrfs counts a sparse file's extents.
+//
 // The union is kept cheap: each checkpoint records OwnBytes, the bytes of
 // its tree that its base (meta.Checkpoint.OwnBase, its parent when it was
 // taken) does not hold at the same path with the same content, found by
@@ -37,7 +40,9 @@ import (
 // base's chain, all kept: the sum is never below the union (content that
 // moves to another path, or comes back, is counted again: the error is on
 // the safe side). When a checkpoint is dropped, each checkpoint based on
-// it is counted again against the dropped one's base.
+// it is counted again against the dropped one's base, or, if it had none,
+// as its whole tree, RefBytes, which each checkpoint records (its base's
+// and the difference) so that this costs no walk.
 
 // snapshotQuota is the snapshot quota of a thread with settings s: its
 // own, else the server's, else its disk quota; 0 is none.
@@ -47,7 +52,8 @@ func (g *Gateway) snapshotQuota(s meta.Settings) int64 {
 
 // snapshotBytes is what the checkpoints cps hold: their own bytes; a
 // checkpoint not counted yet (a record from before snapshot quotas)
-// counts its whole tree.
+// counts its whole tree's apparent size (Bytes, which is never below its
+// data).
 func snapshotBytes(cps []meta.Checkpoint) int64 {
 	var n int64
 	for _, c := range cps {
@@ -60,74 +66,94 @@ func snapshotBytes(cps []meta.Checkpoint) int64 {
 	return n
 }
 
-// ownBytes is the bytes of the files and links of tree that base does
-// not hold at the same path with the same content.
-func ownBytes(ctx context.Context, r *snapshot.Repo, base, tree snapshot.Hash) (int64, error) {
+// diffBytes compares tree with base: own is the data bytes (DataBytes)
+// of the files and links of tree that base does not hold at the same path
+// with the same content, net what tree references less what base does.
+// A zero base is the empty tree: own and net are then all of tree's.
+func diffBytes(ctx context.Context, r *snapshot.Repo, base, tree snapshot.Hash) (own, net int64, err error) {
 	ds, err := r.Diff(ctx, base, tree)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var n int64
 	for _, d := range ds {
-		if d.Op == snapshot.Removed || d.New.Kind == snapshot.KindDir {
-			continue
-		}
 		if d.Op == snapshot.Modified && d.Old.Hash == d.New.Hash {
 			continue // a mode changed
 		}
-		n += entryBytes(d.New)
+		if d.Op != snapshot.Added && d.Old.Kind != snapshot.KindDir {
+			n, err := r.DataBytes(d.Old)
+			if err != nil {
+				return 0, 0, fmt.Errorf("%s: %w", d.Path, err)
+			}
+			net -= n
+		}
+		if d.Op != snapshot.Removed && d.New.Kind != snapshot.KindDir {
+			n, err := r.DataBytes(d.New)
+			if err != nil {
+				return 0, 0, fmt.Errorf("%s: %w", d.Path, err)
+			}
+			own += n
+			net += n
+		}
 	}
-	return n, nil
+	return own, net, nil
 }
 
-// entryBytes is what the file or link entry e counts in a checkpoint's
-// own bytes: its content's size. (Where the repository keeps a sparse
-// file as its data extents, only those are referenced, as btrfs counts
-// a sparse file's extents only: count the extents' bytes then, or a
-// thread's sparse file would count its holes against its quota.)
-func entryBytes(e snapshot.Entry) int64 {
-	return e.Size
-}
+// recount marks a checkpoint's OwnBytes as to be counted again (settle)
+// against its OwnBase: never stored, since settle runs before a history
+// is.
+const recount = -1
 
 // settle counts the own bytes of each checkpoint of cps that is not
-// counted, or whose base is not in cps: against its recorded base or its
-// parent, whichever cps holds, else in full.
+// counted, whose count was undone by a drop, or whose base is not in cps:
+// against its recorded base or its parent, whichever cps holds, else in
+// full (RefBytes). A checkpoint not counted yet gets its RefBytes too:
+// its base's and the difference, or a walk of its tree where it has no
+// counted base (once per checkpoint recorded before snapshot quotas).
 func settle(ctx context.Context, r *snapshot.Repo, cps []meta.Checkpoint) error {
 	at := make(map[string]int, len(cps))
 	for i, c := range cps {
 		at[c.ID] = i
 	}
+	// Oldest first: a base is counted before what is counted against it.
 	for i := range cps {
 		c := &cps[i]
-		if _, ok := at[c.OwnBase]; c.Counted && (c.OwnBase == "" || ok) {
+		if _, ok := at[c.OwnBase]; c.Counted && c.OwnBytes != recount && (c.OwnBase == "" || ok) {
 			continue
 		}
 		var base *meta.Checkpoint
 		for _, id := range []string{c.OwnBase, c.Parent} {
 			// A base is older than what it is the base of, so the
 			// bases never form a loop.
-			if j, ok := at[id]; ok && id != "" && cps[j].Seq < c.Seq {
+			if j, ok := at[id]; ok && id != "" && cps[j].Seq < c.Seq && cps[j].Counted {
 				base = &cps[j]
 				break
 			}
 		}
+		t, err := snapshot.ParseHash(c.Tree)
+		if err != nil {
+			return fmt.Errorf("checkpoint %s: %w", c.ID, err)
+		}
 		if base == nil {
-			c.OwnBytes, c.OwnBase, c.Counted = c.Bytes, "", true
+			if !c.Counted {
+				if _, c.RefBytes, err = diffBytes(ctx, r, snapshot.Hash{}, t); err != nil {
+					return fmt.Errorf("count the bytes of checkpoint %s: %w", c.ID, err)
+				}
+			}
+			c.OwnBytes, c.OwnBase, c.Counted = c.RefBytes, "", true
 			continue
 		}
 		bt, err := snapshot.ParseHash(base.Tree)
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", base.ID, err)
 		}
-		t, err := snapshot.ParseHash(c.Tree)
-		if err != nil {
-			return fmt.Errorf("checkpoint %s: %w", c.ID, err)
-		}
-		n, err := ownBytes(ctx, r, bt, t)
+		own, net, err := diffBytes(ctx, r, bt, t)
 		if err != nil {
 			return fmt.Errorf("count the bytes of checkpoint %s: %w", c.ID, err)
 		}
-		c.OwnBytes, c.OwnBase, c.Counted = n, base.ID, true
+		if !c.Counted {
+			c.RefBytes = max(base.RefBytes+net, 0)
+		}
+		c.OwnBytes, c.OwnBase, c.Counted = own, base.ID, true
 	}
 	return nil
 }
@@ -139,7 +165,7 @@ func dropCheckpoint(cps []meta.Checkpoint, i int) []meta.Checkpoint {
 	out := slices.Delete(slices.Clone(cps), i, i+1)
 	for j := range out {
 		if out[j].OwnBase == gone.ID {
-			out[j].OwnBase, out[j].Counted = gone.OwnBase, false
+			out[j].OwnBase, out[j].OwnBytes = gone.OwnBase, recount
 		}
 	}
 	return out
@@ -200,7 +226,7 @@ func (g *Gateway) fitSnapshotQuota(ctx context.Context, h *history, cp meta.Chec
 // quotaRefusal is the error of a checkpoint cp that does not fit even
 // with every droppable checkpoint gone (least, what is left then).
 func (g *Gateway) quotaRefusal(h *history, cp meta.Checkpoint, kept, least []meta.Checkpoint, limit, tenantLimit, others int64) error {
-	own := cp.Bytes
+	own := cp.OwnBytes
 	if i := slices.IndexFunc(least, func(c meta.Checkpoint) bool { return c.ID == cp.ID }); i >= 0 {
 		own = least[i].OwnBytes
 	}

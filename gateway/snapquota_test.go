@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -284,5 +285,48 @@ func TestSnapshotsInReserve(t *testing.T) {
 	// The history still works.
 	if _, err := c.Checkpoints(ctx, "acme", "r"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSnapshotQuotaSparse: a sparse file counts its data, not its holes:
+// a 4 GiB file with 1 MiB of data fits a snapshot quota of 8 MiB, and its
+// checkpoint's own bytes are its data; a later checkpoint that drops it
+// keeps counting right.
+func TestSnapshotQuotaSparse(t *testing.T) {
+	const quota = 8 * mib
+	env := startEnv(t, Config{SnapshotQuotaBytes: quota})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := env.c
+	bound, err := c.Bind(ctx, "acme", "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(bound.MountPath, "sparse.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(4 << 30); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(randomBytes(3, mib), 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.Checkpoint(ctx, "acme", "s", api.CheckpointRequest{})
+	if err != nil {
+		t.Fatalf("a checkpoint of a 4 GiB sparse file with 1 MiB of data under a snapshot quota of 8 MiB: %v", err)
+	}
+	if cp := out.Checkpoint; cp.OwnBytes != mib || cp.RefBytes != mib {
+		t.Fatalf("the sparse file's checkpoint counts %d bytes (tree %d); want its data, %d", cp.OwnBytes, cp.RefBytes, mib)
+	}
+	writeRaw(t, ctx, c, "acme", "s", "f.bin", randomBytes(4, 2*mib))
+	if out, err = c.Checkpoint(ctx, "acme", "s", api.CheckpointRequest{}); err != nil || out.Checkpoint.OwnBytes != 2*mib || out.Checkpoint.RefBytes != 3*mib {
+		t.Fatalf("a second checkpoint: %+v, %v; want 2 MiB of its own in 3 MiB", out.Checkpoint, err)
+	}
+	if u, err := c.Usage(ctx, "acme", "s"); err != nil || u.SnapshotBytes != 3*mib {
+		t.Fatalf("usage %+v, %v; want 3 MiB of snapshots", u, err)
 	}
 }

@@ -227,15 +227,18 @@ type Checkpoint struct {
 	CreatedAt time.Time `json:"createdAt"`
 	Files     int64     `json:"files"` // regular files and links in the tree
 	Bytes     int64     `json:"bytes"` // their bytes
-	// OwnBytes is the file bytes this checkpoint references that its
-	// base, OwnBase (a kept checkpoint of the thread, its parent when it
-	// was taken; "" for none), does not hold at the same path with the
-	// same content. A thread's snapshot bytes are the sum over its kept
-	// checkpoints: every byte they reference, counted at least once
-	// (more where content moves or comes back), whatever other threads
-	// hold. When a checkpoint's base is dropped, OwnBytes is counted
-	// again against the base's own base. Counted is false in records
-	// made before snapshot quotas, whose OwnBytes is not known yet.
+	// RefBytes is the data bytes the tree references (a sparse file's
+	// data, not its holes). OwnBytes is those of them that its base,
+	// OwnBase (a kept checkpoint of the thread, its parent when it was
+	// taken; "" for none, when OwnBytes is RefBytes), does not hold at the
+	// same path with the same content. A thread's snapshot bytes are the
+	// sum of OwnBytes over its kept checkpoints: every byte they
+	// reference, counted at least once (more where content moves or
+	// comes back), whatever other threads hold. When a checkpoint's base
+	// is dropped, OwnBytes is counted again against the base's own base.
+	// Counted is false in records made before snapshot quotas, whose
+	// RefBytes and OwnBytes are not known yet.
+	RefBytes int64  `json:"refBytes"`
 	OwnBytes int64  `json:"ownBytes"`
 	OwnBase  string `json:"ownBase,omitempty"`
 	Counted  bool   `json:"counted,omitempty"`

@@ -1712,7 +1712,12 @@ export interface components {
             bytes: number;
             /**
              * Format: int64
-             * @description What this checkpoint counts in the thread's snapshot bytes: the file bytes of its tree that its base (ownBase; none for the oldest) does not hold at the same path with the same content.
+             * @description The data bytes its tree references: a sparse file's data, not its holes.
+             */
+            refBytes: number;
+            /**
+             * Format: int64
+             * @description What this checkpoint counts in the thread's snapshot bytes: the data bytes of its tree that its base (ownBase; none for the oldest, when it is refBytes) does not hold at the same path with the same content.
              */
             ownBytes: number;
             /** @description The kept checkpoint ownBytes is counted against; absent for none. */
