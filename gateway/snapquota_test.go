@@ -330,3 +330,54 @@ func TestSnapshotQuotaSparse(t *testing.T) {
 		t.Fatalf("usage %+v, %v; want 3 MiB of snapshots", u, err)
 	}
 }
+
+// TestSnapshotQuotaOldRecords: checkpoints recorded before snapshot
+// quotas (no counts) hold their whole size in the meantime, and are
+// counted at the thread's next checkpoint: the oldest in full, each later
+// one against its parent.
+func TestSnapshotQuotaOldRecords(t *testing.T) {
+	env := startEnv(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := env.c
+	writeRaw(t, ctx, c, "acme", "o", "stable.bin", randomBytes(1, 4*mib))
+	for i := range 2 {
+		writeRaw(t, ctx, c, "acme", "o", "f.bin", randomBytes(uint64(10+i), mib))
+		if _, err := c.Checkpoint(ctx, "acme", "o", api.CheckpointRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := meta.ThreadKey{Tenant: "acme", Thread: "o"}
+	h, err := env.g.store.GetHistory(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range h.Checkpoints {
+		cp := &h.Checkpoints[i]
+		cp.RefBytes, cp.OwnBytes, cp.OwnBase, cp.Counted = 0, 0, "", false
+	}
+	if _, err := env.g.store.PutHistory(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := c.Usage(ctx, "acme", "o"); err != nil || u.SnapshotBytes != 10*mib {
+		t.Fatalf("usage of old records: %+v, %v; want their whole size, %d", u, err, 10*mib)
+	}
+	writeRaw(t, ctx, c, "acme", "o", "f.bin", randomBytes(12, mib))
+	if _, err := c.Checkpoint(ctx, "acme", "o", api.CheckpointRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := checkpointIDs(t, ctx, c, "acme", "o")
+	want := []struct {
+		own, ref int64
+		base     string
+	}{{5 * mib, 5 * mib, ""}, {mib, 5 * mib, "cp-1"}, {mib, 5 * mib, "cp-2"}}
+	for i, cp := range out.Checkpoints {
+		if !cp.Counted || cp.OwnBytes != want[i].own || cp.RefBytes != want[i].ref || cp.OwnBase != want[i].base {
+			t.Errorf("%s: counted %v, own %d of %d against %q; want %d of %d against %q",
+				cp.ID, cp.Counted, cp.OwnBytes, cp.RefBytes, cp.OwnBase, want[i].own, want[i].ref, want[i].base)
+		}
+	}
+	if u, err := c.Usage(ctx, "acme", "o"); err != nil || u.SnapshotBytes != 7*mib {
+		t.Fatalf("usage once counted: %+v, %v; want %d", u, err, 7*mib)
+	}
+}
