@@ -136,6 +136,13 @@ type Usage struct {
 	DiskBytes      int64 `json:"diskBytes"`
 	DiskFiles      int64 `json:"diskFiles"`
 	DiskQuotaBytes int64 `json:"diskQuotaBytes"`
+	// SnapshotBytes is what the thread's kept checkpoints reference (the
+	// sum of their ownBytes; shared content counts for each thread that
+	// holds it), Checkpoints how many it keeps; SnapshotQuotaBytes its
+	// snapshot quota, 0 for none.
+	SnapshotBytes      int64 `json:"snapshotBytes"`
+	SnapshotQuotaBytes int64 `json:"snapshotQuotaBytes"`
+	Checkpoints        int   `json:"checkpoints"`
 	// JobsRunning counts its background jobs running here; Jobs those
 	// recorded (running and ended).
 	JobsRunning int `json:"jobsRunning"`

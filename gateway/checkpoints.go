@@ -60,6 +60,9 @@ type checkpointSet struct {
 	// locks holds a lock per thread, taken before the thread's lock
 	// (threadSet.locks) when both are.
 	locks keyedLocks[meta.ThreadKey]
+	// tenantQuota holds a lock per tenant, taken while a checkpoint is
+	// held against the tenant's snapshot quota (record).
+	tenantQuota keyedLocks[string]
 
 	// ctx ends the collections when Close runs.
 	ctx    context.Context
@@ -108,6 +111,9 @@ func (g *Gateway) repo(tenant string) (*snapshot.Repo, error) {
 		return r, nil
 	}
 	dir := filepath.Join(g.cfg.SnapshotsDir, encodeID(tenant))
+	if err := g.makeRepoFolder(dir); err != nil {
+		return nil, fmt.Errorf("open the snapshot repository of tenant %s: %w", quote(tenant), err)
+	}
 	opts := []snapshot.Option{snapshot.WithSkip(fs.IsTempName), snapshot.WithLimits(g.cfg.CheckpointLimits)}
 	if hook := g.cfg.collectHook; hook != nil {
 		opts = append(opts, snapshot.WithCollectHook(func(step string) { hook(tenant, step) }))
@@ -401,8 +407,11 @@ func (g *Gateway) buildNow(ctx context.Context, h *history) (built, error) {
 }
 
 // record adds a checkpoint of tree b to h, makes it the head, empties the
-// redo stack, drops what the thread keeps no more, and stores h. The
-// change set is then relative to it.
+// redo stack, drops what the thread keeps no more (past its count, then
+// the oldest that may go while the checkpoints pass the thread's or the
+// tenant's snapshot quota, snapquota.go), and stores h. The change set is
+// then relative to it. A checkpoint that does not fit the quota even so
+// is refused (a quota error) and h stays as it was.
 func (g *Gateway) record(ctx context.Context, h *history, b built, req api.CheckpointRequest, auto bool) (meta.Checkpoint, error) {
 	cp := meta.Checkpoint{
 		ID: fmt.Sprintf("cp-%d", h.NextSeq), Seq: h.NextSeq,
@@ -411,11 +420,39 @@ func (g *Gateway) record(ctx context.Context, h *history, b built, req api.Check
 		CreatedAt: time.Now().UTC(),
 		Files:     b.stats.Files + b.stats.Links, Bytes: b.stats.Bytes,
 	}
+	// The tenant's quota sums every thread's checkpoints: two threads
+	// that check it at once must not both fit in the same room.
+	var others int64
+	if g.cfg.TenantSnapshotQuotaBytes > 0 {
+		unlock, err := g.checkpoints.tenantQuota.lock(ctx, h.k.Tenant)
+		if err != nil {
+			h.files.ReturnChanges(b.set)
+			return meta.Checkpoint{}, fmt.Errorf("checkpoint of %s: %w", keyName(h.k), err)
+		}
+		defer unlock()
+		if others, err = g.tenantSnapshotBytes(ctx, h.k); err != nil {
+			h.files.ReturnChanges(b.set)
+			return meta.Checkpoint{}, err
+		}
+	}
 	prev := h.History
 	h.Checkpoints = append(slices.Clone(h.Checkpoints), cp)
 	h.NextSeq++
 	h.Head, h.Redo = cp.ID, nil
 	dropped := g.retain(h)
+	more, err := g.fitSnapshotQuota(ctx, h, cp, prev.Checkpoints, others)
+	if err != nil {
+		h.History = prev
+		h.files.ReturnChanges(b.set)
+		// The refused tree's new objects go with the next collection.
+		g.collect(h.k.Tenant)
+		g.log.Info("checkpoint refused", "tenant", h.k.Tenant, "thread", h.k.Thread, "auto", auto, "error", err)
+		return meta.Checkpoint{}, err
+	}
+	dropped = dropped || more
+	if c := h.find(cp.ID); c != nil {
+		cp = *c
+	}
 	if err := g.putHistory(ctx, h); err != nil {
 		h.History = prev
 		h.files.ReturnChanges(b.set)
@@ -425,6 +462,7 @@ func (g *Gateway) record(ctx context.Context, h *history, b built, req api.Check
 	if dropped {
 		g.collect(h.k.Tenant)
 	}
+	g.checkpointed(h.k)
 	return cp, nil
 }
 
@@ -440,34 +478,26 @@ func (g *Gateway) keepOf(s meta.Settings) int {
 }
 
 // retain drops h's oldest checkpoints past what its thread keeps; the
-// head, the redo stack and a restore's target stay whatever their age.
+// head, its parent, the redo stack and a restore's target stay whatever
+// their age (pinnedOf). Those based on a dropped one are counted again
+// (snapquota.go).
 func (g *Gateway) retain(h *history) bool {
 	keep := g.keepOf(h.b.Settings)
 	if len(h.Checkpoints) <= keep {
 		return false
 	}
-	// The head's parent too: an undo that saved the workspace in a new
-	// head goes back to it.
-	pinned := map[string]bool{h.Head: true}
-	if head := h.find(h.Head); head != nil && head.Parent != "" {
-		pinned[head.Parent] = true
-	}
-	for _, id := range h.Redo {
-		pinned[id] = true
-	}
-	if h.Restoring != nil {
-		pinned[h.Restoring.To] = true
-	}
+	pinned := pinnedOf(h)
 	excess := len(h.Checkpoints) - keep
-	var kept []meta.Checkpoint
-	for _, c := range h.Checkpoints {
-		if excess > 0 && !pinned[c.ID] {
-			excess--
+	cps := h.Checkpoints
+	for i := 0; i < len(cps) && excess > 0; {
+		if pinned[cps[i].ID] {
+			i++
 			continue
 		}
-		kept = append(kept, c)
+		cps = dropCheckpoint(cps, i)
+		excess--
 	}
-	h.Checkpoints = kept
+	h.Checkpoints = cps
 	return true
 }
 
@@ -1034,14 +1064,26 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 	} else if !errors.Is(err, meta.ErrNotFound) {
 		return api.ForkResponse{}, fmt.Errorf("fork into %s: read history: %w", keyName(nk), err)
 	}
+	cp := src
+	cp.ID, cp.Seq, cp.Parent, cp.Auto = "cp-1", 1, "", false
+	// The new thread holds the whole tree: nothing of its own is its base.
+	cp.OwnBase, cp.OwnBytes = "", recount
+	one := []meta.Checkpoint{cp}
+	if err := settle(ctx, repo, one); err != nil {
+		return api.ForkResponse{}, fmt.Errorf("fork %s: %w", keyName(k), err)
+	}
+	cp = one[0]
+	cp.Label = fmt.Sprintf("fork of %s at %s", k.Thread, src.ID)
+	cp.HostID, cp.CreatedAt = g.cfg.HostID, time.Now().UTC()
+	unlockQuota, err := g.forkQuota(ctx, nk, cp)
+	if err != nil {
+		return api.ForkResponse{}, err
+	}
+	defer unlockQuota()
 	ninfo, err := g.bind(ctx, nk.Tenant, nk.Thread)
 	if err != nil {
 		return api.ForkResponse{}, err
 	}
-	cp := src
-	cp.ID, cp.Seq, cp.Parent, cp.Auto = "cp-1", 1, "", false
-	cp.Label = fmt.Sprintf("fork of %s at %s", k.Thread, src.ID)
-	cp.HostID, cp.CreatedAt = g.cfg.HostID, time.Now().UTC()
 	err = g.withHistoryShared(ctx, nk, ninfo.Binding, repo, func(h *history) error {
 		h.Checkpoints = []meta.Checkpoint{cp}
 		h.NextSeq = 2

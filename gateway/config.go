@@ -142,6 +142,14 @@ type Config struct {
 	// 512, 16 GiB). Past one the checkpoint is refused with 413
 	// "too_large", naming the limit, and nothing of it is kept.
 	CheckpointLimits snapshot.Limits
+	// SnapshotQuotaBytes bounds the bytes a thread's kept checkpoints
+	// reference unless its settings say otherwise; 0 means the thread's
+	// disk quota, or none if it has none. TenantSnapshotQuotaBytes bounds
+	// those of all a tenant's threads together; 0 means none. A
+	// checkpoint past either drops the oldest checkpoints that may go, or
+	// is refused (checkpoints.go, snapshotQuota).
+	SnapshotQuotaBytes       int64
+	TenantSnapshotQuotaBytes int64
 	// StoreFreeBytes is the free space the metadata store keeps on the
 	// disk of MetaDir (the embedded store's floor and ballast), 0 when the
 	// store lives elsewhere. A reserve below it, on that same disk, is
@@ -244,6 +252,9 @@ func (c Config) CheckLimits() error {
 	}
 	if c.DiskQuotaBytes != 0 && c.DiskQuotaBytes < minDiskBytes {
 		return fmt.Errorf("disk quota %d is below %d", c.DiskQuotaBytes, minDiskBytes)
+	}
+	if c.SnapshotQuotaBytes < 0 || c.TenantSnapshotQuotaBytes < 0 {
+		return fmt.Errorf("snapshot quota %d and tenant snapshot quota %d must not be negative", c.SnapshotQuotaBytes, c.TenantSnapshotQuotaBytes)
 	}
 	if c.MaxThreads < 0 || c.MaxThreadsPerTenant < 0 || c.MaxJails < 0 {
 		return fmt.Errorf("max threads %d, per tenant %d and max jails %d must not be negative", c.MaxThreads, c.MaxThreadsPerTenant, c.MaxJails)

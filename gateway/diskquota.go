@@ -56,9 +56,13 @@ func (g *Gateway) quotaFS() (*diskquota.FS, error) {
 
 // startQuotas checks at start that the workspaces' filesystem enforces the
 // default quota and the reserve, if they are set, and sets the reserve.
+// A limit no flag asks for any more is lifted: the reserve an earlier run
+// left on all workspaces together (quota groups outlive the daemon; after
+// a full disk that limit is a byte, and would stop every thread), here;
+// a thread's own quota at its bind (applyDiskQuota).
 func (g *Gateway) startQuotas() error {
 	if g.cfg.DiskQuotaBytes == 0 && g.cfg.DiskReserveBytes == 0 {
-		return nil
+		return g.setReserve()
 	}
 	if _, err := g.quotaFS(); err != nil {
 		return fmt.Errorf("disk quota %d and reserve %d bytes: workspaces folder %s: %w",
@@ -71,15 +75,17 @@ func (g *Gateway) startQuotas() error {
 	return g.setReserve()
 }
 
-// setReserve limits all workspaces together so that the reserve stays
-// free, from the disk's state now.
+// setReserve limits all workspaces (and the snapshot repositories on
+// their disk) together so that the reserve stays free, from the disk's
+// state now; with no reserve it lifts a limit an earlier run set, where
+// quotas are on.
 func (g *Gateway) setReserve() error {
-	if g.cfg.DiskReserveBytes == 0 {
+	if g.cfg.DiskReserveBytes == 0 && !diskquota.Enabled(g.wsBase) {
 		return nil
 	}
 	q, err := g.quotaFS()
 	if err != nil {
-		return err
+		return fmt.Errorf("disk reserve: lift the limit of an earlier run: %w", err)
 	}
 	limit, err := q.Reserve(g.cfg.DiskReserveBytes)
 	if err != nil {
@@ -87,6 +93,65 @@ func (g *Gateway) setReserve() error {
 	}
 	g.log.Debug("workspaces limited to keep the disk reserve", "reserve", g.cfg.DiskReserveBytes, "limit", limit)
 	return nil
+}
+
+// makeRepoFolder makes dir, a tenant's snapshot repository, if it is not
+// there: a btrfs subvolume where the snapshots folder is on btrfs, so
+// that it can count in the reserve like a workspace. Where the reserve or
+// quotas are in force on the workspaces' disk and dir is on it, dir joins
+// their quota group: the kernel then refuses a checkpoint's objects past
+// the reserve (EDQUOT) as it refuses a workspace's writes. A repository
+// made as a plain folder, by an older warren, cannot join; it is counted
+// through the disk's free space each time the reserve is set again
+// (after each of its checkpoints, checkpointed).
+func (g *Gateway) makeRepoFolder(dir string) error {
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", parent, err)
+	}
+	if btrfs, err := diskquota.IsBtrfs(parent); err != nil || !btrfs {
+		return err
+	}
+	if err := diskquota.MakeSubvolume(dir); err == nil {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
+	} else if !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if g.cfg.DiskReserveBytes == 0 && g.cfg.DiskQuotaBytes == 0 || !diskquota.SameFilesystem(dir, g.wsBase) {
+		return nil
+	}
+	sub, err := diskquota.IsSubvolume(dir)
+	if err != nil {
+		return err
+	}
+	if !sub {
+		g.log.Warn("a snapshot repository made as a plain folder cannot join the workspaces' quota group; the reserve counts it through the disk's free space",
+			"folder", dir)
+		return nil
+	}
+	q, err := g.quotaFS()
+	if err != nil {
+		return fmt.Errorf("count snapshots %s in the disk reserve: %w", dir, err)
+	}
+	if err := q.Join(dir); err != nil {
+		return fmt.Errorf("count snapshots %s in the disk reserve: %w", dir, err)
+	}
+	return nil
+}
+
+// checkpointed sets the reserve again after a checkpoint wrote objects, so
+// that a repository outside the quota group (a plain folder, or on btrfs
+// with quotas at their defaults) leaves the reserve free: its bytes left
+// the disk's free space, which the limit follows.
+func (g *Gateway) checkpointed(k meta.ThreadKey) {
+	if g.cfg.DiskReserveBytes == 0 {
+		return
+	}
+	if err := g.setReserve(); err != nil {
+		g.log.Warn("set the disk reserve again after a checkpoint", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+	}
 }
 
 // sameDisk says whether a and b are on one filesystem (false if either

@@ -59,6 +59,9 @@ var errorClasses = []struct {
 	{meta.ErrNoSpace, http.StatusInsufficientStorage, api.CodeNoSpace},
 	// A thread's disk quota refused a file of the file API (fileError).
 	{api.ErrQuota, http.StatusInsufficientStorage, api.CodeQuota},
+	// A quota group's limit refused a write of the gateway's own: a
+	// checkpoint's objects past the reserve (diskquota.go).
+	{syscall.EDQUOT, http.StatusInsufficientStorage, api.CodeQuota},
 	// A folder of the gateway's own (a workspace, a mount point) could
 	// not be made on a full disk.
 	{syscall.ENOSPC, http.StatusInsufficientStorage, api.CodeNoSpace},

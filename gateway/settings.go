@@ -59,6 +59,9 @@ func checkSettings(s meta.Settings) error {
 	if s.DiskBytes != 0 && s.DiskBytes < minDiskBytes {
 		return fmt.Errorf("%w: settings: diskBytes %d is below %d", api.ErrInvalid, s.DiskBytes, minDiskBytes)
 	}
+	if s.SnapshotBytes < 0 {
+		return fmt.Errorf("%w: settings: snapshotBytes is negative", api.ErrInvalid)
+	}
 	if s.Checkpoints < 0 || s.Checkpoints > maxCheckpoints {
 		return fmt.Errorf("%w: settings: checkpoints %d is not between 1 and %d", api.ErrInvalid, s.Checkpoints, maxCheckpoints)
 	}

@@ -41,7 +41,14 @@ func (g *Gateway) usage(ctx context.Context, tenant, thread string) (api.Usage, 
 	if owner := g.owner(ctx, b); owner != "" && owner != g.cfg.HostID {
 		return api.Usage{}, g.pinnedError(ctx, k, &b, owner)
 	}
-	u := api.Usage{Tenant: k.Tenant, Thread: k.Thread, DiskQuotaBytes: g.diskBytes(b.Settings)}
+	u := api.Usage{Tenant: k.Tenant, Thread: k.Thread, DiskQuotaBytes: g.diskBytes(b.Settings),
+		SnapshotQuotaBytes: g.snapshotQuota(b.Settings)}
+	switch h, err := g.store.GetHistory(ctx, k); {
+	case err == nil:
+		u.SnapshotBytes, u.Checkpoints = snapshotBytes(h.Checkpoints), len(h.Checkpoints)
+	case !errors.Is(err, meta.ErrNotFound):
+		return api.Usage{}, fmt.Errorf("checkpoints of %s: read the history: %w", keyName(k), err)
+	}
 
 	g.jails.mu.Lock()
 	tj := g.jails.jails[k]

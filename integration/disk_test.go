@@ -251,3 +251,42 @@ func TestDiskReserve(t *testing.T) {
 	d.bind("default", "d")
 	d.alive()
 }
+
+// TestDiskLimitsRemoved: removing --disk-reserve or --disk-quota takes the
+// limit away at the next start. A reserve the disk's state made a byte
+// (the reserve is past what the disk has free) stops every write; a
+// restart without the flag lifts it, so the threads it mounts again write
+// past the old limits, and a new thread binds and writes.
+func TestDiskLimitsRemoved(t *testing.T) {
+	mnt := testenv.LoopFS(t, 512<<20, "mkfs.btrfs", []string{"-q"}, "")
+	data := filepath.Join(mnt, "data")
+	d := newDaemonAt(t, data, "--disk-quota", fmt.Sprint(16<<20), "--disk-reserve", fmt.Sprint(320<<20))
+	d.bind("default", "a")
+	code, out := d.execIn("a", "dd if=/dev/zero of=/workspace/fill bs=1M count=32")
+	if code == 0 || !strings.Contains(out, "Disk quota exceeded") {
+		t.Fatalf("dd of 32 MiB with a quota of 16 MiB: exit %d: %s; want EDQUOT", code, out)
+	}
+
+	// A reserve past the disk's size: all workspaces together are
+	// limited to a byte.
+	d.stop()
+	d.args = []string{"--disk-reserve", fmt.Sprint(1 << 40)}
+	d.start()
+	if code, out := d.execIn("a", "dd if=/dev/zero of=/workspace/more bs=1M count=1"); code == 0 {
+		t.Fatalf("dd with the workspaces limited to a byte succeeded: %s", out)
+	}
+
+	// No flags: neither limit is left.
+	d.stop()
+	d.args = nil
+	d.start()
+	code, out = d.execIn("a", "rm -f /workspace/more; dd if=/dev/zero of=/workspace/fill bs=1M count=200 && sync")
+	if code != 0 {
+		t.Fatalf("dd of 200 MiB after a restart without --disk-quota and --disk-reserve: exit %d: %s", code, out)
+	}
+	b := d.bind("default", "b")
+	if err := os.WriteFile(filepath.Join(b, "new.bin"), make([]byte, 64<<20), 0o644); err != nil {
+		t.Fatalf("a new thread's write of 64 MiB after the limits were removed: %v", err)
+	}
+	d.alive()
+}

@@ -139,6 +139,10 @@ type Settings struct {
 	// DiskBytes bounds the bytes the thread's workspace holds; the
 	// filesystem refuses writes past it (EDQUOT).
 	DiskBytes int64 `json:"diskBytes,omitempty"`
+	// SnapshotBytes bounds the bytes the thread's kept checkpoints
+	// reference (Checkpoint.OwnBytes summed); zero means the gateway's
+	// default, which is the thread's disk quota where it has one.
+	SnapshotBytes int64 `json:"snapshotBytes,omitempty"`
 	// Checkpoints is how many checkpoints of the thread are kept (the
 	// oldest go first); zero means the gateway's default.
 	Checkpoints int `json:"checkpoints,omitempty"`
@@ -223,6 +227,21 @@ type Checkpoint struct {
 	CreatedAt time.Time `json:"createdAt"`
 	Files     int64     `json:"files"` // regular files and links in the tree
 	Bytes     int64     `json:"bytes"` // their bytes
+	// RefBytes is the data bytes the tree references (a sparse file's
+	// data, not its holes). OwnBytes is those of them that its base,
+	// OwnBase (a kept checkpoint of the thread, its parent when it was
+	// taken; "" for none, when OwnBytes is RefBytes), does not hold at the
+	// same path with the same content. A thread's snapshot bytes are the
+	// sum of OwnBytes over its kept checkpoints: every byte they
+	// reference, counted at least once (more where content moves or
+	// comes back), whatever other threads hold. When a checkpoint's base
+	// is dropped, OwnBytes is counted again against the base's own base.
+	// Counted is false in records made before snapshot quotas, whose
+	// RefBytes and OwnBytes are not known yet.
+	RefBytes int64  `json:"refBytes"`
+	OwnBytes int64  `json:"ownBytes"`
+	OwnBase  string `json:"ownBase,omitempty"`
+	Counted  bool   `json:"counted,omitempty"`
 }
 
 // Restore is the journal of a restore under way: written before the

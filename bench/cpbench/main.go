@@ -50,6 +50,9 @@ func main() {
 	tarRuns := flag.Int("tar-runs", 3, "timed runs of the everything-changed measure")
 	sparseRuns := flag.Int("sparse-runs", 3, "timed runs of the sparse-file measure; 0 to skip")
 	daemon := flag.Int("pid", 0, "the daemon's pid, to count the bytes it reads; 0 not to count")
+	rewrites := flag.Int("rewrites", 40, "rewrites of a big file, each checkpointed, by a thread with a snapshot quota; 0 to skip")
+	rewriteMiB := flag.Int("rewrite-mib", 50, "MiB of each rewrite")
+	quotaMiB := flag.Int("snapshot-quota-mib", 256, "the rewriting thread's snapshot quota, in MiB")
 	repo := flag.String("repo", "", "the tenant bench's snapshot repository (DATA/snapshots/bench), to wait for its background work; empty not to wait")
 	flag.Parse()
 	if *socket == "" || *work == "" {
@@ -209,6 +212,9 @@ func main() {
 	}
 	if *sparseRuns > 0 {
 		printSparse(sparseCp, sparseRestore, sparseNative, *sparseRuns)
+	}
+	if *rewrites > 0 {
+		quotaMeasure(ctx, c, *rewrites, *rewriteMiB, *quotaMiB)
 	}
 }
 

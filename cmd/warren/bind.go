@@ -14,7 +14,7 @@ import (
 
 func bindCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
-	fs := cli.NewFlags(e, "warren bind", "--thread ID [--tenant T] [--network none|host] [--memory BYTES] [--procs N] [--cpu CPUS] [--max-jobs N] [--disk BYTES] [--env K=V]... [--json]")
+	fs := cli.NewFlags(e, "warren bind", "--thread ID [--tenant T] [--network none|host] [--memory BYTES] [--procs N] [--cpu CPUS] [--max-jobs N] [--disk BYTES] [--snapshot-quota BYTES] [--checkpoints N] [--env K=V]... [--json]")
 	addThreadFlags(e, fs, &tf)
 	asJSON := fs.Bool("json", false, "print the binding record as JSON")
 	s := meta.Settings{Env: map[string]string{}}
@@ -25,6 +25,7 @@ func bindCmd(ctx context.Context, e *cli.Env, args []string) error {
 	fs.IntVar(&s.MaxJobs, "max-jobs", 0, "background jobs that run at once")
 	fs.Int64Var(&s.DiskBytes, "disk", 0, "disk quota of the thread's workspace, in bytes")
 	fs.IntVar(&s.Checkpoints, "checkpoints", 0, "how many checkpoints the thread keeps")
+	fs.Int64Var(&s.SnapshotBytes, "snapshot-quota", 0, "bytes the thread's kept checkpoints may reference (default the server's, or the disk quota)")
 	fs.Var(envList(s.Env), "env", "variable K=V for every command of the thread (repeatable)")
 	if err := parseThreadOnly(fs, &tf, args); err != nil {
 		return err
@@ -34,7 +35,7 @@ func bindCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var settings *meta.Settings
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "network", "memory", "procs", "cpu", "max-jobs", "env", "disk":
+		case "network", "memory", "procs", "cpu", "max-jobs", "env", "disk", "checkpoints", "snapshot-quota":
 			settings = &s
 		}
 	})

@@ -62,7 +62,7 @@ func checkpointsCmd(ctx context.Context, e *cli.Env, args []string) error {
 		redo[id] = true
 	}
 	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CHECKPOINT\tAT\tFILES\tBYTES\tCREATED\tLABEL")
+	fmt.Fprintln(tw, "CHECKPOINT\tAT\tFILES\tBYTES\tOWN\tCREATED\tLABEL")
 	for _, c := range out.Checkpoints {
 		at := ""
 		switch {
@@ -75,7 +75,11 @@ func checkpointsCmd(ctx context.Context, e *cli.Env, args []string) error {
 		if c.Auto {
 			label = "(auto) " + label
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", c.ID, orDash(at), c.Files, c.Bytes,
+		own := "-" // a record from before snapshot quotas, not counted yet
+		if c.Counted {
+			own = fmt.Sprint(c.OwnBytes)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", c.ID, orDash(at), c.Files, c.Bytes, own,
 			c.CreatedAt.Local().Format(time.DateTime), showID(label))
 	}
 	if err := tw.Flush(); err != nil {

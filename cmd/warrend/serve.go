@@ -67,6 +67,8 @@ type serveOptions struct {
 	// Disk: each thread's default quota, and the reserve all workspaces
 	// leave free.
 	diskQuota, diskReserve int64
+	// snapshotQuota and tenantSnapshotQuota bound the checkpoints' bytes.
+	snapshotQuota, tenantSnapshotQuota int64
 	// Checkpoints: where their content lives, and how many a thread keeps.
 	snapshots   string
 	checkpoints int
@@ -183,6 +185,8 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.Int64Var(&o.diskQuota, "disk-quota", 0, "disk quota of each thread's workspace, in bytes (default none; needs workspaces on btrfs)")
 	fs.Int64Var(&o.diskReserve, "disk-reserve", 0, "bytes of the workspaces' disk that their writes leave free (default none; needs workspaces on btrfs)")
 	fs.StringVar(&o.snapshots, "snapshots", "", "folder of the tenants' snapshot repositories, the checkpoints' content (default DATA/snapshots); servers may share one")
+	fs.Int64Var(&o.snapshotQuota, "snapshot-quota", 0, "bytes each thread's kept checkpoints may reference, unless its settings say otherwise (default its disk quota, or none)")
+	fs.Int64Var(&o.tenantSnapshotQuota, "tenant-snapshot-quota", 0, "bytes the kept checkpoints of all a tenant's threads may reference together (default none)")
 	fs.IntVar(&o.checkpoints, "checkpoints", gateway.DefaultCheckpoints, "how many checkpoints a thread keeps unless its settings say otherwise")
 	fs.Int64Var(&o.cpLimits.Entries, "checkpoint-max-entries", snapshot.DefaultMaxEntries, "most entries one checkpoint lists or looks at again; past it the checkpoint is refused")
 	fs.IntVar(&o.cpLimits.Depth, "checkpoint-max-depth", snapshot.MaxDepth, fmt.Sprintf("most folders nested below a workspace's root that a checkpoint reads (at most %d); past it the checkpoint is refused", snapshot.MaxDepth))
@@ -272,11 +276,13 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 		OnUnreachable:   o.onUnreachable,
 		SeedCommand:     o.seedCommand,
 
-		DiskQuotaBytes:   o.diskQuota,
-		DiskReserveBytes: o.diskReserve,
-		Checkpoints:      o.checkpoints,
-		CheckpointLimits: o.cpLimits,
-		Admission:        o.admission,
+		DiskQuotaBytes:           o.diskQuota,
+		DiskReserveBytes:         o.diskReserve,
+		Checkpoints:              o.checkpoints,
+		CheckpointLimits:         o.cpLimits,
+		SnapshotQuotaBytes:       o.snapshotQuota,
+		TenantSnapshotQuotaBytes: o.tenantSnapshotQuota,
+		Admission:                o.admission,
 
 		MaxThreads:          o.maxThreads,
 		MaxThreadsPerTenant: o.maxThreadsPerTenant,

@@ -57,6 +57,7 @@ const (
 	firstFreeObject  = 256        // the inode number of a subvolume's root
 	quotaTreeID      = 8
 	qgroupInfoKey    = 242
+	qgroupLimitKey   = 244
 	searchKeySize    = 104
 	searchHeaderSize = 32
 )
@@ -197,6 +198,26 @@ func (q *FS) Limit(path string, bytes int64) error {
 	if err := setLimit(f, id, max); err != nil {
 		return fmt.Errorf("diskquota: limit %s to %d bytes: %w", path, bytes, err)
 	}
+	return join(f, id, path)
+}
+
+// Join makes the subvolume at path a member of Group, so that the
+// reserve counts it, and leaves its own limit as it is.
+func (q *FS) Join(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("diskquota: add %s to quota group %s: %w", path, groupName(Group), err)
+	}
+	defer f.Close()
+	id, err := subvolumeID(f)
+	if err != nil {
+		return err
+	}
+	return join(f, id, path)
+}
+
+// join makes subvolume id, open as f, a member of Group.
+func join(f *os.File, id uint64, path string) error {
 	// A member already is EEXIST. A positive answer says the group's
 	// numbers could not be updated at once (a subvolume with data that
 	// joins it): they are counted again by a rescan, which runs in the
@@ -213,6 +234,16 @@ func (q *FS) Limit(path string, bytes int64) error {
 		}
 	}
 	return nil
+}
+
+// GroupLimit is the limit of referenced bytes of Group, 0 for none.
+func (q *FS) GroupLimit() (uint64, error) {
+	f, err := os.Open(q.dir)
+	if err != nil {
+		return 0, fmt.Errorf("diskquota: read the limit of %s on %s: %w", groupName(Group), q.dir, err)
+	}
+	defer f.Close()
+	return groupLimit(f, Group)
 }
 
 // Reserve limits Group, all workspaces together, so that reserve bytes of
@@ -263,31 +294,55 @@ func setLimit(f *os.File, qgroup, max uint64) error {
 // referenced reads the bytes quota group qgroup references, from its info
 // item in the quota tree. A group with no item yet references nothing.
 func referenced(f *os.File, qgroup uint64) (uint64, error) {
+	item, err := qgroupItem(f, qgroup, qgroupInfoKey, 16)
+	if err != nil || item == nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(item[8:]), nil // generation, then rfer
+}
+
+// groupLimit reads the limit of referenced bytes of quota group qgroup,
+// from its limit item; 0 is none.
+func groupLimit(f *os.File, qgroup uint64) (uint64, error) {
+	item, err := qgroupItem(f, qgroup, qgroupLimitKey, 16)
+	if err != nil || item == nil {
+		return 0, err
+	}
+	le := binary.LittleEndian
+	flags, max := le.Uint64(item[0:]), le.Uint64(item[8:])
+	if flags&limitMaxRfer == 0 || max == limitClear {
+		return 0, nil
+	}
+	return max, nil
+}
+
+// qgroupItem reads the item of type typ of quota group qgroup in the
+// quota tree (at least min bytes of it); nil if there is none.
+func qgroupItem(f *os.File, qgroup uint64, typ uint32, min uint32) ([]byte, error) {
 	var args [4096]byte
 	key := args[:searchKeySize]
 	le := binary.LittleEndian
 	le.PutUint64(key[0:], quotaTreeID)
-	le.PutUint64(key[8:], 0)              // min_objectid
-	le.PutUint64(key[16:], 0)             // max_objectid
-	le.PutUint64(key[24:], qgroup)        // min_offset
-	le.PutUint64(key[32:], qgroup)        // max_offset
-	le.PutUint64(key[40:], 0)             // min_transid
-	le.PutUint64(key[48:], ^uint64(0))    // max_transid
-	le.PutUint32(key[56:], qgroupInfoKey) // min_type
-	le.PutUint32(key[60:], qgroupInfoKey) // max_type
-	le.PutUint32(key[64:], 1)             // nr_items
+	le.PutUint64(key[8:], 0)           // min_objectid
+	le.PutUint64(key[16:], 0)          // max_objectid
+	le.PutUint64(key[24:], qgroup)     // min_offset
+	le.PutUint64(key[32:], qgroup)     // max_offset
+	le.PutUint64(key[40:], 0)          // min_transid
+	le.PutUint64(key[48:], ^uint64(0)) // max_transid
+	le.PutUint32(key[56:], typ)        // min_type
+	le.PutUint32(key[60:], typ)        // max_type
+	le.PutUint32(key[64:], 1)          // nr_items
 	if err := ioctl(f, iocTreeSearch, unsafe.Pointer(&args)); err != nil {
-		return 0, fmt.Errorf("diskquota: read quota group %s: %w", groupName(qgroup), err)
+		return nil, fmt.Errorf("diskquota: read quota group %s: %w", groupName(qgroup), err)
 	}
 	if le.Uint32(key[64:]) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	hdr := args[searchKeySize:]
-	if le.Uint32(hdr[24:]) != qgroupInfoKey || le.Uint64(hdr[16:]) != qgroup || le.Uint32(hdr[28:]) < 16 {
-		return 0, fmt.Errorf("diskquota: read quota group %s: unexpected item", groupName(qgroup))
+	if le.Uint32(hdr[24:]) != typ || le.Uint64(hdr[16:]) != qgroup || le.Uint32(hdr[28:]) < min {
+		return nil, fmt.Errorf("diskquota: read quota group %s: unexpected item", groupName(qgroup))
 	}
-	item := hdr[searchHeaderSize:]
-	return le.Uint64(item[8:]), nil // generation, then rfer
+	return hdr[searchHeaderSize:], nil
 }
 
 // fsID is the filesystem's UUID as /sys/fs/btrfs names it.
@@ -314,4 +369,23 @@ func ioctlRet(f *os.File, req uint, arg unsafe.Pointer) (uintptr, error) {
 		return 0, errno
 	}
 	return r, nil
+}
+
+// SameFilesystem says whether a and b are on one btrfs filesystem, in
+// whichever subvolumes (each of which has a device number of its own).
+func SameFilesystem(a, b string) bool {
+	id := func(dir string) string {
+		f, err := os.Open(dir)
+		if err != nil {
+			return ""
+		}
+		defer f.Close()
+		s, err := fsID(f)
+		if err != nil {
+			return ""
+		}
+		return s
+	}
+	ia := id(a)
+	return ia != "" && ia == id(b)
 }

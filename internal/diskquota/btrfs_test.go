@@ -121,3 +121,50 @@ func TestNotBtrfs(t *testing.T) {
 		t.Fatalf("Open on a filesystem that is not btrfs: %v; want ErrUnsupported", err)
 	}
 }
+
+// TestJoinAndLift: a subvolume that joins Group counts in the reserve
+// (its writes stop at it too), GroupLimit reads the limit the reserve set,
+// and Reserve(0) lifts it.
+func TestJoinAndLift(t *testing.T) {
+	mnt := testenv.LoopFS(t, 384<<20, "mkfs.btrfs", []string{"-q"}, "")
+	q, err := diskquota.Open(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := filepath.Join(mnt, "repo")
+	if err := diskquota.MakeSubvolume(repo); err != nil {
+		t.Fatal(err)
+	}
+	if !diskquota.SameFilesystem(repo, mnt) {
+		t.Fatal("a subvolume is not on its parent's filesystem")
+	}
+	if diskquota.SameFilesystem(repo, os.TempDir()) {
+		t.Fatal("two filesystems are one")
+	}
+	if err := q.Join(repo); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Join(repo); err != nil {
+		t.Fatalf("joining again: %v", err)
+	}
+	limit, err := q.Reserve(256 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := q.GroupLimit(); err != nil || got != limit || limit == 0 {
+		t.Fatalf("GroupLimit = %d, %v; the reserve set %d", got, err, limit)
+	}
+	n, err := writeUntil(t, filepath.Join(repo, "fill"), 256<<20)
+	if !errors.Is(err, unix.EDQUOT) || uint64(n) > limit+(4<<20) {
+		t.Fatalf("a joined subvolume wrote %d bytes (%v) with the group limited to %d; want EDQUOT at it", n, err, limit)
+	}
+	if _, err := q.Reserve(0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := q.GroupLimit(); err != nil || got != 0 {
+		t.Fatalf("GroupLimit after Reserve(0) = %d, %v; want none", got, err)
+	}
+	if n, err := writeUntil(t, filepath.Join(repo, "more"), 128<<20); err != nil {
+		t.Fatalf("a write of 128 MiB once the limit is lifted: %d bytes, %v", n, err)
+	}
+}

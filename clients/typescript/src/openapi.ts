@@ -1118,6 +1118,11 @@ export interface components {
             diskBytes?: number;
             /**
              * Format: int64
+             * @description Bytes the thread's kept checkpoints may reference (the sum of their ownBytes); 0 means the server's --snapshot-quota, else the thread's disk quota.
+             */
+            snapshotBytes?: number;
+            /**
+             * Format: int64
              * @description Checkpoints the thread keeps; 1 to 1000.
              */
             checkpoints?: number;
@@ -1233,6 +1238,21 @@ export interface components {
              * @description The workspace's quota; 0 for none.
              */
             diskQuotaBytes: number;
+            /**
+             * Format: int64
+             * @description Bytes the thread's kept checkpoints reference: the sum of their ownBytes. Content other threads hold too counts here in full.
+             */
+            snapshotBytes: number;
+            /**
+             * Format: int64
+             * @description The thread's snapshot quota; 0 for none.
+             */
+            snapshotQuotaBytes: number;
+            /**
+             * Format: int64
+             * @description Checkpoints the thread keeps now.
+             */
+            checkpoints: number;
             /** Format: int64 */
             jobsRunning: number;
             /**
@@ -1685,8 +1705,25 @@ export interface components {
             createdAt: string;
             /** Format: int64 */
             files: number;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description The bytes of the files in the tree.
+             */
             bytes: number;
+            /**
+             * Format: int64
+             * @description The data bytes its tree references: a sparse file's data, not its holes.
+             */
+            refBytes: number;
+            /**
+             * Format: int64
+             * @description What this checkpoint counts in the thread's snapshot bytes: the data bytes of its tree that its base (ownBase; none for the oldest, when it is refBytes) does not hold at the same path with the same content.
+             */
+            ownBytes: number;
+            /** @description The kept checkpoint ownBytes is counted against; absent for none. */
+            ownBase?: string;
+            /** @description Whether ownBytes is known; false for a record made before snapshot quotas, which counts its whole tree (bytes) until the thread's next checkpoint counts it. */
+            counted?: boolean;
         };
         CheckpointInfo: {
             head?: boolean;
@@ -1867,7 +1904,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
-        /** @description `no_space`: a disk is (nearly) full, the metadata store's or the workspace's; `quota`: the thread's disk quota is full. Nothing was written. */
+        /** @description `no_space`: a disk is (nearly) full, the metadata store's or the workspace's; `quota`: the thread's disk quota is full, or (for a checkpoint, and an undo or revert whose automatic checkpoint) the thread's or the tenant's snapshot quota, or the disk reserve: the message says what the thread holds, its limit and what to free. Nothing was written, and nothing kept was dropped. */
         NoSpace: {
             headers: {
                 [name: string]: unknown;
