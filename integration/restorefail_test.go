@@ -157,7 +157,10 @@ func (s *failScene) historyWorks(t *testing.T, when string, before treeState, ne
 // a.txt restored, and every later checkpoint call answered 500.
 func TestRestoreOverQuota(t *testing.T) {
 	mnt := testenv.LoopFS(t, 512<<20, "mkfs.btrfs", []string{"-q"}, "")
-	d := newDaemonAt(t, filepath.Join(mnt, "data"), "--disk-quota", fmt.Sprint(64<<20))
+	// The snapshot quota is out of the way (it defaults to the disk
+	// quota, which the checkpoints of these 40 and 80 MiB files pass):
+	// this test is about the workspace's quota.
+	d := newDaemonAt(t, filepath.Join(mnt, "data"), "--disk-quota", fmt.Sprint(64<<20), "--snapshot-quota", fmt.Sprint(1<<30))
 	s := newFailScene(t, d, "quota", 80<<20, "--disk", fmt.Sprint(128<<20))
 	d.mustWarren("bind", "--thread", "quota", "--disk", fmt.Sprint(64<<20))
 	s.failUndo(t, http.StatusInsufficientStorage, api.CodeQuota, `does not fit in the thread's disk quota: "big.bin" (83886080 bytes) was not written`)
