@@ -21,6 +21,7 @@ import (
 	"warren/gateway"
 	"warren/gateway/admit"
 	"warren/internal/cli"
+	"warren/internal/diskimage"
 	"warren/jail"
 	"warren/meta"
 	"warren/meta/badger"
@@ -69,6 +70,11 @@ type serveOptions struct {
 	diskQuota, diskReserve int64
 	// snapshotQuota and tenantSnapshotQuota bound the checkpoints' bytes.
 	snapshotQuota, tenantSnapshotQuota int64
+	// The disk image the workspaces and snapshots go on (auto, on, off),
+	// and its size (0: what leaves the host's reserve free).
+	diskImage     string
+	diskImageSize int64
+	loopControl   string // $WARREN_LOOP_CONTROL: tests name a missing one
 	// Checkpoints: where their content lives, and how many a thread keeps.
 	snapshots   string
 	checkpoints int
@@ -184,6 +190,8 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.StringVar(&o.seedCommand, "seed-command", "", "with --on-unreachable fresh: a command run in the new workspace's jail (a clone, say)")
 	fs.Int64Var(&o.diskQuota, "disk-quota", 0, "disk quota of each thread's workspace, in bytes (default none; needs workspaces on btrfs)")
 	fs.Int64Var(&o.diskReserve, "disk-reserve", 0, "bytes of the workspaces' disk that their writes leave free (default none; needs workspaces on btrfs)")
+	fs.StringVar(&o.diskImage, "disk-image", diskimage.ModeAuto, "put the workspaces and snapshots on a btrfs filesystem of their own, in the preallocated image DATA/disk.img, so that their quotas and reserve hold where the data folder's filesystem cannot enforce quotas: auto (where it cannot, and the workspaces are the data folder's own; else the log and warren doctor say \"disk unprotected\" and why), on (refuse to start without it) or off")
+	fs.Int64Var(&o.diskImageSize, "disk-image-size", 0, "bytes of the disk image (default: what leaves a tenth of the host's filesystem, at least 256 MiB, free when it is made); a larger size grows it at start")
 	fs.StringVar(&o.snapshots, "snapshots", "", "folder of the tenants' snapshot repositories, the checkpoints' content (default DATA/snapshots); servers may share one")
 	fs.Int64Var(&o.snapshotQuota, "snapshot-quota", 0, "bytes each thread's kept checkpoints may reference, unless its settings say otherwise (default its disk quota, or none)")
 	fs.Int64Var(&o.tenantSnapshotQuota, "tenant-snapshot-quota", 0, "bytes the kept checkpoints of all a tenant's threads may reference together (default none)")
@@ -219,6 +227,7 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 		o.flagErrs = append(o.flagErrs, fmt.Errorf("unknown log level %q", o.logLevel))
 		level = hclog.Info
 	}
+	o.loopControl = e.Getenv(diskimage.LoopControlEnv)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := hclog.New(&hclog.LoggerOptions{
@@ -244,6 +253,12 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	}
 	if _, err := storeFlags(o); err != nil {
 		bad = append(bad, err)
+	}
+	if m := o.diskImage; m != "" && m != diskimage.ModeAuto && m != diskimage.ModeOn && m != diskimage.ModeOff {
+		bad = append(bad, fmt.Errorf("--disk-image is auto, on or off, not %q", m))
+	}
+	if o.diskImageSize < 0 {
+		bad = append(bad, fmt.Errorf("--disk-image-size is not negative, not %d", o.diskImageSize))
 	}
 	transport, err := fuseTransport(log, o.fuseTransport)
 	if err != nil {
@@ -346,9 +361,15 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	if err := gateway.RecoverStuck(ctx, log, dataDir); err != nil {
 		return fmt.Errorf("recover from the former daemon: %w", err)
 	}
-	store, err := openStore(ctx, log, o, dataDir)
+	// The disk image goes under the workspaces and snapshots before
+	// anything uses them.
+	image, err := startDiskImage(log, diskImageOptions(dataDir, o.diskImage, o.diskImageSize, workspaces, o.snapshots, o.loopControl), &cfg)
 	if err != nil {
 		return err
+	}
+	store, err := openStore(ctx, log, o, dataDir)
+	if err != nil {
+		return closeDiskImage(image, err)
 	}
 	cfg.DataDir, cfg.SocketPath, cfg.WorkspacesDir = dataDir, socket, workspaces
 	cfg.Logger, cfg.Store = log, store
@@ -359,7 +380,7 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	if cerr := closeStore(store, storeCloseTimeout); cerr != nil && err == nil {
 		err = cerr
 	}
-	return err
+	return closeDiskImage(image, err)
 }
 
 // storeCloseTimeout bounds how long a stopping daemon waits for its store

@@ -15,6 +15,7 @@ import (
 	"warren/client"
 	"warren/gateway"
 	"warren/internal/cli"
+	"warren/internal/diskimage"
 	"warren/internal/testenv"
 	"warren/meta"
 	"warren/meta/badger"
@@ -40,7 +41,7 @@ func TestServe(t *testing.T) {
 	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, log, serveOptions{dataDir: data}) }()
+	go func() { done <- serve(ctx, log, serveOptions{dataDir: data, diskImage: diskimage.ModeOff}) }()
 
 	sock := api.DefaultSocket(data)
 	c := client.New(sock)
@@ -120,6 +121,8 @@ func TestServeBadFlags(t *testing.T) {
 		{[]string{"--disk-quota", "-1"}, "disk quota -1"},
 		{[]string{"--disk-quota", "10"}, "disk quota 10 is below"},
 		{[]string{"--disk-reserve", "-1"}, "reserve -1"},
+		{[]string{"--disk-image", "maybe"}, "--disk-image is auto, on or off"},
+		{[]string{"--disk-image-size", "-1"}, "--disk-image-size is not negative"},
 		{[]string{"--checkpoint-max-entries", "-1"}, "checkpoint limits: entries -1"},
 		{[]string{"--checkpoint-max-bytes", "-1"}, "bytes -1 must not be negative"},
 		{[]string{"--checkpoint-max-depth", "600"}, "depth 600 must be between 1 and 512"},

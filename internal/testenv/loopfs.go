@@ -138,3 +138,25 @@ func UnsealMountPoints(t testing.TB, dataDir string) {
 
 // immutableFL is FS_IMMUTABLE_FL of <linux/fs.h>.
 const immutableFL = 0x00000010
+
+// LoopDevicesUnder lists the loop devices (/dev/loopN) attached to a file
+// at or below dir, from /sys/block/loop*/loop/backing_file: a test looks
+// only at devices of its own files, never at the machine's others.
+func LoopDevicesUnder(t testing.TB, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var devs []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // detached meanwhile
+		}
+		if atOrBelow(dir, strings.TrimSpace(string(b))) {
+			devs = append(devs, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f))))
+		}
+	}
+	return devs
+}
