@@ -200,7 +200,7 @@ func TestDiskQuota(t *testing.T) {
 // and at bind for a thread's setting, never a silent no-op.
 func TestDiskQuotaUnenforceable(t *testing.T) {
 	mnt := testenv.LoopFS(t, 160<<20, "mkfs.ext4", []string{"-q"}, "")
-	out, err := exec.Command(warrenBin, "serve", "--data", filepath.Join(mnt, "refused"), "--disk-quota", fmt.Sprint(16<<20)).CombinedOutput()
+	out, err := exec.Command(warrenBin, "serve", "--data", filepath.Join(mnt, "refused"), "--disk-image", "off", "--disk-quota", fmt.Sprint(16<<20)).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "cannot enforce disk quotas") {
 		t.Fatalf("serve --disk-quota on ext4: %v: %s; want a refusal that says the filesystem cannot enforce it", err, out)
 	}

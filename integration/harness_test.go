@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -190,6 +191,12 @@ func (d *daemon) launch() (*exec.Cmd, chan struct{}) {
 	argv := []string{warrenBin, "serve", "--data", d.data, "--log-level", "debug"}
 	if t := os.Getenv(testenv.TransportEnv); t != "" {
 		argv = append(argv, "--fuse-transport", t)
+	}
+	// Daemons of tests not about the disk image run without one: an
+	// image on the machine's disk would take most of its free space, and
+	// making one costs time. A test about it passes --disk-image itself.
+	if !slices.ContainsFunc(d.args, func(a string) bool { return strings.HasPrefix(a, "--disk-image") }) {
+		argv = append(argv, "--disk-image", "off")
 	}
 	argv = append(argv, d.args...)
 	argv = append(append([]string{}, d.wrap...), argv...)

@@ -58,7 +58,7 @@ func TestVersionStamped(t *testing.T) {
 	}
 
 	// A daemon of that build.
-	serve := exec.Command(bin, "serve", "--data", filepath.Join(dir, "data"), "--socket", sock)
+	serve := exec.Command(bin, "serve", "--data", filepath.Join(dir, "data"), "--socket", sock, "--disk-image", "off")
 	var logs strings.Builder
 	serve.Stdout, serve.Stderr = &logs, &logs
 	if err := serve.Start(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"warren/api"
 	"warren/client"
 	"warren/internal/cli"
+	"warren/internal/diskimage"
 	"warren/internal/doctor"
 )
 
@@ -16,8 +17,11 @@ import (
 func doctorCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var o doctor.Options
 	var socket string
-	fs := cli.NewFlags(e, "warren doctor", "[--data DIR] [--socket-group GROUP] [--socket PATH]")
+	fs := cli.NewFlags(e, "warren doctor", "[--data DIR] [--workspaces DIR] [--disk-image auto|on|off] [--socket-group GROUP] [--socket PATH]")
 	fs.StringVar(&o.DataDir, "data", cli.DefaultDataDir(e.Getenv), "the data folder warren serve will use")
+	fs.StringVar(&o.DiskImage.Workspaces, "workspaces", "", "the --workspaces folder warren serve will use (default DATA/workspaces)")
+	fs.StringVar(&o.DiskImage.Mode, "disk-image", diskimage.ModeAuto, "the --disk-image warren serve will use")
+	o.DiskImage.LoopControl = e.Getenv(diskimage.LoopControlEnv)
 	fs.StringVar(&o.SocketGroup, "socket-group", "", "the group warren serve --socket-group will give the socket")
 	clientFlags(e, fs, &socket)
 	rest, err := cli.Parse(fs, args)

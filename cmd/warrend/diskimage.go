@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/hashicorp/go-hclog"
 
 	"warren/gateway"
 	"warren/internal/diskimage"
+	"warren/internal/diskquota"
 )
 
 // Defaults of the quotas on the disk image (docs/operations.md, "The disk
@@ -16,7 +18,10 @@ import (
 // thread may take at most nine tenths of what the workspaces may use
 // together, so that a thread that fills its disk leaves the others room
 // to write.
-const imageMinReserve = 64 << 20
+const (
+	imageMinReserve = 64 << 20
+	imageMinQuota   = 16 << 20
+)
 
 // diskImageOptions are the options of the disk image that the flags of
 // warren serve give, for the data folder dataDir; loopControl is
@@ -61,7 +66,18 @@ func startDiskImage(log hclog.Logger, o diskimage.Options, cfg *gateway.Config) 
 		cfg.DiskReserveBytes = max(plan.Size/20, imageMinReserve)
 	}
 	if cfg.DiskQuotaBytes == 0 {
-		cfg.DiskQuotaBytes = (plan.Size - cfg.DiskReserveBytes) / 10 * 9
+		// Nine tenths of what the reserve leaves the workspaces
+		// together: what they use plus what btrfs says is free (its
+		// metadata copies take part of the image), less the reserve.
+		q, err := diskquota.Open(filepath.Join(o.DataDir, "workspaces"))
+		if err != nil {
+			return nil, closeDiskImage(im, fmt.Errorf("disk image: %w", err))
+		}
+		limit, err := q.Reserve(cfg.DiskReserveBytes)
+		if err != nil {
+			return nil, closeDiskImage(im, fmt.Errorf("disk image: %w", err))
+		}
+		cfg.DiskQuotaBytes = max(int64(limit)/10*9, imageMinQuota)
 	}
 	log.Info("disk protected: workspaces on the data folder's disk image", "image", plan.Image, "bytes", plan.Size,
 		"device", im.Device(), "reserve", cfg.DiskReserveBytes, "thread_quota", cfg.DiskQuotaBytes)

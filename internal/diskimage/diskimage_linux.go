@@ -178,18 +178,20 @@ func Decide(o Options) (Plan, error) {
 		p.Native = true
 		return no(fmt.Sprintf("the workspaces' filesystem (%s) is btrfs, which enforces quotas itself: --disk-reserve protects it", nearest(ws)))
 	}
+	if err := loopUsable(o); err != nil {
+		return no(err.Error())
+	}
+	if _, err := exec.LookPath("mkfs.btrfs"); err != nil {
+		return no("mkfs.btrfs is not installed (btrfs-progs)")
+	}
+	// Last of the reasons, so that a daemon without loop devices says
+	// that, not that its own workspaces are there.
 	for _, t := range o.targets() {
 		if n, err := entries(t[0]); err != nil {
 			return p, fmt.Errorf("disk image: %w", err)
 		} else if n > 0 {
 			return no(fmt.Sprintf("%s holds data of an earlier start on the host's filesystem; an image is made only for a new data folder (move the data folder's threads to a new one to get it)", t[0]))
 		}
-	}
-	if err := loopUsable(o); err != nil {
-		return no(err.Error())
-	}
-	if _, err := exec.LookPath("mkfs.btrfs"); err != nil {
-		return no("mkfs.btrfs is not installed (btrfs-progs)")
 	}
 	free, _, err := hostSpace(o.DataDir)
 	if err != nil {

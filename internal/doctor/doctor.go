@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/api"
+	"warren/internal/diskimage"
 )
 
 // Status is how a check came out.
@@ -112,6 +113,11 @@ type Options struct {
 	// MinNoFile is the open-file limit (hard) a server of many threads
 	// needs.
 	MinNoFile uint64
+	// DiskImage is what warren serve's --disk-image and --workspaces
+	// will be (its DataDir is DataDir): the "disk image" check says
+	// whether the threads' disk is bounded, or "disk unprotected" and
+	// why. A LoopControl of "" is the host's /dev/loop-control.
+	DiskImage diskimage.Options
 }
 
 // Defaults for Options.
@@ -139,6 +145,7 @@ func Run(h Host, o Options) []Result {
 		h.cgroups(),
 		h.descriptors(o.MinNoFile),
 		h.disk(o.DataDir, o.MinFreeBytes),
+		h.diskImage(o),
 		h.socketGroup(o.SocketGroup),
 	}
 	if h.Ready != nil {
@@ -366,6 +373,37 @@ func (h Host) disk(dataDir string, min uint64) Result {
 			"free space on the data folder's disk, or pass --data on a bigger one"}
 	}
 	return Result{Name: "disk", Status: OK, Detail: fmt.Sprintf("%s has %d MiB free", dir, free>>20)}
+}
+
+// diskImage says whether warren serve will bound the threads' disk (on
+// its disk image, or by btrfs quotas), or "disk unprotected" and why: a
+// warning, since warren works without, but one thread can then fill the
+// disk for all.
+func (h Host) diskImage(o Options) Result {
+	const name = "disk image"
+	io := o.DiskImage
+	dir, err := filepath.Abs(o.DataDir)
+	if err != nil {
+		return Result{name, Fail, fmt.Sprintf("data folder %s: %v", o.DataDir, err), "pass --data an absolute folder"}
+	}
+	io.DataDir = dir
+	if io.LoopControl == "" {
+		io.LoopControl = h.path(diskimage.DefaultLoopControl)
+	}
+	p, err := diskimage.Decide(io)
+	switch {
+	case err != nil:
+		return Result{name, Fail, err.Error(), "see docs/operations.md, \"The disk image\""}
+	case p.Use && p.Exists:
+		return Result{Name: name, Status: OK, Detail: fmt.Sprintf("workspaces and snapshots on the disk image %s (%d MiB)", p.Image, p.Size>>20)}
+	case p.Use:
+		return Result{Name: name, Status: OK, Detail: fmt.Sprintf("warren serve will make the disk image %s of %d MiB for the workspaces and snapshots", p.Image, p.Size>>20)}
+	case p.Native:
+		return Result{name, Warn, "disk unprotected unless warren serve gets --disk-reserve: " + p.Reason,
+			"pass warren serve --disk-reserve (and --disk-quota) so that one thread cannot fill the disk"}
+	}
+	return Result{name, Warn, "disk unprotected: " + p.Reason,
+		"give warren serve loop devices (modprobe loop) and mkfs.btrfs and a new data folder of its own, or workspaces on btrfs with --disk-reserve; see docs/operations.md, \"The disk image\""}
 }
 
 func (h Host) socketGroup(group string) Result {

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/api"
+	"warren/internal/diskimage"
 	"warren/internal/testenv"
 )
 
@@ -26,6 +27,7 @@ func fakeHost(t *testing.T) Host {
 		"sys/fs/cgroup/cgroup.controllers":        "cpuset cpu io memory pids",
 		"etc/group":                               "root:x:0:\nwarren:x:998:alice,bob\n",
 		"sys/module/fuse/parameters/enable_uring": "Y",
+		"dev/loop-control":                        "",
 	}
 	for p, content := range files {
 		full := filepath.Join(root, p)
@@ -66,8 +68,9 @@ func find(t *testing.T, rs []Result, name string) Result {
 
 // TestAllThere: a host with every feature passes every check.
 func TestAllThere(t *testing.T) {
-	testenv.RequireRoot(t) // mknod of the fake /dev/fuse
-	rs := Run(fakeHost(t), Options{DataDir: "/var/lib/warren", SocketGroup: "warren"})
+	testenv.RequireRoot(t)                  // mknod of the fake /dev/fuse
+	testenv.RequireCommand(t, "mkfs.btrfs") // for the disk image
+	rs := Run(fakeHost(t), Options{DataDir: filepath.Join(t.TempDir(), "data"), SocketGroup: "warren"})
 	for _, r := range rs {
 		if r.Status != OK {
 			t.Errorf("%s: %s: %s", r.Name, r.Status, r.Detail)
@@ -118,12 +121,18 @@ func TestMissing(t *testing.T) {
 			h.FreeBytes = func(string) (uint64, error) { return 0, errors.New("input/output error") }
 		}},
 		{"socket group", Fail, Options{SocketGroup: "agents"}, func(t *testing.T, h *Host) {}},
+		{"disk image", Warn, Options{}, func(t *testing.T, h *Host) { remove(t, h, "dev/loop-control") }},
+		{"disk image", Warn, Options{DiskImage: diskimage.Options{Workspaces: "/srv/shared"}}, func(t *testing.T, h *Host) {}},
+		{"disk image", Fail, Options{DiskImage: diskimage.Options{Mode: "maybe"}}, func(t *testing.T, h *Host) {}},
 	} {
 		t.Run(c.check, func(t *testing.T) {
 			h := fakeHost(t)
 			c.take(t, &h)
 			rs := Run(h, c.opts)
 			got := find(t, rs, c.check)
+			if c.check == "disk image" && c.status == Warn && !strings.HasPrefix(got.Detail, "disk unprotected: ") {
+				t.Errorf("disk image: %q; want it to say disk unprotected, and why", got.Detail)
+			}
 			if got.Status != c.status || got.Fix == "" {
 				t.Errorf("%s: %s (%s), fix %q; want %s with a fix", c.check, got.Status, got.Detail, got.Fix, c.status)
 			}
