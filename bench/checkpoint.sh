@@ -36,7 +36,7 @@ tarball=$work/go-src.tar
 tar -C "$("$GO" env GOROOT)" -cf "$tarball" src
 
 sock=$work/data/warren.sock
-bin/warren serve --data "$work/data" --socket "$sock" </dev/null >"$work/warren.log" 2>&1 &
+bin/warren serve --data "$work/data" --socket "$sock" --disk-image off </dev/null >"$work/warren.log" 2>&1 &
 warren_pid=$!
 wait_socket "$sock"
 

@@ -39,7 +39,7 @@ warren=${BENCH_WARREN:-bin/warren}
 [[ -n ${BENCH_WARREN:-} ]] || { CGO_ENABLED=0 "$GO" build -o bin/warren ./cmd/warren && "$GO" build -o bin/warrend ./cmd/warrend; }
 
 sock=$work/data/warren.sock
-"$warren" serve --data "$work/data" --socket "$sock" </dev/null >"$work/warren.log" 2>&1 &
+"$warren" serve --data "$work/data" --socket "$sock" --disk-image off </dev/null >"$work/warren.log" 2>&1 &
 warren_pid=$!
 wait_socket "$sock"
 

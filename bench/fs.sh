@@ -244,7 +244,7 @@ start_warren() {
 		;;
 	esac
 	data=$work/$tag-data sock=$work/$tag-data/warren.sock
-	"$warren" serve --data "$data" --socket "$sock" "${serve_args[@]}" </dev/null >"$work/$tag.log" 2>&1 &
+	"$warren" serve --data "$data" --socket "$sock" --disk-image off "${serve_args[@]}" </dev/null >"$work/$tag.log" 2>&1 &
 	pid=$!
 	printf -v "$pidvar" %s "$pid"
 	for _ in $(seq 150); do

@@ -26,7 +26,7 @@ CGO_ENABLED=0 "$GO" build -o bin/warren ./cmd/warren
 
 sock=$work/data/warren.sock
 # The daemon raises its soft limit to the hard one: set the hard one.
-(ulimit -Hn "${BENCH_SLOW_NOFILE:-20000}" && exec bin/warren serve --data "$work/data" --socket "$sock" --log-level error) </dev/null >"$work/warren.log" 2>&1 &
+(ulimit -Hn "${BENCH_SLOW_NOFILE:-20000}" && exec bin/warren serve --data "$work/data" --socket "$sock" --disk-image off --log-level error) </dev/null >"$work/warren.log" 2>&1 &
 warren_pid=$!
 wait_socket "$sock"
 

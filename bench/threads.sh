@@ -26,7 +26,7 @@ CGO_ENABLED=0 "$GO" build -o bin/warren ./cmd/warren
 
 sock=$work/data/warren.sock
 start_daemon() {
-	bin/warren serve --data "$work/data" --socket "$sock" --log-level error </dev/null >>"$work/warren.log" 2>&1 &
+	bin/warren serve --data "$work/data" --socket "$sock" --disk-image off --log-level error </dev/null >>"$work/warren.log" 2>&1 &
 	warren_pid=$!
 }
 # wait_serving prints how long the daemon took to answer /healthz and

@@ -78,7 +78,7 @@ export class Daemon {
 
   /** Starts it and waits until its socket answers. */
   async start(): Promise<void> {
-    const [cmd, argv] = tied('SIGTERM', [warrenBinary(), 'serve', '--data', this.data, '--log-level', 'debug', ...this.args])
+    const [cmd, argv] = tied('SIGTERM', [warrenBinary(), 'serve', '--data', this.data, '--log-level', 'debug', '--disk-image', 'off', ...this.args])
     const out = openSync(this.logPath, 'a')
     let child: ChildProcess
     try {
