@@ -28,7 +28,6 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
 	"warren/internal/diskquota"
@@ -270,9 +269,16 @@ func entries(dir string) (int, error) {
 	return len(es), err
 }
 
+// Logger is the part of hclog.Logger the image logs with; the package
+// does not link hclog, as warren doctor (the CLI) links it.
+type Logger interface {
+	Info(msg string, args ...any)
+	Warn(msg string, args ...any)
+}
+
 // Image is the mounted image of a running daemon.
 type Image struct {
-	log    hclog.Logger
+	log    Logger
 	path   string
 	dev    string
 	mounts []string
@@ -281,13 +287,25 @@ type Image struct {
 // Open makes the image if plan says it does not exist, and mounts it at
 // the targets, or adopts the mounts a killed daemon left. It grows the
 // image to plan.Size if that is more.
-func Open(log hclog.Logger, o Options, plan Plan) (_ *Image, err error) {
+func Open(log Logger, o Options, plan Plan) (_ *Image, err error) {
 	im := &Image{log: log, path: plan.Image}
 	defer func() {
 		if err != nil {
 			im.Close()
 		}
 	}()
+	// A start killed while it made the subvolumes leaves the image's top
+	// level mounted there: that mount goes first, so that the image is
+	// attached once.
+	setup := filepath.Join(o.DataDir, setupName)
+	if m, err := mountsOf([][2]string{{setup, ""}}); err != nil {
+		return nil, err
+	} else if _, ok := m[setup]; ok {
+		if err := unix.Unmount(setup, unix.MNT_DETACH); err != nil {
+			return nil, fmt.Errorf("disk image: unmount %s, left by a former start: %w", setup, err)
+		}
+		log.Info("disk image: unmounted what a former start left", "path", setup)
+	}
 	mounted, err := mountsOf(o.targets())
 	if err != nil {
 		return nil, err
@@ -318,7 +336,7 @@ func Open(log hclog.Logger, o Options, plan Plan) (_ *Image, err error) {
 		// are made, then AUTOCLEAR frees it when they go.
 		defer loop.Close()
 		im.dev = loop.Name()
-		if err := subvolumes(im.dev, filepath.Join(o.DataDir, setupName), o.targets()); err != nil {
+		if err := subvolumes(im.dev, setup, o.targets()); err != nil {
 			return nil, err
 		}
 	}
