@@ -156,7 +156,10 @@ func Decide(o Options) (Plan, error) {
 			}
 			p.Size = o.SizeBytes
 		}
-		return p, loopUsable(o)
+		if err := loopUsable(o); err != nil {
+			return p, fmt.Errorf("disk image: the data folder's workspaces are in its disk image %s, which needs a loop device: %w", p.Image, err)
+		}
+		return p, nil
 	}
 	no := func(reason string) (Plan, error) {
 		p.Reason = reason
