@@ -34,7 +34,8 @@ func waitNoLoopDevice(t *testing.T, dir string) {
 // TestDiskImageDefault: a daemon on its default --disk-image, over a data
 // folder on a filesystem without quotas (an ext4 of the test's own), gets
 // its workspaces and snapshots on a btrfs image; one thread that fills
-// its disk gets EDQUOT while another thread binds, writes and closes;
+// its disk gets EDQUOT while another thread binds, writes, checkpoints
+// (into the snapshots on the image) and closes;
 // after kill -9 the next start adopts the image's mounts and serves
 // everything again; after a clean stop no mount and no loop device of
 // the image is left.
@@ -71,6 +72,7 @@ func TestDiskImageDefault(t *testing.T) {
 		t.Fatalf("another thread's dd of 8 MiB after one filled its disk: exit %d: %s", code, out)
 	}
 	d.bind("default", "new")
+	d.mustWarren("checkpoint", "--thread", "other")
 	d.mustWarren("close", "--thread", "other")
 
 	// kill -9: the image stays mounted; the next start adopts it.

@@ -14,7 +14,7 @@ import (
 // Defaults of the quotas on the disk image (docs/operations.md, "The disk
 // image"), where --disk-reserve and --disk-quota are not given: the image
 // keeps a twentieth of itself (at least imageMinReserve) free of
-// workspaces, for the snapshots and the filesystem's own trees, and one
+// workspaces and snapshot repositories, for the filesystem's own trees, and one
 // thread may take at most nine tenths of what the workspaces may use
 // together, so that a thread that fills its disk leaves the others room
 // to write.
