@@ -6,7 +6,8 @@
  *     pack` makes a tarball of what `files` lists, dist/src built by the
  *     prepare script, and that tarball installs in a new project, its
  *     peer (@tanstack/ai-sandbox, in the range) from the registry or the
- *     npm cache `npm ci` filled, and loads from ESM and from CommonJS;
+ *     npm cache `npm ci` filled, loads from ESM and from CommonJS, and its
+ *     types check in a strict TypeScript project;
  *   - `npm install /path/to/the/folder` builds dist/src there (prepare
  *     installs the build's tools first when the folder has none), linked
  *     or, with `--install-links`, copied;
@@ -143,6 +144,40 @@ test('npm pack after npm ci: a tarball of what files lists, which installs in a 
   const manifest = JSON.parse(readFileSync(path.join(app, 'node_modules', '@warren', 'sandbox', 'package.json'), 'utf8')) as { peerDependencies: Record<string, string> }
   assert.deepEqual(manifest.peerDependencies, { '@tanstack/ai-sandbox': '>=0.2.4 <1' })
   await checkInstalled(app)
+
+  // Its types: a TypeScript project that strictly checks its own code
+  // against them, and the provider is the contract's SandboxProvider, of
+  // the one @tanstack/ai-sandbox the project has.
+  writeFileSync(
+    path.join(app, 'check.mts'),
+    `import type { SandboxProvider } from '@tanstack/ai-sandbox'
+import { warrenSandbox, WarrenUnreachableError, type WarrenSandboxProvider } from '@warren/sandbox'
+const warren: WarrenSandboxProvider = warrenSandbox({ tenant: 'acme' })
+export const provider: SandboxProvider = warren
+export const isUnreachable = (err: unknown): boolean => err instanceof WarrenUnreachableError && err.code === 'unreachable'
+`,
+  )
+  const tsconfig = {
+    compilerOptions: {
+      module: 'NodeNext',
+      moduleResolution: 'NodeNext',
+      target: 'ES2022',
+      strict: true,
+      noEmit: true,
+      skipLibCheck: true,
+      // The project's own @types/node; here, this folder's.
+      typeRoots: [path.join(pkgRoot, 'node_modules', '@types')],
+      types: ['node'],
+    },
+    files: ['check.mts'],
+  }
+  writeFileSync(path.join(app, 'tsconfig.json'), JSON.stringify(tsconfig))
+  try {
+    await run(process.execPath, [path.join(pkgRoot, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', app], { cwd: app })
+  } catch (err) {
+    const e = err as { stdout?: string; message: string }
+    assert.fail(`tsc in the new project: ${e.message}\n${e.stdout ?? ''}`)
+  }
 })
 
 test('npm install /path/to/clients/typescript on a fresh clone: prepare builds dist, linked or copied', { timeout: 180_000 }, async () => {
