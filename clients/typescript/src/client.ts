@@ -28,8 +28,11 @@ export interface ExecResult {
 export class WarrenClient {
   private readonly t: Transport
 
-  /** socketPath is the daemon's API socket (`DATA/warren.sock`). */
-  constructor(socketPath: string) {
+  /**
+   * socketPath is the daemon's API socket (`DATA/warren.sock`); left out,
+   * `WARREN_SOCKET`, else the default data folder's, as the CLI finds it.
+   */
+  constructor(socketPath?: string) {
     this.t = new Transport(socketPath)
   }
 

@@ -9,6 +9,8 @@
  * or the connection breaks; with the daemon's own error otherwise.
  */
 import http from 'node:http'
+import { homedir, tmpdir } from 'node:os'
+import { isAbsolute, join } from 'node:path'
 import { Readable } from 'node:stream'
 import { errorFor, WarrenError, WarrenUnreachableError } from './errors.js'
 
@@ -67,13 +69,55 @@ export function escapeId(id: string): string {
   return out
 }
 
+/**
+ * The socket a client uses when it is given none, as the CLI finds it:
+ * `WARREN_SOCKET`, else `warren.sock` in the default data folder of
+ * `warren serve` (`/var/lib/warren` as root, else
+ * `$XDG_STATE_HOME/warren` or `~/.local/state/warren`).
+ */
+export function defaultSocket(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.WARREN_SOCKET) return env.WARREN_SOCKET
+  let data: string
+  if (process.geteuid?.() === 0) data = '/var/lib/warren'
+  else if (env.XDG_STATE_HOME && isAbsolute(env.XDG_STATE_HOME)) data = join(env.XDG_STATE_HOME, 'warren')
+  else if (env.HOME) data = join(env.HOME, '.local', 'state', 'warren')
+  else {
+    try {
+      data = join(homedir(), '.local', 'state', 'warren')
+    } catch {
+      data = join(tmpdir(), `warren-${process.geteuid?.() ?? 0}`)
+    }
+  }
+  return join(data, 'warren.sock')
+}
+
+/**
+ * The error of a connection that could not be made, worded as the CLI
+ * words it: what was being done, the socket, and what to check.
+ */
+function unreachable(doing: string, socketPath: string, err: NodeJS.ErrnoException): WarrenUnreachableError {
+  switch (err.code) {
+    case 'ENOENT':
+    case 'ECONNREFUSED':
+      return new WarrenUnreachableError(
+        `${doing}: no daemon answers on ${socketPath} (is 'warren serve' running? set socketPath or WARREN_SOCKET): ${err.message}`,
+        err,
+      )
+    case 'EACCES':
+      return new WarrenUnreachableError(`${doing}: no permission to use the daemon's socket ${socketPath}: ${err.message}`, err)
+  }
+  return new WarrenUnreachableError(`${doing} on ${socketPath}: ${err.message}`, err)
+}
+
 /** One daemon's socket, and the connections to it. */
 export class Transport {
   readonly socketPath: string
   private readonly agent: http.Agent
 
-  constructor(socketPath: string) {
-    this.socketPath = socketPath
+  /** socketPath is the daemon's socket; left out, {@link defaultSocket}'s. */
+  constructor(socketPath?: string) {
+    if (socketPath === '') throw new TypeError('the socket path is empty: give the daemon\'s socket, or leave it out for WARREN_SOCKET')
+    this.socketPath = socketPath ?? defaultSocket()
     // No bound on sockets: a followed job output or event stream holds its
     // connection as long as it lasts, and a bound would make every other
     // call wait behind them (8 jobs' stdout and stderr held 16).
@@ -120,7 +164,7 @@ export class Transport {
       )
       req.on('error', (err) => {
         if (opts.signal?.aborted) reject(opts.signal.reason)
-        else reject(new WarrenUnreachableError(`${method} ${path} on ${this.socketPath}: ${err.message}`, err))
+        else reject(unreachable(`${method} ${path}`, this.socketPath, err))
       })
       if (stream) {
         stream.on('error', (err) => req.destroy(err))

@@ -14,7 +14,7 @@ export {
   WarrenUnreachableError,
   isWarrenError,
 } from './errors.js'
-export { escapeId } from './http.js'
+export { defaultSocket, escapeId } from './http.js'
 export {
   WORKSPACE,
   parseSnapshotId,

@@ -51,8 +51,11 @@ export const WORKSPACE = '/workspace'
 
 /** Options of {@link warrenSandbox}. */
 export interface WarrenSandboxOptions {
-  /** The daemon's API socket, e.g. `/var/lib/warren/warren.sock`. */
-  socketPath: string
+  /**
+   * The daemon's API socket, e.g. `/var/lib/warren/warren.sock`; left out,
+   * `WARREN_SOCKET`, else the default data folder's, as the CLI finds it.
+   */
+  socketPath?: string
   /** The tenant of every sandbox this provider makes (default `default`). */
   tenant?: string
   /**
@@ -129,7 +132,7 @@ function newRun(): string {
 }
 
 /** Makes a provider of warren sandboxes on the daemon at socketPath. */
-export function warrenSandbox(opts: WarrenSandboxOptions): WarrenSandboxProvider {
+export function warrenSandbox(opts: WarrenSandboxOptions = {}): WarrenSandboxProvider {
   const client = new WarrenClient(opts.socketPath)
   const tenant = opts.tenant ?? 'default'
 
