@@ -53,6 +53,21 @@ func TestExecEndReason(t *testing.T) {
 			t.Errorf("%s: exit %d, reason %q, note %q; want %d, %q, %q", tc.name, *end.Exit, end.Reason, end.Note, tc.exit, tc.reason, tc.note)
 		}
 	}
+
+	// A signal a client sent ends it: killed, and which.
+	signalled := make(chan error, 1)
+	end, err := c.ExecEnd(ctx, "acme", "t1", api.ExecRequest{Command: "sleep 60"}, func(id string) {
+		go func() {
+			_, err := c.Signal(ctx, "acme", "t1", id, "TERM")
+			signalled <- err
+		}()
+	}, nil, nil)
+	if err != nil || <-signalled != nil {
+		t.Fatalf("signalled exec: %+v, %v", end, err)
+	}
+	if *end.Exit != 143 || end.Reason != api.ReasonKilled || end.Note != "killed: SIGTERM sent by the client" {
+		t.Errorf("signalled exec: exit %d, reason %q, note %q", *end.Exit, end.Reason, end.Note)
+	}
 }
 
 // TestJobEndReason: a job a client stopped says so in its record, its

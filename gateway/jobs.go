@@ -597,6 +597,9 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 	}
 	close(jb.done)
 	logArgs := []any{"tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "exit", code}
+	if reason != "" {
+		logArgs = append(logArgs, "reason", reason)
+	}
 	if note != "" {
 		logArgs = append(logArgs, "note", note)
 	}
