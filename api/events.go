@@ -99,6 +99,9 @@ type Event struct {
 	User  string `json:"user,omitempty"`
 	Exit  *int   `json:"exit,omitempty"`
 	Data  string `json:"data,omitempty"`
+	// Reason is why a job.ended job ended as it did (a Reason* code),
+	// with Message its note.
+	Reason string `json:"reason,omitempty"`
 	// Stream is the stream a job.output event's Data came from: "stdout"
 	// or "stderr" (a terminal's output is "stdout"). An event never holds
 	// bytes of both.

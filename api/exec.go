@@ -66,6 +66,12 @@ type ExecFrame struct {
 	Data     string `json:"data,omitempty"`
 	Exit     *int   `json:"exit,omitempty"`
 	TimedOut bool   `json:"timedOut,omitempty"`
+	// Reason and Note, on the end, say why the command ended as it did
+	// when the gateway or the kernel ended it (a Reason* code, and a
+	// sentence for a person); none for a command that ended by itself,
+	// whatever its exit code.
+	Reason string `json:"reason,omitempty"`
+	Note   string `json:"note,omitempty"`
 	// Background is the job the command became (POST .../background):
 	// the answer ends there, and the job has the rest of its output.
 	Background string `json:"background,omitempty"`
@@ -143,7 +149,31 @@ type JobFrame struct {
 	Dropped int64  `json:"dropped,omitempty"`
 	End     bool   `json:"end,omitempty"`
 	Exit    *int   `json:"exit,omitempty"`
+	// Reason and Note, on the end, are the job's (meta.Job).
+	Reason string `json:"reason,omitempty"`
+	Note   string `json:"note,omitempty"`
 }
+
+// The reasons a command or a job ended as it did (ExecFrame.Reason,
+// meta.Job.Reason, Event.Reason). A command that ended by itself has
+// none, whatever its exit code: a reason is only given where the gateway
+// ended it or the kernel says so (the jail cgroup's counters, the wait
+// status of its process).
+const (
+	// ReasonTimeout: its time was up (ExecRequest.TimeoutSeconds); exit 124.
+	ReasonTimeout = "timeout"
+	// ReasonOOM: it failed while the kernel's OOM killer ended processes
+	// of the thread's jail at its memory limit.
+	ReasonOOM = "oom"
+	// ReasonPids: it failed while the thread's process limit refused
+	// forks.
+	ReasonPids = "pids"
+	// ReasonReclaimed: the gateway ended its jail under it (the thread
+	// was closed, deleted or restored, or the daemon stopped).
+	ReasonReclaimed = "reclaimed"
+	// ReasonKilled: a signal a client sent (a stop, a kill) ended it.
+	ReasonKilled = "killed"
+)
 
 // The views of a job's output (GET .../jobs/{job}/output?stream=...).
 const (

@@ -296,10 +296,21 @@ func (c *Client) Exec(ctx context.Context, tenant, thread string, req api.ExecRe
 // id as soon as it starts (for ExecStdin and ExecResize). A terminal's
 // output goes to stdout.
 func (c *Client) ExecStream(ctx context.Context, tenant, thread string, req api.ExecRequest, onID func(string), stdout, stderr io.Writer) (int, error) {
+	end, err := c.ExecEnd(ctx, tenant, thread, req, onID, stdout, stderr)
+	if end.Exit == nil {
+		return -1, err
+	}
+	return *end.Exit, err
+}
+
+// ExecEnd is ExecStream that returns the answer's last frame, with the
+// exit code and, when the gateway or the kernel ended the command, its
+// Reason and Note. A frame without Exit comes with an error.
+func (c *Client) ExecEnd(ctx context.Context, tenant, thread string, req api.ExecRequest, onID func(string), stdout, stderr io.Writer) (api.ExecFrame, error) {
 	path := threadPath(tenant, thread) + "/exec"
 	resp, err := c.send(ctx, methodPost, path, nil, req)
 	if err != nil {
-		return -1, err
+		return api.ExecFrame{}, err
 	}
 	defer resp.Body.Close()
 	dec := json.NewDecoder(resp.Body)
@@ -307,22 +318,22 @@ func (c *Client) ExecStream(ctx context.Context, tenant, thread string, req api.
 		var f api.ExecFrame
 		if err := dec.Decode(&f); err != nil {
 			if ctx.Err() != nil {
-				return -1, ctx.Err()
+				return api.ExecFrame{}, ctx.Err()
 			}
-			return -1, fmt.Errorf("POST %s: the answer ended before the command did: %w", path, err)
+			return api.ExecFrame{}, fmt.Errorf("POST %s: the answer ended before the command did: %w", path, err)
 		}
 		switch {
 		case f.Background != "":
 			io.Copy(io.Discard, resp.Body)
-			return -1, &api.MovedError{Job: f.Background}
+			return api.ExecFrame{}, &api.MovedError{Job: f.Background}
 		case f.Exit != nil:
 			// Read the answer to its end, so that its connection is
 			// used again.
 			io.Copy(io.Discard, resp.Body)
 			if f.Error != "" {
-				return *f.Exit, fmt.Errorf("POST %s: %s", path, f.Error)
+				return f, fmt.Errorf("POST %s: %s", path, f.Error)
 			}
-			return *f.Exit, nil
+			return f, nil
 		case f.ID != "" && onID != nil:
 			onID(f.ID)
 		case (f.Stream == "stdout" || f.Stream == "tty") && stdout != nil:

@@ -50,6 +50,7 @@ func appendEvent(b []byte, ev *api.Event) []byte {
 		b = strconv.AppendInt(b, int64(*ev.Exit), 10)
 	}
 	b = appendOptString(b, `,"data":`, ev.Data)
+	b = appendOptString(b, `,"reason":`, ev.Reason)
 	b = appendOptString(b, `,"stream":`, ev.Stream)
 	b = appendOptString(b, `,"checkpoint":`, ev.Checkpoint)
 	b = appendOptString(b, `,"op":`, ev.Op)

@@ -153,6 +153,11 @@ type runningExec struct {
 	ended chan struct{}
 	moved bool   // set by the stream before ended closes: the job owns stdin
 	job   string // the job it became, set with moved
+	// signalled says a client sent it a signal, and stopping (a string)
+	// why the gateway ends its jail (noteStopping): for the reason of its
+	// end.
+	signalled atomic.Bool
+	stopping  atomic.Value
 }
 
 // moveRequest asks a running exec to become a job.
@@ -412,8 +417,8 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 	result := make(chan runResult, 1)
 	began := time.Now()
 	go func() {
-		code, err := s.j.Run(runCtx, s.cmd)
-		result <- runResult{code, err}
+		end, err := s.j.RunEnded(runCtx, s.cmd)
+		result <- runResult{end.Exit, err, end}
 	}()
 	for {
 		select {
@@ -423,9 +428,16 @@ func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
 			s.g.metrics.execs.Inc()
 			s.g.metrics.execSeconds.Observe(time.Since(began).Seconds())
 			end := api.ExecFrame{Exit: &res.code}
+			var cause endCause
 			if timedOut.Load() {
 				res.code, end.TimedOut = timeoutExit, true
+				cause.timeout = s.timeout
 			}
+			cause.signalled = s.run.signalled.Load()
+			if why, ok := s.run.stopping.Load().(string); ok {
+				cause.stopping = why
+			}
+			end.Reason, end.Note = endReason(res.end, res.err, cause, s.j.MemoryLimit(), s.j.ProcLimit())
 			if res.err != nil {
 				end.Error = res.err.Error()
 			}
@@ -462,13 +474,14 @@ func (s *execStream) toBackground(req api.BackgroundRequest, kill context.Cancel
 		return api.JobInfo{}, err
 	}
 	jb.kill, jb.signals = kill, signals
+	jb.memory, jb.procs = s.j.MemoryLimit(), s.j.ProcLimit()
 	jb.stdin = s.run.stdin
 	if jb.stdin == nil {
 		// Its input was all given with the call and is closed already.
 		_, jb.stdin = io.Pipe()
 	}
 	timer.Stop()
-	g.emitJob(api.EventJobStarted, jb, nil, "")
+	g.emitJob(api.EventJobStarted, jb, nil, "", "")
 	sout.set(jobWriter{g, jb, stdoutStream, nil})
 	serr.set(jobWriter{g, jb, stderrStream, nil})
 	s.run.moved, s.run.job = true, jobID(jb.seq)

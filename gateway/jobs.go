@@ -144,8 +144,12 @@ type job struct {
 	// for the note of its end; "" while nobody does. Guarded by mu.
 	stopping string
 	// killed says a client sent the job SIGKILL (signalJob), for the note
-	// of its end. Guarded by mu.
-	killed bool
+	// of its end; signalled that a client sent it any signal, stopped
+	// that it was a stop (stopJob), for its reason. Guarded by mu.
+	killed, signalled, stopped bool
+	// memory and procs are its jail's limits, for the note of its end.
+	memory int64
+	procs  int
 }
 
 // noteStopping tells k's jobs why the gateway is about to end their jail,
@@ -164,6 +168,14 @@ func (g *Gateway) noteStopping(k meta.ThreadKey, why string) {
 		jb.stopping = why
 		jb.mu.Unlock()
 	}
+	// The commands running in the foreground too.
+	g.jails.mu.Lock()
+	for _, re := range g.jails.execs {
+		if re.key == k {
+			re.stopping.Store(why)
+		}
+	}
+	g.jails.mu.Unlock()
 }
 
 // noteStoppingAll is noteStopping for every thread, at shutdown.
@@ -373,6 +385,7 @@ func (g *Gateway) releaseJobSlot(k meta.ThreadKey) {
 type runResult struct {
 	code int
 	err  error
+	end  jail.Ended // how it ended, for the reason of its end (endreason.go)
 }
 
 // spawn starts a background job in a thread's jail and returns once it
@@ -389,6 +402,7 @@ func (g *Gateway) spawn(ctx context.Context, tenant, thread string, req api.Spaw
 	if err != nil {
 		return api.JobInfo{}, err
 	}
+	jb.memory, jb.procs = j.MemoryLimit(), j.ProcLimit()
 	stdin, stdinW := io.Pipe()
 	jb.stdin = stdinW
 	runCtx, kill := context.WithCancel(context.Background())
@@ -400,11 +414,11 @@ func (g *Gateway) spawn(ctx context.Context, tenant, thread string, req api.Spaw
 	cmd.Stdout, cmd.Stderr = jobWriter{g, jb, stdoutStream, pipes}, jobWriter{g, jb, stderrStream, pipes}
 	cmd.Watch = pipes.watch
 	cmd.Started = func(pid int, cgroup string) { started <- startInfo{pid, cgroup} }
-	g.emitJob(api.EventJobStarted, jb, nil, "")
+	g.emitJob(api.EventJobStarted, jb, nil, "", "")
 	go func() {
-		code, err := j.Run(runCtx, cmd)
+		end, err := j.RunEnded(runCtx, cmd)
 		pipes.Close()
-		result <- runResult{code, err}
+		result <- runResult{end.Exit, err, end}
 	}()
 	var st startInfo
 	select {
@@ -470,7 +484,7 @@ func (g *Gateway) abandonJob(jb *job, code int) {
 	jb.stdin.Close()
 	jb.out.Close()
 	g.releaseJobSlot(jb.key)
-	g.emitJob(api.EventJobEnded, jb, &code, "")
+	g.emitJob(api.EventJobEnded, jb, &code, "", "")
 }
 
 // adoptJob records a running job, keeps it, and follows it to its end,
@@ -528,27 +542,24 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 	rec := jb.rec
 	jb.mu.Unlock()
 	rec.Running, rec.ExitCode, rec.EndedAt = false, &code, time.Now().UTC()
-	var note string
-	if errors.Is(res.err, jail.ErrInitGone) {
+	jb.mu.Lock()
+	cause := endCause{stopping: jb.stopping, signalled: jb.signalled, stopped: jb.stopped}
+	killed := jb.killed
+	jb.mu.Unlock()
+	reason, note := endReason(res.end, res.err, cause, jb.memory, jb.procs)
+	switch {
+	case errors.Is(res.err, jail.ErrInitGone) && reason != api.ReasonOOM:
 		// Its jail ended under it (jail.Run gives 137 then): the gateway
 		// ended it (close, delete, a stop of the daemon), or its init died.
-		jb.mu.Lock()
-		why := jb.stopping
-		jb.mu.Unlock()
+		why := cause.stopping
 		if why == "" {
 			why = "its thread's jail ended unexpectedly"
 		}
 		note = killedNote(jobID(jb.seq), why)
-		rec.Note = note
-	} else {
-		jb.mu.Lock()
-		killed := jb.killed
-		jb.mu.Unlock()
-		if killed && code == killedExit {
-			note = clientKillNote(jobID(jb.seq))
-			rec.Note = note
-		}
+	case killed && code == killedExit && reason == api.ReasonKilled:
+		note = clientKillNote(jobID(jb.seq))
 	}
+	rec.Reason, rec.Note = reason, note
 	if stored, err := g.updateJob(ctx, rec); err != nil {
 		// This gateway still knows how the job ended, and says so.
 		g.log.Error("record the end of a job", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "error", err)
@@ -586,11 +597,14 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 	}
 	close(jb.done)
 	logArgs := []any{"tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "exit", code}
+	if reason != "" {
+		logArgs = append(logArgs, "reason", reason)
+	}
 	if note != "" {
 		logArgs = append(logArgs, "note", note)
 	}
 	g.log.Info("job ended", logArgs...)
-	g.emitJob(api.EventJobEnded, jb, &code, note)
+	g.emitJob(api.EventJobEnded, jb, &code, note, reason)
 }
 
 // updateJob writes rec over the stored job, whatever revision is stored:
@@ -612,9 +626,9 @@ func (g *Gateway) updateJob(ctx context.Context, rec meta.Job) (meta.Job, error)
 }
 
 // emitJob tells the stream about a job.
-func (g *Gateway) emitJob(t api.EventType, jb *job, exit *int, note string) {
+func (g *Gateway) emitJob(t api.EventType, jb *job, exit *int, note, reason string) {
 	g.emit(api.Event{Type: t, Tenant: jb.key.Tenant, Thread: jb.key.Thread, Job: jobID(jb.seq),
-		Label: jb.label, User: jb.user, Exit: exit, Message: note})
+		Label: jb.label, User: jb.user, Exit: exit, Message: note, Reason: reason})
 }
 
 // localJob returns job id of a thread, if this gateway has it.
@@ -701,6 +715,9 @@ func (g *Gateway) stopJob(ctx context.Context, tenant, thread, id string, grace 
 		}
 		return info, nil
 	}
+	jb.mu.Lock()
+	jb.signalled, jb.stopped = true, true
+	jb.mu.Unlock()
 	select {
 	case jb.signals <- syscall.SIGTERM:
 	default: // a signal is already on its way

@@ -208,7 +208,10 @@ func (s *jobOutputStream) serveStream(w http.ResponseWriter, r *http.Request) {
 			off = start
 		}
 		if ended {
-			enc.Encode(api.JobFrame{Offset: off, End: true, Exit: s.jb.exitCode()})
+			s.jb.mu.Lock()
+			reason, note := s.jb.rec.Reason, s.jb.rec.Note
+			s.jb.mu.Unlock()
+			enc.Encode(api.JobFrame{Offset: off, End: true, Exit: s.jb.exitCode(), Reason: reason, Note: note})
 			flush()
 			return
 		}

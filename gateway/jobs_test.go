@@ -431,7 +431,8 @@ func TestJobRestart(t *testing.T) {
 	// with a note that says so.
 	recs, _ := store.ListJobs(ctx, meta.ThreadKey{Tenant: "acme", Thread: "t1"})
 	for _, r := range recs {
-		if r.Running || r.ExitCode == nil || *r.ExitCode != killedExit || r.Note != killedNote(jobID(r.Seq), "the daemon stopped") {
+		if r.Running || r.ExitCode == nil || *r.ExitCode != killedExit || r.Note != killedNote(jobID(r.Seq), "the daemon stopped") ||
+			r.Reason != api.ReasonReclaimed {
 			t.Errorf("job after a clean stop: %+v", r)
 		}
 	}

@@ -179,6 +179,8 @@ func (g *Gateway) signalExec(ctx context.Context, p params, sig syscall.Signal) 
 		return err
 	}
 	if re := g.jails.exec(p.exec); re != nil && re.key == k {
+		// Marked before it is sent: the command's end may follow at once.
+		re.signalled.Store(true)
 		return sendSignal(ctx, re.signals, sig, re.ended, func() error {
 			return g.execNotRunning(p, k)
 		})
@@ -219,7 +221,7 @@ func (g *Gateway) signalJob(ctx context.Context, p params, sig syscall.Signal) (
 	if sig == unix.SIGKILL {
 		jb.mu.Lock()
 		running := jb.rec.Running
-		jb.killed = running
+		jb.killed, jb.signalled = running, running
 		jb.mu.Unlock()
 		if !running {
 			return api.JobInfo{}, jobNotRunning(jb.info())
@@ -233,6 +235,10 @@ func (g *Gateway) signalJob(ctx context.Context, p params, sig syscall.Signal) (
 		g.log.Info("job killed", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", p.job)
 		return jb.info(), nil
 	}
+	// Marked before it is sent: the job's end may follow at once.
+	jb.mu.Lock()
+	jb.signalled = true
+	jb.mu.Unlock()
 	err = sendSignal(ctx, jb.signals, sig, jb.done, func() error { return jobNotRunning(jb.info()) })
 	if err != nil {
 		return api.JobInfo{}, err

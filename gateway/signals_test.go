@@ -156,7 +156,8 @@ func TestSignalJob(t *testing.T) {
 	if got, err := c.SignalJob(ctx, "acme", "t1", j.ID, "SIGTERM"); err != nil || got.Signal != "SIGTERM" {
 		t.Fatalf("SIGTERM: %+v, %v", got, err)
 	}
-	if info := waitJobEnd(t, c, "t1", j.ID); *info.ExitCode != 128+int(syscall.SIGTERM) || info.Note != "" {
+	if info := waitJobEnd(t, c, "t1", j.ID); *info.ExitCode != 128+int(syscall.SIGTERM) ||
+		info.Reason != api.ReasonKilled || info.Note != "killed: SIGTERM sent by the client" {
 		t.Errorf("the job after SIGTERM: %+v", info)
 	}
 	if n := jailProcs(t, c, "t1", "sleep 1000 "); n != 0 {

@@ -341,7 +341,7 @@ func (in *initState) start(req request, fds []int) {
 	if ws, ok := in.early[pid]; ok {
 		delete(in.early, pid)
 		in.mu.Unlock()
-		sendReply(initFd, reply{ID: req.ID, Done: true, Exit: exitCode(ws)})
+		sendReply(initFd, reply{ID: req.ID, Done: true, Exit: exitCode(ws), Signal: endSignal(ws)})
 		return
 	}
 	in.running[pid] = req.ID
@@ -420,7 +420,7 @@ func (in *initState) reap(sigs <-chan os.Signal) {
 				// A command's session may live on in its children; they
 				// die with it, as its process group.
 				unix.Kill(-pid, unix.SIGKILL)
-				sendReply(initFd, reply{ID: id, Done: true, Exit: exitCode(ws)})
+				sendReply(initFd, reply{ID: id, Done: true, Exit: exitCode(ws), Signal: endSignal(ws)})
 			}
 		}
 	}
@@ -433,6 +433,16 @@ func exitCode(ws syscall.WaitStatus) int {
 		return 128 + int(ws.Signal())
 	}
 	return ws.ExitStatus()
+}
+
+// endSignal is the signal that ended a process, 0 if it exited: the
+// gateway tells a command killed by a signal from one that exited with
+// 128 plus it by itself.
+func endSignal(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
+		return int(ws.Signal())
+	}
+	return 0
 }
 
 // asBashWould adds to env what bash -c adds when it execs a lone command

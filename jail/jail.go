@@ -78,6 +78,9 @@ type Jail struct {
 	devNull *os.File
 	// Limits says how the jail is bounded, or why it is not.
 	Limits string
+	// memoryBytes and maxProcs are its bounds (MemoryLimit, ProcLimit).
+	memoryBytes int64
+	maxProcs    int
 
 	sendMu sync.Mutex
 
@@ -310,7 +313,7 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		return abandon(cg, nil)
 	}
 	j := &Jail{
-		cg: cg, Limits: limits, devNull: devNull,
+		cg: cg, Limits: limits, devNull: devNull, memoryBytes: cfg.MemoryBytes, maxProcs: cfg.MaxProcs,
 		init: cmd, conn: ours, waiting: make(map[uint64]chan replyMsg), done: make(chan struct{}),
 		runOfID: make(map[uint64]string), idPid: make(map[uint64]int), pidRun: make(map[int]string),
 		started: make(chan struct{}),
@@ -511,6 +514,14 @@ var ErrInitGone = errors.New("jail: init gone")
 // Run runs c in the jail and returns its exit code (128+n for a signal).
 // When ctx ends, the command's whole session is killed.
 func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
+	end, err := j.RunEnded(ctx, c)
+	return end.Exit, err
+}
+
+// RunEnded is Run, and says how the command ended besides its exit code
+// (events_linux.go).
+func (j *Jail) RunEnded(ctx context.Context, c Cmd) (end Ended, err error) {
+	end.Exit = -1
 	dir := c.Dir
 	if dir == "" {
 		dir = Workspace
@@ -524,7 +535,7 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 		}
 	}
 	if len(req.Argv) == 0 {
-		return -1, errors.New("jail: no command")
+		return end, errors.New("jail: no command")
 	}
 	var copies sync.WaitGroup
 	copyOut := func(dst io.Writer, src *os.File) {
@@ -570,7 +581,7 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 			}
 			r, w, err := os.Pipe()
 			if err != nil {
-				return -1, fmt.Errorf("jail: pipe: %w", err)
+				return end, fmt.Errorf("jail: pipe: %w", err)
 			}
 			if i == 0 {
 				pipes[i] = [2]*os.File{r, w}
@@ -591,7 +602,7 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 	if j.cg != nil {
 		t, treeErr := j.cg.newTree()
 		if treeErr != nil {
-			return -1, fmt.Errorf("jail: %w", treeErr)
+			return end, fmt.Errorf("jail: %w", treeErr)
 		}
 		defer func() {
 			if rmErr := j.cg.release(t); rmErr != nil && err == nil {
@@ -604,9 +615,14 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 	if c.Watch != nil && !c.Tty && !combined {
 		c.Watch(pipes[1][1], pipes[2][1])
 	}
+	// The counters before the command: its end reads them again.
+	var before counts
+	if j.cg != nil {
+		before = j.cg.counts(tr)
+	}
 	id, ch, err := j.submit(req, c.Run, theirs)
 	if err != nil {
-		return -1, err
+		return end, err
 	}
 	if !c.Tty {
 		for i := range pipes {
@@ -630,7 +646,6 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 	var master *os.File
 	ttyDone := make(chan struct{})
 	var resizing sync.WaitGroup // the resizer must be done with master before it closes
-	exit = -1
 	// The init enters a command's tree for the moment of its fork, and
 	// says Started or Done only once it is back in its own cgroup
 	// (tree_linux.go). Until then a signal to the tree would hit the init
@@ -672,7 +687,7 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 				if started {
 					// The kernel kills every process of a pid namespace
 					// whose init ends: the command got SIGKILL.
-					exit = 128 + int(unix.SIGKILL)
+					end.Exit, end.Signal = 128+int(unix.SIGKILL), unix.SIGKILL
 				}
 			case m.Started && c.Tty && len(m.fds) > 0 && master == nil:
 				// The terminal's master: the command's output, input
@@ -699,7 +714,7 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 				}()
 			case m.Done:
 				closeAll(m.fds)
-				exit, waiting = m.Exit, false
+				end.Exit, end.Signal, waiting = m.Exit, syscall.Signal(m.Signal), false
 				if m.Err != "" {
 					err = errors.New(m.Err)
 				}
@@ -733,7 +748,11 @@ func (j *Jail) Run(ctx context.Context, c Cmd) (exit int, err error) {
 		master.Close()
 	}
 	copies.Wait()
-	return exit, err
+	if j.cg != nil {
+		after := j.cg.counts(tr)
+		end.OOMKills, end.ForkFails = after.oomKills-before.oomKills, after.forkFails-before.forkFails
+	}
+	return end, err
 }
 
 // submit registers and sends one request with its descriptors.

@@ -85,7 +85,10 @@ type reply struct {
 	Started bool   `json:"started,omitempty"`
 	Done    bool   `json:"done,omitempty"`
 	Exit    int    `json:"exit"`
-	Err     string `json:"err,omitempty"`
+	// Signal is the signal that ended the command's process, 0 when it
+	// exited (Exit then is its own code, 128 plus a signal or not).
+	Signal int    `json:"signal,omitempty"`
+	Err    string `json:"err,omitempty"`
 }
 
 // send writes v as one packet on fd, with fds attached.

@@ -181,8 +181,13 @@ type Job struct {
 	ExitCode *int      `json:"exitCode,omitempty"`
 	EndedAt  time.Time `json:"endedAt,omitzero"`
 	// Note says how the job ended when its host could not record it
-	// itself (a restart, a move to another host).
+	// itself (a restart, a move to another host), or why it ended as it
+	// did (Reason).
 	Note string `json:"note,omitempty"`
+	// Reason is why it ended as it did, when the gateway or the kernel
+	// ended it: one of api's Reason* codes ("timeout", "oom", "pids",
+	// "reclaimed", "killed"); "" for a job that ended by itself.
+	Reason string `json:"reason,omitempty"`
 
 	Revision uint64 `json:"revision"`
 }

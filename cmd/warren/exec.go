@@ -84,11 +84,16 @@ func execCmd(ctx context.Context, e *cli.Env, args []string) error {
 		}
 		onID = func(id string) { relayTerminal(ctx, c, tf.tenant, tf.thread, id) }
 	}
-	code, err := c.ExecStream(ctx, tf.tenant, tf.thread, req, onID, e.Stdout, e.Stderr)
+	end, err := c.ExecEnd(ctx, tf.tenant, tf.thread, req, onID, e.Stdout, e.Stderr)
 	if err != nil {
 		return callError(tf.socket, "run the command", err)
 	}
-	if code != 0 {
+	// Why it ended so (its timeout, the thread's memory or process
+	// limit), after its output: a bare 137 says nothing.
+	if end.Note != "" {
+		fmt.Fprintf(e.Stderr, "warren: %s\n", end.Note)
+	}
+	if code := *end.Exit; code != 0 {
 		return &exitCodeError{code: code}
 	}
 	return nil

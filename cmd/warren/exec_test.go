@@ -55,3 +55,32 @@ func TestExecVerb(t *testing.T) {
 		t.Errorf("a bad network: exit %d, %q", code, errOut)
 	}
 }
+
+// TestExecSaysWhy: exec prints why the command ended so on stderr after
+// its output (its timeout), and nothing for a command that exits 137 by
+// itself; logs -f prints a stopped job's note at its end, and jobs lists
+// it.
+func TestExecSaysWhy(t *testing.T) {
+	testenv.RequireRootFUSE(t)
+	sock := startGateway(t)
+	const timedOut = "warren: timed out after 1s (the command's timeout)\n"
+	if code, _, errOut := runCLI(t, sock, "exec", "--thread", "t1", "--timeout", "1", "--", "echo started >&2; sleep 5"); code != 124 || errOut != "started\n"+timedOut {
+		t.Errorf("exec --timeout 1: exit %d, stderr %q; want 124, %q", code, errOut, "started\n"+timedOut)
+	}
+	if code, _, errOut := runCLI(t, sock, "exec", "--thread", "t1", "--", "exit 137"); code != 137 || errOut != "" {
+		t.Errorf("exec of exit 137: exit %d, stderr %q; want 137 and nothing", code, errOut)
+	}
+	if code, out, errOut := runCLI(t, sock, "spawn", "--thread", "t1", "--", "sleep 60"); code != 0 || out != "bash-1\n" {
+		t.Fatalf("spawn: exit %d, %q, %q", code, out, errOut)
+	}
+	if code, _, errOut := runCLI(t, sock, "kill", "--thread", "t1", "bash-1"); code != 0 {
+		t.Fatalf("kill: exit %d, %q", code, errOut)
+	}
+	const stopped = "killed: stopped by the client (SIGTERM)"
+	if code, _, errOut := runCLI(t, sock, "logs", "-f", "--thread", "t1", "bash-1"); code != 143 || errOut != "warren: "+stopped+"\n" {
+		t.Errorf("logs -f of a stopped job: exit %d, stderr %q", code, errOut)
+	}
+	if _, out, _ := runCLI(t, sock, "jobs", "--thread", "t1"); !strings.Contains(out, stopped) {
+		t.Errorf("jobs of a stopped job: %q", out)
+	}
+}

@@ -105,6 +105,7 @@ func logsCmd(ctx context.Context, e *cli.Env, args []string) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var exit *int
+	var note string
 	err = client.New(tf.socket).JobOutputStream(ctx, tf.tenant, tf.thread, id, *stream, *offset, *follow, func(f api.JobFrame) error {
 		if f.Dropped > 0 {
 			fmt.Fprintf(e.Stderr, "warren: %d bytes of the output were dropped before byte %d (a job keeps its newest 1 MiB)\n", f.Dropped, f.Offset)
@@ -113,12 +114,16 @@ func logsCmd(ctx context.Context, e *cli.Env, args []string) error {
 			return err
 		}
 		if f.End {
-			exit = f.Exit
+			exit, note = f.Exit, f.Note
 		}
 		return nil
 	})
 	if err != nil && !(errors.Is(err, context.Canceled) && *follow) {
 		return callError(tf.socket, "read the job's output", err)
+	}
+	// Why the job ended so, after its output.
+	if note != "" {
+		fmt.Fprintf(e.Stderr, "warren: %s\n", note)
 	}
 	// Following to the end, warren logs -f ends like the job.
 	if *follow && exit != nil && *exit != 0 {

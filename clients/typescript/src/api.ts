@@ -40,6 +40,8 @@ export type JobResponse = S['JobResponse']
 export type ExecRequest = S['ExecRequest']
 /** One line of an exec's answer. */
 export type ExecFrame = S['ExecFrame']
+/** Why a command or a job ended as it did, where the daemon or the kernel ended it. */
+export type EndReason = S['EndReason']
 export type SpawnRequest = S['SpawnRequest']
 /** A background job. */
 export type JobInfo = S['JobInfo']

@@ -20,6 +20,10 @@ export interface ExecResult {
   stderr: string
   exitCode: number
   timedOut: boolean
+  /** Why the command ended as it did, when the daemon or the kernel ended it (none when it ended by itself). */
+  reason?: api.EndReason
+  /** The sentence of reason, for a person. */
+  note?: string
   /** Set when the command moved to the background: the job it became. */
   background?: string
 }
@@ -335,6 +339,8 @@ export class WarrenClient {
       if (f.background) out.background = f.background
       if (f.timedOut) out.timedOut = true
       if (f.exit !== undefined) out.exitCode = f.exit
+      if (f.reason) out.reason = f.reason
+      if (f.note) out.note = f.note
       // The command's jail ended under it (a stop of the daemon, a delete,
       // its init's death): no exit of the command's own to report.
       if (f.error) throw new WarrenError(500, 'internal', `command ${out.id}: ${f.error}`)

@@ -25,7 +25,9 @@ export {
 } from './provider.js'
 export type {
   WarrenCapabilities,
+  WarrenExecResult,
   WarrenFs,
+  WarrenProcess,
   WarrenSandboxHandle,
   WarrenSandboxOptions,
   WarrenSandboxProvider,

@@ -1378,6 +1378,8 @@ export interface components {
             /** Format: int64 */
             exit?: number;
             data?: string;
+            /** @description Why a job.ended job ended as it did; message is its note. */
+            reason?: components["schemas"]["EndReason"];
             /** @enum {string} */
             stream?: "stdout" | "stderr";
             checkpoint?: string;
@@ -1590,6 +1592,9 @@ export interface components {
             /** Format: int64 */
             exit?: number;
             timedOut?: boolean;
+            reason?: components["schemas"]["EndReason"];
+            /** @description Why the command ended as it did, a sentence for a person (with reason). */
+            note?: string;
             /** @description The job the command became; the answer ends there. */
             background?: string;
             error?: string;
@@ -1647,10 +1652,17 @@ export interface components {
             exitCode?: number;
             /** Format: date-time */
             endedAt?: string;
+            /** @description How the job ended when its host could not record it (a restart, a move), or why it ended as it did (with reason). */
             note?: string;
+            reason?: components["schemas"]["EndReason"];
             /** Format: uint64 */
             revision: number;
         } & components["schemas"]["ThreadKey"];
+        /**
+         * @description Why a command or a job ended as it did, where the daemon or the kernel ended it: timeout (its time was up), oom (it failed while the kernel's OOM killer ended processes of the thread's jail at its memory limit), pids (it failed while the thread's process limit refused forks), reclaimed (the daemon ended its jail under it), killed (a signal a client sent ended it). None for a command that ended by itself, whatever its exit code.
+         * @enum {string}
+         */
+        EndReason: "timeout" | "oom" | "pids" | "reclaimed" | "killed";
         /** @description A job as the API shows it. */
         JobInfo: {
             id: string;
@@ -1680,6 +1692,8 @@ export interface components {
             end?: boolean;
             /** Format: int64 */
             exit?: number;
+            reason?: components["schemas"]["EndReason"];
+            note?: string;
         };
         CheckpointRequest: {
             label?: string;

@@ -42,7 +42,7 @@ import type {
   SpawnHandle,
   WorkspaceDefinition,
 } from '@tanstack/ai-sandbox'
-import type { JobInfo, Settings, ThreadInfo } from './api.js'
+import type { EndReason, JobInfo, Settings, ThreadInfo } from './api.js'
 import { WarrenClient } from './client.js'
 import { isWarrenError, WarrenError, WarrenNotFoundError } from './errors.js'
 
@@ -100,6 +100,23 @@ export interface WarrenFs extends SandboxFs {
   lstat: (p: string) => Promise<WarrenStat | undefined>
 }
 
+/**
+ * The contract's exec result, with why the command ended as it did: where
+ * the daemon or the kernel ended it (its timeout, the thread's memory or
+ * process limit, a stop), `reason` says so and the note is the last line
+ * of `stderr` (`warren: timed out after 1s (the command's timeout)`),
+ * the one place the contract's result has for it. A command that ended by
+ * itself has none, whatever its exit code.
+ */
+export interface WarrenExecResult extends ExecResult {
+  reason?: EndReason
+}
+
+/** The contract's process, its exec saying why a command ended. */
+export interface WarrenProcess extends SandboxProcess {
+  exec: (command: string, options?: ProcessOptions) => Promise<WarrenExecResult>
+}
+
 /** A sandbox of warren. */
 export interface WarrenSandboxHandle extends SandboxHandle {
   readonly tenant: string
@@ -108,6 +125,7 @@ export interface WarrenSandboxHandle extends SandboxHandle {
   readonly workspaceRoot: string
   readonly capabilities: WarrenCapabilities
   readonly fs: WarrenFs
+  readonly process: WarrenProcess
   /** The same sandbox acting as another run (a subagent's, say): its own reads, its own stale checks. */
   forRun: (run: string) => WarrenSandboxHandle
   snapshot: (label?: string) => Promise<SnapshotRef>
@@ -387,7 +405,7 @@ function makeHandle(ctx: Ctx, run: string): WarrenSandboxHandle {
     },
   }
 
-  const exec = async (command: string, o: ProcessOptions = {}): Promise<ExecResult> => {
+  const exec = async (command: string, o: ProcessOptions = {}): Promise<WarrenExecResult> => {
     live()
     const r = await client.exec(
       tenant,
@@ -401,7 +419,11 @@ function makeHandle(ctx: Ctx, run: string): WarrenSandboxHandle {
       },
       { signal: o.signal },
     )
-    return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode }
+    if (!r.note) return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode }
+    // The note goes on a line of its own after the command's output.
+    const sep = r.stderr === '' || r.stderr.endsWith('\n') ? '' : '\n'
+    const stderr = `${r.stderr}${sep}warren: ${r.note}\n`
+    return r.reason ? { stdout: r.stdout, stderr, exitCode: r.exitCode, reason: r.reason } : { stdout: r.stdout, stderr, exitCode: r.exitCode }
   }
 
   const spawn = async (command: string, o: ProcessOptions = {}): Promise<SpawnHandle> => {
@@ -432,7 +454,7 @@ function makeHandle(ctx: Ctx, run: string): WarrenSandboxHandle {
     return h
   }
 
-  const process: SandboxProcess = { exec, spawn }
+  const process: WarrenProcess = { exec, spawn }
 
   // Settings change as a whole (a bind with settings replaces them all):
   // one change at a time, each over the thread's settings as they are.

@@ -492,6 +492,33 @@ test('warrenSandbox: the contract on a real daemon', { timeout: 240_000 }, async
   })
 })
 
+test('warrenSandbox: process.exec says why a command ended', { timeout: 120_000 }, async (t) => {
+  if (!requireDaemons(t)) return
+  const d = await startDaemon(t)
+  const warren = warrenSandbox({
+    socketPath: d.socket,
+    settings: { memoryBytes: 64 << 20 },
+    execTimeoutSeconds: 3,
+  })
+  t.after(() => warren.close())
+  const h = await warren.create({ id: 'why' })
+
+  // The note is stderr's last line, after the command's own output.
+  const late = await h.process.exec('echo started >&2; sleep 30')
+  assert.deepEqual(late, {
+    stdout: '',
+    stderr: "started\nwarren: timed out after 3s (the command's timeout)\n",
+    exitCode: 124,
+    reason: 'timeout',
+  })
+  const hog = await h.process.exec(`x=$(head -c 300000000 /dev/zero | tr '\\0' a)`)
+  assert.equal(hog.exitCode, 137)
+  assert.equal(hog.reason, 'oom')
+  assert.equal(hog.stderr.split('\n').at(-2), "warren: killed: out of memory (the thread's limit is 64 MiB)")
+  // Exit 137 by itself: no reason, and stderr is the command's alone.
+  assert.deepEqual(await h.process.exec('echo mine >&2; exit 137'), { stdout: '', stderr: 'mine\n', exitCode: 137 })
+})
+
 test('warrenSandbox: the daemon gone', { timeout: 60_000 }, async (t) => {
   if (!requireDaemons(t)) return
   const d = await startDaemon(t)
