@@ -712,36 +712,6 @@ func IsMountpoint(path string) (mounted bool, err error) {
 	return root, nil
 }
 
-// unescapeMountinfo undoes the octal escapes (\040 for a space...) of
-// /proc/self/mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1:i+4]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(s string) bool {
-	if len(s) != 3 {
-		return false
-	}
-	for i := 0; i < 3; i++ {
-		if s[i] < '0' || s[i] > '7' {
-			return false
-		}
-	}
-	return true
-}
-
 // RaiseFileLimit lifts the soft limit on open files to the hard limit. A
 // mount keeps descriptors for the inodes the kernel knows (within a budget,
 // fdcache.go), so a daemon serving many busy workspaces needs far more than

@@ -14,6 +14,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
+
+	"warren/internal/mountinfo"
 )
 
 // This file mounts onto a descriptor (Options.Target) instead of a path.
@@ -365,12 +367,12 @@ func scanMountTable(visit func(MountEntry) bool) error {
 // parseMountinfo reads the fields of one line of /proc/self/mountinfo.
 func parseMountinfo(fields []string) MountEntry {
 	id, _ := strconv.ParseUint(fields[0], 10, 64)
-	e := MountEntry{ID: id, Dev: fields[2], Path: unescapeMountinfo(fields[4]), Options: fields[5]}
+	e := MountEntry{ID: id, Dev: fields[2], Path: mountinfo.Unescape(fields[4]), Options: fields[5]}
 	for i := 6; i < len(fields)-1; i++ {
 		if fields[i] == "-" {
 			e.FSType = fields[i+1]
 			if i+2 < len(fields) {
-				e.Source = unescapeMountinfo(fields[i+2])
+				e.Source = mountinfo.Unescape(fields[i+2])
 			}
 			break
 		}

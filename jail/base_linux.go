@@ -13,6 +13,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/mountinfo"
 )
 
 // A jail's init is born in a mount namespace of its own (CLONE_NEWNS), and
@@ -395,32 +397,12 @@ func readMountinfo(path string) ([]mountEntry, error) {
 		if err1 != nil || err2 != nil {
 			return nil, fmt.Errorf("read the mounts: a bad mount id in %s", path)
 		}
-		out = append(out, mountEntry{id: id, parent: parent, dir: unescapeMountPath(fields[4])})
+		out = append(out, mountEntry{id: id, parent: parent, dir: mountinfo.Unescape(fields[4])})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read the mounts: %w", err)
 	}
 	return out, nil
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space,
-// \011, \012, \134).
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // cloneWorkspace returns a detached bind of the folder dir, as the

@@ -353,21 +353,6 @@ func TestBaseWorkspaceFlags(t *testing.T) {
 	}
 }
 
-// TestUnescapeMountPath: mountinfo's escapes come undone.
-func TestUnescapeMountPath(t *testing.T) {
-	for in, want := range map[string]string{
-		`/a\040b`:    "/a b",
-		`/tab\011x`:  "/tab\tx",
-		`/back\134s`: `/back\s`,
-		`/plain`:     "/plain",
-		`/end\04`:    `/end\04`,
-	} {
-		if got := unescapeMountPath(in); got != want {
-			t.Errorf("unescapeMountPath(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // TestBaseLeavesMainThread: the threads that make the base and fork from
 // it are never the main thread, which the runtime never ends: left in the
 // base, it would make /proc/self (mountinfo, which the daemon reads) show

@@ -29,7 +29,7 @@ func TestLinksOnlyTheClient(t *testing.T) {
 		// is the standard library and api; the doctor's disk image row
 		// needs internal/diskimage's decision, which with
 		// internal/diskquota is the standard library and x/sys/unix.
-		{"warren/cmd/warren", append([]string{"warren/client", "warren/internal/cli", "warren/internal/doctor", "warren/internal/diskimage", "warren/internal/diskquota", "warren/internal/version", "golang.org/x/sys/unix"}, wire...)},
+		{"warren/cmd/warren", append([]string{"warren/client", "warren/internal/cli", "warren/internal/doctor", "warren/internal/diskimage", "warren/internal/diskquota", "warren/internal/mountinfo", "warren/internal/version", "golang.org/x/sys/unix"}, wire...)},
 	} {
 		out, err := exec.CommandContext(t.Context(), goTool, "list", "-deps",
 			"-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", c.pkg).Output()

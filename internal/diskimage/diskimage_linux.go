@@ -31,6 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/internal/diskquota"
+	"warren/internal/mountinfo"
 )
 
 // Modes of --disk-image.
@@ -590,31 +591,12 @@ func mountsOf(targets [][2]string) (map[string]mount, error) {
 		if sep < 5 || len(fields) < sep+3 {
 			continue
 		}
-		if p := unescape(fields[4]); want[p] {
-			found[p] = mount{source: unescape(fields[sep+2]), fstype: fields[sep+1]}
+		if p := mountinfo.Unescape(fields[4]); want[p] {
+			found[p] = mount{source: mountinfo.Unescape(fields[sep+2]), fstype: fields[sep+1]}
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("disk image: read mountinfo: %w", err)
 	}
 	return found, nil
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"warren/internal/mountinfo"
 )
 
 // RequireRootFUSE stops a test that needs root and /dev/fuse where either
@@ -76,7 +78,7 @@ func Mounts(t testing.TB) []Mount {
 			t.Fatalf("mount table line %q: unexpected format", line)
 		}
 		out = append(out, Mount{
-			Path:    unescapeOctal(fields[4]),
+			Path:    mountinfo.Unescape(fields[4]),
 			Options: strings.Split(fields[5], ","),
 			Type:    post[0],
 		})
@@ -88,8 +90,13 @@ func Mounts(t testing.TB) []Mount {
 // table order, one entry per mount: a path mounted twice is listed twice.
 func MountsUnder(t testing.TB, roots ...string) []string {
 	t.Helper()
+	return pathsUnder(Mounts(t), roots...)
+}
+
+// pathsUnder is MountsUnder over the mount table ms.
+func pathsUnder(ms []Mount, roots ...string) []string {
 	var out []string
-	for _, m := range Mounts(t) {
+	for _, m := range ms {
 		for _, r := range roots {
 			if atOrBelow(r, m.Path) {
 				out = append(out, m.Path)
@@ -104,37 +111,6 @@ func MountsUnder(t testing.TB, roots ...string) []string {
 func atOrBelow(root, path string) bool {
 	root = filepath.Clean(root)
 	return path == root || root == "/" || strings.HasPrefix(path, root+"/")
-}
-
-// unescapeOctal undoes the \ooo escapes of the mount table.
-func unescapeOctal(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, ok := octalByte(s[i+1 : i+4]); ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// octalByte parses three octal digits that fit in a byte.
-func octalByte(d string) (byte, bool) {
-	v := 0
-	for i := 0; i < len(d); i++ {
-		if d[i] < '0' || d[i] > '7' {
-			return 0, false
-		}
-		v = v*8 + int(d[i]-'0')
-	}
-	if v > 0xff {
-		return 0, false
-	}
-	return byte(v), true
 }
 
 // SyncBuffer is a bytes.Buffer safe for concurrent Write and String. The
