@@ -54,69 +54,78 @@ const collectHold = 20 * time.Millisecond
 // unreachable) and the error says so.
 func (r *Repo) Collect(ctx context.Context, live func(ctx context.Context) ([]Hash, error)) (CollectStats, error) {
 	start := time.Now()
-	var stats CollectStats
+	c := &collection{r: r, live: live, marked: make(map[Hash]struct{})}
 	done := func(err error) (CollectStats, error) {
-		stats.Duration = time.Since(start)
+		c.stats.Duration = time.Since(start)
 		if err != nil {
-			return stats, fmt.Errorf("snapshot: collect: %w", err)
+			return c.stats, fmt.Errorf("snapshot: collect: %w", err)
 		}
-		return stats, nil
+		return c.stats, nil
 	}
 	if err := r.waitSpread(ctx); err != nil && ctx.Err() != nil {
 		return done(fmt.Errorf("wait for the spreader: %w", err))
 	}
 	recovered, err := r.recoverLogs()
-	stats.Recovered = int64(recovered)
+	c.stats.Recovered = int64(recovered)
 	if err != nil {
 		return done(err)
 	}
-	marked := make(map[Hash]struct{})
-	if err := r.markLive(ctx, live, marked); err != nil {
+	if err := c.markLive(ctx); err != nil {
 		return done(err)
 	}
-	cands, listed, err := r.candidates(ctx, marked)
+	listed, err := c.listCandidates(ctx)
 	if err != nil {
 		return done(err)
 	}
-	stats.Kept = listed - int64(len(cands))
-	for len(cands) > 0 {
-		r.collectStep("wait")
+	c.stats.Kept = listed - int64(len(c.cands))
+	for len(c.cands) > 0 {
+		c.step("wait")
 		unlock, err := r.tryExclusive(ctx)
 		if err != nil {
 			return done(err)
 		}
 		held := time.Now()
-		r.collectStep("sweep")
-		cands, err = r.sweep(ctx, live, marked, cands, &stats)
+		c.step("sweep")
+		err = c.sweep(ctx)
 		unlock()
-		stats.Sweeps++
-		stats.Held += time.Since(held)
+		c.stats.Sweeps++
+		c.stats.Held += time.Since(held)
 		if err != nil {
 			return done(err)
 		}
 	}
 	n, err := r.removeStaleTemps()
-	stats.Temps = int64(n)
+	c.stats.Temps = int64(n)
 	return done(err)
 }
 
-// collectStep calls the collect hook, if any, with step: "wait" before
-// each sweep asks for the lock, "sweep" once it holds it.
-func (r *Repo) collectStep(step string) {
-	if r.collectHook != nil {
-		r.collectHook(step)
+// collection is one Collect's state: what it marked so far, the
+// candidates it has yet to sweep, its figures. One goroutine uses it.
+type collection struct {
+	r      *Repo
+	live   func(ctx context.Context) ([]Hash, error)
+	marked map[Hash]struct{}
+	cands  []Hash
+	stats  CollectStats
+}
+
+// step calls the repository's collect hook, if any, with step: "wait"
+// before each sweep asks for the lock, "sweep" once it holds it.
+func (c *collection) step(step string) {
+	if c.r.collectHook != nil {
+		c.r.collectHook(step)
 	}
 }
 
 // markLive calls live and marks everything its roots reach that is not
 // marked already.
-func (r *Repo) markLive(ctx context.Context, live func(ctx context.Context) ([]Hash, error), marked map[Hash]struct{}) error {
-	roots, err := live(ctx)
+func (c *collection) markLive(ctx context.Context) error {
+	roots, err := c.live(ctx)
 	if err != nil {
 		return fmt.Errorf("live roots: %w", err)
 	}
 	for _, root := range roots {
-		if err := r.mark(ctx, root, marked); err != nil {
+		if err := c.mark(ctx, root); err != nil {
 			return fmt.Errorf("root %s: %w", root, err)
 		}
 	}
@@ -128,59 +137,58 @@ func (r *Repo) markLive(ctx context.Context, live func(ctx context.Context) ([]H
 // several times in one, are visited once. (A tree is marked before its
 // entries, so a mark that fails leaves marked holding trees whose
 // entries are not; the caller then stops.)
-func (r *Repo) mark(ctx context.Context, h Hash, marked map[Hash]struct{}) error {
+func (c *collection) mark(ctx context.Context, h Hash) error {
 	if h.IsZero() {
 		return nil
 	}
-	if _, ok := marked[h]; ok {
+	if _, ok := c.marked[h]; ok {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	obj, err := r.tree(h)
+	obj, err := c.r.tree(h)
 	if err != nil {
 		return err
 	}
-	marked[h] = struct{}{}
+	c.marked[h] = struct{}{}
 	for _, e := range obj.entries {
 		if e.Kind == KindDir {
-			if err := r.mark(ctx, e.Hash, marked); err != nil {
+			if err := c.mark(ctx, e.Hash); err != nil {
 				return err
 			}
 		} else {
-			refs, err := r.FileObjects(e)
+			refs, err := c.r.FileObjects(e)
 			if err != nil {
 				return err
 			}
 			for _, h := range refs {
-				marked[h] = struct{}{}
+				c.marked[h] = struct{}{}
 			}
 		}
 	}
 	return nil
 }
 
-// candidates lists the loose objects not in marked, in the order of
-// their folders, and returns them with how many objects it listed in
-// all. Files in the fan-out folders whose names are not object names are
-// left alone.
-func (r *Repo) candidates(ctx context.Context, marked map[Hash]struct{}) ([]Hash, int64, error) {
-	var cands []Hash
+// listCandidates lists the loose objects not marked, in the order of
+// their folders, as the candidates, and returns how many objects it
+// listed in all. Files in the fan-out folders whose names are not object
+// names are left alone.
+func (c *collection) listCandidates(ctx context.Context) (int64, error) {
 	var listed int64
 	for i := 0; i < 256; i++ {
 		if err := ctx.Err(); err != nil {
-			return nil, 0, fmt.Errorf("list objects: %w", err)
+			return 0, fmt.Errorf("list objects: %w", err)
 		}
-		folder := fmt.Sprintf("%s/%02x", r.objects, i)
+		folder := fmt.Sprintf("%s/%02x", c.r.objects, i)
 		d, err := os.Open(folder)
 		if err != nil {
-			return nil, 0, fmt.Errorf("list %s: %w", folder, err)
+			return 0, fmt.Errorf("list %s: %w", folder, err)
 		}
 		names, err := d.Readdirnames(-1)
 		d.Close()
 		if err != nil {
-			return nil, 0, fmt.Errorf("list %s: %w", folder, err)
+			return 0, fmt.Errorf("list %s: %w", folder, err)
 		}
 		for _, name := range names {
 			h, err := ParseHash(fmt.Sprintf("%02x%s", i, name))
@@ -188,27 +196,28 @@ func (r *Repo) candidates(ctx context.Context, marked map[Hash]struct{}) ([]Hash
 				continue
 			}
 			listed++
-			if _, ok := marked[h]; !ok {
-				cands = append(cands, h)
+			if _, ok := c.marked[h]; !ok {
+				c.cands = append(c.cands, h)
 			}
 		}
 	}
-	return cands, listed, nil
+	return listed, nil
 }
 
 // sweep is one sweep of Collect; the caller holds the lock exclusive. It
 // marks what the roots live returns now reach, keeps what the logs hold,
-// and removes the other candidates for collectHold at most. It returns
-// the candidates it did not come to.
-func (r *Repo) sweep(ctx context.Context, live func(ctx context.Context) ([]Hash, error), marked map[Hash]struct{}, cands []Hash, stats *CollectStats) ([]Hash, error) {
+// and removes the other candidates for collectHold at most, leaving in
+// cands those it did not come to.
+func (c *collection) sweep(ctx context.Context) error {
 	// Every checkpoint that used an object before now stored its record
 	// before it let go of Shared: its root is among these.
-	if err := r.markLive(ctx, live, marked); err != nil {
-		return cands, err
+	if err := c.markLive(ctx); err != nil {
+		return err
 	}
+	r := c.r
 	keep, err := r.otherHashes()
 	if err != nil {
-		return cands, err
+		return err
 	}
 	r.mu.Lock()
 	for _, pl := range r.logs {
@@ -218,18 +227,20 @@ func (r *Repo) sweep(ctx context.Context, live func(ctx context.Context) ([]Hash
 	}
 	r.mu.Unlock()
 	end := time.Now().Add(collectHold)
-	for i, h := range cands {
+	for i, h := range c.cands {
 		if i%32 == 0 && i > 0 {
 			if err := ctx.Err(); err != nil {
-				return cands[i:], fmt.Errorf("sweep stopped: %w", err)
+				c.cands = c.cands[i:]
+				return fmt.Errorf("sweep stopped: %w", err)
 			}
 			if time.Now().After(end) {
-				return cands[i:], nil
+				c.cands = c.cands[i:]
+				return nil
 			}
 		}
-		_, ok := marked[h]
+		_, ok := c.marked[h]
 		if _, pending := keep[h]; ok || pending {
-			stats.Kept++
+			c.stats.Kept++
 			continue
 		}
 		path := r.objectPath(h)
@@ -239,13 +250,15 @@ func (r *Repo) sweep(ctx context.Context, live func(ctx context.Context) ([]Hash
 		}
 		err := os.Remove(path)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return cands[i:], fmt.Errorf("sweep: remove object %s: %w", h, err)
+			c.cands = c.cands[i:]
+			return fmt.Errorf("sweep: remove object %s: %w", h, err)
 		}
 		r.trees.drop(h)
 		if err == nil {
-			stats.Removed++
-			stats.Freed += size
+			c.stats.Removed++
+			c.stats.Freed += size
 		}
 	}
-	return nil, nil
+	c.cands = nil
+	return nil
 }
