@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -280,17 +279,7 @@ func MountID(fd int) (id uint64, root bool, err error) {
 }
 
 // MountEntry is one line of /proc/self/mountinfo.
-type MountEntry struct {
-	ID      uint64
-	Path    string // the mount point, unescaped
-	FSType  string // e.g. "fuse.warren"
-	Options string // the per-mount options, e.g. "rw,nosuid,nodev,nosymfollow"
-	// Dev is the filesystem's device (major:minor): a FUSE mount's minor
-	// names its connection in /sys/fs/fuse/connections.
-	Dev string
-	// Source is the filesystem's source, e.g. "warren:tenant/thread".
-	Source string
-}
+type MountEntry = mountinfo.Entry
 
 // LookupMount returns the entry of mount id in this process's mount
 // namespace, and false if no mount of that id is attached there.
@@ -342,42 +331,10 @@ func DetachFd(fd int) error {
 // scanMountTable calls visit with each entry of /proc/self/mountinfo, in
 // table order, until visit returns false. It asks no filesystem anything.
 func scanMountTable(visit func(MountEntry) bool) error {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return fmt.Errorf("fs: read mount table: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 {
-			continue
-		}
-		if !visit(parseMountinfo(fields)) {
-			return nil
-		}
-	}
-	if err := sc.Err(); err != nil {
+	if err := mountinfo.Scan("/proc/self/mountinfo", visit); err != nil {
 		return fmt.Errorf("fs: read mount table: %w", err)
 	}
 	return nil
-}
-
-// parseMountinfo reads the fields of one line of /proc/self/mountinfo.
-func parseMountinfo(fields []string) MountEntry {
-	id, _ := strconv.ParseUint(fields[0], 10, 64)
-	e := MountEntry{ID: id, Dev: fields[2], Path: mountinfo.Unescape(fields[4]), Options: fields[5]}
-	for i := 6; i < len(fields)-1; i++ {
-		if fields[i] == "-" {
-			e.FSType = fields[i+1]
-			if i+2 < len(fields) {
-				e.Source = mountinfo.Unescape(fields[i+2])
-			}
-			break
-		}
-	}
-	return e
 }
 
 // maxSource bounds the source (the name in the mount table): fsconfig

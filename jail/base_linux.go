@@ -1,14 +1,12 @@
 package jail
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -339,7 +337,7 @@ func (p basePlan) keeps(dir string) bool {
 // detachRoots returns the mount points of the mounts to detach whose
 // parent stays: detaching one takes every mount under it along.
 func (p basePlan) detachRoots(mounts []mountEntry) []string {
-	gone := make(map[int]bool, len(mounts))
+	gone := make(map[uint64]bool, len(mounts))
 	for _, m := range mounts {
 		if !p.keeps(m.dir) {
 			gone[m.id] = true
@@ -373,33 +371,17 @@ func within(path, dir string) bool {
 
 // mountEntry is one line of a mountinfo file.
 type mountEntry struct {
-	id, parent int
+	id, parent uint64
 	dir        string // the mount point
 }
 
 // readMountinfo reads a mountinfo file (proc(5)).
 func readMountinfo(path string) ([]mountEntry, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read the mounts: %w", err)
-	}
-	defer f.Close()
 	var out []mountEntry
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			return nil, fmt.Errorf("read the mounts: a short line in %s", path)
-		}
-		id, err1 := strconv.Atoi(fields[0])
-		parent, err2 := strconv.Atoi(fields[1])
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("read the mounts: a bad mount id in %s", path)
-		}
-		out = append(out, mountEntry{id: id, parent: parent, dir: mountinfo.Unescape(fields[4])})
-	}
-	if err := sc.Err(); err != nil {
+	if err := mountinfo.Scan(path, func(e mountinfo.Entry) bool {
+		out = append(out, mountEntry{id: e.ID, parent: e.Parent, dir: e.Path})
+		return true
+	}); err != nil {
 		return nil, fmt.Errorf("read the mounts: %w", err)
 	}
 	return out, nil

@@ -18,7 +18,6 @@
 package diskimage
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -567,35 +566,17 @@ type mount struct {
 // mountsOf returns the mounts at the targets' paths (the topmost of
 // each), from /proc/self/mountinfo.
 func mountsOf(targets [][2]string) (map[string]mount, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("disk image: %w", err)
-	}
-	defer f.Close()
 	want := map[string]bool{}
 	for _, t := range targets {
 		want[t[0]] = true
 	}
 	found := map[string]mount{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		sep := -1
-		for i, s := range fields {
-			if s == "-" {
-				sep = i
-				break
-			}
+	if err := mountinfo.Scan("/proc/self/mountinfo", func(e mountinfo.Entry) bool {
+		if want[e.Path] {
+			found[e.Path] = mount{source: e.Source, fstype: e.FSType}
 		}
-		if sep < 5 || len(fields) < sep+3 {
-			continue
-		}
-		if p := mountinfo.Unescape(fields[4]); want[p] {
-			found[p] = mount{source: mountinfo.Unescape(fields[sep+2]), fstype: fields[sep+1]}
-		}
-	}
-	if err := sc.Err(); err != nil {
+		return true
+	}); err != nil {
 		return nil, fmt.Errorf("disk image: read mountinfo: %w", err)
 	}
 	return found, nil
