@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // changesOf opens the file API of backing on hub, for its change log.
@@ -22,9 +23,33 @@ func changesOf(t *testing.T, hub *Hub, backing string) *Files {
 	return f
 }
 
+// settleWriters waits until no handle that may write is open on the hub.
+// The kernel sends a handle's RELEASE after close(2) has returned, and a
+// release marks its file again (for writes a checkpoint read mid-way), so
+// a set taken before the last command's releases arrive would see them
+// land in the next one.
+func settleWriters(t *testing.T, hub *Hub) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		hub.writing.mu.Lock()
+		open := len(hub.writing.by)
+		hub.writing.mu.Unlock()
+		if open == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d inodes still have a handle open for writing after 10s", open)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // takeMap takes the change set as path → tree, and says whether it was
-// complete.
-func takeMap(f *Files) (map[string]bool, bool) {
+// complete, once the writers' releases are in.
+func takeMap(t *testing.T, f *Files) (map[string]bool, bool) {
+	t.Helper()
+	settleWriters(t, f.hub)
 	cs := f.TakeChanges()
 	m := make(map[string]bool)
 	for _, c := range cs.Changes {
@@ -35,7 +60,7 @@ func takeMap(f *Files) (map[string]bool, bool) {
 
 func wantChanges(t *testing.T, f *Files, want map[string]bool) {
 	t.Helper()
-	got, complete := takeMap(f)
+	got, complete := takeMap(t, f)
 	if !complete {
 		t.Fatalf("the change set is not complete; want %v", want)
 	}
@@ -52,7 +77,7 @@ func TestChangesThroughMounts(t *testing.T) {
 	ctx := context.Background()
 	hub, backing, a, b, _ := sharedMounts(t, HubConfig{})
 	f := changesOf(t, hub, backing)
-	if _, complete := takeMap(f); complete {
+	if _, complete := takeMap(t, f); complete {
 		t.Fatal("the first change set of a folder says it is complete; it did not see what came before")
 	}
 	wantChanges(t, f, map[string]bool{})
@@ -108,7 +133,7 @@ func TestChangesThroughMounts(t *testing.T) {
 	if rc := ag.do(t, "echo more >> g"); rc != 0 {
 		t.Fatalf("append: %s", ag.err)
 	}
-	if _, complete := takeMap(f); complete {
+	if _, complete := takeMap(t, f); complete {
 		t.Fatal("a change of a file with two names left the set complete")
 	}
 	wantChanges(t, f, map[string]bool{})
@@ -291,7 +316,7 @@ func TestRestorer(t *testing.T) {
 		t.Fatalf("the mount still shows what was removed: %s", ag.err)
 	}
 
-	got, complete := takeMap(f)
+	got, complete := takeMap(t, f)
 	if !complete {
 		t.Fatal("the restore's change set is not complete")
 	}

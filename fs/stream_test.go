@@ -276,7 +276,7 @@ func TestStreamWriteFrom(t *testing.T) {
 	if fi, err := os.Lstat(p("alias")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
 		t.Errorf("alias is no longer a link: %v", err)
 	}
-	changes, complete := takeMap(f)
+	changes, complete := takeMap(t, f)
 	if complete {
 		t.Errorf("a file with several names changed, yet the change set is complete: %v", changes)
 	}

@@ -432,7 +432,7 @@ func TestTreeRemove(t *testing.T) {
 	if _, err := os.Stat("/etc/passwd"); err != nil {
 		t.Fatalf("/etc: %v", err)
 	}
-	changes, complete := takeMap(f)
+	changes, complete := takeMap(t, f)
 	if !complete || !changes["tree"] || !changes["tree/d0/fifo"] {
 		t.Errorf("changes after remove -r: %v (complete %v)", changes, complete)
 	}
