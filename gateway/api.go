@@ -1,26 +1,21 @@
 package gateway
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"warren/api"
 	"warren/gateway/admit"
+	"warren/gateway/call"
 	"warren/gateway/threadlimit"
 	"warren/meta"
 )
-
-// maxBodyBytes bounds a request body; a larger one is answered 413.
-const maxBodyBytes = 1 << 20
 
 // route is one entry of the API's route table. Pattern segments in braces
 // are ids: they match any one escaped segment, which is unescaped on its
@@ -28,75 +23,65 @@ const maxBodyBytes = 1 << 20
 type route struct {
 	method  string
 	pattern string
-	handle  func(g *Gateway, r *http.Request, p params) (any, error)
+	handle  call.Handler
 }
 
-// streamer is an answer that writes itself instead of being encoded as one
-// JSON value: a stream that goes on after the headers (GET /v1/events). A
-// streaming route's handler checks the request and takes what the stream
-// needs before it returns one, so every refusal is still an error answered
-// by the router like any other; once serveStream runs the status is 200,
-// and a failure can only end the stream.
-type streamer interface {
-	serveStream(w http.ResponseWriter, r *http.Request)
-}
-
-// params are the ids taken from a request's path.
-type params struct {
-	tenant, thread string
-	exec           string // a running command's id, on .../exec/{exec}/...
-	job            string // a job's id, on .../jobs/{job}...
+// handlers are the rooms' handlers, as the route table calls them; the
+// gateway makes them once at Start. Those of calls that still belong to
+// the daemon's own type are methods of g.
+type handlers struct {
+	g *Gateway
 }
 
 // routes is the API: the one place every call is listed.
-func routes() []route {
+func routes(h handlers) []route {
 	return append([]route{
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/bind", (*Gateway).handleBind},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}", (*Gateway).handleThread},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/close", (*Gateway).handleClose},
-		{http.MethodDelete, "/v1/tenants/{tenant}/threads/{thread}", (*Gateway).handleDelete},
-		{http.MethodGet, "/v1/threads", (*Gateway).handleThreads},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/bind", h.g.handleBind},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}", h.g.handleThread},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/close", h.g.handleClose},
+		{http.MethodDelete, "/v1/tenants/{tenant}/threads/{thread}", h.g.handleDelete},
+		{http.MethodGet, "/v1/threads", h.g.handleThreads},
 		{http.MethodGet, "/v1/version", handleVersion},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/unpin", (*Gateway).handleUnpin},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/usage", (*Gateway).handleUsage},
-		{http.MethodGet, "/v1/hosts", (*Gateway).handleHosts},
-		{http.MethodPost, "/v1/mounts", (*Gateway).handleMount},
-		{http.MethodGet, "/v1/mounts", (*Gateway).handleMounts},
-		{http.MethodDelete, "/v1/mounts", (*Gateway).handleUnmount},
-		{http.MethodGet, "/v1/events", (*Gateway).handleEvents}, // answers a streamer
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/read", (*Gateway).handleReadFile},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/write", (*Gateway).handleWriteFile},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/edit", (*Gateway).handleEditFile},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/list", (*Gateway).handleListFiles},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/stat", (*Gateway).handleStatFile},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/exists", (*Gateway).handleFileExists},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/mkdir", (*Gateway).handleMkdir},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/remove", (*Gateway).handleRemoveFile},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/rename", (*Gateway).handleRenameFile},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/files/raw", (*Gateway).handleReadRaw}, // answers a streamer
-		{http.MethodPut, "/v1/tenants/{tenant}/threads/{thread}/files/raw", (*Gateway).handleWriteRaw},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs", (*Gateway).handleRegisterRun},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs/end", (*Gateway).handleEndRun},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec", (*Gateway).handleExec}, // answers a streamer
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/stdin", (*Gateway).handleExecStdin},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/resize", (*Gateway).handleExecResize},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/background", (*Gateway).handleBackground},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs", (*Gateway).handleSpawn},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs", (*Gateway).handleJobs},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}", (*Gateway).handleJob},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/output", (*Gateway).handleJobOutput}, // answers a streamer
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stop", (*Gateway).handleStopJob},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stdin", (*Gateway).handleJobStdin},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/signal", (*Gateway).handleExecSignal},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/signal", (*Gateway).handleJobSignal},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", (*Gateway).handleCheckpoint},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", (*Gateway).handleCheckpoints},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/diff", (*Gateway).handleDiff},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/undo", (*Gateway).handleUndo},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/redo", (*Gateway).handleRedo},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/revert", (*Gateway).handleRevert},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/fork", (*Gateway).handleFork},
-	}, opsRoutes()...)
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/unpin", h.g.handleUnpin},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/usage", h.g.handleUsage},
+		{http.MethodGet, "/v1/hosts", h.g.handleHosts},
+		{http.MethodPost, "/v1/mounts", h.g.handleMount},
+		{http.MethodGet, "/v1/mounts", h.g.handleMounts},
+		{http.MethodDelete, "/v1/mounts", h.g.handleUnmount},
+		{http.MethodGet, "/v1/events", h.g.handleEvents}, // answers a call.Streamer
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/read", h.g.handleReadFile},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/write", h.g.handleWriteFile},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/edit", h.g.handleEditFile},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/list", h.g.handleListFiles},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/stat", h.g.handleStatFile},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/exists", h.g.handleFileExists},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/mkdir", h.g.handleMkdir},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/remove", h.g.handleRemoveFile},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/rename", h.g.handleRenameFile},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/files/raw", h.g.handleReadRaw}, // answers a call.Streamer
+		{http.MethodPut, "/v1/tenants/{tenant}/threads/{thread}/files/raw", h.g.handleWriteRaw},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs", h.g.handleRegisterRun},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs/end", h.g.handleEndRun},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec", h.g.handleExec}, // answers a call.Streamer
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/stdin", h.g.handleExecStdin},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/resize", h.g.handleExecResize},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/background", h.g.handleBackground},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs", h.g.handleSpawn},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs", h.g.handleJobs},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}", h.g.handleJob},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/output", h.g.handleJobOutput}, // answers a call.Streamer
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stop", h.g.handleStopJob},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stdin", h.g.handleJobStdin},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/signal", h.g.handleExecSignal},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/signal", h.g.handleJobSignal},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", h.g.handleCheckpoint},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", h.g.handleCheckpoints},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/diff", h.g.handleDiff},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/undo", h.g.handleUndo},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/redo", h.g.handleRedo},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/revert", h.g.handleRevert},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/fork", h.g.handleFork},
+	}, opsRoutes(h)...)
 }
 
 // noBodyLimit is bodyLimit's answer for a route whose body is streamed
@@ -116,7 +101,7 @@ func bodyLimit(pattern string) int64 {
 	case strings.HasSuffix(pattern, "/files/read"), strings.HasSuffix(pattern, "/files/write"), strings.HasSuffix(pattern, "/files/edit"):
 		return maxFileBody
 	}
-	return maxBodyBytes
+	return call.MaxBodyBytes
 }
 
 // admissionOf is what a request is counted as (package admit): a raw
@@ -124,8 +109,8 @@ func bodyLimit(pattern string) int64 {
 // output, a raw file's content) or a request, and the thread it is
 // counted for, from its path or, for the events, its query (the zero key
 // when it names none).
-func admissionOf(r *http.Request, pattern string, p params) (admit.Kind, meta.ThreadKey) {
-	key := meta.ThreadKey{Tenant: p.tenant, Thread: p.thread}
+func admissionOf(r *http.Request, pattern string, p call.Params) (admit.Kind, meta.ThreadKey) {
+	key := meta.ThreadKey{Tenant: p.Tenant, Thread: p.Thread}
 	switch {
 	case pattern == "/v1/events":
 		q := r.URL.Query()
@@ -160,7 +145,7 @@ type compiledRoute struct {
 	segs []string
 }
 
-func (g *Gateway) handler() http.Handler { return newRouter(g, routes(), false) }
+func (g *Gateway) handler() http.Handler { return newRouter(g, routes(handlers{g: g}), false) }
 
 // newRouter routes rs; open serves every peer (the metrics listener).
 func newRouter(g *Gateway, rs []route, open bool) *router {
@@ -175,23 +160,24 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g := rt.g
 	path := r.URL.EscapedPath()
 
-	p := peerFrom(r.Context())
-	if !rt.open && (p.err != nil || !g.allowed(p.uid)) {
-		g.log.Warn("refused: peer not allowed", "peer_uid", p.uid, "peer_pid", p.pid,
-			"method", r.Method, "path", clip(path), "error", p.err)
+	p := call.PeerFrom(r.Context())
+	if !rt.open && (p.Err != nil || !g.allowed(p.UID)) {
+		g.log.Warn("refused: peer not allowed", "peer_uid", p.UID, "peer_pid", p.PID,
+			"method", r.Method, "path", call.Clip(path), "error", p.Err)
 		// Close the connection: a refused peer gets one answer, no more.
 		w.Header().Set("Connection", "close")
-		writeJSON(w, http.StatusForbidden, api.ErrorBody{Error: &api.APIError{
+		call.WriteJSON(w, http.StatusForbidden, api.ErrorBody{Error: &api.APIError{
 			Code:    api.CodeForbidden,
-			Message: fmt.Sprintf("uid %d may not use this gateway", p.uid),
+			Message: fmt.Sprintf("uid %d may not use this gateway", p.UID),
 		}})
+
 		return
 	}
 	body := r.Body
 	if body != http.NoBody {
 		body = newDeadlineBody(w, body, g.cfg.BodyTimeout)
 	}
-	r.Body = http.MaxBytesReader(w, body, maxBodyBytes)
+	r.Body = http.MaxBytesReader(w, body, call.MaxBodyBytes)
 
 	var allow []string
 	if strings.HasPrefix(path, "/") {
@@ -211,7 +197,7 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			switch limit := bodyLimit(cr.pattern); limit {
-			case maxBodyBytes:
+			case call.MaxBodyBytes:
 			case noBodyLimit:
 				if db, ok := body.(*deadlineBody); ok {
 					db.stream = true
@@ -224,14 +210,14 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// costs nothing but its answer.
 			if !rt.open {
 				kind, key := admissionOf(r, cr.pattern, ps)
-				tk, err := g.admit.Enter(kind, p.uid, key)
+				tk, err := g.admit.Enter(kind, p.UID, key)
 				if err != nil {
 					g.writeError(w, r, ps, err)
 					return
 				}
 				defer tk.Release()
 				if body != http.NoBody && kind != admit.Uploads {
-					bt, err := g.admit.Enter(admit.Bodies, p.uid, key)
+					bt, err := g.admit.Enter(admit.Bodies, p.UID, key)
 					if err != nil {
 						g.writeError(w, r, ps, err)
 						return
@@ -242,32 +228,32 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					}
 				}
 			}
-			if ps.thread != "" && r.Method != http.MethodGet {
-				if k, err := threadKey(ps.tenant, ps.thread); err == nil {
+			if ps.Thread != "" && r.Method != http.MethodGet {
+				if k, err := call.ThreadKey(ps.Tenant, ps.Thread); err == nil {
 					g.threads.touch(k)
 				}
 			}
-			resp, err := cr.handle(g, r, ps)
+			resp, err := cr.handle(r, ps)
 			if err != nil {
 				g.writeError(w, r, ps, err)
 				return
 			}
-			if s, ok := resp.(streamer); ok {
-				s.serveStream(w, r)
+			if s, ok := resp.(call.Streamer); ok {
+				s.ServeStream(w, r)
 				return
 			}
-			writeJSON(w, http.StatusOK, resp)
+			call.WriteJSON(w, http.StatusOK, resp)
 			return
 		}
 	}
 	if len(allow) > 0 {
 		slices.Sort(allow)
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		g.writeErrorCode(w, r, params{}, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed,
-			fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", quote(r.Method), quote(path), strings.Join(allow, ", ")))
+		g.writeErrorCode(w, r, call.Params{}, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed,
+			fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", call.Quote(r.Method), call.Quote(path), strings.Join(allow, ", ")))
 		return
 	}
-	g.writeErrorCode(w, r, params{}, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no API call at %s", quote(path)))
+	g.writeErrorCode(w, r, call.Params{}, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("no API call at %s", call.Quote(path)))
 }
 
 // matchSegs matches a request's escaped segments against a pattern and
@@ -293,66 +279,66 @@ func matchSegs(pattern, segs []string) (map[string]string, bool) {
 }
 
 // unescapeParams unescapes each id segment on its own.
-func unescapeParams(raw map[string]string) (params, error) {
-	var p params
+func unescapeParams(raw map[string]string) (call.Params, error) {
+	var p call.Params
 	for name, v := range raw {
 		u, err := url.PathUnescape(v)
 		if err != nil {
-			return p, fmt.Errorf("%w: %s id %s is not a valid escaped path segment", api.ErrInvalid, name, quote(v))
+			return p, fmt.Errorf("%w: %s id %s is not a valid escaped path segment", api.ErrInvalid, name, call.Quote(v))
 		}
 		switch name {
 		case "tenant":
-			p.tenant = u
+			p.Tenant = u
 		case "thread":
-			p.thread = u
+			p.Thread = u
 		case "exec":
-			p.exec = u
+			p.Exec = u
 		case "job":
-			p.job = u
+			p.Job = u
 		}
 	}
 	return p, nil
 }
 
-func (g *Gateway) handleBind(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleBind(r *http.Request, p call.Params) (any, error) {
 	var req api.BindRequest
-	if err := decodeBody(r, &req, true); err != nil {
+	if err := call.DecodeBody(r, &req, true); err != nil {
 		return nil, err
 	}
-	ti, err := g.bindWith(r.Context(), p.tenant, p.thread, req.Settings)
+	ti, err := g.bindWith(r.Context(), p.Tenant, p.Thread, req.Settings)
 	if err != nil {
 		return nil, err
 	}
 	return api.BindResponse{Binding: ti, MountPath: ti.MountPath}, nil
 }
 
-func (g *Gateway) handleThread(r *http.Request, p params) (any, error) {
-	if err := noQuery(r); err != nil {
+func (g *Gateway) handleThread(r *http.Request, p call.Params) (any, error) {
+	if err := call.NoQuery(r); err != nil {
 		return nil, err
 	}
-	ti, err := g.showThread(r.Context(), p.tenant, p.thread)
+	ti, err := g.showThread(r.Context(), p.Tenant, p.Thread)
 	if err != nil {
 		return nil, err
 	}
 	return api.ThreadResponse{Binding: ti}, nil
 }
 
-func (g *Gateway) handleClose(r *http.Request, p params) (any, error) {
-	if err := decodeBody(r, &struct{}{}, true); err != nil {
+func (g *Gateway) handleClose(r *http.Request, p call.Params) (any, error) {
+	if err := call.DecodeBody(r, &struct{}{}, true); err != nil {
 		return nil, err
 	}
-	ti, err := g.closeThread(r.Context(), p.tenant, p.thread)
+	ti, err := g.closeThread(r.Context(), p.Tenant, p.Thread)
 	if err != nil {
 		return nil, err
 	}
 	return api.ThreadResponse{Binding: ti}, nil
 }
 
-func (g *Gateway) handleDelete(r *http.Request, p params) (any, error) {
-	if err := noQuery(r); err != nil {
+func (g *Gateway) handleDelete(r *http.Request, p call.Params) (any, error) {
+	if err := call.NoQuery(r); err != nil {
 		return nil, err
 	}
-	k, err := threadKey(p.tenant, p.thread)
+	k, err := call.ThreadKey(p.Tenant, p.Thread)
 	if err != nil {
 		return nil, err
 	}
@@ -362,8 +348,8 @@ func (g *Gateway) handleDelete(r *http.Request, p params) (any, error) {
 	return api.DeleteResponse{Deleted: k}, nil
 }
 
-func (g *Gateway) handleThreads(r *http.Request, _ params) (any, error) {
-	q, err := query(r, "tenant", "limit", "cursor")
+func (g *Gateway) handleThreads(r *http.Request, _ call.Params) (any, error) {
+	q, err := call.Query(r, "tenant", "limit", "cursor")
 	if err != nil {
 		return nil, err
 	}
@@ -382,20 +368,20 @@ func (g *Gateway) handleThreads(r *http.Request, _ params) (any, error) {
 	return api.ThreadsResponse{Bindings: tis, NextCursor: next}, nil
 }
 
-func (g *Gateway) handleMount(r *http.Request, _ params) (any, error) {
+func (g *Gateway) handleMount(r *http.Request, _ call.Params) (any, error) {
 	var req api.MountRequest
-	if err := decodeBody(r, &req, false); err != nil {
+	if err := call.DecodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
-	mi, err := g.mountInspection(r.Context(), req, peerFrom(r.Context()).uid)
+	mi, err := g.mountInspection(r.Context(), req, call.PeerFrom(r.Context()).UID)
 	if err != nil {
 		return nil, err
 	}
 	return api.MountResponse{Mount: mi}, nil
 }
 
-func (g *Gateway) handleMounts(r *http.Request, _ params) (any, error) {
-	if err := noQuery(r); err != nil {
+func (g *Gateway) handleMounts(r *http.Request, _ call.Params) (any, error) {
+	if err := call.NoQuery(r); err != nil {
 		return nil, err
 	}
 	ms, err := g.listMounts(r.Context())
@@ -405,8 +391,8 @@ func (g *Gateway) handleMounts(r *http.Request, _ params) (any, error) {
 	return api.MountsResponse{Mounts: ms}, nil
 }
 
-func (g *Gateway) handleUnmount(r *http.Request, _ params) (any, error) {
-	q, err := query(r, "path")
+func (g *Gateway) handleUnmount(r *http.Request, _ call.Params) (any, error) {
+	q, err := call.Query(r, "path")
 	if err != nil {
 		return nil, err
 	}
@@ -421,105 +407,20 @@ func (g *Gateway) handleUnmount(r *http.Request, _ params) (any, error) {
 	return api.UnmountResponse{Unmounted: vs[0], InUse: inUse}, nil
 }
 
-// decodeBody decodes the request body as one JSON object into v, refusing
-// unknown fields and trailing data. An empty body is accepted if
-// emptyOK; any other JSON value (null, an array, a number) is refused:
-// decoded into a struct, null and an empty body would pass as an object
-// of zero fields, which no caller means.
-func decodeBody(r *http.Request, v any, emptyOK bool) error {
-	if err := noQuery(r); err != nil {
-		return err
-	}
-	br := bufio.NewReader(r.Body)
-	first, err := firstNonSpace(br)
-	if errors.Is(err, io.EOF) {
-		if emptyOK {
-			return nil
-		}
-		return fmt.Errorf("%w: the request needs a JSON body", api.ErrInvalid)
-	}
-	if err != nil {
-		return bodyError(err)
-	}
-	if first != '{' {
-		return fmt.Errorf("%w: the request body must be a JSON object", api.ErrInvalid)
-	}
-	dec := json.NewDecoder(br)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return bodyError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if err != nil {
-			return bodyError(err)
-		}
-		return fmt.Errorf("%w: data after the JSON body", api.ErrInvalid)
-	}
-	return nil
-}
-
-// firstNonSpace peeks at the first byte of br after JSON white space.
-func firstNonSpace(br *bufio.Reader) (byte, error) {
-	for {
-		b, err := br.ReadByte()
-		if err != nil {
-			return 0, err
-		}
-		switch b {
-		case ' ', '\t', '\n', '\r':
-			continue
-		}
-		return b, br.UnreadByte()
-	}
-}
-
-func bodyError(err error) error {
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		return fmt.Errorf("request body larger than %d bytes: %w", tooLarge.Limit, err)
-	}
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return fmt.Errorf("%w: the request body did not arrive in time", errBodyTimeout)
-	}
-	return fmt.Errorf("%w: malformed JSON body: %w", api.ErrInvalid, err)
-}
-
-// query parses the query string, allowing only the named keys, each once.
-func query(r *http.Request, allowed ...string) (url.Values, error) {
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return nil, fmt.Errorf("%w: malformed query: %w", api.ErrInvalid, err)
-	}
-	for k, vs := range q {
-		if !slices.Contains(allowed, k) {
-			return nil, fmt.Errorf("%w: unknown query parameter %s", api.ErrInvalid, quote(k))
-		}
-		if len(vs) > 1 {
-			return nil, fmt.Errorf("%w: query parameter %s given %d times", api.ErrInvalid, quote(k), len(vs))
-		}
-	}
-	return q, nil
-}
-
-func noQuery(r *http.Request) error {
-	_, err := query(r)
-	return err
-}
-
 // writeError answers err as JSON with the status of its class, and logs
 // the refusal with the thread and the path.
-func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, p params, err error) {
-	status, code := classify(err)
+func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, p call.Params, err error) {
+	status, code := call.Classify(err)
 	if errors.Is(err, admit.ErrLimit) {
 		// A refusal, not a failure: a warning, as every refusal.
 		g.metrics.apiError(code)
-		g.log.Warn("refused: limit", "method", r.Method, "path", clip(r.URL.EscapedPath()),
-			"tenant", clip(p.tenant), "thread", clip(p.thread), "status", status, "code", code, "error", err)
+		g.log.Warn("refused: limit", "method", r.Method, "path", call.Clip(r.URL.EscapedPath()),
+			"tenant", call.Clip(p.Tenant), "thread", call.Clip(p.Thread), "status", status, "code", code, "error", err)
 		w.Header().Set("Retry-After", admit.RetryAfterHeader())
 		// The body, if any, was not read; and a refused client is
 		// best given its descriptor back.
 		w.Header().Set("Connection", "close")
-		writeJSON(w, status, api.ErrorBody{Error: &api.APIError{Code: code, Message: err.Error()}})
+		call.WriteJSON(w, status, api.ErrorBody{Error: &api.APIError{Code: code, Message: err.Error()}})
 		return
 	}
 	if code == api.CodeUnavailable {
@@ -531,7 +432,7 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, p params, e
 		// A refusal, not a failure (logged where it refused): no error
 		// line per refused call.
 		g.metrics.apiError(code)
-		writeJSON(w, status, api.ErrorBody{Error: &api.APIError{Code: code, Message: boundMessage(err.Error())}})
+		call.WriteJSON(w, status, api.ErrorBody{Error: &api.APIError{Code: code, Message: call.BoundMessage(err.Error())}})
 		return
 	}
 	g.writeErrorCode(w, r, p, status, code, err.Error())
@@ -545,10 +446,10 @@ func capacityRefusal(err error) bool {
 	return errors.As(err, &tr) || errors.As(err, &jr)
 }
 
-func (g *Gateway) writeErrorCode(w http.ResponseWriter, r *http.Request, p params, status int, code, msg string) {
+func (g *Gateway) writeErrorCode(w http.ResponseWriter, r *http.Request, p call.Params, status int, code, msg string) {
 	g.metrics.apiError(code)
-	args := []any{"method", r.Method, "path", clip(r.URL.EscapedPath()), "tenant", clip(p.tenant), "thread", clip(p.thread),
-		"status", status, "code", code, "error", clip(msg)}
+	args := []any{"method", r.Method, "path", call.Clip(r.URL.EscapedPath()), "tenant", call.Clip(p.Tenant), "thread", call.Clip(p.Thread),
+		"status", status, "code", code, "error", call.Clip(msg)}
 	if status >= 500 {
 		g.log.Error("request failed", args...)
 	} else {
@@ -559,28 +460,8 @@ func (g *Gateway) writeErrorCode(w http.ResponseWriter, r *http.Request, p param
 		w.Header().Set("Connection", "close")
 	}
 	// The one bound on what an answer echoes: a message quotes client
-	// input through quote, and is cut here whatever it quotes.
-	writeJSON(w, status, api.ErrorBody{Error: &api.APIError{Code: code, Message: boundMessage(msg)}})
-}
-
-// clip shortens what a client sent before it goes into a log line: a
-// refused 60 KiB path is noise, its first bytes are enough to find it.
-func clip(s string) string {
-	const max = 256
-	if len(s) <= max {
-		return s
-	}
-	return fmt.Sprintf("%s...(%d bytes)", s[:max], len(s))
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	// Paths and ids are data: keep "<", ">" and "&" as they are.
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v) // the client went away; nothing left to tell it
+	// input through call.Quote, and is cut here whatever it quotes.
+	call.WriteJSON(w, status, api.ErrorBody{Error: &api.APIError{Code: code, Message: call.BoundMessage(msg)}})
 }
 
 // deadlineBody bounds how long a request's body takes to arrive: the

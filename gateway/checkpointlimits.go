@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"warren/api"
+	"warren/gateway/call"
 	"warren/meta"
 	"warren/snapshot"
 )
@@ -24,8 +25,9 @@ func checkpointLimitError(k meta.ThreadKey, err error) error {
 	if !errors.As(err, &le) {
 		return nil
 	}
-	return &toolError{api.ErrTooLarge, fmt.Sprintf(
+	return call.Refuse(api.ErrTooLarge, fmt.Sprintf(
 		"The checkpoint of %s was refused: %v (the server's %s). Nothing was recorded and the workspace is as it was; "+
 			"make the workspace smaller, or raise the server's limit.",
-		keyName(k), le, checkpointFlag(le.Limit))}
+		call.KeyName(k), le, checkpointFlag(le.Limit)))
+
 }

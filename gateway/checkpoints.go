@@ -13,6 +13,7 @@ import (
 
 	"warren/api"
 	"warren/fs"
+	"warren/gateway/call"
 	"warren/meta"
 	"warren/snapshot"
 )
@@ -112,7 +113,7 @@ func (g *Gateway) repo(tenant string) (*snapshot.Repo, error) {
 	}
 	dir := filepath.Join(g.cfg.SnapshotsDir, encodeID(tenant))
 	if err := g.makeRepoFolder(dir); err != nil {
-		return nil, fmt.Errorf("open the snapshot repository of tenant %s: %w", quote(tenant), err)
+		return nil, fmt.Errorf("open the snapshot repository of tenant %s: %w", call.Quote(tenant), err)
 	}
 	opts := []snapshot.Option{snapshot.WithSkip(fs.IsTempName), snapshot.WithLimits(g.cfg.CheckpointLimits)}
 	if hook := g.cfg.collectHook; hook != nil {
@@ -120,7 +121,7 @@ func (g *Gateway) repo(tenant string) (*snapshot.Repo, error) {
 	}
 	r, err := snapshot.Open(dir, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("open the snapshot repository of tenant %s: %w", quote(tenant), err)
+		return nil, fmt.Errorf("open the snapshot repository of tenant %s: %w", call.Quote(tenant), err)
 	}
 	cs.repos[tenant] = r
 	return r, nil
@@ -202,21 +203,21 @@ func (g *Gateway) collectOnce(ctx context.Context, tenant string) {
 			for _, c := range h.Checkpoints {
 				t, err := snapshot.ParseHash(c.Tree)
 				if err != nil {
-					return nil, fmt.Errorf("checkpoint %s of %s: %w", c.ID, quote(h.Thread), err)
+					return nil, fmt.Errorf("checkpoint %s of %s: %w", c.ID, call.Quote(h.Thread), err)
 				}
 				roots = append(roots, t)
 			}
 			if h.Restoring != nil {
 				t, err := snapshot.ParseHash(h.Restoring.Tree)
 				if err != nil {
-					return nil, fmt.Errorf("the restore of %s: %w", quote(h.Thread), err)
+					return nil, fmt.Errorf("the restore of %s: %w", call.Quote(h.Thread), err)
 				}
 				roots = append(roots, t)
 				// What a failed restore puts back.
 				if from := h.Restoring.From; from != "" {
 					t, err := snapshot.ParseHash(from)
 					if err != nil {
-						return nil, fmt.Errorf("the restore of %s: %w", quote(h.Thread), err)
+						return nil, fmt.Errorf("the restore of %s: %w", call.Quote(h.Thread), err)
 					}
 					roots = append(roots, t)
 				}
@@ -249,14 +250,14 @@ type history struct {
 // mustExist refuses op on a thread that has no record (never bound, or
 // deleted): such calls never bind one. A closed thread exists.
 func (g *Gateway) mustExist(ctx context.Context, op, tenant, thread string) error {
-	k, err := threadKey(tenant, thread)
+	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return err
 	}
 	if _, err := g.store.GetBinding(ctx, k); errors.Is(err, meta.ErrNotFound) {
-		return &toolError{api.ErrNotFound, fmt.Sprintf("There is no thread %s: it was never bound, or was deleted (%s makes none; bind it first).", keyName(k), op)}
+		return call.Refuse(api.ErrNotFound, fmt.Sprintf("There is no thread %s: it was never bound, or was deleted (%s makes none; bind it first).", call.KeyName(k), op))
 	} else if err != nil {
-		return fmt.Errorf("%s of %s: read the binding: %w", op, keyName(k), err)
+		return fmt.Errorf("%s of %s: read the binding: %w", op, call.KeyName(k), err)
 	}
 	return nil
 }
@@ -291,7 +292,7 @@ func (g *Gateway) withHistory(ctx context.Context, op, tenant, thread string, fn
 	k := info.ThreadKey
 	unlock, err := g.checkpoints.locks.lock(ctx, k)
 	if err != nil {
-		return fmt.Errorf("checkpoints of %s: %w", keyName(k), err)
+		return fmt.Errorf("checkpoints of %s: %w", call.KeyName(k), err)
 	}
 	defer unlock()
 	return g.withHistoryLocked(ctx, k, info.Binding, fn)
@@ -306,7 +307,7 @@ func (g *Gateway) withHistoryLocked(ctx context.Context, k meta.ThreadKey, b met
 	}
 	release, err := repo.Shared(ctx)
 	if err != nil {
-		return fmt.Errorf("checkpoints of %s: wait for the repository: %w", keyName(k), err)
+		return fmt.Errorf("checkpoints of %s: wait for the repository: %w", call.KeyName(k), err)
 	}
 	defer release()
 	if hold := g.cfg.checkpointHold; hold != nil {
@@ -333,7 +334,7 @@ func (g *Gateway) withHistoryShared(ctx context.Context, k meta.ThreadKey, b met
 		hist, err = meta.History{ThreadKey: k, NextSeq: 1}, nil
 	}
 	if err != nil {
-		return fmt.Errorf("checkpoints of %s: read the history: %w", keyName(k), err)
+		return fmt.Errorf("checkpoints of %s: read the history: %w", call.KeyName(k), err)
 	}
 	h := &history{History: hist, k: k, b: b, repo: repo, files: files}
 	if h.Restoring != nil {
@@ -348,7 +349,7 @@ func (g *Gateway) withHistoryShared(ctx context.Context, k meta.ThreadKey, b met
 func (g *Gateway) putHistory(ctx context.Context, h *history) error {
 	stored, err := g.store.PutHistory(ctx, h.History)
 	if err != nil {
-		return fmt.Errorf("checkpoints of %s: write the history: %w", keyName(h.k), err)
+		return fmt.Errorf("checkpoints of %s: write the history: %w", call.KeyName(h.k), err)
 	}
 	h.History = stored
 	return nil
@@ -378,7 +379,7 @@ func (g *Gateway) buildNow(ctx context.Context, h *history) (built, error) {
 		if err != nil {
 			thaw()
 			h.files.ReturnChanges(set)
-			return built{}, fmt.Errorf("checkpoint %s of %s: %w", head.ID, keyName(h.k), err)
+			return built{}, fmt.Errorf("checkpoint %s of %s: %w", head.ID, call.KeyName(h.k), err)
 		}
 		base = t
 		full = !set.Complete || set.Base != head.ID
@@ -401,7 +402,7 @@ func (g *Gateway) buildNow(ctx context.Context, h *history) (built, error) {
 		if lerr := checkpointLimitError(h.k, err); lerr != nil {
 			return built{}, lerr
 		}
-		return built{}, fmt.Errorf("read the workspace of %s: %w", keyName(h.k), err)
+		return built{}, fmt.Errorf("read the workspace of %s: %w", call.KeyName(h.k), err)
 	}
 	return built{tree: tree, stats: stats, set: set, took: time.Since(start)}, nil
 }
@@ -427,7 +428,7 @@ func (g *Gateway) record(ctx context.Context, h *history, b built, req api.Check
 		unlock, err := g.checkpoints.tenantQuota.lock(ctx, h.k.Tenant)
 		if err != nil {
 			h.files.ReturnChanges(b.set)
-			return meta.Checkpoint{}, fmt.Errorf("checkpoint of %s: %w", keyName(h.k), err)
+			return meta.Checkpoint{}, fmt.Errorf("checkpoint of %s: %w", call.KeyName(h.k), err)
 		}
 		defer unlock()
 		if others, err = g.tenantSnapshotBytes(ctx, h.k); err != nil {
@@ -536,7 +537,7 @@ func (g *Gateway) checkpoint(ctx context.Context, tenant, thread string, req api
 				paths, _ = g.changedPaths(ctx, h.repo, "", cp.Tree)
 			}
 			g.emitPaths(api.Event{Type: api.EventCheckpointCreated, Tenant: h.k.Tenant, Thread: h.k.Thread,
-				Actor: actorOf(ctx), Checkpoint: cp.ID, Label: cp.Label}, paths, "changed since the checkpoint before")
+				Actor: call.Actor(ctx), Checkpoint: cp.ID, Label: cp.Label}, paths, "changed since the checkpoint before")
 		}
 		return nil
 	})
@@ -545,7 +546,7 @@ func (g *Gateway) checkpoint(ctx context.Context, tenant, thread string, req api
 
 // checkCheckpointRequest bounds a checkpoint's label and run.
 func checkCheckpointRequest(req api.CheckpointRequest) error {
-	if err := checkText("label", req.Label, maxLabelBytes); err != nil {
+	if err := call.CheckText("label", req.Label, call.MaxLabelBytes); err != nil {
 		return err
 	}
 	if req.Run != "" {
@@ -605,7 +606,7 @@ func (g *Gateway) emitPaths(ev api.Event, paths []string, what string) {
 
 // listCheckpoints lists a thread's checkpoints, oldest first.
 func (g *Gateway) listCheckpoints(ctx context.Context, tenant, thread string) (api.CheckpointsResponse, error) {
-	k, err := threadKey(tenant, thread)
+	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return api.CheckpointsResponse{}, err
 	}
@@ -617,7 +618,7 @@ func (g *Gateway) listCheckpoints(ctx context.Context, tenant, thread string) (a
 		return api.CheckpointsResponse{Checkpoints: []api.CheckpointInfo{}}, nil
 	}
 	if err != nil {
-		return api.CheckpointsResponse{}, fmt.Errorf("checkpoints of %s: read the history: %w", keyName(k), err)
+		return api.CheckpointsResponse{}, fmt.Errorf("checkpoints of %s: read the history: %w", call.KeyName(k), err)
 	}
 	out := api.CheckpointsResponse{Checkpoints: make([]api.CheckpointInfo, 0, len(h.Checkpoints)), Head: h.Head, Redo: h.Redo}
 	if f := h.FailedRestore; f != nil {
@@ -636,7 +637,7 @@ func (g *Gateway) undo(ctx context.Context, tenant, thread string, force bool) (
 	err := g.withHistory(ctx, "undo", tenant, thread, func(h *history) error {
 		head := h.find(h.Head)
 		if head == nil {
-			return &toolError{api.ErrConflict, "Nothing to undo: this thread has no checkpoint."}
+			return call.Refuse(api.ErrConflict, "Nothing to undo: this thread has no checkpoint.")
 		}
 		now, saved, err := g.saveState(ctx, h, "before undo")
 		if err != nil {
@@ -647,7 +648,7 @@ func (g *Gateway) undo(ctx context.Context, tenant, thread string, force bool) (
 		if saved == "" {
 			target = h.find(head.Parent)
 			if target == nil {
-				return &toolError{api.ErrConflict, fmt.Sprintf("Nothing to undo: the workspace is at %s, the oldest checkpoint this thread keeps.", head.ID)}
+				return call.Refuse(api.ErrConflict, fmt.Sprintf("Nothing to undo: the workspace is at %s, the oldest checkpoint this thread keeps.", head.ID))
 			}
 			redo = append(redo, head.ID)
 		} else {
@@ -666,7 +667,7 @@ func (g *Gateway) redo(ctx context.Context, tenant, thread string, force bool) (
 	var out api.RestoreResponse
 	err := g.withHistory(ctx, "redo", tenant, thread, func(h *history) error {
 		if len(h.Redo) == 0 {
-			return &toolError{api.ErrConflict, "Nothing to redo."}
+			return call.Refuse(api.ErrConflict, "Nothing to redo.")
 		}
 		b, err := g.buildNow(ctx, h)
 		if err != nil {
@@ -675,13 +676,13 @@ func (g *Gateway) redo(ctx context.Context, tenant, thread string, force bool) (
 		head := h.find(h.Head)
 		if head == nil || head.Tree != b.tree.String() {
 			h.files.ReturnChanges(b.set)
-			return &toolError{api.ErrConflict, "The workspace changed since the last undo; a redo would lose those changes. Take a checkpoint, or revert to a checkpoint."}
+			return call.Refuse(api.ErrConflict, "The workspace changed since the last undo; a redo would lose those changes. Take a checkpoint, or revert to a checkpoint.")
 		}
 		h.files.CommitChanges(head.ID)
 		id := h.Redo[len(h.Redo)-1]
 		target := h.find(id)
 		if target == nil {
-			return fmt.Errorf("redo %s: checkpoint %s is not in the history", keyName(h.k), id)
+			return fmt.Errorf("redo %s: checkpoint %s is not in the history", call.KeyName(h.k), id)
 		}
 		out, err = g.restoreTo(ctx, h, "redo", b.tree, *target, slices.Clone(h.Redo[:len(h.Redo)-1]), force)
 		return err
@@ -694,13 +695,13 @@ func (g *Gateway) revert(ctx context.Context, tenant, thread, id string, force b
 	if id == "" {
 		return api.RestoreResponse{}, fmt.Errorf("%w: checkpoint is required", api.ErrInvalid)
 	}
-	if err := checkText("checkpoint", id, maxLabelBytes); err != nil {
+	if err := call.CheckText("checkpoint", id, call.MaxLabelBytes); err != nil {
 		return api.RestoreResponse{}, err
 	}
 	var out api.RestoreResponse
 	err := g.withHistory(ctx, "revert", tenant, thread, func(h *history) error {
 		if h.find(id) == nil {
-			return &toolError{api.ErrNotFound, fmt.Sprintf("This thread has no checkpoint %s.", quote(id))}
+			return call.Refuse(api.ErrNotFound, fmt.Sprintf("This thread has no checkpoint %s.", call.Quote(id)))
 		}
 		now, saved, err := g.saveState(ctx, h, "before revert to "+id)
 		if err != nil {
@@ -786,7 +787,7 @@ func (g *Gateway) applyRestore(ctx context.Context, h *history, now snapshot.Has
 		if ctx.Err() != nil {
 			g.log.Error("restore cut short by the daemon's stop; the next start finishes it", "tenant", h.k.Tenant, "thread", h.k.Thread,
 				"op", rs.Op, "to", rs.To, "error", err)
-			return nil, fmt.Errorf("restore %s to %s (cut short; the next start finishes it): %w", keyName(h.k), rs.To, err)
+			return nil, fmt.Errorf("restore %s to %s (cut short; the next start finishes it): %w", call.KeyName(h.k), rs.To, err)
 		}
 		return nil, g.failRestore(ctx, h, now, rec.Back(deltas), failedDelta(deltas, rec.Failed), err)
 	}
@@ -801,7 +802,7 @@ func (g *Gateway) applyRestore(ctx context.Context, h *history, now snapshot.Has
 		changed = []string{}
 	}
 	g.log.Info("workspace restored", "tenant", h.k.Tenant, "thread", h.k.Thread, "op", rs.Op, "to", rs.To, "changed", len(changed))
-	g.emitPaths(api.Event{Type: api.EventThreadRestored, Tenant: h.k.Tenant, Thread: h.k.Thread, Actor: actorOf(ctx),
+	g.emitPaths(api.Event{Type: api.EventThreadRestored, Tenant: h.k.Tenant, Thread: h.k.Thread, Actor: call.Actor(ctx),
 		Checkpoint: rs.To, Op: rs.Op}, changed, "restored ("+rs.Op+" to "+rs.To+")")
 	return changed, nil
 }
@@ -843,7 +844,7 @@ func (g *Gateway) finishRestore(ctx context.Context, h *history) error {
 	thaw()
 	if err != nil {
 		h.files.ReturnChanges(set)
-		return fmt.Errorf("finish the restore of %s: read the workspace: %w", keyName(h.k), err)
+		return fmt.Errorf("finish the restore of %s: read the workspace: %w", call.KeyName(h.k), err)
 	}
 	if _, err := g.applyRestore(ctx, h, now); err != nil && h.Restoring != nil {
 		return err
@@ -866,7 +867,7 @@ func (g *Gateway) quiesce(ctx context.Context, k meta.ThreadKey, op, to string, 
 	running := append(slices.Clone(execs), jobs...)
 	if !force {
 		g.jails.endRestore(k)
-		return nil, &toolError{api.ErrBusy, fmt.Sprintf("Cannot %s while commands of this thread run (%s). Stop them, or ask again with force to stop them first.", op, joinIDs(running))}
+		return nil, call.Refuse(api.ErrBusy, fmt.Sprintf("Cannot %s while commands of this thread run (%s). Stop them, or ask again with force to stop them first.", op, joinIDs(running)))
 	}
 	g.noteStopping(k, fmt.Sprintf("the workspace was restored (%s to %s)", op, to))
 	g.closeJail(k)
@@ -894,7 +895,7 @@ func joinIDs(ids []string) string {
 // for to is the workspace as it is, and from defaults to the head.
 func (g *Gateway) diff(ctx context.Context, tenant, thread, from, to string, text bool) (api.DiffResponse, error) {
 	for _, v := range []string{from, to} {
-		if err := checkText("checkpoint", v, maxLabelBytes); err != nil {
+		if err := call.CheckText("checkpoint", v, call.MaxLabelBytes); err != nil {
 			return api.DiffResponse{}, err
 		}
 	}
@@ -906,7 +907,7 @@ func (g *Gateway) diff(ctx context.Context, tenant, thread, from, to string, tex
 		if from == "" {
 			from = h.Head
 			if from == "" {
-				return &toolError{api.ErrConflict, "This thread has no checkpoint to compare with."}
+				return call.Refuse(api.ErrConflict, "This thread has no checkpoint to compare with.")
 			}
 		}
 		tree := func(id string) (snapshot.Hash, error) {
@@ -924,7 +925,7 @@ func (g *Gateway) diff(ctx context.Context, tenant, thread, from, to string, tex
 			}
 			c := h.find(id)
 			if c == nil {
-				return snapshot.Hash{}, &toolError{api.ErrNotFound, fmt.Sprintf("This thread has no checkpoint %s.", quote(id))}
+				return snapshot.Hash{}, call.Refuse(api.ErrNotFound, fmt.Sprintf("This thread has no checkpoint %s.", call.Quote(id)))
 			}
 			return snapshot.ParseHash(c.Tree)
 		}
@@ -938,7 +939,7 @@ func (g *Gateway) diff(ctx context.Context, tenant, thread, from, to string, tex
 		}
 		deltas, err := h.repo.Diff(ctx, a, b)
 		if err != nil {
-			return fmt.Errorf("diff %s: %w", keyName(h.k), err)
+			return fmt.Errorf("diff %s: %w", call.KeyName(h.k), err)
 		}
 		out = api.DiffResponse{From: from, To: to, Added: []string{}, Removed: []string{}, Modified: []string{}}
 		budget := maxDiffText
@@ -956,7 +957,7 @@ func (g *Gateway) diff(ctx context.Context, tenant, thread, from, to string, tex
 			}
 			s, ok, err := h.repo.TextDiff(ctx, d, 3)
 			if err != nil {
-				return fmt.Errorf("diff %s: %s: %w", keyName(h.k), d.Path, err)
+				return fmt.Errorf("diff %s: %s: %w", call.KeyName(h.k), d.Path, err)
 			}
 			if ok && s != "" {
 				budget -= len(s)
@@ -979,7 +980,7 @@ const maxDiffText = 8 << 20
 // shared lock: the source's objects stay until the new thread's history
 // names them.
 func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkRequest) (api.ForkResponse, error) {
-	if err := checkText("checkpoint", req.Checkpoint, maxLabelBytes); err != nil {
+	if err := call.CheckText("checkpoint", req.Checkpoint, call.MaxLabelBytes); err != nil {
 		return api.ForkResponse{}, err
 	}
 	if err := g.mustExist(ctx, "fork", tenant, thread); err != nil {
@@ -996,12 +997,12 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 		rand.Read(b[:])
 		newThread = k.Thread + "-fork-" + hex.EncodeToString(b[:])
 	}
-	nk, err := threadKey(k.Tenant, newThread)
+	nk, err := call.ThreadKey(k.Tenant, newThread)
 	if err != nil {
 		return api.ForkResponse{}, err
 	}
 	if nk == k {
-		return api.ForkResponse{}, &toolError{api.ErrConflict, "A thread cannot be forked into itself; name a new thread."}
+		return api.ForkResponse{}, call.Refuse(api.ErrConflict, "A thread cannot be forked into itself; name a new thread.")
 	}
 	// A fork whose restore could not finish removes the thread it made,
 	// once its locks are let go (deleteThread takes them).
@@ -1021,7 +1022,7 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 	for _, key := range []meta.ThreadKey{first, second} {
 		unlock, err := g.checkpoints.locks.lock(ctx, key)
 		if err != nil {
-			return api.ForkResponse{}, fmt.Errorf("fork %s: %w", keyName(k), err)
+			return api.ForkResponse{}, fmt.Errorf("fork %s: %w", call.KeyName(k), err)
 		}
 		defer unlock()
 	}
@@ -1031,7 +1032,7 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 	}
 	release, err := repo.Shared(ctx)
 	if err != nil {
-		return api.ForkResponse{}, fmt.Errorf("fork %s: wait for the repository: %w", keyName(k), err)
+		return api.ForkResponse{}, fmt.Errorf("fork %s: wait for the repository: %w", call.KeyName(k), err)
 	}
 	defer release()
 
@@ -1044,9 +1045,9 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 		c := h.find(id)
 		if c == nil {
 			if id == "" {
-				return &toolError{api.ErrConflict, "This thread has no checkpoint to fork from."}
+				return call.Refuse(api.ErrConflict, "This thread has no checkpoint to fork from.")
 			}
-			return &toolError{api.ErrNotFound, fmt.Sprintf("This thread has no checkpoint %s.", quote(id))}
+			return call.Refuse(api.ErrNotFound, fmt.Sprintf("This thread has no checkpoint %s.", call.Quote(id)))
 		}
 		src = *c
 		return nil
@@ -1055,14 +1056,14 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 		return api.ForkResponse{}, err
 	}
 	if _, err := g.store.GetBinding(ctx, nk); err == nil {
-		return api.ForkResponse{}, &toolError{api.ErrConflict, fmt.Sprintf("Thread %s exists already; fork into a new thread.", quote(nk.Thread))}
+		return api.ForkResponse{}, call.Refuse(api.ErrConflict, fmt.Sprintf("Thread %s exists already; fork into a new thread.", call.Quote(nk.Thread)))
 	} else if !errors.Is(err, meta.ErrNotFound) {
-		return api.ForkResponse{}, fmt.Errorf("fork into %s: read binding: %w", keyName(nk), err)
+		return api.ForkResponse{}, fmt.Errorf("fork into %s: read binding: %w", call.KeyName(nk), err)
 	}
 	if _, err := g.store.GetHistory(ctx, nk); err == nil {
-		return api.ForkResponse{}, fmt.Errorf("fork into %s: %w: the thread has a history", keyName(nk), api.ErrConflict)
+		return api.ForkResponse{}, fmt.Errorf("fork into %s: %w: the thread has a history", call.KeyName(nk), api.ErrConflict)
 	} else if !errors.Is(err, meta.ErrNotFound) {
-		return api.ForkResponse{}, fmt.Errorf("fork into %s: read history: %w", keyName(nk), err)
+		return api.ForkResponse{}, fmt.Errorf("fork into %s: read history: %w", call.KeyName(nk), err)
 	}
 	cp := src
 	cp.ID, cp.Seq, cp.Parent, cp.Auto = "cp-1", 1, "", false
@@ -1070,7 +1071,7 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 	cp.OwnBase, cp.OwnBytes = "", recount
 	one := []meta.Checkpoint{cp}
 	if err := settle(ctx, repo, one); err != nil {
-		return api.ForkResponse{}, fmt.Errorf("fork %s: %w", keyName(k), err)
+		return api.ForkResponse{}, fmt.Errorf("fork %s: %w", call.KeyName(k), err)
 	}
 	cp = one[0]
 	cp.Label = fmt.Sprintf("fork of %s at %s", k.Thread, src.ID)
@@ -1112,7 +1113,7 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 // objects that no other thread uses.
 func (g *Gateway) dropHistory(ctx context.Context, k meta.ThreadKey) error {
 	if err := g.store.DeleteHistory(ctx, k); err != nil {
-		return fmt.Errorf("delete the history of %s: %w", keyName(k), err)
+		return fmt.Errorf("delete the history of %s: %w", call.KeyName(k), err)
 	}
 	g.collect(k.Tenant)
 	return nil

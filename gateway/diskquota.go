@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/api"
+	"warren/gateway/call"
 	"warren/internal/diskquota"
 	"warren/meta"
 )
@@ -175,7 +176,7 @@ func (g *Gateway) applyDiskQuota(k meta.ThreadKey, root string, s meta.Settings)
 	bytes, reserve := g.diskBytes(s), g.cfg.DiskReserveBytes
 	sub, err := diskquota.IsSubvolume(root)
 	if err != nil {
-		return fmt.Errorf("disk quota of thread %s: %w", keyName(k), err)
+		return fmt.Errorf("disk quota of thread %s: %w", call.KeyName(k), err)
 	}
 	if bytes == 0 && reserve == 0 && (!sub || !diskquota.Enabled(root)) {
 		return nil // nothing asked, and no limit to lift
@@ -183,16 +184,16 @@ func (g *Gateway) applyDiskQuota(k meta.ThreadKey, root string, s meta.Settings)
 	q, err := g.quotaFS()
 	if err != nil {
 		return fmt.Errorf("%w: disk quota of %d bytes for thread %s: workspaces folder %s cannot enforce it: %w",
-			api.ErrInvalid, bytes, keyName(k), g.wsBase, err)
+			api.ErrInvalid, bytes, call.KeyName(k), g.wsBase, err)
 	}
 	if !sub {
 		// Something is asked (a plain folder with nothing asked returned
 		// above), and a plain folder cannot have it.
 		return fmt.Errorf("%w: disk quota of %d bytes and reserve of %d for thread %s: its workspace %s was made as a plain folder, before quotas; the filesystem cannot bound it",
-			api.ErrInvalid, bytes, reserve, keyName(k), root)
+			api.ErrInvalid, bytes, reserve, call.KeyName(k), root)
 	}
 	if err := q.Limit(root, bytes); err != nil {
-		return fmt.Errorf("disk quota of thread %s: %w", keyName(k), err)
+		return fmt.Errorf("disk quota of thread %s: %w", call.KeyName(k), err)
 	}
 	// The disk may have changed since the last bind (files of other
 	// programs): the reserve is set again from its state now.

@@ -200,7 +200,7 @@
 //
 // Every error is {"error":{"code":"...","message":"..."}}: 400 invalid
 // (malformed ids, JSON, a body that is not an object, unknown fields or
-// query parameters, input over its bound in input.go), 408 timeout (a
+// query parameters, input over its bound in call/input.go), 408 timeout (a
 // body slower than Config.BodyTimeout), 403
 // forbidden (peer uid, a DIR the caller does not own), 404 not_found, 405
 // method_not_allowed (with Allow), 409 conflict, pinned, busy or stale, 410
@@ -340,9 +340,9 @@
 // ErrBusy, ErrClosed, ErrGone, ErrJobLimit, ErrFenced...) and on meta's; everything else is an internal error.
 // Every refusal is logged with the thread and the path.
 //
-// Input is bounded before it is used (input.go), by the kernel's limit for
+// Input is bounded before it is used (package call, input.go), by the kernel's limit for
 // what it becomes, so that bad input is a 400 and never a 500 from deep
-// inside. A message that quotes client input quotes it through quote (a
+// inside. A message that quotes client input quotes it through call.Quote (a
 // bounded prefix); writeErrorCode bounds every message again, whatever it
 // quotes.
 package gateway

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"warren/api"
+	"warren/gateway/call"
 	"warren/meta"
 )
 
@@ -48,7 +49,7 @@ func TestStoreUnavailableCode(t *testing.T) {
 		})
 	}
 	// The gateway's own shutdown is the closed code too.
-	if status, code := classify(fmt.Errorf("bind: %w", api.ErrClosed)); status != http.StatusServiceUnavailable || code != "closed" {
+	if status, code := call.Classify(fmt.Errorf("bind: %w", api.ErrClosed)); status != http.StatusServiceUnavailable || code != "closed" {
 		t.Errorf("a closing gateway: got %d %s, want 503 closed", status, code)
 	}
 }

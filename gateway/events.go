@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 
 	"warren/api"
 	"warren/fs"
+	"warren/gateway/call"
 	"warren/meta"
 )
 
@@ -48,7 +48,7 @@ const streamCloseGrace = time.Second
 
 // streamBatch bounds the events a stream writes before it flushes, and
 // streamLinger how long at most it waits for more while events keep
-// coming (serveStream).
+// coming (ServeStream).
 const (
 	streamBatch  = 256
 	streamLinger = 10 * time.Millisecond
@@ -59,16 +59,6 @@ const (
 // broker sets Seq and Time.
 func (g *Gateway) emit(ev api.Event) {
 	g.events.publish(ev)
-}
-
-// actorOf names the caller of an API request for Event.Actor, or "" when
-// ctx does not come from one (a mount restored at start).
-func actorOf(ctx context.Context) string {
-	p := peerFrom(ctx)
-	if p.err != nil {
-		return ""
-	}
-	return "uid:" + strconv.FormatUint(uint64(p.uid), 10)
 }
 
 // refusalEvents returns the fs.Options.OnRefusal of a mount of thread k:
@@ -345,8 +335,8 @@ func (b *broker) logError() error {
 // the filter and subscribes, and the router then runs the stream it
 // returns. Subscribing before the answer starts means that a client that
 // has the response headers gets every event emitted after them.
-func (g *Gateway) handleEvents(r *http.Request, _ params) (any, error) {
-	q, err := query(r, "tenant", "thread", "prefix", "since")
+func (g *Gateway) handleEvents(r *http.Request, _ call.Params) (any, error) {
+	q, err := call.Query(r, "tenant", "thread", "prefix", "since")
 	if err != nil {
 		return nil, err
 	}
@@ -355,7 +345,7 @@ func (g *Gateway) handleEvents(r *http.Request, _ params) (any, error) {
 		return nil, err
 	}
 	if p, ok := q["prefix"]; ok {
-		if err := checkPath("prefix", p[0]); err != nil {
+		if err := call.CheckPath("prefix", p[0]); err != nil {
 			return nil, err
 		}
 		f.prefix = p[0]
@@ -367,7 +357,7 @@ func (g *Gateway) handleEvents(r *http.Request, _ params) (any, error) {
 	if v, ok := q["since"]; ok {
 		n, err := strconv.ParseUint(v[0], 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("%w: since must be an event's seq, a number: %s", api.ErrInvalid, quote(v[0]))
+			return nil, fmt.Errorf("%w: since must be an event's seq, a number: %s", api.ErrInvalid, call.Quote(v[0]))
 		}
 		since = &n
 	}
@@ -387,7 +377,7 @@ func eventFilterOf(q url.Values) (eventFilter, error) {
 	thread, hasThread := q["thread"]
 	switch {
 	case hasThread:
-		k, err := threadKey(q.Get("tenant"), thread[0])
+		k, err := call.ThreadKey(q.Get("tenant"), thread[0])
 		if err != nil {
 			return eventFilter{}, err
 		}
@@ -395,7 +385,7 @@ func eventFilterOf(q url.Values) (eventFilter, error) {
 	case hasTenant:
 		// threadKey checks and defaults the tenant; the placeholder thread
 		// always passes, so any error is about the tenant.
-		k, err := threadKey(q.Get("tenant"), "-")
+		k, err := call.ThreadKey(q.Get("tenant"), "-")
 		if err != nil {
 			return eventFilter{}, err
 		}
@@ -412,9 +402,9 @@ type eventStream struct {
 	sub *subscription
 }
 
-func (s *eventStream) serveStream(w http.ResponseWriter, r *http.Request) {
+func (s *eventStream) ServeStream(w http.ResponseWriter, r *http.Request) {
 	defer s.sub.cancel()
-	log := s.g.log.With("tenant", s.sub.filter.tenant, "thread", s.sub.filter.thread, "peer_uid", peerFrom(r.Context()).uid)
+	log := s.g.log.With("tenant", s.sub.filter.tenant, "thread", s.sub.filter.thread, "peer_uid", call.PeerFrom(r.Context()).UID)
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("X-Content-Type-Options", "nosniff")

@@ -442,7 +442,7 @@ func onlySubscription(t *testing.T, g *Gateway) *subscription {
 }
 
 // waitWriteBlocked waits until an event stream's handler is parked in a
-// write that the socket cannot take (a goroutine in serveStream waiting
+// write that the socket cannot take (a goroutine in ServeStream waiting
 // for its descriptor to become writable). Nobody reads the client's end,
 // so it stays there: from then on the handler takes nothing out of its
 // queue. How long the queue looked still says nothing under load; where
@@ -457,7 +457,7 @@ func waitWriteBlocked(t *testing.T) {
 			continue
 		}
 		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
-			if strings.Contains(g, "[IO wait") && strings.Contains(g, "waitWrite") && strings.Contains(g, ".(*eventStream).serveStream(") {
+			if strings.Contains(g, "[IO wait") && strings.Contains(g, "waitWrite") && strings.Contains(g, ".(*eventStream).ServeStream(") {
 				return
 			}
 		}

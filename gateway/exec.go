@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/gateway/call"
 	"warren/jail"
 	"warren/meta"
 )
@@ -42,13 +43,13 @@ func (g *Gateway) commandIn(ctx context.Context, tenant, thread, command, run, c
 	if command == "" {
 		return nil, meta.Settings{}, k, jail.Cmd{}, nil, fmt.Errorf("%w: command is required", api.ErrInvalid)
 	}
-	if err := checkText("command", command, maxCommandBytes); err != nil {
+	if err := call.CheckText("command", command, call.MaxCommandBytes); err != nil {
 		return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
 	}
-	if err := checkPath("cwd", cwd); err != nil {
+	if err := call.CheckPath("cwd", cwd); err != nil {
 		return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
 	}
-	if err := checkEnvSize("env", callEnv); err != nil {
+	if err := call.CheckEnvSize("env", callEnv); err != nil {
 		return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
 	}
 	if run != "" {
@@ -83,14 +84,14 @@ func execTerm(req api.ExecRequest) (string, error) {
 		return api.DefaultTerm, nil
 	}
 	if !req.Tty {
-		return "", fmt.Errorf("%w: term %s without tty: only a command on a terminal has a TERM", api.ErrInvalid, quote(req.Term))
+		return "", fmt.Errorf("%w: term %s without tty: only a command on a terminal has a TERM", api.ErrInvalid, call.Quote(req.Term))
 	}
 	ok := len(req.Term) <= 64
 	for _, c := range req.Term {
 		ok = ok && ('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune(".+-_", c))
 	}
 	if !ok {
-		return "", fmt.Errorf("%w: term %s is not a terminal type (letters, digits and .+-_, at most 64)", api.ErrInvalid, quote(req.Term))
+		return "", fmt.Errorf("%w: term %s is not a terminal type (letters, digits and .+-_, at most 64)", api.ErrInvalid, call.Quote(req.Term))
 	}
 	return req.Term, nil
 }
@@ -119,7 +120,7 @@ func execCwd(cwd string) (string, error) {
 	}
 	p = path.Clean(p)
 	if p != jail.Workspace && !strings.HasPrefix(p, jail.Workspace+"/") {
-		return "", &toolError{api.ErrOutside, fmt.Sprintf("cwd %s is outside the workspace.", quote(cwd))}
+		return "", call.Refuse(api.ErrOutside, fmt.Sprintf("cwd %s is outside the workspace.", call.Quote(cwd)))
 	}
 	return p, nil
 }
@@ -185,21 +186,21 @@ func (g *Gateway) endExec(id string) {
 }
 
 // runningFor finds a running command of a thread.
-func (g *Gateway) runningFor(p params) (*runningExec, error) {
-	k, err := threadKey(p.tenant, p.thread)
+func (g *Gateway) runningFor(p call.Params) (*runningExec, error) {
+	k, err := call.ThreadKey(p.Tenant, p.Thread)
 	if err != nil {
 		return nil, err
 	}
-	re := g.jails.exec(p.exec)
+	re := g.jails.exec(p.Exec)
 	if re == nil || re.key != k {
-		return nil, fmt.Errorf("%w: no running command %s in thread %s", api.ErrNotFound, quote(p.exec), keyName(k))
+		return nil, fmt.Errorf("%w: no running command %s in thread %s", api.ErrNotFound, call.Quote(p.Exec), call.KeyName(k))
 	}
 	return re, nil
 }
 
-func (g *Gateway) handleExecStdin(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleExecStdin(r *http.Request, p call.Params) (any, error) {
 	var req api.ExecStdinRequest
-	if err := decodeBody(r, &req, false); err != nil {
+	if err := call.DecodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
 	re, err := g.runningFor(p)
@@ -207,24 +208,24 @@ func (g *Gateway) handleExecStdin(r *http.Request, p params) (any, error) {
 		return nil, err
 	}
 	if re.stdin == nil {
-		return nil, fmt.Errorf("%w: the input of %s is not open (ask for openStdin or tty)", api.ErrConflict, p.exec)
+		return nil, fmt.Errorf("%w: the input of %s is not open (ask for openStdin or tty)", api.ErrConflict, p.Exec)
 	}
 	re.mu.Lock()
 	defer re.mu.Unlock()
 	if req.Data != "" {
 		if _, err := io.WriteString(re.stdin, req.Data); err != nil {
-			return nil, fmt.Errorf("%w: the input of %s is closed", api.ErrConflict, p.exec)
+			return nil, fmt.Errorf("%w: the input of %s is closed", api.ErrConflict, p.Exec)
 		}
 	}
 	if req.Close {
 		re.stdin.Close()
 	}
-	return api.ExecAck{ID: p.exec}, nil
+	return api.ExecAck{ID: p.Exec}, nil
 }
 
-func (g *Gateway) handleExecResize(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleExecResize(r *http.Request, p call.Params) (any, error) {
 	var req api.ExecResizeRequest
-	if err := decodeBody(r, &req, false); err != nil {
+	if err := call.DecodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
 	if req.Rows == 0 || req.Cols == 0 {
@@ -235,13 +236,13 @@ func (g *Gateway) handleExecResize(r *http.Request, p params) (any, error) {
 		return nil, err
 	}
 	if re.resize == nil {
-		return nil, fmt.Errorf("%w: %s has no terminal", api.ErrConflict, p.exec)
+		return nil, fmt.Errorf("%w: %s has no terminal", api.ErrConflict, p.Exec)
 	}
 	// The newest size wins: a size not applied yet is replaced.
 	for {
 		select {
 		case re.resize <- jail.Winsize{Rows: req.Rows, Cols: req.Cols}:
-			return api.ExecAck{ID: p.exec}, nil
+			return api.ExecAck{ID: p.Exec}, nil
 		default:
 			select {
 			case <-re.resize:
@@ -251,9 +252,9 @@ func (g *Gateway) handleExecResize(r *http.Request, p params) (any, error) {
 	}
 }
 
-func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleExec(r *http.Request, p call.Params) (any, error) {
 	var req api.ExecRequest
-	if err := decodeBody(r, &req, false); err != nil {
+	if err := call.DecodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
 	timeout := DefaultExecTimeout
@@ -267,7 +268,7 @@ func (g *Gateway) handleExec(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	j, settings, k, cmd, release, err := g.commandIn(r.Context(), p.tenant, p.thread, req.Command, req.Run, req.Cwd, req.Env)
+	j, settings, k, cmd, release, err := g.commandIn(r.Context(), p.Tenant, p.Thread, req.Command, req.Run, req.Cwd, req.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +378,7 @@ func (w streamWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func (s *execStream) serveStream(w http.ResponseWriter, r *http.Request) {
+func (s *execStream) ServeStream(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)

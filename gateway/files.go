@@ -15,6 +15,7 @@ import (
 
 	"warren/api"
 	"warren/fs"
+	"warren/gateway/call"
 	"warren/meta"
 )
 
@@ -51,35 +52,35 @@ func fileError(err error) error {
 	)
 	switch {
 	case errors.As(err, &stale):
-		return &toolError{api.ErrStale, err.Error()}
+		return call.Refuse(api.ErrStale, err.Error())
 	case errors.As(err, &none), errors.As(err, &many):
-		return &toolError{api.ErrNoMatch, err.Error()}
+		return call.Refuse(api.ErrNoMatch, err.Error())
 	case errors.As(err, &outside), errors.As(err, &linkOut):
-		return &toolError{api.ErrOutside, err.Error()}
+		return call.Refuse(api.ErrOutside, err.Error())
 	case errors.As(err, &tooLarge):
-		return &toolError{api.ErrTooLarge, err.Error()}
+		return call.Refuse(api.ErrTooLarge, err.Error())
 	case errors.As(err, &notFile), errors.As(err, &notFolder):
-		return &toolError{api.ErrInvalid, err.Error()}
+		return call.Refuse(api.ErrInvalid, err.Error())
 	case errors.As(err, &exists), errors.As(err, &notEmpty):
-		return &toolError{api.ErrConflict, err.Error()}
+		return call.Refuse(api.ErrConflict, err.Error())
 	case errors.As(err, &root):
-		return &toolError{api.ErrForbidden, err.Error()}
+		return call.Refuse(api.ErrForbidden, err.Error())
 	case errors.As(err, &space) && errors.Is(err, syscall.EDQUOT):
-		return &toolError{api.ErrQuota, fmt.Sprintf("The thread's disk quota is full: %s was not written.", space.Path)}
+		return call.Refuse(api.ErrQuota, fmt.Sprintf("The thread's disk quota is full: %s was not written.", space.Path))
 	case errors.As(err, &space):
-		return &toolError{api.ErrNoSpace, fmt.Sprintf("The disk is full: %s was not written.", space.Path)}
+		return call.Refuse(api.ErrNoSpace, fmt.Sprintf("The disk is full: %s was not written.", space.Path))
 	case errors.As(err, &content) && errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("%w: the request body stopped arriving: %s was not written", errBodyTimeout, content.Path)
+		return fmt.Errorf("%w: the request body stopped arriving: %s was not written", call.ErrBodyTimeout, content.Path)
 	case errors.As(err, &content):
 		return fmt.Errorf("%w: the request body was cut: %s was not written: %v", api.ErrInvalid, content.Path, content.Err)
 	case errors.Is(err, syscall.ELOOP):
-		return &toolError{api.ErrInvalid, strings.TrimSuffix(err.Error(), ": "+syscall.ELOOP.Error()) + ": too many links in a chain (a loop?)."}
+		return call.Refuse(api.ErrInvalid, strings.TrimSuffix(err.Error(), ": "+syscall.ELOOP.Error())+": too many links in a chain (a loop?).")
 	case errors.Is(err, iofs.ErrNotExist):
 		msg := err.Error()
 		for _, cause := range []string{iofs.ErrNotExist.Error(), syscall.ENOENT.Error()} {
 			msg = strings.TrimSuffix(msg, ": "+cause)
 		}
-		return &toolError{api.ErrNotFound, msg + ": no such file."}
+		return call.Refuse(api.ErrNotFound, msg+": no such file.")
 	}
 	return err
 }
@@ -127,11 +128,11 @@ func (g *Gateway) actorFor(ctx context.Context, run string) (fs.Actor, error) {
 		}
 		return fs.RunActor(run), nil
 	}
-	p := peerFrom(ctx)
-	if p.err != nil || p.pid <= 0 {
+	p := call.PeerFrom(ctx)
+	if p.Err != nil || p.PID <= 0 {
 		return fs.Actor{}, fmt.Errorf("%w: no run given and the calling process is unknown", api.ErrInvalid)
 	}
-	return g.hub.ActorOfPid(int(p.pid)), nil
+	return g.hub.ActorOfPid(int(p.PID)), nil
 }
 
 // validRun refuses run ids that could not be told apart in logs.
@@ -196,7 +197,7 @@ func (g *Gateway) writeFile(ctx context.Context, tenant, thread string, req api.
 			return api.WriteFileResponse{}, fmt.Errorf("%w: content is not base64: %v", api.ErrInvalid, err)
 		}
 	default:
-		return api.WriteFileResponse{}, fmt.Errorf("%w: encoding is \"\" or \"base64\", not %s", api.ErrInvalid, quote(req.Encoding))
+		return api.WriteFileResponse{}, fmt.Errorf("%w: encoding is \"\" or \"base64\", not %s", api.ErrInvalid, call.Quote(req.Encoding))
 	}
 	var out api.WriteFileResponse
 	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
@@ -249,7 +250,7 @@ func (g *Gateway) registerRun(ctx context.Context, tenant, thread string, req ap
 	if err := validRun(req.Run); err != nil {
 		return api.RunResponse{}, err
 	}
-	if err := checkRunPid(req.Pid); err != nil {
+	if err := call.CheckRunPid(req.Pid); err != nil {
 		return api.RunResponse{}, err
 	}
 	if _, err := g.bind(ctx, tenant, thread); err != nil {
@@ -270,7 +271,7 @@ func (g *Gateway) endRun(ctx context.Context, tenant, thread string, req api.Run
 	if err := validRun(req.Run); err != nil {
 		return api.RunResponse{}, err
 	}
-	if _, err := threadKey(tenant, thread); err != nil {
+	if _, err := call.ThreadKey(tenant, thread); err != nil {
 		return api.RunResponse{}, err
 	}
 	g.hub.EndRun(req.Run)
@@ -293,42 +294,42 @@ func (g *Gateway) staleEvents(k meta.ThreadKey) func(fs.Stale) {
 	}
 }
 
-func (g *Gateway) handleReadFile(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleReadFile(r *http.Request, p call.Params) (any, error) {
 	var req api.ReadFileRequest
-	if err := decodeBody(r, &req, false); err != nil {
+	if err := call.DecodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
-	return g.readFile(r.Context(), p.tenant, p.thread, req)
+	return g.readFile(r.Context(), p.Tenant, p.Thread, req)
 }
 
-func (g *Gateway) handleWriteFile(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleWriteFile(r *http.Request, p call.Params) (any, error) {
 	var req api.WriteFileRequest
-	if err := decodeBody(r, &req, false); err != nil {
+	if err := call.DecodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
-	return g.writeFile(r.Context(), p.tenant, p.thread, req)
+	return g.writeFile(r.Context(), p.Tenant, p.Thread, req)
 }
 
-func (g *Gateway) handleEditFile(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleEditFile(r *http.Request, p call.Params) (any, error) {
 	var req api.EditFileRequest
-	if err := decodeBody(r, &req, false); err != nil {
+	if err := call.DecodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
-	return g.editFile(r.Context(), p.tenant, p.thread, req)
+	return g.editFile(r.Context(), p.Tenant, p.Thread, req)
 }
 
-func (g *Gateway) handleRegisterRun(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleRegisterRun(r *http.Request, p call.Params) (any, error) {
 	var req api.RunRequest
-	if err := decodeBody(r, &req, false); err != nil {
+	if err := call.DecodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
-	return g.registerRun(r.Context(), p.tenant, p.thread, req)
+	return g.registerRun(r.Context(), p.Tenant, p.Thread, req)
 }
 
-func (g *Gateway) handleEndRun(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleEndRun(r *http.Request, p call.Params) (any, error) {
 	var req api.RunRequest
-	if err := decodeBody(r, &req, false); err != nil {
+	if err := call.DecodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
-	return g.endRun(r.Context(), p.tenant, p.thread, req)
+	return g.endRun(r.Context(), p.Tenant, p.Thread, req)
 }

@@ -18,6 +18,7 @@ import (
 	"warren/api"
 	"warren/fs"
 	"warren/gateway/admit"
+	"warren/gateway/call"
 	"warren/gateway/lease"
 	"warren/gateway/remount"
 	"warren/gateway/threadlimit"
@@ -241,13 +242,13 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		IdleTimeout:       2 * time.Minute,
 		// "OPTIONS *" would be answered outside the route table.
 		DisableGeneralOptionsHandler: true,
-		ConnContext:                  g.connContext,
+		ConnContext:                  call.ConnContext,
 		ErrorLog:                     g.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	g.startIdle()
 	go func() {
 		defer close(g.serveDone)
-		err := g.srv.Serve(g.admit.Listener(ln, peerUID, func(uid uint32, err error) {
+		err := g.srv.Serve(g.admit.Listener(ln, call.PeerUID, func(uid uint32, err error) {
 			g.metrics.apiError(api.CodeUnavailable)
 			g.log.Warn("refused: connection", "peer_uid", uid, "status", http.StatusServiceUnavailable, "code", api.CodeUnavailable, "error", err)
 		}))
@@ -481,7 +482,7 @@ type requestSet struct {
 func (g *Gateway) tracked(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !g.requests.enter() {
-			g.writeError(w, r, params{}, fmt.Errorf("answer %s: %w", clip(r.URL.EscapedPath()), api.ErrClosed))
+			g.writeError(w, r, call.Params{}, fmt.Errorf("answer %s: %w", call.Clip(r.URL.EscapedPath()), api.ErrClosed))
 			return
 		}
 		defer g.requests.wg.Done()

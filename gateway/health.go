@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/api"
+	"warren/gateway/call"
 	"warren/internal/version"
 )
 
@@ -31,41 +32,41 @@ const readyDiskReserve = 256 << 20
 
 // opsRoutes are the operational endpoints, in the route table (routes)
 // like every call, and alone on the metrics listener.
-func opsRoutes() []route {
+func opsRoutes(h handlers) []route {
 	return []route{
-		{http.MethodGet, "/healthz", (*Gateway).handleHealth},
-		{http.MethodGet, "/readyz", (*Gateway).handleReady},    // answers a streamer
-		{http.MethodGet, "/metrics", (*Gateway).handleMetrics}, // answers a streamer
+		{http.MethodGet, "/healthz", h.g.handleHealth},
+		{http.MethodGet, "/readyz", h.g.handleReady},    // answers a call.Streamer
+		{http.MethodGet, "/metrics", h.g.handleMetrics}, // answers a call.Streamer
 	}
 }
 
-func (g *Gateway) handleHealth(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleHealth(r *http.Request, p call.Params) (any, error) {
 	return api.Health{Status: "ok", Revision: version.Get().Revision}, nil
 }
 
-func (g *Gateway) handleReady(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleReady(r *http.Request, p call.Params) (any, error) {
 	return readyAnswer{g.readiness(r.Context())}, nil
 }
 
 // readyAnswer is a readiness, answered 200 when ready and 503 otherwise.
 type readyAnswer struct{ rd api.Readiness }
 
-func (a readyAnswer) serveStream(w http.ResponseWriter, r *http.Request) {
+func (a readyAnswer) ServeStream(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	if !a.rd.Ready {
 		status = http.StatusServiceUnavailable
 	}
-	writeJSON(w, status, a.rd)
+	call.WriteJSON(w, status, a.rd)
 }
 
-func (g *Gateway) handleMetrics(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleMetrics(r *http.Request, p call.Params) (any, error) {
 	return metricsAnswer{g.metrics}, nil
 }
 
 // metricsAnswer is the metrics in Prometheus' text format.
 type metricsAnswer struct{ m *metrics }
 
-func (a metricsAnswer) serveStream(w http.ResponseWriter, r *http.Request) {
+func (a metricsAnswer) ServeStream(w http.ResponseWriter, r *http.Request) {
 	a.m.handler().ServeHTTP(w, r)
 }
 
@@ -196,7 +197,7 @@ func (g *Gateway) startMetricsListener() error {
 	}
 	// The peers of a TCP listener have no credentials to check: it
 	// serves the operational endpoints and nothing else.
-	rt := newRouter(g, opsRoutes(), true)
+	rt := newRouter(g, opsRoutes(handlers{g: g}), true)
 	g.metricsSrv = &http.Server{
 		Handler:           rt,
 		ReadHeaderTimeout: 10 * time.Second,

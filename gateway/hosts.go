@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/gateway/call"
 	"warren/gateway/lease"
 	"warren/jail"
 	"warren/meta"
@@ -145,7 +146,7 @@ func (g *Gateway) claim(ctx context.Context, k meta.ThreadKey, b *meta.Binding) 
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("read the pin of %s: %w", keyName(k), err)
+			return fmt.Errorf("read the pin of %s: %w", call.KeyName(k), err)
 		}
 		return g.pinnedError(ctx, k, b, p.HostID)
 	}
@@ -164,13 +165,13 @@ func (g *Gateway) claim(ctx context.Context, k meta.ThreadKey, b *meta.Binding) 
 	case errors.Is(err, meta.ErrLeaseLost):
 		return errFenced
 	case err != nil:
-		return fmt.Errorf("pin %s: %w", keyName(k), err)
+		return fmt.Errorf("pin %s: %w", call.KeyName(k), err)
 	}
 	return nil
 }
 
 // errFenced refuses a call while this gateway's lease is not valid.
-var errFenced error = &toolError{api.ErrFenced, "This server's lease on the metadata store lapsed: it serves no pinned thread until it renews it."}
+var errFenced error = call.Refuse(api.ErrFenced, "This server's lease on the metadata store lapsed: it serves no pinned thread until it renews it.")
 
 // pinnedError is the refusal of a thread that host owns.
 func (g *Gateway) pinnedError(ctx context.Context, k meta.ThreadKey, b *meta.Binding, host string) error {
@@ -184,13 +185,14 @@ func (g *Gateway) pinnedError(ctx context.Context, k meta.ThreadKey, b *meta.Bin
 		root = b.Root
 	}
 	g.log.Warn("refused: thread pinned to another host", "tenant", k.Tenant, "thread", k.Thread, "path", root, "owner", host)
-	return &toolError{api.ErrPinned, fmt.Sprintf("The workspace of this thread is %s on the host %s. Only that host can continue the thread.", root, host)}
+	return call.Refuse(api.ErrPinned, fmt.Sprintf("The workspace of this thread is %s on the host %s. Only that host can continue the thread.", root, host))
 }
 
 // goneError is the refusal of a thread whose folder is lost.
 func goneError(b meta.Binding) error {
-	return &toolError{api.ErrGone, fmt.Sprintf("The workspace of this thread, %s on the host %s, is gone, so the tools cannot work on it.",
-		b.Root, hostName(b.HostID))}
+	return call.Refuse(api.ErrGone, fmt.Sprintf("The workspace of this thread, %s on the host %s, is gone, so the tools cannot work on it.",
+		b.Root, call.HostName(b.HostID)))
+
 }
 
 // takeOver takes a thread another host served: the caller holds its pin
@@ -218,7 +220,7 @@ func (g *Gateway) takeOver(ctx context.Context, old meta.Binding) (root string, 
 	gone := old
 	gone.State = meta.StateGone
 	if _, err := g.store.UpdateBinding(ctx, gone); err != nil {
-		return "", false, fmt.Errorf("mark %s gone: %w", keyName(k), err)
+		return "", false, fmt.Errorf("mark %s gone: %w", call.KeyName(k), err)
 	}
 	err = goneError(old)
 	g.log.Warn("thread stranded: its workspace is not reachable", "tenant", k.Tenant, "thread", k.Thread, "root", old.Root, "host", old.HostID)
@@ -250,7 +252,7 @@ func (g *Gateway) noteMovedJobs(ctx context.Context, k meta.ThreadKey) {
 // unpin moves a thread to this gateway at once, if the host that holds
 // it is no longer alive; while it lives, the call is refused.
 func (g *Gateway) unpin(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
-	k, err := threadKey(tenant, thread)
+	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return api.ThreadInfo{}, err
 	}
@@ -260,9 +262,9 @@ func (g *Gateway) unpin(ctx context.Context, tenant, thread string) (api.ThreadI
 	p, err := g.store.GetPin(ctx, k)
 	switch {
 	case err == nil && p.HostID != g.cfg.HostID:
-		return api.ThreadInfo{}, &toolError{api.ErrPinned, fmt.Sprintf("The thread is pinned to the live host %s; it can move only once that host's lease expires.", p.HostID)}
+		return api.ThreadInfo{}, call.Refuse(api.ErrPinned, fmt.Sprintf("The thread is pinned to the live host %s; it can move only once that host's lease expires.", p.HostID))
 	case err != nil && !errors.Is(err, meta.ErrNotFound):
-		return api.ThreadInfo{}, fmt.Errorf("unpin %s: %w", keyName(k), err)
+		return api.ThreadInfo{}, fmt.Errorf("unpin %s: %w", call.KeyName(k), err)
 	}
 	return g.bind(ctx, tenant, thread)
 }

@@ -13,6 +13,7 @@ import (
 
 	"warren/api"
 	"warren/fs"
+	"warren/gateway/call"
 	"warren/meta"
 )
 
@@ -152,22 +153,22 @@ var unmountDrain = 5 * time.Second
 // (inspectdir_linux.go): a link swapped into a parent folder meanwhile
 // changes nothing. A path through a link is refused.
 func (g *Gateway) mountInspection(ctx context.Context, req api.MountRequest, owner uint32) (api.MountInfo, error) {
-	k, err := threadKey(req.Tenant, req.Thread)
+	k, err := call.ThreadKey(req.Tenant, req.Thread)
 	if err != nil {
 		return api.MountInfo{}, err
 	}
-	if err := checkPath("path", req.Path); err != nil {
+	if err := call.CheckPath("path", req.Path); err != nil {
 		return api.MountInfo{}, err
 	}
 	dirFd, path, err := g.openInspectionDir(req.Path, owner)
 	if err != nil {
 		g.log.Warn("refused: inspection mount", "tenant", k.Tenant, "thread", k.Thread, "path", req.Path, "uid", owner, "error", err)
-		return api.MountInfo{}, fmt.Errorf("mount %s for %s: %w", req.Path, keyName(k), err)
+		return api.MountInfo{}, fmt.Errorf("mount %s for %s: %w", req.Path, call.KeyName(k), err)
 	}
 	defer unix.Close(dirFd)
 	if err := g.inspections.reserve(path, k); err != nil {
 		g.log.Warn("refused: inspection mount", "tenant", k.Tenant, "thread", k.Thread, "path", path, "uid", owner, "error", err)
-		return api.MountInfo{}, fmt.Errorf("mount %s for %s: %w", path, keyName(k), err)
+		return api.MountInfo{}, fmt.Errorf("mount %s for %s: %w", path, call.KeyName(k), err)
 	}
 	reserved := true
 	defer func() {
@@ -178,7 +179,7 @@ func (g *Gateway) mountInspection(ctx context.Context, req api.MountRequest, own
 
 	unlock, err := g.threads.locks.lock(ctx, k)
 	if err != nil {
-		return api.MountInfo{}, fmt.Errorf("mount %s for %s: %w", path, keyName(k), err)
+		return api.MountInfo{}, fmt.Errorf("mount %s for %s: %w", path, call.KeyName(k), err)
 	}
 	defer unlock()
 	b, err := g.bindLocked(ctx, k, nil)
@@ -237,11 +238,11 @@ func within(dir, path string) bool {
 // The thread lock is held only while the mount is detached, which never
 // waits for the filesystem.
 func (g *Gateway) unmount(ctx context.Context, path string) (inUse bool, err error) {
-	if err := checkPath("path", path); err != nil {
+	if err := call.CheckPath("path", path); err != nil {
 		return false, err
 	}
 	if !filepath.IsAbs(path) {
-		return false, fmt.Errorf("%w: %s is not an absolute path", api.ErrInvalid, quote(path))
+		return false, fmt.Errorf("%w: %s is not an absolute path", api.ErrInvalid, call.Quote(path))
 	}
 	path = filepath.Clean(path)
 	im := g.inspections.get(path)
@@ -293,7 +294,7 @@ func (g *Gateway) unmountInspection(k meta.ThreadKey, path string) (io.Closer, e
 	im := g.inspections.take(path, k)
 	if im == nil {
 		// Gone or replaced while we waited for the lock.
-		return nil, fmt.Errorf("unmount %s: %w: no inspection mount of %s there", path, api.ErrNotFound, keyName(k))
+		return nil, fmt.Errorf("unmount %s: %w: no inspection mount of %s there", path, api.ErrNotFound, call.KeyName(k))
 	}
 
 	var err error

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/api"
+	"warren/gateway/call"
 	"warren/internal/testenv"
 )
 
@@ -122,7 +123,7 @@ func TestInspectionMountSymlinkSwapRace(t *testing.T) {
 			t.Fatalf("try %d: the mount covers the victim's folder (answer: %v)", i, err)
 		}
 		if err != nil {
-			if status, _ := classify(err); status >= http.StatusInternalServerError {
+			if status, _ := call.Classify(err); status >= http.StatusInternalServerError {
 				t.Fatalf("try %d: got %d (%v), want a refusal or a mount", i, status, err)
 			}
 			refused++

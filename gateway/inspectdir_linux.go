@@ -12,6 +12,7 @@ import (
 
 	"warren/api"
 	"warren/fs"
+	"warren/gateway/call"
 )
 
 // This file resolves and checks the folder of an inspection mount on
@@ -52,7 +53,7 @@ func statID(path string) (fileID, error) {
 // caller closes the descriptor.
 func walkNoLinks(path string, visit func(fd int, at string) error) (int, error) {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
-		return -1, fmt.Errorf("%w: %s is not an absolute, clean path", api.ErrInvalid, quote(path))
+		return -1, fmt.Errorf("%w: %s is not an absolute, clean path", api.ErrInvalid, call.Quote(path))
 	}
 	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -141,7 +142,7 @@ func notThroughFUSE(fd int, at string) error {
 // descriptor.
 func (g *Gateway) openInspectionDir(dir string, owner uint32) (int, string, error) {
 	if !filepath.IsAbs(dir) {
-		return -1, "", fmt.Errorf("%w: %s is not an absolute path", api.ErrInvalid, quote(dir))
+		return -1, "", fmt.Errorf("%w: %s is not an absolute path", api.ErrInvalid, call.Quote(dir))
 	}
 	dir = filepath.Clean(dir)
 	fd, err := walkNoLinks(dir, func(fd int, at string) error {

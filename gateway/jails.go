@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/gateway/call"
 	"warren/jail"
 	"warren/meta"
 )
@@ -161,7 +162,7 @@ func (js *jailSet) startExec(re *runningExec) (string, error) {
 
 // restoringError refuses a command while its thread is being restored.
 func restoringError(why string) error {
-	return &toolError{api.ErrBusy, fmt.Sprintf("No command can start now: %s. Run it again once the restore is done.", why)}
+	return call.Refuse(api.ErrBusy, fmt.Sprintf("No command can start now: %s. Run it again once the restore is done.", why))
 }
 
 // beginRestore marks k as being restored (why says how), so that no
@@ -280,7 +281,7 @@ func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey, b meta.Binding)
 	}
 	// A workspace bound before binds gave it away is given now.
 	if err := giveToJailUser(root); err != nil {
-		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
+		return nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)
 	}
 	cfg := g.jailConfig(s, mountPath)
 	if err := g.reserveJail(k); err != nil {
@@ -291,20 +292,20 @@ func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey, b meta.Binding)
 	g.metrics.jailStarted(time.Since(started), err)
 	if err != nil {
 		g.jails.unreserve()
-		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
+		return nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)
 	}
 	// Its commands act as their runs in every mount of the gateway.
 	unregister, err := g.hub.RegisterJail(j.InitPid(), j.RunOf)
 	if err != nil {
 		j.Close()
 		g.jails.unreserve()
-		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
+		return nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)
 	}
 	tj = &threadJail{jail: j, unregister: unregister, settings: cloneSettings(s)}
 	if err := g.jails.add(k, tj); err != nil {
 		// Close ended every jail already: this one would outlive it.
 		tj.close()
-		return nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
+		return nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)
 	}
 	g.log.Info("jail started", "tenant", k.Tenant, "thread", k.Thread, "network", cfg.Network, "limits", j.Limits)
 	return tj, nil
@@ -356,7 +357,7 @@ func (tj *threadJail) close() {
 // command or job keeps the jail from being stopped from then on), or when
 // it gives up; release is nil with an error.
 func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (j *jail.Jail, s meta.Settings, k meta.ThreadKey, release func(), err error) {
-	k, err = threadKey(tenant, thread)
+	k, err = call.ThreadKey(tenant, thread)
 	if err != nil {
 		return nil, meta.Settings{}, k, nil, err
 	}
@@ -378,7 +379,7 @@ func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (j *jai
 	}
 	unlock, err := g.threads.locks.lock(ctx, k)
 	if err != nil {
-		return nil, s, k, nil, fmt.Errorf("jail for %s: %w", keyName(k), err)
+		return nil, s, k, nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)
 	}
 	defer unlock()
 	b, err := g.bindLocked(ctx, k, nil)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/gateway/call"
 	"warren/jail"
 	"warren/meta"
 )
@@ -71,7 +72,7 @@ func parseJobID(id string) (uint64, error) {
 	n, ok := strings.CutPrefix(id, "bash-")
 	seq, err := strconv.ParseUint(n, 10, 64)
 	if !ok || err != nil || seq == 0 || jobID(seq) != id {
-		return 0, fmt.Errorf("%w: %s is not a job id (bash-N)", api.ErrInvalid, quote(id))
+		return 0, fmt.Errorf("%w: %s is not a job id (bash-N)", api.ErrInvalid, call.Quote(id))
 	}
 	return seq, nil
 }
@@ -307,7 +308,7 @@ func (g *Gateway) takeJobSlot(k meta.ThreadKey, s meta.Settings) error {
 	}
 	if tj.slots >= limit {
 		g.log.Warn("refused: job limit", "tenant", k.Tenant, "thread", k.Thread, "max_jobs", limit)
-		return &toolError{api.ErrJobLimit, fmt.Sprintf("This thread already runs %d background jobs, its limit (maxJobs). Wait for one to end, or stop one, before you start another.", limit)}
+		return call.Refuse(api.ErrJobLimit, fmt.Sprintf("This thread already runs %d background jobs, its limit (maxJobs). Wait for one to end, or stop one, before you start another.", limit))
 	}
 	tj.slots++
 	g.jobs.wg.Add(1)
@@ -429,7 +430,7 @@ func (g *Gateway) spawn(ctx context.Context, tenant, thread string, req api.Spaw
 		default:
 			// It never ran: nothing to record but the attempt.
 			g.abandonJob(jb, res.code)
-			return api.JobInfo{}, fmt.Errorf("spawn in %s: %w", keyName(k), res.err)
+			return api.JobInfo{}, fmt.Errorf("spawn in %s: %w", call.KeyName(k), res.err)
 		}
 		result <- res
 	}
@@ -446,10 +447,10 @@ type startInfo struct {
 // the limit's own message for the agent) and numbers a new job: labelled
 // label, else command.
 func (g *Gateway) reserveJob(ctx context.Context, k meta.ThreadKey, s meta.Settings, label, command, user string) (*job, error) {
-	if err := checkText("label", label, maxLabelBytes); err != nil {
+	if err := call.CheckText("label", label, call.MaxLabelBytes); err != nil {
 		return nil, err
 	}
-	if err := checkText("user", user, maxLabelBytes); err != nil {
+	if err := call.CheckText("user", user, call.MaxLabelBytes); err != nil {
 		return nil, err
 	}
 	if err := g.takeJobSlotIfNotRestoring(k, s); err != nil {
@@ -458,7 +459,7 @@ func (g *Gateway) reserveJob(ctx context.Context, k meta.ThreadKey, s meta.Setti
 	seq, err := g.store.NextJobSeq(ctx, k)
 	if err != nil {
 		g.releaseJobSlot(k)
-		return nil, fmt.Errorf("number a job of %s: %w", keyName(k), err)
+		return nil, fmt.Errorf("number a job of %s: %w", call.KeyName(k), err)
 	}
 	if label == "" {
 		label = command
@@ -504,7 +505,7 @@ func (g *Gateway) adoptJob(jb *job, st startInfo, result chan runResult) (api.Jo
 		// A job nobody can list must not run: end it.
 		jb.kill()
 		g.abandonJob(jb, (<-result).code)
-		return api.JobInfo{}, fmt.Errorf("record job %s of %s: %w", jobID(jb.seq), keyName(jb.key), err)
+		return api.JobInfo{}, fmt.Errorf("record job %s of %s: %w", jobID(jb.seq), call.KeyName(jb.key), err)
 	}
 	jb.mu.Lock()
 	jb.rec = rec
@@ -632,12 +633,12 @@ func (g *Gateway) emitJob(t api.EventType, jb *job, exit *int, note, reason stri
 }
 
 // localJob returns job id of a thread, if this gateway has it.
-func (g *Gateway) localJob(p params) (*job, meta.ThreadKey, uint64, error) {
-	k, err := threadKey(p.tenant, p.thread)
+func (g *Gateway) localJob(p call.Params) (*job, meta.ThreadKey, uint64, error) {
+	k, err := call.ThreadKey(p.Tenant, p.Thread)
 	if err != nil {
 		return nil, k, 0, err
 	}
-	seq, err := parseJobID(p.job)
+	seq, err := parseJobID(p.Job)
 	if err != nil {
 		return nil, k, 0, err
 	}
@@ -652,13 +653,13 @@ func (g *Gateway) localJob(p params) (*job, meta.ThreadKey, uint64, error) {
 // listJobs lists a thread's jobs from the store: those of every host and of
 // earlier runs of this one, running true only for those that run here.
 func (g *Gateway) listJobs(ctx context.Context, tenant, thread string) ([]api.JobInfo, error) {
-	k, err := threadKey(tenant, thread)
+	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return nil, err
 	}
 	recs, err := g.store.ListJobs(ctx, k)
 	if err != nil {
-		return nil, fmt.Errorf("jobs of %s: %w", keyName(k), err)
+		return nil, fmt.Errorf("jobs of %s: %w", call.KeyName(k), err)
 	}
 	out := make([]api.JobInfo, 0, len(recs))
 	for _, rec := range recs {
@@ -683,16 +684,16 @@ func (g *Gateway) jobInfo(k meta.ThreadKey, rec meta.Job) api.JobInfo {
 
 // showJob returns one job of a thread.
 func (g *Gateway) showJob(ctx context.Context, tenant, thread, id string) (api.JobInfo, error) {
-	_, k, seq, err := g.localJob(params{tenant: tenant, thread: thread, job: id})
+	_, k, seq, err := g.localJob(call.Params{Tenant: tenant, Thread: thread, Job: id})
 	if err != nil {
 		return api.JobInfo{}, err
 	}
 	rec, err := g.store.GetJob(ctx, k, seq)
 	if errors.Is(err, meta.ErrNotFound) {
-		return api.JobInfo{}, fmt.Errorf("%w: no job %s in thread %s", api.ErrNotFound, id, keyName(k))
+		return api.JobInfo{}, fmt.Errorf("%w: no job %s in thread %s", api.ErrNotFound, id, call.KeyName(k))
 	}
 	if err != nil {
-		return api.JobInfo{}, fmt.Errorf("job %s of %s: %w", id, keyName(k), err)
+		return api.JobInfo{}, fmt.Errorf("job %s of %s: %w", id, call.KeyName(k), err)
 	}
 	return g.jobInfo(k, rec), nil
 }
@@ -701,7 +702,7 @@ func (g *Gateway) showJob(ctx context.Context, tenant, thread, id string) (api.J
 // grace. It returns once the job's end is recorded. A job that ended
 // already is returned as it is.
 func (g *Gateway) stopJob(ctx context.Context, tenant, thread, id string, grace time.Duration) (api.JobInfo, error) {
-	jb, _, _, err := g.localJob(params{tenant: tenant, thread: thread, job: id})
+	jb, _, _, err := g.localJob(call.Params{Tenant: tenant, Thread: thread, Job: id})
 	if err != nil {
 		return api.JobInfo{}, err
 	}
@@ -711,7 +712,7 @@ func (g *Gateway) stopJob(ctx context.Context, tenant, thread, id string, grace 
 			return api.JobInfo{}, err
 		}
 		if !info.Ended {
-			return api.JobInfo{}, fmt.Errorf("%w: job %s does not run on this host (it ran on %s), which cannot stop it", api.ErrConflict, id, hostName(info.HostID))
+			return api.JobInfo{}, fmt.Errorf("%w: job %s does not run on this host (it ran on %s), which cannot stop it", api.ErrConflict, id, call.HostName(info.HostID))
 		}
 		return info, nil
 	}

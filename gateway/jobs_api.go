@@ -9,47 +9,48 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/gateway/call"
 )
 
 // The API of background jobs (jobs.go).
 
-func (g *Gateway) handleSpawn(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleSpawn(r *http.Request, p call.Params) (any, error) {
 	var req api.SpawnRequest
-	if err := decodeBody(r, &req, false); err != nil {
+	if err := call.DecodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
-	info, err := g.spawn(r.Context(), p.tenant, p.thread, req)
+	info, err := g.spawn(r.Context(), p.Tenant, p.Thread, req)
 	if err != nil {
 		return nil, err
 	}
 	return api.JobResponse{Job: info}, nil
 }
 
-func (g *Gateway) handleJobs(r *http.Request, p params) (any, error) {
-	if err := noQuery(r); err != nil {
+func (g *Gateway) handleJobs(r *http.Request, p call.Params) (any, error) {
+	if err := call.NoQuery(r); err != nil {
 		return nil, err
 	}
-	jobs, err := g.listJobs(r.Context(), p.tenant, p.thread)
+	jobs, err := g.listJobs(r.Context(), p.Tenant, p.Thread)
 	if err != nil {
 		return nil, err
 	}
 	return api.JobsResponse{Jobs: jobs}, nil
 }
 
-func (g *Gateway) handleJob(r *http.Request, p params) (any, error) {
-	if err := noQuery(r); err != nil {
+func (g *Gateway) handleJob(r *http.Request, p call.Params) (any, error) {
+	if err := call.NoQuery(r); err != nil {
 		return nil, err
 	}
-	info, err := g.showJob(r.Context(), p.tenant, p.thread, p.job)
+	info, err := g.showJob(r.Context(), p.Tenant, p.Thread, p.Job)
 	if err != nil {
 		return nil, err
 	}
 	return api.JobResponse{Job: info}, nil
 }
 
-func (g *Gateway) handleStopJob(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleStopJob(r *http.Request, p call.Params) (any, error) {
 	var req api.StopJobRequest
-	if err := decodeBody(r, &req, true); err != nil {
+	if err := call.DecodeBody(r, &req, true); err != nil {
 		return nil, err
 	}
 	if req.GraceSeconds < 0 || req.GraceSeconds > maxStopGrace.Seconds() {
@@ -59,16 +60,16 @@ func (g *Gateway) handleStopJob(r *http.Request, p params) (any, error) {
 	if req.GraceSeconds > 0 {
 		grace = time.Duration(req.GraceSeconds * float64(time.Second))
 	}
-	info, err := g.stopJob(r.Context(), p.tenant, p.thread, p.job, grace)
+	info, err := g.stopJob(r.Context(), p.Tenant, p.Thread, p.Job, grace)
 	if err != nil {
 		return nil, err
 	}
 	return api.JobResponse{Job: info}, nil
 }
 
-func (g *Gateway) handleJobStdin(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleJobStdin(r *http.Request, p call.Params) (any, error) {
 	var req api.ExecStdinRequest
-	if err := decodeBody(r, &req, false); err != nil {
+	if err := call.DecodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
 	jb, k, _, err := g.localJob(p)
@@ -76,13 +77,13 @@ func (g *Gateway) handleJobStdin(r *http.Request, p params) (any, error) {
 		return nil, err
 	}
 	if jb == nil {
-		return nil, fmt.Errorf("%w: no job %s runs in thread %s on this host", api.ErrNotFound, p.job, keyName(k))
+		return nil, fmt.Errorf("%w: no job %s runs in thread %s on this host", api.ErrNotFound, p.Job, call.KeyName(k))
 	}
 	jb.stdinMu.Lock()
 	defer jb.stdinMu.Unlock()
 	if req.Data != "" {
 		if _, err := io.WriteString(jb.stdin, req.Data); err != nil {
-			return nil, fmt.Errorf("%w: the input of %s is closed", api.ErrConflict, p.job)
+			return nil, fmt.Errorf("%w: the input of %s is closed", api.ErrConflict, p.Job)
 		}
 	}
 	if req.Close {
@@ -93,9 +94,9 @@ func (g *Gateway) handleJobStdin(r *http.Request, p params) (any, error) {
 
 // handleBackground moves a running exec to the background. At the job
 // limit it is refused and the exec goes on in the foreground.
-func (g *Gateway) handleBackground(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleBackground(r *http.Request, p call.Params) (any, error) {
 	var req api.BackgroundRequest
-	if err := decodeBody(r, &req, true); err != nil {
+	if err := call.DecodeBody(r, &req, true); err != nil {
 		return nil, err
 	}
 	re, err := g.runningFor(p)
@@ -106,7 +107,7 @@ func (g *Gateway) handleBackground(r *http.Request, p params) (any, error) {
 	select {
 	case re.moves <- mv:
 	case <-re.ended:
-		return nil, fmt.Errorf("%w: %s has ended", api.ErrNotFound, p.exec)
+		return nil, fmt.Errorf("%w: %s has ended", api.ErrNotFound, p.Exec)
 	case <-r.Context().Done():
 		return nil, r.Context().Err()
 	}
@@ -120,8 +121,8 @@ func (g *Gateway) handleBackground(r *http.Request, p params) (any, error) {
 // jobOutputChunk bounds the data of one output frame.
 const jobOutputChunk = 64 << 10
 
-func (g *Gateway) handleJobOutput(r *http.Request, p params) (any, error) {
-	q, err := query(r, "offset", "follow", "stream")
+func (g *Gateway) handleJobOutput(r *http.Request, p call.Params) (any, error) {
+	q, err := call.Query(r, "offset", "follow", "stream")
 	if err != nil {
 		return nil, err
 	}
@@ -129,18 +130,18 @@ func (g *Gateway) handleJobOutput(r *http.Request, p params) (any, error) {
 	switch stream {
 	case "", api.JobStreamAll, api.JobStreamStdout, api.JobStreamStderr:
 	default:
-		return nil, fmt.Errorf("%w: stream %s is not stdout, stderr or all", api.ErrInvalid, quote(stream))
+		return nil, fmt.Errorf("%w: stream %s is not stdout, stderr or all", api.ErrInvalid, call.Quote(stream))
 	}
 	offset := int64(0)
 	if v := q.Get("offset"); v != "" {
 		if offset, err = strconv.ParseInt(v, 10, 64); err != nil || offset < 0 {
-			return nil, fmt.Errorf("%w: offset %s is not a number of 0 or more", api.ErrInvalid, quote(v))
+			return nil, fmt.Errorf("%w: offset %s is not a number of 0 or more", api.ErrInvalid, call.Quote(v))
 		}
 	}
 	follow := false
 	if v := q.Get("follow"); v != "" {
 		if follow, err = strconv.ParseBool(v); err != nil {
-			return nil, fmt.Errorf("%w: follow %s is not true or false", api.ErrInvalid, quote(v))
+			return nil, fmt.Errorf("%w: follow %s is not true or false", api.ErrInvalid, call.Quote(v))
 		}
 	}
 	jb, k, _, err := g.localJob(p)
@@ -148,12 +149,12 @@ func (g *Gateway) handleJobOutput(r *http.Request, p params) (any, error) {
 		return nil, err
 	}
 	if jb == nil {
-		info, err := g.showJob(r.Context(), p.tenant, p.thread, p.job)
+		info, err := g.showJob(r.Context(), p.Tenant, p.Thread, p.Job)
 		if err != nil {
 			return nil, err
 		}
 		return nil, fmt.Errorf("%w: the output of %s of thread %s is not kept on this host (it ran on %s, in another run of its gateway, or ended long ago)",
-			api.ErrNotFound, info.ID, keyName(k), hostName(info.HostID))
+			api.ErrNotFound, info.ID, call.KeyName(k), call.HostName(info.HostID))
 	}
 	view, what := jb.out.merged(), "output"
 	switch stream {
@@ -179,7 +180,7 @@ type jobOutputStream struct {
 	follow bool
 }
 
-func (s *jobOutputStream) serveStream(w http.ResponseWriter, r *http.Request) {
+func (s *jobOutputStream) ServeStream(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)

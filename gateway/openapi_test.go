@@ -17,6 +17,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	iofs "io/fs"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -690,26 +691,29 @@ type handlerFacts struct {
 	answers  []string // the types its non-error returns have ("api.X", "*eventStream")
 }
 
+// gatewaySource is the daemon's source: package gateway and its rooms
+// (gateway/<room>), whose handlers the route table calls.
 type gatewaySource struct {
-	funcs   map[string]*ast.FuncDecl // functions by name
-	methods map[string]*ast.FuncDecl // methods of *Gateway by name
+	funcs   map[string]*ast.FuncDecl   // functions by "pkg.Name"
+	methods map[string]*ast.FuncDecl   // methods by "pkg.Recv.Name"
+	named   map[string][]*ast.FuncDecl // methods by "pkg.Name", of any receiver
 }
 
 func parseGatewaySource(t testing.TB) *gatewaySource {
 	t.Helper()
 	fset := token.NewFileSet()
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := &gatewaySource{funcs: map[string]*ast.FuncDecl{}, methods: map[string]*ast.FuncDecl{}}
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
+	src := &gatewaySource{funcs: map[string]*ast.FuncDecl{}, methods: map[string]*ast.FuncDecl{}, named: map[string][]*ast.FuncDecl{}}
+	err := filepath.WalkDir(".", func(path string, d iofs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
 		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
+		pkg := "gateway"
+		if dir := filepath.Dir(path); dir != "." {
+			pkg = filepath.Base(dir)
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
 		if err != nil {
-			t.Fatalf("parse %s: %v", name, err)
+			return fmt.Errorf("parse %s: %w", path, err)
 		}
 		for _, d := range f.Decls {
 			fd, ok := d.(*ast.FuncDecl)
@@ -717,11 +721,20 @@ func parseGatewaySource(t testing.TB) *gatewaySource {
 				continue
 			}
 			if fd.Recv == nil {
-				src.funcs[fd.Name.Name] = fd
-			} else if star, ok := fd.Recv.List[0].Type.(*ast.StarExpr); ok && exprString(star.X) == "Gateway" {
-				src.methods[fd.Name.Name] = fd
+				src.funcs[pkg+"."+fd.Name.Name] = fd
+				continue
 			}
+			recv := fd.Recv.List[0].Type
+			if star, ok := recv.(*ast.StarExpr); ok {
+				recv = star.X
+			}
+			src.methods[pkg+"."+exprString(recv)+"."+fd.Name.Name] = fd
+			src.named[pkg+"."+fd.Name.Name] = append(src.named[pkg+"."+fd.Name.Name], fd)
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return src
 }
@@ -743,7 +756,7 @@ func exprString(e ast.Expr) string {
 }
 
 // facts reads a handler.
-func (src *gatewaySource) facts(fd *ast.FuncDecl) handlerFacts {
+func (src *gatewaySource) facts(pkg string, fd *ast.FuncDecl) handlerFacts {
 	var hf handlerFacts
 	vars := map[string]string{} // var req api.X
 	ast.Inspect(fd.Body, func(n ast.Node) bool {
@@ -763,12 +776,20 @@ func (src *gatewaySource) facts(fd *ast.FuncDecl) handlerFacts {
 	ast.Inspect(fd.Body, func(n ast.Node) bool {
 		switch x := n.(type) {
 		case *ast.CallExpr:
-			fn, ok := x.Fun.(*ast.Ident)
-			if !ok {
+			var fn *ast.Ident
+			switch f := x.Fun.(type) {
+			case *ast.Ident:
+				fn = f
+			case *ast.SelectorExpr:
+				if exprString(f.X) != "call" {
+					return true
+				}
+				fn = f.Sel
+			default:
 				return true
 			}
 			switch fn.Name {
-			case "decodeBody":
+			case "DecodeBody":
 				if u, ok := x.Args[1].(*ast.UnaryExpr); ok {
 					switch arg := u.X.(type) {
 					case *ast.Ident:
@@ -778,14 +799,14 @@ func (src *gatewaySource) facts(fd *ast.FuncDecl) handlerFacts {
 					}
 				}
 				hf.emptyOK = exprString(x.Args[2]) == "true"
-			case "query":
+			case "Query":
 				for _, a := range x.Args[1:] {
 					if lit, ok := a.(*ast.BasicLit); ok && lit.Kind == token.STRING {
 						k, _ := strconv.Unquote(lit.Value)
 						hf.query = append(hf.query, k)
 					}
 				}
-			case "noQuery":
+			case "NoQuery":
 			default:
 				if len(x.Args) == 2 && exprString(x.Args[0]) == "r" {
 					if b := exprString(x.Args[1]); b == "true" || b == "false" {
@@ -796,11 +817,11 @@ func (src *gatewaySource) facts(fd *ast.FuncDecl) handlerFacts {
 		case *ast.ReturnStmt:
 			switch {
 			case len(x.Results) == 2 && exprString(x.Results[0]) != "nil":
-				hf.answers = appendNew(hf.answers, src.typeOfExpr(x.Results[0]))
+				hf.answers = appendNew(hf.answers, src.typeOfExpr(pkg, x.Results[0]))
 			case len(x.Results) == 1:
 				// return g.checkpoint(...): the method's first result.
 				if _, ok := x.Results[0].(*ast.CallExpr); ok {
-					hf.answers = appendNew(hf.answers, src.typeOfExpr(x.Results[0]))
+					hf.answers = appendNew(hf.answers, src.typeOfExpr(pkg, x.Results[0]))
 				}
 			}
 		case *ast.FuncLit:
@@ -813,8 +834,8 @@ func (src *gatewaySource) facts(fd *ast.FuncDecl) handlerFacts {
 }
 
 // typeOfExpr names the type of a handler's answer: a composite literal's,
-// or the first result of the method of Gateway it calls.
-func (src *gatewaySource) typeOfExpr(e ast.Expr) string {
+// or the first result of the method or function of package pkg it calls.
+func (src *gatewaySource) typeOfExpr(pkg string, e ast.Expr) string {
 	switch x := e.(type) {
 	case *ast.CompositeLit:
 		return exprString(x.Type)
@@ -823,14 +844,16 @@ func (src *gatewaySource) typeOfExpr(e ast.Expr) string {
 			return "*" + exprString(cl.Type)
 		}
 	case *ast.CallExpr:
-		if sel, ok := x.Fun.(*ast.SelectorExpr); ok && exprString(sel.X) == "g" {
-			if fd := src.methods[sel.Sel.Name]; fd != nil && fd.Type.Results != nil {
-				return exprString(fd.Type.Results.List[0].Type)
+		if sel, ok := x.Fun.(*ast.SelectorExpr); ok {
+			for _, fd := range src.named[pkg+"."+sel.Sel.Name] {
+				if fd.Type.Results != nil {
+					return exprString(fd.Type.Results.List[0].Type)
+				}
 			}
 		}
 		// return f(...), nil: a function of the package's.
 		if id, ok := x.Fun.(*ast.Ident); ok {
-			if fd := src.funcs[id.Name]; fd != nil && fd.Type.Results != nil {
+			if fd := src.funcs[pkg+"."+id.Name]; fd != nil && fd.Type.Results != nil {
 				return exprString(fd.Type.Results.List[0].Type)
 			}
 		}
@@ -838,10 +861,15 @@ func (src *gatewaySource) typeOfExpr(e ast.Expr) string {
 	return fmt.Sprintf("(%T)", e)
 }
 
-// handlerName is the name of a route's handler method.
-func handlerName(r route) string {
-	name := runtime.FuncForPC(reflect.ValueOf(r.handle).Pointer()).Name()
-	return strings.TrimSuffix(name[strings.LastIndex(name, ".")+1:], "-fm")
+// handlerName is the package (gateway, or a room's) and the name of a
+// route's handler: "pkg.Recv.Method" for a method, "pkg.Func" for a
+// function.
+func handlerName(r route) (pkg, name string) {
+	full := strings.TrimSuffix(runtime.FuncForPC(reflect.ValueOf(r.handle).Pointer()).Name(), "-fm")
+	full = strings.TrimPrefix(full, "warren/")
+	full = full[strings.LastIndex(full, "/")+1:] // gateway.(*T).M or room.(*T).M
+	full = strings.NewReplacer("(*", "", ")", "").Replace(full)
+	return full[:strings.Index(full, ".")], full
 }
 
 // ---- the tests ----
@@ -852,7 +880,7 @@ func handlerName(r route) string {
 func TestOpenAPIRoutes(t *testing.T) {
 	s := loadOpenAPI(t)
 	served := map[string]bool{}
-	for _, r := range routes() {
+	for _, r := range routes(handlers{}) {
 		served[r.method+" "+r.pattern] = true
 	}
 	inSpec := map[string]*specOp{}
@@ -901,7 +929,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 func TestOpenAPIHandlers(t *testing.T) {
 	s := loadOpenAPI(t)
 	src := parseGatewaySource(t)
-	for _, r := range routes() {
+	for _, r := range routes(handlers{}) {
 		key := r.method + " " + r.pattern
 		w, inTable := wireTypes[key]
 		op := s.find(r.method, r.pattern)
@@ -909,15 +937,15 @@ func TestOpenAPIHandlers(t *testing.T) {
 			continue // TestOpenAPIRoutes says so
 		}
 		t.Run(key, func(t *testing.T) {
-			name := handlerName(r)
+			pkg, name := handlerName(r)
 			fd := src.methods[name]
 			if fd == nil {
-				fd = src.funcs[name] // a handler that needs no method of Gateway
+				fd = src.funcs[name] // a handler that needs no receiver
 			}
 			if fd == nil {
 				t.Fatalf("no source for handler %s", name)
 			}
-			hf := src.facts(fd)
+			hf := src.facts(pkg, fd)
 
 			// The body.
 			wantReq := ""

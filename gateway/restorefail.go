@@ -11,6 +11,7 @@ import (
 
 	"warren/api"
 	"warren/fs"
+	"warren/gateway/call"
 	"warren/meta"
 	"warren/snapshot"
 )
@@ -64,7 +65,7 @@ func (g *Gateway) failRestore(ctx context.Context, h *history, now snapshot.Hash
 		h.Restoring = &rs
 		if err := g.putHistory(ctx, h); err != nil {
 			h.Restoring = orig
-			return fmt.Errorf("restore %s to %s failed (%v), and its journal could not say so: %w", keyName(h.k), rs.To, cause, err)
+			return fmt.Errorf("restore %s to %s failed (%v), and its journal could not say so: %w", call.KeyName(h.k), rs.To, cause, err)
 		}
 	}
 	g.log.Error("restore failed; putting the workspace back as it was", "tenant", h.k.Tenant, "thread", h.k.Thread,
@@ -101,7 +102,7 @@ func (g *Gateway) failRestore(ctx context.Context, h *history, now snapshot.Hash
 	if err != nil && ctx.Err() != nil {
 		// The daemon stops: the journal, marked failed, has the next
 		// start finish putting back.
-		return fmt.Errorf("restore %s to %s failed (%s); putting the workspace back was cut short, the next start finishes it: %w", keyName(h.k), rs.To, rs.Failed, err)
+		return fmt.Errorf("restore %s to %s failed (%s); putting the workspace back was cut short, the next start finishes it: %w", call.KeyName(h.k), rs.To, rs.Failed, err)
 	}
 	closed := rs
 	closed.EndedAt = time.Now().UTC()
@@ -113,7 +114,7 @@ func (g *Gateway) failRestore(ctx context.Context, h *history, now snapshot.Hash
 	h.Restoring, h.FailedRestore = nil, &closed
 	if perr := g.putHistory(ctx, h); perr != nil {
 		h.Restoring, h.FailedRestore = &rs, nil
-		return fmt.Errorf("restore %s to %s failed (%s); the workspace was put back, but the journal could not be closed (the next call closes it): %w", keyName(h.k), rs.To, rs.Failed, perr)
+		return fmt.Errorf("restore %s to %s failed (%s); the workspace was put back, but the journal could not be closed (the next call closes it): %w", call.KeyName(h.k), rs.To, rs.Failed, perr)
 	}
 	// The change set: relative to the head again if the workspace is the
 	// head's tree, else lost (the next checkpoint reads the whole folder).
@@ -125,7 +126,7 @@ func (g *Gateway) failRestore(ctx context.Context, h *history, now snapshot.Hash
 	if putBack == nil {
 		putBack = []string{}
 	}
-	ev := api.Event{Type: api.EventThreadRestoreFailed, Tenant: h.k.Tenant, Thread: h.k.Thread, Actor: actorOf(ctx),
+	ev := api.Event{Type: api.EventThreadRestoreFailed, Tenant: h.k.Tenant, Thread: h.k.Thread, Actor: call.Actor(ctx),
 		Checkpoint: rs.To, Op: rs.Op}
 	if len(putBack) > api.MaxEventPaths {
 		ev.Paths = putBack[:api.MaxEventPaths]
@@ -165,22 +166,22 @@ func restoreFailure(rs meta.Restore, at *snapshot.Delta, cause, putBack error) e
 	what := "a file"
 	switch {
 	case at != nil && at.New.Kind == snapshot.KindDir:
-		what = "the folder " + quote(at.Path)
+		what = "the folder " + call.Quote(at.Path)
 	case at != nil:
-		what = fmt.Sprintf("%s (%d bytes)", quote(at.Path), at.New.Size)
+		what = fmt.Sprintf("%s (%d bytes)", call.Quote(at.Path), at.New.Size)
 	}
 	switch {
 	case errors.Is(cause, syscall.EDQUOT):
-		return &toolError{api.ErrQuota, fmt.Sprintf("The %s to %s does not fit in the thread's disk quota: %s was not written. %s Free space in the workspace or raise its quota (bind --disk), then try again.", rs.Op, rs.To, what, left)}
+		return call.Refuse(api.ErrQuota, fmt.Sprintf("The %s to %s does not fit in the thread's disk quota: %s was not written. %s Free space in the workspace or raise its quota (bind --disk), then try again.", rs.Op, rs.To, what, left))
 	case errors.Is(cause, syscall.ENOSPC):
-		return &toolError{api.ErrNoSpace, fmt.Sprintf("The %s to %s does not fit on the disk, which is full: %s was not written. %s", rs.Op, rs.To, what, left)}
+		return call.Refuse(api.ErrNoSpace, fmt.Sprintf("The %s to %s does not fit on the disk, which is full: %s was not written. %s", rs.Op, rs.To, what, left))
 	// The rest are failures (500), not refusals: the message says what
 	// failed, and no sentinel of the cause's (a missing object is not a
 	// missing thread) decides the status.
 	case errors.Is(cause, snapshot.ErrCorrupt):
-		return &toolError{nil, fmt.Sprintf("The %s to %s could not finish: an object of the snapshot repository fails its digest (%v). %s", rs.Op, rs.To, cause, left)}
+		return call.Refuse(nil, fmt.Sprintf("The %s to %s could not finish: an object of the snapshot repository fails its digest (%v). %s", rs.Op, rs.To, cause, left))
 	case errors.Is(cause, snapshot.ErrNotFound):
-		return &toolError{nil, fmt.Sprintf("The %s to %s could not finish: an object of the snapshot repository is missing (%v). %s", rs.Op, rs.To, cause, left)}
+		return call.Refuse(nil, fmt.Sprintf("The %s to %s could not finish: an object of the snapshot repository is missing (%v). %s", rs.Op, rs.To, cause, left))
 	}
-	return &toolError{nil, fmt.Sprintf("The %s to %s could not finish (%v). %s", rs.Op, rs.To, cause, left)}
+	return call.Refuse(nil, fmt.Sprintf("The %s to %s could not finish (%v). %s", rs.Op, rs.To, cause, left))
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"warren/api"
+	"warren/gateway/call"
 	"warren/jail"
 	"warren/meta"
 )
@@ -39,7 +40,7 @@ func checkSettings(s meta.Settings) error {
 	switch s.Network {
 	case "", "none", "host":
 	default:
-		return fmt.Errorf("%w: settings: network %s is neither none nor host", api.ErrInvalid, quote(s.Network))
+		return fmt.Errorf("%w: settings: network %s is neither none nor host", api.ErrInvalid, call.Quote(s.Network))
 	}
 	if s.MemoryBytes != 0 && s.MemoryBytes < minMemoryBytes {
 		return fmt.Errorf("%w: settings: memoryBytes %d is below %d", api.ErrInvalid, s.MemoryBytes, minMemoryBytes)
@@ -68,7 +69,7 @@ func checkSettings(s meta.Settings) error {
 	if s.JailIdleSeconds < -1 || s.CloseIdleSeconds < -1 {
 		return fmt.Errorf("%w: settings: jailIdleSeconds and closeIdleSeconds are -1 (never), 0 (the default) or a number of seconds", api.ErrInvalid)
 	}
-	if err := checkEnvSize("settings: env", s.Env); err != nil {
+	if err := call.CheckEnvSize("settings: env", s.Env); err != nil {
 		return err
 	}
 	if _, err := jail.Env(s.Env, nil); err != nil {

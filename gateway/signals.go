@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/api"
+	"warren/gateway/call"
 	"warren/meta"
 )
 
@@ -63,7 +64,7 @@ func parseSignal(text string) (syscall.Signal, string, error) {
 			return 0, "", fmt.Errorf("%w: signal 0 sends nothing (it only checks that a process exists); give a signal from 1 to %d", api.ErrInvalid, sigRTMax)
 		}
 		if err != nil || n < 1 || n > sigRTMax {
-			return 0, "", fmt.Errorf("%w: signal %s is not from 1 to %d", api.ErrInvalid, quote(text), sigRTMax)
+			return 0, "", fmt.Errorf("%w: signal %s is not from 1 to %d", api.ErrInvalid, call.Quote(text), sigRTMax)
 		}
 		return syscall.Signal(n), signalName(syscall.Signal(n)), nil
 	}
@@ -72,7 +73,7 @@ func parseSignal(text string) (syscall.Signal, string, error) {
 	if sig := signalByName(name); sig != 0 {
 		return sig, signalName(sig), nil
 	}
-	return 0, "", fmt.Errorf("%w: unknown signal %s (give a name as kill -l lists it, like SIGTERM or INT, or a number from 1 to %d)", api.ErrInvalid, quote(text), sigRTMax)
+	return 0, "", fmt.Errorf("%w: unknown signal %s (give a name as kill -l lists it, like SIGTERM or INT, or a number from 1 to %d)", api.ErrInvalid, call.Quote(text), sigRTMax)
 }
 
 // signalByName returns the signal of name, upper case without "SIG", or 0.
@@ -137,9 +138,9 @@ func clientKillNote(id string) string {
 	return fmt.Sprintf("Background job %s was killed by SIGKILL at the client's request.", id)
 }
 
-func (g *Gateway) handleExecSignal(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleExecSignal(r *http.Request, p call.Params) (any, error) {
 	var req api.SignalRequest
-	if err := decodeBody(r, &req, false); err != nil {
+	if err := call.DecodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
 	sig, name, err := parseSignal(string(req.Signal))
@@ -149,13 +150,13 @@ func (g *Gateway) handleExecSignal(r *http.Request, p params) (any, error) {
 	if err := g.signalExec(r.Context(), p, sig); err != nil {
 		return nil, err
 	}
-	g.log.Info("command signalled", "tenant", p.tenant, "thread", p.thread, "exec", p.exec, "signal", name, "actor", actorOf(r.Context()))
-	return api.SignalExecResponse{ID: p.exec, Signal: name}, nil
+	g.log.Info("command signalled", "tenant", p.Tenant, "thread", p.Thread, "exec", p.Exec, "signal", name, "actor", call.Actor(r.Context()))
+	return api.SignalExecResponse{ID: p.Exec, Signal: name}, nil
 }
 
-func (g *Gateway) handleJobSignal(r *http.Request, p params) (any, error) {
+func (g *Gateway) handleJobSignal(r *http.Request, p call.Params) (any, error) {
 	var req api.SignalRequest
-	if err := decodeBody(r, &req, false); err != nil {
+	if err := call.DecodeBody(r, &req, false); err != nil {
 		return nil, err
 	}
 	sig, name, err := parseSignal(string(req.Signal))
@@ -166,19 +167,19 @@ func (g *Gateway) handleJobSignal(r *http.Request, p params) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.log.Info("job signalled", "tenant", p.tenant, "thread", p.thread, "job", p.job, "signal", name, "actor", actorOf(r.Context()))
+	g.log.Info("job signalled", "tenant", p.Tenant, "thread", p.Thread, "job", p.Job, "signal", name, "actor", call.Actor(r.Context()))
 	return api.SignalJobResponse{Job: info, Signal: name}, nil
 }
 
-// signalExec sends sig to the tree of running command p.exec of p's
+// signalExec sends sig to the tree of running command p.Exec of p's
 // thread: 404 for a command this gateway never ran there (or forgot,
 // endedExecsKept ago), 409 for one that ended or became a job.
-func (g *Gateway) signalExec(ctx context.Context, p params, sig syscall.Signal) error {
-	k, err := threadKey(p.tenant, p.thread)
+func (g *Gateway) signalExec(ctx context.Context, p call.Params, sig syscall.Signal) error {
+	k, err := call.ThreadKey(p.Tenant, p.Thread)
 	if err != nil {
 		return err
 	}
-	if re := g.jails.exec(p.exec); re != nil && re.key == k {
+	if re := g.jails.exec(p.Exec); re != nil && re.key == k {
 		// Marked before it is sent: the command's end may follow at once.
 		re.signalled.Store(true)
 		return sendSignal(ctx, re.signals, sig, re.ended, func() error {
@@ -188,31 +189,31 @@ func (g *Gateway) signalExec(ctx context.Context, p params, sig syscall.Signal) 
 	return g.execNotRunning(p, k)
 }
 
-// execNotRunning is the refusal of a signal to command p.exec of thread k,
+// execNotRunning is the refusal of a signal to command p.Exec of thread k,
 // which does not run.
-func (g *Gateway) execNotRunning(p params, k meta.ThreadKey) error {
-	e, ok := g.jails.endedExecOf(p.exec)
+func (g *Gateway) execNotRunning(p call.Params, k meta.ThreadKey) error {
+	e, ok := g.jails.endedExecOf(p.Exec)
 	switch {
 	case ok && e.key == k && e.job != "":
-		return &toolError{api.ErrConflict, fmt.Sprintf("Command %s no longer runs in the foreground: it became background job %s. Signal the job instead.", p.exec, e.job)}
+		return call.Refuse(api.ErrConflict, fmt.Sprintf("Command %s no longer runs in the foreground: it became background job %s. Signal the job instead.", p.Exec, e.job))
 	case ok && e.key == k:
-		return &toolError{api.ErrConflict, fmt.Sprintf("Command %s has ended: there is nothing to signal.", p.exec)}
+		return call.Refuse(api.ErrConflict, fmt.Sprintf("Command %s has ended: there is nothing to signal.", p.Exec))
 	}
-	return fmt.Errorf("%w: no command %s in thread %s", api.ErrNotFound, quote(p.exec), keyName(k))
+	return fmt.Errorf("%w: no command %s in thread %s", api.ErrNotFound, call.Quote(p.Exec), call.KeyName(k))
 }
 
-// signalJob sends sig to the tree of job p.job, which this gateway must
+// signalJob sends sig to the tree of job p.Job, which this gateway must
 // run: 404 for a job that never was, 409 for one that ended or runs on
 // another host (or ran in a former run of this one). SIGKILL ends it at
 // once (jb.kill, as the end of a stop's grace does), and it returns once
 // the end is recorded.
-func (g *Gateway) signalJob(ctx context.Context, p params, sig syscall.Signal) (api.JobInfo, error) {
+func (g *Gateway) signalJob(ctx context.Context, p call.Params, sig syscall.Signal) (api.JobInfo, error) {
 	jb, _, _, err := g.localJob(p)
 	if err != nil {
 		return api.JobInfo{}, err
 	}
 	if jb == nil {
-		info, err := g.showJob(ctx, p.tenant, p.thread, p.job)
+		info, err := g.showJob(ctx, p.Tenant, p.Thread, p.Job)
 		if err != nil {
 			return api.JobInfo{}, err
 		}
@@ -232,7 +233,7 @@ func (g *Gateway) signalJob(ctx context.Context, p params, sig syscall.Signal) (
 		case <-ctx.Done():
 			return api.JobInfo{}, ctx.Err()
 		}
-		g.log.Info("job killed", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", p.job)
+		g.log.Info("job killed", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", p.Job)
 		return jb.info(), nil
 	}
 	// Marked before it is sent: the job's end may follow at once.
@@ -254,9 +255,9 @@ func jobNotRunning(info api.JobInfo) error {
 		if info.ExitCode != nil {
 			exit = "exit " + strconv.Itoa(*info.ExitCode)
 		}
-		return &toolError{api.ErrConflict, fmt.Sprintf("Background job %s has ended (%s): there is nothing to signal.", info.ID, exit)}
+		return call.Refuse(api.ErrConflict, fmt.Sprintf("Background job %s has ended (%s): there is nothing to signal.", info.ID, exit))
 	}
-	return &toolError{api.ErrConflict, fmt.Sprintf("Background job %s does not run on this host (it ran on %s, or in a former run of its daemon), which cannot signal it.", info.ID, hostName(info.HostID))}
+	return call.Refuse(api.ErrConflict, fmt.Sprintf("Background job %s does not run on this host (it ran on %s, or in a former run of its daemon), which cannot signal it.", info.ID, call.HostName(info.HostID)))
 }
 
 // sendSignal hands sig to a running command's Run through signals, unless

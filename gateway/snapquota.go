@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"warren/api"
+	"warren/gateway/call"
 	"warren/meta"
 	"warren/snapshot"
 )
@@ -199,7 +200,7 @@ func pinnedOf(h *history) map[string]bool {
 // tenant's quota.
 func (g *Gateway) fitSnapshotQuota(ctx context.Context, h *history, cp meta.Checkpoint, kept []meta.Checkpoint, others int64) (bool, error) {
 	if err := settle(ctx, h.repo, h.Checkpoints); err != nil {
-		return false, fmt.Errorf("checkpoint of %s: %w", keyName(h.k), err)
+		return false, fmt.Errorf("checkpoint of %s: %w", call.KeyName(h.k), err)
 	}
 	limit, tenantLimit := g.snapshotQuota(h.b.Settings), g.cfg.TenantSnapshotQuotaBytes
 	fits := func(cps []meta.Checkpoint) bool {
@@ -216,7 +217,7 @@ func (g *Gateway) fitSnapshotQuota(ctx context.Context, h *history, cp meta.Chec
 		}
 		cps = dropCheckpoint(cps, i)
 		if err := settle(ctx, h.repo, cps); err != nil {
-			return false, fmt.Errorf("checkpoint of %s: %w", keyName(h.k), err)
+			return false, fmt.Errorf("checkpoint of %s: %w", call.KeyName(h.k), err)
 		}
 		dropped = true
 	}
@@ -242,10 +243,11 @@ func (g *Gateway) quotaRefusal(h *history, cp meta.Checkpoint, kept, least []met
 	}
 	what := "The checkpoint was refused"
 	if cp.Auto {
-		what = fmt.Sprintf("The automatic checkpoint %s that keeps the workspace's state was refused, so nothing was restored or changed", quote(cp.Label))
+		what = fmt.Sprintf("The automatic checkpoint %s that keeps the workspace's state was refused, so nothing was restored or changed", call.Quote(cp.Label))
 	}
-	return &toolError{api.ErrQuota, fmt.Sprintf("%s: %s. Nothing already kept was dropped. To free room, remove or shrink large files of the workspace that changed, or revert to an older checkpoint (which empties the redo stack: the head, its parent and the redo stack are kept whatever their size); or raise the snapshot quota (warren bind --snapshot-quota BYTES, or the server's --snapshot-quota and --tenant-snapshot-quota).",
-		what, over)}
+	return call.Refuse(api.ErrQuota, fmt.Sprintf("%s: %s. Nothing already kept was dropped. To free room, remove or shrink large files of the workspace that changed, or revert to an older checkpoint (which empties the redo stack: the head, its parent and the redo stack are kept whatever their size); or raise the snapshot quota (warren bind --snapshot-quota BYTES, or the server's --snapshot-quota and --tenant-snapshot-quota).",
+		what, over))
+
 }
 
 // tenantSnapshotBytes is what the checkpoints of tenant's threads other
@@ -253,7 +255,7 @@ func (g *Gateway) quotaRefusal(h *history, cp meta.Checkpoint, kept, least []met
 func (g *Gateway) tenantSnapshotBytes(ctx context.Context, k meta.ThreadKey) (int64, error) {
 	hs, err := g.store.ListHistories(ctx, k.Tenant)
 	if err != nil {
-		return 0, fmt.Errorf("snapshot bytes of tenant %s: %w", quote(k.Tenant), err)
+		return 0, fmt.Errorf("snapshot bytes of tenant %s: %w", call.Quote(k.Tenant), err)
 	}
 	var n int64
 	for _, h := range hs {
@@ -271,8 +273,9 @@ func (g *Gateway) tenantSnapshotBytes(ctx context.Context, k meta.ThreadKey) (in
 // call once the new thread's history is stored.
 func (g *Gateway) forkQuota(ctx context.Context, nk meta.ThreadKey, cp meta.Checkpoint) (func(), error) {
 	if limit := g.snapshotQuota(meta.Settings{}); limit > 0 && cp.OwnBytes > limit {
-		return nil, &toolError{api.ErrQuota, fmt.Sprintf("The fork was refused: its first checkpoint holds %d bytes, which the new thread counts in full, past the snapshot quota of %d a new thread gets. Nothing was made. Fork from a smaller checkpoint, or raise the server's --snapshot-quota.",
-			cp.OwnBytes, limit)}
+		return nil, call.Refuse(api.ErrQuota, fmt.Sprintf("The fork was refused: its first checkpoint holds %d bytes, which the new thread counts in full, past the snapshot quota of %d a new thread gets. Nothing was made. Fork from a smaller checkpoint, or raise the server's --snapshot-quota.",
+			cp.OwnBytes, limit))
+
 	}
 	tenantLimit := g.cfg.TenantSnapshotQuotaBytes
 	if tenantLimit == 0 {
@@ -280,7 +283,7 @@ func (g *Gateway) forkQuota(ctx context.Context, nk meta.ThreadKey, cp meta.Chec
 	}
 	unlock, err := g.checkpoints.tenantQuota.lock(ctx, nk.Tenant)
 	if err != nil {
-		return nil, fmt.Errorf("fork into %s: %w", keyName(nk), err)
+		return nil, fmt.Errorf("fork into %s: %w", call.KeyName(nk), err)
 	}
 	others, err := g.tenantSnapshotBytes(ctx, nk)
 	if err != nil {
@@ -289,8 +292,9 @@ func (g *Gateway) forkQuota(ctx context.Context, nk meta.ThreadKey, cp meta.Chec
 	}
 	if others+cp.OwnBytes > tenantLimit {
 		unlock()
-		return nil, &toolError{api.ErrQuota, fmt.Sprintf("The fork was refused: the tenant's threads hold %d bytes of checkpoints of the tenant's snapshot quota of %d, and the new thread would hold %d more (a fork counts its whole tree). Nothing was made. Free room in the tenant's threads (delete threads, or checkpoints' content), or raise --tenant-snapshot-quota.",
-			others, tenantLimit, cp.OwnBytes)}
+		return nil, call.Refuse(api.ErrQuota, fmt.Sprintf("The fork was refused: the tenant's threads hold %d bytes of checkpoints of the tenant's snapshot quota of %d, and the new thread would hold %d more (a fork counts its whole tree). Nothing was made. Free room in the tenant's threads (delete threads, or checkpoints' content), or raise --tenant-snapshot-quota.",
+			others, tenantLimit, cp.OwnBytes))
+
 	}
 	return unlock, nil
 }

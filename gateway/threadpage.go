@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"warren/api"
+	"warren/gateway/call"
 	"warren/meta"
 )
 
@@ -73,7 +74,7 @@ func decodeCursor(c string) (meta.ThreadKey, error) {
 	tenant, thread := string(rest[:n]), string(rest[n:])
 	// threadKey applies the ids' rules (length, UTF-8, a thread); a stored
 	// tenant is never empty, the default having been applied.
-	k, err := threadKey(tenant, thread)
+	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return bad("%v", err)
 	}
@@ -88,7 +89,7 @@ func pageQuery(q url.Values) (limit int, after *meta.ThreadKey, err error) {
 	if vs, ok := q["limit"]; ok {
 		n, err := strconv.Atoi(vs[0])
 		if err != nil || n < 1 || n > api.ThreadsPageMax {
-			return 0, nil, fmt.Errorf("%w: limit %s: want a whole number from 1 to %d", api.ErrInvalid, quote(vs[0]), api.ThreadsPageMax)
+			return 0, nil, fmt.Errorf("%w: limit %s: want a whole number from 1 to %d", api.ErrInvalid, call.Quote(vs[0]), api.ThreadsPageMax)
 		}
 		limit = n
 	}

@@ -8,15 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"warren/api"
 	"warren/fs"
+	"warren/gateway/call"
 	"warren/gateway/threadlimit"
 	"warren/jail"
 	"warren/meta"
@@ -172,27 +171,6 @@ func (ts *threadSet) drain() map[meta.ThreadKey]io.Closer {
 	return out
 }
 
-// threadKey checks a client's ids and applies the tenant default.
-func threadKey(tenant, thread string) (meta.ThreadKey, error) {
-	if tenant == "" {
-		tenant = api.DefaultTenant
-	}
-	if thread == "" {
-		return meta.ThreadKey{}, fmt.Errorf("%w: empty thread id", api.ErrInvalid)
-	}
-	for _, id := range []struct{ name, v string }{{"tenant", tenant}, {"thread", thread}} {
-		if len(id.v) > api.MaxIDBytes {
-			return meta.ThreadKey{}, fmt.Errorf("%w: %s id is %d bytes, more than %d", api.ErrInvalid, id.name, len(id.v), api.MaxIDBytes)
-		}
-		// JSON replaces invalid UTF-8 with U+FFFD: a client could not read
-		// its own id back, and two ids could look alike in every answer.
-		if !utf8.ValidString(id.v) {
-			return meta.ThreadKey{}, fmt.Errorf("%w: %s id is not valid UTF-8", api.ErrInvalid, id.name)
-		}
-	}
-	return meta.ThreadKey{Tenant: tenant, Thread: thread}, nil
-}
-
 // threadPaths returns the backing root and the mount point of k.
 func (g *Gateway) threadPaths(k meta.ThreadKey) (root, mountPath string, err error) {
 	root, err = WorkspaceRoot(g.wsBase, k.Tenant, k.Thread)
@@ -217,7 +195,7 @@ func (g *Gateway) bind(ctx context.Context, tenant, thread string) (api.ThreadIn
 // change is not restarted behind its commands' backs: the call is refused
 // until the thread is closed.
 func (g *Gateway) bindWith(ctx context.Context, tenant, thread string, settings *meta.Settings) (api.ThreadInfo, error) {
-	k, err := threadKey(tenant, thread)
+	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return api.ThreadInfo{}, err
 	}
@@ -230,7 +208,7 @@ func (g *Gateway) bindWith(ctx context.Context, tenant, thread string, settings 
 	}
 	unlock, err := g.threads.locks.lock(ctx, k)
 	if err != nil {
-		return api.ThreadInfo{}, fmt.Errorf("bind %s: %w", keyName(k), err)
+		return api.ThreadInfo{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
 	defer unlock()
 	b, err := g.bindLocked(ctx, k, settings)
@@ -252,7 +230,7 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	old, err := g.store.GetBinding(ctx, k)
 	found := err == nil
 	if err != nil && !errors.Is(err, meta.ErrNotFound) {
-		return meta.Binding{}, fmt.Errorf("bind %s: read binding: %w", keyName(k), err)
+		return meta.Binding{}, fmt.Errorf("bind %s: read binding: %w", call.KeyName(k), err)
 	}
 	if found && old.State == meta.StateDeleting {
 		// Never served half deleted: the next delete or start finishes it.
@@ -284,17 +262,17 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 					err = g.applyDiskQuota(k, root, b.Settings)
 				}
 				if err != nil {
-					return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
+					return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 				}
 			}
 		}
 		b, err := g.store.UpdateBinding(ctx, b)
 		if err != nil {
-			return meta.Binding{}, fmt.Errorf("bind %s: write binding: %w", keyName(k), err)
+			return meta.Binding{}, fmt.Errorf("bind %s: write binding: %w", call.KeyName(k), err)
 		}
 		g.setClosing(k, false)
 		g.log.Info("thread bound again while its jobs ran", "tenant", k.Tenant, "thread", k.Thread)
-		g.emit(api.Event{Type: api.EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx), Message: "bound again; it was kept mounted for its jobs"})
+		g.emit(api.Event{Type: api.EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: call.Actor(ctx), Message: "bound again; it was kept mounted for its jobs"})
 		return b, nil
 	}
 	if found && old.State == meta.StateBound && g.mounted(k) && !moved {
@@ -306,7 +284,7 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 
 	root, mountPath, err := g.threadPaths(k)
 	if err != nil {
-		return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
+		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
 	var undo undoStack
 	defer undo.run(g.log)
@@ -323,7 +301,7 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 		}
 	case found:
 		if root, err = g.rootOf(old); err != nil {
-			return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
+			return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 		}
 	}
 
@@ -332,7 +310,7 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	// crashed one) mounted here before; without one, a bind cut short by
 	// a crash may have mounted here too.
 	if err := g.mounter.DetachStale(mountPath); err != nil {
-		return meta.Binding{}, fmt.Errorf("bind %s: detach stale mount %s: %w", keyName(k), mountPath, err)
+		return meta.Binding{}, fmt.Errorf("bind %s: detach stale mount %s: %w", call.KeyName(k), mountPath, err)
 	}
 	if found {
 		// The thread had a workspace (unless a fresh one replaces it):
@@ -344,13 +322,13 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 		}
 	}
 	if err := makeWorkspace(&undo, root); err != nil {
-		return meta.Binding{}, fmt.Errorf("bind %s: create workspace: %w", keyName(k), err)
+		return meta.Binding{}, fmt.Errorf("bind %s: create workspace: %w", call.KeyName(k), err)
 	}
 	// The workspace is its jail's user's from the start: what the file
 	// API makes before the first command (a new entry takes its folder's
 	// owner) is the commands' to change.
 	if err := giveToJailUser(root); err != nil {
-		return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
+		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
 	// The quota holds before the mount serves a single write.
 	newSettings := old.Settings
@@ -358,19 +336,19 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 		newSettings = *settings
 	}
 	if err := g.applyDiskQuota(k, root, newSettings); err != nil {
-		return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
+		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
 	// Immutable, with nothing in it: a write while it is not served is
 	// refused, and nothing is covered (mountpoint_linux.go).
 	if err := g.prepareMountPoint(k, mountPath, &undo); err != nil {
-		return meta.Binding{}, fmt.Errorf("bind %s: prepare mount point: %w", keyName(k), err)
+		return meta.Binding{}, fmt.Errorf("bind %s: prepare mount point: %w", call.KeyName(k), err)
 	}
 	m, err := g.mount(ctx, k, root, mountPath, false)
 	if err != nil {
 		if found {
 			g.setMountErr(k, err)
 		}
-		return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
+		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
 	undo.push("unmount "+mountPath, m.Close)
 
@@ -403,17 +381,17 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 			// mount goes; the retry mounts it again.
 			undo.keepFolders()
 		}
-		return meta.Binding{}, fmt.Errorf("bind %s: write binding: %w", keyName(k), err)
+		return meta.Binding{}, fmt.Errorf("bind %s: write binding: %w", call.KeyName(k), err)
 	}
 
 	if err := g.threads.add(k, m); err != nil {
 		// The record stays "bound": the next start mounts it again. The
 		// undo unmounts m.
-		return meta.Binding{}, fmt.Errorf("bind %s: %w", keyName(k), err)
+		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
 	undo.done()
 	g.log.Info("thread bound", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
-	g.emit(api.Event{Type: api.EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
+	g.emit(api.Event{Type: api.EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: call.Actor(ctx),
 		Message: "mounted at " + mountPath})
 	if fresh && g.cfg.SeedCommand != "" {
 		g.seed(ctx, b)
@@ -464,7 +442,7 @@ func (g *Gateway) seed(ctx context.Context, b meta.Binding) {
 			code, err = tj.jail.Run(ctx, jail.Cmd{Script: g.cfg.SeedCommand, Env: env, Stdout: &out, Stderr: &out})
 		}
 		if err == nil && code != 0 {
-			err = fmt.Errorf("exit %d: %s", code, clip(out.String()))
+			err = fmt.Errorf("exit %d: %s", code, call.Clip(out.String()))
 		}
 	}
 	if err != nil {
@@ -481,7 +459,7 @@ func (g *Gateway) resettle(ctx context.Context, b meta.Binding, s meta.Settings)
 		now, next := g.jailConfig(running, ""), g.jailConfig(s, "")
 		if !sameJail(now, next) {
 			return meta.Binding{}, fmt.Errorf("%w: the jail of thread %s runs with network %s, %d bytes of memory, %d processes and %s; "+
-				"close the thread before you change its network or limits", api.ErrConflict, keyName(b.ThreadKey), now.Network, now.MemoryBytes, now.MaxProcs, cpuBound(now.CPUMillis))
+				"close the thread before you change its network or limits", api.ErrConflict, call.KeyName(b.ThreadKey), now.Network, now.MemoryBytes, now.MaxProcs, cpuBound(now.CPUMillis))
 		}
 	}
 	// A new quota applies at once, to the running jail too: the
@@ -492,10 +470,10 @@ func (g *Gateway) resettle(ctx context.Context, b meta.Binding, s meta.Settings)
 	if quotaChanged {
 		var err error
 		if root, err = g.rootOf(b); err != nil {
-			return meta.Binding{}, fmt.Errorf("settings of %s: %w", keyName(k), err)
+			return meta.Binding{}, fmt.Errorf("settings of %s: %w", call.KeyName(k), err)
 		}
 		if err := g.applyDiskQuota(k, root, s); err != nil {
-			return meta.Binding{}, fmt.Errorf("settings of %s: %w", keyName(k), err)
+			return meta.Binding{}, fmt.Errorf("settings of %s: %w", call.KeyName(k), err)
 		}
 	}
 	b.Settings = s
@@ -506,19 +484,13 @@ func (g *Gateway) resettle(ctx context.Context, b meta.Binding, s meta.Settings)
 				g.log.Warn("restore the former disk quota", "tenant", k.Tenant, "thread", k.Thread, "error", qerr)
 			}
 		}
-		return meta.Binding{}, fmt.Errorf("settings of %s: write binding: %w", keyName(k), err)
+		return meta.Binding{}, fmt.Errorf("settings of %s: write binding: %w", call.KeyName(k), err)
 	}
 	if tj != nil {
 		g.jails.setSettings(tj, cloneSettings(s))
 	}
 	g.log.Info("thread settings changed", "tenant", b.Tenant, "thread", b.Thread, "settings", fmt.Sprintf("%+v", s))
 	return b, nil
-}
-
-// keyName names a thread in errors: both ids quoted, so hostile ids stay
-// readable and unambiguous.
-func keyName(k meta.ThreadKey) string {
-	return strconv.Quote(k.Tenant) + "/" + strconv.Quote(k.Thread)
 }
 
 // mount serves root at mountPath for thread k.
@@ -636,16 +608,16 @@ func (g *Gateway) info(b meta.Binding) api.ThreadInfo {
 
 // showThread returns k's binding without binding it.
 func (g *Gateway) showThread(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
-	k, err := threadKey(tenant, thread)
+	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return api.ThreadInfo{}, err
 	}
 	b, err := g.store.GetBinding(ctx, k)
 	if errors.Is(err, meta.ErrNotFound) {
-		return api.ThreadInfo{}, fmt.Errorf("%w: thread %s is not bound", api.ErrNotFound, keyName(k))
+		return api.ThreadInfo{}, fmt.Errorf("%w: thread %s is not bound", api.ErrNotFound, call.KeyName(k))
 	}
 	if err != nil {
-		return api.ThreadInfo{}, fmt.Errorf("read binding of %s: %w", keyName(k), err)
+		return api.ThreadInfo{}, fmt.Errorf("read binding of %s: %w", call.KeyName(k), err)
 	}
 	ti := g.info(b)
 	ti.Owner = g.owner(ctx, b)
@@ -678,7 +650,7 @@ func (g *Gateway) listThreads(ctx context.Context, tenant *string, after *meta.T
 	}
 	if tenant != nil && after != nil && after.Tenant != *tenant {
 		// A cursor of another listing would start this one anywhere.
-		return nil, "", fmt.Errorf("%w: the cursor is not of tenant %s's listing", api.ErrInvalid, quote(*tenant))
+		return nil, "", fmt.Errorf("%w: the cursor is not of tenant %s's listing", api.ErrInvalid, call.Quote(*tenant))
 	}
 	bs, more, err := g.store.ListBindingsPage(ctx, tenant, after, limit)
 	if err != nil {
@@ -704,25 +676,25 @@ func (g *Gateway) closeThread(ctx context.Context, tenant, thread string) (api.T
 
 // closeThreadWith is closeThread, with why as its event's message.
 func (g *Gateway) closeThreadWith(ctx context.Context, tenant, thread, why string) (api.ThreadInfo, error) {
-	k, err := threadKey(tenant, thread)
+	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return api.ThreadInfo{}, err
 	}
 	unlock, err := g.threads.locks.lock(ctx, k)
 	if err != nil {
-		return api.ThreadInfo{}, fmt.Errorf("close %s: %w", keyName(k), err)
+		return api.ThreadInfo{}, fmt.Errorf("close %s: %w", call.KeyName(k), err)
 	}
 	defer unlock()
 
 	b, err := g.store.GetBinding(ctx, k)
 	if errors.Is(err, meta.ErrNotFound) {
-		return api.ThreadInfo{}, fmt.Errorf("close %s: %w: thread is not bound", keyName(k), api.ErrNotFound)
+		return api.ThreadInfo{}, fmt.Errorf("close %s: %w: thread is not bound", call.KeyName(k), api.ErrNotFound)
 	}
 	if err != nil {
-		return api.ThreadInfo{}, fmt.Errorf("close %s: read binding: %w", keyName(k), err)
+		return api.ThreadInfo{}, fmt.Errorf("close %s: read binding: %w", call.KeyName(k), err)
 	}
 	if b.State == meta.StateDeleting {
-		return api.ThreadInfo{}, fmt.Errorf("close %s: %w", keyName(k), deletingError(k))
+		return api.ThreadInfo{}, fmt.Errorf("close %s: %w", call.KeyName(k), deletingError(k))
 	}
 	if err := g.claim(ctx, k, &b); err != nil {
 		return api.ThreadInfo{}, err
@@ -733,7 +705,7 @@ func (g *Gateway) closeThreadWith(ctx context.Context, tenant, thread, why strin
 		g.setClosing(k, true)
 		g.log.Info("thread closed while jobs run: its jail and mount stay until they end", "tenant", k.Tenant, "thread", k.Thread, "jobs", n)
 	} else if err := g.unmountThread(k, b.MountPath); err != nil {
-		return api.ThreadInfo{}, fmt.Errorf("close %s: %w", keyName(k), err)
+		return api.ThreadInfo{}, fmt.Errorf("close %s: %w", call.KeyName(k), err)
 	}
 	if b.State != meta.StateClosed {
 		b.State = meta.StateClosed
@@ -741,10 +713,10 @@ func (g *Gateway) closeThreadWith(ctx context.Context, tenant, thread, why strin
 		// If this write fails the record still says bound with no mount,
 		// which the next call repairs by mounting again.
 		if b, err = g.store.UpdateBinding(ctx, b); err != nil {
-			return api.ThreadInfo{}, fmt.Errorf("close %s: write binding: %w", keyName(k), err)
+			return api.ThreadInfo{}, fmt.Errorf("close %s: write binding: %w", call.KeyName(k), err)
 		}
 		// Only here: closing a closed thread changes nothing.
-		g.emit(api.Event{Type: api.EventThreadClosed, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
+		g.emit(api.Event{Type: api.EventThreadClosed, Tenant: k.Tenant, Thread: k.Thread, Actor: call.Actor(ctx),
 			Message: why})
 	}
 	g.log.Info("thread closed", "tenant", k.Tenant, "thread", k.Thread, "path", b.MountPath)
@@ -758,7 +730,7 @@ func (g *Gateway) closeThreadWith(ctx context.Context, tenant, thread, why strin
 // start (finishDeletes). The steps run in an order that a retry can
 // finish: the record goes last.
 func (g *Gateway) deleteThread(ctx context.Context, tenant, thread string) error {
-	k, err := threadKey(tenant, thread)
+	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return err
 	}
@@ -766,21 +738,21 @@ func (g *Gateway) deleteThread(ctx context.Context, tenant, thread string) error
 	// records a history for a thread deleted under it.
 	cpUnlock, err := g.checkpoints.locks.lock(ctx, k)
 	if err != nil {
-		return fmt.Errorf("delete %s: %w", keyName(k), err)
+		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
 	defer cpUnlock()
 	unlock, err := g.threads.locks.lock(ctx, k)
 	if err != nil {
-		return fmt.Errorf("delete %s: %w", keyName(k), err)
+		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
 	defer unlock()
 
 	b, err := g.store.GetBinding(ctx, k)
 	if errors.Is(err, meta.ErrNotFound) {
-		return fmt.Errorf("delete %s: %w: thread is not bound", keyName(k), api.ErrNotFound)
+		return fmt.Errorf("delete %s: %w: thread is not bound", call.KeyName(k), api.ErrNotFound)
 	}
 	if err != nil {
-		return fmt.Errorf("delete %s: read binding: %w", keyName(k), err)
+		return fmt.Errorf("delete %s: read binding: %w", call.KeyName(k), err)
 	}
 	if err := g.claim(ctx, k, &b); err != nil {
 		return err
@@ -797,53 +769,53 @@ func (g *Gateway) deleteLocked(ctx context.Context, b meta.Binding) error {
 	// root of these ids (rootOf); else the ids' own root here is.
 	_, mountPath, err := g.threadPaths(k)
 	if err != nil {
-		return fmt.Errorf("delete %s: %w", keyName(k), err)
+		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
 	root, err := g.rootOf(b)
 	if err != nil {
-		return fmt.Errorf("delete %s: %w", keyName(k), err)
+		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
 	if b.State != meta.StateDeleting {
 		b.State = meta.StateDeleting
 		if b, err = g.store.UpdateBinding(ctx, b); err != nil {
-			return fmt.Errorf("delete %s: record the delete: %w", keyName(k), err)
+			return fmt.Errorf("delete %s: record the delete: %w", call.KeyName(k), err)
 		}
 	}
 
 	inspections, err := g.unmountInspectionsOf(ctx, k)
 	if err != nil {
-		return fmt.Errorf("delete %s: %w", keyName(k), err)
+		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
 	g.noteStopping(k, "its thread was deleted")
 	if err := g.unmountThread(k, mountPath); err != nil {
-		return fmt.Errorf("delete %s: %w", keyName(k), err)
+		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
 	// A mount a crashed run left there (restore detached every one, but
 	// a delete may also follow a failed mount).
 	if err := g.mounter.DetachStale(mountPath); err != nil {
-		return fmt.Errorf("delete %s: detach stale mount %s: %w", keyName(k), mountPath, err)
+		return fmt.Errorf("delete %s: detach stale mount %s: %w", call.KeyName(k), mountPath, err)
 	}
 	// os.RemoveAll works fd-relative and does not follow links, so a link
 	// planted in the workspace cannot make it remove anything outside.
 	if err := os.RemoveAll(root); err != nil {
-		return fmt.Errorf("delete %s: remove workspace %s: %w", keyName(k), root, err)
+		return fmt.Errorf("delete %s: remove workspace %s: %w", call.KeyName(k), root, err)
 	}
 	if err := removeMountPoint(mountPath); err != nil {
-		return fmt.Errorf("delete %s: remove mount point %s: %w", keyName(k), mountPath, err)
+		return fmt.Errorf("delete %s: remove mount point %s: %w", call.KeyName(k), mountPath, err)
 	}
 	for _, p := range inspections {
 		if err := g.store.DeleteInspectionMount(ctx, p); err != nil {
-			return fmt.Errorf("delete %s: forget inspection mount %s: %w", keyName(k), p, err)
+			return fmt.Errorf("delete %s: forget inspection mount %s: %w", call.KeyName(k), p, err)
 		}
 	}
 	if err := g.store.DeleteJobs(ctx, k); err != nil {
-		return fmt.Errorf("delete %s: delete job records: %w", keyName(k), err)
+		return fmt.Errorf("delete %s: delete job records: %w", call.KeyName(k), err)
 	}
 	if err := g.dropHistory(ctx, k); err != nil {
-		return fmt.Errorf("delete %s: %w", keyName(k), err)
+		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
 	if err := g.store.DeleteBinding(ctx, k, b.Revision); err != nil {
-		return fmt.Errorf("delete %s: delete binding: %w", keyName(k), err)
+		return fmt.Errorf("delete %s: delete binding: %w", call.KeyName(k), err)
 	}
 	if g.cfg.HostID != "" {
 		// The last record: a failure leaves a pin that runs out with
@@ -854,7 +826,7 @@ func (g *Gateway) deleteLocked(ctx context.Context, b meta.Binding) error {
 	}
 	g.threads.forget(k)
 	g.log.Info("thread deleted", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
-	g.emit(api.Event{Type: api.EventThreadDeleted, Tenant: k.Tenant, Thread: k.Thread, Actor: actorOf(ctx),
+	g.emit(api.Event{Type: api.EventThreadDeleted, Tenant: k.Tenant, Thread: k.Thread, Actor: call.Actor(ctx),
 		Message: "workspace folder and records removed"})
 	return nil
 }
@@ -862,7 +834,7 @@ func (g *Gateway) deleteLocked(ctx context.Context, b meta.Binding) error {
 // deletingError is the answer for a thread whose delete is under way or
 // was cut short: gone, as it will be.
 func deletingError(k meta.ThreadKey) error {
-	return fmt.Errorf("%w: thread %s is being deleted (delete it again to finish a delete that was cut short)", api.ErrGone, keyName(k))
+	return fmt.Errorf("%w: thread %s is being deleted (delete it again to finish a delete that was cut short)", api.ErrGone, call.KeyName(k))
 }
 
 // makeLeaf creates path (its parent is created as needed and kept) and, if
@@ -938,13 +910,4 @@ func (u *undoStack) run(log interface {
 			log.Warn("undo failed", "step", u.steps[i].what, "error", err)
 		}
 	}
-}
-
-// hostName names a host in messages; a binding without a host id was made
-// by a server that does not pin its threads.
-func hostName(id string) string {
-	if id == "" {
-		return "(unpinned)"
-	}
-	return id
 }

@@ -11,6 +11,7 @@ import (
 
 	"warren/api"
 	"warren/fs"
+	"warren/gateway/call"
 	"warren/meta"
 )
 
@@ -32,7 +33,7 @@ func requirePath(field, p string) error {
 	if p == "" {
 		return fmt.Errorf("%w: %s is required", api.ErrInvalid, field)
 	}
-	return checkPath(field, p)
+	return call.CheckPath(field, p)
 }
 
 // checkMode refuses a mode that is not permission bits.
@@ -161,8 +162,8 @@ func (g *Gateway) removeFile(ctx context.Context, tenant, thread string, req api
 			if n > 0 {
 				// A remove refused half way (a race with another
 				// writer): say what went.
-				g.log.Warn("refused: remove stopped half way", "tenant", clip(tenant), "thread", clip(thread),
-					"path", clip(req.Path), "removed", n, "error", err)
+				g.log.Warn("refused: remove stopped half way", "tenant", call.Clip(tenant), "thread", call.Clip(thread),
+					"path", call.Clip(req.Path), "removed", n, "error", err)
 			}
 			return fileError(err)
 		}
@@ -207,9 +208,9 @@ func renameError(err error) error {
 	var errno syscall.Errno
 	switch {
 	case errors.As(err, &errno) && errno == syscall.EINVAL:
-		return &toolError{api.ErrInvalid, err.Error()}
+		return call.Refuse(api.ErrInvalid, err.Error())
 	case errors.As(err, &errno) && (errno == syscall.EISDIR || errno == syscall.ENOTDIR || errno == syscall.EXDEV):
-		return &toolError{api.ErrConflict, err.Error()}
+		return call.Refuse(api.ErrConflict, err.Error())
 	}
 	return err
 }
@@ -221,7 +222,7 @@ func rawQuery(r *http.Request, withMode bool) (api.RawRequest, error) {
 	if withMode {
 		keys = append(keys, "mode")
 	}
-	q, err := query(r, keys...)
+	q, err := call.Query(r, keys...)
 	if err != nil {
 		return api.RawRequest{}, err
 	}
@@ -232,7 +233,7 @@ func rawQuery(r *http.Request, withMode bool) (api.RawRequest, error) {
 	if m, ok := q["mode"]; ok {
 		v, err := strconv.ParseUint(m[0], 8, 32)
 		if err != nil || checkMode(uint32(v)) != nil {
-			return api.RawRequest{}, fmt.Errorf("%w: mode %s is not an octal permission mode such as 0644", api.ErrInvalid, quote(m[0]))
+			return api.RawRequest{}, fmt.Errorf("%w: mode %s is not an octal permission mode such as 0644", api.ErrInvalid, call.Quote(m[0]))
 		}
 		mode := uint32(v)
 		req.Mode = &mode
@@ -270,7 +271,7 @@ type rawStream struct {
 	fr   *fs.FileReader
 }
 
-func (s *rawStream) serveStream(w http.ResponseWriter, r *http.Request) {
+func (s *rawStream) ServeStream(w http.ResponseWriter, r *http.Request) {
 	defer s.f.Close()
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
@@ -284,8 +285,8 @@ func (s *rawStream) serveStream(w http.ResponseWriter, r *http.Request) {
 		err = cerr
 	}
 	if err != nil {
-		s.g.log.Warn("file content cut short", "tenant", clip(s.k.Tenant), "thread", clip(s.k.Thread),
-			"path", clip(s.path), "sent", n, "size", s.fr.Size, "error", err)
+		s.g.log.Warn("file content cut short", "tenant", call.Clip(s.k.Tenant), "thread", call.Clip(s.k.Thread),
+			"path", call.Clip(s.path), "sent", n, "size", s.fr.Size, "error", err)
 	}
 }
 

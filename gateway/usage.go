@@ -9,14 +9,15 @@ import (
 	"path/filepath"
 
 	"warren/api"
+	"warren/gateway/call"
 	"warren/meta"
 )
 
-func (g *Gateway) handleUsage(r *http.Request, p params) (any, error) {
-	if err := noQuery(r); err != nil {
+func (g *Gateway) handleUsage(r *http.Request, p call.Params) (any, error) {
+	if err := call.NoQuery(r); err != nil {
 		return nil, err
 	}
-	u, err := g.usage(r.Context(), p.tenant, p.thread)
+	u, err := g.usage(r.Context(), p.Tenant, p.Thread)
 	if err != nil {
 		return nil, err
 	}
@@ -27,16 +28,16 @@ func (g *Gateway) handleUsage(r *http.Request, p params) (any, error) {
 // on disk, its jobs and its mount's requests. A thread another live host
 // serves is refused (pinned): its figures are that host's.
 func (g *Gateway) usage(ctx context.Context, tenant, thread string) (api.Usage, error) {
-	k, err := threadKey(tenant, thread)
+	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return api.Usage{}, err
 	}
 	b, err := g.store.GetBinding(ctx, k)
 	if errors.Is(err, meta.ErrNotFound) {
-		return api.Usage{}, fmt.Errorf("%w: thread %s is not bound", api.ErrNotFound, keyName(k))
+		return api.Usage{}, fmt.Errorf("%w: thread %s is not bound", api.ErrNotFound, call.KeyName(k))
 	}
 	if err != nil {
-		return api.Usage{}, fmt.Errorf("read binding of %s: %w", keyName(k), err)
+		return api.Usage{}, fmt.Errorf("read binding of %s: %w", call.KeyName(k), err)
 	}
 	if owner := g.owner(ctx, b); owner != "" && owner != g.cfg.HostID {
 		return api.Usage{}, g.pinnedError(ctx, k, &b, owner)
@@ -47,7 +48,7 @@ func (g *Gateway) usage(ctx context.Context, tenant, thread string) (api.Usage, 
 	case err == nil:
 		u.SnapshotBytes, u.Checkpoints = snapshotBytes(h.Checkpoints), len(h.Checkpoints)
 	case !errors.Is(err, meta.ErrNotFound):
-		return api.Usage{}, fmt.Errorf("checkpoints of %s: read the history: %w", keyName(k), err)
+		return api.Usage{}, fmt.Errorf("checkpoints of %s: read the history: %w", call.KeyName(k), err)
 	}
 
 	g.jails.mu.Lock()
@@ -56,7 +57,7 @@ func (g *Gateway) usage(ctx context.Context, tenant, thread string) (api.Usage, 
 	if tj != nil {
 		ju, err := tj.jail.Usage()
 		if err != nil {
-			return api.Usage{}, fmt.Errorf("usage of the jail of %s: %w", keyName(k), err)
+			return api.Usage{}, fmt.Errorf("usage of the jail of %s: %w", call.KeyName(k), err)
 		}
 		u.Jail = true
 		u.CPUSeconds = ju.CPU.Seconds()
@@ -70,7 +71,7 @@ func (g *Gateway) usage(ctx context.Context, tenant, thread string) (api.Usage, 
 	g.jobs.mu.Unlock()
 	jobs, err := g.store.ListJobs(ctx, k)
 	if err != nil {
-		return api.Usage{}, fmt.Errorf("jobs of %s: %w", keyName(k), err)
+		return api.Usage{}, fmt.Errorf("jobs of %s: %w", call.KeyName(k), err)
 	}
 	u.Jobs = len(jobs)
 
@@ -87,7 +88,7 @@ func (g *Gateway) usage(ctx context.Context, tenant, thread string) (api.Usage, 
 		return api.Usage{}, err
 	}
 	if u.DiskBytes, u.DiskFiles, err = diskUsage(ctx, root); err != nil {
-		return api.Usage{}, fmt.Errorf("disk usage of %s: %w", keyName(k), err)
+		return api.Usage{}, fmt.Errorf("disk usage of %s: %w", call.KeyName(k), err)
 	}
 	return u, nil
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"warren/api"
+	"warren/gateway/call"
 	"warren/internal/doctor"
 	"warren/internal/version"
 )
@@ -12,7 +13,7 @@ import (
 // kernel offers it (doctor's checks of those, read at each call: a module
 // switch such as enable_uring may change while the daemon runs). A plain
 // function, not one more method of Gateway: it needs none of its state.
-func handleVersion(_ *Gateway, r *http.Request, p params) (any, error) {
+func handleVersion(r *http.Request, p call.Params) (any, error) {
 	return DaemonVersion(), nil
 }
 

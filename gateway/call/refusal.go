@@ -1,4 +1,4 @@
-package gateway
+package call
 
 import (
 	"errors"
@@ -11,11 +11,11 @@ import (
 )
 
 // The sentinel errors and the error codes are the API's (package api);
-// the gateway uses them from there. errBodyTimeout is its own.
+// the rooms use them from there. ErrBodyTimeout is the daemon's own.
 
-// errBodyTimeout means a request's body did not arrive within
-// Config.BodyTimeout.
-var errBodyTimeout = errors.New("gateway: request body timed out")
+// ErrBodyTimeout means a request's body did not arrive within the body
+// timeout (408).
+var ErrBodyTimeout = errors.New("gateway: request body timed out")
 
 // errorClasses is the one table from errors to statuses and codes; it is
 // never written. The first entry whose sentinel matches wins.
@@ -25,7 +25,7 @@ var errorClasses = []struct {
 	code     string
 }{
 	{api.ErrInvalid, http.StatusBadRequest, api.CodeInvalid},
-	{errBodyTimeout, http.StatusRequestTimeout, api.CodeTimeout},
+	{ErrBodyTimeout, http.StatusRequestTimeout, api.CodeTimeout},
 	{api.ErrNotFound, http.StatusNotFound, api.CodeNotFound},
 	{meta.ErrNotFound, http.StatusNotFound, api.CodeNotFound},
 	{api.ErrPinned, http.StatusConflict, api.CodePinned},
@@ -49,7 +49,7 @@ var errorClasses = []struct {
 	{meta.ErrUnavailable, http.StatusServiceUnavailable, api.CodeUnavailable},
 	// The store, or a limit of this server's (a new thread past
 	// --max-threads or a reserve, package threadlimit; a jail past
-	// --max-jails with every jail busy, jailbound.go): the daemon is up,
+	// --max-jails with every jail busy, package jails): the daemon is up,
 	// and the call may work after Retry-After.
 	{api.ErrUnavailable, http.StatusServiceUnavailable, api.CodeUnavailable},
 	// Too many requests of a kind held at once (package admit): a retry
@@ -57,12 +57,12 @@ var errorClasses = []struct {
 	{admit.ErrLimit, http.StatusServiceUnavailable, api.CodeUnavailable},
 	{api.ErrNoSpace, http.StatusInsufficientStorage, api.CodeNoSpace},
 	{meta.ErrNoSpace, http.StatusInsufficientStorage, api.CodeNoSpace},
-	// A thread's disk quota refused a file of the file API (fileError).
+	// A thread's disk quota refused a file of the file API.
 	{api.ErrQuota, http.StatusInsufficientStorage, api.CodeQuota},
-	// A quota group's limit refused a write of the gateway's own: a
-	// checkpoint's objects past the reserve (diskquota.go).
+	// A quota group's limit refused a write of the daemon's own: a
+	// checkpoint's objects past the reserve (package quota).
 	{syscall.EDQUOT, http.StatusInsufficientStorage, api.CodeQuota},
-	// A folder of the gateway's own (a workspace, a mount point) could
+	// A folder of the daemon's own (a workspace, a mount point) could
 	// not be made on a full disk.
 	{syscall.ENOSPC, http.StatusInsufficientStorage, api.CodeNoSpace},
 	// A name or an argument list too long for the kernel: the request's
@@ -74,8 +74,8 @@ var errorClasses = []struct {
 	{syscall.EMSGSIZE, http.StatusBadRequest, api.CodeInvalid},
 }
 
-// classify returns the status and code for err.
-func classify(err error) (int, string) {
+// Classify returns the status and code for err.
+func Classify(err error) (int, string) {
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		return http.StatusRequestEntityTooLarge, api.CodeTooLarge
@@ -88,12 +88,17 @@ func classify(err error) (int, string) {
 	return http.StatusInternalServerError, api.CodeInternal
 }
 
-// toolError is a refusal whose message is meant for the agent as it is,
-// without the gateway's prefixes; it matches its sentinel.
-type toolError struct {
+// Refuse returns a refusal whose message is meant for the agent as it
+// is, without the daemon's prefixes; it matches sentinel (an api.Err...),
+// which gives its status and code.
+func Refuse(sentinel error, msg string) error {
+	return &refusal{sentinel: sentinel, msg: msg}
+}
+
+type refusal struct {
 	sentinel error
 	msg      string
 }
 
-func (e *toolError) Error() string        { return e.msg }
-func (e *toolError) Is(target error) bool { return target == e.sentinel }
+func (e *refusal) Error() string        { return e.msg }
+func (e *refusal) Is(target error) bool { return target == e.sentinel }

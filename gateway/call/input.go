@@ -1,4 +1,4 @@
-package gateway
+package call
 
 import (
 	"errors"
@@ -16,71 +16,71 @@ import (
 // refused at the socket (400, ErrInvalid) instead of failing deep inside
 // (a 500 from ENAMETOOLONG, EINVAL or E2BIG).
 const (
-	// maxPathBytes is PATH_MAX less its NUL: the longest path a system
+	// MaxPathBytes is PATH_MAX less its NUL: the longest path a system
 	// call takes. It bounds file API paths, inspection mount paths and a
 	// command's cwd.
-	maxPathBytes = 4095
-	// maxNameBytes is NAME_MAX: the longest name in a folder.
-	maxNameBytes = 255
-	// maxCommandBytes is MAX_ARG_STRLEN less its NUL: a command runs as
+	MaxPathBytes = 4095
+	// MaxNameBytes is NAME_MAX: the longest name in a folder.
+	MaxNameBytes = 255
+	// MaxCommandBytes is MAX_ARG_STRLEN less its NUL: a command runs as
 	// bash -c COMMAND, one argument, which exec refuses past it.
-	maxCommandBytes = 128<<10 - 1
-	// maxEnvBytes bounds a call's extra variables together (NAME=VALUE
+	MaxCommandBytes = 128<<10 - 1
+	// MaxEnvBytes bounds a call's extra variables together (NAME=VALUE
 	// each), and a thread's: they go with the command to the jail.
-	maxEnvBytes = 64 << 10
-	// maxLabelBytes bounds a job's label and user, kept in its record and
+	MaxEnvBytes = 64 << 10
+	// MaxLabelBytes bounds a job's label and user, kept in its record and
 	// shown in every list.
-	maxLabelBytes = 4 << 10
+	MaxLabelBytes = 4 << 10
 )
 
-// checkPath refuses a path no system call could take: over PATH_MAX, a
+// CheckPath refuses a path no system call could take: over PATH_MAX, a
 // name over NAME_MAX, or a NUL byte. field names it in the refusal.
-func checkPath(field, p string) error {
-	if len(p) > maxPathBytes {
-		return fmt.Errorf("%w: %s is %d bytes, more than %d: %s", api.ErrInvalid, field, len(p), maxPathBytes, quote(p))
+func CheckPath(field, p string) error {
+	if len(p) > MaxPathBytes {
+		return fmt.Errorf("%w: %s is %d bytes, more than %d: %s", api.ErrInvalid, field, len(p), MaxPathBytes, Quote(p))
 	}
 	if strings.IndexByte(p, 0) >= 0 {
-		return fmt.Errorf("%w: %s holds a NUL byte: %s", api.ErrInvalid, field, quote(p))
+		return fmt.Errorf("%w: %s holds a NUL byte: %s", api.ErrInvalid, field, Quote(p))
 	}
 	for name := range strings.SplitSeq(p, "/") {
-		if len(name) > maxNameBytes {
-			return fmt.Errorf("%w: %s has a name of %d bytes, more than %d: %s", api.ErrInvalid, field, len(name), maxNameBytes, quote(name))
+		if len(name) > MaxNameBytes {
+			return fmt.Errorf("%w: %s has a name of %d bytes, more than %d: %s", api.ErrInvalid, field, len(name), MaxNameBytes, Quote(name))
 		}
 	}
 	return nil
 }
 
-// checkText refuses a text field over max bytes or with a NUL byte (the
+// CheckText refuses a text field over max bytes or with a NUL byte (the
 // kernel ends a C string there: what ran would not be what was asked).
-func checkText(field, s string, max int) error {
+func CheckText(field, s string, max int) error {
 	if len(s) > max {
 		return fmt.Errorf("%w: %s is %d bytes, more than %d", api.ErrInvalid, field, len(s), max)
 	}
 	if strings.IndexByte(s, 0) >= 0 {
-		return fmt.Errorf("%w: %s holds a NUL byte: %s", api.ErrInvalid, field, quote(s))
+		return fmt.Errorf("%w: %s holds a NUL byte: %s", api.ErrInvalid, field, Quote(s))
 	}
 	return nil
 }
 
-// checkEnvSize refuses extra variables over maxEnvBytes together; their
+// CheckEnvSize refuses extra variables over MaxEnvBytes together; their
 // names and values are checked by jail.Env.
-func checkEnvSize(field string, env map[string]string) error {
+func CheckEnvSize(field string, env map[string]string) error {
 	n := 0
 	for k, v := range env {
 		n += len(k) + 1 + len(v) + 1
 	}
-	if n > maxEnvBytes {
-		return fmt.Errorf("%w: %s are %d bytes, more than %d", api.ErrInvalid, field, n, maxEnvBytes)
+	if n > MaxEnvBytes {
+		return fmt.Errorf("%w: %s are %d bytes, more than %d", api.ErrInvalid, field, n, MaxEnvBytes)
 	}
 	return nil
 }
 
-// checkRunPid refuses a pid that a run may not claim: none (0 or below),
+// CheckRunPid refuses a pid that a run may not claim: none (0 or below),
 // the host's init (pid 1: every orphan of the host would act as the run),
 // and the daemon itself or any of its threads (its own requests would be
 // judged as the run's). A pid that does not exist is refused later, by
 // the hub, as not found.
-func checkRunPid(pid int) error {
+func CheckRunPid(pid int) error {
 	if pid <= 0 {
 		return fmt.Errorf("%w: pid %d is not a process", api.ErrInvalid, pid)
 	}
@@ -100,26 +100,26 @@ func checkRunPid(pid int) error {
 	return nil
 }
 
-// quote is the one way an error message quotes what a client sent: as a
+// Quote is the one way an error message quotes what a client sent: as a
 // Go string, at most maxQuoteBytes of it (cut on a rune boundary), with
-// the full length when it was cut. A message may quote several fields;
-// writeErrorCode bounds the whole message too.
-func quote(s string) string {
+// the full length when it was cut. A message may Quote several fields;
+// the router bounds the whole message too (BoundMessage).
+func Quote(s string) string {
 	if len(s) <= maxQuoteBytes {
 		return strconv.Quote(s)
 	}
 	return fmt.Sprintf("%s...(%d bytes)", strconv.Quote(runePrefix(s, maxQuoteBytes)), len(s))
 }
 
-// maxQuoteBytes bounds what quote keeps of a client's input.
+// maxQuoteBytes bounds what Quote keeps of a client's input.
 const maxQuoteBytes = 128
 
 // maxErrorMessage bounds the message of an error answer: whatever a
 // message quotes, the answer stays short.
 const maxErrorMessage = 1024
 
-// boundMessage cuts msg to maxErrorMessage bytes, on a rune boundary.
-func boundMessage(msg string) string {
+// BoundMessage cuts msg to maxErrorMessage bytes, on a rune boundary.
+func BoundMessage(msg string) string {
 	if len(msg) <= maxErrorMessage {
 		return msg
 	}
