@@ -413,7 +413,7 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, p call.Para
 	status, code := call.Classify(err)
 	if errors.Is(err, admit.ErrLimit) {
 		// A refusal, not a failure: a warning, as every refusal.
-		g.metrics.apiError(code)
+		g.metrics.APIError(code)
 		g.log.Warn("refused: limit", "method", r.Method, "path", call.Clip(r.URL.EscapedPath()),
 			"tenant", call.Clip(p.Tenant), "thread", call.Clip(p.Thread), "status", status, "code", code, "error", err)
 		w.Header().Set("Retry-After", admit.RetryAfterHeader())
@@ -431,7 +431,7 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, p call.Para
 	if capacityRefusal(err) {
 		// A refusal, not a failure (logged where it refused): no error
 		// line per refused call.
-		g.metrics.apiError(code)
+		g.metrics.APIError(code)
 		call.WriteJSON(w, status, api.ErrorBody{Error: &api.APIError{Code: code, Message: call.BoundMessage(err.Error())}})
 		return
 	}
@@ -447,7 +447,7 @@ func capacityRefusal(err error) bool {
 }
 
 func (g *Gateway) writeErrorCode(w http.ResponseWriter, r *http.Request, p call.Params, status int, code, msg string) {
-	g.metrics.apiError(code)
+	g.metrics.APIError(code)
 	args := []any{"method", r.Method, "path", call.Clip(r.URL.EscapedPath()), "tenant", call.Clip(p.Tenant), "thread", call.Clip(p.Thread),
 		"status", status, "code", code, "error", call.Clip(msg)}
 	if status >= 500 {

@@ -112,7 +112,7 @@ func (g *Gateway) repo(tenant string) (*snapshot.Repo, error) {
 		return r, nil
 	}
 	dir := filepath.Join(g.cfg.SnapshotsDir, encodeID(tenant))
-	if err := g.makeRepoFolder(dir); err != nil {
+	if err := g.quotas.MakeRepoFolder(dir); err != nil {
 		return nil, fmt.Errorf("open the snapshot repository of tenant %s: %w", call.Quote(tenant), err)
 	}
 	opts := []snapshot.Option{snapshot.WithSkip(fs.IsTempName), snapshot.WithLimits(g.cfg.CheckpointLimits)}
@@ -463,7 +463,7 @@ func (g *Gateway) record(ctx context.Context, h *history, b built, req api.Check
 	if dropped {
 		g.collect(h.k.Tenant)
 	}
-	g.checkpointed(h.k)
+	g.quotas.Checkpointed(h.k)
 	return cp, nil
 }
 
@@ -529,7 +529,7 @@ func (g *Gateway) checkpoint(ctx context.Context, tenant, thread string, req api
 			"full", b.stats.Full, "read", b.stats.Read, "new_objects", b.stats.NewObjects, "took", b.took)
 		// The paths of the event cost a diff: made only when some
 		// stream wants the thread's events.
-		if g.events.wants(h.k) {
+		if g.events.Wants(h.k) {
 			var paths []string
 			if parent != nil {
 				paths, _ = g.changedPaths(ctx, h.repo, parent.Tree, cp.Tree)

@@ -16,6 +16,7 @@ import (
 	"warren/fs"
 	"warren/gateway/admit"
 	"warren/gateway/lease"
+	"warren/gateway/quota"
 	"warren/gateway/threadlimit"
 	"warren/meta"
 	"warren/snapshot"
@@ -125,7 +126,7 @@ type Config struct {
 	// DiskQuotaBytes is the disk quota of a thread whose settings give
 	// none; 0 means none. DiskReserveBytes is the space all workspaces
 	// together leave free; 0 means no reserve. Either needs workspaces on
-	// btrfs (diskquota.go); Start fails where they cannot be enforced.
+	// btrfs (package quota); Start fails where they cannot be enforced.
 	DiskQuotaBytes   int64
 	DiskReserveBytes int64
 	// SnapshotsDir holds the tenants' snapshot repositories, where the
@@ -250,8 +251,8 @@ func (c Config) CheckLimits() error {
 	if c.DiskQuotaBytes < 0 || c.DiskReserveBytes < 0 {
 		return fmt.Errorf("disk quota %d and reserve %d must not be negative", c.DiskQuotaBytes, c.DiskReserveBytes)
 	}
-	if c.DiskQuotaBytes != 0 && c.DiskQuotaBytes < minDiskBytes {
-		return fmt.Errorf("disk quota %d is below %d", c.DiskQuotaBytes, minDiskBytes)
+	if c.DiskQuotaBytes != 0 && c.DiskQuotaBytes < quota.MinDiskBytes {
+		return fmt.Errorf("disk quota %d is below %d", c.DiskQuotaBytes, quota.MinDiskBytes)
 	}
 	if c.SnapshotQuotaBytes < 0 || c.TenantSnapshotQuotaBytes < 0 {
 		return fmt.Errorf("snapshot quota %d and tenant snapshot quota %d must not be negative", c.SnapshotQuotaBytes, c.TenantSnapshotQuotaBytes)

@@ -108,7 +108,7 @@
 //	meta/                          the metadata store (Badger), opened by the caller (or etcd)
 //	workspaces/<tenant>/<thread>   backing folders, unless Config.WorkspacesDir (mode 0700 above them: only
 //	                               the daemon reaches them, agents use the mount); on btrfs each is a
-//	                               subvolume, whose quota group bounds it (diskquota.go)
+//	                               subvolume, whose quota group bounds it (package quota)
 //	mnt/<tenant>/<thread>          FUSE mount points of bound threads (mode 0750
 //	                               above them: root and the daemon's group), each
 //	                               immutable from creation to delete, so an unserved
@@ -258,7 +258,7 @@
 //   - broker.mu: numbering an event and offering it to each queue.
 //   - fileEvents.mu: the paths in their change windows; called under a
 //     path lock of package fs (a change is told as it is made), it takes
-//     broker.mu under it (publish), so that file events keep the order of
+//     broker.mu under it (Emit), so that file events keep the order of
 //     the changes.
 //   - job.mu: a job's record, why it is being stopped, and whether a
 //     client killed it.

@@ -55,10 +55,10 @@ const (
 )
 
 // emit tells every interested subscriber about ev. It never blocks: a
-// subscriber that is behind loses the event (see broker.publish). The
+// subscriber that is behind loses the event (see broker.Emit). The
 // broker sets Seq and Time.
 func (g *Gateway) emit(ev api.Event) {
-	g.events.publish(ev)
+	g.events.Emit(ev)
 }
 
 // refusalEvents returns the fs.Options.OnRefusal of a mount of thread k:
@@ -66,7 +66,7 @@ func (g *Gateway) emit(ev api.Event) {
 // fs calls it on its request goroutines; emit does not block them.
 func (g *Gateway) refusalEvents(k meta.ThreadKey) func(fs.Refusal) {
 	return func(r fs.Refusal) {
-		g.metrics.refusals.WithLabelValues(refusedEscape).Inc()
+		g.metrics.Refused(refusedEscape)
 		msg := fmt.Sprintf("%s of %s refused: %s", r.Op, r.Path, r.Reason)
 		if r.Target != "" {
 			msg += fmt.Sprintf(" (link target %q)", r.Target)
@@ -238,10 +238,10 @@ func (s *subscription) missedEvent(d delivery) api.Event {
 	return api.Event{Time: d.at, Type: api.EventMissed, Tenant: s.filter.tenant, Thread: s.filter.thread, Missed: d.missed}
 }
 
-// publish numbers ev, stamps it and queues it for every subscriber whose
+// Emit numbers ev, stamps it and queues it for every subscriber whose
 // filter it passes. A full queue drops it and counts the loss, which the
 // next delivery to that subscriber carries. After close it does nothing.
-func (b *broker) publish(ev api.Event) {
+func (b *broker) Emit(ev api.Event) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -266,7 +266,7 @@ func (b *broker) publish(ev api.Event) {
 		if !s.filter.match(ev) {
 			continue
 		}
-		// Only publish sends, under b.mu, and the reader only takes out:
+		// Only Emit sends, under b.mu, and the reader only takes out:
 		// room seen here is still there for the send.
 		if len(s.ch) == cap(s.ch) {
 			s.missed++
@@ -280,7 +280,7 @@ func (b *broker) publish(ev api.Event) {
 
 // wants says whether any subscriber would take an event of thread k, so a
 // costly event (a job's output) is only built for someone.
-func (b *broker) wants(k meta.ThreadKey) bool {
+func (b *broker) Wants(k meta.ThreadKey) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for s := range b.subs {

@@ -124,7 +124,7 @@ func TestBrokerStalledSubscriber(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := range 14 {
-			b.publish(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: strconv.Itoa(i)})
+			b.Emit(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: strconv.Itoa(i)})
 		}
 	}()
 	select {
@@ -139,8 +139,8 @@ func TestBrokerStalledSubscriber(t *testing.T) {
 			t.Errorf("delivery %d: got %+v, want event %d (seq %d) with nothing missed", i, ev, i, i+1)
 		}
 	}
-	b.publish(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: "after"})
-	b.publish(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: "after 2"})
+	b.Emit(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: "after"})
+	b.Emit(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: "after 2"})
 	d := <-stalled.ch
 	ev := mustEvent(t, d)
 	if d.missed != 10 || ev.Message != "after" || ev.Seq != 15 {
@@ -165,7 +165,7 @@ func TestBrokerStalledSubscriber(t *testing.T) {
 	if _, err := b.subscribe(eventFilter{}); !errors.Is(err, api.ErrClosed) {
 		t.Errorf("subscribe after close: got %v, want ErrClosed", err)
 	}
-	b.publish(api.Event{Type: testEvent}) // must neither panic nor block
+	b.Emit(api.Event{Type: testEvent}) // must neither panic nor block
 	stalled.cancel()                      // after close: nothing to do
 }
 

@@ -426,8 +426,7 @@ func (s *execStream) ServeStream(w http.ResponseWriter, r *http.Request) {
 		case res := <-result:
 			timer.Stop()
 			kill()
-			s.g.metrics.execs.Inc()
-			s.g.metrics.execSeconds.Observe(time.Since(began).Seconds())
+			s.g.metrics.ExecEnded(time.Since(began))
 			end := api.ExecFrame{Exit: &res.code}
 			var cause endCause
 			if timedOut.Load() {

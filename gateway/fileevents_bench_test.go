@@ -33,7 +33,7 @@ func BenchmarkFileEventPath(b *testing.B) {
 		for range sub.ch {
 		}
 	}()
-	fe := newFileEvents(func(ev api.Event) { br.publish(ev) })
+	fe := newFileEvents(func(ev api.Event) { br.Emit(ev) })
 	defer fe.close()
 	k := meta.ThreadKey{Tenant: "default", Thread: "t"}
 	changed := fe.of(k)

@@ -115,7 +115,7 @@ func (g *Gateway) openFiles(ctx context.Context, tenant, thread string) (k meta.
 	if err != nil {
 		return k, nil, "", err
 	}
-	f.WatchChanges(g.files.of(k), func() bool { return g.events.wants(k) })
+	f.WatchChanges(g.files.of(k), func() bool { return g.events.Wants(k) })
 	return k, f, mountPath, nil
 }
 
@@ -282,7 +282,7 @@ func (g *Gateway) endRun(ctx context.Context, tenant, thread string, req api.Run
 // sent as an event here.
 func (g *Gateway) staleEvents(k meta.ThreadKey) func(fs.Stale) {
 	return func(s fs.Stale) {
-		g.metrics.refusals.WithLabelValues(refusedStale).Inc()
+		g.metrics.Refused(refusedStale)
 		g.emit(api.Event{
 			Type:    api.EventWriteStale,
 			Tenant:  k.Tenant,

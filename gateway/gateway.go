@@ -20,6 +20,7 @@ import (
 	"warren/gateway/admit"
 	"warren/gateway/call"
 	"warren/gateway/lease"
+	"warren/gateway/quota"
 	"warren/gateway/remount"
 	"warren/gateway/threadlimit"
 	"warren/jail"
@@ -100,8 +101,8 @@ type Gateway struct {
 	// goroutines; endLease ends them.
 	lease *lease.Session
 
-	// quotas holds the workspaces' quota groups (diskquota.go).
-	quotas diskQuotas
+	// quotas holds the workspaces' quota groups (package quota).
+	quotas *quota.Quotas
 
 	// jailBase is the mount namespace the jails are forked from, without
 	// the threads' mounts (jail.Base); nil if it could not be made, and
@@ -190,7 +191,10 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		}
 		g.events.attachLog(l)
 	}
-	if err := g.startQuotas(); err != nil {
+	if g.quotas, err = quota.Start(quota.Config{
+		WorkspacesDir: g.wsBase, StoreDir: MetaDir(cfg.DataDir), StoreFreeBytes: cfg.StoreFreeBytes,
+		QuotaBytes: cfg.DiskQuotaBytes, ReserveBytes: cfg.DiskReserveBytes, Logger: g.log,
+	}); err != nil {
 		closeFS(g.hub, g.pool, g.log)
 		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
@@ -249,7 +253,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	go func() {
 		defer close(g.serveDone)
 		err := g.srv.Serve(g.admit.Listener(ln, call.PeerUID, func(uid uint32, err error) {
-			g.metrics.apiError(api.CodeUnavailable)
+			g.metrics.APIError(api.CodeUnavailable)
 			g.log.Warn("refused: connection", "peer_uid", uid, "status", http.StatusServiceUnavailable, "code", api.CodeUnavailable, "error", err)
 		}))
 		if !errors.Is(err, http.ErrServerClosed) {

@@ -123,8 +123,7 @@ func (g *Gateway) fence(ctx context.Context, s *lease.Session, old meta.LeaseID,
 				Message: "This server's lease on the metadata store ended: it took the thread down, as another host may take it now."})
 		}
 	}
-	g.metrics.fences.Inc()
-	g.metrics.fencedThread.Add(float64(down))
+	g.metrics.Fenced(down)
 	if down > 0 {
 		g.log.Warn("fenced: took down the threads this host may no longer own", "host_id", g.cfg.HostID, "lease", old, "threads", down)
 	}

@@ -289,7 +289,7 @@ func (g *Gateway) jailFor(ctx context.Context, k meta.ThreadKey, b meta.Binding)
 	}
 	started := time.Now()
 	j, err := jail.Start(ctx, cfg)
-	g.metrics.jailStarted(time.Since(started), err)
+	g.metrics.JailStarted(time.Since(started), err)
 	if err != nil {
 		g.jails.unreserve()
 		return nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)

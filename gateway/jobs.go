@@ -231,7 +231,7 @@ type jobWriter struct {
 
 func (w jobWriter) Write(p []byte) (int, error) {
 	n, err := w.jb.out.Write(w.stream, p)
-	if err == nil && w.g.events.wants(w.jb.key) {
+	if err == nil && w.g.events.Wants(w.jb.key) {
 		for len(p) > 0 {
 			chunk := p[:min(len(p), jobEventChunk)]
 			p = p[len(chunk):]
@@ -518,7 +518,7 @@ func (g *Gateway) adoptJob(jb *job, st startInfo, result chan runResult) (api.Jo
 	}
 	tj.jobs[jb.seq] = jb
 	g.jobs.mu.Unlock()
-	g.metrics.jobs.Inc()
+	g.metrics.JobStarted()
 	g.log.Info("job started", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "pid", st.pid, "user", jb.user)
 	go g.finishJob(jb, result)
 	return jb.info(), nil
@@ -532,7 +532,7 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 	code := res.code
 	// Counted before the end is recorded: whoever sees it recorded
 	// finds it counted.
-	g.metrics.jobEnded(jb.out.Size())
+	g.metrics.JobEnded(jb.out.Size())
 	jb.stdin.Close()
 	jb.kill()
 	// The record first, then the end of the output: a client that saw

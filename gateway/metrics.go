@@ -150,8 +150,8 @@ func refusalKind(code string) string {
 	return ""
 }
 
-// apiError counts an error answer with code.
-func (m *metrics) apiError(code string) {
+// APIError counts an error answer with code.
+func (m *metrics) APIError(code string) {
 	m.apiErrors.WithLabelValues(code).Inc()
 	if k := refusalKind(code); k != "" {
 		m.refusals.WithLabelValues(k).Inc()
@@ -186,8 +186,8 @@ func (m *metrics) observeStore(op string, took time.Duration, err error) {
 	}
 }
 
-// jailStarted counts a jail's start that took took and failed with err.
-func (m *metrics) jailStarted(took time.Duration, err error) {
+// JailStarted counts a jail's start that took took and failed with err.
+func (m *metrics) JailStarted(took time.Duration, err error) {
 	if err != nil {
 		m.jailStarts.WithLabelValues("error").Inc()
 		return
@@ -196,8 +196,30 @@ func (m *metrics) jailStarted(took time.Duration, err error) {
 	m.jailSeconds.Observe(took.Seconds())
 }
 
-// jobEnded counts what an ended job's output came to.
-func (m *metrics) jobEnded(total, dropped int64) {
+// Refused counts a refusal of kind (refusedEscape, refusedStale,
+// refusedQuota, refusedPinned) that no error answer counts: one the
+// filesystem made.
+func (m *metrics) Refused(kind string) {
+	m.refusals.WithLabelValues(kind).Inc()
+}
+
+// ExecEnded counts a foreground command that ran for took.
+func (m *metrics) ExecEnded(took time.Duration) {
+	m.execs.Inc()
+	m.execSeconds.Observe(took.Seconds())
+}
+
+// JobStarted counts a job started (spawned, or sent to the background).
+func (m *metrics) JobStarted() { m.jobs.Inc() }
+
+// Fenced counts a fence of the host's lease that took threads down.
+func (m *metrics) Fenced(threads int) {
+	m.fences.Inc()
+	m.fencedThread.Add(float64(threads))
+}
+
+// JobEnded counts what an ended job's output came to.
+func (m *metrics) JobEnded(total, dropped int64) {
 	m.jobOutput.WithLabelValues("kept").Add(float64(total - dropped))
 	m.jobOutput.WithLabelValues("dropped").Add(float64(dropped))
 }

@@ -243,7 +243,7 @@ func (g *Gateway) restoreThread(ctx context.Context, b meta.Binding) error {
 		return fmt.Errorf("workspace %s is missing or not a folder (%v)", root, err)
 	}
 	// The daemon's default quota may have changed since the last run.
-	if err := g.applyDiskQuota(k, root, b.Settings); err != nil {
+	if err := g.quotas.Apply(k, root, b.Settings); err != nil {
 		return err
 	}
 	if err := g.prepareMountPoint(k, mountPath, nil); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"warren/api"
 	"warren/gateway/call"
+	"warren/gateway/quota"
 	"warren/jail"
 	"warren/meta"
 )
@@ -57,8 +58,8 @@ func checkSettings(s meta.Settings) error {
 	if s.MaxJobs != 0 && (s.MaxJobs < 1 || s.MaxJobs > maxMaxJobs) {
 		return fmt.Errorf("%w: settings: maxJobs %d is not between 1 and %d", api.ErrInvalid, s.MaxJobs, maxMaxJobs)
 	}
-	if s.DiskBytes != 0 && s.DiskBytes < minDiskBytes {
-		return fmt.Errorf("%w: settings: diskBytes %d is below %d", api.ErrInvalid, s.DiskBytes, minDiskBytes)
+	if s.DiskBytes != 0 && s.DiskBytes < quota.MinDiskBytes {
+		return fmt.Errorf("%w: settings: diskBytes %d is below %d", api.ErrInvalid, s.DiskBytes, quota.MinDiskBytes)
 	}
 	if s.SnapshotBytes < 0 {
 		return fmt.Errorf("%w: settings: snapshotBytes is negative", api.ErrInvalid)

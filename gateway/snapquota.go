@@ -48,7 +48,7 @@ import (
 // snapshotQuota is the snapshot quota of a thread with settings s: its
 // own, else the server's, else its disk quota; 0 is none.
 func (g *Gateway) snapshotQuota(s meta.Settings) int64 {
-	return cmp.Or(s.SnapshotBytes, g.cfg.SnapshotQuotaBytes, g.diskBytes(s))
+	return cmp.Or(s.SnapshotBytes, g.cfg.SnapshotQuotaBytes, g.quotas.DiskBytes(s))
 }
 
 // snapshotBytes is what the checkpoints cps hold: their own bytes; a

@@ -256,10 +256,10 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 		b.State, b.ClosedAt = meta.StateBound, time.Time{}
 		if settings != nil {
 			b.Settings = *settings
-			if g.diskBytes(b.Settings) != g.diskBytes(old.Settings) {
+			if g.quotas.DiskBytes(b.Settings) != g.quotas.DiskBytes(old.Settings) {
 				root, err := g.rootOf(old)
 				if err == nil {
-					err = g.applyDiskQuota(k, root, b.Settings)
+					err = g.quotas.Apply(k, root, b.Settings)
 				}
 				if err != nil {
 					return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
@@ -335,7 +335,7 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	if settings != nil {
 		newSettings = *settings
 	}
-	if err := g.applyDiskQuota(k, root, newSettings); err != nil {
+	if err := g.quotas.Apply(k, root, newSettings); err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
 	// Immutable, with nothing in it: a write while it is not served is
@@ -465,14 +465,14 @@ func (g *Gateway) resettle(ctx context.Context, b meta.Binding, s meta.Settings)
 	// A new quota applies at once, to the running jail too: the
 	// filesystem enforces it, not the jail.
 	k, oldSettings := b.ThreadKey, b.Settings
-	quotaChanged := g.diskBytes(s) != g.diskBytes(oldSettings)
+	quotaChanged := g.quotas.DiskBytes(s) != g.quotas.DiskBytes(oldSettings)
 	var root string
 	if quotaChanged {
 		var err error
 		if root, err = g.rootOf(b); err != nil {
 			return meta.Binding{}, fmt.Errorf("settings of %s: %w", call.KeyName(k), err)
 		}
-		if err := g.applyDiskQuota(k, root, s); err != nil {
+		if err := g.quotas.Apply(k, root, s); err != nil {
 			return meta.Binding{}, fmt.Errorf("settings of %s: %w", call.KeyName(k), err)
 		}
 	}
@@ -480,7 +480,7 @@ func (g *Gateway) resettle(ctx context.Context, b meta.Binding, s meta.Settings)
 	b, err := g.store.UpdateBinding(ctx, b)
 	if err != nil {
 		if quotaChanged {
-			if qerr := g.applyDiskQuota(k, root, oldSettings); qerr != nil {
+			if qerr := g.quotas.Apply(k, root, oldSettings); qerr != nil {
 				g.log.Warn("restore the former disk quota", "tenant", k.Tenant, "thread", k.Thread, "error", qerr)
 			}
 		}
@@ -511,7 +511,7 @@ func (g *Gateway) mountAt(ctx context.Context, k meta.ThreadKey, root, mountPath
 		OnRefusal:   g.refusalEvents(k),
 		OnStale:     g.staleEvents(k),
 		OnChange:    g.files.of(k),
-		WantChanges: func() bool { return g.events.wants(k) },
+		WantChanges: func() bool { return g.events.Wants(k) },
 		Target:      target,
 		Transport:   g.cfg.FUSETransport,
 		// The daemon opens no file of its mounts (fs/doc.go).

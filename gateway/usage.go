@@ -42,7 +42,7 @@ func (g *Gateway) usage(ctx context.Context, tenant, thread string) (api.Usage, 
 	if owner := g.owner(ctx, b); owner != "" && owner != g.cfg.HostID {
 		return api.Usage{}, g.pinnedError(ctx, k, &b, owner)
 	}
-	u := api.Usage{Tenant: k.Tenant, Thread: k.Thread, DiskQuotaBytes: g.diskBytes(b.Settings),
+	u := api.Usage{Tenant: k.Tenant, Thread: k.Thread, DiskQuotaBytes: g.quotas.DiskBytes(b.Settings),
 		SnapshotQuotaBytes: g.snapshotQuota(b.Settings)}
 	switch h, err := g.store.GetHistory(ctx, k); {
 	case err == nil:

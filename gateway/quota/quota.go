@@ -1,4 +1,4 @@
-package gateway
+package quota
 
 import (
 	"cmp"
@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/hashicorp/go-hclog"
+
 	"golang.org/x/sys/unix"
 
 	"warren/api"
@@ -16,87 +18,112 @@ import (
 	"warren/meta"
 )
 
-// Disk quotas (docs/operations.md, "Disk quotas and the reserve"). The
+// Package quota is the room of the workspaces' disk quotas
+// (docs/operations.md, "Disk quotas and the reserve"). The
 // kernel enforces them, with btrfs quota groups (package diskquota): a
 // thread's workspace folder is a subvolume with a limit, so every write
 // into it past the limit gets EDQUOT, the daemon's and the passthrough
 // writes the kernel makes for a jail alike; and all workspaces together
-// are limited so that Config.DiskReserveBytes of the disk stay free for
+// are limited so that Config.ReserveBytes of the disk stay free for
 // the metadata store and everything else.
 //
 // On btrfs every new workspace folder is a subvolume, quota or not, so
 // that a quota can be given later. A quota or reserve the workspaces'
 // filesystem cannot enforce is an error (at start for the daemon's
 // defaults, at bind for a thread's setting), never a silent no-op.
+//
+// It owns its hold on the quota groups (Quotas) and its lock, a leaf
+// held across opening the filesystem's quotas once; it calls no other
+// room. Threads apply a thread's quota at its bind (Apply), checkpoints
+// make their repositories through it (MakeRepoFolder, Checkpointed).
 
-// minDiskBytes is the smallest quota a thread may get: below it a jail
+// MinDiskBytes is the smallest quota a thread may get: below it a jail
 // cannot even write a shell's history.
-const minDiskBytes = 1 << 20
+const MinDiskBytes = 1 << 20
 
-// diskQuotas is the gateway's hold on the workspaces' quota groups.
-type diskQuotas struct {
+// Config is what the quotas need of the daemon's configuration.
+type Config struct {
+	// WorkspacesDir holds the workspace folders.
+	WorkspacesDir string
+	// StoreDir is the metadata store's folder: a reserve below
+	// StoreFreeBytes on its disk is warned about.
+	StoreDir       string
+	StoreFreeBytes int64
+	// QuotaBytes is a thread's default quota, ReserveBytes the space
+	// kept free for the rest; 0 is none.
+	QuotaBytes, ReserveBytes int64
+	Logger                   hclog.Logger
+}
+
+// Quotas is the daemon's hold on the workspaces' quota groups. Start
+// makes one; it holds no goroutine and needs no Close.
+type Quotas struct {
+	cfg Config // never changed
+	log hclog.Logger
+
 	mu sync.Mutex
-	fs *diskquota.FS // nil until quotas are needed
+	fs *diskquota.FS // nil until quotas are needed; guarded by mu
 }
 
 // quotaFS returns the workspaces' filesystem with quotas on, turning them
 // on at its first call.
-func (g *Gateway) quotaFS() (*diskquota.FS, error) {
-	g.quotas.mu.Lock()
-	defer g.quotas.mu.Unlock()
-	if g.quotas.fs != nil {
-		return g.quotas.fs, nil
+func (q *Quotas) quotaFS() (*diskquota.FS, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.fs != nil {
+		return q.fs, nil
 	}
-	q, err := diskquota.Open(g.wsBase)
+	fs, err := diskquota.Open(q.cfg.WorkspacesDir)
 	if err != nil {
 		return nil, err
 	}
-	g.quotas.fs = q
-	return q, nil
+	q.fs = fs
+	return fs, nil
 }
 
-// startQuotas checks at start that the workspaces' filesystem enforces the
+// Start checks at start that the workspaces' filesystem enforces the
 // default quota and the reserve, if they are set, and sets the reserve.
 // A limit no flag asks for any more is lifted: the reserve an earlier run
 // left on all workspaces together (quota groups outlive the daemon; after
 // a full disk that limit is a byte, and would stop every thread), here;
-// a thread's own quota at its bind (applyDiskQuota).
-func (g *Gateway) startQuotas() error {
-	if g.cfg.DiskQuotaBytes == 0 && g.cfg.DiskReserveBytes == 0 {
-		return g.setReserve()
+// a thread's own quota at its bind (Apply).
+func Start(cfg Config) (*Quotas, error) {
+	q := &Quotas{cfg: cfg, log: cfg.Logger}
+	if cfg.QuotaBytes == 0 && cfg.ReserveBytes == 0 {
+		return q, q.setReserve()
 	}
-	if _, err := g.quotaFS(); err != nil {
-		return fmt.Errorf("disk quota %d and reserve %d bytes: workspaces folder %s: %w",
-			g.cfg.DiskQuotaBytes, g.cfg.DiskReserveBytes, g.wsBase, err)
+	if _, err := q.quotaFS(); err != nil {
+		return nil, fmt.Errorf("disk quota %d and reserve %d bytes: workspaces folder %s: %w",
+			cfg.QuotaBytes, cfg.ReserveBytes, cfg.WorkspacesDir, err)
 	}
-	if r, need := g.cfg.DiskReserveBytes, g.cfg.StoreFreeBytes; r > 0 && r < need && sameDisk(g.wsBase, MetaDir(g.cfg.DataDir)) {
-		g.log.Warn("the disk reserve is below what the metadata store on the same disk keeps free; full workspaces will stop its writes",
+	if r, need := cfg.ReserveBytes, cfg.StoreFreeBytes; r > 0 && r < need && sameDisk(cfg.WorkspacesDir, cfg.StoreDir) {
+		q.log.Warn("the disk reserve is below what the metadata store on the same disk keeps free; full workspaces will stop its writes",
 			"reserve", r, "store_needs", need)
 	}
-	return g.setReserve()
+	return q, q.setReserve()
 }
 
 // setReserve limits all workspaces (and the snapshot repositories on
 // their disk) together so that the reserve stays free, from the disk's
 // state now; with no reserve it lifts a limit an earlier run set, where
 // quotas are on.
-func (g *Gateway) setReserve() error {
-	if g.cfg.DiskReserveBytes == 0 && !diskquota.Enabled(g.wsBase) {
+func (q *Quotas) setReserve() error {
+	if q.cfg.ReserveBytes == 0 && !diskquota.Enabled(q.cfg.WorkspacesDir) {
 		return nil
 	}
-	q, err := g.quotaFS()
+	fs, err := q.quotaFS()
 	if err != nil {
 		return fmt.Errorf("disk reserve: lift the limit of an earlier run: %w", err)
 	}
-	limit, err := q.Reserve(g.cfg.DiskReserveBytes)
+	limit, err := fs.Reserve(q.cfg.ReserveBytes)
 	if err != nil {
 		return fmt.Errorf("disk reserve: %w", err)
 	}
-	g.log.Debug("workspaces limited to keep the disk reserve", "reserve", g.cfg.DiskReserveBytes, "limit", limit)
+	q.log.Debug("workspaces limited to keep the disk reserve", "reserve", q.cfg.ReserveBytes, "limit", limit)
 	return nil
 }
 
-// makeRepoFolder makes dir, a tenant's snapshot repository, if it is not
+// MakeRepoFolder makes dir, a tenant's snapshot repository, if it is not
 // there: a btrfs subvolume where the snapshots folder is on btrfs, so
 // that it can count in the reserve like a workspace. Where the reserve or
 // quotas are in force on the workspaces' disk and dir is on it, dir joins
@@ -104,8 +131,8 @@ func (g *Gateway) setReserve() error {
 // the reserve (EDQUOT) as it refuses a workspace's writes. A repository
 // made as a plain folder, by an older warren, cannot join; it is counted
 // through the disk's free space each time the reserve is set again
-// (after each of its checkpoints, checkpointed).
-func (g *Gateway) makeRepoFolder(dir string) error {
+// (after each of its checkpoints, Checkpointed).
+func (q *Quotas) MakeRepoFolder(dir string) error {
 	parent := filepath.Dir(dir)
 	if err := os.MkdirAll(parent, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", parent, err)
@@ -120,7 +147,7 @@ func (g *Gateway) makeRepoFolder(dir string) error {
 	} else if !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	if g.cfg.DiskReserveBytes == 0 && g.cfg.DiskQuotaBytes == 0 || !diskquota.SameFilesystem(dir, g.wsBase) {
+	if q.cfg.ReserveBytes == 0 && q.cfg.QuotaBytes == 0 || !diskquota.SameFilesystem(dir, q.cfg.WorkspacesDir) {
 		return nil
 	}
 	sub, err := diskquota.IsSubvolume(dir)
@@ -128,30 +155,30 @@ func (g *Gateway) makeRepoFolder(dir string) error {
 		return err
 	}
 	if !sub {
-		g.log.Warn("a snapshot repository made as a plain folder cannot join the workspaces' quota group; the reserve counts it through the disk's free space",
+		q.log.Warn("a snapshot repository made as a plain folder cannot join the workspaces' quota group; the reserve counts it through the disk's free space",
 			"folder", dir)
 		return nil
 	}
-	q, err := g.quotaFS()
+	fs, err := q.quotaFS()
 	if err != nil {
 		return fmt.Errorf("count snapshots %s in the disk reserve: %w", dir, err)
 	}
-	if err := q.Join(dir); err != nil {
+	if err := fs.Join(dir); err != nil {
 		return fmt.Errorf("count snapshots %s in the disk reserve: %w", dir, err)
 	}
 	return nil
 }
 
-// checkpointed sets the reserve again after a checkpoint wrote objects, so
+// Checkpointed sets the reserve again after a checkpoint wrote objects, so
 // that a repository outside the quota group (a plain folder, or on btrfs
 // with quotas at their defaults) leaves the reserve free: its bytes left
 // the disk's free space, which the limit follows.
-func (g *Gateway) checkpointed(k meta.ThreadKey) {
-	if g.cfg.DiskReserveBytes == 0 {
+func (q *Quotas) Checkpointed(k meta.ThreadKey) {
+	if q.cfg.ReserveBytes == 0 {
 		return
 	}
-	if err := g.setReserve(); err != nil {
-		g.log.Warn("set the disk reserve again after a checkpoint", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+	if err := q.setReserve(); err != nil {
+		q.log.Warn("set the disk reserve again after a checkpoint", "tenant", k.Tenant, "thread", k.Thread, "error", err)
 	}
 }
 
@@ -162,18 +189,18 @@ func sameDisk(a, b string) bool {
 	return unix.Stat(a, &sa) == nil && unix.Stat(b, &sb) == nil && sa.Dev == sb.Dev
 }
 
-// diskBytes is the quota of a thread with settings s; 0 is none.
-func (g *Gateway) diskBytes(s meta.Settings) int64 {
-	return cmp.Or(s.DiskBytes, g.cfg.DiskQuotaBytes)
+// DiskBytes is the quota of a thread with settings s; 0 is none.
+func (q *Quotas) DiskBytes(s meta.Settings) int64 {
+	return cmp.Or(s.DiskBytes, q.cfg.QuotaBytes)
 }
 
-// applyDiskQuota gives the workspace folder root of thread k its quota
+// Apply gives the workspace folder root of thread k its quota
 // from settings s, and counts it in the reserve. A thread with no quota
 // on a gateway with no reserve needs nothing, unless its workspace is a
 // subvolume and quotas are on: a limit of an earlier run or setting is
 // then lifted. What cannot be enforced is an error.
-func (g *Gateway) applyDiskQuota(k meta.ThreadKey, root string, s meta.Settings) error {
-	bytes, reserve := g.diskBytes(s), g.cfg.DiskReserveBytes
+func (q *Quotas) Apply(k meta.ThreadKey, root string, s meta.Settings) error {
+	bytes, reserve := q.DiskBytes(s), q.cfg.ReserveBytes
 	sub, err := diskquota.IsSubvolume(root)
 	if err != nil {
 		return fmt.Errorf("disk quota of thread %s: %w", call.KeyName(k), err)
@@ -181,10 +208,10 @@ func (g *Gateway) applyDiskQuota(k meta.ThreadKey, root string, s meta.Settings)
 	if bytes == 0 && reserve == 0 && (!sub || !diskquota.Enabled(root)) {
 		return nil // nothing asked, and no limit to lift
 	}
-	q, err := g.quotaFS()
+	fs, err := q.quotaFS()
 	if err != nil {
 		return fmt.Errorf("%w: disk quota of %d bytes for thread %s: workspaces folder %s cannot enforce it: %w",
-			api.ErrInvalid, bytes, call.KeyName(k), g.wsBase, err)
+			api.ErrInvalid, bytes, call.KeyName(k), q.cfg.WorkspacesDir, err)
 	}
 	if !sub {
 		// Something is asked (a plain folder with nothing asked returned
@@ -192,34 +219,10 @@ func (g *Gateway) applyDiskQuota(k meta.ThreadKey, root string, s meta.Settings)
 		return fmt.Errorf("%w: disk quota of %d bytes and reserve of %d for thread %s: its workspace %s was made as a plain folder, before quotas; the filesystem cannot bound it",
 			api.ErrInvalid, bytes, reserve, call.KeyName(k), root)
 	}
-	if err := q.Limit(root, bytes); err != nil {
+	if err := fs.Limit(root, bytes); err != nil {
 		return fmt.Errorf("disk quota of thread %s: %w", call.KeyName(k), err)
 	}
 	// The disk may have changed since the last bind (files of other
 	// programs): the reserve is set again from its state now.
-	return g.setReserve()
-}
-
-// makeWorkspace creates the workspace folder root, a btrfs subvolume where
-// the workspaces are on btrfs (so that it can get a quota), and registers
-// its removal on undo, like makeLeaf. An existing folder stays as it is.
-func makeWorkspace(undo *undoStack, root string) error {
-	parent := filepath.Dir(root)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", parent, err)
-	}
-	btrfs, err := diskquota.IsBtrfs(parent)
-	if err != nil || !btrfs {
-		return makeLeaf(undo, root, 0o755)
-	}
-	err = diskquota.MakeSubvolume(root)
-	if errors.Is(err, os.ErrExist) {
-		return makeLeaf(undo, root, 0o755)
-	}
-	if err != nil {
-		return err
-	}
-	// An empty subvolume is removed like a folder.
-	undo.pushFolder("remove "+root, func() error { return os.Remove(root) })
-	return nil
+	return q.setReserve()
 }
