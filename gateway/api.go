@@ -13,6 +13,7 @@ import (
 	"warren/api"
 	"warren/gateway/admit"
 	"warren/gateway/call"
+	"warren/gateway/hosts"
 	"warren/gateway/threadlimit"
 	"warren/meta"
 )
@@ -30,7 +31,8 @@ type route struct {
 // gateway makes them once at Start. Those of calls that still belong to
 // the daemon's own type are methods of g.
 type handlers struct {
-	g *Gateway
+	g     *Gateway
+	hosts *hosts.Handlers
 }
 
 // routes is the API: the one place every call is listed.
@@ -42,9 +44,9 @@ func routes(h handlers) []route {
 		{http.MethodDelete, "/v1/tenants/{tenant}/threads/{thread}", h.g.handleDelete},
 		{http.MethodGet, "/v1/threads", h.g.handleThreads},
 		{http.MethodGet, "/v1/version", handleVersion},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/unpin", h.g.handleUnpin},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/unpin", h.hosts.Unpin},
 		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/usage", h.g.handleUsage},
-		{http.MethodGet, "/v1/hosts", h.g.handleHosts},
+		{http.MethodGet, "/v1/hosts", h.hosts.Hosts},
 		{http.MethodPost, "/v1/mounts", h.g.handleMount},
 		{http.MethodGet, "/v1/mounts", h.g.handleMounts},
 		{http.MethodDelete, "/v1/mounts", h.g.handleUnmount},
@@ -145,7 +147,15 @@ type compiledRoute struct {
 	segs []string
 }
 
-func (g *Gateway) handler() http.Handler { return newRouter(g, routes(handlers{g: g}), false) }
+// handlers makes the rooms' handlers.
+func (g *Gateway) handlers() handlers {
+	return handlers{
+		g:     g,
+		hosts: hosts.NewHandlers(g.hosts, threadsAdapter{g}),
+	}
+}
+
+func (g *Gateway) handler() http.Handler { return newRouter(g, routes(g.handlers()), false) }
 
 // newRouter routes rs; open serves every peer (the metrics listener).
 func newRouter(g *Gateway, rs []route, open bool) *router {

@@ -19,7 +19,7 @@ import (
 	"warren/fs"
 	"warren/gateway/admit"
 	"warren/gateway/call"
-	"warren/gateway/lease"
+	"warren/gateway/hosts"
 	"warren/gateway/quota"
 	"warren/gateway/remount"
 	"warren/gateway/threadlimit"
@@ -96,10 +96,10 @@ type Gateway struct {
 	// machine the machine it runs on.
 	instance string
 	machine  string
-	// lease is this gateway's hold on its host id, nil without one
-	// (hosts.go, package lease). It owns its heartbeat and fence
-	// goroutines; endLease ends them.
-	lease *lease.Session
+	// hosts is this gateway's hold on its host id and the threads' pins
+	// (package hosts). It owns the lease's heartbeat and fence
+	// goroutines; Close ends them.
+	hosts *hosts.Hosts
 
 	// quotas holds the workspaces' quota groups (package quota).
 	quotas *quota.Quotas
@@ -160,7 +160,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		checkpoints: newCheckpointSet(),
 		admit:       admit.New(cfg.Admission, fileLimit()),
 		instance:    newInstance(),
-		machine:     machineID(),
+		machine:     hosts.MachineID(),
 		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks, ObserveOp: m.fuseObserver(cfg.NoFSMetrics)}),
 	}
 	if _, ok := g.mounter.(fuseMounter); ok && !cfg.FUSEPerThread {
@@ -199,7 +199,12 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
-	if err := g.startLease(ctx); err != nil {
+	// The host's lease, before anything is served: a gateway that cannot
+	// hold its host id serves nothing pinned.
+	if g.hosts, err = hosts.Start(ctx, hosts.Config{
+		HostID: cfg.HostID, RenewEvery: cfg.RenewEvery, ExpiresAfter: cfg.ExpiresAfter,
+		Fence: g.fence, Store: g.store, Logger: g.log,
+	}); err != nil {
 		closeFS(g.hub, g.pool, g.log)
 		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
@@ -219,7 +224,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err != nil {
 		closeJailBase(g.jailBase, g.log)
 		g.remounts.Close()
-		g.endLease()
+		g.hosts.Close()
 		g.closeCheckpoints()
 		g.unmountAll()
 		closeFS(g.hub, g.pool, g.log)
@@ -232,7 +237,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		os.Remove(cfg.SocketPath)
 		closeJailBase(g.jailBase, g.log)
 		g.remounts.Close()
-		g.endLease()
+		g.hosts.Close()
 		g.closeCheckpoints()
 		g.unmountAll()
 		closeFS(g.hub, g.pool, g.log)
@@ -347,7 +352,7 @@ func (g *Gateway) Close() error {
 		if rmErr := os.Remove(g.cfg.SocketPath); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
 			g.log.Warn("remove socket", "socket", g.cfg.SocketPath, "error", rmErr)
 		}
-		g.endLease() // no fence behind unmountAll, nor on a closed store
+		g.hosts.Close() // no fence behind unmountAll, nor on a closed store
 		g.closeCheckpoints()
 		g.closeErr = errors.Join(g.serveErr, err, g.unmountAll())
 		closeFS(g.hub, g.pool, g.log)

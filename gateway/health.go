@@ -140,7 +140,7 @@ func (g *Gateway) checkLease() api.ReadyCheck {
 	if g.cfg.HostID == "" {
 		return api.ReadyCheck{Name: "lease", OK: true, Detail: "no host id: threads are not pinned"}
 	}
-	ok, until := g.leaseValid()
+	ok, until := g.hosts.Valid()
 	if !ok {
 		return api.ReadyCheck{Name: "lease", Detail: fmt.Sprintf("fenced: host %q holds no lease on the metadata store, so it serves no pinned thread until a heartbeat gets one", g.cfg.HostID)}
 	}
@@ -197,7 +197,7 @@ func (g *Gateway) startMetricsListener() error {
 	}
 	// The peers of a TCP listener have no credentials to check: it
 	// serves the operational endpoints and nothing else.
-	rt := newRouter(g, opsRoutes(handlers{g: g}), true)
+	rt := newRouter(g, opsRoutes(g.handlers()), true)
 	g.metricsSrv = &http.Server{
 		Handler:           rt,
 		ReadHeaderTimeout: 10 * time.Second,

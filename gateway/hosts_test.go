@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/gateway/hosts"
 	"warren/internal/testenv"
 	"warren/meta"
 )
@@ -83,9 +84,9 @@ func TestTakeOver(t *testing.T) {
 	for i, job := range []meta.Job{
 		// One on this machine, whose processes are gone already; one of
 		// another machine; one that had ended.
-		{Machine: machineID(), Cgroup: "/sys/fs/cgroup/pids/warren/jail-999999999/cmd-1", Running: true},
+		{Machine: hosts.MachineID(), Cgroup: "/sys/fs/cgroup/pids/warren/jail-999999999/cmd-1", Running: true},
 		{Machine: "elsewhere", Cgroup: "/sys/fs/cgroup/pids/warren/jail-1/cmd-1", Running: true},
-		{Machine: machineID(), Running: false},
+		{Machine: hosts.MachineID(), Running: false},
 	} {
 		seq, _ := store.NextJobSeq(ctx, k)
 		job.ThreadKey, job.Seq, job.HostID, job.Label, job.StartedAt = k, seq, "web-1", "job", time.Now()
@@ -245,11 +246,11 @@ func BenchmarkOwnershipCheck(b *testing.B) {
 	env := startEnv(b, Config{HostID: "web-1", Store: store})
 	ctx := context.Background()
 	k := meta.ThreadKey{Tenant: "acme", Thread: "t1"}
-	if err := env.g.claim(ctx, k, nil); err != nil {
+	if err := env.g.hosts.Claim(ctx, k, nil); err != nil {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		if err := env.g.claim(ctx, k, nil); err != nil {
+		if err := env.g.hosts.Claim(ctx, k, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -305,7 +306,7 @@ func TestFenceSparesRepinned(t *testing.T) {
 	if _, err := env.c.Exec(ctx, "acme", "t2", api.ExecRequest{Command: "true"}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	old, held := env.g.lease.Holds(k1)
+	old, held := env.g.hosts.Holds(k1)
 	if !held {
 		t.Fatal("t1 not pinned")
 	}
@@ -329,7 +330,7 @@ func TestFenceSparesRepinned(t *testing.T) {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if id, _ := env.g.lease.Holds(k1); id != 0 && id != old {
+		if id, _ := env.g.hosts.Holds(k1); id != 0 && id != old {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -337,7 +338,7 @@ func TestFenceSparesRepinned(t *testing.T) {
 			t.Fatal("no new lease")
 		}
 	}
-	err = env.g.claim(ctx, k1, nil)
+	err = env.g.hosts.Claim(ctx, k1, nil)
 	unlock()
 	if err != nil {
 		t.Fatalf("pin t1 again: %v", err)

@@ -368,7 +368,7 @@ func (g *Gateway) threadJail(ctx context.Context, tenant, thread string) (j *jai
 	if warm {
 		// A warm jail still needs the thread's pin (a map look-up while
 		// the lease holds).
-		if err := g.claim(ctx, k, nil); err != nil {
+		if err := g.hosts.Claim(ctx, k, nil); err != nil {
 			g.jails.unhold(tj)
 			return nil, s, k, nil, err
 		}

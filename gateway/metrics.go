@@ -274,13 +274,13 @@ func (m *metrics) watch(g *Gateway) {
 			Help: "Events a reader lost because it read too slowly (its queue was full).",
 		}, func() float64 { _, missed := g.events.stats(); return float64(missed) }),
 		gauge("warren_lease_valid", "1 while this server holds its lease on the metadata store (always 1 without a host id), 0 while it is fenced.", func() float64 {
-			if ok, _ := g.leaseValid(); ok {
+			if ok, _ := g.hosts.Valid(); ok {
 				return 1
 			}
 			return 0
 		}),
 		gauge("warren_lease_remaining_seconds", "Time left on this server's lease unless a heartbeat renews it (0 without a host id, or fenced).", func() float64 {
-			if _, until := g.leaseValid(); !until.IsZero() {
+			if _, until := g.hosts.Valid(); !until.IsZero() {
 				return time.Until(until).Seconds()
 			}
 			return 0
@@ -330,13 +330,4 @@ func (js *jobSet) running() int {
 		n += tj.slots
 	}
 	return n
-}
-
-// leaseValid reports whether this gateway holds its lease, and until when;
-// without a host id there is no lease to lose: always valid, no end.
-func (g *Gateway) leaseValid() (bool, time.Time) {
-	if g.lease == nil {
-		return g.cfg.HostID == "", time.Time{}
-	}
-	return g.lease.Valid()
 }

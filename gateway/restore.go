@@ -234,7 +234,7 @@ func (g *Gateway) restoreThread(ctx context.Context, b meta.Binding) error {
 	}
 	// Its pin, taken over from this host's former run, before it is
 	// served; another host may have taken the thread meanwhile.
-	if err := g.claim(ctx, k, &b); err != nil {
+	if err := g.hosts.Claim(ctx, k, &b); err != nil {
 		return err
 	}
 	// A missing backing folder is an error, not something to create:
@@ -326,7 +326,7 @@ func (g *Gateway) finishDeletes(ctx context.Context, bs []meta.Binding) []meta.B
 				}
 			}
 		}
-		err := g.claim(ctx, b.ThreadKey, &b)
+		err := g.hosts.Claim(ctx, b.ThreadKey, &b)
 		if err == nil {
 			err = g.deleteLocked(ctx, b)
 		}

@@ -16,6 +16,7 @@ import (
 	"warren/api"
 	"warren/fs"
 	"warren/gateway/call"
+	"warren/gateway/hosts"
 	"warren/gateway/threadlimit"
 	"warren/jail"
 	"warren/meta"
@@ -240,14 +241,14 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	if found {
 		oldp = &old
 	}
-	if err := g.claim(ctx, k, oldp); err != nil {
+	if err := g.hosts.Claim(ctx, k, oldp); err != nil {
 		return meta.Binding{}, err
 	}
 	// A thread another host served (it died: this gateway holds the pin
 	// now) resumes in its folder, or starts afresh, or is gone.
 	moved := found && old.HostID != "" && old.HostID != g.cfg.HostID && g.cfg.HostID != ""
 	if found && old.State == meta.StateGone && !moved {
-		return meta.Binding{}, goneError(old)
+		return meta.Binding{}, hosts.GoneError(old)
 	}
 	if found && old.State == meta.StateClosed && g.mounted(k) && !moved {
 		// Closed while its jobs ran, and still mounted for them: bound
@@ -318,7 +319,7 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 		// in its place.
 		if _, err := os.Lstat(root); !fresh && errors.Is(err, os.ErrNotExist) {
 			g.log.Warn("refused: workspace folder is gone", "tenant", k.Tenant, "thread", k.Thread, "path", root)
-			return meta.Binding{}, goneError(old)
+			return meta.Binding{}, hosts.GoneError(old)
 		}
 	}
 	if err := makeWorkspace(&undo, root); err != nil {
@@ -620,21 +621,8 @@ func (g *Gateway) showThread(ctx context.Context, tenant, thread string) (api.Th
 		return api.ThreadInfo{}, fmt.Errorf("read binding of %s: %w", call.KeyName(k), err)
 	}
 	ti := g.info(b)
-	ti.Owner = g.owner(ctx, b)
+	ti.Owner = g.hosts.Owner(ctx, b)
 	return ti, nil
-}
-
-// owner returns the host that holds b's pin now, if any live one does.
-// Only pinned bindings (made by a gateway with a host id) are looked up.
-func (g *Gateway) owner(ctx context.Context, b meta.Binding) string {
-	if b.HostID == "" {
-		return ""
-	}
-	p, err := g.store.GetPin(ctx, b.ThreadKey)
-	if err != nil {
-		return ""
-	}
-	return p.HostID
 }
 
 // listThreads lists a page of at most limit bindings, of one tenant if
@@ -659,7 +647,7 @@ func (g *Gateway) listThreads(ctx context.Context, tenant *string, after *meta.T
 	out := make([]api.ThreadInfo, len(bs))
 	for i, b := range bs {
 		out[i] = g.info(b)
-		out[i].Owner = g.owner(ctx, b)
+		out[i].Owner = g.hosts.Owner(ctx, b)
 	}
 	var next string
 	if more {
@@ -696,7 +684,7 @@ func (g *Gateway) closeThreadWith(ctx context.Context, tenant, thread, why strin
 	if b.State == meta.StateDeleting {
 		return api.ThreadInfo{}, fmt.Errorf("close %s: %w", call.KeyName(k), deletingError(k))
 	}
-	if err := g.claim(ctx, k, &b); err != nil {
+	if err := g.hosts.Claim(ctx, k, &b); err != nil {
 		return api.ThreadInfo{}, err
 	}
 	// Running jobs keep the jail and the mount until they end
@@ -754,7 +742,7 @@ func (g *Gateway) deleteThread(ctx context.Context, tenant, thread string) error
 	if err != nil {
 		return fmt.Errorf("delete %s: read binding: %w", call.KeyName(k), err)
 	}
-	if err := g.claim(ctx, k, &b); err != nil {
+	if err := g.hosts.Claim(ctx, k, &b); err != nil {
 		return err
 	}
 	return g.deleteLocked(ctx, b)
@@ -817,13 +805,9 @@ func (g *Gateway) deleteLocked(ctx context.Context, b meta.Binding) error {
 	if err := g.store.DeleteBinding(ctx, k, b.Revision); err != nil {
 		return fmt.Errorf("delete %s: delete binding: %w", call.KeyName(k), err)
 	}
-	if g.cfg.HostID != "" {
-		// The last record: a failure leaves a pin that runs out with
-		// this host's lease, and holds no thread.
-		if err := g.lease.Unpin(ctx, k); err != nil {
-			g.log.Warn("unpin a deleted thread", "tenant", k.Tenant, "thread", k.Thread, "error", err)
-		}
-	}
+	// The last record: a failure leaves a pin that runs out with this
+	// host's lease, and holds no thread.
+	g.hosts.Forget(ctx, k)
 	g.threads.forget(k)
 	g.log.Info("thread deleted", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
 	g.emit(api.Event{Type: api.EventThreadDeleted, Tenant: k.Tenant, Thread: k.Thread, Actor: call.Actor(ctx),

@@ -39,8 +39,8 @@ func (g *Gateway) usage(ctx context.Context, tenant, thread string) (api.Usage, 
 	if err != nil {
 		return api.Usage{}, fmt.Errorf("read binding of %s: %w", call.KeyName(k), err)
 	}
-	if owner := g.owner(ctx, b); owner != "" && owner != g.cfg.HostID {
-		return api.Usage{}, g.pinnedError(ctx, k, &b, owner)
+	if owner := g.hosts.Owner(ctx, b); owner != "" && owner != g.cfg.HostID {
+		return api.Usage{}, g.hosts.PinnedError(ctx, k, &b, owner)
 	}
 	u := api.Usage{Tenant: k.Tenant, Thread: k.Thread, DiskQuotaBytes: g.quotas.DiskBytes(b.Settings),
 		SnapshotQuotaBytes: g.snapshotQuota(b.Settings)}
