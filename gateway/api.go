@@ -13,6 +13,7 @@ import (
 	"warren/api"
 	"warren/gateway/admit"
 	"warren/gateway/call"
+	"warren/gateway/inspect"
 	"warren/gateway/threadlimit"
 	"warren/meta"
 )
@@ -30,7 +31,8 @@ type route struct {
 // gateway makes them once at Start. Those of calls that still belong to
 // the daemon's own type are methods of g.
 type handlers struct {
-	g *Gateway
+	g       *Gateway
+	inspect *inspect.Handlers
 }
 
 // routes is the API: the one place every call is listed.
@@ -45,9 +47,9 @@ func routes(h handlers) []route {
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/unpin", h.g.handleUnpin},
 		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/usage", h.g.handleUsage},
 		{http.MethodGet, "/v1/hosts", h.g.handleHosts},
-		{http.MethodPost, "/v1/mounts", h.g.handleMount},
-		{http.MethodGet, "/v1/mounts", h.g.handleMounts},
-		{http.MethodDelete, "/v1/mounts", h.g.handleUnmount},
+		{http.MethodPost, "/v1/mounts", h.inspect.Mount},
+		{http.MethodGet, "/v1/mounts", h.inspect.Mounts},
+		{http.MethodDelete, "/v1/mounts", h.inspect.Unmount},
 		{http.MethodGet, "/v1/events", h.g.handleEvents}, // answers a call.Streamer
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/read", h.g.handleReadFile},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/write", h.g.handleWriteFile},
@@ -145,7 +147,9 @@ type compiledRoute struct {
 	segs []string
 }
 
-func (g *Gateway) handler() http.Handler { return newRouter(g, routes(handlers{g: g}), false) }
+func (g *Gateway) handler() http.Handler {
+	return newRouter(g, routes(handlers{g: g, inspect: inspect.NewHandlers(g.inspections)}), false)
+}
 
 // newRouter routes rs; open serves every peer (the metrics listener).
 func newRouter(g *Gateway, rs []route, open bool) *router {
@@ -366,45 +370,6 @@ func (g *Gateway) handleThreads(r *http.Request, _ call.Params) (any, error) {
 		return nil, err
 	}
 	return api.ThreadsResponse{Bindings: tis, NextCursor: next}, nil
-}
-
-func (g *Gateway) handleMount(r *http.Request, _ call.Params) (any, error) {
-	var req api.MountRequest
-	if err := call.DecodeBody(r, &req, false); err != nil {
-		return nil, err
-	}
-	mi, err := g.mountInspection(r.Context(), req, call.PeerFrom(r.Context()).UID)
-	if err != nil {
-		return nil, err
-	}
-	return api.MountResponse{Mount: mi}, nil
-}
-
-func (g *Gateway) handleMounts(r *http.Request, _ call.Params) (any, error) {
-	if err := call.NoQuery(r); err != nil {
-		return nil, err
-	}
-	ms, err := g.listMounts(r.Context())
-	if err != nil {
-		return nil, err
-	}
-	return api.MountsResponse{Mounts: ms}, nil
-}
-
-func (g *Gateway) handleUnmount(r *http.Request, _ call.Params) (any, error) {
-	q, err := call.Query(r, "path")
-	if err != nil {
-		return nil, err
-	}
-	vs, ok := q["path"]
-	if !ok || vs[0] == "" {
-		return nil, fmt.Errorf("%w: the query parameter path is required", api.ErrInvalid)
-	}
-	inUse, err := g.unmount(r.Context(), vs[0])
-	if err != nil {
-		return nil, err
-	}
-	return api.UnmountResponse{Unmounted: vs[0], InUse: inUse}, nil
 }
 
 // writeError answers err as JSON with the status of its class, and logs
