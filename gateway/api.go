@@ -14,6 +14,7 @@ import (
 	"warren/gateway/admit"
 	"warren/gateway/call"
 	"warren/gateway/hosts"
+	"warren/gateway/inspect"
 	"warren/gateway/threadlimit"
 	"warren/meta"
 )
@@ -33,6 +34,7 @@ type route struct {
 type handlers struct {
 	g     *Gateway
 	hosts *hosts.Handlers
+	inspect *inspect.Handlers
 }
 
 // routes is the API: the one place every call is listed.
@@ -47,9 +49,9 @@ func routes(h handlers) []route {
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/unpin", h.hosts.Unpin},
 		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/usage", h.g.handleUsage},
 		{http.MethodGet, "/v1/hosts", h.hosts.Hosts},
-		{http.MethodPost, "/v1/mounts", h.g.handleMount},
-		{http.MethodGet, "/v1/mounts", h.g.handleMounts},
-		{http.MethodDelete, "/v1/mounts", h.g.handleUnmount},
+		{http.MethodPost, "/v1/mounts", h.inspect.Mount},
+		{http.MethodGet, "/v1/mounts", h.inspect.Mounts},
+		{http.MethodDelete, "/v1/mounts", h.inspect.Unmount},
 		{http.MethodGet, "/v1/events", h.g.handleEvents}, // answers a call.Streamer
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/read", h.g.handleReadFile},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/write", h.g.handleWriteFile},
@@ -150,8 +152,9 @@ type compiledRoute struct {
 // handlers makes the rooms' handlers.
 func (g *Gateway) handlers() handlers {
 	return handlers{
-		g:     g,
-		hosts: hosts.NewHandlers(g.hosts, threadsAdapter{g}),
+		g:       g,
+		hosts:   hosts.NewHandlers(g.hosts, threadsAdapter{g}),
+		inspect: inspect.NewHandlers(g.inspections),
 	}
 }
 
@@ -376,45 +379,6 @@ func (g *Gateway) handleThreads(r *http.Request, _ call.Params) (any, error) {
 		return nil, err
 	}
 	return api.ThreadsResponse{Bindings: tis, NextCursor: next}, nil
-}
-
-func (g *Gateway) handleMount(r *http.Request, _ call.Params) (any, error) {
-	var req api.MountRequest
-	if err := call.DecodeBody(r, &req, false); err != nil {
-		return nil, err
-	}
-	mi, err := g.mountInspection(r.Context(), req, call.PeerFrom(r.Context()).UID)
-	if err != nil {
-		return nil, err
-	}
-	return api.MountResponse{Mount: mi}, nil
-}
-
-func (g *Gateway) handleMounts(r *http.Request, _ call.Params) (any, error) {
-	if err := call.NoQuery(r); err != nil {
-		return nil, err
-	}
-	ms, err := g.listMounts(r.Context())
-	if err != nil {
-		return nil, err
-	}
-	return api.MountsResponse{Mounts: ms}, nil
-}
-
-func (g *Gateway) handleUnmount(r *http.Request, _ call.Params) (any, error) {
-	q, err := call.Query(r, "path")
-	if err != nil {
-		return nil, err
-	}
-	vs, ok := q["path"]
-	if !ok || vs[0] == "" {
-		return nil, fmt.Errorf("%w: the query parameter path is required", api.ErrInvalid)
-	}
-	inUse, err := g.unmount(r.Context(), vs[0])
-	if err != nil {
-		return nil, err
-	}
-	return api.UnmountResponse{Unmounted: vs[0], InUse: inUse}, nil
 }
 
 // writeError answers err as JSON with the status of its class, and logs

@@ -199,6 +199,8 @@ type Config struct {
 	// tests, which look at a gateway that serves while no thread is
 	// mounted again yet. A call's own thread is never held by it.
 	remountGate chan struct{}
+	// unmountDrain, if not 0, is inspect.Config.UnmountDrain (tests).
+	unmountDrain time.Duration
 	// checkpointHold, if not nil, is called by every history call that
 	// takes its locks through withHistoryLocked (checkpoint, undo, redo,
 	// revert, diff, the finish of a cut restore; not fork) once it holds

@@ -20,6 +20,7 @@ import (
 	"warren/gateway/admit"
 	"warren/gateway/call"
 	"warren/gateway/hosts"
+	"warren/gateway/inspect"
 	"warren/gateway/quota"
 	"warren/gateway/remount"
 	"warren/gateway/threadlimit"
@@ -53,10 +54,6 @@ type Gateway struct {
 	// hub joins every mount this gateway serves, so a change made through
 	// one mount shows at once through the others of the same folder.
 	hub *fs.Hub
-
-	// dataID and wsID are the identities of dataDir and wsReal: an
-	// inspection folder is checked on descriptors, not by its path.
-	dataID, wsID fileID
 	// events fans the gateway's events out to GET /v1/events (events.go);
 	// files turns the filesystem's changes into file events
 	// (fileevents.go).
@@ -78,8 +75,11 @@ type Gateway struct {
 	threads     threadSet     // thread locks and mounts (threads.go)
 	jails       jailSet       // jails and the commands in them (jails.go)
 	jobs        jobSet        // background jobs (jobs.go)
-	inspections inspectionSet // inspection mounts (inspect.go)
 	checkpoints checkpointSet // checkpoint locks, repositories, collections (checkpoints.go)
+
+	// inspections are the inspection mounts (package inspect); set by
+	// Start, never changed.
+	inspections *inspect.Inspections
 	// requests counts the API's requests being answered (Close waits).
 	requests requestSet
 	// admit bounds the connections, requests, bodies, uploads and
@@ -153,7 +153,6 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		allow:       make(map[uint32]bool),
 		serveDone:   make(chan struct{}),
 		threads:     threadSet{mounts: make(map[meta.ThreadKey]*threadMount), admit: threadAdmit},
-		inspections: inspectionSet{mounts: make(map[string]*inspectionMount)},
 		events:      newBroker(eventBuffer),
 		jails:       jailSet{jails: make(map[meta.ThreadKey]*threadJail), execs: make(map[string]*runningExec), max: maxJails},
 		jobs:        jobSet{threads: make(map[meta.ThreadKey]*threadJobs)},
@@ -177,6 +176,14 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.allow[u] = true
 	}
 	if err := g.makeLayout(); err != nil {
+		closeFS(g.hub, g.pool, g.log)
+		g.files.close()
+		return nil, fmt.Errorf("start gateway: %w", err)
+	}
+	if g.inspections, err = inspect.New(inspect.Config{
+		Store: g.store, Logger: g.log, Threads: inspectThreads{g},
+		DataDir: g.dataDir, WorkspacesDir: g.wsReal, UnmountDrain: cfg.unmountDrain,
+	}); err != nil {
 		closeFS(g.hub, g.pool, g.log)
 		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
@@ -309,7 +316,7 @@ func (g *Gateway) Close() error {
 		g.stopIdle()
 		g.remounts.Stop()
 		g.threads.close()
-		g.inspections.close()
+		g.inspections.Close()
 		g.jobs.close()
 		// Commands end with their jails, and their streams with them.
 		// Jobs end too, and their ends are recorded (before the caller
@@ -413,18 +420,12 @@ func (g *Gateway) makeLayout() error {
 	if g.wsReal, err = filepath.EvalSymlinks(g.wsBase); err != nil {
 		return fmt.Errorf("resolve workspaces folder: %w", err)
 	}
-	if g.dataID, err = statID(g.dataDir); err != nil {
-		return fmt.Errorf("data dir: %w", err)
-	}
-	if g.wsID, err = statID(g.wsReal); err != nil {
-		return fmt.Errorf("workspaces folder: %w", err)
-	}
 	return nil
 }
 
 // unmountAll unmounts every thread and inspection mount, keeping records.
 // No mount is added or put back after it (threadSet.drain,
-// inspectionSet.drain).
+// inspect.Inspections.Drain).
 func (g *Gateway) unmountAll() error {
 	var closers []io.Closer
 	var names []string
@@ -432,7 +433,7 @@ func (g *Gateway) unmountAll() error {
 		closers = append(closers, m)
 		names = append(names, g.workspacePath(k))
 	}
-	for p, m := range g.inspections.drain() {
+	for p, m := range g.inspections.Drain() {
 		closers = append(closers, m)
 		names = append(names, p)
 	}

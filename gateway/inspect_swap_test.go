@@ -118,7 +118,7 @@ func TestInspectionMountSymlinkSwapRace(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	made, refused := 0, 0
 	for i := 0; i < tries && time.Now().Before(deadline); i++ {
-		_, err := env.g.mountInspection(ctx, api.MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID)
+		_, err := env.g.inspections.Mount(ctx, api.MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID)
 		if st.victimCovered(t) {
 			t.Fatalf("try %d: the mount covers the victim's folder (answer: %v)", i, err)
 		}
@@ -130,7 +130,7 @@ func TestInspectionMountSymlinkSwapRace(t *testing.T) {
 			continue
 		}
 		made++
-		if _, err := env.g.unmount(ctx, st.asked); err != nil {
+		if _, err := env.g.inspections.Unmount(ctx, st.asked); err != nil {
 			t.Fatalf("try %d: unmount: %v", i, err)
 		}
 		if got := env.live(t, st.base); len(got) > 0 && !onlyThreadMounts(env, got) {
@@ -167,7 +167,7 @@ func TestInspectionMountRestartSymlinkedParent(t *testing.T) {
 	ctx := context.Background()
 
 	env1 := startEnv(t, Config{DataDir: dataDir, Store: store})
-	if _, err := env1.g.mountInspection(ctx, api.MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID); err != nil {
+	if _, err := env1.g.inspections.Mount(ctx, api.MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID); err != nil {
 		t.Fatal(err)
 	}
 	if err := env1.g.Close(); err != nil {
@@ -199,7 +199,7 @@ func TestInspectionMountRestartSymlinkedParent(t *testing.T) {
 // makes a fresh empty folder at st.asked. It returns where the mount is.
 func (st swapTree) mountMovedAway(t *testing.T, env *testEnv) string {
 	t.Helper()
-	if _, err := env.g.mountInspection(context.Background(), api.MountRequest{Thread: "t", Path: st.asked}, attackerUID); err != nil {
+	if _, err := env.g.inspections.Mount(context.Background(), api.MountRequest{Thread: "t", Path: st.asked}, attackerUID); err != nil {
 		t.Fatal(err)
 	}
 	moved := filepath.Join(st.base, "r", "d")
@@ -255,7 +255,7 @@ func TestInspectionUnmountDoesNotBlockClose(t *testing.T) {
 	go func() {
 		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		_, err := env.g.unmount(uctx, st.asked)
+		_, err := env.g.inspections.Unmount(uctx, st.asked)
 		unmounted <- err
 	}()
 	select {
@@ -282,7 +282,7 @@ func TestInspectionUnmountDoesNotBlockClose(t *testing.T) {
 // still uses (its working folder is there): the answer comes within the
 // drain bound, says the mount is in use, and the mount is out of the tree.
 func TestInspectionUnmountInUse(t *testing.T) {
-	env := startEnv(t, Config{})
+	env := startEnv(t, Config{unmountDrain: 200 * time.Millisecond})
 	ctx := context.Background()
 	dir := t.TempDir()
 	if _, err := env.c.Mount(ctx, api.MountRequest{Thread: "t", Path: dir}); err != nil {
@@ -305,8 +305,6 @@ func TestInspectionUnmountInUse(t *testing.T) {
 		t.Fatalf("holder: got %q, %v; want it in %s", line, err, dir)
 	}
 
-	defer func(d time.Duration) { unmountDrain = d }(unmountDrain)
-	unmountDrain = 200 * time.Millisecond
 	resp := rawRequest(t, env.g.SocketPath(), http.MethodDelete, "/v1/mounts?path="+dir, nil)
 	if resp.status != http.StatusOK || !strings.Contains(string(resp.body), `"inUse":true`) {
 		t.Errorf("DELETE of a mount in use: got %d %s, want 200 with inUse", resp.status, resp.body)
@@ -322,7 +320,7 @@ func TestInspectionMountNotInsideFUSE(t *testing.T) {
 	st := newSwapTree(t)
 	env := startEnv(t, Config{})
 	ctx := context.Background()
-	if _, err := env.g.mountInspection(ctx, api.MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID); err != nil {
+	if _, err := env.g.inspections.Mount(ctx, api.MountRequest{Thread: "t", Path: st.asked, Writable: true}, attackerUID); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(filepath.Join(st.base, "p"), filepath.Join(st.base, "r")); err != nil {
@@ -335,12 +333,12 @@ func TestInspectionMountNotInsideFUSE(t *testing.T) {
 	if err := os.Chown(inside, attackerUID, attackerUID); err != nil {
 		t.Fatal(err)
 	}
-	_, err := env.g.mountInspection(ctx, api.MountRequest{Thread: "other", Path: inside}, attackerUID)
+	_, err := env.g.inspections.Mount(ctx, api.MountRequest{Thread: "other", Path: inside}, attackerUID)
 	if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "FUSE") {
 		t.Errorf("mount inside a moved inspection mount: got %v, want ErrInvalid (a FUSE mount)", err)
 	}
 	mustMounted(t, inside, false)
-	if _, err := env.g.unmount(ctx, st.asked); err != nil {
+	if _, err := env.g.inspections.Unmount(ctx, st.asked); err != nil {
 		t.Errorf("unmount: %v", err)
 	}
 }

@@ -60,7 +60,7 @@ func TestInspectionMountChecks(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := env.g.mountInspection(ctx, api.MountRequest{Thread: "t", Path: tt.path}, tt.owner)
+			_, err := env.g.inspections.Mount(ctx, api.MountRequest{Thread: "t", Path: tt.path}, tt.owner)
 			if !errors.Is(err, tt.want) {
 				t.Errorf("got %v, want %v", err, tt.want)
 			}
@@ -77,7 +77,7 @@ func TestInspectionMountChecks(t *testing.T) {
 			testenv.CannotRun(t, "mount tmpfs: %v", err)
 		}
 		defer unix.Unmount(dir, unix.MNT_DETACH)
-		_, err := env.g.mountInspection(ctx, api.MountRequest{Thread: "t", Path: dir}, 0)
+		_, err := env.g.inspections.Mount(ctx, api.MountRequest{Thread: "t", Path: dir}, 0)
 		if !errors.Is(err, api.ErrConflict) {
 			t.Errorf("got %v, want ErrConflict", err)
 		}

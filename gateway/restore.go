@@ -4,15 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"warren/fs"
+	"warren/gateway/inspect"
 	"warren/gateway/remount"
 	"warren/meta"
 )
@@ -105,40 +103,10 @@ func (g *Gateway) restore(ctx context.Context) {
 		keys = append(keys, b.ThreadKey)
 	}
 
-	ms, err := g.store.ListInspectionMounts(ctx)
+	mounted, failed, err := g.inspections.Restore(ctx)
 	if err != nil {
 		g.log.Error("restore: list inspection mounts", "error", err)
 		return
-	}
-	var mounted, failed int
-	for _, m := range ms {
-		mount, err := g.restoreInspection(ctx, m)
-		var drop string
-		switch {
-		case errors.Is(err, meta.ErrNotFound):
-			// Its thread was deleted while the mount could not be taken
-			// down; nothing is left to serve.
-			drop = "its thread was deleted"
-		case errors.Is(err, errFolderRefused):
-			// The folder no longer passes the checks a new mount must
-			// pass (a link swapped into its path, another owner, files
-			// in it): it is not covered, and not tried again.
-			drop = "its folder no longer passes the checks"
-		}
-		if drop != "" {
-			g.log.Warn("restore: dropping inspection mount: "+drop, "tenant", m.Tenant, "thread", m.Thread, "path", m.Path, "uid", m.Owner, "error", err)
-			if err := g.store.DeleteInspectionMount(ctx, m.Path); err != nil {
-				g.log.Error("restore: forget inspection mount", "path", m.Path, "error", err)
-			}
-			continue
-		}
-		g.inspections.put(m.Path, &inspectionMount{key: m.ThreadKey, mount: mount, err: err})
-		if err != nil {
-			failed++
-			g.log.Error("restore: inspection mount", "tenant", m.Tenant, "thread", m.Thread, "path", m.Path, "error", err)
-			continue
-		}
-		mounted++
 	}
 	g.log.Info("restore: serving; the threads are served again in the background", "threads", len(keys), "inspection_mounts", mounted, "inspection_failed", failed)
 }
@@ -257,45 +225,6 @@ func (g *Gateway) restoreThread(ctx context.Context, b meta.Binding) error {
 	return nil
 }
 
-// errFolderRefused marks a recorded inspection folder that no longer
-// passes the checks of a new mount.
-var errFolderRefused = errors.New("inspection folder refused")
-
-// restoreInspection serves an inspection mount again, with the resolution
-// and every check of a new one (openInspectionDir), for the uid it was
-// made for. It returns an error matching meta.ErrNotFound when the thread
-// has no binding any more, and errFolderRefused when the folder does not
-// pass the checks.
-func (g *Gateway) restoreInspection(ctx context.Context, m meta.InspectionMount) (io.Closer, error) {
-	b, err := g.store.GetBinding(ctx, m.ThreadKey)
-	if err != nil {
-		return nil, fmt.Errorf("read binding: %w", err)
-	}
-	if b.State == meta.StateDeleting {
-		// Its delete failed again at this start: never served.
-		detachStaleInspection(m.Path)
-		return nil, fmt.Errorf("%w: thread is being deleted", meta.ErrNotFound)
-	}
-	// What a crashed run left there, reached without following links
-	// and detached through its own descriptor.
-	if err := detachStaleInspection(m.Path); err != nil {
-		return nil, err
-	}
-	dirFd, path, err := g.openInspectionDir(m.Path, m.Owner)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errFolderRefused, err)
-	}
-	defer unix.Close(dirFd)
-	root, err := g.rootOf(b)
-	if err != nil {
-		return nil, err
-	}
-	if fi, err := os.Lstat(root); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("workspace %s is missing or not a folder (%v)", root, err)
-	}
-	return g.mountAt(ctx, m.ThreadKey, root, path, !m.Writable, &fs.Target{Fd: dirFd})
-}
-
 // finishDeletes finishes the deletes a former run recorded and did not
 // finish (state deleting), for threads this host serves, and returns the
 // bindings left. A delete that fails again stays recorded: the thread
@@ -321,7 +250,7 @@ func (g *Gateway) finishDeletes(ctx context.Context, bs []meta.Binding) []meta.B
 		}
 		for _, m := range ms {
 			if m.ThreadKey == b.ThreadKey {
-				if err := detachStaleInspection(m.Path); err != nil {
+				if err := inspect.DetachStale(m.Path); err != nil {
 					g.log.Warn("restore: detach an inspection mount of a deleted thread", "path", m.Path, "error", err)
 				}
 			}

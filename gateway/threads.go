@@ -770,7 +770,7 @@ func (g *Gateway) deleteLocked(ctx context.Context, b meta.Binding) error {
 		}
 	}
 
-	inspections, err := g.unmountInspectionsOf(ctx, k)
+	inspections, err := g.inspections.UnmountAllOf(ctx, k)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}

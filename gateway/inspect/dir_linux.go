@@ -1,4 +1,4 @@
-package gateway
+package inspect
 
 import (
 	"errors"
@@ -140,7 +140,7 @@ func notThroughFUSE(fd int, at string) error {
 // returns an O_PATH descriptor of the folder, which the mount is made
 // onto, and the clean path the mount is known by; the caller closes the
 // descriptor.
-func (g *Gateway) openInspectionDir(dir string, owner uint32) (int, string, error) {
+func (in *Inspections) openInspectionDir(dir string, owner uint32) (int, string, error) {
 	if !filepath.IsAbs(dir) {
 		return -1, "", fmt.Errorf("%w: %s is not an absolute path", api.ErrInvalid, call.Quote(dir))
 	}
@@ -151,10 +151,10 @@ func (g *Gateway) openInspectionDir(dir string, owner uint32) (int, string, erro
 			return fmt.Errorf("stat %s: %w", at, err)
 		}
 		switch id {
-		case g.dataID:
-			return fmt.Errorf("%w: %s is inside the data folder %s", api.ErrInvalid, dir, g.dataDir)
-		case g.wsID:
-			return fmt.Errorf("%w: %s is inside the workspaces folder %s", api.ErrInvalid, dir, g.wsReal)
+		case in.dataID:
+			return fmt.Errorf("%w: %s is inside the data folder %s", api.ErrInvalid, dir, in.dataDir)
+		case in.wsID:
+			return fmt.Errorf("%w: %s is inside the workspaces folder %s", api.ErrInvalid, dir, in.wsReal)
 		}
 		return nil
 	})
@@ -212,12 +212,12 @@ func checkEmptyFd(fd int, dir string) error {
 	return fmt.Errorf("%w: %s is not empty (it holds %q)", api.ErrInvalid, dir, names[0])
 }
 
-// detachStaleInspection lazily unmounts the warren mounts a crashed daemon
-// left at path, reached without following links and detached through
-// their own descriptors. A mount of another kind is left alone (the
-// checks then refuse the folder). A path that cannot be walked has no
+// DetachStale lazily unmounts the warren mounts a crashed daemon left at
+// path (an inspection mount's recorded path), reached without following
+// links and detached through their own descriptors. A mount of another
+// kind is left alone (the checks then refuse the folder). A path that cannot be walked has no
 // stale mount of ours to detach.
-func detachStaleInspection(path string) error {
+func DetachStale(path string) error {
 	for range 16 { // mounts may be stacked
 		fd, err := walkNoLinks(path, nil)
 		if err != nil {
