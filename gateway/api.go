@@ -32,8 +32,8 @@ type route struct {
 // gateway makes them once at Start. Those of calls that still belong to
 // the daemon's own type are methods of g.
 type handlers struct {
-	g     *Gateway
-	hosts *hosts.Handlers
+	g       *Gateway
+	hosts   *hosts.Handlers
 	inspect *inspect.Handlers
 }
 
