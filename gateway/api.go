@@ -13,6 +13,7 @@ import (
 	"warren/api"
 	"warren/gateway/admit"
 	"warren/gateway/call"
+	"warren/gateway/files"
 	"warren/gateway/hosts"
 	"warren/gateway/inspect"
 	"warren/gateway/threadlimit"
@@ -35,6 +36,7 @@ type handlers struct {
 	g       *Gateway
 	hosts   *hosts.Handlers
 	inspect *inspect.Handlers
+	files   *files.Handlers
 }
 
 // routes is the API: the one place every call is listed.
@@ -53,19 +55,19 @@ func routes(h handlers) []route {
 		{http.MethodGet, "/v1/mounts", h.inspect.Mounts},
 		{http.MethodDelete, "/v1/mounts", h.inspect.Unmount},
 		{http.MethodGet, "/v1/events", h.g.handleEvents}, // answers a call.Streamer
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/read", h.g.handleReadFile},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/write", h.g.handleWriteFile},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/edit", h.g.handleEditFile},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/list", h.g.handleListFiles},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/stat", h.g.handleStatFile},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/exists", h.g.handleFileExists},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/mkdir", h.g.handleMkdir},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/remove", h.g.handleRemoveFile},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/rename", h.g.handleRenameFile},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/files/raw", h.g.handleReadRaw}, // answers a call.Streamer
-		{http.MethodPut, "/v1/tenants/{tenant}/threads/{thread}/files/raw", h.g.handleWriteRaw},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs", h.g.handleRegisterRun},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs/end", h.g.handleEndRun},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/read", h.files.ReadFile},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/write", h.files.WriteFile},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/edit", h.files.EditFile},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/list", h.files.ListFiles},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/stat", h.files.StatFile},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/exists", h.files.FileExists},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/mkdir", h.files.Mkdir},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/remove", h.files.RemoveFile},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/rename", h.files.RenameFile},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/files/raw", h.files.ReadRaw}, // answers a call.Streamer
+		{http.MethodPut, "/v1/tenants/{tenant}/threads/{thread}/files/raw", h.files.WriteRaw},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs", h.files.RegisterRun},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs/end", h.files.EndRun},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec", h.g.handleExec}, // answers a call.Streamer
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/stdin", h.g.handleExecStdin},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/resize", h.g.handleExecResize},
@@ -103,7 +105,7 @@ func bodyLimit(pattern string) int64 {
 	case strings.HasSuffix(pattern, "/files/raw"):
 		return noBodyLimit
 	case strings.HasSuffix(pattern, "/files/read"), strings.HasSuffix(pattern, "/files/write"), strings.HasSuffix(pattern, "/files/edit"):
-		return maxFileBody
+		return files.MaxFileBody
 	}
 	return call.MaxBodyBytes
 }
@@ -155,6 +157,7 @@ func (g *Gateway) handlers() handlers {
 		g:       g,
 		hosts:   hosts.NewHandlers(g.hosts, threadsAdapter{g}),
 		inspect: inspect.NewHandlers(g.inspections),
+		files:   files.NewHandlers(g.fileAPI),
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"warren/fs"
 	"warren/gateway/admit"
 	"warren/gateway/call"
+	"warren/gateway/files"
 	"warren/gateway/hosts"
 	"warren/gateway/inspect"
 	"warren/gateway/quota"
@@ -59,6 +60,8 @@ type Gateway struct {
 	// (fileevents.go).
 	events *broker
 	files  *fileEvents
+	// fileAPI is the file API (package files).
+	fileAPI *files.Files
 	// metrics are its Prometheus series (metrics.go); metricsSrv serves
 	// them on Config.MetricsAddr, if set, and metricsDone is closed when
 	// that server returned.
@@ -172,6 +175,9 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	m.watch(g)
 	g.files = newFileEvents(g.emit)
+	g.fileAPI = files.New(files.Config{
+		Threads: filesThreads{g}, Hub: g.hub, Events: g.events, Changes: g.files.of, Metrics: g.metrics, Logger: g.log,
+	})
 	for _, u := range cfg.AllowUIDs {
 		g.allow[u] = true
 	}

@@ -35,6 +35,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"warren/api"
+	"warren/gateway/files"
 )
 
 const (
@@ -686,7 +687,7 @@ type handlerFacts struct {
 	reqType  string // "api.X", "struct{}", "" for no decodeBody
 	emptyOK  bool   // decodeBody's emptyOK
 	query    []string
-	queryFn  string // a helper that reads the query ("rawQuery"), with its bool argument
+	queryFn  string // a helper that reads the query ("RawQuery"), with its bool argument
 	queryArg bool
 	answers  []string // the types its non-error returns have ("api.X", "*eventStream")
 }
@@ -1034,9 +1035,9 @@ func acceptedQuery(t *testing.T, fn string, arg bool, keys []string) []string {
 	t.Helper()
 	var parse func(q string) error
 	switch fn {
-	case "rawQuery":
+	case "RawQuery":
 		parse = func(q string) error {
-			_, err := rawQuery(httptest.NewRequest("GET", "/x?"+q, nil), arg)
+			_, err := files.RawQuery(httptest.NewRequest("GET", "/x?"+q, nil), arg)
 			return err
 		}
 	default:

@@ -1,4 +1,4 @@
-package gateway
+package files
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"syscall"
+
+	"github.com/hashicorp/go-hclog"
 
 	"warren/api"
 	"warren/fs"
@@ -21,7 +23,7 @@ import (
 // each works on the backing folder through the fs core, through the same
 // locks, versions, read records and change log as the thread's mounts,
 // and for the run it names (or the calling process). Paths follow the
-// file API's rules (checkPath, inWorkspace); every refusal is answered
+// file API's rules (call.CheckPath, inWorkspace); every refusal is answered
 // and logged by the router with the thread and the path.
 
 // defaultFolderMode is the mode of a folder mkdir makes when the call
@@ -53,16 +55,16 @@ func entryOf(e fs.EntryInfo) api.Entry {
 }
 
 // listFiles lists a folder of the thread's workspace.
-func (g *Gateway) listFiles(ctx context.Context, tenant, thread string, req api.ListRequest) (api.ListResponse, error) {
+func (fa *Files) listFiles(ctx context.Context, tenant, thread string, req api.ListRequest) (api.ListResponse, error) {
 	if err := requirePath("path", req.Path); err != nil {
 		return api.ListResponse{}, err
 	}
-	a, err := g.actorFor(ctx, req.Run)
+	a, err := fa.actorFor(ctx, req.Run)
 	if err != nil {
 		return api.ListResponse{}, err
 	}
 	var out api.ListResponse
-	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
+	err = fa.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
 		es, err := f.List(ctx, a, inWorkspace(req.Path, mountPath))
 		if err != nil {
 			return fileError(err)
@@ -77,16 +79,16 @@ func (g *Gateway) listFiles(ctx context.Context, tenant, thread string, req api.
 }
 
 // statFile describes an entry of the thread's workspace.
-func (g *Gateway) statFile(ctx context.Context, tenant, thread string, req api.StatRequest) (api.StatResponse, error) {
+func (fa *Files) statFile(ctx context.Context, tenant, thread string, req api.StatRequest) (api.StatResponse, error) {
 	if err := requirePath("path", req.Path); err != nil {
 		return api.StatResponse{}, err
 	}
-	a, err := g.actorFor(ctx, req.Run)
+	a, err := fa.actorFor(ctx, req.Run)
 	if err != nil {
 		return api.StatResponse{}, err
 	}
 	var out api.StatResponse
-	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
+	err = fa.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
 		e, err := f.Stat(ctx, a, inWorkspace(req.Path, mountPath), req.Follow)
 		if err != nil {
 			return fileError(err)
@@ -100,16 +102,16 @@ func (g *Gateway) statFile(ctx context.Context, tenant, thread string, req api.S
 
 // fileExists says whether a path of the thread's workspace names an
 // entry.
-func (g *Gateway) fileExists(ctx context.Context, tenant, thread string, req api.ExistsRequest) (api.ExistsResponse, error) {
+func (fa *Files) fileExists(ctx context.Context, tenant, thread string, req api.ExistsRequest) (api.ExistsResponse, error) {
 	if err := requirePath("path", req.Path); err != nil {
 		return api.ExistsResponse{}, err
 	}
-	a, err := g.actorFor(ctx, req.Run)
+	a, err := fa.actorFor(ctx, req.Run)
 	if err != nil {
 		return api.ExistsResponse{}, err
 	}
 	var out api.ExistsResponse
-	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
+	err = fa.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
 		ok, typ, err := f.Exists(ctx, a, inWorkspace(req.Path, mountPath))
 		if err != nil {
 			return fileError(err)
@@ -121,7 +123,7 @@ func (g *Gateway) fileExists(ctx context.Context, tenant, thread string, req api
 }
 
 // makeFolder makes a folder of the thread's workspace.
-func (g *Gateway) makeFolder(ctx context.Context, tenant, thread string, req api.MkdirRequest) (api.MkdirResponse, error) {
+func (fa *Files) makeFolder(ctx context.Context, tenant, thread string, req api.MkdirRequest) (api.MkdirResponse, error) {
 	if err := requirePath("path", req.Path); err != nil {
 		return api.MkdirResponse{}, err
 	}
@@ -132,11 +134,11 @@ func (g *Gateway) makeFolder(ctx context.Context, tenant, thread string, req api
 		}
 		mode = *req.Mode
 	}
-	a, err := g.actorFor(ctx, req.Run)
+	a, err := fa.actorFor(ctx, req.Run)
 	if err != nil {
 		return api.MkdirResponse{}, err
 	}
-	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
+	err = fa.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
 		return fileError(f.Mkdir(ctx, a, inWorkspace(req.Path, mountPath), req.Parents, mode))
 	})
 	if err != nil {
@@ -147,22 +149,22 @@ func (g *Gateway) makeFolder(ctx context.Context, tenant, thread string, req api
 
 // removeFile removes an entry (with Recursive, a tree) of the thread's
 // workspace.
-func (g *Gateway) removeFile(ctx context.Context, tenant, thread string, req api.RemoveRequest) (api.RemoveResponse, error) {
+func (fa *Files) removeFile(ctx context.Context, tenant, thread string, req api.RemoveRequest) (api.RemoveResponse, error) {
 	if err := requirePath("path", req.Path); err != nil {
 		return api.RemoveResponse{}, err
 	}
-	a, err := g.actorFor(ctx, req.Run)
+	a, err := fa.actorFor(ctx, req.Run)
 	if err != nil {
 		return api.RemoveResponse{}, err
 	}
 	var out api.RemoveResponse
-	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
+	err = fa.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
 		n, err := f.Remove(ctx, a, inWorkspace(req.Path, mountPath), req.Recursive)
 		if err != nil {
 			if n > 0 {
 				// A remove refused half way (a race with another
 				// writer): say what went.
-				g.log.Warn("refused: remove stopped half way", "tenant", call.Clip(tenant), "thread", call.Clip(thread),
+				fa.log.Warn("refused: remove stopped half way", "tenant", call.Clip(tenant), "thread", call.Clip(thread),
 					"path", call.Clip(req.Path), "removed", n, "error", err)
 			}
 			return fileError(err)
@@ -174,19 +176,19 @@ func (g *Gateway) removeFile(ctx context.Context, tenant, thread string, req api
 }
 
 // renameFile moves an entry of the thread's workspace.
-func (g *Gateway) renameFile(ctx context.Context, tenant, thread string, req api.RenameRequest) (api.RenameResponse, error) {
+func (fa *Files) renameFile(ctx context.Context, tenant, thread string, req api.RenameRequest) (api.RenameResponse, error) {
 	if err := requirePath("from", req.From); err != nil {
 		return api.RenameResponse{}, err
 	}
 	if err := requirePath("to", req.To); err != nil {
 		return api.RenameResponse{}, err
 	}
-	a, err := g.actorFor(ctx, req.Run)
+	a, err := fa.actorFor(ctx, req.Run)
 	if err != nil {
 		return api.RenameResponse{}, err
 	}
 	var out api.RenameResponse
-	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
+	err = fa.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
 		v, err := f.Rename(ctx, a, inWorkspace(req.From, mountPath), inWorkspace(req.To, mountPath), req.Overwrite)
 		if err != nil {
 			return renameError(err)
@@ -215,9 +217,9 @@ func renameError(err error) error {
 	return err
 }
 
-// rawQuery reads the query of a .../files/raw call: its path, run and,
+// RawQuery reads the query of a .../files/raw call: its path, run and,
 // where allowed, mode (octal, as chmod takes it).
-func rawQuery(r *http.Request, withMode bool) (api.RawRequest, error) {
+func RawQuery(r *http.Request, withMode bool) (api.RawRequest, error) {
 	keys := []string{"path", "run"}
 	if withMode {
 		keys = append(keys, "mode")
@@ -243,12 +245,12 @@ func rawQuery(r *http.Request, withMode bool) (api.RawRequest, error) {
 
 // readRaw opens a file of the thread's workspace for its content to go
 // out as the raw body of the answer (rawStream).
-func (g *Gateway) readRaw(ctx context.Context, tenant, thread string, req api.RawRequest) (*rawStream, error) {
-	a, err := g.actorFor(ctx, req.Run)
+func (fa *Files) readRaw(ctx context.Context, tenant, thread string, req api.RawRequest) (*rawStream, error) {
+	a, err := fa.actorFor(ctx, req.Run)
 	if err != nil {
 		return nil, err
 	}
-	k, f, mountPath, err := g.openFiles(ctx, tenant, thread)
+	k, f, mountPath, err := fa.openFiles(ctx, tenant, thread)
 	if err != nil {
 		return nil, err
 	}
@@ -257,14 +259,14 @@ func (g *Gateway) readRaw(ctx context.Context, tenant, thread string, req api.Ra
 		f.Close()
 		return nil, fileError(err)
 	}
-	return &rawStream{g: g, k: k, path: req.Path, f: f, fr: fr}, nil
+	return &rawStream{log: fa.log, k: k, path: req.Path, f: f, fr: fr}, nil
 }
 
 // rawStream is a file's content as an answer: the bytes, with their size
 // and version in the headers. Once the headers are out a failure can
 // only cut the answer short of its Content-Length, which the client sees.
 type rawStream struct {
-	g    *Gateway
+	log  hclog.Logger
 	k    meta.ThreadKey
 	path string
 	f    *fs.Files
@@ -285,7 +287,7 @@ func (s *rawStream) ServeStream(w http.ResponseWriter, r *http.Request) {
 		err = cerr
 	}
 	if err != nil {
-		s.g.log.Warn("file content cut short", "tenant", call.Clip(s.k.Tenant), "thread", call.Clip(s.k.Thread),
+		s.log.Warn("file content cut short", "tenant", call.Clip(s.k.Tenant), "thread", call.Clip(s.k.Thread),
 			"path", call.Clip(s.path), "sent", n, "size", s.fr.Size, "error", err)
 	}
 }
@@ -298,13 +300,13 @@ type writerOnly struct{ io.Writer }
 // workspace. The body may come slowly: while it comes, the upload holds
 // its temporary file and nothing else (no Files, no folder), so that a
 // stalled upload costs the daemon two descriptors, with its connection.
-func (g *Gateway) writeRaw(ctx context.Context, tenant, thread string, req api.RawRequest, body io.Reader) (api.RawInfo, error) {
-	a, err := g.actorFor(ctx, req.Run)
+func (fa *Files) writeRaw(ctx context.Context, tenant, thread string, req api.RawRequest, body io.Reader) (api.RawInfo, error) {
+	a, err := fa.actorFor(ctx, req.Run)
 	if err != nil {
 		return api.RawInfo{}, err
 	}
 	var u *fs.Upload
-	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
+	err = fa.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
 		u, err = f.StartUpload(ctx, a, inWorkspace(req.Path, mountPath))
 		return fileError(err)
 	})
@@ -317,7 +319,7 @@ func (g *Gateway) writeRaw(ctx context.Context, tenant, thread string, req api.R
 		return api.RawInfo{}, fileError(err)
 	}
 	var out api.RawInfo
-	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, _ string) error {
+	err = fa.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, _ string) error {
 		v, err := f.FinishUpload(u, req.Mode)
 		if err != nil {
 			return fileError(err)

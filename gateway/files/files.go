@@ -1,4 +1,4 @@
-package gateway
+package files
 
 import (
 	"context"
@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	iofs "io/fs"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"unicode/utf8"
+
+	"github.com/hashicorp/go-hclog"
 
 	"warren/api"
 	"warren/fs"
@@ -19,17 +20,70 @@ import (
 	"warren/meta"
 )
 
-// The file API: read, write and edit a file of a thread's workspace on
-// behalf of an agent run, for a harness that serves many runs from one
-// process. The work is done by the fs core on the backing folder, through
-// the same locks, versions and read records as the thread's mounts (never
-// through the gateway's own mount: a process must not use a mount it
-// serves). Registering a process for a run makes its requests on the
-// mount count as that run's too.
+// MaxFileBody bounds the body of a file read, write or edit: the largest
+// file the API writes, base64-encoded, plus room for the rest of the
+// request. The router gives those routes this bound (a raw upload has
+// none: the thread's disk quota is its bound).
+const MaxFileBody = fs.MaxFileBytes*4/3 + 64<<10
 
-// maxFileBody bounds the body of a file write: the largest file the API
-// writes, base64-encoded, plus room for the rest of the request.
-const maxFileBody = fs.MaxFileBytes*4/3 + 64<<10
+// refusedStale is the kind of warren_refusals_total a refused stale
+// write counts as (the metrics' refusedStale).
+const refusedStale = "stale"
+
+// Threads is what the file API calls of the threads: a thread's binding
+// (made if need be) and where its workspace is.
+type Threads interface {
+	Bind(ctx context.Context, tenant, thread string) (api.ThreadInfo, error)
+	Paths(k meta.ThreadKey) (root, mountPath string, err error)
+	RootOf(b meta.Binding) (string, error)
+}
+
+// Events is where the file API tells its events (write.stale), and
+// whether anyone reads a thread's events (its file events are made only
+// then).
+type Events interface {
+	Emit(api.Event)
+	Wants(k meta.ThreadKey) bool
+}
+
+// Metrics counts the refusals the filesystem makes (a stale write).
+type Metrics interface {
+	Refused(kind string)
+}
+
+// Config is what the file API needs of the daemon.
+type Config struct {
+	Threads Threads
+	// Hub is the fs core every mount of the daemon shares.
+	Hub    *fs.Hub
+	Events Events
+	// Changes returns the change callback of thread k's mounts and file
+	// API: it turns the changes into file events.
+	Changes func(k meta.ThreadKey) func(fs.EntryChange)
+	Metrics Metrics
+	Logger  hclog.Logger
+}
+
+// Files is the file API of every thread. New makes one; it holds no
+// goroutine and no state of its own (the hub holds the locks, versions
+// and read records), and needs no Close.
+type Files struct {
+	// Set by New, never changed.
+	threads Threads
+	hub     *fs.Hub
+	events  Events
+	changes func(meta.ThreadKey) func(fs.EntryChange)
+	metrics Metrics
+	log     hclog.Logger
+}
+
+// New makes the file API over cfg's threads and hub.
+func New(cfg Config) *Files {
+	return &Files{
+		threads: cfg.Threads, hub: cfg.Hub, events: cfg.Events, changes: cfg.Changes,
+		metrics: cfg.Metrics, log: cfg.Logger,
+	}
+}
 
 // fileError turns an error of the fs core into the API's: a refusal
 // whose message is meant for the agent as it is. Errors it does not know
@@ -86,8 +140,8 @@ func fileError(err error) error {
 }
 
 // withFiles binds the thread if need be and runs fn on its workspace.
-func (g *Gateway) withFiles(ctx context.Context, tenant, thread string, fn func(k meta.ThreadKey, f *fs.Files, mountPath string) error) error {
-	k, f, mountPath, err := g.openFiles(ctx, tenant, thread)
+func (fa *Files) withFiles(ctx context.Context, tenant, thread string, fn func(k meta.ThreadKey, f *fs.Files, mountPath string) error) error {
+	k, f, mountPath, err := fa.openFiles(ctx, tenant, thread)
 	if err != nil {
 		return err
 	}
@@ -97,33 +151,33 @@ func (g *Gateway) withFiles(ctx context.Context, tenant, thread string, fn func(
 
 // openFiles binds the thread if need be and opens its workspace for the
 // file API. Close f when done.
-func (g *Gateway) openFiles(ctx context.Context, tenant, thread string) (k meta.ThreadKey, f *fs.Files, mountPath string, err error) {
-	info, err := g.bind(ctx, tenant, thread)
+func (fa *Files) openFiles(ctx context.Context, tenant, thread string) (k meta.ThreadKey, f *fs.Files, mountPath string, err error) {
+	info, err := fa.threads.Bind(ctx, tenant, thread)
 	if err != nil {
 		return k, nil, "", err
 	}
 	k = meta.ThreadKey{Tenant: info.Tenant, Thread: info.Thread}
-	_, mountPath, err = g.threadPaths(k)
+	_, mountPath, err = fa.threads.Paths(k)
 	if err != nil {
 		return k, nil, "", err
 	}
-	root, err := g.rootOf(info.Binding)
+	root, err := fa.threads.RootOf(info.Binding)
 	if err != nil {
 		return k, nil, "", err
 	}
-	f, err = g.hub.Files(root, k.Tenant+"/"+k.Thread, g.staleEvents(k))
+	f, err = fa.hub.Files(root, k.Tenant+"/"+k.Thread, fa.StaleEvents(k))
 	if err != nil {
 		return k, nil, "", err
 	}
-	f.WatchChanges(g.files.of(k), func() bool { return g.events.Wants(k) })
+	f.WatchChanges(fa.changes(k), func() bool { return fa.events.Wants(k) })
 	return k, f, mountPath, nil
 }
 
 // actorFor is the actor a file request acts as: its run, or else the
 // process at the other end of the socket.
-func (g *Gateway) actorFor(ctx context.Context, run string) (fs.Actor, error) {
+func (fa *Files) actorFor(ctx context.Context, run string) (fs.Actor, error) {
 	if run != "" {
-		if err := validRun(run); err != nil {
+		if err := ValidRun(run); err != nil {
 			return fs.Actor{}, err
 		}
 		return fs.RunActor(run), nil
@@ -132,11 +186,11 @@ func (g *Gateway) actorFor(ctx context.Context, run string) (fs.Actor, error) {
 	if p.Err != nil || p.PID <= 0 {
 		return fs.Actor{}, fmt.Errorf("%w: no run given and the calling process is unknown", api.ErrInvalid)
 	}
-	return g.hub.ActorOfPid(int(p.PID)), nil
+	return fa.hub.ActorOfPid(int(p.PID)), nil
 }
 
-// validRun refuses run ids that could not be told apart in logs.
-func validRun(run string) error {
+// ValidRun refuses run ids that could not be told apart in logs.
+func ValidRun(run string) error {
 	if len(run) > 256 || !utf8.ValidString(run) || strings.ContainsAny(run, "\x00\n\r") {
 		return fmt.Errorf("%w: run ids are up to 256 bytes of UTF-8 without NUL or line breaks", api.ErrInvalid)
 	}
@@ -155,16 +209,16 @@ func inWorkspace(p, mountPath string) string {
 }
 
 // readFile reads a file of the thread's workspace for run.
-func (g *Gateway) readFile(ctx context.Context, tenant, thread string, req api.ReadFileRequest) (api.ReadFileResponse, error) {
+func (fa *Files) readFile(ctx context.Context, tenant, thread string, req api.ReadFileRequest) (api.ReadFileResponse, error) {
 	if err := requirePath("path", req.Path); err != nil {
 		return api.ReadFileResponse{}, err
 	}
-	a, err := g.actorFor(ctx, req.Run)
+	a, err := fa.actorFor(ctx, req.Run)
 	if err != nil {
 		return api.ReadFileResponse{}, err
 	}
 	var out api.ReadFileResponse
-	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
+	err = fa.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
 		data, v, err := f.Read(ctx, a, inWorkspace(req.Path, mountPath))
 		if err != nil {
 			return fileError(err)
@@ -181,11 +235,11 @@ func (g *Gateway) readFile(ctx context.Context, tenant, thread string, req api.R
 }
 
 // writeFile writes a file of the thread's workspace for run.
-func (g *Gateway) writeFile(ctx context.Context, tenant, thread string, req api.WriteFileRequest) (api.WriteFileResponse, error) {
+func (fa *Files) writeFile(ctx context.Context, tenant, thread string, req api.WriteFileRequest) (api.WriteFileResponse, error) {
 	if err := requirePath("path", req.Path); err != nil {
 		return api.WriteFileResponse{}, err
 	}
-	a, err := g.actorFor(ctx, req.Run)
+	a, err := fa.actorFor(ctx, req.Run)
 	if err != nil {
 		return api.WriteFileResponse{}, err
 	}
@@ -200,7 +254,7 @@ func (g *Gateway) writeFile(ctx context.Context, tenant, thread string, req api.
 		return api.WriteFileResponse{}, fmt.Errorf("%w: encoding is \"\" or \"base64\", not %s", api.ErrInvalid, call.Quote(req.Encoding))
 	}
 	var out api.WriteFileResponse
-	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
+	err = fa.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
 		v, err := f.Write(ctx, a, inWorkspace(req.Path, mountPath), data)
 		if err != nil {
 			return fileError(err)
@@ -212,16 +266,16 @@ func (g *Gateway) writeFile(ctx context.Context, tenant, thread string, req api.
 }
 
 // editFile edits a file of the thread's workspace for run.
-func (g *Gateway) editFile(ctx context.Context, tenant, thread string, req api.EditFileRequest) (api.EditFileResponse, error) {
+func (fa *Files) editFile(ctx context.Context, tenant, thread string, req api.EditFileRequest) (api.EditFileResponse, error) {
 	if err := requirePath("path", req.Path); err != nil {
 		return api.EditFileResponse{}, err
 	}
-	a, err := g.actorFor(ctx, req.Run)
+	a, err := fa.actorFor(ctx, req.Run)
 	if err != nil {
 		return api.EditFileResponse{}, err
 	}
 	var out api.EditFileResponse
-	err = g.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
+	err = fa.withFiles(ctx, tenant, thread, func(_ meta.ThreadKey, f *fs.Files, mountPath string) error {
 		v, n, err := f.Edit(ctx, a, inWorkspace(req.Path, mountPath), req.Old, req.New, req.All)
 		if err != nil {
 			if e := fileError(err); e != err {
@@ -243,47 +297,48 @@ func (g *Gateway) editFile(ctx context.Context, tenant, thread string, req api.E
 
 // registerRun makes process pid and its descendants act as run in the
 // thread's workspace (and every other this gateway serves).
-func (g *Gateway) registerRun(ctx context.Context, tenant, thread string, req api.RunRequest) (api.RunResponse, error) {
+func (fa *Files) registerRun(ctx context.Context, tenant, thread string, req api.RunRequest) (api.RunResponse, error) {
 	if req.Run == "" || req.Pid == 0 {
 		return api.RunResponse{}, fmt.Errorf("%w: a run and a pid are required", api.ErrInvalid)
 	}
-	if err := validRun(req.Run); err != nil {
+	if err := ValidRun(req.Run); err != nil {
 		return api.RunResponse{}, err
 	}
 	if err := call.CheckRunPid(req.Pid); err != nil {
 		return api.RunResponse{}, err
 	}
-	if _, err := g.bind(ctx, tenant, thread); err != nil {
+	if _, err := fa.threads.Bind(ctx, tenant, thread); err != nil {
 		return api.RunResponse{}, err
 	}
-	if err := g.hub.RegisterRun(req.Pid, req.Run); err != nil {
+	if err := fa.hub.RegisterRun(req.Pid, req.Run); err != nil {
 		return api.RunResponse{}, fmt.Errorf("%w: register process %d: %v", api.ErrNotFound, req.Pid, err)
 	}
-	g.log.Info("run registered", "tenant", tenant, "thread", thread, "run", req.Run, "pid", req.Pid)
+	fa.log.Info("run registered", "tenant", tenant, "thread", thread, "run", req.Run, "pid", req.Pid)
 	return api.RunResponse{Run: req.Run, Pid: req.Pid}, nil
 }
 
 // endRun forgets run: its registered processes and its read records.
-func (g *Gateway) endRun(ctx context.Context, tenant, thread string, req api.RunRequest) (api.RunResponse, error) {
+func (fa *Files) endRun(ctx context.Context, tenant, thread string, req api.RunRequest) (api.RunResponse, error) {
 	if req.Run == "" {
 		return api.RunResponse{}, fmt.Errorf("%w: a run is required", api.ErrInvalid)
 	}
-	if err := validRun(req.Run); err != nil {
+	if err := ValidRun(req.Run); err != nil {
 		return api.RunResponse{}, err
 	}
 	if _, err := call.ThreadKey(tenant, thread); err != nil {
 		return api.RunResponse{}, err
 	}
-	g.hub.EndRun(req.Run)
+	fa.hub.EndRun(req.Run)
 	return api.RunResponse{Run: req.Run}, nil
 }
 
-// staleEvents reports a refused stale write of thread k: logged by fs,
-// sent as an event here.
-func (g *Gateway) staleEvents(k meta.ThreadKey) func(fs.Stale) {
+// StaleEvents reports a refused stale write of thread k: logged by fs,
+// counted and sent as an event here. The thread's mounts and checkpoints
+// give it to fs too (fs.Options.OnStale).
+func (fa *Files) StaleEvents(k meta.ThreadKey) func(fs.Stale) {
 	return func(s fs.Stale) {
-		g.metrics.Refused(refusedStale)
-		g.emit(api.Event{
+		fa.metrics.Refused(refusedStale)
+		fa.events.Emit(api.Event{
 			Type:    api.EventWriteStale,
 			Tenant:  k.Tenant,
 			Thread:  k.Thread,
@@ -292,44 +347,4 @@ func (g *Gateway) staleEvents(k meta.ThreadKey) func(fs.Stale) {
 			Message: s.Message(),
 		})
 	}
-}
-
-func (g *Gateway) handleReadFile(r *http.Request, p call.Params) (any, error) {
-	var req api.ReadFileRequest
-	if err := call.DecodeBody(r, &req, false); err != nil {
-		return nil, err
-	}
-	return g.readFile(r.Context(), p.Tenant, p.Thread, req)
-}
-
-func (g *Gateway) handleWriteFile(r *http.Request, p call.Params) (any, error) {
-	var req api.WriteFileRequest
-	if err := call.DecodeBody(r, &req, false); err != nil {
-		return nil, err
-	}
-	return g.writeFile(r.Context(), p.Tenant, p.Thread, req)
-}
-
-func (g *Gateway) handleEditFile(r *http.Request, p call.Params) (any, error) {
-	var req api.EditFileRequest
-	if err := call.DecodeBody(r, &req, false); err != nil {
-		return nil, err
-	}
-	return g.editFile(r.Context(), p.Tenant, p.Thread, req)
-}
-
-func (g *Gateway) handleRegisterRun(r *http.Request, p call.Params) (any, error) {
-	var req api.RunRequest
-	if err := call.DecodeBody(r, &req, false); err != nil {
-		return nil, err
-	}
-	return g.registerRun(r.Context(), p.Tenant, p.Thread, req)
-}
-
-func (g *Gateway) handleEndRun(r *http.Request, p call.Params) (any, error) {
-	var req api.RunRequest
-	if err := call.DecodeBody(r, &req, false); err != nil {
-		return nil, err
-	}
-	return g.endRun(r.Context(), p.Tenant, p.Thread, req)
 }
