@@ -13,6 +13,7 @@ import (
 	"warren/api"
 	"warren/gateway/admit"
 	"warren/gateway/call"
+	"warren/gateway/checkpoints"
 	"warren/gateway/threadlimit"
 	"warren/meta"
 )
@@ -30,7 +31,8 @@ type route struct {
 // gateway makes them once at Start. Those of calls that still belong to
 // the daemon's own type are methods of g.
 type handlers struct {
-	g *Gateway
+	g           *Gateway
+	checkpoints *checkpoints.Handlers
 }
 
 // routes is the API: the one place every call is listed.
@@ -74,13 +76,13 @@ func routes(h handlers) []route {
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stdin", h.g.handleJobStdin},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/signal", h.g.handleExecSignal},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/signal", h.g.handleJobSignal},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", h.g.handleCheckpoint},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", h.g.handleCheckpoints},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/diff", h.g.handleDiff},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/undo", h.g.handleUndo},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/redo", h.g.handleRedo},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/revert", h.g.handleRevert},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/fork", h.g.handleFork},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", h.checkpoints.Checkpoint},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", h.checkpoints.List},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/diff", h.checkpoints.Diff},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/undo", h.checkpoints.Undo},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/redo", h.checkpoints.Redo},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/revert", h.checkpoints.Revert},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/fork", h.checkpoints.Fork},
 	}, opsRoutes(h)...)
 }
 
@@ -145,7 +147,9 @@ type compiledRoute struct {
 	segs []string
 }
 
-func (g *Gateway) handler() http.Handler { return newRouter(g, routes(handlers{g: g}), false) }
+func (g *Gateway) handler() http.Handler {
+	return newRouter(g, routes(handlers{g: g, checkpoints: checkpoints.NewHandlers(g.checkpoints)}), false)
+}
 
 // newRouter routes rs; open serves every peer (the metrics listener).
 func newRouter(g *Gateway, rs []route, open bool) *router {

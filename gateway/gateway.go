@@ -19,6 +19,7 @@ import (
 	"warren/fs"
 	"warren/gateway/admit"
 	"warren/gateway/call"
+	"warren/gateway/checkpoints"
 	"warren/gateway/lease"
 	"warren/gateway/quota"
 	"warren/gateway/remount"
@@ -79,7 +80,10 @@ type Gateway struct {
 	jails       jailSet       // jails and the commands in them (jails.go)
 	jobs        jobSet        // background jobs (jobs.go)
 	inspections inspectionSet // inspection mounts (inspect.go)
-	checkpoints checkpointSet // checkpoint locks, repositories, collections (checkpoints.go)
+
+	// checkpoints owns the snapshot repositories, their collections and
+	// the restores (package checkpoints). Set at Start, never changed.
+	checkpoints *checkpoints.Checkpoints
 	// requests counts the API's requests being answered (Close waits).
 	requests requestSet
 	// admit bounds the connections, requests, bodies, uploads and
@@ -157,7 +161,6 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		events:      newBroker(eventBuffer),
 		jails:       jailSet{jails: make(map[meta.ThreadKey]*threadJail), execs: make(map[string]*runningExec), max: maxJails},
 		jobs:        jobSet{threads: make(map[meta.ThreadKey]*threadJobs)},
-		checkpoints: newCheckpointSet(),
 		admit:       admit.New(cfg.Admission, fileLimit()),
 		instance:    newInstance(),
 		machine:     machineID(),
@@ -199,6 +202,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
+	g.checkpoints = newCheckpoints(g)
 	if err := g.startLease(ctx); err != nil {
 		closeFS(g.hub, g.pool, g.log)
 		g.files.close()
@@ -220,7 +224,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		closeJailBase(g.jailBase, g.log)
 		g.remounts.Close()
 		g.endLease()
-		g.closeCheckpoints()
+		g.checkpoints.Close()
 		g.unmountAll()
 		closeFS(g.hub, g.pool, g.log)
 		g.files.close()
@@ -233,7 +237,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		closeJailBase(g.jailBase, g.log)
 		g.remounts.Close()
 		g.endLease()
-		g.closeCheckpoints()
+		g.checkpoints.Close()
 		g.unmountAll()
 		closeFS(g.hub, g.pool, g.log)
 		g.files.close()
@@ -325,7 +329,7 @@ func (g *Gateway) Close() error {
 		// Restores ignore their callers' ends (restoreContext); past the
 		// grace, the stop ends them, their journals left for the next
 		// start.
-		g.checkpoints.endRestores()
+		g.checkpoints.EndRestores()
 		// A thread's restore under way ends now (its checkpoint restore,
 		// if any, with the others'); what it mounted, unmountAll
 		// unmounts.
@@ -348,7 +352,7 @@ func (g *Gateway) Close() error {
 			g.log.Warn("remove socket", "socket", g.cfg.SocketPath, "error", rmErr)
 		}
 		g.endLease() // no fence behind unmountAll, nor on a closed store
-		g.closeCheckpoints()
+		g.checkpoints.Close()
 		g.closeErr = errors.Join(g.serveErr, err, g.unmountAll())
 		closeFS(g.hub, g.pool, g.log)
 		g.files.close()
