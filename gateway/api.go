@@ -13,6 +13,7 @@ import (
 	"warren/api"
 	"warren/gateway/admit"
 	"warren/gateway/call"
+	"warren/gateway/checkpoints"
 	"warren/gateway/files"
 	"warren/gateway/hosts"
 	"warren/gateway/inspect"
@@ -33,10 +34,11 @@ type route struct {
 // gateway makes them once at Start. Those of calls that still belong to
 // the daemon's own type are methods of g.
 type handlers struct {
-	g       *Gateway
-	hosts   *hosts.Handlers
-	inspect *inspect.Handlers
-	files   *files.Handlers
+	g           *Gateway
+	hosts       *hosts.Handlers
+	inspect     *inspect.Handlers
+	files       *files.Handlers
+	checkpoints *checkpoints.Handlers
 }
 
 // routes is the API: the one place every call is listed.
@@ -80,13 +82,13 @@ func routes(h handlers) []route {
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stdin", h.g.handleJobStdin},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/signal", h.g.handleExecSignal},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/signal", h.g.handleJobSignal},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", h.g.handleCheckpoint},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", h.g.handleCheckpoints},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/diff", h.g.handleDiff},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/undo", h.g.handleUndo},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/redo", h.g.handleRedo},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/revert", h.g.handleRevert},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/fork", h.g.handleFork},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", h.checkpoints.Checkpoint},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", h.checkpoints.List},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/diff", h.checkpoints.Diff},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/undo", h.checkpoints.Undo},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/redo", h.checkpoints.Redo},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/revert", h.checkpoints.Revert},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/fork", h.checkpoints.Fork},
 	}, opsRoutes(h)...)
 }
 
@@ -154,10 +156,11 @@ type compiledRoute struct {
 // handlers makes the rooms' handlers.
 func (g *Gateway) handlers() handlers {
 	return handlers{
-		g:       g,
-		hosts:   hosts.NewHandlers(g.hosts, threadsAdapter{g}),
-		inspect: inspect.NewHandlers(g.inspections),
-		files:   files.NewHandlers(g.fileAPI),
+		g:           g,
+		hosts:       hosts.NewHandlers(g.hosts, threadsAdapter{g}),
+		inspect:     inspect.NewHandlers(g.inspections),
+		files:       files.NewHandlers(g.fileAPI),
+		checkpoints: checkpoints.NewHandlers(g.checkpoints),
 	}
 }
 

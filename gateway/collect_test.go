@@ -97,7 +97,7 @@ func TestCollectionBesideCheckpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo, err := env.g.repo("acme")
+	repo, err := env.g.checkpoints.Repo("acme")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"warren/fs"
 	"warren/gateway/admit"
 	"warren/gateway/call"
+	"warren/gateway/checkpoints"
 	"warren/gateway/files"
 	"warren/gateway/hosts"
 	"warren/gateway/inspect"
@@ -75,14 +76,16 @@ type Gateway struct {
 
 	// The gateway's state, by concern; each group has its own lock (see
 	// the package's lock order).
-	threads     threadSet     // thread locks and mounts (threads.go)
-	jails       jailSet       // jails and the commands in them (jails.go)
-	jobs        jobSet        // background jobs (jobs.go)
-	checkpoints checkpointSet // checkpoint locks, repositories, collections (checkpoints.go)
+	threads threadSet // thread locks and mounts (threads.go)
+	jails   jailSet   // jails and the commands in them (jails.go)
+	jobs    jobSet    // background jobs (jobs.go)
 
 	// inspections are the inspection mounts (package inspect); set by
 	// Start, never changed.
 	inspections *inspect.Inspections
+	// checkpoints owns the snapshot repositories, their collections and
+	// the restores (package checkpoints). Set at Start, never changed.
+	checkpoints *checkpoints.Checkpoints
 	// requests counts the API's requests being answered (Close waits).
 	requests requestSet
 	// admit bounds the connections, requests, bodies, uploads and
@@ -145,25 +148,24 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	maxJails := cmp.Or(cfg.MaxJails, machine.MaxJails())
 	m := newMetrics()
 	g := &Gateway{
-		cfg:         cfg,
-		log:         cfg.Logger,
-		store:       meta.Observed(cfg.Store, m.observeStore),
-		metrics:     m,
-		mounter:     cfg.mounter,
-		wsBase:      cfg.WorkspacesDir,
-		mntBase:     filepath.Join(cfg.DataDir, "mnt"),
-		uid:         uint32(os.Getuid()),
-		allow:       make(map[uint32]bool),
-		serveDone:   make(chan struct{}),
-		threads:     threadSet{mounts: make(map[meta.ThreadKey]*threadMount), admit: threadAdmit},
-		events:      newBroker(eventBuffer),
-		jails:       jailSet{jails: make(map[meta.ThreadKey]*threadJail), execs: make(map[string]*runningExec), max: maxJails},
-		jobs:        jobSet{threads: make(map[meta.ThreadKey]*threadJobs)},
-		checkpoints: newCheckpointSet(),
-		admit:       admit.New(cfg.Admission, fileLimit()),
-		instance:    newInstance(),
-		machine:     hosts.MachineID(),
-		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks, ObserveOp: m.fuseObserver(cfg.NoFSMetrics)}),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		store:     meta.Observed(cfg.Store, m.observeStore),
+		metrics:   m,
+		mounter:   cfg.mounter,
+		wsBase:    cfg.WorkspacesDir,
+		mntBase:   filepath.Join(cfg.DataDir, "mnt"),
+		uid:       uint32(os.Getuid()),
+		allow:     make(map[uint32]bool),
+		serveDone: make(chan struct{}),
+		threads:   threadSet{mounts: make(map[meta.ThreadKey]*threadMount), admit: threadAdmit},
+		events:    newBroker(eventBuffer),
+		jails:     jailSet{jails: make(map[meta.ThreadKey]*threadJail), execs: make(map[string]*runningExec), max: maxJails},
+		jobs:      jobSet{threads: make(map[meta.ThreadKey]*threadJobs)},
+		admit:     admit.New(cfg.Admission, fileLimit()),
+		instance:  newInstance(),
+		machine:   hosts.MachineID(),
+		hub:       fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks, ObserveOp: m.fuseObserver(cfg.NoFSMetrics)}),
 	}
 	if _, ok := g.mounter.(fuseMounter); ok && !cfg.FUSEPerThread {
 		pool, err := fs.NewPool(fs.PoolConfig{Hub: g.hub, Logger: cfg.Logger.Named("fs")})
@@ -212,6 +214,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
+	g.checkpoints = newCheckpoints(g)
 	// The host's lease, before anything is served: a gateway that cannot
 	// hold its host id serves nothing pinned.
 	if g.hosts, err = hosts.Start(ctx, hosts.Config{
@@ -238,7 +241,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		closeJailBase(g.jailBase, g.log)
 		g.remounts.Close()
 		g.hosts.Close()
-		g.closeCheckpoints()
+		g.checkpoints.Close()
 		g.unmountAll()
 		closeFS(g.hub, g.pool, g.log)
 		g.files.close()
@@ -251,7 +254,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		closeJailBase(g.jailBase, g.log)
 		g.remounts.Close()
 		g.hosts.Close()
-		g.closeCheckpoints()
+		g.checkpoints.Close()
 		g.unmountAll()
 		closeFS(g.hub, g.pool, g.log)
 		g.files.close()
@@ -343,7 +346,7 @@ func (g *Gateway) Close() error {
 		// Restores ignore their callers' ends (restoreContext); past the
 		// grace, the stop ends them, their journals left for the next
 		// start.
-		g.checkpoints.endRestores()
+		g.checkpoints.EndRestores()
 		// A thread's restore under way ends now (its checkpoint restore,
 		// if any, with the others'); what it mounted, unmountAll
 		// unmounts.
@@ -366,7 +369,7 @@ func (g *Gateway) Close() error {
 			g.log.Warn("remove socket", "socket", g.cfg.SocketPath, "error", rmErr)
 		}
 		g.hosts.Close() // no fence behind unmountAll, nor on a closed store
-		g.closeCheckpoints()
+		g.checkpoints.Close()
 		g.closeErr = errors.Join(g.serveErr, err, g.unmountAll())
 		closeFS(g.hub, g.pool, g.log)
 		g.files.close()

@@ -175,11 +175,10 @@ func (g *Gateway) settleLocked(ctx context.Context, k meta.ThreadKey) bool {
 		}
 		return ok
 	}
-	// withHistoryLocked finishes the restore it finds journaled. No
-	// checkpoint call of k holds its checkpoint lock meanwhile: each binds
-	// first, and the first bind of k since the start waits for this
-	// (finishMovedRestore relies on the same).
-	if err := g.withHistoryLocked(ctx, k, b, func(*history) error { return nil }); err != nil {
+	// No checkpoint call of k holds its checkpoint lock meanwhile: each
+	// binds first, and the first bind of k since the start waits for this
+	// (FinishMoved relies on the same).
+	if err := g.checkpoints.FinishRestore(ctx, k, b); err != nil {
 		g.log.Error("restore: finish a restore cut short", "tenant", b.Tenant, "thread", b.Thread, "error", err)
 		return false
 	}

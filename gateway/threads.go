@@ -28,6 +28,9 @@ type threadSet struct {
 	// locks holds a lock per thread, taken first and held across the slow
 	// steps of an operation on the thread (see the package's lock order).
 	locks keyedLocks[meta.ThreadKey]
+	// turns holds a lock per thread that serializes its checkpoints,
+	// restores and delete, taken before its lock in locks when both are.
+	turns keyedLocks[meta.ThreadKey]
 	// admit holds a slot for each mounted thread (package threadlimit):
 	// a bind takes one before it mounts (Gateway.admitThread), a mount
 	// kept here holds one, and one taken out of the set gives it back.
@@ -398,7 +401,7 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 		g.seed(ctx, b)
 	}
 	if moved && !fresh {
-		g.finishMovedRestore(ctx, b)
+		g.checkpoints.FinishMoved(ctx, b)
 	}
 	return b, nil
 }
@@ -724,7 +727,7 @@ func (g *Gateway) deleteThread(ctx context.Context, tenant, thread string) error
 	}
 	// No checkpoint or restore of the thread runs meanwhile: none
 	// records a history for a thread deleted under it.
-	cpUnlock, err := g.checkpoints.locks.lock(ctx, k)
+	cpUnlock, err := g.threads.turns.lock(ctx, k)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
@@ -799,7 +802,7 @@ func (g *Gateway) deleteLocked(ctx context.Context, b meta.Binding) error {
 	if err := g.store.DeleteJobs(ctx, k); err != nil {
 		return fmt.Errorf("delete %s: delete job records: %w", call.KeyName(k), err)
 	}
-	if err := g.dropHistory(ctx, k); err != nil {
+	if err := g.checkpoints.DropHistory(ctx, k); err != nil {
 		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
 	if err := g.store.DeleteBinding(ctx, k, b.Revision); err != nil {

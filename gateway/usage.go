@@ -10,6 +10,7 @@ import (
 
 	"warren/api"
 	"warren/gateway/call"
+	"warren/gateway/checkpoints"
 	"warren/meta"
 )
 
@@ -43,10 +44,10 @@ func (g *Gateway) usage(ctx context.Context, tenant, thread string) (api.Usage, 
 		return api.Usage{}, g.hosts.PinnedError(ctx, k, &b, owner)
 	}
 	u := api.Usage{Tenant: k.Tenant, Thread: k.Thread, DiskQuotaBytes: g.quotas.DiskBytes(b.Settings),
-		SnapshotQuotaBytes: g.snapshotQuota(b.Settings)}
+		SnapshotQuotaBytes: g.checkpoints.SnapshotQuota(b.Settings)}
 	switch h, err := g.store.GetHistory(ctx, k); {
 	case err == nil:
-		u.SnapshotBytes, u.Checkpoints = snapshotBytes(h.Checkpoints), len(h.Checkpoints)
+		u.SnapshotBytes, u.Checkpoints = checkpoints.SnapshotBytes(h.Checkpoints), len(h.Checkpoints)
 	case !errors.Is(err, meta.ErrNotFound):
 		return api.Usage{}, fmt.Errorf("checkpoints of %s: read the history: %w", call.KeyName(k), err)
 	}

@@ -1,4 +1,4 @@
-package gateway
+package checkpoints
 
 import (
 	"context"
@@ -57,18 +57,18 @@ const maxFailedReason = 2 << 10
 // From is the tree the restore began from. If putting back fails too, the
 // journal is closed all the same, so that the thread's history keeps
 // working; the next checkpoint reads the whole workspace, as it is.
-func (g *Gateway) failRestore(ctx context.Context, h *history, now snapshot.Hash, back []snapshot.Delta, at *snapshot.Delta, cause error) error {
+func (c *Checkpoints) failRestore(ctx context.Context, h *history, now snapshot.Hash, back []snapshot.Delta, at *snapshot.Delta, cause error) error {
 	orig := h.Restoring
 	rs := *orig
 	if rs.Failed == "" {
 		rs.Failed = boundReason(cause.Error())
 		h.Restoring = &rs
-		if err := g.putHistory(ctx, h); err != nil {
+		if err := c.putHistory(ctx, h); err != nil {
 			h.Restoring = orig
 			return fmt.Errorf("restore %s to %s failed (%v), and its journal could not say so: %w", call.KeyName(h.k), rs.To, cause, err)
 		}
 	}
-	g.log.Error("restore failed; putting the workspace back as it was", "tenant", h.k.Tenant, "thread", h.k.Thread,
+	c.log.Error("restore failed; putting the workspace back as it was", "tenant", h.k.Tenant, "thread", h.k.Thread,
 		"op", rs.Op, "to", rs.To, "error", rs.Failed)
 	from := now
 	if rs.From != "" {
@@ -107,12 +107,12 @@ func (g *Gateway) failRestore(ctx context.Context, h *history, now snapshot.Hash
 	closed := rs
 	closed.EndedAt = time.Now().UTC()
 	if err != nil {
-		g.log.Error("could not put the workspace back after a failed restore; the journal is closed, the workspace is as the restore left it",
+		c.log.Error("could not put the workspace back after a failed restore; the journal is closed, the workspace is as the restore left it",
 			"tenant", h.k.Tenant, "thread", h.k.Thread, "op", rs.Op, "to", rs.To, "error", err)
 		closed.Failed += "; putting the workspace back failed too: " + boundReason(err.Error())
 	}
 	h.Restoring, h.FailedRestore = nil, &closed
-	if perr := g.putHistory(ctx, h); perr != nil {
+	if perr := c.putHistory(ctx, h); perr != nil {
 		h.Restoring, h.FailedRestore = &rs, nil
 		return fmt.Errorf("restore %s to %s failed (%s); the workspace was put back, but the journal could not be closed (the next call closes it): %w", call.KeyName(h.k), rs.To, rs.Failed, perr)
 	}
@@ -137,7 +137,7 @@ func (g *Gateway) failRestore(ctx context.Context, h *history, now snapshot.Hash
 	if err != nil {
 		ev.Message = fmt.Sprintf("the %s to %s could not finish: %s", rs.Op, rs.To, closed.Failed)
 	}
-	g.emit(ev)
+	c.cfg.Events.Emit(ev)
 	return restoreFailure(rs, at, cause, err)
 }
 

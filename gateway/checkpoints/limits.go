@@ -1,4 +1,4 @@
-package gateway
+package checkpoints
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ import (
 func checkpointFlag(limit string) string { return "--checkpoint-max-" + limit }
 
 // checkpointLimitError turns a build's error past one of the checkpoint
-// limits (Config.CheckpointLimits) into the call's answer, 413
+// limits (Config.Limits) into the call's answer, 413
 // "too_large", naming the limit, its value and its flag; nil for any
 // other error. The build wrote nothing that stays (snapshot removes its
 // log) and the change set was given back, so the next checkpoint reads

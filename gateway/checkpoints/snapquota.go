@@ -1,4 +1,4 @@
-package gateway
+package checkpoints
 
 import (
 	"cmp"
@@ -45,17 +45,17 @@ import (
 // as its whole tree, RefBytes, which each checkpoint records (its base's
 // and the difference) so that this costs no walk.
 
-// snapshotQuota is the snapshot quota of a thread with settings s: its
+// SnapshotQuota is the snapshot quota of a thread with settings s: its
 // own, else the server's, else its disk quota; 0 is none.
-func (g *Gateway) snapshotQuota(s meta.Settings) int64 {
-	return cmp.Or(s.SnapshotBytes, g.cfg.SnapshotQuotaBytes, g.quotas.DiskBytes(s))
+func (c *Checkpoints) SnapshotQuota(s meta.Settings) int64 {
+	return cmp.Or(s.SnapshotBytes, c.cfg.SnapshotQuotaBytes, c.cfg.Quotas.DiskBytes(s))
 }
 
-// snapshotBytes is what the checkpoints cps hold: their own bytes; a
+// SnapshotBytes is what the checkpoints cps hold: their own bytes; a
 // checkpoint not counted yet (a record from before snapshot quotas)
 // counts its whole tree's apparent size (Bytes, which is never below its
 // data).
-func snapshotBytes(cps []meta.Checkpoint) int64 {
+func SnapshotBytes(cps []meta.Checkpoint) int64 {
 	var n int64
 	for _, c := range cps {
 		if c.Counted {
@@ -198,13 +198,13 @@ func pinnedOf(h *history) map[string]bool {
 // free; kept is what the thread held before cp. It says whether it
 // dropped any. others is what the tenant's other threads hold, for the
 // tenant's quota.
-func (g *Gateway) fitSnapshotQuota(ctx context.Context, h *history, cp meta.Checkpoint, kept []meta.Checkpoint, others int64) (bool, error) {
+func (c *Checkpoints) fitSnapshotQuota(ctx context.Context, h *history, cp meta.Checkpoint, kept []meta.Checkpoint, others int64) (bool, error) {
 	if err := settle(ctx, h.repo, h.Checkpoints); err != nil {
 		return false, fmt.Errorf("checkpoint of %s: %w", call.KeyName(h.k), err)
 	}
-	limit, tenantLimit := g.snapshotQuota(h.b.Settings), g.cfg.TenantSnapshotQuotaBytes
+	limit, tenantLimit := c.SnapshotQuota(h.b.Settings), c.cfg.TenantSnapshotQuotaBytes
 	fits := func(cps []meta.Checkpoint) bool {
-		n := snapshotBytes(cps)
+		n := SnapshotBytes(cps)
 		return (limit == 0 || n <= limit) && (tenantLimit == 0 || others+n <= tenantLimit)
 	}
 	cps := h.Checkpoints
@@ -213,7 +213,7 @@ func (g *Gateway) fitSnapshotQuota(ctx context.Context, h *history, cp meta.Chec
 	for !fits(cps) {
 		i := slices.IndexFunc(cps, func(c meta.Checkpoint) bool { return !pinned[c.ID] })
 		if i < 0 {
-			return false, g.quotaRefusal(h, cp, kept, cps, limit, tenantLimit, others)
+			return false, c.quotaRefusal(h, cp, kept, cps, limit, tenantLimit, others)
 		}
 		cps = dropCheckpoint(cps, i)
 		if err := settle(ctx, h.repo, cps); err != nil {
@@ -227,12 +227,12 @@ func (g *Gateway) fitSnapshotQuota(ctx context.Context, h *history, cp meta.Chec
 
 // quotaRefusal is the error of a checkpoint cp that does not fit even
 // with every droppable checkpoint gone (least, what is left then).
-func (g *Gateway) quotaRefusal(h *history, cp meta.Checkpoint, kept, least []meta.Checkpoint, limit, tenantLimit, others int64) error {
+func (c *Checkpoints) quotaRefusal(h *history, cp meta.Checkpoint, kept, least []meta.Checkpoint, limit, tenantLimit, others int64) error {
 	own := cp.OwnBytes
 	if i := slices.IndexFunc(least, func(c meta.Checkpoint) bool { return c.ID == cp.ID }); i >= 0 {
 		own = least[i].OwnBytes
 	}
-	holds, need := snapshotBytes(kept), snapshotBytes(least)
+	holds, need := SnapshotBytes(kept), SnapshotBytes(least)
 	var over string
 	if limit > 0 && need > limit {
 		over = fmt.Sprintf("the thread's checkpoints hold %d bytes of its snapshot quota of %d; this checkpoint adds %d (what changed since the head), and with every checkpoint that may be dropped gone they would still hold %d, %d past the quota",
@@ -252,15 +252,15 @@ func (g *Gateway) quotaRefusal(h *history, cp meta.Checkpoint, kept, least []met
 
 // tenantSnapshotBytes is what the checkpoints of tenant's threads other
 // than k hold.
-func (g *Gateway) tenantSnapshotBytes(ctx context.Context, k meta.ThreadKey) (int64, error) {
-	hs, err := g.store.ListHistories(ctx, k.Tenant)
+func (c *Checkpoints) tenantSnapshotBytes(ctx context.Context, k meta.ThreadKey) (int64, error) {
+	hs, err := c.store.ListHistories(ctx, k.Tenant)
 	if err != nil {
 		return 0, fmt.Errorf("snapshot bytes of tenant %s: %w", call.Quote(k.Tenant), err)
 	}
 	var n int64
 	for _, h := range hs {
 		if h.ThreadKey != k {
-			n += snapshotBytes(h.Checkpoints)
+			n += SnapshotBytes(h.Checkpoints)
 		}
 	}
 	return n, nil
@@ -271,21 +271,21 @@ func (g *Gateway) tenantSnapshotBytes(ctx context.Context, k meta.ThreadKey) (in
 // snapshot quota (its settings are the defaults) or the tenant's. It
 // returns what ends the hold on the tenant's quota, for the caller to
 // call once the new thread's history is stored.
-func (g *Gateway) forkQuota(ctx context.Context, nk meta.ThreadKey, cp meta.Checkpoint) (func(), error) {
-	if limit := g.snapshotQuota(meta.Settings{}); limit > 0 && cp.OwnBytes > limit {
+func (c *Checkpoints) forkQuota(ctx context.Context, nk meta.ThreadKey, cp meta.Checkpoint) (func(), error) {
+	if limit := c.SnapshotQuota(meta.Settings{}); limit > 0 && cp.OwnBytes > limit {
 		return nil, call.Refuse(api.ErrQuota, fmt.Sprintf("The fork was refused: its first checkpoint holds %d bytes, which the new thread counts in full, past the snapshot quota of %d a new thread gets. Nothing was made. Fork from a smaller checkpoint, or raise the server's --snapshot-quota.",
 			cp.OwnBytes, limit))
 
 	}
-	tenantLimit := g.cfg.TenantSnapshotQuotaBytes
+	tenantLimit := c.cfg.TenantSnapshotQuotaBytes
 	if tenantLimit == 0 {
 		return func() {}, nil
 	}
-	unlock, err := g.checkpoints.tenantQuota.lock(ctx, nk.Tenant)
+	unlock, err := c.tenantQuota.lock(ctx, nk.Tenant)
 	if err != nil {
 		return nil, fmt.Errorf("fork into %s: %w", call.KeyName(nk), err)
 	}
-	others, err := g.tenantSnapshotBytes(ctx, nk)
+	others, err := c.tenantSnapshotBytes(ctx, nk)
 	if err != nil {
 		unlock()
 		return nil, err

@@ -1,4 +1,4 @@
-package gateway
+package checkpoints
 
 import (
 	"context"
@@ -6,14 +6,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"warren/api"
 	"warren/fs"
 	"warren/gateway/call"
+	"warren/gateway/quota"
 	"warren/meta"
 	"warren/snapshot"
 )
@@ -46,33 +48,83 @@ import (
 // changes are kept in a checkpoint that a redo goes back to), else to the
 // head's parent. A new checkpoint or a revert empties the redo stack.
 
-// DefaultCheckpoints is how many checkpoints a thread keeps unless its
-// settings or Config.Checkpoints say otherwise.
-const DefaultCheckpoints = 100
+// Default is how many checkpoints a thread keeps unless its settings or
+// Config.Checkpoints say otherwise.
+const Default = 100
 
-// maxCheckpoints bounds the checkpoints a thread keeps: its history is one
-// record in the store (meta.MaxHistoryBytes).
-const maxCheckpoints = 1000
+// Max bounds the checkpoints a thread keeps: its history is one record in
+// the store (meta.MaxHistoryBytes).
+const Max = 1000
 
-// checkpointSet is the state of the checkpoints: a lock per thread, which
-// serializes its checkpoints, restores and delete; the tenants' snapshot
-// repositories; the collections of unreferenced objects under way.
-type checkpointSet struct {
-	// locks holds a lock per thread, taken before the thread's lock
-	// (threadSet.locks) when both are.
-	locks keyedLocks[meta.ThreadKey]
+// Config is what the checkpoints need of the daemon: its settings and the
+// rooms they call. Every field but the hooks is required.
+type Config struct {
+	Store  meta.Store
+	Logger hclog.Logger
+	// Hub serves the workspaces' files (fs.Hub.Files): a checkpoint
+	// reads a workspace through it, a restore writes through it.
+	Hub *fs.Hub
+	// Quotas makes the repositories' folders and hears of each
+	// checkpoint (package quota); DiskBytes is a thread's default
+	// snapshot quota.
+	Quotas   *quota.Quotas
+	Threads  Threads
+	Commands Commands
+	Events   Events
+	// Stale reports a refused stale write of thread k (fs.Hub.Files).
+	Stale func(k meta.ThreadKey) func(fs.Stale)
+	// CheckRun refuses a run id that could not be told apart in logs.
+	CheckRun func(run string) error
+	// RepoDir is the folder of tenant's snapshot repository.
+	RepoDir func(tenant string) string
+
+	// Checkpoints is how many checkpoints a thread keeps unless its
+	// settings say otherwise; 0 is Default.
+	Checkpoints int
+	// Limits bound what one checkpoint reads (snapshot.Limits).
+	Limits snapshot.Limits
+	// SnapshotQuotaBytes is a thread's snapshot quota unless its settings
+	// say otherwise (0: its disk quota), TenantSnapshotQuotaBytes what a
+	// tenant's threads hold together (0: no bound).
+	SnapshotQuotaBytes, TenantSnapshotQuotaBytes int64
+	// HostID is recorded in every checkpoint and restore.
+	HostID string
+
+	// CollectHook, if not nil, is told of a tenant's collection's steps
+	// (snapshot.WithCollectHook) and "done" when one ended; for tests.
+	CollectHook func(tenant, step string)
+	// Hold, if not nil, is called by every history call once it holds
+	// its thread's locks and its repository's shared lock; for tests.
+	Hold func(k meta.ThreadKey)
+}
+
+// Checkpoints is the state of the checkpoints: the tenants' snapshot
+// repositories, a lock per tenant for its snapshot quota, the collections
+// of unreferenced objects under way and the restores' end. New makes one;
+// call EndRestores, then Close, when the daemon stops.
+type Checkpoints struct {
+	cfg      Config // never changed
+	log      hclog.Logger
+	store    meta.Store
+	threads  Threads
+	commands Commands
+
 	// tenantQuota holds a lock per tenant, taken while a checkpoint is
-	// held against the tenant's snapshot quota (record).
+	// held against the tenant's snapshot quota (record, forkQuota).
 	tenantQuota keyedLocks[string]
 
-	// ctx ends the collections when Close runs.
+	// ctx ends the collections when Close runs. Never changed.
 	ctx    context.Context
 	cancel context.CancelFunc
 	// restores ends the restores under way once Close has waited its
-	// grace for the requests: until then a restore is not cut short by
-	// its caller (see restoreContext).
+	// grace for the requests (EndRestores): until then a restore is not
+	// cut short by its caller (see restoreContext). Never changed.
 	restores    context.Context
 	endRestores context.CancelFunc
+
+	// wg counts the collections' goroutines; Add only under mu while
+	// closed is not set, so that no Add follows Close's Wait.
+	wg sync.WaitGroup
 
 	mu sync.Mutex
 	// closed is set by Close: no repository is opened and no
@@ -84,14 +136,15 @@ type checkpointSet struct {
 	// collect once more when it ends (something was dropped meanwhile).
 	collecting map[string]bool
 	again      map[string]bool
-	// wg counts the collections' goroutines.
-	wg sync.WaitGroup
 }
 
-func newCheckpointSet() checkpointSet {
+// New makes the checkpoints' state. It starts no goroutine: a collection
+// starts when a checkpoint is dropped, and Close waits for it.
+func New(cfg Config) *Checkpoints {
 	ctx, cancel := context.WithCancel(context.Background())
 	restores, endRestores := context.WithCancel(context.Background())
-	return checkpointSet{
+	return &Checkpoints{
+		cfg: cfg, log: cfg.Logger, store: cfg.Store, threads: cfg.Threads, commands: cfg.Commands,
 		ctx: ctx, cancel: cancel,
 		restores: restores, endRestores: endRestores,
 		repos:      make(map[string]*snapshot.Repo),
@@ -100,82 +153,86 @@ func newCheckpointSet() checkpointSet {
 	}
 }
 
-// repo returns tenant's repository, opened if need be.
-func (g *Gateway) repo(tenant string) (*snapshot.Repo, error) {
-	cs := &g.checkpoints
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if cs.closed {
+// Repo returns tenant's repository, opened if need be; after Close, an
+// ErrClosed error.
+func (c *Checkpoints) Repo(tenant string) (*snapshot.Repo, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
 		return nil, api.ErrClosed
 	}
-	if r := cs.repos[tenant]; r != nil {
+	if r := c.repos[tenant]; r != nil {
 		return r, nil
 	}
-	dir := filepath.Join(g.cfg.SnapshotsDir, encodeID(tenant))
-	if err := g.quotas.MakeRepoFolder(dir); err != nil {
+	dir := c.cfg.RepoDir(tenant)
+	if err := c.cfg.Quotas.MakeRepoFolder(dir); err != nil {
 		return nil, fmt.Errorf("open the snapshot repository of tenant %s: %w", call.Quote(tenant), err)
 	}
-	opts := []snapshot.Option{snapshot.WithSkip(fs.IsTempName), snapshot.WithLimits(g.cfg.CheckpointLimits)}
-	if hook := g.cfg.collectHook; hook != nil {
+	opts := []snapshot.Option{snapshot.WithSkip(fs.IsTempName), snapshot.WithLimits(c.cfg.Limits)}
+	if hook := c.cfg.CollectHook; hook != nil {
 		opts = append(opts, snapshot.WithCollectHook(func(step string) { hook(tenant, step) }))
 	}
 	r, err := snapshot.Open(dir, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("open the snapshot repository of tenant %s: %w", call.Quote(tenant), err)
 	}
-	cs.repos[tenant] = r
+	c.repos[tenant] = r
 	return r, nil
 }
 
-// closeCheckpoints stops the collections, waits for them and closes the
-// repositories. Close calls it once no request runs.
-func (g *Gateway) closeCheckpoints() {
-	cs := &g.checkpoints
-	cs.mu.Lock()
-	cs.closed = true
-	cs.mu.Unlock()
-	cs.endRestores()
-	cs.cancel()
-	cs.wg.Wait()
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	for t, r := range cs.repos {
+// EndRestores cuts short the restores under way (their journals have the
+// next start finish them). Close calls it once the requests had their
+// grace: until then a restore runs to its end whatever its caller does.
+func (c *Checkpoints) EndRestores() { c.endRestores() }
+
+// Close stops the collections, waits for them and closes the
+// repositories; restores under way are cut short (EndRestores). Call it
+// once no request runs, before the store is closed.
+func (c *Checkpoints) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.endRestores()
+	c.cancel()
+	c.wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for t, r := range c.repos {
 		if err := r.Close(); err != nil {
-			g.log.Warn("close a snapshot repository", "tenant", t, "error", err)
+			c.log.Warn("close a snapshot repository", "tenant", t, "error", err)
 		}
-		delete(cs.repos, t)
+		delete(c.repos, t)
 	}
 }
 
 // collect removes, in the background, the objects of tenant's repository
 // that no checkpoint of the tenant's threads references any more. A
 // collection asked for while one runs makes that one run again.
-func (g *Gateway) collect(tenant string) {
-	cs := &g.checkpoints
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if cs.closed {
+func (c *Checkpoints) collect(tenant string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
 		return
 	}
-	if cs.collecting[tenant] {
-		cs.again[tenant] = true
+	if c.collecting[tenant] {
+		c.again[tenant] = true
 		return
 	}
-	cs.collecting[tenant] = true
-	cs.wg.Add(1)
+	c.collecting[tenant] = true
+	c.wg.Add(1)
 	go func() {
-		defer cs.wg.Done()
+		defer c.wg.Done()
 		for {
-			g.collectOnce(cs.ctx, tenant)
-			cs.mu.Lock()
-			if !cs.again[tenant] || cs.closed {
-				delete(cs.collecting, tenant)
-				delete(cs.again, tenant)
-				cs.mu.Unlock()
+			c.collectOnce(c.ctx, tenant)
+			c.mu.Lock()
+			if !c.again[tenant] || c.closed {
+				delete(c.collecting, tenant)
+				delete(c.again, tenant)
+				c.mu.Unlock()
 				return
 			}
-			delete(cs.again, tenant)
-			cs.mu.Unlock()
+			delete(c.again, tenant)
+			c.mu.Unlock()
 		}
 	}()
 }
@@ -185,16 +242,16 @@ func (g *Gateway) collect(tenant string) {
 // sweeps in short turns that never wait in line for it (snapshot.Collect),
 // so a slow checkpoint of one thread delays the sweep, never the others'
 // checkpoints.
-func (g *Gateway) collectOnce(ctx context.Context, tenant string) {
-	if hook := g.cfg.collectHook; hook != nil {
+func (c *Checkpoints) collectOnce(ctx context.Context, tenant string) {
+	if hook := c.cfg.CollectHook; hook != nil {
 		defer hook(tenant, "done")
 	}
-	r, err := g.repo(tenant)
+	r, err := c.Repo(tenant)
 	if err != nil {
 		return
 	}
 	stats, err := r.Collect(ctx, func(ctx context.Context) ([]snapshot.Hash, error) {
-		hs, err := g.store.ListHistories(ctx, tenant)
+		hs, err := c.store.ListHistories(ctx, tenant)
 		if err != nil {
 			return nil, err
 		}
@@ -227,11 +284,11 @@ func (g *Gateway) collectOnce(ctx context.Context, tenant string) {
 	})
 	if err != nil {
 		if ctx.Err() == nil {
-			g.log.Warn("collect unreferenced snapshot objects", "tenant", tenant, "error", err)
+			c.log.Warn("collect unreferenced snapshot objects", "tenant", tenant, "error", err)
 		}
 		return
 	}
-	g.log.Info("collected unreferenced snapshot objects", "tenant", tenant,
+	c.log.Info("collected unreferenced snapshot objects", "tenant", tenant,
 		"removed", stats.Removed, "kept", stats.Kept, "freed_bytes", stats.Freed, "took", stats.Duration,
 		"sweeps", stats.Sweeps, "locked", stats.Held)
 }
@@ -249,12 +306,12 @@ type history struct {
 
 // mustExist refuses op on a thread that has no record (never bound, or
 // deleted): such calls never bind one. A closed thread exists.
-func (g *Gateway) mustExist(ctx context.Context, op, tenant, thread string) error {
+func (c *Checkpoints) mustExist(ctx context.Context, op, tenant, thread string) error {
 	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return err
 	}
-	if _, err := g.store.GetBinding(ctx, k); errors.Is(err, meta.ErrNotFound) {
+	if _, err := c.store.GetBinding(ctx, k); errors.Is(err, meta.ErrNotFound) {
 		return call.Refuse(api.ErrNotFound, fmt.Sprintf("There is no thread %s: it was never bound, or was deleted (%s makes none; bind it first).", call.KeyName(k), op))
 	} else if err != nil {
 		return fmt.Errorf("%s of %s: read the binding: %w", op, call.KeyName(k), err)
@@ -279,29 +336,29 @@ func (h *history) find(id string) *meta.Checkpoint {
 // record yet (a checkpoint binds lazily, as exec does); for the others
 // (undo, redo, revert, diff) a thread that does not exist is not found,
 // so that a typo in an id makes no workspace.
-func (g *Gateway) withHistory(ctx context.Context, op, tenant, thread string, fn func(h *history) error) error {
+func (c *Checkpoints) withHistory(ctx context.Context, op, tenant, thread string, fn func(h *history) error) error {
 	if op != "checkpoint" {
-		if err := g.mustExist(ctx, op, tenant, thread); err != nil {
+		if err := c.mustExist(ctx, op, tenant, thread); err != nil {
 			return err
 		}
 	}
-	info, err := g.bind(ctx, tenant, thread)
+	info, err := c.threads.Bind(ctx, tenant, thread)
 	if err != nil {
 		return err
 	}
 	k := info.ThreadKey
-	unlock, err := g.checkpoints.locks.lock(ctx, k)
+	unlock, err := c.threads.LockTurn(ctx, k)
 	if err != nil {
 		return fmt.Errorf("checkpoints of %s: %w", call.KeyName(k), err)
 	}
 	defer unlock()
-	return g.withHistoryLocked(ctx, k, info.Binding, fn)
+	return c.withHistoryLocked(ctx, k, info.Binding, fn)
 }
 
 // withHistoryLocked is withHistory for a bound thread whose checkpoint
 // lock is held.
-func (g *Gateway) withHistoryLocked(ctx context.Context, k meta.ThreadKey, b meta.Binding, fn func(h *history) error) error {
-	repo, err := g.repo(k.Tenant)
+func (c *Checkpoints) withHistoryLocked(ctx context.Context, k meta.ThreadKey, b meta.Binding, fn func(h *history) error) error {
+	repo, err := c.Repo(k.Tenant)
 	if err != nil {
 		return err
 	}
@@ -310,26 +367,26 @@ func (g *Gateway) withHistoryLocked(ctx context.Context, k meta.ThreadKey, b met
 		return fmt.Errorf("checkpoints of %s: wait for the repository: %w", call.KeyName(k), err)
 	}
 	defer release()
-	if hold := g.cfg.checkpointHold; hold != nil {
+	if hold := c.cfg.Hold; hold != nil {
 		hold(k)
 	}
-	return g.withHistoryShared(ctx, k, b, repo, fn)
+	return c.withHistoryShared(ctx, k, b, repo, fn)
 }
 
 // withHistoryShared is withHistoryLocked for a caller that holds repo's
 // shared lock already (it is not taken twice: Shared is not reentrant,
 // and a collection's sweep may take the lock between the two).
-func (g *Gateway) withHistoryShared(ctx context.Context, k meta.ThreadKey, b meta.Binding, repo *snapshot.Repo, fn func(h *history) error) error {
-	root, err := g.rootOf(b)
+func (c *Checkpoints) withHistoryShared(ctx context.Context, k meta.ThreadKey, b meta.Binding, repo *snapshot.Repo, fn func(h *history) error) error {
+	root, err := c.threads.RootOf(b)
 	if err != nil {
 		return err
 	}
-	files, err := g.hub.Files(root, k.Tenant+"/"+k.Thread, g.staleEvents(k))
+	files, err := c.cfg.Hub.Files(root, k.Tenant+"/"+k.Thread, c.cfg.Stale(k))
 	if err != nil {
 		return err
 	}
 	defer files.Close()
-	hist, err := g.store.GetHistory(ctx, k)
+	hist, err := c.store.GetHistory(ctx, k)
 	if errors.Is(err, meta.ErrNotFound) {
 		hist, err = meta.History{ThreadKey: k, NextSeq: 1}, nil
 	}
@@ -338,7 +395,7 @@ func (g *Gateway) withHistoryShared(ctx context.Context, k meta.ThreadKey, b met
 	}
 	h := &history{History: hist, k: k, b: b, repo: repo, files: files}
 	if h.Restoring != nil {
-		if err := g.finishRestore(ctx, h); err != nil {
+		if err := c.finishRestore(ctx, h); err != nil {
 			return err
 		}
 	}
@@ -346,8 +403,8 @@ func (g *Gateway) withHistoryShared(ctx context.Context, k meta.ThreadKey, b met
 }
 
 // putHistory stores h's history (a compare-and-set on its revision).
-func (g *Gateway) putHistory(ctx context.Context, h *history) error {
-	stored, err := g.store.PutHistory(ctx, h.History)
+func (c *Checkpoints) putHistory(ctx context.Context, h *history) error {
+	stored, err := c.store.PutHistory(ctx, h.History)
 	if err != nil {
 		return fmt.Errorf("checkpoints of %s: write the history: %w", call.KeyName(h.k), err)
 	}
@@ -368,7 +425,7 @@ type built struct {
 // is complete and relative to the head, else the whole folder. The caller
 // commits the set (files.CommitChanges) once the tree is recorded, or
 // gives it back.
-func (g *Gateway) buildNow(ctx context.Context, h *history) (built, error) {
+func (c *Checkpoints) buildNow(ctx context.Context, h *history) (built, error) {
 	start := time.Now()
 	thaw := h.files.Freeze()
 	set := h.files.TakeChanges()
@@ -388,7 +445,7 @@ func (g *Gateway) buildNow(ctx context.Context, h *history) (built, error) {
 			if set.Complete {
 				why = "the changes are relative to another checkpoint"
 			}
-			g.log.Info("checkpoint reads the whole workspace", "tenant", h.k.Tenant, "thread", h.k.Thread, "why", why)
+			c.log.Info("checkpoint reads the whole workspace", "tenant", h.k.Tenant, "thread", h.k.Thread, "why", why)
 		}
 	}
 	changes := make([]snapshot.Change, len(set.Changes))
@@ -413,25 +470,25 @@ func (g *Gateway) buildNow(ctx context.Context, h *history) (built, error) {
 // tenant's snapshot quota, snapquota.go), and stores h. The change set is
 // then relative to it. A checkpoint that does not fit the quota even so
 // is refused (a quota error) and h stays as it was.
-func (g *Gateway) record(ctx context.Context, h *history, b built, req api.CheckpointRequest, auto bool) (meta.Checkpoint, error) {
+func (c *Checkpoints) record(ctx context.Context, h *history, b built, req api.CheckpointRequest, auto bool) (meta.Checkpoint, error) {
 	cp := meta.Checkpoint{
 		ID: fmt.Sprintf("cp-%d", h.NextSeq), Seq: h.NextSeq,
 		Label: req.Label, Turn: req.Turn, Run: req.Run,
-		Tree: b.tree.String(), Parent: h.Head, Auto: auto, HostID: g.cfg.HostID,
+		Tree: b.tree.String(), Parent: h.Head, Auto: auto, HostID: c.cfg.HostID,
 		CreatedAt: time.Now().UTC(),
 		Files:     b.stats.Files + b.stats.Links, Bytes: b.stats.Bytes,
 	}
 	// The tenant's quota sums every thread's checkpoints: two threads
 	// that check it at once must not both fit in the same room.
 	var others int64
-	if g.cfg.TenantSnapshotQuotaBytes > 0 {
-		unlock, err := g.checkpoints.tenantQuota.lock(ctx, h.k.Tenant)
+	if c.cfg.TenantSnapshotQuotaBytes > 0 {
+		unlock, err := c.tenantQuota.lock(ctx, h.k.Tenant)
 		if err != nil {
 			h.files.ReturnChanges(b.set)
 			return meta.Checkpoint{}, fmt.Errorf("checkpoint of %s: %w", call.KeyName(h.k), err)
 		}
 		defer unlock()
-		if others, err = g.tenantSnapshotBytes(ctx, h.k); err != nil {
+		if others, err = c.tenantSnapshotBytes(ctx, h.k); err != nil {
 			h.files.ReturnChanges(b.set)
 			return meta.Checkpoint{}, err
 		}
@@ -440,50 +497,50 @@ func (g *Gateway) record(ctx context.Context, h *history, b built, req api.Check
 	h.Checkpoints = append(slices.Clone(h.Checkpoints), cp)
 	h.NextSeq++
 	h.Head, h.Redo = cp.ID, nil
-	dropped := g.retain(h)
-	more, err := g.fitSnapshotQuota(ctx, h, cp, prev.Checkpoints, others)
+	dropped := c.retain(h)
+	more, err := c.fitSnapshotQuota(ctx, h, cp, prev.Checkpoints, others)
 	if err != nil {
 		h.History = prev
 		h.files.ReturnChanges(b.set)
 		// The refused tree's new objects go with the next collection.
-		g.collect(h.k.Tenant)
-		g.log.Info("checkpoint refused", "tenant", h.k.Tenant, "thread", h.k.Thread, "auto", auto, "error", err)
+		c.collect(h.k.Tenant)
+		c.log.Info("checkpoint refused", "tenant", h.k.Tenant, "thread", h.k.Thread, "auto", auto, "error", err)
 		return meta.Checkpoint{}, err
 	}
 	dropped = dropped || more
 	if c := h.find(cp.ID); c != nil {
 		cp = *c
 	}
-	if err := g.putHistory(ctx, h); err != nil {
+	if err := c.putHistory(ctx, h); err != nil {
 		h.History = prev
 		h.files.ReturnChanges(b.set)
 		return meta.Checkpoint{}, err
 	}
 	h.files.CommitChanges(cp.ID)
 	if dropped {
-		g.collect(h.k.Tenant)
+		c.collect(h.k.Tenant)
 	}
-	g.quotas.Checkpointed(h.k)
+	c.cfg.Quotas.Checkpointed(h.k)
 	return cp, nil
 }
 
 // keepOf is how many checkpoints thread b keeps.
-func (g *Gateway) keepOf(s meta.Settings) int {
+func (c *Checkpoints) keepOf(s meta.Settings) int {
 	switch {
 	case s.Checkpoints > 0:
 		return s.Checkpoints
-	case g.cfg.Checkpoints > 0:
-		return g.cfg.Checkpoints
+	case c.cfg.Checkpoints > 0:
+		return c.cfg.Checkpoints
 	}
-	return DefaultCheckpoints
+	return Default
 }
 
 // retain drops h's oldest checkpoints past what its thread keeps; the
 // head, its parent, the redo stack and a restore's target stay whatever
 // their age (pinnedOf). Those based on a dropped one are counted again
 // (snapquota.go).
-func (g *Gateway) retain(h *history) bool {
-	keep := g.keepOf(h.b.Settings)
+func (c *Checkpoints) retain(h *history) bool {
+	keep := c.keepOf(h.b.Settings)
 	if len(h.Checkpoints) <= keep {
 		return false
 	}
@@ -503,18 +560,18 @@ func (g *Gateway) retain(h *history) bool {
 }
 
 // checkpoint takes a checkpoint of a thread's workspace.
-func (g *Gateway) checkpoint(ctx context.Context, tenant, thread string, req api.CheckpointRequest) (api.CheckpointResponse, error) {
-	if err := checkCheckpointRequest(req); err != nil {
+func (c *Checkpoints) checkpoint(ctx context.Context, tenant, thread string, req api.CheckpointRequest) (api.CheckpointResponse, error) {
+	if err := c.checkRequest(req); err != nil {
 		return api.CheckpointResponse{}, err
 	}
 	var out api.CheckpointResponse
-	err := g.withHistory(ctx, "checkpoint", tenant, thread, func(h *history) error {
-		b, err := g.buildNow(ctx, h)
+	err := c.withHistory(ctx, "checkpoint", tenant, thread, func(h *history) error {
+		b, err := c.buildNow(ctx, h)
 		if err != nil {
 			return err
 		}
 		parent := h.find(h.Head)
-		cp, err := g.record(ctx, h, b, req, false)
+		cp, err := c.record(ctx, h, b, req, false)
 		if err != nil {
 			return err
 		}
@@ -525,18 +582,18 @@ func (g *Gateway) checkpoint(ctx context.Context, tenant, thread string, req api
 				Millis: float64(b.took.Microseconds()) / 1000,
 			},
 		}
-		g.log.Info("checkpoint taken", "tenant", h.k.Tenant, "thread", h.k.Thread, "checkpoint", cp.ID,
+		c.log.Info("checkpoint taken", "tenant", h.k.Tenant, "thread", h.k.Thread, "checkpoint", cp.ID,
 			"full", b.stats.Full, "read", b.stats.Read, "new_objects", b.stats.NewObjects, "took", b.took)
 		// The paths of the event cost a diff: made only when some
 		// stream wants the thread's events.
-		if g.events.Wants(h.k) {
+		if c.cfg.Events.Wants(h.k) {
 			var paths []string
 			if parent != nil {
-				paths, _ = g.changedPaths(ctx, h.repo, parent.Tree, cp.Tree)
+				paths, _ = c.changedPaths(ctx, h.repo, parent.Tree, cp.Tree)
 			} else {
-				paths, _ = g.changedPaths(ctx, h.repo, "", cp.Tree)
+				paths, _ = c.changedPaths(ctx, h.repo, "", cp.Tree)
 			}
-			g.emitPaths(api.Event{Type: api.EventCheckpointCreated, Tenant: h.k.Tenant, Thread: h.k.Thread,
+			c.emitPaths(api.Event{Type: api.EventCheckpointCreated, Tenant: h.k.Tenant, Thread: h.k.Thread,
 				Actor: call.Actor(ctx), Checkpoint: cp.ID, Label: cp.Label}, paths, "changed since the checkpoint before")
 		}
 		return nil
@@ -544,13 +601,13 @@ func (g *Gateway) checkpoint(ctx context.Context, tenant, thread string, req api
 	return out, err
 }
 
-// checkCheckpointRequest bounds a checkpoint's label and run.
-func checkCheckpointRequest(req api.CheckpointRequest) error {
+// checkRequest bounds a checkpoint's label and run.
+func (c *Checkpoints) checkRequest(req api.CheckpointRequest) error {
 	if err := call.CheckText("label", req.Label, call.MaxLabelBytes); err != nil {
 		return err
 	}
 	if req.Run != "" {
-		if err := validRun(req.Run); err != nil {
+		if err := c.cfg.CheckRun(req.Run); err != nil {
 			return err
 		}
 	}
@@ -562,7 +619,7 @@ func checkCheckpointRequest(req api.CheckpointRequest) error {
 
 // changedPaths lists the paths that differ between two trees ("" is the
 // empty tree), sorted.
-func (g *Gateway) changedPaths(ctx context.Context, r *snapshot.Repo, from, to string) ([]string, error) {
+func (c *Checkpoints) changedPaths(ctx context.Context, r *snapshot.Repo, from, to string) ([]string, error) {
 	a, b, err := parseTrees(from, to)
 	if err != nil {
 		return nil, err
@@ -594,26 +651,26 @@ func parseTrees(from, to string) (a, b snapshot.Hash, err error) {
 
 // emitPaths emits ev with paths, at most api.MaxEventPaths of them; its
 // message says how many there were, and what they are.
-func (g *Gateway) emitPaths(ev api.Event, paths []string, what string) {
+func (c *Checkpoints) emitPaths(ev api.Event, paths []string, what string) {
 	ev.Message = fmt.Sprintf("%d paths %s", len(paths), what)
 	if len(paths) > api.MaxEventPaths {
 		ev.Message += fmt.Sprintf(" (the first %d listed)", api.MaxEventPaths)
 		paths = paths[:api.MaxEventPaths]
 	}
 	ev.Paths = paths
-	g.emit(ev)
+	c.cfg.Events.Emit(ev)
 }
 
 // listCheckpoints lists a thread's checkpoints, oldest first.
-func (g *Gateway) listCheckpoints(ctx context.Context, tenant, thread string) (api.CheckpointsResponse, error) {
+func (c *Checkpoints) listCheckpoints(ctx context.Context, tenant, thread string) (api.CheckpointsResponse, error) {
 	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return api.CheckpointsResponse{}, err
 	}
-	if _, err := g.showThread(ctx, tenant, thread); err != nil {
+	if _, err := c.threads.Show(ctx, tenant, thread); err != nil {
 		return api.CheckpointsResponse{}, err
 	}
-	h, err := g.store.GetHistory(ctx, k)
+	h, err := c.store.GetHistory(ctx, k)
 	if errors.Is(err, meta.ErrNotFound) {
 		return api.CheckpointsResponse{Checkpoints: []api.CheckpointInfo{}}, nil
 	}
@@ -632,14 +689,14 @@ func (g *Gateway) listCheckpoints(ctx context.Context, tenant, thread string) (a
 
 // undo restores the checkpoint before the workspace's state: the head if
 // the workspace changed since it, else the head's parent.
-func (g *Gateway) undo(ctx context.Context, tenant, thread string, force bool) (api.RestoreResponse, error) {
+func (c *Checkpoints) undo(ctx context.Context, tenant, thread string, force bool) (api.RestoreResponse, error) {
 	var out api.RestoreResponse
-	err := g.withHistory(ctx, "undo", tenant, thread, func(h *history) error {
+	err := c.withHistory(ctx, "undo", tenant, thread, func(h *history) error {
 		head := h.find(h.Head)
 		if head == nil {
 			return call.Refuse(api.ErrConflict, "Nothing to undo: this thread has no checkpoint.")
 		}
-		now, saved, err := g.saveState(ctx, h, "before undo")
+		now, saved, err := c.saveState(ctx, h, "before undo")
 		if err != nil {
 			return err
 		}
@@ -655,7 +712,7 @@ func (g *Gateway) undo(ctx context.Context, tenant, thread string, force bool) (
 			target = h.find(head.ID)
 			redo = []string{saved}
 		}
-		out, err = g.restoreTo(ctx, h, "undo", now, *target, redo, force)
+		out, err = c.restoreTo(ctx, h, "undo", now, *target, redo, force)
 		out.Saved = saved
 		return err
 	})
@@ -663,13 +720,13 @@ func (g *Gateway) undo(ctx context.Context, tenant, thread string, force bool) (
 }
 
 // redo restores the checkpoint the last undo left.
-func (g *Gateway) redo(ctx context.Context, tenant, thread string, force bool) (api.RestoreResponse, error) {
+func (c *Checkpoints) redo(ctx context.Context, tenant, thread string, force bool) (api.RestoreResponse, error) {
 	var out api.RestoreResponse
-	err := g.withHistory(ctx, "redo", tenant, thread, func(h *history) error {
+	err := c.withHistory(ctx, "redo", tenant, thread, func(h *history) error {
 		if len(h.Redo) == 0 {
 			return call.Refuse(api.ErrConflict, "Nothing to redo.")
 		}
-		b, err := g.buildNow(ctx, h)
+		b, err := c.buildNow(ctx, h)
 		if err != nil {
 			return err
 		}
@@ -684,14 +741,14 @@ func (g *Gateway) redo(ctx context.Context, tenant, thread string, force bool) (
 		if target == nil {
 			return fmt.Errorf("redo %s: checkpoint %s is not in the history", call.KeyName(h.k), id)
 		}
-		out, err = g.restoreTo(ctx, h, "redo", b.tree, *target, slices.Clone(h.Redo[:len(h.Redo)-1]), force)
+		out, err = c.restoreTo(ctx, h, "redo", b.tree, *target, slices.Clone(h.Redo[:len(h.Redo)-1]), force)
 		return err
 	})
 	return out, err
 }
 
 // revert restores checkpoint id.
-func (g *Gateway) revert(ctx context.Context, tenant, thread, id string, force bool) (api.RestoreResponse, error) {
+func (c *Checkpoints) revert(ctx context.Context, tenant, thread, id string, force bool) (api.RestoreResponse, error) {
 	if id == "" {
 		return api.RestoreResponse{}, fmt.Errorf("%w: checkpoint is required", api.ErrInvalid)
 	}
@@ -699,15 +756,15 @@ func (g *Gateway) revert(ctx context.Context, tenant, thread, id string, force b
 		return api.RestoreResponse{}, err
 	}
 	var out api.RestoreResponse
-	err := g.withHistory(ctx, "revert", tenant, thread, func(h *history) error {
+	err := c.withHistory(ctx, "revert", tenant, thread, func(h *history) error {
 		if h.find(id) == nil {
 			return call.Refuse(api.ErrNotFound, fmt.Sprintf("This thread has no checkpoint %s.", call.Quote(id)))
 		}
-		now, saved, err := g.saveState(ctx, h, "before revert to "+id)
+		now, saved, err := c.saveState(ctx, h, "before revert to "+id)
 		if err != nil {
 			return err
 		}
-		out, err = g.restoreTo(ctx, h, "revert", now, *h.find(id), nil, force)
+		out, err = c.restoreTo(ctx, h, "revert", now, *h.find(id), nil, force)
 		out.Saved = saved
 		return err
 	})
@@ -717,8 +774,8 @@ func (g *Gateway) revert(ctx context.Context, tenant, thread, id string, force b
 // saveState reads the workspace and, if no checkpoint holds what it holds
 // (it changed since the head), records it in an automatic checkpoint,
 // whose id it returns. It returns the workspace's tree.
-func (g *Gateway) saveState(ctx context.Context, h *history, label string) (snapshot.Hash, string, error) {
-	b, err := g.buildNow(ctx, h)
+func (c *Checkpoints) saveState(ctx context.Context, h *history, label string) (snapshot.Hash, string, error) {
+	b, err := c.buildNow(ctx, h)
 	if err != nil {
 		return snapshot.Hash{}, "", err
 	}
@@ -726,7 +783,7 @@ func (g *Gateway) saveState(ctx context.Context, h *history, label string) (snap
 		h.files.CommitChanges(head.ID)
 		return b.tree, "", nil
 	}
-	cp, err := g.record(ctx, h, b, api.CheckpointRequest{Label: label}, true)
+	cp, err := c.record(ctx, h, b, api.CheckpointRequest{Label: label}, true)
 	if err != nil {
 		return snapshot.Hash{}, "", err
 	}
@@ -736,20 +793,20 @@ func (g *Gateway) saveState(ctx context.Context, h *history, label string) (snap
 // restoreTo makes the workspace, which holds the tree now, what checkpoint
 // to holds, and leaves to as the head and redo as the redo stack. Running
 // commands and jobs refuse it, or are stopped first with force.
-func (g *Gateway) restoreTo(ctx context.Context, h *history, op string, now snapshot.Hash, to meta.Checkpoint, redo []string, force bool) (api.RestoreResponse, error) {
-	ctx, done := g.restoreContext(ctx)
+func (c *Checkpoints) restoreTo(ctx context.Context, h *history, op string, now snapshot.Hash, to meta.Checkpoint, redo []string, force bool) (api.RestoreResponse, error) {
+	ctx, done := c.restoreContext(ctx)
 	defer done()
-	stopped, err := g.quiesce(ctx, h.k, op, to.ID, force)
+	stopped, err := c.quiesce(ctx, h.k, op, to.ID, force)
 	if err != nil {
 		return api.RestoreResponse{}, err
 	}
-	defer g.jails.endRestore(h.k)
-	h.Restoring = &meta.Restore{Op: op, To: to.ID, Tree: to.Tree, Head: to.ID, Redo: redo, HostID: g.cfg.HostID, StartedAt: time.Now().UTC(), From: now.String()}
-	if err := g.putHistory(ctx, h); err != nil {
+	defer c.commands.EndRestore(h.k)
+	h.Restoring = &meta.Restore{Op: op, To: to.ID, Tree: to.Tree, Head: to.ID, Redo: redo, HostID: c.cfg.HostID, StartedAt: time.Now().UTC(), From: now.String()}
+	if err := c.putHistory(ctx, h); err != nil {
 		h.Restoring = nil
 		return api.RestoreResponse{}, err
 	}
-	changed, err := g.applyRestore(ctx, h, now)
+	changed, err := c.applyRestore(ctx, h, now)
 	if err != nil {
 		return api.RestoreResponse{}, err
 	}
@@ -763,16 +820,16 @@ func (g *Gateway) restoreTo(ctx context.Context, h *history, op string, now snap
 // before the restore, the journal is closed with the reason and the error
 // says it. Only the daemon's stop, which cuts the restore short, leaves
 // the journal for the next start to finish.
-func (g *Gateway) applyRestore(ctx context.Context, h *history, now snapshot.Hash) ([]string, error) {
+func (c *Checkpoints) applyRestore(ctx context.Context, h *history, now snapshot.Hash) ([]string, error) {
 	rs := *h.Restoring
 	if rs.Failed != "" {
 		// A put-back that a crash or a stop cut short: finished, never
 		// the restore itself.
-		return nil, g.failRestore(ctx, h, now, nil, nil, errors.New(rs.Failed))
+		return nil, c.failRestore(ctx, h, now, nil, nil, errors.New(rs.Failed))
 	}
 	to, err := snapshot.ParseHash(rs.Tree)
 	if err != nil {
-		return nil, g.failRestore(ctx, h, now, nil, nil, fmt.Errorf("the journal's tree: %w", err))
+		return nil, c.failRestore(ctx, h, now, nil, nil, fmt.Errorf("the journal's tree: %w", err))
 	}
 	rec := snapshot.Record(h.files.Restorer())
 	deltas, err := h.repo.Diff(ctx, now, to)
@@ -785,15 +842,15 @@ func (g *Gateway) applyRestore(ctx context.Context, h *history, now snapshot.Has
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			g.log.Error("restore cut short by the daemon's stop; the next start finishes it", "tenant", h.k.Tenant, "thread", h.k.Thread,
+			c.log.Error("restore cut short by the daemon's stop; the next start finishes it", "tenant", h.k.Tenant, "thread", h.k.Thread,
 				"op", rs.Op, "to", rs.To, "error", err)
 			return nil, fmt.Errorf("restore %s to %s (cut short; the next start finishes it): %w", call.KeyName(h.k), rs.To, err)
 		}
-		return nil, g.failRestore(ctx, h, now, rec.Back(deltas), failedDelta(deltas, rec.Failed), err)
+		return nil, c.failRestore(ctx, h, now, rec.Back(deltas), failedDelta(deltas, rec.Failed), err)
 	}
 	h.Restoring = nil
 	h.Head, h.Redo = rs.Head, rs.Redo
-	if err := g.putHistory(ctx, h); err != nil {
+	if err := c.putHistory(ctx, h); err != nil {
 		h.Restoring = &rs
 		return nil, err
 	}
@@ -801,8 +858,8 @@ func (g *Gateway) applyRestore(ctx context.Context, h *history, now snapshot.Has
 	if changed == nil {
 		changed = []string{}
 	}
-	g.log.Info("workspace restored", "tenant", h.k.Tenant, "thread", h.k.Thread, "op", rs.Op, "to", rs.To, "changed", len(changed))
-	g.emitPaths(api.Event{Type: api.EventThreadRestored, Tenant: h.k.Tenant, Thread: h.k.Thread, Actor: call.Actor(ctx),
+	c.log.Info("workspace restored", "tenant", h.k.Tenant, "thread", h.k.Thread, "op", rs.Op, "to", rs.To, "changed", len(changed))
+	c.emitPaths(api.Event{Type: api.EventThreadRestored, Tenant: h.k.Tenant, Thread: h.k.Thread, Actor: call.Actor(ctx),
 		Checkpoint: rs.To, Op: rs.Op}, changed, "restored ("+rs.Op+" to "+rs.To+")")
 	return changed, nil
 }
@@ -814,9 +871,9 @@ func (g *Gateway) applyRestore(ctx context.Context, h *history, now snapshot.Has
 // restored until the next call finishes it. Only the daemon's stop cuts
 // it short, after the grace Close gives the requests; the journal then
 // has the next start finish it.
-func (g *Gateway) restoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
+func (c *Checkpoints) restoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(g.checkpoints.restores, cancel)
+	stop := context.AfterFunc(c.restores, cancel)
 	return rctx, func() {
 		stop()
 		cancel()
@@ -829,15 +886,15 @@ func (g *Gateway) restoreContext(ctx context.Context) (context.Context, context.
 // journal asks for; a restore that cannot finish, or one whose journal
 // says it failed, is put back and closed (failRestore) and the call goes
 // on.
-func (g *Gateway) finishRestore(ctx context.Context, h *history) error {
-	ctx, done := g.restoreContext(ctx)
+func (c *Checkpoints) finishRestore(ctx context.Context, h *history) error {
+	ctx, done := c.restoreContext(ctx)
 	defer done()
 	rs := h.Restoring
-	g.log.Warn("finishing a restore that was cut short", "tenant", h.k.Tenant, "thread", h.k.Thread, "op", rs.Op, "to", rs.To, "started", rs.StartedAt)
-	if _, err := g.quiesce(ctx, h.k, "finish the "+rs.Op, rs.To, true); err != nil {
+	c.log.Warn("finishing a restore that was cut short", "tenant", h.k.Tenant, "thread", h.k.Thread, "op", rs.Op, "to", rs.To, "started", rs.StartedAt)
+	if _, err := c.quiesce(ctx, h.k, "finish the "+rs.Op, rs.To, true); err != nil {
 		return err
 	}
-	defer g.jails.endRestore(h.k)
+	defer c.commands.EndRestore(h.k)
 	thaw := h.files.Freeze()
 	set := h.files.TakeChanges()
 	now, _, err := h.repo.Build(ctx, h.files.Folder(), snapshot.Hash{}, nil, true)
@@ -846,7 +903,7 @@ func (g *Gateway) finishRestore(ctx context.Context, h *history) error {
 		h.files.ReturnChanges(set)
 		return fmt.Errorf("finish the restore of %s: read the workspace: %w", call.KeyName(h.k), err)
 	}
-	if _, err := g.applyRestore(ctx, h, now); err != nil && h.Restoring != nil {
+	if _, err := c.applyRestore(ctx, h, now); err != nil && h.Restoring != nil {
 		return err
 	}
 	// Finished, or failed and ended cleanly (put back, the journal
@@ -855,24 +912,24 @@ func (g *Gateway) finishRestore(ctx context.Context, h *history) error {
 }
 
 // quiesce makes sure no command or job of k runs while its workspace is
-// restored, and that none starts until endRestore: with force it stops
+// restored, and that none starts until EndRestore: with force it stops
 // those that run, else it refuses. It returns what it stopped.
-func (g *Gateway) quiesce(ctx context.Context, k meta.ThreadKey, op, to string, force bool) ([]string, error) {
+func (c *Checkpoints) quiesce(ctx context.Context, k meta.ThreadKey, op, to string, force bool) ([]string, error) {
 	why := fmt.Sprintf("the workspace is being restored (%s to %s)", op, to)
-	execs := g.jails.beginRestore(k, why)
-	jobs := g.runningJobIDs(k)
+	execs := c.commands.BeginRestore(k, why)
+	jobs := c.commands.RunningJobIDs(k)
 	if len(execs)+len(jobs) == 0 {
 		return nil, nil
 	}
 	running := append(slices.Clone(execs), jobs...)
 	if !force {
-		g.jails.endRestore(k)
+		c.commands.EndRestore(k)
 		return nil, call.Refuse(api.ErrBusy, fmt.Sprintf("Cannot %s while commands of this thread run (%s). Stop them, or ask again with force to stop them first.", op, joinIDs(running)))
 	}
-	g.noteStopping(k, fmt.Sprintf("the workspace was restored (%s to %s)", op, to))
-	g.closeJail(k)
-	g.waitThreadJobs(k)
-	g.log.Info("stopped the thread's commands for a restore", "tenant", k.Tenant, "thread", k.Thread, "stopped", running)
+	c.commands.NoteStopping(k, fmt.Sprintf("the workspace was restored (%s to %s)", op, to))
+	c.commands.CloseJail(k)
+	c.commands.WaitThreadJobs(k)
+	c.log.Info("stopped the thread's commands for a restore", "tenant", k.Tenant, "thread", k.Thread, "stopped", running)
 	return running, nil
 }
 
@@ -893,7 +950,7 @@ func joinIDs(ids []string) string {
 
 // diff says what makes checkpoint from into checkpoint to; "now" (or "")
 // for to is the workspace as it is, and from defaults to the head.
-func (g *Gateway) diff(ctx context.Context, tenant, thread, from, to string, text bool) (api.DiffResponse, error) {
+func (c *Checkpoints) diff(ctx context.Context, tenant, thread, from, to string, text bool) (api.DiffResponse, error) {
 	for _, v := range []string{from, to} {
 		if err := call.CheckText("checkpoint", v, call.MaxLabelBytes); err != nil {
 			return api.DiffResponse{}, err
@@ -903,7 +960,7 @@ func (g *Gateway) diff(ctx context.Context, tenant, thread, from, to string, tex
 		to = "now"
 	}
 	var out api.DiffResponse
-	err := g.withHistory(ctx, "diff", tenant, thread, func(h *history) error {
+	err := c.withHistory(ctx, "diff", tenant, thread, func(h *history) error {
 		if from == "" {
 			from = h.Head
 			if from == "" {
@@ -912,7 +969,7 @@ func (g *Gateway) diff(ctx context.Context, tenant, thread, from, to string, tex
 		}
 		tree := func(id string) (snapshot.Hash, error) {
 			if id == "now" {
-				b, err := g.buildNow(ctx, h)
+				b, err := c.buildNow(ctx, h)
 				if err != nil {
 					return snapshot.Hash{}, err
 				}
@@ -979,14 +1036,14 @@ const maxDiffText = 8 << 20
 // the other way round cannot wait for each other), then the repository's
 // shared lock: the source's objects stay until the new thread's history
 // names them.
-func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkRequest) (api.ForkResponse, error) {
+func (c *Checkpoints) fork(ctx context.Context, tenant, thread string, req api.ForkRequest) (api.ForkResponse, error) {
 	if err := call.CheckText("checkpoint", req.Checkpoint, call.MaxLabelBytes); err != nil {
 		return api.ForkResponse{}, err
 	}
-	if err := g.mustExist(ctx, "fork", tenant, thread); err != nil {
+	if err := c.mustExist(ctx, "fork", tenant, thread); err != nil {
 		return api.ForkResponse{}, err
 	}
-	info, err := g.bind(ctx, tenant, thread)
+	info, err := c.threads.Bind(ctx, tenant, thread)
 	if err != nil {
 		return api.ForkResponse{}, err
 	}
@@ -1005,14 +1062,14 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 		return api.ForkResponse{}, call.Refuse(api.ErrConflict, "A thread cannot be forked into itself; name a new thread.")
 	}
 	// A fork whose restore could not finish removes the thread it made,
-	// once its locks are let go (deleteThread takes them).
+	// once its locks are let go (Threads.Delete takes them).
 	unmake := false
 	defer func() {
 		if !unmake {
 			return
 		}
-		if err := g.deleteThread(context.WithoutCancel(ctx), nk.Tenant, nk.Thread); err != nil {
-			g.log.Error("remove the thread of a fork that failed", "tenant", nk.Tenant, "thread", nk.Thread, "error", err)
+		if err := c.threads.Delete(context.WithoutCancel(ctx), nk.Tenant, nk.Thread); err != nil {
+			c.log.Error("remove the thread of a fork that failed", "tenant", nk.Tenant, "thread", nk.Thread, "error", err)
 		}
 	}()
 	first, second := k, nk
@@ -1020,13 +1077,13 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 		first, second = second, first
 	}
 	for _, key := range []meta.ThreadKey{first, second} {
-		unlock, err := g.checkpoints.locks.lock(ctx, key)
+		unlock, err := c.threads.LockTurn(ctx, key)
 		if err != nil {
 			return api.ForkResponse{}, fmt.Errorf("fork %s: %w", call.KeyName(k), err)
 		}
 		defer unlock()
 	}
-	repo, err := g.repo(k.Tenant)
+	repo, err := c.Repo(k.Tenant)
 	if err != nil {
 		return api.ForkResponse{}, err
 	}
@@ -1037,7 +1094,7 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 	defer release()
 
 	var src meta.Checkpoint
-	err = g.withHistoryShared(ctx, k, info.Binding, repo, func(h *history) error {
+	err = c.withHistoryShared(ctx, k, info.Binding, repo, func(h *history) error {
 		id := req.Checkpoint
 		if id == "" {
 			id = h.Head
@@ -1055,12 +1112,12 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 	if err != nil {
 		return api.ForkResponse{}, err
 	}
-	if _, err := g.store.GetBinding(ctx, nk); err == nil {
+	if _, err := c.store.GetBinding(ctx, nk); err == nil {
 		return api.ForkResponse{}, call.Refuse(api.ErrConflict, fmt.Sprintf("Thread %s exists already; fork into a new thread.", call.Quote(nk.Thread)))
 	} else if !errors.Is(err, meta.ErrNotFound) {
 		return api.ForkResponse{}, fmt.Errorf("fork into %s: read binding: %w", call.KeyName(nk), err)
 	}
-	if _, err := g.store.GetHistory(ctx, nk); err == nil {
+	if _, err := c.store.GetHistory(ctx, nk); err == nil {
 		return api.ForkResponse{}, fmt.Errorf("fork into %s: %w: the thread has a history", call.KeyName(nk), api.ErrConflict)
 	} else if !errors.Is(err, meta.ErrNotFound) {
 		return api.ForkResponse{}, fmt.Errorf("fork into %s: read history: %w", call.KeyName(nk), err)
@@ -1075,62 +1132,72 @@ func (g *Gateway) fork(ctx context.Context, tenant, thread string, req api.ForkR
 	}
 	cp = one[0]
 	cp.Label = fmt.Sprintf("fork of %s at %s", k.Thread, src.ID)
-	cp.HostID, cp.CreatedAt = g.cfg.HostID, time.Now().UTC()
-	unlockQuota, err := g.forkQuota(ctx, nk, cp)
+	cp.HostID, cp.CreatedAt = c.cfg.HostID, time.Now().UTC()
+	unlockQuota, err := c.forkQuota(ctx, nk, cp)
 	if err != nil {
 		return api.ForkResponse{}, err
 	}
 	defer unlockQuota()
-	ninfo, err := g.bind(ctx, nk.Tenant, nk.Thread)
+	ninfo, err := c.threads.Bind(ctx, nk.Tenant, nk.Thread)
 	if err != nil {
 		return api.ForkResponse{}, err
 	}
-	err = g.withHistoryShared(ctx, nk, ninfo.Binding, repo, func(h *history) error {
+	err = c.withHistoryShared(ctx, nk, ninfo.Binding, repo, func(h *history) error {
 		h.Checkpoints = []meta.Checkpoint{cp}
 		h.NextSeq = 2
-		h.Restoring = &meta.Restore{Op: "fork", To: cp.ID, Tree: cp.Tree, Head: cp.ID, HostID: g.cfg.HostID, StartedAt: cp.CreatedAt,
+		h.Restoring = &meta.Restore{Op: "fork", To: cp.ID, Tree: cp.Tree, Head: cp.ID, HostID: c.cfg.HostID, StartedAt: cp.CreatedAt,
 			From: snapshot.Hash{}.String()}
-		if err := g.putHistory(ctx, h); err != nil {
+		if err := c.putHistory(ctx, h); err != nil {
 			return err
 		}
 		// The new workspace is empty.
-		_, err := g.applyRestore(ctx, h, snapshot.Hash{})
+		_, err := c.applyRestore(ctx, h, snapshot.Hash{})
 		unmake = err != nil && h.Restoring == nil // failed, and put back
 		return err
 	})
 	if err != nil {
 		return api.ForkResponse{}, err
 	}
-	_, mountPath, err := g.threadPaths(nk)
+	_, mountPath, err := c.threads.Paths(nk)
 	if err != nil {
 		return api.ForkResponse{}, err
 	}
-	g.log.Info("thread forked", "tenant", k.Tenant, "thread", k.Thread, "checkpoint", src.ID, "new_thread", nk.Thread)
+	c.log.Info("thread forked", "tenant", k.Tenant, "thread", k.Thread, "checkpoint", src.ID, "new_thread", nk.Thread)
 	return api.ForkResponse{Binding: ninfo, MountPath: mountPath, Checkpoint: cp.ID, From: src.ID}, nil
 }
 
-// dropHistory forgets a deleted thread's checkpoints, and collects their
-// objects that no other thread uses.
-func (g *Gateway) dropHistory(ctx context.Context, k meta.ThreadKey) error {
-	if err := g.store.DeleteHistory(ctx, k); err != nil {
+// DropHistory forgets a deleted thread's checkpoints, and collects their
+// objects that no other thread uses. The thread's checkpoint lock
+// (Threads.LockTurn) is held.
+func (c *Checkpoints) DropHistory(ctx context.Context, k meta.ThreadKey) error {
+	if err := c.store.DeleteHistory(ctx, k); err != nil {
 		return fmt.Errorf("delete the history of %s: %w", call.KeyName(k), err)
 	}
-	g.collect(k.Tenant)
+	c.collect(k.Tenant)
 	return nil
 }
 
-// finishMovedRestore finishes, for a thread this gateway just took over,
-// the restore its former host was making when it died, before the
-// thread's first command runs here. The thread's lock is held (the
-// takeover's bind): no checkpoint call of the thread can run meanwhile,
-// since each binds first. A failure is logged; the journal stays, and the
-// thread's next checkpoint call tries again.
-func (g *Gateway) finishMovedRestore(ctx context.Context, b meta.Binding) {
-	h, err := g.store.GetHistory(ctx, b.ThreadKey)
+// FinishRestore finishes the restore that thread b's history journals,
+// if any, which a crash or the daemon's stop cut short (at start, for a
+// thread the start mounts again). The caller makes sure that no
+// checkpoint call of the thread runs meanwhile: each binds first, and the
+// thread's first bind since the start waits for the start's part.
+func (c *Checkpoints) FinishRestore(ctx context.Context, k meta.ThreadKey, b meta.Binding) error {
+	return c.withHistoryLocked(ctx, k, b, func(*history) error { return nil })
+}
+
+// FinishMoved finishes, for a thread this gateway just took over, the
+// restore its former host was making when it died, before the thread's
+// first command runs here. The thread's lock is held (the takeover's
+// bind): no checkpoint call of the thread can run meanwhile, since each
+// binds first. A failure is logged; the journal stays, and the thread's
+// next checkpoint call tries again.
+func (c *Checkpoints) FinishMoved(ctx context.Context, b meta.Binding) {
+	h, err := c.store.GetHistory(ctx, b.ThreadKey)
 	if err != nil || h.Restoring == nil {
 		return
 	}
-	if err := g.withHistoryLocked(ctx, b.ThreadKey, b, func(*history) error { return nil }); err != nil {
-		g.log.Error("finish the restore a former host left cut short", "tenant", b.Tenant, "thread", b.Thread, "error", err)
+	if err := c.withHistoryLocked(ctx, b.ThreadKey, b, func(*history) error { return nil }); err != nil {
+		c.log.Error("finish the restore a former host left cut short", "tenant", b.Tenant, "thread", b.Thread, "error", err)
 	}
 }

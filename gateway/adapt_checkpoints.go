@@ -1,0 +1,79 @@
+package gateway
+
+import (
+	"context"
+	"path/filepath"
+
+	"warren/api"
+	"warren/gateway/checkpoints"
+	"warren/meta"
+)
+
+// DefaultCheckpoints is how many checkpoints a thread keeps unless its
+// settings or Config.Checkpoints say otherwise.
+const DefaultCheckpoints = checkpoints.Default
+
+// maxCheckpoints bounds the checkpoints a thread keeps.
+const maxCheckpoints = checkpoints.Max
+
+// newCheckpoints makes the checkpoints' room over g's threads, jails,
+// jobs, quotas, hub and events. The quotas must be started.
+func newCheckpoints(g *Gateway) *checkpoints.Checkpoints {
+	return checkpoints.New(checkpoints.Config{
+		Store: g.store, Logger: g.log, Hub: g.hub, Quotas: g.quotas,
+		Threads: checkpointsThreads{g}, Commands: checkpointsCommands{g}, Events: g.events,
+		Stale: g.staleEvents, CheckRun: validRun,
+		RepoDir: func(tenant string) string { return filepath.Join(g.cfg.SnapshotsDir, encodeID(tenant)) },
+
+		Checkpoints: g.cfg.Checkpoints, Limits: g.cfg.CheckpointLimits,
+		SnapshotQuotaBytes: g.cfg.SnapshotQuotaBytes, TenantSnapshotQuotaBytes: g.cfg.TenantSnapshotQuotaBytes,
+		HostID:      g.cfg.HostID,
+		CollectHook: g.cfg.collectHook, Hold: g.cfg.checkpointHold,
+	})
+}
+
+// checkpointsThreads is what the checkpoints call of the threads.
+type checkpointsThreads struct{ g *Gateway }
+
+var _ checkpoints.Threads = checkpointsThreads{}
+
+func (t checkpointsThreads) Bind(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
+	return t.g.bind(ctx, tenant, thread)
+}
+
+func (t checkpointsThreads) Show(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
+	return t.g.showThread(ctx, tenant, thread)
+}
+
+func (t checkpointsThreads) LockTurn(ctx context.Context, k meta.ThreadKey) (func(), error) {
+	return t.g.threads.turns.lock(ctx, k)
+}
+
+func (t checkpointsThreads) Paths(k meta.ThreadKey) (root, mountPath string, err error) {
+	return t.g.threadPaths(k)
+}
+
+func (t checkpointsThreads) RootOf(b meta.Binding) (string, error) { return t.g.rootOf(b) }
+
+func (t checkpointsThreads) Delete(ctx context.Context, tenant, thread string) error {
+	return t.g.deleteThread(ctx, tenant, thread)
+}
+
+// checkpointsCommands is what a restore calls of the jails and the jobs.
+type checkpointsCommands struct{ g *Gateway }
+
+var _ checkpoints.Commands = checkpointsCommands{}
+
+func (c checkpointsCommands) BeginRestore(k meta.ThreadKey, why string) []string {
+	return c.g.jails.beginRestore(k, why)
+}
+
+func (c checkpointsCommands) EndRestore(k meta.ThreadKey) { c.g.jails.endRestore(k) }
+
+func (c checkpointsCommands) RunningJobIDs(k meta.ThreadKey) []string { return c.g.runningJobIDs(k) }
+
+func (c checkpointsCommands) NoteStopping(k meta.ThreadKey, why string) { c.g.noteStopping(k, why) }
+
+func (c checkpointsCommands) CloseJail(k meta.ThreadKey) { c.g.closeJail(k) }
+
+func (c checkpointsCommands) WaitThreadJobs(k meta.ThreadKey) { c.g.waitThreadJobs(k) }

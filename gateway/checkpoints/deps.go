@@ -1,0 +1,53 @@
+package checkpoints
+
+import (
+	"context"
+
+	"warren/api"
+	"warren/meta"
+)
+
+// Threads is what the checkpoints call of the threads.
+type Threads interface {
+	// Bind binds a thread (lazily, idempotently) and returns it.
+	Bind(ctx context.Context, tenant, thread string) (api.ThreadInfo, error)
+	// Show returns a thread without binding it.
+	Show(ctx context.Context, tenant, thread string) (api.ThreadInfo, error)
+	// LockTurn takes k's checkpoint lock, which serializes the thread's
+	// checkpoints, restores and delete; it is taken before the thread's
+	// lock (the one Bind takes) when both are.
+	LockTurn(ctx context.Context, k meta.ThreadKey) (unlock func(), err error)
+	// Paths are k's workspace folder and mount path.
+	Paths(k meta.ThreadKey) (root, mountPath string, err error)
+	// RootOf is b's workspace folder, checked.
+	RootOf(b meta.Binding) (string, error)
+	// Delete deletes a thread; it takes the thread's checkpoint lock.
+	Delete(ctx context.Context, tenant, thread string) error
+}
+
+// Commands is what a restore calls of the jails and the jobs: no command
+// or job of the thread may run while its workspace is restored.
+type Commands interface {
+	// BeginRestore marks k as being restored (why says how): no command
+	// starts in its jail until EndRestore. It returns the ids of the
+	// commands that run.
+	BeginRestore(k meta.ThreadKey, why string) []string
+	// EndRestore lifts BeginRestore's mark.
+	EndRestore(k meta.ThreadKey)
+	// RunningJobIDs are the ids of k's jobs that run.
+	RunningJobIDs(k meta.ThreadKey) []string
+	// NoteStopping records why k's jobs are about to end.
+	NoteStopping(k meta.ThreadKey, why string)
+	// CloseJail ends k's jail, and with it its commands and jobs.
+	CloseJail(k meta.ThreadKey)
+	// WaitThreadJobs waits until the ends of k's jobs are recorded.
+	WaitThreadJobs(k meta.ThreadKey)
+}
+
+// Events is where the checkpoints tell what they did.
+type Events interface {
+	Emit(api.Event)
+	// Wants says whether some stream wants k's events: an event whose
+	// paths cost a diff is made only then.
+	Wants(k meta.ThreadKey) bool
+}
