@@ -13,6 +13,8 @@ import (
 	"warren/api"
 	"warren/gateway/admit"
 	"warren/gateway/call"
+	"warren/gateway/events"
+	"warren/gateway/metrics"
 	"warren/gateway/threadlimit"
 	"warren/meta"
 )
@@ -30,7 +32,14 @@ type route struct {
 // gateway makes them once at Start. Those of calls that still belong to
 // the daemon's own type are methods of g.
 type handlers struct {
-	g *Gateway
+	g       *Gateway
+	events  *events.Handlers
+	metrics *metrics.Handlers
+}
+
+// newHandlers makes the rooms' handlers of g.
+func newHandlers(g *Gateway) handlers {
+	return handlers{g: g, events: events.NewHandlers(g.events), metrics: metrics.NewHandlers(g.metrics)}
 }
 
 // routes is the API: the one place every call is listed.
@@ -48,7 +57,7 @@ func routes(h handlers) []route {
 		{http.MethodPost, "/v1/mounts", h.g.handleMount},
 		{http.MethodGet, "/v1/mounts", h.g.handleMounts},
 		{http.MethodDelete, "/v1/mounts", h.g.handleUnmount},
-		{http.MethodGet, "/v1/events", h.g.handleEvents}, // answers a call.Streamer
+		{http.MethodGet, "/v1/events", h.events.Events}, // answers a call.Streamer
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/read", h.g.handleReadFile},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/write", h.g.handleWriteFile},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/edit", h.g.handleEditFile},
@@ -145,7 +154,7 @@ type compiledRoute struct {
 	segs []string
 }
 
-func (g *Gateway) handler() http.Handler { return newRouter(g, routes(handlers{g: g}), false) }
+func (g *Gateway) handler() http.Handler { return newRouter(g, routes(newHandlers(g)), false) }
 
 // newRouter routes rs; open serves every peer (the metrics listener).
 func newRouter(g *Gateway, rs []route, open bool) *router {

@@ -324,7 +324,7 @@ func (g *Gateway) withHistoryShared(ctx context.Context, k meta.ThreadKey, b met
 	if err != nil {
 		return err
 	}
-	files, err := g.hub.Files(root, k.Tenant+"/"+k.Thread, g.staleEvents(k))
+	files, err := g.hub.Files(root, k.Tenant+"/"+k.Thread, g.events.OnStale(k))
 	if err != nil {
 		return err
 	}

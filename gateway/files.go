@@ -111,11 +111,11 @@ func (g *Gateway) openFiles(ctx context.Context, tenant, thread string) (k meta.
 	if err != nil {
 		return k, nil, "", err
 	}
-	f, err = g.hub.Files(root, k.Tenant+"/"+k.Thread, g.staleEvents(k))
+	f, err = g.hub.Files(root, k.Tenant+"/"+k.Thread, g.events.OnStale(k))
 	if err != nil {
 		return k, nil, "", err
 	}
-	f.WatchChanges(g.files.of(k), func() bool { return g.events.Wants(k) })
+	f.WatchChanges(g.events.OnChange(k), func() bool { return g.events.Wants(k) })
 	return k, f, mountPath, nil
 }
 
@@ -276,22 +276,6 @@ func (g *Gateway) endRun(ctx context.Context, tenant, thread string, req api.Run
 	}
 	g.hub.EndRun(req.Run)
 	return api.RunResponse{Run: req.Run}, nil
-}
-
-// staleEvents reports a refused stale write of thread k: logged by fs,
-// sent as an event here.
-func (g *Gateway) staleEvents(k meta.ThreadKey) func(fs.Stale) {
-	return func(s fs.Stale) {
-		g.metrics.Refused(refusedStale)
-		g.emit(api.Event{
-			Type:    api.EventWriteStale,
-			Tenant:  k.Tenant,
-			Thread:  k.Thread,
-			Actor:   s.Actor.String(),
-			Path:    s.Path,
-			Message: s.Message(),
-		})
-	}
 }
 
 func (g *Gateway) handleReadFile(r *http.Request, p call.Params) (any, error) {

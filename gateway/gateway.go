@@ -19,7 +19,9 @@ import (
 	"warren/fs"
 	"warren/gateway/admit"
 	"warren/gateway/call"
+	"warren/gateway/events"
 	"warren/gateway/lease"
+	"warren/gateway/metrics"
 	"warren/gateway/quota"
 	"warren/gateway/remount"
 	"warren/gateway/threadlimit"
@@ -57,15 +59,13 @@ type Gateway struct {
 	// dataID and wsID are the identities of dataDir and wsReal: an
 	// inspection folder is checked on descriptors, not by its path.
 	dataID, wsID fileID
-	// events fans the gateway's events out to GET /v1/events (events.go);
-	// files turns the filesystem's changes into file events
-	// (fileevents.go).
-	events *broker
-	files  *fileEvents
-	// metrics are its Prometheus series (metrics.go); metricsSrv serves
-	// them on Config.MetricsAddr, if set, and metricsDone is closed when
-	// that server returned.
-	metrics     *metrics
+	// events fans the gateway's events out to GET /v1/events, and turns
+	// the filesystem's changes into file events (package events).
+	events *events.Bus
+	// metrics are its Prometheus series (package metrics); metricsSrv
+	// serves them on Config.MetricsAddr, if set, and metricsDone is
+	// closed when that server returned.
+	metrics     *metrics.Metrics
 	metricsSrv  *http.Server
 	metricsDone chan struct{}
 	// idleStop stops the idle reclaimer (idle.go), and idleDone is closed
@@ -140,11 +140,11 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	maxJails := cmp.Or(cfg.MaxJails, machine.MaxJails())
-	m := newMetrics()
+	m := metrics.New()
 	g := &Gateway{
 		cfg:         cfg,
 		log:         cfg.Logger,
-		store:       meta.Observed(cfg.Store, m.observeStore),
+		store:       meta.Observed(cfg.Store, m.ObserveStore),
 		metrics:     m,
 		mounter:     cfg.mounter,
 		wsBase:      cfg.WorkspacesDir,
@@ -154,14 +154,13 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		serveDone:   make(chan struct{}),
 		threads:     threadSet{mounts: make(map[meta.ThreadKey]*threadMount), admit: threadAdmit},
 		inspections: inspectionSet{mounts: make(map[string]*inspectionMount)},
-		events:      newBroker(eventBuffer),
 		jails:       jailSet{jails: make(map[meta.ThreadKey]*threadJail), execs: make(map[string]*runningExec), max: maxJails},
 		jobs:        jobSet{threads: make(map[meta.ThreadKey]*threadJobs)},
 		checkpoints: newCheckpointSet(),
 		admit:       admit.New(cfg.Admission, fileLimit()),
 		instance:    newInstance(),
 		machine:     machineID(),
-		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks, ObserveOp: m.fuseObserver(cfg.NoFSMetrics)}),
+		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks, ObserveOp: m.FUSEObserver(cfg.NoFSMetrics)}),
 	}
 	if _, ok := g.mounter.(fuseMounter); ok && !cfg.FUSEPerThread {
 		pool, err := fs.NewPool(fs.PoolConfig{Hub: g.hub, Logger: cfg.Logger.Named("fs")})
@@ -171,37 +170,32 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		}
 		g.pool, g.mounter = pool, fuseMounter{pool: pool}
 	}
-	m.watch(g)
-	g.files = newFileEvents(g.emit)
+	m.Watch(metricsFigures(g))
 	for _, u := range cfg.AllowUIDs {
 		g.allow[u] = true
 	}
 	if err := g.makeLayout(); err != nil {
 		closeFS(g.hub, g.pool, g.log)
-		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	g.probeSeal()
-	if cfg.EventLog >= 0 {
-		l, err := openEventLog(eventLogPath(cfg.DataDir), cmp.Or(cfg.EventLog, DefaultEventLog))
-		if err != nil {
-			closeFS(g.hub, g.pool, g.log)
-			g.files.close()
-			return nil, fmt.Errorf("start gateway: %w", err)
-		}
-		g.events.attachLog(l)
+	if g.events, err = events.New(events.Config{
+		LogPath: filepath.Join(cfg.DataDir, "events.log"), LogSize: cfg.EventLog, Refusals: m, Logger: g.log,
+	}); err != nil {
+		closeFS(g.hub, g.pool, g.log)
+		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	if g.quotas, err = quota.Start(quota.Config{
 		WorkspacesDir: g.wsBase, StoreDir: MetaDir(cfg.DataDir), StoreFreeBytes: cfg.StoreFreeBytes,
 		QuotaBytes: cfg.DiskQuotaBytes, ReserveBytes: cfg.DiskReserveBytes, Logger: g.log,
 	}); err != nil {
 		closeFS(g.hub, g.pool, g.log)
-		g.files.close()
+		g.events.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	if err := g.startLease(ctx); err != nil {
 		closeFS(g.hub, g.pool, g.log)
-		g.files.close()
+		g.events.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	// A gateway killed with SIGKILL leaves its jails' cgroups behind.
@@ -223,7 +217,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.closeCheckpoints()
 		g.unmountAll()
 		closeFS(g.hub, g.pool, g.log)
-		g.files.close()
+		g.events.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	g.ln = ln
@@ -236,7 +230,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.closeCheckpoints()
 		g.unmountAll()
 		closeFS(g.hub, g.pool, g.log)
-		g.files.close()
+		g.events.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	g.srv = &http.Server{
@@ -314,8 +308,8 @@ func (g *Gateway) Close() error {
 		g.noteStoppingAll("the daemon stopped")
 		g.closeJails()
 		g.jobs.wg.Wait()
-		g.events.close()
-		if err := g.events.logError(); err != nil {
+		g.events.Close()
+		if err := g.events.LogError(); err != nil {
 			g.log.Warn("the event log failed: a reader that comes back may not be given what it missed", "error", err)
 		}
 
@@ -351,7 +345,6 @@ func (g *Gateway) Close() error {
 		g.closeCheckpoints()
 		g.closeErr = errors.Join(g.serveErr, err, g.unmountAll())
 		closeFS(g.hub, g.pool, g.log)
-		g.files.close()
 		g.log.Info("gateway stopped", "socket", g.cfg.SocketPath)
 	})
 	return g.closeErr
