@@ -22,7 +22,7 @@ func newCheckpoints(g *Gateway) *checkpoints.Checkpoints {
 	return checkpoints.New(checkpoints.Config{
 		Store: g.store, Logger: g.log, Hub: g.hub, Quotas: g.quotas,
 		Threads: checkpointsThreads{g}, Commands: checkpointsCommands{g}, Events: g.events,
-		Stale: g.staleEvents, CheckRun: validRun,
+		Stale: g.events.OnStale, CheckRun: validRun,
 		RepoDir: func(tenant string) string { return filepath.Join(g.cfg.SnapshotsDir, encodeID(tenant)) },
 
 		Checkpoints: g.cfg.Checkpoints, Limits: g.cfg.CheckpointLimits,

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"warren/api"
-	"warren/fs"
 	"warren/gateway/files"
 	"warren/meta"
 )
@@ -22,10 +21,6 @@ func (t filesThreads) Paths(k meta.ThreadKey) (root, mountPath string, err error
 }
 
 func (t filesThreads) RootOf(b meta.Binding) (string, error) { return t.g.rootOf(b) }
-
-// staleEvents forwards to the file API's StaleEvents, for the mounts
-// (mountAt) and the checkpoints.
-func (g *Gateway) staleEvents(k meta.ThreadKey) func(fs.Stale) { return g.fileAPI.StaleEvents(k) }
 
 // validRun forwards to files.ValidRun, for exec and the checkpoints.
 func validRun(run string) error { return files.ValidRun(run) }

@@ -14,9 +14,11 @@ import (
 	"warren/gateway/admit"
 	"warren/gateway/call"
 	"warren/gateway/checkpoints"
+	"warren/gateway/events"
 	"warren/gateway/files"
 	"warren/gateway/hosts"
 	"warren/gateway/inspect"
+	"warren/gateway/metrics"
 	"warren/gateway/threadlimit"
 	"warren/meta"
 )
@@ -39,6 +41,8 @@ type handlers struct {
 	inspect     *inspect.Handlers
 	files       *files.Handlers
 	checkpoints *checkpoints.Handlers
+	events      *events.Handlers
+	metrics     *metrics.Handlers
 }
 
 // routes is the API: the one place every call is listed.
@@ -56,7 +60,7 @@ func routes(h handlers) []route {
 		{http.MethodPost, "/v1/mounts", h.inspect.Mount},
 		{http.MethodGet, "/v1/mounts", h.inspect.Mounts},
 		{http.MethodDelete, "/v1/mounts", h.inspect.Unmount},
-		{http.MethodGet, "/v1/events", h.g.handleEvents}, // answers a call.Streamer
+		{http.MethodGet, "/v1/events", h.events.Events}, // answers a call.Streamer
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/read", h.files.ReadFile},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/write", h.files.WriteFile},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/files/edit", h.files.EditFile},
@@ -161,6 +165,8 @@ func (g *Gateway) handlers() handlers {
 		inspect:     inspect.NewHandlers(g.inspections),
 		files:       files.NewHandlers(g.fileAPI),
 		checkpoints: checkpoints.NewHandlers(g.checkpoints),
+		events:      events.NewHandlers(g.events),
+		metrics:     metrics.NewHandlers(g.metrics),
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"warren/api"
 	"warren/fs"
 	"warren/gateway/admit"
+	"warren/gateway/events"
 	"warren/gateway/lease"
 	"warren/gateway/quota"
 	"warren/gateway/threadlimit"
@@ -63,8 +64,8 @@ type Config struct {
 	// DefaultBodyTimeout.
 	BodyTimeout time.Duration
 	// EventLog is how many of the newest events are kept, in the data
-	// folder, for a reader that comes back with since (eventlog.go); 0
-	// means DefaultEventLog, a negative number none.
+	// folder, for a reader that comes back with since (package events);
+	// 0 means DefaultEventLog, a negative number none.
 	EventLog int
 	// MetricsAddr, if set, is a TCP address (host:port) on which the
 	// operational endpoints, /metrics, /healthz and /readyz, are served
@@ -309,6 +310,9 @@ func (c Config) threadLimits(m threadlimit.Machine) threadlimit.Config {
 	}
 	return tc
 }
+
+// DefaultEventLog is Config.EventLog's default.
+const DefaultEventLog = events.DefaultLogSize
 
 // DefaultBodyTimeout is Config.BodyTimeout's default: the socket is local,
 // so the largest body (a 16 MiB file write) arrives in well under a

@@ -8,10 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,21 +19,20 @@ import (
 
 	"warren/api"
 	"warren/client"
+	"warren/gateway/events"
 )
 
 // testEvent is a kind of event that only tests emit.
 const testEvent api.EventType = "test.tick"
 
-// waitSubscribers waits until g's broker has n subscribers: a stream
+// waitSubscribers waits until g's events have n subscribers: a stream
 // subscribes before it answers, but a Client.Events caller cannot see when
 // that happened.
 func waitSubscribers(t *testing.T, g *Gateway, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		g.events.mu.Lock()
-		got := len(g.events.subs)
-		g.events.mu.Unlock()
+		got, _ := g.events.Stats()
 		if got == n {
 			return
 		}
@@ -57,7 +54,7 @@ type stream struct {
 func follow(t *testing.T, c *client.Client, tenant, thread string) *stream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &stream{events: make(chan api.Event, 4*eventBuffer), cancel: cancel}
+	s := &stream{events: make(chan api.Event, 4*events.DefaultBuffer), cancel: cancel}
 	go func() {
 		defer close(s.events)
 		s.err = c.Events(ctx, tenant, thread, func(ev api.Event) error {
@@ -101,93 +98,6 @@ func (s *stream) end(t *testing.T, within time.Duration) error {
 			t.Errorf("got event %+v while waiting for the end of the stream", ev)
 		case <-timeout:
 			t.Fatalf("event stream did not end within %v", within)
-		}
-	}
-}
-
-func TestBrokerStalledSubscriber(t *testing.T) {
-	b := newBroker(4)
-	stalled, err := b.subscribe(eventFilter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stalled.cancel()
-	other, err := b.subscribe(eventFilter{tenant: "acme", thread: "elsewhere"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.cancel()
-
-	// 4 fill the queue, 10 find it full. None of it may wait for the
-	// reader, which reads nothing yet.
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := range 14 {
-			b.Emit(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: strconv.Itoa(i)})
-		}
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("publish blocked on a subscriber that does not read")
-	}
-
-	for i := range 4 {
-		d := <-stalled.ch
-		if ev := mustEvent(t, d); d.missed != 0 || ev.Message != strconv.Itoa(i) || ev.Seq != uint64(i+1) {
-			t.Errorf("delivery %d: got %+v, want event %d (seq %d) with nothing missed", i, ev, i, i+1)
-		}
-	}
-	b.Emit(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: "after"})
-	b.Emit(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: "after 2"})
-	d := <-stalled.ch
-	ev := mustEvent(t, d)
-	if d.missed != 10 || ev.Message != "after" || ev.Seq != 15 {
-		t.Errorf("got %+v (%d missed), want event \"after\" (seq 15) with 10 missed before it", ev, d.missed)
-	}
-	m := stalled.missedEvent(d)
-	if m.Type != api.EventMissed || m.Missed != 10 || m.Seq != 0 || !m.Time.Equal(ev.Time) {
-		t.Errorf("got missed event %+v, want type missed, 10 missed, seq 0, the time of the next event", m)
-	}
-	if d := <-stalled.ch; d.missed != 0 || mustEvent(t, d).Message != "after 2" {
-		t.Errorf("got %+v (%d missed), want event \"after 2\" with nothing missed: one missed event per loss", mustEvent(t, d), d.missed)
-	}
-	// A subscriber that none of it was for lost nothing.
-	if len(other.ch) != 0 || other.missed != 0 {
-		t.Errorf("filtered-out subscriber: got %d queued, %d missed; want none", len(other.ch), other.missed)
-	}
-
-	b.close()
-	if _, ok := <-stalled.ch; ok {
-		t.Errorf("queue still open after close")
-	}
-	if _, err := b.subscribe(eventFilter{}); !errors.Is(err, api.ErrClosed) {
-		t.Errorf("subscribe after close: got %v, want ErrClosed", err)
-	}
-	b.Emit(api.Event{Type: testEvent}) // must neither panic nor block
-	stalled.cancel()                   // after close: nothing to do
-}
-
-func TestEventFilterOf(t *testing.T) {
-	tests := []struct {
-		query string
-		want  eventFilter
-	}{
-		{"", eventFilter{}},
-		{"tenant=acme", eventFilter{tenant: "acme"}},
-		{"tenant=", eventFilter{tenant: api.DefaultTenant}},
-		{"thread=t1", eventFilter{tenant: api.DefaultTenant, thread: "t1"}},
-		{"tenant=acme&thread=a%2Fb", eventFilter{tenant: "acme", thread: "a/b"}},
-	}
-	for _, tt := range tests {
-		q, err := url.ParseQuery(tt.query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := eventFilterOf(q)
-		if err != nil || got != tt.want {
-			t.Errorf("%q: got %+v, %v; want %+v", tt.query, got, err, tt.want)
 		}
 	}
 }
@@ -332,141 +242,6 @@ func readLines(t *testing.T, r *http.Response) <-chan api.Event {
 	return ch
 }
 
-// TestEventsStalledStream stops reading a stream while many events are
-// emitted: emit must not wait for it, and once it reads again it gets one
-// missed event whose count is exactly the gap in seq it stands for.
-func TestEventsStalledStream(t *testing.T) {
-	env := startEnv(t, Config{})
-	resp := openStream(t, env, "thread=t1")
-	waitSubscribers(t, env.g, 1)
-	sub := onlySubscription(t, env.g)
-
-	// A few big events fill the socket's buffers, so the stream's handler
-	// blocks in a write and stops taking events out of its queue; the
-	// queue then stays as it is until the test reads again.
-	big := strings.Repeat("x", 64<<10)
-	const first = 200
-	for range first {
-		env.g.emit(api.Event{Type: testEvent, Tenant: api.DefaultTenant, Thread: "t1", Message: big})
-	}
-	waitWriteBlocked(t)
-	queued := len(sub.ch)
-
-	// Now the queue fills up and the rest is dropped: emit goes on.
-	const second = 5000
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for range second {
-			env.g.emit(api.Event{Type: testEvent, Tenant: api.DefaultTenant, Thread: "t1"})
-		}
-	}()
-	select {
-	case <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatal("emit blocked on a stream that does not read")
-	}
-
-	// Read again, and send a marker once the stream has taken an event
-	// out of its full queue: only this test emits and only publish fills
-	// the queue, so the marker finds room and is the first delivery after
-	// the loss, which carries the count.
-	lines := readLines(t, resp)
-	var got []api.Event
-	deadline := time.After(60 * time.Second)
-	for len(sub.ch) == cap(sub.ch) {
-		select {
-		case ev, ok := <-lines:
-			if !ok {
-				t.Fatalf("stream ended after %d events", len(got))
-			}
-			got = append(got, ev)
-		case <-time.After(time.Millisecond): // look at the queue again
-		case <-deadline:
-			t.Fatalf("the stream took nothing out of its full queue; got %d events", len(got))
-		}
-	}
-	env.g.emit(api.Event{Type: testEvent, Tenant: api.DefaultTenant, Thread: "t1", Message: "marker"})
-	for arrived := false; !arrived; {
-		select {
-		case ev, ok := <-lines:
-			if !ok {
-				t.Fatalf("stream ended after %d events", len(got))
-			}
-			got = append(got, ev)
-			arrived = ev.Message == "marker"
-		case <-deadline:
-			t.Fatalf("no marker arrived; got %d events", len(got))
-		}
-	}
-	wantMissed := uint64(second - (eventBuffer - queued))
-
-	var missed []api.Event
-	var lastSeq uint64
-	for i, ev := range got {
-		if ev.Type == api.EventMissed {
-			missed = append(missed, ev)
-			if gap := got[i+1].Seq - lastSeq - 1; ev.Missed != gap {
-				t.Errorf("missed event says %d, but seq jumps from %d to %d", ev.Missed, lastSeq, got[i+1].Seq)
-			}
-			if ev.Tenant != api.DefaultTenant || ev.Thread != "t1" || ev.Seq != 0 {
-				t.Errorf("got missed event %+v, want the stream's filter and seq 0", ev)
-			}
-			continue
-		}
-		if ev.Seq != lastSeq+1 && (i == 0 || got[i-1].Type != api.EventMissed) {
-			t.Fatalf("seq jumps from %d to %d with no missed event", lastSeq, ev.Seq)
-		}
-		lastSeq = ev.Seq
-	}
-	if len(missed) != 1 || missed[0].Missed != wantMissed {
-		t.Errorf("got missed events %+v, want one of %d", missed, wantMissed)
-	}
-	if last := got[len(got)-2]; last.Type != api.EventMissed {
-		t.Errorf("got %+v before the marker, want the missed event", last)
-	}
-}
-
-// onlySubscription returns g's one subscription.
-func onlySubscription(t *testing.T, g *Gateway) *subscription {
-	t.Helper()
-	g.events.mu.Lock()
-	defer g.events.mu.Unlock()
-	if len(g.events.subs) != 1 {
-		t.Fatalf("got %d subscriptions, want 1", len(g.events.subs))
-	}
-	for s := range g.events.subs {
-		return s
-	}
-	return nil
-}
-
-// waitWriteBlocked waits until an event stream's handler is parked in a
-// write that the socket cannot take (a goroutine in ServeStream waiting
-// for its descriptor to become writable). Nobody reads the client's end,
-// so it stays there: from then on the handler takes nothing out of its
-// queue. How long the queue looked still says nothing under load; where
-// the handler waits does.
-func waitWriteBlocked(t *testing.T) {
-	t.Helper()
-	buf := make([]byte, 1<<20)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		n := runtime.Stack(buf, true)
-		if n == len(buf) { // cut short: look again with room for all
-			buf = make([]byte, 2*len(buf))
-			continue
-		}
-		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
-			if strings.Contains(g, "[IO wait") && strings.Contains(g, "waitWrite") && strings.Contains(g, ".(*eventStream).ServeStream(") {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no event stream blocked in a write")
-		}
-	}
-}
-
 // TestEventsEndOnClose: Close ends every stream, one that reads (Events
 // returns ErrClosed) and one whose client stopped reading, and does not
 // wait its shutdown grace for them.
@@ -591,21 +366,4 @@ func TestEventsEscapeRefused(t *testing.T) {
 		!strings.HasPrefix(ev.Message, "symlink of /leak refused: ") || !strings.Contains(ev.Message, `"/etc/passwd"`) {
 		t.Errorf("got %+v, want escape.refused of acme/t1 at /leak naming the target", ev)
 	}
-}
-
-// mustEvent is d's event, decoded from the line the stream would send.
-func mustEvent(t *testing.T, d delivery) api.Event {
-	t.Helper()
-	ev, err := d.event()
-	if err != nil {
-		t.Fatalf("decode a delivery's line %q: %v", d.line, err)
-	}
-	return ev
-}
-
-// event decodes d's event from its line.
-func (d delivery) event() (api.Event, error) {
-	var ev api.Event
-	err := json.Unmarshal(d.line, &ev)
-	return ev, err
 }

@@ -20,9 +20,11 @@ import (
 	"warren/gateway/admit"
 	"warren/gateway/call"
 	"warren/gateway/checkpoints"
+	"warren/gateway/events"
 	"warren/gateway/files"
 	"warren/gateway/hosts"
 	"warren/gateway/inspect"
+	"warren/gateway/metrics"
 	"warren/gateway/quota"
 	"warren/gateway/remount"
 	"warren/gateway/threadlimit"
@@ -56,17 +58,15 @@ type Gateway struct {
 	// hub joins every mount this gateway serves, so a change made through
 	// one mount shows at once through the others of the same folder.
 	hub *fs.Hub
-	// events fans the gateway's events out to GET /v1/events (events.go);
-	// files turns the filesystem's changes into file events
-	// (fileevents.go).
-	events *broker
-	files  *fileEvents
+	// events fans the gateway's events out to GET /v1/events, and turns
+	// the filesystem's changes into file events (package events).
+	events *events.Bus
+	// metrics are its Prometheus series (package metrics); metricsSrv
+	// serves them on Config.MetricsAddr, if set, and metricsDone is
+	// closed when that server returned.
+	metrics *metrics.Metrics
 	// fileAPI is the file API (package files).
-	fileAPI *files.Files
-	// metrics are its Prometheus series (metrics.go); metricsSrv serves
-	// them on Config.MetricsAddr, if set, and metricsDone is closed when
-	// that server returned.
-	metrics     *metrics
+	fileAPI     *files.Files
 	metricsSrv  *http.Server
 	metricsDone chan struct{}
 	// idleStop stops the idle reclaimer (idle.go), and idleDone is closed
@@ -146,11 +146,11 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	maxJails := cmp.Or(cfg.MaxJails, machine.MaxJails())
-	m := newMetrics()
+	m := metrics.New()
 	g := &Gateway{
 		cfg:       cfg,
 		log:       cfg.Logger,
-		store:     meta.Observed(cfg.Store, m.observeStore),
+		store:     meta.Observed(cfg.Store, m.ObserveStore),
 		metrics:   m,
 		mounter:   cfg.mounter,
 		wsBase:    cfg.WorkspacesDir,
@@ -159,13 +159,12 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		allow:     make(map[uint32]bool),
 		serveDone: make(chan struct{}),
 		threads:   threadSet{mounts: make(map[meta.ThreadKey]*threadMount), admit: threadAdmit},
-		events:    newBroker(eventBuffer),
 		jails:     jailSet{jails: make(map[meta.ThreadKey]*threadJail), execs: make(map[string]*runningExec), max: maxJails},
 		jobs:      jobSet{threads: make(map[meta.ThreadKey]*threadJobs)},
 		admit:     admit.New(cfg.Admission, fileLimit()),
 		instance:  newInstance(),
 		machine:   hosts.MachineID(),
-		hub:       fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks, ObserveOp: m.fuseObserver(cfg.NoFSMetrics)}),
+		hub:       fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks, ObserveOp: m.FUSEObserver(cfg.NoFSMetrics)}),
 	}
 	if _, ok := g.mounter.(fuseMounter); ok && !cfg.FUSEPerThread {
 		pool, err := fs.NewPool(fs.PoolConfig{Hub: g.hub, Logger: cfg.Logger.Named("fs")})
@@ -175,17 +174,12 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		}
 		g.pool, g.mounter = pool, fuseMounter{pool: pool}
 	}
-	m.watch(g)
-	g.files = newFileEvents(g.emit)
-	g.fileAPI = files.New(files.Config{
-		Threads: filesThreads{g}, Hub: g.hub, Events: g.events, Changes: g.files.of, Metrics: g.metrics, Logger: g.log,
-	})
+	m.Watch(metricsFigures(g))
 	for _, u := range cfg.AllowUIDs {
 		g.allow[u] = true
 	}
 	if err := g.makeLayout(); err != nil {
 		closeFS(g.hub, g.pool, g.log)
-		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	if g.inspections, err = inspect.New(inspect.Config{
@@ -193,25 +187,24 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		DataDir: g.dataDir, WorkspacesDir: g.wsReal, UnmountDrain: cfg.unmountDrain,
 	}); err != nil {
 		closeFS(g.hub, g.pool, g.log)
-		g.files.close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	g.probeSeal()
-	if cfg.EventLog >= 0 {
-		l, err := openEventLog(eventLogPath(cfg.DataDir), cmp.Or(cfg.EventLog, DefaultEventLog))
-		if err != nil {
-			closeFS(g.hub, g.pool, g.log)
-			g.files.close()
-			return nil, fmt.Errorf("start gateway: %w", err)
-		}
-		g.events.attachLog(l)
+	if g.events, err = events.New(events.Config{
+		LogPath: filepath.Join(cfg.DataDir, "events.log"), LogSize: cfg.EventLog, Refusals: m, Logger: g.log,
+	}); err != nil {
+		closeFS(g.hub, g.pool, g.log)
+		return nil, fmt.Errorf("start gateway: %w", err)
 	}
+	g.fileAPI = files.New(files.Config{
+		Threads: filesThreads{g}, Hub: g.hub, Events: g.events, Changes: g.events.OnChange, Logger: g.log,
+	})
 	if g.quotas, err = quota.Start(quota.Config{
 		WorkspacesDir: g.wsBase, StoreDir: MetaDir(cfg.DataDir), StoreFreeBytes: cfg.StoreFreeBytes,
 		QuotaBytes: cfg.DiskQuotaBytes, ReserveBytes: cfg.DiskReserveBytes, Logger: g.log,
 	}); err != nil {
 		closeFS(g.hub, g.pool, g.log)
-		g.files.close()
+		g.events.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	g.checkpoints = newCheckpoints(g)
@@ -222,7 +215,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		Fence: g.fence, Store: g.store, Logger: g.log,
 	}); err != nil {
 		closeFS(g.hub, g.pool, g.log)
-		g.files.close()
+		g.events.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	// A gateway killed with SIGKILL leaves its jails' cgroups behind.
@@ -244,7 +237,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.checkpoints.Close()
 		g.unmountAll()
 		closeFS(g.hub, g.pool, g.log)
-		g.files.close()
+		g.events.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	g.ln = ln
@@ -257,7 +250,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.checkpoints.Close()
 		g.unmountAll()
 		closeFS(g.hub, g.pool, g.log)
-		g.files.close()
+		g.events.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	g.srv = &http.Server{
@@ -335,8 +328,8 @@ func (g *Gateway) Close() error {
 		g.noteStoppingAll("the daemon stopped")
 		g.closeJails()
 		g.jobs.wg.Wait()
-		g.events.close()
-		if err := g.events.logError(); err != nil {
+		g.events.Close()
+		if err := g.events.LogError(); err != nil {
 			g.log.Warn("the event log failed: a reader that comes back may not be given what it missed", "error", err)
 		}
 
@@ -372,7 +365,6 @@ func (g *Gateway) Close() error {
 		g.checkpoints.Close()
 		g.closeErr = errors.Join(g.serveErr, err, g.unmountAll())
 		closeFS(g.hub, g.pool, g.log)
-		g.files.close()
 		g.log.Info("gateway stopped", "socket", g.cfg.SocketPath)
 	})
 	return g.closeErr

@@ -16,7 +16,7 @@ import (
 )
 
 // The operational endpoints: the process answers (/healthz), the server
-// may take work (/readyz), and its metrics (/metrics, metrics.go). They
+// may take work (/readyz), and its metrics (/metrics, package metrics). They
 // are on the API's socket, for a peer allowed there, and on
 // Config.MetricsAddr, where nothing else is served.
 
@@ -36,7 +36,7 @@ func opsRoutes(h handlers) []route {
 	return []route{
 		{http.MethodGet, "/healthz", h.g.handleHealth},
 		{http.MethodGet, "/readyz", h.g.handleReady},    // answers a call.Streamer
-		{http.MethodGet, "/metrics", h.g.handleMetrics}, // answers a call.Streamer
+		{http.MethodGet, "/metrics", h.metrics.Metrics}, // answers a call.Streamer
 	}
 }
 
@@ -57,17 +57,6 @@ func (a readyAnswer) ServeStream(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusServiceUnavailable
 	}
 	call.WriteJSON(w, status, a.rd)
-}
-
-func (g *Gateway) handleMetrics(r *http.Request, p call.Params) (any, error) {
-	return metricsAnswer{g.metrics}, nil
-}
-
-// metricsAnswer is the metrics in Prometheus' text format.
-type metricsAnswer struct{ m *metrics }
-
-func (a metricsAnswer) ServeStream(w http.ResponseWriter, r *http.Request) {
-	a.m.handler().ServeHTTP(w, r)
 }
 
 // readiness runs every check.

@@ -212,27 +212,21 @@ func subscribe(t *testing.T, env *testEnv, thread string) <-chan api.Event {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	evs := make(chan api.Event, 1024)
-	sub, err := env.g.events.subscribe(eventFilter{thread: thread})
+	sub, err := env.g.events.Subscribe("", thread)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() {
-		defer sub.cancel()
+		defer sub.Cancel()
 		for {
-			select {
-			case d, ok := <-sub.ch:
-				if !ok {
-					return
+			ev, err := sub.Next(ctx)
+			if err != nil {
+				if !errors.Is(err, api.ErrClosed) && ctx.Err() == nil {
+					t.Errorf("next event: %v", err)
 				}
-				ev, err := d.event()
-				if err != nil {
-					t.Errorf("decode an event: %v", err)
-					return
-				}
-				evs <- ev
-			case <-ctx.Done():
 				return
 			}
+			evs <- ev
 		}
 	}()
 	return evs

@@ -512,9 +512,9 @@ func (g *Gateway) mountAt(ctx context.Context, k meta.ThreadKey, root, mountPath
 		Logger:   log,
 		Hub:      g.hub,
 		// Inspection mounts too: an escape through them is the thread's.
-		OnRefusal:   g.refusalEvents(k),
-		OnStale:     g.staleEvents(k),
-		OnChange:    g.files.of(k),
+		OnRefusal:   g.events.OnRefusal(k),
+		OnStale:     g.events.OnStale(k),
+		OnChange:    g.events.OnChange(k),
 		WantChanges: func() bool { return g.events.Wants(k) },
 		Target:      target,
 		Transport:   g.cfg.FUSETransport,

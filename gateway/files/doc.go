@@ -9,7 +9,7 @@
 // as the thread's mounts, never through the daemon's own mount (a process
 // must not use a mount it serves). A modification based on a stale read
 // is refused (409 stale), counted and told as a write.stale event
-// (StaleEvents, which the mounts and checkpoints give to fs as well). A
+// (by package events, as for the mounts and the checkpoints). A
 // file read, written or edited whole is bounded by fs.MaxFileBytes (its
 // request body by MaxFileBody); raw content streams, and a raw upload has
 // no size bound but the thread's disk quota.
@@ -17,6 +17,7 @@
 // It owns no state, lock or goroutine of its own: a call binds its thread
 // if need be (Threads.Bind), opens its workspace on the hub for the call
 // and closes it after. It calls the threads (Threads), the events
-// (Events), the metrics (Metrics) and the file events (Config.Changes),
+// (Events: its stale refusals, OnStale) and the file events
+// (Config.Changes),
 // and no other room; the Gateway wires them at Start.
 package files

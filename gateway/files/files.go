@@ -26,10 +26,6 @@ import (
 // none: the thread's disk quota is its bound).
 const MaxFileBody = fs.MaxFileBytes*4/3 + 64<<10
 
-// refusedStale is the kind of warren_refusals_total a refused stale
-// write counts as (the metrics' refusedStale).
-const refusedStale = "stale"
-
 // Threads is what the file API calls of the threads: a thread's binding
 // (made if need be) and where its workspace is.
 type Threads interface {
@@ -38,17 +34,13 @@ type Threads interface {
 	RootOf(b meta.Binding) (string, error)
 }
 
-// Events is where the file API tells its events (write.stale), and
-// whether anyone reads a thread's events (its file events are made only
-// then).
+// Events is where the file API's refusals go (package events): OnStale
+// is the callback that counts a refused stale write and tells it as a
+// write.stale event; Wants says whether anyone reads a thread's events
+// (its file events are made only then).
 type Events interface {
-	Emit(api.Event)
+	OnStale(k meta.ThreadKey) func(fs.Stale)
 	Wants(k meta.ThreadKey) bool
-}
-
-// Metrics counts the refusals the filesystem makes (a stale write).
-type Metrics interface {
-	Refused(kind string)
 }
 
 // Config is what the file API needs of the daemon.
@@ -60,7 +52,6 @@ type Config struct {
 	// Changes returns the change callback of thread k's mounts and file
 	// API: it turns the changes into file events.
 	Changes func(k meta.ThreadKey) func(fs.EntryChange)
-	Metrics Metrics
 	Logger  hclog.Logger
 }
 
@@ -73,7 +64,6 @@ type Files struct {
 	hub     *fs.Hub
 	events  Events
 	changes func(meta.ThreadKey) func(fs.EntryChange)
-	metrics Metrics
 	log     hclog.Logger
 }
 
@@ -81,7 +71,7 @@ type Files struct {
 func New(cfg Config) *Files {
 	return &Files{
 		threads: cfg.Threads, hub: cfg.Hub, events: cfg.Events, changes: cfg.Changes,
-		metrics: cfg.Metrics, log: cfg.Logger,
+		log: cfg.Logger,
 	}
 }
 
@@ -165,7 +155,7 @@ func (fa *Files) openFiles(ctx context.Context, tenant, thread string) (k meta.T
 	if err != nil {
 		return k, nil, "", err
 	}
-	f, err = fa.hub.Files(root, k.Tenant+"/"+k.Thread, fa.StaleEvents(k))
+	f, err = fa.hub.Files(root, k.Tenant+"/"+k.Thread, fa.events.OnStale(k))
 	if err != nil {
 		return k, nil, "", err
 	}
@@ -330,21 +320,4 @@ func (fa *Files) endRun(ctx context.Context, tenant, thread string, req api.RunR
 	}
 	fa.hub.EndRun(req.Run)
 	return api.RunResponse{Run: req.Run}, nil
-}
-
-// StaleEvents reports a refused stale write of thread k: logged by fs,
-// counted and sent as an event here. The thread's mounts and checkpoints
-// give it to fs too (fs.Options.OnStale).
-func (fa *Files) StaleEvents(k meta.ThreadKey) func(fs.Stale) {
-	return func(s fs.Stale) {
-		fa.metrics.Refused(refusedStale)
-		fa.events.Emit(api.Event{
-			Type:    api.EventWriteStale,
-			Tenant:  k.Tenant,
-			Thread:  k.Thread,
-			Actor:   s.Actor.String(),
-			Path:    s.Path,
-			Message: s.Message(),
-		})
-	}
 }

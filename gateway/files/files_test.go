@@ -78,6 +78,15 @@ func (r *recorder) Refused(kind string) {
 	r.refusals[kind]++
 }
 
+// OnStale is what package events' Bus does with a refused stale write:
+// it counts it and tells it as a write.stale event.
+func (r *recorder) OnStale(k meta.ThreadKey) func(fs.Stale) {
+	return func(s fs.Stale) {
+		r.Refused("stale")
+		r.Emit(api.Event{Type: api.EventWriteStale, Tenant: k.Tenant, Thread: k.Thread, Actor: s.Actor.String(), Path: s.Path, Message: s.Message()})
+	}
+}
+
 func (r *recorder) changesOf(k meta.ThreadKey) func(fs.EntryChange) {
 	return func(c fs.EntryChange) {
 		if k != (meta.ThreadKey{Tenant: tenant, Thread: thread}) {
@@ -109,7 +118,7 @@ func newEnv(t *testing.T) *env {
 	rec := &recorder{refusals: map[string]int{}, wants: true}
 	fa := New(Config{
 		Threads: fakeThreads{root: root, mountPath: "/srv/mnt/acme/t1"},
-		Hub:     hub, Events: rec, Changes: rec.changesOf, Metrics: rec, Logger: hclog.NewNullLogger(),
+		Hub:     hub, Events: rec, Changes: rec.changesOf, Logger: hclog.NewNullLogger(),
 	})
 	return &env{fa: fa, h: NewHandlers(fa), rec: rec, root: root, mnt: "/srv/mnt/acme/t1"}
 }
@@ -183,7 +192,7 @@ func TestStaleWriteRefused(t *testing.T) {
 			stale = append(stale, ev)
 		}
 	}
-	refused := e.rec.refusals[refusedStale]
+	refused := e.rec.refusals["stale"]
 	e.rec.mu.Unlock()
 	if len(stale) == 0 || refused != len(stale) {
 		t.Fatalf("%d write.stale events, %d stale refusals counted: want as many, at least one", len(stale), refused)

@@ -1,4 +1,4 @@
-package gateway
+package metrics
 
 import (
 	"net/http"
@@ -14,16 +14,16 @@ import (
 	"warren/meta"
 )
 
-// metrics are the gateway's Prometheus series (docs/operations.md lists
+// Metrics are the gateway's Prometheus series (docs/operations.md lists
 // them). They live in a registry of the gateway's own, not the process's
 // default one: two gateways in one process (the tests) never mix their
 // figures. Counters and histograms are moved where things happen; the
 // figures that are state (threads, jails, subscribers, the lease,
-// descriptors) are read at each scrape.
+// descriptors) are read at each scrape (Watch).
 //
 // No series has a per-thread label: a server holds thousands of threads,
 // and their figures belong to the usage call.
-type metrics struct {
+type Metrics struct {
 	reg *prometheus.Registry
 
 	fuseOps      *prometheus.HistogramVec // by op
@@ -41,12 +41,13 @@ type metrics struct {
 	storeErrors  *prometheus.CounterVec   // by op
 
 	// fuseByOp holds fuseOps' histogram of each op fs.ObservedOps
-	// names; made by newMetrics, only read after.
+	// names; made by New, only read after.
 	fuseByOp map[string]prometheus.Observer
 }
 
-func newMetrics() *metrics {
-	m := &metrics{
+// New makes the series, in a registry of their own.
+func New() *Metrics {
+	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		fuseOps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "warren_fuse_request_duration_seconds",
@@ -111,7 +112,7 @@ func newMetrics() *metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The series of every kind and fate exist from the start at zero, so
 	// that a rate or an alert sees them before the first one happens.
-	for _, k := range []string{refusedEscape, refusedStale, refusedQuota, refusedPinned} {
+	for _, k := range []string{RefusedEscape, RefusedStale, RefusedQuota, RefusedPinned} {
 		m.refusals.WithLabelValues(k)
 	}
 	for _, f := range []string{"kept", "dropped"} {
@@ -129,29 +130,29 @@ func newMetrics() *metrics {
 
 // The kinds of warren_refusals_total.
 const (
-	refusedEscape = "escape"
-	refusedStale  = "stale"
-	refusedQuota  = "quota"
-	refusedPinned = "pinned"
+	RefusedEscape = "escape"
+	RefusedStale  = "stale"
+	RefusedQuota  = "quota"
+	RefusedPinned = "pinned"
 )
 
 // refusalKind is the refusal an API error code is, "" for none.
 func refusalKind(code string) string {
 	switch code {
 	case api.CodeOutside:
-		return refusedEscape
+		return RefusedEscape
 	case api.CodeStale:
-		return refusedStale
+		return RefusedStale
 	case api.CodeQuota, api.CodeNoSpace:
-		return refusedQuota
+		return RefusedQuota
 	case api.CodePinned, api.CodeFenced:
-		return refusedPinned
+		return RefusedPinned
 	}
 	return ""
 }
 
 // APIError counts an error answer with code.
-func (m *metrics) APIError(code string) {
+func (m *Metrics) APIError(code string) {
 	m.apiErrors.WithLabelValues(code).Inc()
 	if k := refusalKind(code); k != "" {
 		m.refusals.WithLabelValues(k).Inc()
@@ -162,7 +163,7 @@ func (m *metrics) APIError(code string) {
 // FUSE request: the histograms of the operations the filesystem names are
 // looked up in fuseByOp, made once, not through the vector's label hash
 // and lock each time.
-func (m *metrics) observeFUSE(op string, took time.Duration) {
+func (m *Metrics) observeFUSE(op string, took time.Duration) {
 	h, ok := m.fuseByOp[op]
 	if !ok {
 		h = m.fuseOps.WithLabelValues(op)
@@ -170,16 +171,17 @@ func (m *metrics) observeFUSE(op string, took time.Duration) {
 	h.Observe(took.Seconds())
 }
 
-// fuseObserver is the hub's fs.OpObserver, nil when off.
-func (m *metrics) fuseObserver(off bool) fs.OpObserver {
+// FUSEObserver is the hub's fs.OpObserver (fs.HubConfig.ObserveOp), nil
+// when off.
+func (m *Metrics) FUSEObserver(off bool) fs.OpObserver {
 	if off {
 		return nil
 	}
 	return m.observeFUSE
 }
 
-// observeStore is the store's meta.Observer.
-func (m *metrics) observeStore(op string, took time.Duration, err error) {
+// ObserveStore is the store's meta.Observer (meta.Observed).
+func (m *Metrics) ObserveStore(op string, took time.Duration, err error) {
 	m.storeCalls.WithLabelValues(op).Observe(took.Seconds())
 	if meta.Failed(err) {
 		m.storeErrors.WithLabelValues(op).Inc()
@@ -187,7 +189,7 @@ func (m *metrics) observeStore(op string, took time.Duration, err error) {
 }
 
 // JailStarted counts a jail's start that took took and failed with err.
-func (m *metrics) JailStarted(took time.Duration, err error) {
+func (m *Metrics) JailStarted(took time.Duration, err error) {
 	if err != nil {
 		m.jailStarts.WithLabelValues("error").Inc()
 		return
@@ -196,36 +198,65 @@ func (m *metrics) JailStarted(took time.Duration, err error) {
 	m.jailSeconds.Observe(took.Seconds())
 }
 
-// Refused counts a refusal of kind (refusedEscape, refusedStale,
-// refusedQuota, refusedPinned) that no error answer counts: one the
+// Refused counts a refusal of kind (RefusedEscape, RefusedStale,
+// RefusedQuota, RefusedPinned) that no error answer counts: one the
 // filesystem made.
-func (m *metrics) Refused(kind string) {
+func (m *Metrics) Refused(kind string) {
 	m.refusals.WithLabelValues(kind).Inc()
 }
 
 // ExecEnded counts a foreground command that ran for took.
-func (m *metrics) ExecEnded(took time.Duration) {
+func (m *Metrics) ExecEnded(took time.Duration) {
 	m.execs.Inc()
 	m.execSeconds.Observe(took.Seconds())
 }
 
 // JobStarted counts a job started (spawned, or sent to the background).
-func (m *metrics) JobStarted() { m.jobs.Inc() }
+func (m *Metrics) JobStarted() { m.jobs.Inc() }
 
 // Fenced counts a fence of the host's lease that took threads down.
-func (m *metrics) Fenced(threads int) {
+func (m *Metrics) Fenced(threads int) {
 	m.fences.Inc()
 	m.fencedThread.Add(float64(threads))
 }
 
 // JobEnded counts what an ended job's output came to.
-func (m *metrics) JobEnded(total, dropped int64) {
+func (m *Metrics) JobEnded(total, dropped int64) {
 	m.jobOutput.WithLabelValues("kept").Add(float64(total - dropped))
 	m.jobOutput.WithLabelValues("dropped").Add(float64(dropped))
 }
 
-// watch registers the figures read from g at each scrape.
-func (m *metrics) watch(g *Gateway) {
+// Figures are what the series of state read at each scrape: functions
+// of the daemon's rooms, each safe to call from any goroutine at any time
+// from the first scrape on.
+type Figures struct {
+	// Threads counts the threads mounted, and those bound here whose
+	// mount failed.
+	Threads func() (mounted, failed int)
+	// Admission is the headroom of the threads' admission.
+	Admission func() threadlimit.Headroom
+	// Jails counts the jails running; JailsLive the jails live (running
+	// or starting) and their bound.
+	Jails     func() int
+	JailsLive func() (live, max int)
+	// JobsRunning counts the background jobs running.
+	JobsRunning func() int
+	// Events are the event stream's readers now and the events they
+	// missed so far.
+	Events func() (subscribers int, missed uint64)
+	// Lease says whether this server holds its lease, and until when.
+	Lease func() (valid bool, until time.Time)
+	// Descriptors are the mounts' descriptors and nodes, LockWaits the
+	// lock requests waiting on them.
+	Descriptors func() fs.DescriptorStats
+	LockWaits   func() int
+	// RestoreLeft counts the threads the start's background restore has
+	// still to serve again.
+	RestoreLeft func() int
+}
+
+// Watch registers the figures read from fig at each scrape. Call it once.
+func (m *Metrics) Watch(fig Figures) {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
@@ -236,7 +267,7 @@ func (m *metrics) watch(g *Gateway) {
 			Name:        "warren_admission_headroom",
 			Help:        "What is left before new threads are refused, by resource: threads (--max-threads), tenant_threads (--max-threads-per-tenant, of the busiest tenant), descriptors (above the reserve), memory_bytes (below the cap), os_threads (above the reserve).",
 			ConstLabels: prometheus.Labels{"resource": resource},
-		}, func() float64 { return f(g.threads.admit.Headroom()) })
+		}, func() float64 { return f(fig.Admission()) })
 	}
 	withState := func(state string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -246,16 +277,16 @@ func (m *metrics) watch(g *Gateway) {
 		}, f)
 	}
 	m.reg.MustRegister(
-		withState("mounted", func() float64 { mounted, _ := g.threads.counts(); return float64(mounted) }),
-		withState("failed", func() float64 { _, failed := g.threads.counts(); return float64(failed) }),
-		gauge("warren_jails", "Jails running (one per thread that ran a command).", func() float64 { return float64(g.jails.count()) }),
-		gauge("warren_jails_max", "The bound of live jails (--max-jails): past it a new jail takes the place of the least recently used idle one.", func() float64 { _, n := g.jails.jailsLive(); return float64(n) }),
-		gauge("warren_admitted_threads", "Threads holding an admission slot: mounted, or being mounted (--max-threads counts them).", func() float64 { return float64(g.threads.admit.Headroom().Threads) }),
-		gauge("warren_max_threads", "The limit of threads served (--max-threads).", func() float64 { return float64(g.threads.admit.Headroom().MaxThreads) }),
-		gauge("warren_max_threads_per_tenant", "The limit of threads served per tenant (--max-threads-per-tenant).", func() float64 { return float64(g.threads.admit.Headroom().MaxThreadsPerTenant) }),
-		gauge("warren_tenant_threads_most", "Threads served of the tenant that has the most.", func() float64 { return float64(g.threads.admit.Headroom().TenantMost) }),
+		withState("mounted", func() float64 { mounted, _ := fig.Threads(); return float64(mounted) }),
+		withState("failed", func() float64 { _, failed := fig.Threads(); return float64(failed) }),
+		gauge("warren_jails", "Jails running (one per thread that ran a command).", func() float64 { return float64(fig.Jails()) }),
+		gauge("warren_jails_max", "The bound of live jails (--max-jails): past it a new jail takes the place of the least recently used idle one.", func() float64 { _, n := fig.JailsLive(); return float64(n) }),
+		gauge("warren_admitted_threads", "Threads holding an admission slot: mounted, or being mounted (--max-threads counts them).", func() float64 { return float64(fig.Admission().Threads) }),
+		gauge("warren_max_threads", "The limit of threads served (--max-threads).", func() float64 { return float64(fig.Admission().MaxThreads) }),
+		gauge("warren_max_threads_per_tenant", "The limit of threads served per tenant (--max-threads-per-tenant).", func() float64 { return float64(fig.Admission().MaxThreadsPerTenant) }),
+		gauge("warren_tenant_threads_most", "Threads served of the tenant that has the most.", func() float64 { return float64(fig.Admission().TenantMost) }),
 		gauge("warren_admission_open", "1 while a new thread would be admitted, 0 while new threads are refused (a limit or a reserve is reached; /readyz says which).", func() float64 {
-			if g.threads.admit.Headroom().Refused == "" {
+			if fig.Admission().Refused == "" {
 				return 1
 			}
 			return 0
@@ -267,67 +298,34 @@ func (m *metrics) watch(g *Gateway) {
 		headroom("os_threads", func(h threadlimit.Headroom) float64 {
 			return float64(h.OSThreadLimit - h.OSThreadReserve - h.OSThreads)
 		}),
-		gauge("warren_jobs_running", "Background jobs running.", func() float64 { return float64(g.jobs.running()) }),
-		gauge("warren_event_subscribers", "Readers of GET /v1/events now.", func() float64 { n, _ := g.events.stats(); return float64(n) }),
+		gauge("warren_jobs_running", "Background jobs running.", func() float64 { return float64(fig.JobsRunning()) }),
+		gauge("warren_event_subscribers", "Readers of GET /v1/events now.", func() float64 { n, _ := fig.Events(); return float64(n) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "warren_events_missed_total",
 			Help: "Events a reader lost because it read too slowly (its queue was full).",
-		}, func() float64 { _, missed := g.events.stats(); return float64(missed) }),
+		}, func() float64 { _, missed := fig.Events(); return float64(missed) }),
 		gauge("warren_lease_valid", "1 while this server holds its lease on the metadata store (always 1 without a host id), 0 while it is fenced.", func() float64 {
-			if ok, _ := g.hosts.Valid(); ok {
+			if ok, _ := fig.Lease(); ok {
 				return 1
 			}
 			return 0
 		}),
 		gauge("warren_lease_remaining_seconds", "Time left on this server's lease unless a heartbeat renews it (0 without a host id, or fenced).", func() float64 {
-			if _, until := g.hosts.Valid(); !until.IsZero() {
+			if _, until := fig.Lease(); !until.IsZero() {
 				return time.Until(until).Seconds()
 			}
 			return 0
 		}),
-		gauge("warren_fs_descriptors_open", "Node descriptors the mounts hold open.", func() float64 { return float64(g.hub.Descriptors().Open) }),
-		gauge("warren_fs_descriptors_budget", "Node descriptors the mounts may hold open (half the open-file limit, less a reserve).", func() float64 { return float64(g.hub.Descriptors().Budget) }),
-		gauge("warren_fs_nodes", "Files and folders the kernel knows through the mounts.", func() float64 { return float64(g.hub.Descriptors().Nodes) }),
-		gauge("warren_fs_open_files", "Files the mounts' users hold open.", func() float64 { return float64(g.hub.Descriptors().Files) }),
-		gauge("warren_restore_threads_left", "Threads of the former run the start's background restore has still to serve again.", func() float64 { return float64(g.remounts.Left()) }),
-		gauge("warren_fs_lock_waits", "Lock requests (F_SETLKW, flock) waiting on the mounts; each is a parked goroutine, never an OS thread.", func() float64 { return float64(g.hub.LockWaits()) }),
+		gauge("warren_fs_descriptors_open", "Node descriptors the mounts hold open.", func() float64 { return float64(fig.Descriptors().Open) }),
+		gauge("warren_fs_descriptors_budget", "Node descriptors the mounts may hold open (half the open-file limit, less a reserve).", func() float64 { return float64(fig.Descriptors().Budget) }),
+		gauge("warren_fs_nodes", "Files and folders the kernel knows through the mounts.", func() float64 { return float64(fig.Descriptors().Nodes) }),
+		gauge("warren_fs_open_files", "Files the mounts' users hold open.", func() float64 { return float64(fig.Descriptors().Files) }),
+		gauge("warren_restore_threads_left", "Threads of the former run the start's background restore has still to serve again.", func() float64 { return float64(fig.RestoreLeft()) }),
+		gauge("warren_fs_lock_waits", "Lock requests (F_SETLKW, flock) waiting on the mounts; each is a parked goroutine, never an OS thread.", func() float64 { return float64(fig.LockWaits()) }),
 	)
 }
 
-// handler serves the metrics in Prometheus' text format.
-func (m *metrics) handler() http.Handler {
+// Handler serves the metrics in Prometheus' text format.
+func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
-}
-
-// counts returns how many threads are mounted, and how many are bound
-// here with a failed mount.
-func (ts *threadSet) counts() (mounted, failed int) {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	for _, t := range ts.mounts {
-		if t.mount != nil {
-			mounted++
-		} else if t.err != nil {
-			failed++
-		}
-	}
-	return mounted, failed
-}
-
-// count returns how many jails run.
-func (js *jailSet) count() int {
-	js.mu.Lock()
-	defer js.mu.Unlock()
-	return len(js.jails)
-}
-
-// running returns how many jobs run (or are being started or moved).
-func (js *jobSet) running() int {
-	js.mu.Lock()
-	defer js.mu.Unlock()
-	n := 0
-	for _, tj := range js.threads {
-		n += tj.slots
-	}
-	return n
 }

@@ -1,4 +1,4 @@
-package gateway
+package events
 
 import (
 	"sync"
@@ -11,7 +11,7 @@ import (
 
 // File events. The filesystem tells every change of an entry, through a
 // mount or the file API, as it happens (fs.EntryChange), and only while
-// someone reads the thread's events (broker.wants). fileEvents turns the
+// someone reads the thread's events (Bus.Wants). fileEvents turns the
 // changes into events:
 //
 //   - a creation, removal or rename is told at once, after any change of
@@ -23,7 +23,7 @@ import (
 //     untar: the write, then the times set) is told as its creation and
 //     one change.
 //
-// A goroutine the gateway owns ends the windows; Close stops it.
+// A goroutine of the Bus ends the windows; Bus.Close stops it.
 
 // fileEventWindow is how often at most one path's changes are told.
 const fileEventWindow = 100 * time.Millisecond

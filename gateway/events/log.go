@@ -1,4 +1,4 @@
-package gateway
+package events
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 
 	"golang.org/x/sys/unix"
@@ -34,9 +33,9 @@ import (
 // I/O error, a file cut short by someone else), the fault is caught and
 // the log goes on with pwrite(2) on the same file.
 
-// DefaultEventLog is how many events the log keeps unless the daemon says
-// otherwise (Config.EventLog).
-const DefaultEventLog = 10_000
+// DefaultLogSize is how many events the log keeps unless the daemon says
+// otherwise (Config.LogSize).
+const DefaultLogSize = 10_000
 
 // eventLogLineRoom is the room the file keeps per event kept: lines are
 // about 250 bytes, and the file is remade once it is full.
@@ -333,6 +332,3 @@ func (l *eventLog) close() error {
 	l.f = nil
 	return err
 }
-
-// eventLogPath is where the log of a gateway with dataDir lives.
-func eventLogPath(dataDir string) string { return filepath.Join(dataDir, "events.log") }

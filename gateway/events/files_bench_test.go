@@ -1,4 +1,4 @@
-package gateway
+package events
 
 import (
 	"path/filepath"
@@ -18,8 +18,8 @@ import (
 // window goroutine's walk over the held paths weighs more here than in
 // an untar.
 func BenchmarkFileEventPath(b *testing.B) {
-	br := newBroker(eventBuffer)
-	l, err := openEventLog(filepath.Join(b.TempDir(), "events.log"), DefaultEventLog)
+	br := newBroker(DefaultBuffer)
+	l, err := openEventLog(filepath.Join(b.TempDir(), "events.log"), DefaultLogSize)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,0 +1,60 @@
+package gateway
+
+import (
+	"time"
+
+	"warren/fs"
+	"warren/gateway/metrics"
+	"warren/gateway/threadlimit"
+)
+
+// metricsFigures are the figures the metrics read from g at each scrape.
+// Each reads g's field when called: Start fills some (the events, the
+// background restore) after it registers them.
+func metricsFigures(g *Gateway) metrics.Figures {
+	return metrics.Figures{
+		Threads:     func() (int, int) { return g.threads.counts() },
+		Admission:   func() threadlimit.Headroom { return g.threads.admit.Headroom() },
+		Jails:       func() int { return g.jails.count() },
+		JailsLive:   func() (int, int) { return g.jails.jailsLive() },
+		JobsRunning: func() int { return g.jobs.running() },
+		Events:      func() (int, uint64) { return g.events.Stats() },
+		Lease:       func() (bool, time.Time) { return g.hosts.Valid() },
+		Descriptors: func() fs.DescriptorStats { return g.hub.Descriptors() },
+		LockWaits:   func() int { return g.hub.LockWaits() },
+		RestoreLeft: func() int { return g.remounts.Left() },
+	}
+}
+
+// counts returns how many threads are mounted, and how many are bound
+// here with a failed mount.
+func (ts *threadSet) counts() (mounted, failed int) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for _, t := range ts.mounts {
+		if t.mount != nil {
+			mounted++
+		} else if t.err != nil {
+			failed++
+		}
+	}
+	return mounted, failed
+}
+
+// count returns how many jails run.
+func (js *jailSet) count() int {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	return len(js.jails)
+}
+
+// running returns how many jobs run (or are being started or moved).
+func (js *jobSet) running() int {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	n := 0
+	for _, tj := range js.threads {
+		n += tj.slots
+	}
+	return n
+}
