@@ -13,6 +13,7 @@ import (
 	"warren/api"
 	"warren/gateway/admit"
 	"warren/gateway/call"
+	"warren/gateway/jails"
 	"warren/gateway/threadlimit"
 	"warren/meta"
 )
@@ -442,7 +443,7 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, p call.Para
 // the server (package threadlimit) or a jail past --max-jails.
 func capacityRefusal(err error) bool {
 	var tr *threadlimit.Refusal
-	var jr *jailBoundError
+	var jr *jails.BoundError
 	return errors.As(err, &tr) || errors.As(err, &jr)
 }
 

@@ -743,7 +743,7 @@ func (g *Gateway) restoreTo(ctx context.Context, h *history, op string, now snap
 	if err != nil {
 		return api.RestoreResponse{}, err
 	}
-	defer g.jails.endRestore(h.k)
+	defer g.jails.EndRestore(h.k)
 	h.Restoring = &meta.Restore{Op: op, To: to.ID, Tree: to.Tree, Head: to.ID, Redo: redo, HostID: g.cfg.HostID, StartedAt: time.Now().UTC(), From: now.String()}
 	if err := g.putHistory(ctx, h); err != nil {
 		h.Restoring = nil
@@ -837,7 +837,7 @@ func (g *Gateway) finishRestore(ctx context.Context, h *history) error {
 	if _, err := g.quiesce(ctx, h.k, "finish the "+rs.Op, rs.To, true); err != nil {
 		return err
 	}
-	defer g.jails.endRestore(h.k)
+	defer g.jails.EndRestore(h.k)
 	thaw := h.files.Freeze()
 	set := h.files.TakeChanges()
 	now, _, err := h.repo.Build(ctx, h.files.Folder(), snapshot.Hash{}, nil, true)
@@ -859,18 +859,18 @@ func (g *Gateway) finishRestore(ctx context.Context, h *history) error {
 // those that run, else it refuses. It returns what it stopped.
 func (g *Gateway) quiesce(ctx context.Context, k meta.ThreadKey, op, to string, force bool) ([]string, error) {
 	why := fmt.Sprintf("the workspace is being restored (%s to %s)", op, to)
-	execs := g.jails.beginRestore(k, why)
+	execs := g.jails.BeginRestore(k, why)
 	jobs := g.runningJobIDs(k)
 	if len(execs)+len(jobs) == 0 {
 		return nil, nil
 	}
 	running := append(slices.Clone(execs), jobs...)
 	if !force {
-		g.jails.endRestore(k)
+		g.jails.EndRestore(k)
 		return nil, call.Refuse(api.ErrBusy, fmt.Sprintf("Cannot %s while commands of this thread run (%s). Stop them, or ask again with force to stop them first.", op, joinIDs(running)))
 	}
 	g.noteStopping(k, fmt.Sprintf("the workspace was restored (%s to %s)", op, to))
-	g.closeJail(k)
+	g.jails.CloseJail(k)
 	g.waitThreadJobs(k)
 	g.log.Info("stopped the thread's commands for a restore", "tenant", k.Tenant, "thread", k.Thread, "stopped", running)
 	return running, nil

@@ -166,7 +166,7 @@ func TestBrokerStalledSubscriber(t *testing.T) {
 		t.Errorf("subscribe after close: got %v, want ErrClosed", err)
 	}
 	b.Emit(api.Event{Type: testEvent}) // must neither panic nor block
-	stalled.cancel()                      // after close: nothing to do
+	stalled.cancel()                   // after close: nothing to do
 }
 
 func TestEventFilterOf(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 
 	"warren/api"
 	"warren/gateway/call"
+	"warren/gateway/jails"
 	"warren/jail"
 	"warren/meta"
 )
@@ -33,97 +33,6 @@ const maxExecTimeout = 24 * time.Hour
 // timeoutExit is the exit code of a command that ran out of time, as
 // timeout(1) gives it.
 const timeoutExit = 124
-
-// commandIn checks a command line of a request (exec or spawn) before
-// anything runs, then finds the thread's jail (binding the thread and
-// starting the jail if need be) and returns the command to run there,
-// with its whole environment (the thread's variables, then the call's)
-// and its folder.
-func (g *Gateway) commandIn(ctx context.Context, tenant, thread, command, run, cwd string, callEnv map[string]string) (j *jail.Jail, settings meta.Settings, k meta.ThreadKey, cmd jail.Cmd, release func(), err error) {
-	if command == "" {
-		return nil, meta.Settings{}, k, jail.Cmd{}, nil, fmt.Errorf("%w: command is required", api.ErrInvalid)
-	}
-	if err := call.CheckText("command", command, call.MaxCommandBytes); err != nil {
-		return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
-	}
-	if err := call.CheckPath("cwd", cwd); err != nil {
-		return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
-	}
-	if err := call.CheckEnvSize("env", callEnv); err != nil {
-		return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
-	}
-	if run != "" {
-		if err := validRun(run); err != nil {
-			return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
-		}
-	}
-	dir, err := execCwd(cwd)
-	if err != nil {
-		return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
-	}
-	if _, err := jail.Env(nil, callEnv); err != nil {
-		return nil, meta.Settings{}, k, jail.Cmd{}, nil, fmt.Errorf("%w: %v", api.ErrInvalid, err)
-	}
-	j, settings, k, release, err = g.threadJail(ctx, tenant, thread)
-	if err != nil {
-		return nil, settings, k, jail.Cmd{}, nil, err
-	}
-	env, err := jail.Env(settings.Env, callEnv)
-	if err != nil {
-		release()
-		return nil, settings, k, jail.Cmd{}, nil, fmt.Errorf("%w: %v", api.ErrInvalid, err)
-	}
-	return j, settings, k, jail.Cmd{Run: run, Script: command, Env: env, Dir: dir}, release, nil
-}
-
-// execTerm returns the TERM of a terminal command: the request's, or
-// api.DefaultTerm; a Term without Tty, or one that is no terminal type's
-// name, is refused.
-func execTerm(req api.ExecRequest) (string, error) {
-	if req.Term == "" {
-		return api.DefaultTerm, nil
-	}
-	if !req.Tty {
-		return "", fmt.Errorf("%w: term %s without tty: only a command on a terminal has a TERM", api.ErrInvalid, call.Quote(req.Term))
-	}
-	ok := len(req.Term) <= 64
-	for _, c := range req.Term {
-		ok = ok && ('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune(".+-_", c))
-	}
-	if !ok {
-		return "", fmt.Errorf("%w: term %s is not a terminal type (letters, digits and .+-_, at most 64)", api.ErrInvalid, call.Quote(req.Term))
-	}
-	return req.Term, nil
-}
-
-// withTerm adds TERM=term to env, unless the thread's or the call's
-// variables set TERM themselves: a terminal command is the one place the
-// env gains TERM.
-func withTerm(env []string, term string) []string {
-	for _, kv := range env {
-		if strings.HasPrefix(kv, "TERM=") {
-			return env
-		}
-	}
-	return append(env, "TERM="+term)
-}
-
-// execCwd turns a request's cwd into a folder inside the jail's
-// workspace, or refuses it.
-func execCwd(cwd string) (string, error) {
-	if cwd == "" {
-		return jail.Workspace, nil
-	}
-	p := cwd
-	if !path.IsAbs(p) {
-		p = path.Join(jail.Workspace, p)
-	}
-	p = path.Clean(p)
-	if p != jail.Workspace && !strings.HasPrefix(p, jail.Workspace+"/") {
-		return "", call.Refuse(api.ErrOutside, fmt.Sprintf("cwd %s is outside the workspace.", call.Quote(cwd)))
-	}
-	return p, nil
-}
 
 // execStream runs one command and writes its frames.
 type execStream struct {
@@ -161,6 +70,11 @@ type runningExec struct {
 	stopping  atomic.Value
 }
 
+// Thread, Stopping and Job make it a jails.Command.
+func (re *runningExec) Thread() meta.ThreadKey { return re.key }
+func (re *runningExec) Stopping(why string)    { re.stopping.Store(why) }
+func (re *runningExec) Job() string            { return re.job }
+
 // moveRequest asks a running exec to become a job.
 type moveRequest struct {
 	req   api.BackgroundRequest
@@ -175,7 +89,7 @@ type moveReply struct {
 // endExec forgets running command id and closes its input, unless its job
 // owns it now.
 func (g *Gateway) endExec(id string) {
-	re := g.jails.endExec(id)
+	re, _ := g.jails.EndExec(id).(*runningExec)
 	if re == nil {
 		return
 	}
@@ -191,7 +105,7 @@ func (g *Gateway) runningFor(p call.Params) (*runningExec, error) {
 	if err != nil {
 		return nil, err
 	}
-	re := g.jails.exec(p.Exec)
+	re, _ := g.jails.Exec(p.Exec).(*runningExec)
 	if re == nil || re.key != k {
 		return nil, fmt.Errorf("%w: no running command %s in thread %s", api.ErrNotFound, call.Quote(p.Exec), call.KeyName(k))
 	}
@@ -264,11 +178,11 @@ func (g *Gateway) handleExec(r *http.Request, p call.Params) (any, error) {
 	if req.TimeoutSeconds > 0 {
 		timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
 	}
-	term, err := execTerm(req)
+	term, err := jails.ExecTerm(req)
 	if err != nil {
 		return nil, err
 	}
-	j, settings, k, cmd, release, err := g.commandIn(r.Context(), p.Tenant, p.Thread, req.Command, req.Run, req.Cwd, req.Env)
+	j, settings, k, cmd, release, err := g.jails.CommandIn(r.Context(), p.Tenant, p.Thread, req.Command, req.Run, req.Cwd, req.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +206,7 @@ func (g *Gateway) handleExec(r *http.Request, p call.Params) (any, error) {
 	cmd.Stdin = stdin
 	if req.Tty {
 		cmd.Tty = true
-		cmd.Env = withTerm(cmd.Env, term)
+		cmd.Env = jails.WithTerm(cmd.Env, term)
 		cmd.Size = jail.Winsize{Rows: 24, Cols: 80}
 		if req.Rows > 0 && req.Cols > 0 {
 			cmd.Size = jail.Winsize{Rows: req.Rows, Cols: req.Cols}
@@ -302,7 +216,7 @@ func (g *Gateway) handleExec(r *http.Request, p call.Params) (any, error) {
 	}
 	// Registered before the stream is answered, so that a restore of
 	// the thread sees it, or it sees the restore and is refused.
-	id, err := g.jails.startExec(re)
+	id, err := g.jails.StartExec(re)
 	if err != nil {
 		if re.stdin != nil {
 			re.stdin.Close()

@@ -19,6 +19,7 @@ import (
 	"warren/fs"
 	"warren/gateway/admit"
 	"warren/gateway/call"
+	"warren/gateway/jails"
 	"warren/gateway/lease"
 	"warren/gateway/quota"
 	"warren/gateway/remount"
@@ -76,7 +77,7 @@ type Gateway struct {
 	// The gateway's state, by concern; each group has its own lock (see
 	// the package's lock order).
 	threads     threadSet     // thread locks and mounts (threads.go)
-	jails       jailSet       // jails and the commands in them (jails.go)
+	jails       *jails.Jails  // jails and the commands in them (package jails)
 	jobs        jobSet        // background jobs (jobs.go)
 	inspections inspectionSet // inspection mounts (inspect.go)
 	checkpoints checkpointSet // checkpoint locks, repositories, collections (checkpoints.go)
@@ -103,12 +104,6 @@ type Gateway struct {
 
 	// quotas holds the workspaces' quota groups (package quota).
 	quotas *quota.Quotas
-
-	// jailBase is the mount namespace the jails are forked from, without
-	// the threads' mounts (jail.Base); nil if it could not be made, and
-	// jails then copy the daemon's namespace. Set by Start, closed by
-	// Close once no request runs.
-	jailBase *jail.Base
 
 	serveDone chan struct{} // closed when the serve goroutine returned
 	serveErr  error         // written before serveDone is closed
@@ -155,7 +150,6 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		threads:     threadSet{mounts: make(map[meta.ThreadKey]*threadMount), admit: threadAdmit},
 		inspections: inspectionSet{mounts: make(map[string]*inspectionMount)},
 		events:      newBroker(eventBuffer),
-		jails:       jailSet{jails: make(map[meta.ThreadKey]*threadJail), execs: make(map[string]*runningExec), max: maxJails},
 		jobs:        jobSet{threads: make(map[meta.ThreadKey]*threadJobs)},
 		checkpoints: newCheckpointSet(),
 		admit:       admit.New(cfg.Admission, fileLimit()),
@@ -163,6 +157,12 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		machine:     machineID(),
 		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks, ObserveOp: m.fuseObserver(cfg.NoFSMetrics)}),
 	}
+	g.jails = jails.New(jails.Config{
+		Binary: cfg.JailBinary, Rlimits: cfg.JailRlimits, Network: cfg.JailNetwork, MemoryBytes: cfg.JailMemoryBytes,
+		MaxProcs: cfg.JailMaxProcs, CPUMillis: cfg.JailCPUMillis, Idle: cfg.JailIdle, Max: maxJails, CheckRun: validRun,
+		Hub: g.hub, Threads: jailsThreads{g}, Hosts: jailsHosts{g}, Events: g.events, Metrics: m, Logger: cfg.Logger,
+	})
+	g.jails.SetJobs(&g.jobs)
 	if _, ok := g.mounter.(fuseMounter); ok && !cfg.FUSEPerThread {
 		pool, err := fs.NewPool(fs.PoolConfig{Hub: g.hub, Logger: cfg.Logger.Named("fs")})
 		if err != nil {
@@ -208,7 +208,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err := jail.RemoveStaleCgroups(); err != nil {
 		g.log.Warn("remove cgroups of ended jails", "error", err)
 	}
-	g.jailBase = newJailBase(cfg, g.dataDir, g.wsReal, g.log)
+	g.jails.StartBase(g.dataDir, g.wsReal, cfg.SnapshotsDir)
 	h := threadAdmit.Headroom()
 	g.log.Info("limits", "max_threads", h.MaxThreads, "max_threads_per_tenant", h.MaxThreadsPerTenant,
 		"fd_reserve", h.FDReserve, "memory_cap_mib", h.MemoryCap>>20, "os_thread_limit", h.OSThreadLimit,
@@ -217,7 +217,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 
 	ln, err := listenSocket(cfg.SocketPath, cfg.SocketGID)
 	if err != nil {
-		closeJailBase(g.jailBase, g.log)
+		g.jails.CloseBase()
 		g.remounts.Close()
 		g.endLease()
 		g.closeCheckpoints()
@@ -230,7 +230,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err := g.startMetricsListener(); err != nil {
 		ln.Close()
 		os.Remove(cfg.SocketPath)
-		closeJailBase(g.jailBase, g.log)
+		g.jails.CloseBase()
 		g.remounts.Close()
 		g.endLease()
 		g.closeCheckpoints()
@@ -312,7 +312,7 @@ func (g *Gateway) Close() error {
 		// refused. Event streams never go idle by themselves: end them
 		// next, so that Shutdown does not wait its whole grace for them.
 		g.noteStoppingAll("the daemon stopped")
-		g.closeJails()
+		g.jails.CloseAll()
 		g.jobs.wg.Wait()
 		g.events.close()
 		if err := g.events.logError(); err != nil {
@@ -342,7 +342,7 @@ func (g *Gateway) Close() error {
 		// Shutdown waited for the requests, but Close does not: the
 		// handlers of cut connections may still run.
 		g.requests.closeAndWait()
-		closeJailBase(g.jailBase, g.log) // no jail starts any more
+		g.jails.CloseBase() // no jail starts any more
 		// The listener does not unlink the socket (see listenSocket).
 		if rmErr := os.Remove(g.cfg.SocketPath); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
 			g.log.Warn("remove socket", "socket", g.cfg.SocketPath, "error", rmErr)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/gateway/jails"
 	"warren/internal/testenv"
 	"warren/meta"
 )
@@ -309,8 +310,8 @@ func TestFenceSparesRepinned(t *testing.T) {
 	if !held {
 		t.Fatal("t1 not pinned")
 	}
-	jailOf := func() *threadJail {
-		tj, _ := env.g.jails.get(k1)
+	jailOf := func() *jails.ThreadJail {
+		tj, _ := env.g.jails.Get(k1)
 		return tj
 	}
 	j1 := jailOf()

@@ -16,6 +16,7 @@ import (
 
 	"warren/api"
 	"warren/gateway/call"
+	"warren/gateway/jails"
 	"warren/jail"
 	"warren/meta"
 )
@@ -100,8 +101,23 @@ type jobSet struct {
 	wg sync.WaitGroup
 }
 
-// closing says whether k was closed while its jobs run.
-func (js *jobSet) closing(k meta.ThreadKey) bool {
+// Busy says which threads run jobs, or are starting or moving one, or
+// were closed while jobs ran (jails.Jobs: the bound of live jails and
+// the idle reclaim stop none of their jails).
+func (js *jobSet) Busy() map[meta.ThreadKey]bool {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	busy := make(map[meta.ThreadKey]bool, len(js.threads))
+	for k, tj := range js.threads {
+		if tj.slots > 0 || tj.closing {
+			busy[k] = true
+		}
+	}
+	return busy
+}
+
+// Closing says whether k was closed while its jobs run.
+func (js *jobSet) Closing(k meta.ThreadKey) bool {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	tj := js.threads[k]
@@ -170,13 +186,7 @@ func (g *Gateway) noteStopping(k meta.ThreadKey, why string) {
 		jb.mu.Unlock()
 	}
 	// The commands running in the foreground too.
-	g.jails.mu.Lock()
-	for _, re := range g.jails.execs {
-		if re.key == k {
-			re.stopping.Store(why)
-		}
-	}
-	g.jails.mu.Unlock()
+	g.jails.NoteStopping(k, why)
 }
 
 // noteStoppingAll is noteStopping for every thread, at shutdown.
@@ -323,9 +333,9 @@ func (g *Gateway) takeJobSlotIfNotRestoring(k meta.ThreadKey, s meta.Settings) e
 	if err := g.takeJobSlot(k, s); err != nil {
 		return err
 	}
-	if why, ok := g.jails.restoringWhy(k); ok {
+	if why, ok := g.jails.RestoringWhy(k); ok {
 		g.releaseJobSlot(k)
-		return restoringError(why)
+		return jails.RestoringError(why)
 	}
 	return nil
 }
@@ -392,7 +402,7 @@ type runResult struct {
 // spawn starts a background job in a thread's jail and returns once it
 // runs and is recorded.
 func (g *Gateway) spawn(ctx context.Context, tenant, thread string, req api.SpawnRequest) (api.JobInfo, error) {
-	j, settings, k, cmd, release, err := g.commandIn(ctx, tenant, thread, req.Command, req.Run, req.Cwd, req.Env)
+	j, settings, k, cmd, release, err := g.jails.CommandIn(ctx, tenant, thread, req.Command, req.Run, req.Cwd, req.Env)
 	if err != nil {
 		return api.JobInfo{}, err
 	}
@@ -838,7 +848,7 @@ func (g *Gateway) setClosing(k meta.ThreadKey, closing bool) {
 }
 
 // closing says whether k was closed while its jobs run.
-func (g *Gateway) closing(k meta.ThreadKey) bool { return g.jobs.closing(k) }
+func (g *Gateway) closing(k meta.ThreadKey) bool { return g.jobs.Closing(k) }
 
 // closeIdle takes down the jail and mount of a thread that was closed
 // while its jobs ran, once the last one ended, unless the thread was

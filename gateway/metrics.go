@@ -248,8 +248,8 @@ func (m *metrics) watch(g *Gateway) {
 	m.reg.MustRegister(
 		withState("mounted", func() float64 { mounted, _ := g.threads.counts(); return float64(mounted) }),
 		withState("failed", func() float64 { _, failed := g.threads.counts(); return float64(failed) }),
-		gauge("warren_jails", "Jails running (one per thread that ran a command).", func() float64 { return float64(g.jails.count()) }),
-		gauge("warren_jails_max", "The bound of live jails (--max-jails): past it a new jail takes the place of the least recently used idle one.", func() float64 { _, n := g.jails.jailsLive(); return float64(n) }),
+		gauge("warren_jails", "Jails running (one per thread that ran a command).", func() float64 { return float64(g.jails.Count()) }),
+		gauge("warren_jails_max", "The bound of live jails (--max-jails): past it a new jail takes the place of the least recently used idle one.", func() float64 { _, n := g.jails.Live(); return float64(n) }),
 		gauge("warren_admitted_threads", "Threads holding an admission slot: mounted, or being mounted (--max-threads counts them).", func() float64 { return float64(g.threads.admit.Headroom().Threads) }),
 		gauge("warren_max_threads", "The limit of threads served (--max-threads).", func() float64 { return float64(g.threads.admit.Headroom().MaxThreads) }),
 		gauge("warren_max_threads_per_tenant", "The limit of threads served per tenant (--max-threads-per-tenant).", func() float64 { return float64(g.threads.admit.Headroom().MaxThreadsPerTenant) }),
@@ -312,13 +312,6 @@ func (ts *threadSet) counts() (mounted, failed int) {
 		}
 	}
 	return mounted, failed
-}
-
-// count returns how many jails run.
-func (js *jailSet) count() int {
-	js.mu.Lock()
-	defer js.mu.Unlock()
-	return len(js.jails)
 }
 
 // running returns how many jobs run (or are being started or moved).

@@ -179,7 +179,7 @@ func (g *Gateway) signalExec(ctx context.Context, p call.Params, sig syscall.Sig
 	if err != nil {
 		return err
 	}
-	if re := g.jails.exec(p.Exec); re != nil && re.key == k {
+	if re, _ := g.jails.Exec(p.Exec).(*runningExec); re != nil && re.key == k {
 		// Marked before it is sent: the command's end may follow at once.
 		re.signalled.Store(true)
 		return sendSignal(ctx, re.signals, sig, re.ended, func() error {
@@ -192,11 +192,11 @@ func (g *Gateway) signalExec(ctx context.Context, p call.Params, sig syscall.Sig
 // execNotRunning is the refusal of a signal to command p.Exec of thread k,
 // which does not run.
 func (g *Gateway) execNotRunning(p call.Params, k meta.ThreadKey) error {
-	e, ok := g.jails.endedExecOf(p.Exec)
+	e, ok := g.jails.Ended(p.Exec)
 	switch {
-	case ok && e.key == k && e.job != "":
-		return call.Refuse(api.ErrConflict, fmt.Sprintf("Command %s no longer runs in the foreground: it became background job %s. Signal the job instead.", p.Exec, e.job))
-	case ok && e.key == k:
+	case ok && e.Thread == k && e.Job != "":
+		return call.Refuse(api.ErrConflict, fmt.Sprintf("Command %s no longer runs in the foreground: it became background job %s. Signal the job instead.", p.Exec, e.Job))
+	case ok && e.Thread == k:
 		return call.Refuse(api.ErrConflict, fmt.Sprintf("Command %s has ended: there is nothing to signal.", p.Exec))
 	}
 	return fmt.Errorf("%w: no command %s in thread %s", api.ErrNotFound, call.Quote(p.Exec), call.KeyName(k))

@@ -51,11 +51,8 @@ func (g *Gateway) usage(ctx context.Context, tenant, thread string) (api.Usage, 
 		return api.Usage{}, fmt.Errorf("checkpoints of %s: read the history: %w", call.KeyName(k), err)
 	}
 
-	g.jails.mu.Lock()
-	tj := g.jails.jails[k]
-	g.jails.mu.Unlock()
-	if tj != nil {
-		ju, err := tj.jail.Usage()
+	if j := g.jails.JailOf(k); j != nil {
+		ju, err := j.Usage()
 		if err != nil {
 			return api.Usage{}, fmt.Errorf("usage of the jail of %s: %w", call.KeyName(k), err)
 		}
