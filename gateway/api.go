@@ -14,6 +14,7 @@ import (
 	"warren/gateway/admit"
 	"warren/gateway/call"
 	"warren/gateway/jails"
+	"warren/gateway/jobs"
 	"warren/gateway/threadlimit"
 	"warren/meta"
 )
@@ -31,7 +32,8 @@ type route struct {
 // gateway makes them once at Start. Those of calls that still belong to
 // the daemon's own type are methods of g.
 type handlers struct {
-	g *Gateway
+	g    *Gateway
+	jobs *jobs.Handlers
 }
 
 // routes is the API: the one place every call is listed.
@@ -63,18 +65,18 @@ func routes(h handlers) []route {
 		{http.MethodPut, "/v1/tenants/{tenant}/threads/{thread}/files/raw", h.g.handleWriteRaw},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs", h.g.handleRegisterRun},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs/end", h.g.handleEndRun},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec", h.g.handleExec}, // answers a call.Streamer
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/stdin", h.g.handleExecStdin},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/resize", h.g.handleExecResize},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/background", h.g.handleBackground},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs", h.g.handleSpawn},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs", h.g.handleJobs},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}", h.g.handleJob},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/output", h.g.handleJobOutput}, // answers a call.Streamer
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stop", h.g.handleStopJob},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stdin", h.g.handleJobStdin},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/signal", h.g.handleExecSignal},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/signal", h.g.handleJobSignal},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec", h.jobs.Exec}, // answers a call.Streamer
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/stdin", h.jobs.ExecStdin},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/resize", h.jobs.ExecResize},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/background", h.jobs.Background},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs", h.jobs.Spawn},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs", h.jobs.List},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}", h.jobs.Show},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/output", h.jobs.Output}, // answers a call.Streamer
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stop", h.jobs.Stop},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stdin", h.jobs.Stdin},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/signal", h.jobs.ExecSignal},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/signal", h.jobs.Signal},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", h.g.handleCheckpoint},
 		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", h.g.handleCheckpoints},
 		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/diff", h.g.handleDiff},
@@ -146,7 +148,9 @@ type compiledRoute struct {
 	segs []string
 }
 
-func (g *Gateway) handler() http.Handler { return newRouter(g, routes(handlers{g: g}), false) }
+func (g *Gateway) handler() http.Handler {
+	return newRouter(g, routes(handlers{g: g, jobs: jobs.NewHandlers(g.jobs)}), false)
+}
 
 // newRouter routes rs; open serves every peer (the metrics listener).
 func newRouter(g *Gateway, rs []route, open bool) *router {

@@ -860,7 +860,7 @@ func (g *Gateway) finishRestore(ctx context.Context, h *history) error {
 func (g *Gateway) quiesce(ctx context.Context, k meta.ThreadKey, op, to string, force bool) ([]string, error) {
 	why := fmt.Sprintf("the workspace is being restored (%s to %s)", op, to)
 	execs := g.jails.BeginRestore(k, why)
-	jobs := g.runningJobIDs(k)
+	jobs := g.jobs.RunningIDs(k)
 	if len(execs)+len(jobs) == 0 {
 		return nil, nil
 	}
@@ -869,9 +869,9 @@ func (g *Gateway) quiesce(ctx context.Context, k meta.ThreadKey, op, to string, 
 		g.jails.EndRestore(k)
 		return nil, call.Refuse(api.ErrBusy, fmt.Sprintf("Cannot %s while commands of this thread run (%s). Stop them, or ask again with force to stop them first.", op, joinIDs(running)))
 	}
-	g.noteStopping(k, fmt.Sprintf("the workspace was restored (%s to %s)", op, to))
+	g.jobs.NoteStopping(k, fmt.Sprintf("the workspace was restored (%s to %s)", op, to))
 	g.jails.CloseJail(k)
-	g.waitThreadJobs(k)
+	g.jobs.WaitThread(k)
 	g.log.Info("stopped the thread's commands for a restore", "tenant", k.Tenant, "thread", k.Thread, "stopped", running)
 	return running, nil
 }

@@ -20,6 +20,7 @@ import (
 	"warren/gateway/admit"
 	"warren/gateway/call"
 	"warren/gateway/jails"
+	"warren/gateway/jobs"
 	"warren/gateway/lease"
 	"warren/gateway/quota"
 	"warren/gateway/remount"
@@ -31,6 +32,9 @@ import (
 // shutdownGrace bounds how long Close waits for requests in flight before
 // it unmounts everything anyway.
 const shutdownGrace = 10 * time.Second
+
+// recordTimeout bounds the store writes that belong to no request.
+const recordTimeout = jobs.RecordTimeout
 
 // Gateway is a running daemon. Start makes one; call Close when finished.
 type Gateway struct {
@@ -78,7 +82,7 @@ type Gateway struct {
 	// the package's lock order).
 	threads     threadSet     // thread locks and mounts (threads.go)
 	jails       *jails.Jails  // jails and the commands in them (package jails)
-	jobs        jobSet        // background jobs (jobs.go)
+	jobs        *jobs.Jobs    // background jobs (package jobs)
 	inspections inspectionSet // inspection mounts (inspect.go)
 	checkpoints checkpointSet // checkpoint locks, repositories, collections (checkpoints.go)
 	// requests counts the API's requests being answered (Close waits).
@@ -93,10 +97,8 @@ type Gateway struct {
 	// and waits for them.
 	remounts *remount.Queue[meta.ThreadKey]
 
-	// instance names this run of the gateway in the job records, and
-	// machine the machine it runs on.
-	instance string
-	machine  string
+	// machine names the machine it runs on, in the job records.
+	machine string
 	// lease is this gateway's hold on its host id, nil without one
 	// (hosts.go, package lease). It owns its heartbeat and fence
 	// goroutines; endLease ends them.
@@ -150,10 +152,8 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		threads:     threadSet{mounts: make(map[meta.ThreadKey]*threadMount), admit: threadAdmit},
 		inspections: inspectionSet{mounts: make(map[string]*inspectionMount)},
 		events:      newBroker(eventBuffer),
-		jobs:        jobSet{threads: make(map[meta.ThreadKey]*threadJobs)},
 		checkpoints: newCheckpointSet(),
 		admit:       admit.New(cfg.Admission, fileLimit()),
-		instance:    newInstance(),
 		machine:     machineID(),
 		hub:         fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks, ObserveOp: m.fuseObserver(cfg.NoFSMetrics)}),
 	}
@@ -162,7 +162,11 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		MaxProcs: cfg.JailMaxProcs, CPUMillis: cfg.JailCPUMillis, Idle: cfg.JailIdle, Max: maxJails, CheckRun: validRun,
 		Hub: g.hub, Threads: jailsThreads{g}, Hosts: jailsHosts{g}, Events: g.events, Metrics: m, Logger: cfg.Logger,
 	})
-	g.jails.SetJobs(&g.jobs)
+	g.jobs = jobs.New(jobs.Config{
+		HostID: cfg.HostID, Machine: g.machine, MaxJobs: cfg.MaxJobs, Store: g.store, Jails: g.jails,
+		Threads: jobsThreads{g}, Events: g.events, Metrics: m, Logger: cfg.Logger,
+	})
+	g.jails.SetJobs(g.jobs)
 	if _, ok := g.mounter.(fuseMounter); ok && !cfg.FUSEPerThread {
 		pool, err := fs.NewPool(fs.PoolConfig{Hub: g.hub, Logger: cfg.Logger.Named("fs")})
 		if err != nil {
@@ -305,15 +309,15 @@ func (g *Gateway) Close() error {
 		g.remounts.Stop()
 		g.threads.close()
 		g.inspections.close()
-		g.jobs.close()
+		g.jobs.Close()
 		// Commands end with their jails, and their streams with them.
 		// Jobs end too, and their ends are recorded (before the caller
 		// closes the store) and told; spawns under way end or are
 		// refused. Event streams never go idle by themselves: end them
 		// next, so that Shutdown does not wait its whole grace for them.
-		g.noteStoppingAll("the daemon stopped")
+		g.jobs.NoteStoppingAll("the daemon stopped")
 		g.jails.CloseAll()
-		g.jobs.wg.Wait()
+		g.jobs.Wait()
 		g.events.close()
 		if err := g.events.logError(); err != nil {
 			g.log.Warn("the event log failed: a reader that comes back may not be given what it missed", "error", err)

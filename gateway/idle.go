@@ -121,7 +121,7 @@ func (g *Gateway) closeIdleThreads(ctx context.Context, uses map[meta.ThreadKey]
 		if used, ok := g.jails.LastUsed(m.k); ok && used.After(u.at) {
 			u.at = used
 		}
-		if g.runningJobs(m.k) > 0 || g.jails.Runs(m.k) {
+		if g.jobs.Running(m.k) > 0 || g.jails.Runs(m.k) {
 			u.at = now
 			continue
 		}

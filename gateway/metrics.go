@@ -267,7 +267,7 @@ func (m *metrics) watch(g *Gateway) {
 		headroom("os_threads", func(h threadlimit.Headroom) float64 {
 			return float64(h.OSThreadLimit - h.OSThreadReserve - h.OSThreads)
 		}),
-		gauge("warren_jobs_running", "Background jobs running.", func() float64 { return float64(g.jobs.running()) }),
+		gauge("warren_jobs_running", "Background jobs running.", func() float64 { return float64(g.jobs.Count()) }),
 		gauge("warren_event_subscribers", "Readers of GET /v1/events now.", func() float64 { n, _ := g.events.stats(); return float64(n) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "warren_events_missed_total",
@@ -312,17 +312,6 @@ func (ts *threadSet) counts() (mounted, failed int) {
 		}
 	}
 	return mounted, failed
-}
-
-// running returns how many jobs run (or are being started or moved).
-func (js *jobSet) running() int {
-	js.mu.Lock()
-	defer js.mu.Unlock()
-	n := 0
-	for _, tj := range js.threads {
-		n += tj.slots
-	}
-	return n
 }
 
 // leaseValid reports whether this gateway holds its lease, and until when;

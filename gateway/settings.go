@@ -6,6 +6,7 @@ import (
 
 	"warren/api"
 	"warren/gateway/call"
+	"warren/gateway/jobs"
 	"warren/gateway/quota"
 	"warren/jail"
 	"warren/meta"
@@ -29,7 +30,7 @@ const (
 	MaxCPUMillis = 1_000_000
 	// DefaultMaxJobs is how many background jobs a thread runs at once
 	// unless its settings or Config.MaxJobs say otherwise.
-	DefaultMaxJobs = 8
+	DefaultMaxJobs = jobs.DefaultMaxJobs
 	maxMaxJobs     = 1024
 )
 
@@ -82,17 +83,6 @@ func checkCPUMillis(m int) error {
 		return fmt.Errorf("%d is not between %d and %d", m, jail.MinCPUMillis, MaxCPUMillis)
 	}
 	return nil
-}
-
-// maxJobs is how many jobs a thread with settings s runs at once.
-func (g *Gateway) maxJobs(s meta.Settings) int {
-	switch {
-	case s.MaxJobs > 0:
-		return s.MaxJobs
-	case g.cfg.MaxJobs > 0:
-		return g.cfg.MaxJobs
-	}
-	return DefaultMaxJobs
 }
 
 // cloneSettings copies s, so a running jail's copy never shares its map

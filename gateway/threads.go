@@ -271,7 +271,7 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 		if err != nil {
 			return meta.Binding{}, fmt.Errorf("bind %s: write binding: %w", call.KeyName(k), err)
 		}
-		g.setClosing(k, false)
+		g.jobs.SetClosing(k, false)
 		g.log.Info("thread bound again while its jobs ran", "tenant", k.Tenant, "thread", k.Thread)
 		g.emit(api.Event{Type: api.EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: call.Actor(ctx), Message: "bound again; it was kept mounted for its jobs"})
 		return b, nil
@@ -548,7 +548,7 @@ func (g *Gateway) unmountThread(k meta.ThreadKey, mountPath string) error {
 	// The jail holds the mount (bound at /workspace in its namespace):
 	// it goes first, with every command and job in it.
 	g.jails.CloseJail(k)
-	g.endThreadJobs(k)
+	g.jobs.EndThread(k)
 	m := g.threads.take(k)
 	if m == nil {
 		return nil
@@ -702,8 +702,8 @@ func (g *Gateway) closeThreadWith(ctx context.Context, tenant, thread, why strin
 	}
 	// Running jobs keep the jail and the mount until they end
 	// (closeIdle); the record says closed at once.
-	if n := g.runningJobs(k); n > 0 {
-		g.setClosing(k, true)
+	if n := g.jobs.Running(k); n > 0 {
+		g.jobs.SetClosing(k, true)
 		g.log.Info("thread closed while jobs run: its jail and mount stay until they end", "tenant", k.Tenant, "thread", k.Thread, "jobs", n)
 	} else if err := g.unmountThread(k, b.MountPath); err != nil {
 		return api.ThreadInfo{}, fmt.Errorf("close %s: %w", call.KeyName(k), err)
@@ -787,7 +787,7 @@ func (g *Gateway) deleteLocked(ctx context.Context, b meta.Binding) error {
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
-	g.noteStopping(k, "its thread was deleted")
+	g.jobs.NoteStopping(k, "its thread was deleted")
 	if err := g.unmountThread(k, mountPath); err != nil {
 		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}

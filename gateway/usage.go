@@ -61,11 +61,7 @@ func (g *Gateway) usage(ctx context.Context, tenant, thread string) (api.Usage, 
 		u.MemoryBytes, u.MemoryPeakBytes, u.Processes = ju.MemoryBytes, ju.MemoryPeakBytes, ju.Processes
 	}
 
-	g.jobs.mu.Lock()
-	if tj := g.jobs.threads[k]; tj != nil {
-		u.JobsRunning = tj.slots
-	}
-	g.jobs.mu.Unlock()
+	u.JobsRunning = g.jobs.Running(k)
 	jobs, err := g.store.ListJobs(ctx, k)
 	if err != nil {
 		return api.Usage{}, fmt.Errorf("jobs of %s: %w", call.KeyName(k), err)

@@ -1,4 +1,4 @@
-package gateway
+package jobs
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -14,7 +13,6 @@ import (
 
 	"warren/api"
 	"warren/gateway/call"
-	"warren/gateway/jails"
 	"warren/jail"
 	"warren/meta"
 )
@@ -30,18 +28,18 @@ const DefaultExecTimeout = 10 * time.Minute
 // maxExecTimeout bounds any command.
 const maxExecTimeout = 24 * time.Hour
 
-// timeoutExit is the exit code of a command that ran out of time, as
+// TimeoutExit is the exit code of a command that ran out of time, as
 // timeout(1) gives it.
-const timeoutExit = 124
+const TimeoutExit = 124
 
 // execStream runs one command and writes its frames.
 type execStream struct {
-	g        *Gateway
+	js       *Jobs
 	j        *jail.Jail
 	cmd      jail.Cmd
 	timeout  time.Duration
 	run      *runningExec
-	id       string        // run's id, registered by handleExec (startExec)
+	id       string        // run's id, registered by Handlers.Exec (jails.StartExec)
 	settings meta.Settings // the thread's, for its job limit
 	label    string        // the command, as a job's label
 }
@@ -57,14 +55,14 @@ type runningExec struct {
 	signals chan syscall.Signal
 	mu      sync.Mutex // serializes writes to stdin
 	// moves asks the command's stream to move it to the background
-	// (handleBackground); ended is closed when the stream is done with
+	// (Handlers.Background); ended is closed when the stream is done with
 	// it, moved or not.
 	moves chan moveRequest
 	ended chan struct{}
 	moved bool   // set by the stream before ended closes: the job owns stdin
 	job   string // the job it became, set with moved
 	// signalled says a client sent it a signal, and stopping (a string)
-	// why the gateway ends its jail (noteStopping): for the reason of its
+	// why the gateway ends its jail (NoteStopping): for the reason of its
 	// end.
 	signalled atomic.Bool
 	stopping  atomic.Value
@@ -88,8 +86,8 @@ type moveReply struct {
 
 // endExec forgets running command id and closes its input, unless its job
 // owns it now.
-func (g *Gateway) endExec(id string) {
-	re, _ := g.jails.EndExec(id).(*runningExec)
+func (js *Jobs) endExec(id string) {
+	re, _ := js.jails.EndExec(id).(*runningExec)
 	if re == nil {
 		return
 	}
@@ -100,130 +98,16 @@ func (g *Gateway) endExec(id string) {
 }
 
 // runningFor finds a running command of a thread.
-func (g *Gateway) runningFor(p call.Params) (*runningExec, error) {
+func (js *Jobs) runningFor(p call.Params) (*runningExec, error) {
 	k, err := call.ThreadKey(p.Tenant, p.Thread)
 	if err != nil {
 		return nil, err
 	}
-	re, _ := g.jails.Exec(p.Exec).(*runningExec)
+	re, _ := js.jails.Exec(p.Exec).(*runningExec)
 	if re == nil || re.key != k {
 		return nil, fmt.Errorf("%w: no running command %s in thread %s", api.ErrNotFound, call.Quote(p.Exec), call.KeyName(k))
 	}
 	return re, nil
-}
-
-func (g *Gateway) handleExecStdin(r *http.Request, p call.Params) (any, error) {
-	var req api.ExecStdinRequest
-	if err := call.DecodeBody(r, &req, false); err != nil {
-		return nil, err
-	}
-	re, err := g.runningFor(p)
-	if err != nil {
-		return nil, err
-	}
-	if re.stdin == nil {
-		return nil, fmt.Errorf("%w: the input of %s is not open (ask for openStdin or tty)", api.ErrConflict, p.Exec)
-	}
-	re.mu.Lock()
-	defer re.mu.Unlock()
-	if req.Data != "" {
-		if _, err := io.WriteString(re.stdin, req.Data); err != nil {
-			return nil, fmt.Errorf("%w: the input of %s is closed", api.ErrConflict, p.Exec)
-		}
-	}
-	if req.Close {
-		re.stdin.Close()
-	}
-	return api.ExecAck{ID: p.Exec}, nil
-}
-
-func (g *Gateway) handleExecResize(r *http.Request, p call.Params) (any, error) {
-	var req api.ExecResizeRequest
-	if err := call.DecodeBody(r, &req, false); err != nil {
-		return nil, err
-	}
-	if req.Rows == 0 || req.Cols == 0 {
-		return nil, fmt.Errorf("%w: rows and cols must be above 0", api.ErrInvalid)
-	}
-	re, err := g.runningFor(p)
-	if err != nil {
-		return nil, err
-	}
-	if re.resize == nil {
-		return nil, fmt.Errorf("%w: %s has no terminal", api.ErrConflict, p.Exec)
-	}
-	// The newest size wins: a size not applied yet is replaced.
-	for {
-		select {
-		case re.resize <- jail.Winsize{Rows: req.Rows, Cols: req.Cols}:
-			return api.ExecAck{ID: p.Exec}, nil
-		default:
-			select {
-			case <-re.resize:
-			default:
-			}
-		}
-	}
-}
-
-func (g *Gateway) handleExec(r *http.Request, p call.Params) (any, error) {
-	var req api.ExecRequest
-	if err := call.DecodeBody(r, &req, false); err != nil {
-		return nil, err
-	}
-	timeout := DefaultExecTimeout
-	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > maxExecTimeout.Seconds() {
-		return nil, fmt.Errorf("%w: timeoutSeconds must be between 0 and %v", api.ErrInvalid, maxExecTimeout.Seconds())
-	}
-	if req.TimeoutSeconds > 0 {
-		timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
-	}
-	term, err := jails.ExecTerm(req)
-	if err != nil {
-		return nil, err
-	}
-	j, settings, k, cmd, release, err := g.jails.CommandIn(r.Context(), p.Tenant, p.Thread, req.Command, req.Run, req.Cwd, req.Env)
-	if err != nil {
-		return nil, err
-	}
-	// Held until the command is registered (startExec): from then on it
-	// keeps its jail from being stopped itself.
-	defer release()
-	re := &runningExec{key: k, signals: make(chan syscall.Signal, 1), moves: make(chan moveRequest), ended: make(chan struct{})}
-	var stdin io.Reader
-	if req.Stdin != "" {
-		stdin = strings.NewReader(req.Stdin)
-	}
-	if req.OpenStdin || req.Tty {
-		pr, pw := io.Pipe()
-		re.stdin = pw
-		if stdin != nil {
-			stdin = io.MultiReader(stdin, pr)
-		} else {
-			stdin = pr
-		}
-	}
-	cmd.Stdin = stdin
-	if req.Tty {
-		cmd.Tty = true
-		cmd.Env = jails.WithTerm(cmd.Env, term)
-		cmd.Size = jail.Winsize{Rows: 24, Cols: 80}
-		if req.Rows > 0 && req.Cols > 0 {
-			cmd.Size = jail.Winsize{Rows: req.Rows, Cols: req.Cols}
-		}
-		re.resize = make(chan jail.Winsize, 1)
-		cmd.Resize = re.resize
-	}
-	// Registered before the stream is answered, so that a restore of
-	// the thread sees it, or it sees the restore and is refused.
-	id, err := g.jails.StartExec(re)
-	if err != nil {
-		if re.stdin != nil {
-			re.stdin.Close()
-		}
-		return nil, err
-	}
-	return &execStream{g: g, j: j, cmd: cmd, timeout: timeout, run: re, id: id, settings: settings, label: req.Command}, nil
 }
 
 // frames writes an exec answer's frames, one at a time, each flushed.
@@ -302,7 +186,7 @@ func (s *execStream) ServeStream(w http.ResponseWriter, r *http.Request) {
 		}
 	}}
 	id := s.id
-	defer s.g.endExec(id)
+	defer s.js.endExec(id)
 	// A client needs the id at once to send input or resize; for the
 	// others it rides with the first output or the end, which saves a
 	// wake-up per command, or goes alone after execIDDelay, for a
@@ -340,11 +224,11 @@ func (s *execStream) ServeStream(w http.ResponseWriter, r *http.Request) {
 		case res := <-result:
 			timer.Stop()
 			kill()
-			s.g.metrics.ExecEnded(time.Since(began))
+			s.js.metrics.ExecEnded(time.Since(began))
 			end := api.ExecFrame{Exit: &res.code}
 			var cause endCause
 			if timedOut.Load() {
-				res.code, end.TimedOut = timeoutExit, true
+				res.code, end.TimedOut = TimeoutExit, true
 				cause.timeout = s.timeout
 			}
 			cause.signalled = s.run.signalled.Load()
@@ -380,9 +264,9 @@ func (s *execStream) ServeStream(w http.ResponseWriter, r *http.Request) {
 // signals are the job's. Only the stream's goroutine calls it.
 func (s *execStream) toBackground(req api.BackgroundRequest, kill context.CancelFunc, signals chan syscall.Signal,
 	started chan startInfo, result chan runResult, timer *time.Timer, sout, serr *switchWriter) (api.JobInfo, error) {
-	g, k := s.g, s.run.key
-	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
-	jb, err := g.reserveJob(ctx, k, s.settings, req.Label, s.label, req.User)
+	js, k := s.js, s.run.key
+	ctx, cancel := context.WithTimeout(context.Background(), RecordTimeout)
+	jb, err := js.reserveJob(ctx, k, s.settings, req.Label, s.label, req.User)
 	cancel()
 	if err != nil {
 		return api.JobInfo{}, err
@@ -395,16 +279,16 @@ func (s *execStream) toBackground(req api.BackgroundRequest, kill context.Cancel
 		_, jb.stdin = io.Pipe()
 	}
 	timer.Stop()
-	g.emitJob(api.EventJobStarted, jb, nil, "", "")
-	sout.set(jobWriter{g, jb, stdoutStream, nil})
-	serr.set(jobWriter{g, jb, stderrStream, nil})
-	s.run.moved, s.run.job = true, jobID(jb.seq)
+	js.emitJob(api.EventJobStarted, jb, nil, "", "")
+	sout.set(jobWriter{js, jb, stdoutStream, nil})
+	serr.set(jobWriter{js, jb, stderrStream, nil})
+	s.run.moved, s.run.job = true, ID(jb.seq)
 	var st startInfo
 	select {
 	case st = <-started:
 	default:
 	}
-	return g.adoptJob(jb, st, result)
+	return js.adoptJob(jb, st, result)
 }
 
 // switchWriter passes writes to a writer that can be replaced.
