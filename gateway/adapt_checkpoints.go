@@ -65,15 +65,17 @@ type checkpointsCommands struct{ g *Gateway }
 var _ checkpoints.Commands = checkpointsCommands{}
 
 func (c checkpointsCommands) BeginRestore(k meta.ThreadKey, why string) []string {
-	return c.g.jails.beginRestore(k, why)
+	return c.g.jails.BeginRestore(k, why)
 }
 
-func (c checkpointsCommands) EndRestore(k meta.ThreadKey) { c.g.jails.endRestore(k) }
+func (c checkpointsCommands) EndRestore(k meta.ThreadKey) { c.g.jails.EndRestore(k) }
 
-func (c checkpointsCommands) RunningJobIDs(k meta.ThreadKey) []string { return c.g.runningJobIDs(k) }
+func (c checkpointsCommands) RunningJobIDs(k meta.ThreadKey) []string { return c.g.jobs.RunningIDs(k) }
 
-func (c checkpointsCommands) NoteStopping(k meta.ThreadKey, why string) { c.g.noteStopping(k, why) }
+func (c checkpointsCommands) NoteStopping(k meta.ThreadKey, why string) {
+	c.g.jobs.NoteStopping(k, why)
+}
 
-func (c checkpointsCommands) CloseJail(k meta.ThreadKey) { c.g.closeJail(k) }
+func (c checkpointsCommands) CloseJail(k meta.ThreadKey) { c.g.jails.CloseJail(k) }
 
-func (c checkpointsCommands) WaitThreadJobs(k meta.ThreadKey) { c.g.waitThreadJobs(k) }
+func (c checkpointsCommands) WaitThreadJobs(k meta.ThreadKey) { c.g.jobs.WaitThread(k) }

@@ -15,9 +15,9 @@ func metricsFigures(g *Gateway) metrics.Figures {
 	return metrics.Figures{
 		Threads:     func() (int, int) { return g.threads.counts() },
 		Admission:   func() threadlimit.Headroom { return g.threads.admit.Headroom() },
-		Jails:       func() int { return g.jails.count() },
-		JailsLive:   func() (int, int) { return g.jails.jailsLive() },
-		JobsRunning: func() int { return g.jobs.running() },
+		Jails:       func() int { return g.jails.Count() },
+		JailsLive:   func() (int, int) { return g.jails.Live() },
+		JobsRunning: func() int { return g.jobs.Count() },
 		Events:      func() (int, uint64) { return g.events.Stats() },
 		Lease:       func() (bool, time.Time) { return g.hosts.Valid() },
 		Descriptors: func() fs.DescriptorStats { return g.hub.Descriptors() },
@@ -39,22 +39,4 @@ func (ts *threadSet) counts() (mounted, failed int) {
 		}
 	}
 	return mounted, failed
-}
-
-// count returns how many jails run.
-func (js *jailSet) count() int {
-	js.mu.Lock()
-	defer js.mu.Unlock()
-	return len(js.jails)
-}
-
-// running returns how many jobs run (or are being started or moved).
-func (js *jobSet) running() int {
-	js.mu.Lock()
-	defer js.mu.Unlock()
-	n := 0
-	for _, tj := range js.threads {
-		n += tj.slots
-	}
-	return n
 }

@@ -18,6 +18,8 @@ import (
 	"warren/gateway/files"
 	"warren/gateway/hosts"
 	"warren/gateway/inspect"
+	"warren/gateway/jails"
+	"warren/gateway/jobs"
 	"warren/gateway/metrics"
 	"warren/gateway/threadlimit"
 	"warren/meta"
@@ -43,6 +45,7 @@ type handlers struct {
 	checkpoints *checkpoints.Handlers
 	events      *events.Handlers
 	metrics     *metrics.Handlers
+	jobs        *jobs.Handlers
 }
 
 // routes is the API: the one place every call is listed.
@@ -74,18 +77,18 @@ func routes(h handlers) []route {
 		{http.MethodPut, "/v1/tenants/{tenant}/threads/{thread}/files/raw", h.files.WriteRaw},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs", h.files.RegisterRun},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/runs/end", h.files.EndRun},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec", h.g.handleExec}, // answers a call.Streamer
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/stdin", h.g.handleExecStdin},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/resize", h.g.handleExecResize},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/background", h.g.handleBackground},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs", h.g.handleSpawn},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs", h.g.handleJobs},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}", h.g.handleJob},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/output", h.g.handleJobOutput}, // answers a call.Streamer
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stop", h.g.handleStopJob},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stdin", h.g.handleJobStdin},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/signal", h.g.handleExecSignal},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/signal", h.g.handleJobSignal},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec", h.jobs.Exec}, // answers a call.Streamer
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/stdin", h.jobs.ExecStdin},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/resize", h.jobs.ExecResize},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/background", h.jobs.Background},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs", h.jobs.Spawn},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs", h.jobs.List},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}", h.jobs.Show},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/output", h.jobs.Output}, // answers a call.Streamer
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stop", h.jobs.Stop},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stdin", h.jobs.Stdin},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/exec/{exec}/signal", h.jobs.ExecSignal},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/jobs/{job}/signal", h.jobs.Signal},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", h.checkpoints.Checkpoint},
 		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/checkpoints", h.checkpoints.List},
 		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/diff", h.checkpoints.Diff},
@@ -167,6 +170,7 @@ func (g *Gateway) handlers() handlers {
 		checkpoints: checkpoints.NewHandlers(g.checkpoints),
 		events:      events.NewHandlers(g.events),
 		metrics:     metrics.NewHandlers(g.metrics),
+		jobs:        jobs.NewHandlers(g.jobs),
 	}
 }
 
@@ -428,7 +432,7 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, p call.Para
 // the server (package threadlimit) or a jail past --max-jails.
 func capacityRefusal(err error) bool {
 	var tr *threadlimit.Refusal
-	var jr *jailBoundError
+	var jr *jails.BoundError
 	return errors.As(err, &tr) || errors.As(err, &jr)
 }
 

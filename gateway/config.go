@@ -186,7 +186,7 @@ type Config struct {
 	// MaxJails bounds the jails alive at once: a thread that needs one at
 	// the bound gets the least recently used idle jail's place (that jail
 	// is stopped; its thread stays bound), or 503 "unavailable" if every
-	// jail is busy (jails.go). 0 means threadlimit.Machine.MaxJails: a
+	// jail is busy (package jails). 0 means threadlimit.Machine.MaxJails: a
 	// quarter of the memory at 16 MiB a jail, between 8 and 4096.
 	MaxJails int
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"warren/api"
-	"warren/jail"
+	"warren/gateway/jobs"
 	"warren/meta"
 )
 
@@ -39,9 +39,9 @@ func TestExecEndReason(t *testing.T) {
 		reason string
 		note   string
 	}{
-		{"timeout", api.ExecRequest{Command: "sleep 5", TimeoutSeconds: 1}, timeoutExit, api.ReasonTimeout, "timed out after 1s (the command's timeout)"},
+		{"timeout", api.ExecRequest{Command: "sleep 5", TimeoutSeconds: 1}, jobs.TimeoutExit, api.ReasonTimeout, "timed out after 1s (the command's timeout)"},
 		// 300 MB held by the shell itself, over the thread's 64 MiB.
-		{"oom", api.ExecRequest{Command: `x=$(head -c 300000000 /dev/zero | tr '\0' a); echo ${#x}`}, killedExit, api.ReasonOOM, "killed: out of memory (the thread's limit is 64 MiB)"},
+		{"oom", api.ExecRequest{Command: `x=$(head -c 300000000 /dev/zero | tr '\0' a); echo ${#x}`}, jobs.KilledExit, api.ReasonOOM, "killed: out of memory (the thread's limit is 64 MiB)"},
 		// dash gives up at the first refused fork (bash would retry for
 		// 15 seconds).
 		{"pids", api.ExecRequest{Command: `sh -c 'i=0; while [ $i -lt 200 ]; do sleep 30 & i=$((i+1)); done; wait'`}, 2, api.ReasonPids, "killed: the thread's process limit (64) was reached"},
@@ -142,7 +142,7 @@ func TestJobEndReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	const oomNote = "killed: out of memory (the thread's limit is 64 MiB)"
-	if ev := ended(j.ID); ev.Reason != api.ReasonOOM || ev.Message != oomNote || ev.Exit == nil || *ev.Exit != killedExit {
+	if ev := ended(j.ID); ev.Reason != api.ReasonOOM || ev.Message != oomNote || ev.Exit == nil || *ev.Exit != jobs.KilledExit {
 		t.Errorf("job out of memory: reason %q, message %q, exit %v", ev.Reason, ev.Message, ev.Exit)
 	}
 
@@ -155,36 +155,5 @@ func TestJobEndReason(t *testing.T) {
 	}
 	if info, err := c.Job(ctx, "acme", "t1", j.ID); err != nil || info.Reason != "" || info.Note != "" {
 		t.Errorf("its record: %+v, %v", info, err)
-	}
-}
-
-// TestEndReasonText: the units of the notes, and no reason without the
-// gateway's or the kernel's word, whatever the exit code.
-func TestEndReasonText(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		time.Second: "1s", 300 * time.Millisecond: "300ms", 90 * time.Second: "1m30s",
-		10 * time.Minute: "10m", time.Hour: "1h", 90 * time.Minute: "1h30m",
-	} {
-		if got := shortDuration(d); got != want {
-			t.Errorf("shortDuration(%v) = %q, want %q", d, got, want)
-		}
-	}
-	for n, want := range map[int64]string{64 << 20: "64 MiB", 2 << 30: "2 GiB", 1536 << 10: "1536 KiB", 1000: "1000 bytes"} {
-		if got := sizeText(n); got != want {
-			t.Errorf("sizeText(%d) = %q, want %q", n, got, want)
-		}
-	}
-	for _, code := range []int{124, 137, 143, 1} {
-		if r, n := endReason(jail.Ended{Exit: code}, nil, endCause{}, 64<<20, 64); r != "" || n != "" {
-			t.Errorf("exit %d by itself: reason %q, note %q", code, r, n)
-		}
-	}
-	// A process OOM-killed, and the command went on to succeed: no reason.
-	if r, _ := endReason(jail.Ended{Exit: 0, OOMKills: 1}, nil, endCause{}, 64<<20, 64); r != "" {
-		t.Errorf("a command that succeeded after an OOM kill: reason %q", r)
-	}
-	// A signal of the command's own (kill -9 $$) without a client's: none.
-	if r, _ := endReason(jail.Ended{Exit: 137, Signal: 9}, nil, endCause{}, 64<<20, 64); r != "" {
-		t.Errorf("a command that killed itself: reason %q", r)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/gateway/jobs"
 	"warren/internal/testenv"
 	"warren/meta"
 )
@@ -51,8 +52,8 @@ func TestExec(t *testing.T) {
 
 	start := time.Now()
 	code, err = c.Exec(ctx, "acme", "t1", api.ExecRequest{Command: `echo started; sleep 60`, TimeoutSeconds: 0.3}, &out, nil)
-	if err != nil || code != timeoutExit || time.Since(start) > 20*time.Second {
-		t.Errorf("timed out command: exit %d, %v after %v; want %d at once", code, err, time.Since(start), timeoutExit)
+	if err != nil || code != jobs.TimeoutExit || time.Since(start) > 20*time.Second {
+		t.Errorf("timed out command: exit %d, %v after %v; want %d at once", code, err, time.Since(start), jobs.TimeoutExit)
 	}
 
 	if _, err := c.Exec(ctx, "acme", "t1", api.ExecRequest{Command: "true", Cwd: "../.."}, nil, nil); !errors.Is(err, api.ErrOutside) {
@@ -291,11 +292,11 @@ func TestExecFromBaseNamespace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	base := env.g.jailBase
+	base := env.g.jails.Base()
 	if base == nil {
 		t.Fatal("the gateway has no base namespace for its jails")
 	}
-	if cfg := env.g.jailConfig(meta.Settings{}, "/x"); cfg.Base != base {
+	if cfg := env.g.jails.JailConfig(meta.Settings{}, "/x"); cfg.Base != base {
 		t.Fatal("the jails' configuration does not start them from the base")
 	}
 	mounted := len(testenv.MountsUnder(t, env.cfg.DataDir))

@@ -24,6 +24,8 @@ import (
 	"warren/gateway/files"
 	"warren/gateway/hosts"
 	"warren/gateway/inspect"
+	"warren/gateway/jails"
+	"warren/gateway/jobs"
 	"warren/gateway/metrics"
 	"warren/gateway/quota"
 	"warren/gateway/remount"
@@ -35,6 +37,9 @@ import (
 // shutdownGrace bounds how long Close waits for requests in flight before
 // it unmounts everything anyway.
 const shutdownGrace = 10 * time.Second
+
+// recordTimeout bounds the store writes that belong to no request.
+const recordTimeout = jobs.RecordTimeout
 
 // Gateway is a running daemon. Start makes one; call Close when finished.
 type Gateway struct {
@@ -76,9 +81,9 @@ type Gateway struct {
 
 	// The gateway's state, by concern; each group has its own lock (see
 	// the package's lock order).
-	threads threadSet // thread locks and mounts (threads.go)
-	jails   jailSet   // jails and the commands in them (jails.go)
-	jobs    jobSet    // background jobs (jobs.go)
+	threads threadSet    // thread locks and mounts (threads.go)
+	jails   *jails.Jails // jails and the commands in them (package jails)
+	jobs    *jobs.Jobs   // background jobs (package jobs)
 
 	// inspections are the inspection mounts (package inspect); set by
 	// Start, never changed.
@@ -98,10 +103,8 @@ type Gateway struct {
 	// and waits for them.
 	remounts *remount.Queue[meta.ThreadKey]
 
-	// instance names this run of the gateway in the job records, and
-	// machine the machine it runs on.
-	instance string
-	machine  string
+	// machine names the machine it runs on, in the job records.
+	machine string
 	// hosts is this gateway's hold on its host id and the threads' pins
 	// (package hosts). It owns the lease's heartbeat and fence
 	// goroutines; Close ends them.
@@ -109,12 +112,6 @@ type Gateway struct {
 
 	// quotas holds the workspaces' quota groups (package quota).
 	quotas *quota.Quotas
-
-	// jailBase is the mount namespace the jails are forked from, without
-	// the threads' mounts (jail.Base); nil if it could not be made, and
-	// jails then copy the daemon's namespace. Set by Start, closed by
-	// Close once no request runs.
-	jailBase *jail.Base
 
 	serveDone chan struct{} // closed when the serve goroutine returned
 	serveErr  error         // written before serveDone is closed
@@ -159,13 +156,20 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		allow:     make(map[uint32]bool),
 		serveDone: make(chan struct{}),
 		threads:   threadSet{mounts: make(map[meta.ThreadKey]*threadMount), admit: threadAdmit},
-		jails:     jailSet{jails: make(map[meta.ThreadKey]*threadJail), execs: make(map[string]*runningExec), max: maxJails},
-		jobs:      jobSet{threads: make(map[meta.ThreadKey]*threadJobs)},
 		admit:     admit.New(cfg.Admission, fileLimit()),
-		instance:  newInstance(),
 		machine:   hosts.MachineID(),
 		hub:       fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks, ObserveOp: m.FUSEObserver(cfg.NoFSMetrics)}),
 	}
+	g.jails = jails.New(jails.Config{
+		Binary: cfg.JailBinary, Rlimits: cfg.JailRlimits, Network: cfg.JailNetwork, MemoryBytes: cfg.JailMemoryBytes,
+		MaxProcs: cfg.JailMaxProcs, CPUMillis: cfg.JailCPUMillis, Idle: cfg.JailIdle, Max: maxJails, CheckRun: validRun,
+		Hub: g.hub, Threads: jailsThreads{g}, Hosts: g.hosts, Events: g.events, Metrics: m, Logger: cfg.Logger,
+	})
+	g.jobs = jobs.New(jobs.Config{
+		HostID: cfg.HostID, Machine: g.machine, MaxJobs: cfg.MaxJobs, Store: g.store, Jails: g.jails,
+		Threads: jobsThreads{g}, Events: g.events, Metrics: m, Logger: cfg.Logger,
+	})
+	g.jails.SetJobs(g.jobs)
 	if _, ok := g.mounter.(fuseMounter); ok && !cfg.FUSEPerThread {
 		pool, err := fs.NewPool(fs.PoolConfig{Hub: g.hub, Logger: cfg.Logger.Named("fs")})
 		if err != nil {
@@ -222,7 +226,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err := jail.RemoveStaleCgroups(); err != nil {
 		g.log.Warn("remove cgroups of ended jails", "error", err)
 	}
-	g.jailBase = newJailBase(cfg, g.dataDir, g.wsReal, g.log)
+	g.jails.StartBase(g.dataDir, g.wsReal, cfg.SnapshotsDir)
 	h := threadAdmit.Headroom()
 	g.log.Info("limits", "max_threads", h.MaxThreads, "max_threads_per_tenant", h.MaxThreadsPerTenant,
 		"fd_reserve", h.FDReserve, "memory_cap_mib", h.MemoryCap>>20, "os_thread_limit", h.OSThreadLimit,
@@ -231,7 +235,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 
 	ln, err := listenSocket(cfg.SocketPath, cfg.SocketGID)
 	if err != nil {
-		closeJailBase(g.jailBase, g.log)
+		g.jails.CloseBase()
 		g.remounts.Close()
 		g.hosts.Close()
 		g.checkpoints.Close()
@@ -244,7 +248,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err := g.startMetricsListener(); err != nil {
 		ln.Close()
 		os.Remove(cfg.SocketPath)
-		closeJailBase(g.jailBase, g.log)
+		g.jails.CloseBase()
 		g.remounts.Close()
 		g.hosts.Close()
 		g.checkpoints.Close()
@@ -319,15 +323,15 @@ func (g *Gateway) Close() error {
 		g.remounts.Stop()
 		g.threads.close()
 		g.inspections.Close()
-		g.jobs.close()
+		g.jobs.Close()
 		// Commands end with their jails, and their streams with them.
 		// Jobs end too, and their ends are recorded (before the caller
 		// closes the store) and told; spawns under way end or are
 		// refused. Event streams never go idle by themselves: end them
 		// next, so that Shutdown does not wait its whole grace for them.
-		g.noteStoppingAll("the daemon stopped")
-		g.closeJails()
-		g.jobs.wg.Wait()
+		g.jobs.NoteStoppingAll("the daemon stopped")
+		g.jails.CloseAll()
+		g.jobs.Wait()
 		g.events.Close()
 		if err := g.events.LogError(); err != nil {
 			g.log.Warn("the event log failed: a reader that comes back may not be given what it missed", "error", err)
@@ -356,7 +360,7 @@ func (g *Gateway) Close() error {
 		// Shutdown waited for the requests, but Close does not: the
 		// handlers of cut connections may still run.
 		g.requests.closeAndWait()
-		closeJailBase(g.jailBase, g.log) // no jail starts any more
+		g.jails.CloseBase() // no jail starts any more
 		// The listener does not unlink the socket (see listenSocket).
 		if rmErr := os.Remove(g.cfg.SocketPath); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
 			g.log.Warn("remove socket", "socket", g.cfg.SocketPath, "error", rmErr)

@@ -96,7 +96,7 @@ func (g *Gateway) checkAdmission() api.ReadyCheck {
 	h := g.threads.admit.Headroom()
 	refused := h.Refused
 	h.Refused = "" // said last, after the jails
-	live, maxJails := g.jails.jailsLive()
+	live, maxJails := g.jails.Live()
 	detail := fmt.Sprintf("%s; jails %d of %d (--max-jails)", h, live, maxJails)
 	if refused != "" {
 		detail += "; new threads refused: " + refused

@@ -11,6 +11,7 @@ import (
 	"warren/api"
 	"warren/gateway/call"
 	"warren/gateway/hosts"
+	"warren/gateway/jobs"
 	"warren/gateway/lease"
 	"warren/jail"
 	"warren/meta"
@@ -124,11 +125,11 @@ func (g *Gateway) takeOver(ctx context.Context, old meta.Binding) (root string, 
 // machine is stopped here (its cgroup is on this machine); one elsewhere
 // may still run, and this gateway cannot stop it.
 func (g *Gateway) noteMovedJobs(ctx context.Context, k meta.ThreadKey) {
-	g.noteLeftJobs(ctx, k, "job of a former host noted", nil, func(rec meta.Job) (string, bool) {
+	g.jobs.NoteLeft(ctx, k, "job of a former host noted", nil, func(rec meta.Job) (string, bool) {
 		if rec.HostID == g.cfg.HostID {
 			return "", false
 		}
-		id := jobID(rec.Seq)
+		id := jobs.ID(rec.Seq)
 		if rec.Machine != "" && rec.Machine == g.machine && rec.Cgroup != "" {
 			err := jail.StopTree(rec.Cgroup)
 			if err == nil {

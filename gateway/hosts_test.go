@@ -12,6 +12,7 @@ import (
 
 	"warren/api"
 	"warren/gateway/hosts"
+	"warren/gateway/jails"
 	"warren/internal/testenv"
 	"warren/meta"
 )
@@ -304,8 +305,8 @@ func TestFenceSparesRepinned(t *testing.T) {
 	if !held {
 		t.Fatal("t1 not pinned")
 	}
-	jailOf := func() *threadJail {
-		tj, _ := env.g.jails.get(k1)
+	jailOf := func() *jails.ThreadJail {
+		tj, _ := env.g.jails.Get(k1)
 		return tj
 	}
 	j1 := jailOf()

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"warren/api"
+	"warren/gateway/jails"
 	"warren/meta"
 )
 
@@ -16,10 +16,10 @@ import (
 //   - a jail in which no command or job ran for the thread's jail idle
 //     time (Config.JailIdle, or its settings' JailIdleSeconds) is stopped.
 //     The thread stays bound and mounted; its next command starts a new
-//     jail (threadJail). Nothing runs in it by construction: the jail is
-//     taken out of the jail set, under its lock, only while no command is
-//     registered and it was last found longer ago than the idle time, and
-//     only when no job of the thread runs.
+//     jail. Nothing runs in it by construction: the jail is taken out of
+//     the jail set, under its lock, only while no command is registered
+//     and it was last found longer ago than the idle time, and only when
+//     no job of the thread runs (package jails, ReclaimIdle).
 //   - a thread nothing used for its close idle time (commands, jobs,
 //     requests through its mount, calls that change it) is closed, as by
 //     POST .../close: its mount goes, its folder and record stay.
@@ -32,26 +32,10 @@ import (
 
 // DefaultJailIdle is how long a jail may stay idle unless the daemon or
 // the thread says otherwise.
-const DefaultJailIdle = 30 * time.Minute
+const DefaultJailIdle = jails.DefaultJailIdle
 
 // idleTick is how often the reclaimer looks.
 const idleTick = 500 * time.Millisecond
-
-// idleOf turns a daemon default and a thread setting into an idle time;
-// 0 means never.
-func idleOf(daemon time.Duration, seconds int64, def time.Duration) time.Duration {
-	switch {
-	case seconds < 0:
-		return 0
-	case seconds > 0:
-		return time.Duration(seconds) * time.Second
-	case daemon < 0:
-		return 0
-	case daemon > 0:
-		return daemon
-	}
-	return def
-}
 
 // threadUse is what the reclaimer remembers of a mounted thread.
 type threadUse struct {
@@ -83,7 +67,7 @@ func (g *Gateway) startIdle() {
 				return
 			case <-t.C:
 			}
-			g.reclaimJails()
+			g.jails.ReclaimIdle()
 			g.closeIdleThreads(ctx, uses)
 		}
 	}()
@@ -94,50 +78,6 @@ func (g *Gateway) stopIdle() {
 	if g.idleStop != nil {
 		g.idleStop()
 		<-g.idleDone
-	}
-}
-
-// reclaimJails stops the jails idle past their time.
-func (g *Gateway) reclaimJails() {
-	now := time.Now()
-	g.jobs.mu.Lock()
-	busy := make(map[meta.ThreadKey]bool, len(g.jobs.threads))
-	for k, tj := range g.jobs.threads {
-		if tj.slots > 0 || tj.closing {
-			busy[k] = true
-		}
-	}
-	g.jobs.mu.Unlock()
-
-	type reclaimed struct {
-		k    meta.ThreadKey
-		tj   *threadJail
-		idle time.Duration
-	}
-	var out []reclaimed
-	g.jails.mu.Lock()
-	running := make(map[meta.ThreadKey]bool, len(g.jails.execs))
-	for _, re := range g.jails.execs {
-		running[re.key] = true
-	}
-	for k, tj := range g.jails.jails {
-		idle := idleOf(g.cfg.JailIdle, tj.settings.JailIdleSeconds, DefaultJailIdle)
-		if idle == 0 || busy[k] || running[k] || tj.holds > 0 || now.Sub(tj.used) < idle {
-			continue
-		}
-		if _, restoring := g.jails.restoring[k]; restoring {
-			continue
-		}
-		delete(g.jails.jails, k)
-		out = append(out, reclaimed{k, tj, now.Sub(tj.used)})
-	}
-	g.jails.mu.Unlock()
-
-	for _, r := range out {
-		r.tj.close()
-		g.log.Info("jail reclaimed: idle", "tenant", r.k.Tenant, "thread", r.k.Thread, "idle", r.idle.Round(time.Second))
-		g.emit(api.Event{Type: api.EventJailReclaimed, Tenant: r.k.Tenant, Thread: r.k.Thread,
-			Message: fmt.Sprintf("No command or job ran in the jail for %v: it was stopped to give its memory back. The next command starts a new one.", r.idle.Round(time.Second))})
 	}
 }
 
@@ -178,10 +118,10 @@ func (g *Gateway) closeIdleThreads(ctx context.Context, uses map[meta.ThreadKey]
 		if m.touched.After(u.at) {
 			u.at = m.touched
 		}
-		if used, ok := g.jails.lastUsed(m.k); ok && used.After(u.at) {
+		if used, ok := g.jails.LastUsed(m.k); ok && used.After(u.at) {
 			u.at = used
 		}
-		if g.runningJobs(m.k) > 0 || g.jails.runs(m.k) {
+		if g.jobs.Running(m.k) > 0 || g.jails.Runs(m.k) {
 			u.at = now
 			continue
 		}
@@ -222,33 +162,9 @@ func (g *Gateway) readCloseIdle(ctx context.Context, k meta.ThreadKey, u *thread
 	if err != nil {
 		return false
 	}
-	u.closeIdle = idleOf(g.cfg.CloseIdle, b.Settings.CloseIdleSeconds, 0)
+	u.closeIdle = jails.IdleOf(g.cfg.CloseIdle, b.Settings.CloseIdleSeconds, 0)
 	u.settingsAt = time.Now()
 	return true
-}
-
-// lastUsed returns when k's jail was last found or ended a command in,
-// and whether k has a jail.
-func (js *jailSet) lastUsed(k meta.ThreadKey) (time.Time, bool) {
-	js.mu.Lock()
-	defer js.mu.Unlock()
-	tj := js.jails[k]
-	if tj == nil {
-		return time.Time{}, false
-	}
-	return tj.used, true
-}
-
-// runs reports whether a foreground command of k runs.
-func (js *jailSet) runs(k meta.ThreadKey) bool {
-	js.mu.Lock()
-	defer js.mu.Unlock()
-	for _, re := range js.execs {
-		if re.key == k {
-			return true
-		}
-	}
-	return false
 }
 
 // touch notes that a call changed or used thread k (idle.go).

@@ -16,6 +16,7 @@ import (
 
 	"warren/api"
 	"warren/client"
+	"warren/gateway/jobs"
 	"warren/meta"
 )
 
@@ -431,7 +432,7 @@ func TestJobRestart(t *testing.T) {
 	// with a note that says so.
 	recs, _ := store.ListJobs(ctx, meta.ThreadKey{Tenant: "acme", Thread: "t1"})
 	for _, r := range recs {
-		if r.Running || r.ExitCode == nil || *r.ExitCode != killedExit || r.Note != killedNote(jobID(r.Seq), "the daemon stopped") ||
+		if r.Running || r.ExitCode == nil || *r.ExitCode != jobs.KilledExit || r.Note != jobs.KilledNote(jobs.ID(r.Seq), "the daemon stopped") ||
 			r.Reason != api.ReasonReclaimed {
 			t.Errorf("job after a clean stop: %+v", r)
 		}
@@ -452,12 +453,12 @@ func TestJobRestart(t *testing.T) {
 
 	for run := range 2 {
 		env := startEnv(t, cfg)
-		info, err := env.c.Job(ctx, "acme", "t1", jobID(seq))
+		info, err := env.c.Job(ctx, "acme", "t1", jobs.ID(seq))
 		want := fmt.Sprintf("Background job bash-%d stopped when the host restarted.", seq)
-		if err != nil || info.Running || !info.Ended || info.Note != want || info.ExitCode == nil || *info.ExitCode != killedExit {
+		if err != nil || info.Running || !info.Ended || info.Note != want || info.ExitCode == nil || *info.ExitCode != jobs.KilledExit {
 			t.Errorf("run %d: the crashed run's job: %+v, %v", run, info, err)
 		}
-		if info, _ := env.c.Job(ctx, "acme", "t1", jobID(other)); info.Ended || info.Running || info.Note != "" {
+		if info, _ := env.c.Job(ctx, "acme", "t1", jobs.ID(other)); info.Ended || info.Running || info.Note != "" {
 			t.Errorf("run %d: another host's job: %+v", run, info)
 		}
 		notes := strings.Count(env.logBuf.String(), "job stopped by a restart")
@@ -465,7 +466,7 @@ func TestJobRestart(t *testing.T) {
 			t.Errorf("run %d: %d restart notes", run, notes)
 		}
 		j, err := env.c.Spawn(ctx, "acme", "t1", api.SpawnRequest{Command: "true"})
-		if wantID := jobID(other + 1 + uint64(run)); err != nil || j.ID != wantID {
+		if wantID := jobs.ID(other + 1 + uint64(run)); err != nil || j.ID != wantID {
 			t.Errorf("run %d: new job %+v, %v; want %s", run, j, err, wantID)
 		}
 		waitJobEnd(t, env.c, "t1", j.ID)

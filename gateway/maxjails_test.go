@@ -64,7 +64,7 @@ func TestMaxJailsUnderLoad(t *testing.T) {
 					}
 					time.Sleep(5 * time.Millisecond)
 				}
-				if live, max := env.g.jails.jailsLive(); live > max {
+				if live, max := env.g.jails.Live(); live > max {
 					note("bound", fmt.Errorf("%d jails live, past %d", live, max), -1)
 				}
 				if i%3 == 0 {
@@ -95,7 +95,7 @@ func TestMaxJailsUnderLoad(t *testing.T) {
 		if code, err := env.c.Exec(ctx, "acme", th, api.ExecRequest{Command: "echo " + th}, &out, &errOut); err != nil || code != 0 || out.String() != th+"\n" {
 			t.Fatalf("exec in %s, in turn: exit %d, %q, %q, %v", th, code, out.String(), errOut.String(), err)
 		}
-		if n := env.g.jails.count(); n > 2 {
+		if n := env.g.jails.Count(); n > 2 {
 			t.Fatalf("%d jails after %s, past the bound of 2", n, th)
 		}
 	}

@@ -78,7 +78,7 @@ func (g *Gateway) restore(ctx context.Context) {
 	// nothing per thread but for the threads they repair.
 	bs = g.finishDeletes(ctx, bs)
 	g.reconcileFolders(bs)
-	g.noteRestartedJobs(ctx, bs)
+	g.jobs.NoteRestarted(ctx, bs)
 	for _, b := range bs {
 		if b.State != meta.StateBound && b.State != meta.StateClosed {
 			continue

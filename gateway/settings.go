@@ -1,14 +1,12 @@
 package gateway
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 
-	"github.com/hashicorp/go-hclog"
-
 	"warren/api"
 	"warren/gateway/call"
+	"warren/gateway/jobs"
 	"warren/gateway/quota"
 	"warren/jail"
 	"warren/meta"
@@ -32,7 +30,7 @@ const (
 	MaxCPUMillis = 1_000_000
 	// DefaultMaxJobs is how many background jobs a thread runs at once
 	// unless its settings or Config.MaxJobs say otherwise.
-	DefaultMaxJobs = 8
+	DefaultMaxJobs = jobs.DefaultMaxJobs
 	maxMaxJobs     = 1024
 )
 
@@ -85,74 +83,6 @@ func checkCPUMillis(m int) error {
 		return fmt.Errorf("%d is not between %d and %d", m, jail.MinCPUMillis, MaxCPUMillis)
 	}
 	return nil
-}
-
-// jailConfig is the jail a thread with settings s gets on this gateway.
-func (g *Gateway) jailConfig(s meta.Settings, workspace string) jail.Config {
-	return jail.Config{
-		Workspace: workspace, Binary: g.cfg.JailBinary, Rlimits: g.cfg.JailRlimits,
-		Network:     cmp.Or(s.Network, g.cfg.JailNetwork, "none"),
-		MemoryBytes: cmp.Or(s.MemoryBytes, g.cfg.JailMemoryBytes, jail.DefaultMemoryBytes),
-		MaxProcs:    cmp.Or(s.MaxProcs, g.cfg.JailMaxProcs, jail.DefaultMaxProcs),
-		CPUMillis:   cmp.Or(s.CPUMillis, g.cfg.JailCPUMillis),
-		Base:        g.jailBase,
-	}
-}
-
-// newJailBase makes the mount namespace the jails are forked from
-// (jail.Base): a copy of the daemon's without the threads' mounts, so that
-// a jail's start does not copy one mount per bound thread. It holds no
-// mount of the data folder, the workspaces or the snapshots, and none made
-// after it. Without it (no privilege for it) it returns nil: jails are as
-// safe, and copy the daemon's namespace whole.
-func newJailBase(cfg Config, dataDir, wsReal string, log hclog.Logger) *jail.Base {
-	base, err := jail.NewBase(jail.BaseConfig{
-		Binary: cfg.JailBinary,
-		Hide:   []string{dataDir, wsReal, cfg.SnapshotsDir},
-	})
-	if err != nil {
-		log.Warn("jails start from the daemon's own mount namespace, copying every mount of it: no base namespace", "error", err)
-		return nil
-	}
-	log.Debug("jails start from a base namespace", "mounts", base.Mounts())
-	return base
-}
-
-// closeJailBase lets the jails' base namespace go, if any, once no jail
-// starts.
-func closeJailBase(base *jail.Base, log hclog.Logger) {
-	if base == nil {
-		return
-	}
-	if err := base.Close(); err != nil {
-		log.Warn("close the jails' base namespace", "error", err)
-	}
-}
-
-// sameJail says whether two jail configurations make the same sandbox, so
-// that new settings can apply without restarting a running jail.
-func sameJail(a, b jail.Config) bool {
-	return a.Network == b.Network && a.MemoryBytes == b.MemoryBytes && a.MaxProcs == b.MaxProcs &&
-		a.CPUMillis == b.CPUMillis
-}
-
-// cpuBound says a jail's CPU bound in words.
-func cpuBound(m int) string {
-	if m == 0 {
-		return "no CPU bound"
-	}
-	return fmt.Sprintf("%d thousandths of a CPU", m)
-}
-
-// maxJobs is how many jobs a thread with settings s runs at once.
-func (g *Gateway) maxJobs(s meta.Settings) int {
-	switch {
-	case s.MaxJobs > 0:
-		return s.MaxJobs
-	case g.cfg.MaxJobs > 0:
-		return g.cfg.MaxJobs
-	}
-	return DefaultMaxJobs
 }
 
 // cloneSettings copies s, so a running jail's copy never shares its map

@@ -15,49 +15,10 @@ import (
 
 	"warren/api"
 	"warren/client"
+	"warren/gateway/jobs"
 	"warren/internal/testenv"
 	"warren/meta"
 )
-
-// TestParseSignal: the names of kill -l, with or without SIG, in any
-// case, and the numbers 1 to 64; nothing else, and not 0.
-func TestParseSignal(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		sig  syscall.Signal
-		name string
-	}{
-		{"SIGINT", syscall.SIGINT, "SIGINT"},
-		{"int", syscall.SIGINT, "SIGINT"},
-		{"Sigterm", syscall.SIGTERM, "SIGTERM"},
-		{"KILL", syscall.SIGKILL, "SIGKILL"},
-		{"usr1", syscall.SIGUSR1, "SIGUSR1"},
-		{"sigwinch", syscall.SIGWINCH, "SIGWINCH"},
-		{"9", syscall.SIGKILL, "SIGKILL"},
-		{"1", syscall.SIGHUP, "SIGHUP"},
-		{"31", syscall.SIGSYS, "SIGSYS"},
-		{"32", 32, "SIG32"},
-		{"34", 34, "SIGRTMIN"},
-		{"RTMIN", 34, "SIGRTMIN"},
-		{"sigrtmin+1", 35, "SIGRTMIN+1"},
-		{"RTMIN+15", 49, "SIGRTMIN+15"},
-		{"rtmin+16", 50, "SIGRTMAX-14"},
-		{"SIGRTMAX-1", 63, "SIGRTMAX-1"},
-		{"rtmax", 64, "SIGRTMAX"},
-		{"64", 64, "SIGRTMAX"},
-	} {
-		sig, name, err := parseSignal(c.in)
-		if err != nil || sig != c.sig || name != c.name {
-			t.Errorf("parseSignal(%q) = %d, %q, %v; want %d, %q", c.in, sig, name, err, c.sig, c.name)
-		}
-	}
-	for _, bad := range []string{"", "0", "-1", "65", "1000", "SIG", "FOO", "SIGFOO", "RTMIN+31", "RTMAX-31", "RTMIN-1",
-		"RTMAX+1", "RTMIN+", "RTMIN++1", "RTMIN+-1", "RT", " INT", "INT ", "2.0", "0x2", "+2", "SIGSIGINT", "IOT"} {
-		if sig, name, err := parseSignal(bad); !errors.Is(err, api.ErrInvalid) {
-			t.Errorf("parseSignal(%q) = %d, %q, %v; want invalid", bad, sig, name, err)
-		}
-	}
-}
 
 // jailProcs counts the processes of thread's jail whose command line
 // (its arguments joined by spaces) starts with prefix, as /proc in the
@@ -134,10 +95,10 @@ func TestSignalJob(t *testing.T) {
 	// SIGKILL ends it at once: the answer has its end.
 	got, err := c.SignalJob(ctx, "acme", "t1", j.ID, "KILL")
 	if err != nil || got.Signal != "SIGKILL" || got.Job.Running || !got.Job.Ended || got.Job.ExitCode == nil ||
-		*got.Job.ExitCode != killedExit || got.Job.Note != clientKillNote(j.ID) {
+		*got.Job.ExitCode != jobs.KilledExit || got.Job.Note != jobs.ClientKillNote(j.ID) {
 		t.Fatalf("SIGKILL: %+v, %v", got, err)
 	}
-	if info, err := c.Job(ctx, "acme", "t1", j.ID); err != nil || *info.ExitCode != killedExit || info.Note != clientKillNote(j.ID) {
+	if info, err := c.Job(ctx, "acme", "t1", j.ID); err != nil || *info.ExitCode != jobs.KilledExit || info.Note != jobs.ClientKillNote(j.ID) {
 		t.Errorf("the killed job as listed: %+v, %v", info, err)
 	}
 	// An ended job has nothing to signal.
@@ -213,7 +174,7 @@ func TestSignalJob(t *testing.T) {
 	if _, err := store.CreateJob(ctx, meta.Job{ThreadKey: k, Seq: seq, Label: "elsewhere", HostID: "host-b", Instance: "x", StartedAt: time.Now(), Running: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.SignalJob(ctx, "acme", "t1", jobID(seq), "TERM"); !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "host-b") {
+	if _, err := c.SignalJob(ctx, "acme", "t1", jobs.ID(seq), "TERM"); !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "host-b") {
 		t.Errorf("a job of another host: %v, want a conflict that names it", err)
 	}
 }

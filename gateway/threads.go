@@ -17,6 +17,7 @@ import (
 	"warren/fs"
 	"warren/gateway/call"
 	"warren/gateway/hosts"
+	"warren/gateway/jails"
 	"warren/gateway/threadlimit"
 	"warren/jail"
 	"warren/meta"
@@ -274,7 +275,7 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 		if err != nil {
 			return meta.Binding{}, fmt.Errorf("bind %s: write binding: %w", call.KeyName(k), err)
 		}
-		g.setClosing(k, false)
+		g.jobs.SetClosing(k, false)
 		g.log.Info("thread bound again while its jobs ran", "tenant", k.Tenant, "thread", k.Thread)
 		g.emit(api.Event{Type: api.EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: call.Actor(ctx), Message: "bound again; it was kept mounted for its jobs"})
 		return b, nil
@@ -331,7 +332,7 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	// The workspace is its jail's user's from the start: what the file
 	// API makes before the first command (a new entry takes its folder's
 	// owner) is the commands' to change.
-	if err := giveToJailUser(root); err != nil {
+	if err := jails.GiveToJailUser(root); err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
 	// The quota holds before the mount serves a single write.
@@ -436,14 +437,14 @@ func (g *Gateway) admitThread(k meta.ThreadKey, undo *undoStack) error {
 // thread is served anyway, as empty as it is.
 func (g *Gateway) seed(ctx context.Context, b meta.Binding) {
 	k := b.ThreadKey
-	tj, err := g.jailFor(ctx, k, b)
+	tj, err := g.jails.For(ctx, k, b)
 	if err == nil {
-		defer g.jails.unhold(tj) // held while the seed runs: it is no registered command
+		defer g.jails.Unhold(tj) // held while the seed runs: it is no registered command
 		var out strings.Builder
 		var code int
 		var env []string
 		if env, err = jail.Env(b.Settings.Env, nil); err == nil {
-			code, err = tj.jail.Run(ctx, jail.Cmd{Script: g.cfg.SeedCommand, Env: env, Stdout: &out, Stderr: &out})
+			code, err = tj.Jail().Run(ctx, jail.Cmd{Script: g.cfg.SeedCommand, Env: env, Stdout: &out, Stderr: &out})
 		}
 		if err == nil && code != 0 {
 			err = fmt.Errorf("exit %d: %s", code, call.Clip(out.String()))
@@ -458,12 +459,12 @@ func (g *Gateway) seed(ctx context.Context, b meta.Binding) {
 
 // resettle gives bound thread b new settings. The thread lock must be held.
 func (g *Gateway) resettle(ctx context.Context, b meta.Binding, s meta.Settings) (meta.Binding, error) {
-	tj, running := g.jails.get(b.ThreadKey)
+	tj, running := g.jails.Get(b.ThreadKey)
 	if tj != nil {
-		now, next := g.jailConfig(running, ""), g.jailConfig(s, "")
-		if !sameJail(now, next) {
+		now, next := g.jails.JailConfig(running, ""), g.jails.JailConfig(s, "")
+		if !jails.SameJail(now, next) {
 			return meta.Binding{}, fmt.Errorf("%w: the jail of thread %s runs with network %s, %d bytes of memory, %d processes and %s; "+
-				"close the thread before you change its network or limits", api.ErrConflict, call.KeyName(b.ThreadKey), now.Network, now.MemoryBytes, now.MaxProcs, cpuBound(now.CPUMillis))
+				"close the thread before you change its network or limits", api.ErrConflict, call.KeyName(b.ThreadKey), now.Network, now.MemoryBytes, now.MaxProcs, jails.CPUBound(now.CPUMillis))
 		}
 	}
 	// A new quota applies at once, to the running jail too: the
@@ -491,7 +492,7 @@ func (g *Gateway) resettle(ctx context.Context, b meta.Binding, s meta.Settings)
 		return meta.Binding{}, fmt.Errorf("settings of %s: write binding: %w", call.KeyName(k), err)
 	}
 	if tj != nil {
-		g.jails.setSettings(tj, cloneSettings(s))
+		g.jails.SetSettings(tj, cloneSettings(s))
 	}
 	g.log.Info("thread settings changed", "tenant", b.Tenant, "thread", b.Thread, "settings", fmt.Sprintf("%+v", s))
 	return b, nil
@@ -550,8 +551,8 @@ func (g *Gateway) putMount(k meta.ThreadKey, m io.Closer) {
 func (g *Gateway) unmountThread(k meta.ThreadKey, mountPath string) error {
 	// The jail holds the mount (bound at /workspace in its namespace):
 	// it goes first, with every command and job in it.
-	g.closeJail(k)
-	g.endThreadJobs(k)
+	g.jails.CloseJail(k)
+	g.jobs.EndThread(k)
 	m := g.threads.take(k)
 	if m == nil {
 		return nil
@@ -692,8 +693,8 @@ func (g *Gateway) closeThreadWith(ctx context.Context, tenant, thread, why strin
 	}
 	// Running jobs keep the jail and the mount until they end
 	// (closeIdle); the record says closed at once.
-	if n := g.runningJobs(k); n > 0 {
-		g.setClosing(k, true)
+	if n := g.jobs.Running(k); n > 0 {
+		g.jobs.SetClosing(k, true)
 		g.log.Info("thread closed while jobs run: its jail and mount stay until they end", "tenant", k.Tenant, "thread", k.Thread, "jobs", n)
 	} else if err := g.unmountThread(k, b.MountPath); err != nil {
 		return api.ThreadInfo{}, fmt.Errorf("close %s: %w", call.KeyName(k), err)
@@ -777,7 +778,7 @@ func (g *Gateway) deleteLocked(ctx context.Context, b meta.Binding) error {
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
-	g.noteStopping(k, "its thread was deleted")
+	g.jobs.NoteStopping(k, "its thread was deleted")
 	if err := g.unmountThread(k, mountPath); err != nil {
 		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}

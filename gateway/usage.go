@@ -52,11 +52,8 @@ func (g *Gateway) usage(ctx context.Context, tenant, thread string) (api.Usage, 
 		return api.Usage{}, fmt.Errorf("checkpoints of %s: read the history: %w", call.KeyName(k), err)
 	}
 
-	g.jails.mu.Lock()
-	tj := g.jails.jails[k]
-	g.jails.mu.Unlock()
-	if tj != nil {
-		ju, err := tj.jail.Usage()
+	if j := g.jails.JailOf(k); j != nil {
+		ju, err := j.Usage()
 		if err != nil {
 			return api.Usage{}, fmt.Errorf("usage of the jail of %s: %w", call.KeyName(k), err)
 		}
@@ -65,11 +62,7 @@ func (g *Gateway) usage(ctx context.Context, tenant, thread string) (api.Usage, 
 		u.MemoryBytes, u.MemoryPeakBytes, u.Processes = ju.MemoryBytes, ju.MemoryPeakBytes, ju.Processes
 	}
 
-	g.jobs.mu.Lock()
-	if tj := g.jobs.threads[k]; tj != nil {
-		u.JobsRunning = tj.slots
-	}
-	g.jobs.mu.Unlock()
+	u.JobsRunning = g.jobs.Running(k)
 	jobs, err := g.store.ListJobs(ctx, k)
 	if err != nil {
 		return api.Usage{}, fmt.Errorf("jobs of %s: %w", call.KeyName(k), err)

@@ -1,4 +1,4 @@
-package gateway
+package jobs
 
 import (
 	"context"
@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -30,109 +28,18 @@ const DefaultExecTimeout = 10 * time.Minute
 // maxExecTimeout bounds any command.
 const maxExecTimeout = 24 * time.Hour
 
-// timeoutExit is the exit code of a command that ran out of time, as
+// TimeoutExit is the exit code of a command that ran out of time, as
 // timeout(1) gives it.
-const timeoutExit = 124
-
-// commandIn checks a command line of a request (exec or spawn) before
-// anything runs, then finds the thread's jail (binding the thread and
-// starting the jail if need be) and returns the command to run there,
-// with its whole environment (the thread's variables, then the call's)
-// and its folder.
-func (g *Gateway) commandIn(ctx context.Context, tenant, thread, command, run, cwd string, callEnv map[string]string) (j *jail.Jail, settings meta.Settings, k meta.ThreadKey, cmd jail.Cmd, release func(), err error) {
-	if command == "" {
-		return nil, meta.Settings{}, k, jail.Cmd{}, nil, fmt.Errorf("%w: command is required", api.ErrInvalid)
-	}
-	if err := call.CheckText("command", command, call.MaxCommandBytes); err != nil {
-		return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
-	}
-	if err := call.CheckPath("cwd", cwd); err != nil {
-		return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
-	}
-	if err := call.CheckEnvSize("env", callEnv); err != nil {
-		return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
-	}
-	if run != "" {
-		if err := validRun(run); err != nil {
-			return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
-		}
-	}
-	dir, err := execCwd(cwd)
-	if err != nil {
-		return nil, meta.Settings{}, k, jail.Cmd{}, nil, err
-	}
-	if _, err := jail.Env(nil, callEnv); err != nil {
-		return nil, meta.Settings{}, k, jail.Cmd{}, nil, fmt.Errorf("%w: %v", api.ErrInvalid, err)
-	}
-	j, settings, k, release, err = g.threadJail(ctx, tenant, thread)
-	if err != nil {
-		return nil, settings, k, jail.Cmd{}, nil, err
-	}
-	env, err := jail.Env(settings.Env, callEnv)
-	if err != nil {
-		release()
-		return nil, settings, k, jail.Cmd{}, nil, fmt.Errorf("%w: %v", api.ErrInvalid, err)
-	}
-	return j, settings, k, jail.Cmd{Run: run, Script: command, Env: env, Dir: dir}, release, nil
-}
-
-// execTerm returns the TERM of a terminal command: the request's, or
-// api.DefaultTerm; a Term without Tty, or one that is no terminal type's
-// name, is refused.
-func execTerm(req api.ExecRequest) (string, error) {
-	if req.Term == "" {
-		return api.DefaultTerm, nil
-	}
-	if !req.Tty {
-		return "", fmt.Errorf("%w: term %s without tty: only a command on a terminal has a TERM", api.ErrInvalid, call.Quote(req.Term))
-	}
-	ok := len(req.Term) <= 64
-	for _, c := range req.Term {
-		ok = ok && ('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune(".+-_", c))
-	}
-	if !ok {
-		return "", fmt.Errorf("%w: term %s is not a terminal type (letters, digits and .+-_, at most 64)", api.ErrInvalid, call.Quote(req.Term))
-	}
-	return req.Term, nil
-}
-
-// withTerm adds TERM=term to env, unless the thread's or the call's
-// variables set TERM themselves: a terminal command is the one place the
-// env gains TERM.
-func withTerm(env []string, term string) []string {
-	for _, kv := range env {
-		if strings.HasPrefix(kv, "TERM=") {
-			return env
-		}
-	}
-	return append(env, "TERM="+term)
-}
-
-// execCwd turns a request's cwd into a folder inside the jail's
-// workspace, or refuses it.
-func execCwd(cwd string) (string, error) {
-	if cwd == "" {
-		return jail.Workspace, nil
-	}
-	p := cwd
-	if !path.IsAbs(p) {
-		p = path.Join(jail.Workspace, p)
-	}
-	p = path.Clean(p)
-	if p != jail.Workspace && !strings.HasPrefix(p, jail.Workspace+"/") {
-		return "", call.Refuse(api.ErrOutside, fmt.Sprintf("cwd %s is outside the workspace.", call.Quote(cwd)))
-	}
-	return p, nil
-}
+const TimeoutExit = 124
 
 // execStream runs one command and writes its frames.
 type execStream struct {
-	g        *Gateway
+	js       *Jobs
 	j        *jail.Jail
 	cmd      jail.Cmd
 	timeout  time.Duration
 	run      *runningExec
-	id       string        // run's id, registered by handleExec (startExec)
+	id       string        // run's id, registered by Handlers.Exec (jails.StartExec)
 	settings meta.Settings // the thread's, for its job limit
 	label    string        // the command, as a job's label
 }
@@ -148,18 +55,23 @@ type runningExec struct {
 	signals chan syscall.Signal
 	mu      sync.Mutex // serializes writes to stdin
 	// moves asks the command's stream to move it to the background
-	// (handleBackground); ended is closed when the stream is done with
+	// (Handlers.Background); ended is closed when the stream is done with
 	// it, moved or not.
 	moves chan moveRequest
 	ended chan struct{}
 	moved bool   // set by the stream before ended closes: the job owns stdin
 	job   string // the job it became, set with moved
 	// signalled says a client sent it a signal, and stopping (a string)
-	// why the gateway ends its jail (noteStopping): for the reason of its
+	// why the gateway ends its jail (NoteStopping): for the reason of its
 	// end.
 	signalled atomic.Bool
 	stopping  atomic.Value
 }
+
+// Thread, Stopping and Job make it a jails.Command.
+func (re *runningExec) Thread() meta.ThreadKey { return re.key }
+func (re *runningExec) Stopping(why string)    { re.stopping.Store(why) }
+func (re *runningExec) Job() string            { return re.job }
 
 // moveRequest asks a running exec to become a job.
 type moveRequest struct {
@@ -174,8 +86,8 @@ type moveReply struct {
 
 // endExec forgets running command id and closes its input, unless its job
 // owns it now.
-func (g *Gateway) endExec(id string) {
-	re := g.jails.endExec(id)
+func (js *Jobs) endExec(id string) {
+	re, _ := js.jails.EndExec(id).(*runningExec)
 	if re == nil {
 		return
 	}
@@ -186,130 +98,16 @@ func (g *Gateway) endExec(id string) {
 }
 
 // runningFor finds a running command of a thread.
-func (g *Gateway) runningFor(p call.Params) (*runningExec, error) {
+func (js *Jobs) runningFor(p call.Params) (*runningExec, error) {
 	k, err := call.ThreadKey(p.Tenant, p.Thread)
 	if err != nil {
 		return nil, err
 	}
-	re := g.jails.exec(p.Exec)
+	re, _ := js.jails.Exec(p.Exec).(*runningExec)
 	if re == nil || re.key != k {
 		return nil, fmt.Errorf("%w: no running command %s in thread %s", api.ErrNotFound, call.Quote(p.Exec), call.KeyName(k))
 	}
 	return re, nil
-}
-
-func (g *Gateway) handleExecStdin(r *http.Request, p call.Params) (any, error) {
-	var req api.ExecStdinRequest
-	if err := call.DecodeBody(r, &req, false); err != nil {
-		return nil, err
-	}
-	re, err := g.runningFor(p)
-	if err != nil {
-		return nil, err
-	}
-	if re.stdin == nil {
-		return nil, fmt.Errorf("%w: the input of %s is not open (ask for openStdin or tty)", api.ErrConflict, p.Exec)
-	}
-	re.mu.Lock()
-	defer re.mu.Unlock()
-	if req.Data != "" {
-		if _, err := io.WriteString(re.stdin, req.Data); err != nil {
-			return nil, fmt.Errorf("%w: the input of %s is closed", api.ErrConflict, p.Exec)
-		}
-	}
-	if req.Close {
-		re.stdin.Close()
-	}
-	return api.ExecAck{ID: p.Exec}, nil
-}
-
-func (g *Gateway) handleExecResize(r *http.Request, p call.Params) (any, error) {
-	var req api.ExecResizeRequest
-	if err := call.DecodeBody(r, &req, false); err != nil {
-		return nil, err
-	}
-	if req.Rows == 0 || req.Cols == 0 {
-		return nil, fmt.Errorf("%w: rows and cols must be above 0", api.ErrInvalid)
-	}
-	re, err := g.runningFor(p)
-	if err != nil {
-		return nil, err
-	}
-	if re.resize == nil {
-		return nil, fmt.Errorf("%w: %s has no terminal", api.ErrConflict, p.Exec)
-	}
-	// The newest size wins: a size not applied yet is replaced.
-	for {
-		select {
-		case re.resize <- jail.Winsize{Rows: req.Rows, Cols: req.Cols}:
-			return api.ExecAck{ID: p.Exec}, nil
-		default:
-			select {
-			case <-re.resize:
-			default:
-			}
-		}
-	}
-}
-
-func (g *Gateway) handleExec(r *http.Request, p call.Params) (any, error) {
-	var req api.ExecRequest
-	if err := call.DecodeBody(r, &req, false); err != nil {
-		return nil, err
-	}
-	timeout := DefaultExecTimeout
-	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > maxExecTimeout.Seconds() {
-		return nil, fmt.Errorf("%w: timeoutSeconds must be between 0 and %v", api.ErrInvalid, maxExecTimeout.Seconds())
-	}
-	if req.TimeoutSeconds > 0 {
-		timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
-	}
-	term, err := execTerm(req)
-	if err != nil {
-		return nil, err
-	}
-	j, settings, k, cmd, release, err := g.commandIn(r.Context(), p.Tenant, p.Thread, req.Command, req.Run, req.Cwd, req.Env)
-	if err != nil {
-		return nil, err
-	}
-	// Held until the command is registered (startExec): from then on it
-	// keeps its jail from being stopped itself.
-	defer release()
-	re := &runningExec{key: k, signals: make(chan syscall.Signal, 1), moves: make(chan moveRequest), ended: make(chan struct{})}
-	var stdin io.Reader
-	if req.Stdin != "" {
-		stdin = strings.NewReader(req.Stdin)
-	}
-	if req.OpenStdin || req.Tty {
-		pr, pw := io.Pipe()
-		re.stdin = pw
-		if stdin != nil {
-			stdin = io.MultiReader(stdin, pr)
-		} else {
-			stdin = pr
-		}
-	}
-	cmd.Stdin = stdin
-	if req.Tty {
-		cmd.Tty = true
-		cmd.Env = withTerm(cmd.Env, term)
-		cmd.Size = jail.Winsize{Rows: 24, Cols: 80}
-		if req.Rows > 0 && req.Cols > 0 {
-			cmd.Size = jail.Winsize{Rows: req.Rows, Cols: req.Cols}
-		}
-		re.resize = make(chan jail.Winsize, 1)
-		cmd.Resize = re.resize
-	}
-	// Registered before the stream is answered, so that a restore of
-	// the thread sees it, or it sees the restore and is refused.
-	id, err := g.jails.startExec(re)
-	if err != nil {
-		if re.stdin != nil {
-			re.stdin.Close()
-		}
-		return nil, err
-	}
-	return &execStream{g: g, j: j, cmd: cmd, timeout: timeout, run: re, id: id, settings: settings, label: req.Command}, nil
 }
 
 // frames writes an exec answer's frames, one at a time, each flushed.
@@ -388,7 +186,7 @@ func (s *execStream) ServeStream(w http.ResponseWriter, r *http.Request) {
 		}
 	}}
 	id := s.id
-	defer s.g.endExec(id)
+	defer s.js.endExec(id)
 	// A client needs the id at once to send input or resize; for the
 	// others it rides with the first output or the end, which saves a
 	// wake-up per command, or goes alone after execIDDelay, for a
@@ -426,11 +224,11 @@ func (s *execStream) ServeStream(w http.ResponseWriter, r *http.Request) {
 		case res := <-result:
 			timer.Stop()
 			kill()
-			s.g.metrics.ExecEnded(time.Since(began))
+			s.js.metrics.ExecEnded(time.Since(began))
 			end := api.ExecFrame{Exit: &res.code}
 			var cause endCause
 			if timedOut.Load() {
-				res.code, end.TimedOut = timeoutExit, true
+				res.code, end.TimedOut = TimeoutExit, true
 				cause.timeout = s.timeout
 			}
 			cause.signalled = s.run.signalled.Load()
@@ -466,9 +264,9 @@ func (s *execStream) ServeStream(w http.ResponseWriter, r *http.Request) {
 // signals are the job's. Only the stream's goroutine calls it.
 func (s *execStream) toBackground(req api.BackgroundRequest, kill context.CancelFunc, signals chan syscall.Signal,
 	started chan startInfo, result chan runResult, timer *time.Timer, sout, serr *switchWriter) (api.JobInfo, error) {
-	g, k := s.g, s.run.key
-	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
-	jb, err := g.reserveJob(ctx, k, s.settings, req.Label, s.label, req.User)
+	js, k := s.js, s.run.key
+	ctx, cancel := context.WithTimeout(context.Background(), RecordTimeout)
+	jb, err := js.reserveJob(ctx, k, s.settings, req.Label, s.label, req.User)
 	cancel()
 	if err != nil {
 		return api.JobInfo{}, err
@@ -481,16 +279,16 @@ func (s *execStream) toBackground(req api.BackgroundRequest, kill context.Cancel
 		_, jb.stdin = io.Pipe()
 	}
 	timer.Stop()
-	g.emitJob(api.EventJobStarted, jb, nil, "", "")
-	sout.set(jobWriter{g, jb, stdoutStream, nil})
-	serr.set(jobWriter{g, jb, stderrStream, nil})
-	s.run.moved, s.run.job = true, jobID(jb.seq)
+	js.emitJob(api.EventJobStarted, jb, nil, "", "")
+	sout.set(jobWriter{js, jb, stdoutStream, nil})
+	serr.set(jobWriter{js, jb, stderrStream, nil})
+	s.run.moved, s.run.job = true, ID(jb.seq)
 	var st startInfo
 	select {
 	case st = <-started:
 	default:
 	}
-	return g.adoptJob(jb, st, result)
+	return js.adoptJob(jb, st, result)
 }
 
 // switchWriter passes writes to a writer that can be replaced.

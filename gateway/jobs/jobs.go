@@ -1,4 +1,4 @@
-package gateway
+package jobs
 
 import (
 	"context"
@@ -14,8 +14,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"warren/api"
 	"warren/gateway/call"
+	"warren/gateway/jails"
 	"warren/jail"
 	"warren/meta"
 )
@@ -59,19 +62,19 @@ const (
 	jobReadBytes = 1 << 20
 	jobReadShort = 64 << 10
 	jobReadPause = 200 * time.Microsecond
-	// recordTimeout bounds the store writes of a job's start and end,
+	// RecordTimeout bounds the store writes of a job's start and end,
 	// which do not belong to any request.
-	recordTimeout = 30 * time.Second
+	RecordTimeout = 30 * time.Second
 )
 
-// jobID names job seq.
-func jobID(seq uint64) string { return "bash-" + strconv.FormatUint(seq, 10) }
+// ID names job seq.
+func ID(seq uint64) string { return "bash-" + strconv.FormatUint(seq, 10) }
 
-// parseJobID is the inverse of jobID.
+// parseJobID is the inverse of ID.
 func parseJobID(id string) (uint64, error) {
 	n, ok := strings.CutPrefix(id, "bash-")
 	seq, err := strconv.ParseUint(n, 10, 64)
-	if !ok || err != nil || seq == 0 || jobID(seq) != id {
+	if !ok || err != nil || seq == 0 || ID(seq) != id {
 		return 0, fmt.Errorf("%w: %s is not a job id (bash-N)", api.ErrInvalid, call.Quote(id))
 	}
 	return seq, nil
@@ -85,8 +88,22 @@ func newInstance() string {
 	return hex.EncodeToString(b)
 }
 
-// jobSet is the background jobs this gateway runs or ran, by thread.
-type jobSet struct {
+// Jobs is the background jobs this gateway runs or ran, by thread, and
+// the commands of its exec calls (exec.go), which may become jobs. New
+// makes it; Close refuses new jobs, and Wait waits for every goroutine it
+// started (see the package's doc).
+type Jobs struct {
+	// Set by New, never changed.
+	cfg        Config
+	log        hclog.Logger
+	store      meta.Store
+	jails      *jails.Jails
+	threadRoom Threads
+	events     Events
+	metrics    Metrics
+	// instance names this run of the gateway in the job records.
+	instance string
+
 	mu sync.Mutex
 	// closed is set by Close: no job slot is taken after it.
 	closed bool
@@ -100,19 +117,112 @@ type jobSet struct {
 	wg sync.WaitGroup
 }
 
-// closing says whether k was closed while its jobs run.
-func (js *jobSet) closing(k meta.ThreadKey) bool {
+// Config is what the jobs need of the daemon.
+type Config struct {
+	// HostID is this gateway's host id ("" for none), and Machine the
+	// machine it runs on: both are recorded with each job.
+	HostID  string
+	Machine string
+	// MaxJobs is the daemon's default of a thread's jobs at once (0:
+	// DefaultMaxJobs); a thread's settings win.
+	MaxJobs int
+	Store   meta.Store
+	// Jails runs the commands, and keeps the running ones' registry.
+	Jails   *jails.Jails
+	Threads Threads
+	Events  Events
+	Metrics Metrics
+	Logger  hclog.Logger
+}
+
+// Threads is what the jobs call of the threads: the take-down of a
+// thread closed while its jobs ran, once the last one ended (closeIdle).
+type Threads interface {
+	TakeDown(ctx context.Context, k meta.ThreadKey, still func(context.Context) bool) (bool, error)
+}
+
+// Events is where the jobs tell their starts, output and ends.
+type Events interface {
+	Emit(api.Event)
+	Wants(k meta.ThreadKey) bool
+}
+
+// Metrics counts the commands and jobs.
+type Metrics interface {
+	ExecEnded(took time.Duration)
+	JobStarted()
+	JobEnded(total, dropped int64)
+}
+
+// New returns the job set, with no job yet.
+func New(cfg Config) *Jobs {
+	return &Jobs{
+		cfg: cfg, log: cfg.Logger, store: cfg.Store, jails: cfg.Jails, threadRoom: cfg.Threads,
+		events: cfg.Events, metrics: cfg.Metrics, instance: newInstance(),
+		threads: make(map[meta.ThreadKey]*threadJobs),
+	}
+}
+
+// Busy says which threads run jobs, or are starting or moving one, or
+// were closed while jobs ran (jails.Jobs: the bound of live jails and
+// the idle reclaim stop none of their jails).
+func (js *Jobs) Busy() map[meta.ThreadKey]bool {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	busy := make(map[meta.ThreadKey]bool, len(js.threads))
+	for k, tj := range js.threads {
+		if tj.slots > 0 || tj.closing {
+			busy[k] = true
+		}
+	}
+	return busy
+}
+
+// Closing says whether k was closed while its jobs run.
+func (js *Jobs) Closing(k meta.ThreadKey) bool {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	tj := js.threads[k]
 	return tj != nil && tj.closing
 }
 
-// close refuses new job slots from now on.
-func (js *jobSet) close() {
+// Close refuses new job slots from now on; the jobs that run go on
+// (their jails' end ends them: see Wait).
+func (js *Jobs) Close() {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	js.closed = true
+}
+
+// Wait waits for every job slot taken to be given back (each job's end
+// recorded and told) and for the closeIdle calls their ends started.
+// Call it after Close and once the jails are ended (that ends the jobs).
+func (js *Jobs) Wait() { js.wg.Wait() }
+
+// Count returns how many jobs run (or are being started or moved).
+func (js *Jobs) Count() int {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	n := 0
+	for _, tj := range js.threads {
+		n += tj.slots
+	}
+	return n
+}
+
+// DefaultMaxJobs is how many background jobs a thread runs at once
+// unless its settings or Config.MaxJobs say otherwise.
+const DefaultMaxJobs = 8
+
+// maxJobs is how many jobs a thread with settings s runs at once.
+func (js *Jobs) maxJobs(s meta.Settings) int {
+	switch {
+	case s.MaxJobs > 0:
+		return s.MaxJobs
+	case js.cfg.MaxJobs > 0:
+		return js.cfg.MaxJobs
+	}
+	return DefaultMaxJobs
 }
 
 // threadJobs are the jobs of one thread that this gateway runs or ran.
@@ -141,7 +251,7 @@ type job struct {
 
 	mu  sync.Mutex
 	rec meta.Job // as last written to the store (its end set before its output closes); guarded by mu
-	// stopping says why the gateway ends the job's jail (noteStopping),
+	// stopping says why the gateway ends the job's jail (NoteStopping),
 	// for the note of its end; "" while nobody does. Guarded by mu.
 	stopping string
 	// killed says a client sent the job SIGKILL (signalJob), for the note
@@ -153,54 +263,48 @@ type job struct {
 	procs  int
 }
 
-// noteStopping tells k's jobs why the gateway is about to end their jail,
+// NoteStopping tells k's jobs why the gateway is about to end their jail,
 // so that their ends say why (finishJob); the jail must end after it.
-func (g *Gateway) noteStopping(k meta.ThreadKey, why string) {
-	g.jobs.mu.Lock()
+func (js *Jobs) NoteStopping(k meta.ThreadKey, why string) {
+	js.mu.Lock()
 	var jbs []*job
-	if tj := g.jobs.threads[k]; tj != nil {
+	if tj := js.threads[k]; tj != nil {
 		for _, jb := range tj.jobs {
 			jbs = append(jbs, jb)
 		}
 	}
-	g.jobs.mu.Unlock()
+	js.mu.Unlock()
 	for _, jb := range jbs {
 		jb.mu.Lock()
 		jb.stopping = why
 		jb.mu.Unlock()
 	}
 	// The commands running in the foreground too.
-	g.jails.mu.Lock()
-	for _, re := range g.jails.execs {
-		if re.key == k {
-			re.stopping.Store(why)
-		}
-	}
-	g.jails.mu.Unlock()
+	js.jails.NoteStopping(k, why)
 }
 
-// noteStoppingAll is noteStopping for every thread, at shutdown.
-func (g *Gateway) noteStoppingAll(why string) {
-	g.jobs.mu.Lock()
-	keys := make([]meta.ThreadKey, 0, len(g.jobs.threads))
-	for k := range g.jobs.threads {
+// NoteStoppingAll is NoteStopping for every thread, at shutdown.
+func (js *Jobs) NoteStoppingAll(why string) {
+	js.mu.Lock()
+	keys := make([]meta.ThreadKey, 0, len(js.threads))
+	for k := range js.threads {
 		keys = append(keys, k)
 	}
-	g.jobs.mu.Unlock()
+	js.mu.Unlock()
 	for _, k := range keys {
-		g.noteStopping(k, why)
+		js.NoteStopping(k, why)
 	}
 }
 
-// killedExit is the exit code of a job that its jail's end killed: the
+// KilledExit is the exit code of a job that its jail's end killed: the
 // kernel ends every process of a pid namespace whose init ends with
 // SIGKILL, and a shell says 128 plus the signal.
-const killedExit = 128 + int(syscall.SIGKILL)
+const KilledExit = 128 + int(syscall.SIGKILL)
 
-// killedNote says why job id ended with killedExit: why is what ended its
+// KilledNote says why job id ended with KilledExit: why is what ended its
 // jail ("the host restarted").
-func killedNote(id, why string) string {
-	return fmt.Sprintf("Background job %s was killed (SIGKILL, exit %d) when %s.", id, killedExit, why)
+func KilledNote(id, why string) string {
+	return fmt.Sprintf("Background job %s was killed (SIGKILL, exit %d) when %s.", id, KilledExit, why)
 }
 
 // exitCode is the job's exit code once its end is recorded, else nil.
@@ -216,14 +320,14 @@ func (jb *job) info() api.JobInfo {
 	rec := jb.rec
 	jb.mu.Unlock()
 	total, dropped := jb.out.Size()
-	return api.JobInfo{Job: rec, ID: jobID(jb.seq), Running: rec.Running, Ended: !rec.Running, OutputBytes: total, DroppedBytes: dropped}
+	return api.JobInfo{Job: rec, ID: ID(jb.seq), Running: rec.Running, Ended: !rec.Running, OutputBytes: total, DroppedBytes: dropped}
 }
 
 // jobWriter takes one stream of a job's output: it keeps it and tells the
 // event stream. The two streams have a writer each, and so a pipe each
 // (jail.Cmd): they stay apart.
 type jobWriter struct {
-	g      *Gateway
+	js     *Jobs
 	jb     *job
 	stream streamID
 	pipes  *jobPipes // reads both pipes of a spawned job in order; nil for Write only
@@ -231,12 +335,12 @@ type jobWriter struct {
 
 func (w jobWriter) Write(p []byte) (int, error) {
 	n, err := w.jb.out.Write(w.stream, p)
-	if err == nil && w.g.events.Wants(w.jb.key) {
+	if err == nil && w.js.events.Wants(w.jb.key) {
 		for len(p) > 0 {
 			chunk := p[:min(len(p), jobEventChunk)]
 			p = p[len(chunk):]
-			w.g.emit(api.Event{Type: api.EventJobOutput, Tenant: w.jb.key.Tenant, Thread: w.jb.key.Thread,
-				Job: jobID(w.jb.seq), Stream: w.stream.String(), Data: string(chunk)})
+			w.js.events.Emit(api.Event{Type: api.EventJobOutput, Tenant: w.jb.key.Tenant, Thread: w.jb.key.Thread,
+				Job: ID(w.jb.seq), Stream: w.stream.String(), Data: string(chunk)})
 		}
 	}
 	return n, err
@@ -294,24 +398,24 @@ func (w jobWriter) readFromReader(r io.Reader) (int64, error) {
 }
 
 // takeJobSlot reserves one of k's job slots, or refuses with the limit.
-func (g *Gateway) takeJobSlot(k meta.ThreadKey, s meta.Settings) error {
-	limit := g.maxJobs(s)
-	g.jobs.mu.Lock()
-	defer g.jobs.mu.Unlock()
-	if g.jobs.closed {
+func (js *Jobs) takeJobSlot(k meta.ThreadKey, s meta.Settings) error {
+	limit := js.maxJobs(s)
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if js.closed {
 		return api.ErrClosed
 	}
-	tj := g.jobs.threads[k]
+	tj := js.threads[k]
 	if tj == nil {
 		tj = &threadJobs{jobs: make(map[uint64]*job)}
-		g.jobs.threads[k] = tj
+		js.threads[k] = tj
 	}
 	if tj.slots >= limit {
-		g.log.Warn("refused: job limit", "tenant", k.Tenant, "thread", k.Thread, "max_jobs", limit)
+		js.log.Warn("refused: job limit", "tenant", k.Tenant, "thread", k.Thread, "max_jobs", limit)
 		return call.Refuse(api.ErrJobLimit, fmt.Sprintf("This thread already runs %d background jobs, its limit (maxJobs). Wait for one to end, or stop one, before you start another.", limit))
 	}
 	tj.slots++
-	g.jobs.wg.Add(1)
+	js.wg.Add(1)
 	return nil
 }
 
@@ -319,23 +423,23 @@ func (g *Gateway) takeJobSlot(k meta.ThreadKey, s meta.Settings) error {
 // being restored. The slot is taken before the mark is read, and a
 // restore marks before it counts the slots: one of the two sees the
 // other.
-func (g *Gateway) takeJobSlotIfNotRestoring(k meta.ThreadKey, s meta.Settings) error {
-	if err := g.takeJobSlot(k, s); err != nil {
+func (js *Jobs) takeJobSlotIfNotRestoring(k meta.ThreadKey, s meta.Settings) error {
+	if err := js.takeJobSlot(k, s); err != nil {
 		return err
 	}
-	if why, ok := g.jails.restoringWhy(k); ok {
-		g.releaseJobSlot(k)
-		return restoringError(why)
+	if why, ok := js.jails.RestoringWhy(k); ok {
+		js.releaseJobSlot(k)
+		return jails.RestoringError(why)
 	}
 	return nil
 }
 
-// runningJobIDs lists the ids of the jobs k runs on this gateway, and
+// RunningIDs lists the ids of the jobs k runs on this gateway, and
 // counts as "starting" the slots taken for jobs not made yet.
-func (g *Gateway) runningJobIDs(k meta.ThreadKey) []string {
-	g.jobs.mu.Lock()
-	defer g.jobs.mu.Unlock()
-	tj := g.jobs.threads[k]
+func (js *Jobs) RunningIDs(k meta.ThreadKey) []string {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	tj := js.threads[k]
 	if tj == nil {
 		return nil
 	}
@@ -345,7 +449,7 @@ func (g *Gateway) runningJobIDs(k meta.ThreadKey) []string {
 		running := jb.rec.Running
 		jb.mu.Unlock()
 		if running {
-			ids = append(ids, jobID(seq))
+			ids = append(ids, ID(seq))
 		}
 	}
 	slices.Sort(ids)
@@ -355,17 +459,17 @@ func (g *Gateway) runningJobIDs(k meta.ThreadKey) []string {
 	return ids
 }
 
-// waitThreadJobs waits until every job of k has ended and its end is
+// WaitThread waits until every job of k has ended and its end is
 // recorded.
-func (g *Gateway) waitThreadJobs(k meta.ThreadKey) {
-	g.jobs.mu.Lock()
+func (js *Jobs) WaitThread(k meta.ThreadKey) {
+	js.mu.Lock()
 	var jbs []*job
-	if tj := g.jobs.threads[k]; tj != nil {
+	if tj := js.threads[k]; tj != nil {
 		for _, jb := range tj.jobs {
 			jbs = append(jbs, jb)
 		}
 	}
-	g.jobs.mu.Unlock()
+	js.mu.Unlock()
 	for _, jb := range jbs {
 		<-jb.done
 	}
@@ -373,13 +477,13 @@ func (g *Gateway) waitThreadJobs(k meta.ThreadKey) {
 
 // releaseJobSlot gives back a slot of k whose job never ran or was never
 // recorded.
-func (g *Gateway) releaseJobSlot(k meta.ThreadKey) {
-	g.jobs.mu.Lock()
-	defer g.jobs.mu.Unlock()
-	if tj := g.jobs.threads[k]; tj != nil && tj.slots > 0 {
+func (js *Jobs) releaseJobSlot(k meta.ThreadKey) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if tj := js.threads[k]; tj != nil && tj.slots > 0 {
 		tj.slots--
 	}
-	g.jobs.wg.Done()
+	js.wg.Done()
 }
 
 // runResult is how a command ended.
@@ -391,15 +495,15 @@ type runResult struct {
 
 // spawn starts a background job in a thread's jail and returns once it
 // runs and is recorded.
-func (g *Gateway) spawn(ctx context.Context, tenant, thread string, req api.SpawnRequest) (api.JobInfo, error) {
-	j, settings, k, cmd, release, err := g.commandIn(ctx, tenant, thread, req.Command, req.Run, req.Cwd, req.Env)
+func (js *Jobs) spawn(ctx context.Context, tenant, thread string, req api.SpawnRequest) (api.JobInfo, error) {
+	j, settings, k, cmd, release, err := js.jails.CommandIn(ctx, tenant, thread, req.Command, req.Run, req.Cwd, req.Env)
 	if err != nil {
 		return api.JobInfo{}, err
 	}
 	// Held until the job holds its slot (reserveJob), which keeps the
 	// jail from being stopped from then on.
 	defer release()
-	jb, err := g.reserveJob(ctx, k, settings, req.Label, req.Command, req.User)
+	jb, err := js.reserveJob(ctx, k, settings, req.Label, req.Command, req.User)
 	if err != nil {
 		return api.JobInfo{}, err
 	}
@@ -411,11 +515,11 @@ func (g *Gateway) spawn(ctx context.Context, tenant, thread string, req api.Spaw
 	started := make(chan startInfo, 1)
 	result := make(chan runResult, 1)
 	cmd.Stdin, cmd.Signals = stdin, jb.signals
-	pipes := newJobPipes(g.log)
-	cmd.Stdout, cmd.Stderr = jobWriter{g, jb, stdoutStream, pipes}, jobWriter{g, jb, stderrStream, pipes}
+	pipes := newJobPipes(js.log)
+	cmd.Stdout, cmd.Stderr = jobWriter{js, jb, stdoutStream, pipes}, jobWriter{js, jb, stderrStream, pipes}
 	cmd.Watch = pipes.watch
 	cmd.Started = func(pid int, cgroup string) { started <- startInfo{pid, cgroup} }
-	g.emitJob(api.EventJobStarted, jb, nil, "", "")
+	js.emitJob(api.EventJobStarted, jb, nil, "", "")
 	go func() {
 		end, err := j.RunEnded(runCtx, cmd)
 		pipes.Close()
@@ -429,12 +533,12 @@ func (g *Gateway) spawn(ctx context.Context, tenant, thread string, req api.Spaw
 		case st = <-started: // it ran, and ended at once
 		default:
 			// It never ran: nothing to record but the attempt.
-			g.abandonJob(jb, res.code)
+			js.abandonJob(jb, res.code)
 			return api.JobInfo{}, fmt.Errorf("spawn in %s: %w", call.KeyName(k), res.err)
 		}
 		result <- res
 	}
-	return g.adoptJob(jb, st, result)
+	return js.adoptJob(jb, st, result)
 }
 
 // startInfo is where a started command runs.
@@ -446,29 +550,29 @@ type startInfo struct {
 // reserveJob takes one of k's job slots (or refuses at the limit, with
 // the limit's own message for the agent) and numbers a new job: labelled
 // label, else command.
-func (g *Gateway) reserveJob(ctx context.Context, k meta.ThreadKey, s meta.Settings, label, command, user string) (*job, error) {
+func (js *Jobs) reserveJob(ctx context.Context, k meta.ThreadKey, s meta.Settings, label, command, user string) (*job, error) {
 	if err := call.CheckText("label", label, call.MaxLabelBytes); err != nil {
 		return nil, err
 	}
 	if err := call.CheckText("user", user, call.MaxLabelBytes); err != nil {
 		return nil, err
 	}
-	if err := g.takeJobSlotIfNotRestoring(k, s); err != nil {
+	if err := js.takeJobSlotIfNotRestoring(k, s); err != nil {
 		return nil, err
 	}
-	seq, err := g.store.NextJobSeq(ctx, k)
+	seq, err := js.store.NextJobSeq(ctx, k)
 	if err != nil {
-		g.releaseJobSlot(k)
+		js.releaseJobSlot(k)
 		return nil, fmt.Errorf("number a job of %s: %w", call.KeyName(k), err)
 	}
 	if label == "" {
 		label = command
 	}
-	return g.newJob(k, seq, label, user), nil
+	return js.newJob(k, seq, label, user), nil
 }
 
 // newJob makes the in-memory job seq of k.
-func (g *Gateway) newJob(k meta.ThreadKey, seq uint64, label, user string) *job {
+func (js *Jobs) newJob(k meta.ThreadKey, seq uint64, label, user string) *job {
 	return &job{
 		key: k, seq: seq, label: label, user: user,
 		out:     newJobStreams(jobOutputCapacity),
@@ -480,64 +584,64 @@ func (g *Gateway) newJob(k meta.ThreadKey, seq uint64, label, user string) *job 
 // abandonJob gives up a job that ended before it was recorded (it never
 // ran, or it could not be recorded): its input, output and slot go, and
 // the stream learns that the job it was told of ended.
-func (g *Gateway) abandonJob(jb *job, code int) {
+func (js *Jobs) abandonJob(jb *job, code int) {
 	jb.kill()
 	jb.stdin.Close()
 	jb.out.Close()
-	g.releaseJobSlot(jb.key)
-	g.emitJob(api.EventJobEnded, jb, &code, "", "")
+	js.releaseJobSlot(jb.key)
+	js.emitJob(api.EventJobEnded, jb, &code, "", "")
 }
 
 // adoptJob records a running job, keeps it, and follows it to its end,
 // which result tells. Its slot must be taken: the slot's count in
 // jobs.wg is the job's until finishJob ends.
-func (g *Gateway) adoptJob(jb *job, st startInfo, result chan runResult) (api.JobInfo, error) {
+func (js *Jobs) adoptJob(jb *job, st startInfo, result chan runResult) (api.JobInfo, error) {
 	rec := meta.Job{
 		ThreadKey: jb.key, Seq: jb.seq, Label: jb.label, User: jb.user,
-		HostID: g.cfg.HostID, Instance: g.instance, BackendID: strconv.Itoa(st.pid),
-		Machine: g.machine, Cgroup: st.cgroup,
+		HostID: js.cfg.HostID, Instance: js.instance, BackendID: strconv.Itoa(st.pid),
+		Machine: js.cfg.Machine, Cgroup: st.cgroup,
 		StartedAt: time.Now().UTC(), Running: true,
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
-	rec, err := g.store.CreateJob(ctx, rec)
+	ctx, cancel := context.WithTimeout(context.Background(), RecordTimeout)
+	rec, err := js.store.CreateJob(ctx, rec)
 	cancel()
 	if err != nil {
 		// A job nobody can list must not run: end it.
 		jb.kill()
-		g.abandonJob(jb, (<-result).code)
-		return api.JobInfo{}, fmt.Errorf("record job %s of %s: %w", jobID(jb.seq), call.KeyName(jb.key), err)
+		js.abandonJob(jb, (<-result).code)
+		return api.JobInfo{}, fmt.Errorf("record job %s of %s: %w", ID(jb.seq), call.KeyName(jb.key), err)
 	}
 	jb.mu.Lock()
 	jb.rec = rec
 	jb.mu.Unlock()
-	g.jobs.mu.Lock()
-	tj := g.jobs.threads[jb.key]
+	js.mu.Lock()
+	tj := js.threads[jb.key]
 	if tj == nil {
 		tj = &threadJobs{jobs: make(map[uint64]*job)}
-		g.jobs.threads[jb.key] = tj
+		js.threads[jb.key] = tj
 	}
 	tj.jobs[jb.seq] = jb
-	g.jobs.mu.Unlock()
-	g.metrics.JobStarted()
-	g.log.Info("job started", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "pid", st.pid, "user", jb.user)
-	go g.finishJob(jb, result)
+	js.mu.Unlock()
+	js.metrics.JobStarted()
+	js.log.Info("job started", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", ID(jb.seq), "pid", st.pid, "user", jb.user)
+	go js.finishJob(jb, result)
 	return jb.info(), nil
 }
 
 // finishJob waits for a job's end, then records it, tells the stream and
 // frees its slot.
-func (g *Gateway) finishJob(jb *job, result chan runResult) {
-	defer g.jobs.wg.Done()
+func (js *Jobs) finishJob(jb *job, result chan runResult) {
+	defer js.wg.Done()
 	res := <-result
 	code := res.code
 	// Counted before the end is recorded: whoever sees it recorded
 	// finds it counted.
-	g.metrics.JobEnded(jb.out.Size())
+	js.metrics.JobEnded(jb.out.Size())
 	jb.stdin.Close()
 	jb.kill()
 	// The record first, then the end of the output: a client that saw
 	// the output end finds the end recorded.
-	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), RecordTimeout)
 	defer cancel()
 	jb.mu.Lock()
 	rec := jb.rec
@@ -556,14 +660,14 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 		if why == "" {
 			why = "its thread's jail ended unexpectedly"
 		}
-		note = killedNote(jobID(jb.seq), why)
-	case killed && code == killedExit && reason == api.ReasonKilled:
-		note = clientKillNote(jobID(jb.seq))
+		note = KilledNote(ID(jb.seq), why)
+	case killed && code == KilledExit && reason == api.ReasonKilled:
+		note = ClientKillNote(ID(jb.seq))
 	}
 	rec.Reason, rec.Note = reason, note
-	if stored, err := g.updateJob(ctx, rec); err != nil {
+	if stored, err := js.updateJob(ctx, rec); err != nil {
 		// This gateway still knows how the job ended, and says so.
-		g.log.Error("record the end of a job", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "error", err)
+		js.log.Error("record the end of a job", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", ID(jb.seq), "error", err)
 	} else {
 		rec = stored
 	}
@@ -572,9 +676,9 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 	jb.mu.Unlock()
 	jb.out.Close()
 
-	g.jobs.mu.Lock()
+	js.mu.Lock()
 	idle := false
-	if tj := g.jobs.threads[jb.key]; tj != nil {
+	if tj := js.threads[jb.key]; tj != nil {
 		tj.slots--
 		tj.ended = append(tj.ended, jb.seq)
 		if len(tj.ended) > endedJobsKept {
@@ -582,58 +686,58 @@ func (g *Gateway) finishJob(jb *job, result chan runResult) {
 			tj.ended = tj.ended[1:]
 		}
 		// A gateway that is closing unmounts everything itself.
-		idle = tj.closing && tj.slots == 0 && !g.jobs.closed
+		idle = tj.closing && tj.slots == 0 && !js.closed
 	}
 	if idle {
 		// Counted while this job's own count holds, so it cannot follow
 		// Close's Wait.
-		g.jobs.wg.Add(1)
+		js.wg.Add(1)
 	}
-	g.jobs.mu.Unlock()
+	js.mu.Unlock()
 	if idle {
 		go func() {
-			defer g.jobs.wg.Done()
-			g.closeIdle(jb.key)
+			defer js.wg.Done()
+			js.closeIdle(jb.key)
 		}()
 	}
 	close(jb.done)
-	logArgs := []any{"tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", jobID(jb.seq), "exit", code}
+	logArgs := []any{"tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", ID(jb.seq), "exit", code}
 	if reason != "" {
 		logArgs = append(logArgs, "reason", reason)
 	}
 	if note != "" {
 		logArgs = append(logArgs, "note", note)
 	}
-	g.log.Info("job ended", logArgs...)
-	g.emitJob(api.EventJobEnded, jb, &code, note, reason)
+	js.log.Info("job ended", logArgs...)
+	js.emitJob(api.EventJobEnded, jb, &code, note, reason)
 }
 
 // updateJob writes rec over the stored job, whatever revision is stored:
 // this gateway is the job's only writer while it runs it, so a conflict
 // can only be a write of its own that it did not see answered.
-func (g *Gateway) updateJob(ctx context.Context, rec meta.Job) (meta.Job, error) {
+func (js *Jobs) updateJob(ctx context.Context, rec meta.Job) (meta.Job, error) {
 	for range 5 {
-		out, err := g.store.UpdateJob(ctx, rec)
+		out, err := js.store.UpdateJob(ctx, rec)
 		if !errors.Is(err, meta.ErrConflict) {
 			return out, err
 		}
-		cur, err := g.store.GetJob(ctx, rec.ThreadKey, rec.Seq)
+		cur, err := js.store.GetJob(ctx, rec.ThreadKey, rec.Seq)
 		if err != nil {
 			return rec, err
 		}
 		rec.Revision = cur.Revision
 	}
-	return rec, fmt.Errorf("update job %s: %w", jobID(rec.Seq), meta.ErrConflict)
+	return rec, fmt.Errorf("update job %s: %w", ID(rec.Seq), meta.ErrConflict)
 }
 
 // emitJob tells the stream about a job.
-func (g *Gateway) emitJob(t api.EventType, jb *job, exit *int, note, reason string) {
-	g.emit(api.Event{Type: t, Tenant: jb.key.Tenant, Thread: jb.key.Thread, Job: jobID(jb.seq),
+func (js *Jobs) emitJob(t api.EventType, jb *job, exit *int, note, reason string) {
+	js.events.Emit(api.Event{Type: t, Tenant: jb.key.Tenant, Thread: jb.key.Thread, Job: ID(jb.seq),
 		Label: jb.label, User: jb.user, Exit: exit, Message: note, Reason: reason})
 }
 
 // localJob returns job id of a thread, if this gateway has it.
-func (g *Gateway) localJob(p call.Params) (*job, meta.ThreadKey, uint64, error) {
+func (js *Jobs) localJob(p call.Params) (*job, meta.ThreadKey, uint64, error) {
 	k, err := call.ThreadKey(p.Tenant, p.Thread)
 	if err != nil {
 		return nil, k, 0, err
@@ -642,9 +746,9 @@ func (g *Gateway) localJob(p call.Params) (*job, meta.ThreadKey, uint64, error) 
 	if err != nil {
 		return nil, k, 0, err
 	}
-	g.jobs.mu.Lock()
-	defer g.jobs.mu.Unlock()
-	if tj := g.jobs.threads[k]; tj != nil {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if tj := js.threads[k]; tj != nil {
 		return tj.jobs[seq], k, seq, nil
 	}
 	return nil, k, seq, nil
@@ -652,62 +756,62 @@ func (g *Gateway) localJob(p call.Params) (*job, meta.ThreadKey, uint64, error) 
 
 // listJobs lists a thread's jobs from the store: those of every host and of
 // earlier runs of this one, running true only for those that run here.
-func (g *Gateway) listJobs(ctx context.Context, tenant, thread string) ([]api.JobInfo, error) {
+func (js *Jobs) listJobs(ctx context.Context, tenant, thread string) ([]api.JobInfo, error) {
 	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return nil, err
 	}
-	recs, err := g.store.ListJobs(ctx, k)
+	recs, err := js.store.ListJobs(ctx, k)
 	if err != nil {
 		return nil, fmt.Errorf("jobs of %s: %w", call.KeyName(k), err)
 	}
 	out := make([]api.JobInfo, 0, len(recs))
 	for _, rec := range recs {
-		out = append(out, g.jobInfo(k, rec))
+		out = append(out, js.jobInfo(k, rec))
 	}
 	return out, nil
 }
 
 // jobInfo shows a stored job, with what this gateway knows of it.
-func (g *Gateway) jobInfo(k meta.ThreadKey, rec meta.Job) api.JobInfo {
-	g.jobs.mu.Lock()
+func (js *Jobs) jobInfo(k meta.ThreadKey, rec meta.Job) api.JobInfo {
+	js.mu.Lock()
 	var jb *job
-	if tj := g.jobs.threads[k]; tj != nil {
+	if tj := js.threads[k]; tj != nil {
 		jb = tj.jobs[rec.Seq]
 	}
-	g.jobs.mu.Unlock()
+	js.mu.Unlock()
 	if jb != nil {
 		return jb.info()
 	}
-	return api.JobInfo{Job: rec, ID: jobID(rec.Seq), Ended: !rec.Running}
+	return api.JobInfo{Job: rec, ID: ID(rec.Seq), Ended: !rec.Running}
 }
 
 // showJob returns one job of a thread.
-func (g *Gateway) showJob(ctx context.Context, tenant, thread, id string) (api.JobInfo, error) {
-	_, k, seq, err := g.localJob(call.Params{Tenant: tenant, Thread: thread, Job: id})
+func (js *Jobs) showJob(ctx context.Context, tenant, thread, id string) (api.JobInfo, error) {
+	_, k, seq, err := js.localJob(call.Params{Tenant: tenant, Thread: thread, Job: id})
 	if err != nil {
 		return api.JobInfo{}, err
 	}
-	rec, err := g.store.GetJob(ctx, k, seq)
+	rec, err := js.store.GetJob(ctx, k, seq)
 	if errors.Is(err, meta.ErrNotFound) {
 		return api.JobInfo{}, fmt.Errorf("%w: no job %s in thread %s", api.ErrNotFound, id, call.KeyName(k))
 	}
 	if err != nil {
 		return api.JobInfo{}, fmt.Errorf("job %s of %s: %w", id, call.KeyName(k), err)
 	}
-	return g.jobInfo(k, rec), nil
+	return js.jobInfo(k, rec), nil
 }
 
 // stopJob stops a running job: SIGTERM to its whole tree, SIGKILL after
 // grace. It returns once the job's end is recorded. A job that ended
 // already is returned as it is.
-func (g *Gateway) stopJob(ctx context.Context, tenant, thread, id string, grace time.Duration) (api.JobInfo, error) {
-	jb, _, _, err := g.localJob(call.Params{Tenant: tenant, Thread: thread, Job: id})
+func (js *Jobs) stopJob(ctx context.Context, tenant, thread, id string, grace time.Duration) (api.JobInfo, error) {
+	jb, _, _, err := js.localJob(call.Params{Tenant: tenant, Thread: thread, Job: id})
 	if err != nil {
 		return api.JobInfo{}, err
 	}
 	if jb == nil {
-		info, err := g.showJob(ctx, tenant, thread, id)
+		info, err := js.showJob(ctx, tenant, thread, id)
 		if err != nil {
 			return api.JobInfo{}, err
 		}
@@ -737,45 +841,45 @@ func (g *Gateway) stopJob(ctx context.Context, tenant, thread, id string, grace 
 	case <-ctx.Done():
 		return api.JobInfo{}, ctx.Err()
 	}
-	g.log.Info("job stopped", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", id)
+	js.log.Info("job stopped", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", id)
 	return jb.info(), nil
 }
 
-// noteRestartedJobs marks the jobs that an earlier run of this host left
+// NoteRestarted marks the jobs that an earlier run of this host left
 // running as stopped: they ended with it (their jails die with their
 // gateway). Each is noted once, by compare-and-set: a second start finds
 // them stopped already.
-func (g *Gateway) noteRestartedJobs(ctx context.Context, bs []meta.Binding) {
+func (js *Jobs) NoteRestarted(ctx context.Context, bs []meta.Binding) {
 	for _, b := range bs {
 		// A thread another host took over had this host's jobs noted
 		// by that host then (noteMovedJobs): one read per thread of
 		// this host's is enough at a start.
-		if b.HostID != g.cfg.HostID {
+		if b.HostID != js.cfg.HostID {
 			continue
 		}
 		// They died with this host's former run: a jail's init ends
 		// when its gateway's process does (jail/doc.go), and the kernel
 		// kills every process of its pid namespace with it.
-		exit := killedExit
-		g.noteLeftJobs(ctx, b.ThreadKey, "job stopped by a restart", &exit, func(rec meta.Job) (string, bool) {
-			if rec.HostID != g.cfg.HostID || rec.Instance == g.instance {
+		exit := KilledExit
+		js.NoteLeft(ctx, b.ThreadKey, "job stopped by a restart", &exit, func(rec meta.Job) (string, bool) {
+			if rec.HostID != js.cfg.HostID || rec.Instance == js.instance {
 				return "", false
 			}
-			return fmt.Sprintf("Background job %s stopped when the host restarted.", jobID(rec.Seq)), true
+			return fmt.Sprintf("Background job %s stopped when the host restarted.", ID(rec.Seq)), true
 		})
 	}
 }
 
-// noteLeftJobs ends in the store, each with its note and exit (if not
+// NoteLeft ends in the store, each with its note and exit (if not
 // nil) as its exit code, the jobs of thread k recorded running that note
 // says were left by a gateway that no longer runs them, and tells the
 // stream (job.ended) and the log (logged). Each is noted once: the update
 // is a compare-and-set, so a job another gateway, or another start of
 // this one, noted first is not noted again.
-func (g *Gateway) noteLeftJobs(ctx context.Context, k meta.ThreadKey, logged string, exit *int, note func(meta.Job) (string, bool)) {
-	recs, err := g.store.ListJobs(ctx, k)
+func (js *Jobs) NoteLeft(ctx context.Context, k meta.ThreadKey, logged string, exit *int, note func(meta.Job) (string, bool)) {
+	recs, err := js.store.ListJobs(ctx, k)
 	if err != nil {
-		g.log.Error("list jobs to note", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+		js.log.Error("list jobs to note", "tenant", k.Tenant, "thread", k.Thread, "error", err)
 		return
 	}
 	for _, rec := range recs {
@@ -790,24 +894,24 @@ func (g *Gateway) noteLeftJobs(ctx context.Context, k meta.ThreadKey, logged str
 		if exit != nil {
 			rec.ExitCode = exit
 		}
-		if _, err := g.store.UpdateJob(ctx, rec); err != nil {
+		if _, err := js.store.UpdateJob(ctx, rec); err != nil {
 			// Noted first elsewhere, or the store failed: not again.
-			g.log.Warn("note a job left running", "tenant", k.Tenant, "thread", k.Thread, "job", jobID(rec.Seq), "error", err)
+			js.log.Warn("note a job left running", "tenant", k.Tenant, "thread", k.Thread, "job", ID(rec.Seq), "error", err)
 			continue
 		}
-		g.log.Info(logged, "tenant", k.Tenant, "thread", k.Thread, "job", jobID(rec.Seq), "note", text)
-		g.emit(api.Event{Type: api.EventJobEnded, Tenant: k.Tenant, Thread: k.Thread, Job: jobID(rec.Seq),
+		js.log.Info(logged, "tenant", k.Tenant, "thread", k.Thread, "job", ID(rec.Seq), "note", text)
+		js.events.Emit(api.Event{Type: api.EventJobEnded, Tenant: k.Tenant, Thread: k.Thread, Job: ID(rec.Seq),
 			Label: rec.Label, User: rec.User, Exit: exit, Message: text})
 	}
 }
 
-// endThreadJobs waits for the jobs of k to end and forgets them; their
+// EndThread waits for the jobs of k to end and forgets them; their
 // jail must be closed already (that ends them).
-func (g *Gateway) endThreadJobs(k meta.ThreadKey) {
-	g.jobs.mu.Lock()
-	tj := g.jobs.threads[k]
-	delete(g.jobs.threads, k)
-	g.jobs.mu.Unlock()
+func (js *Jobs) EndThread(k meta.ThreadKey) {
+	js.mu.Lock()
+	tj := js.threads[k]
+	delete(js.threads, k)
+	js.mu.Unlock()
 	if tj == nil {
 		return
 	}
@@ -817,41 +921,38 @@ func (g *Gateway) endThreadJobs(k meta.ThreadKey) {
 	}
 }
 
-// runningJobs counts the jobs k runs on this gateway (and those being
+// Running counts the jobs k runs on this gateway (and those being
 // started).
-func (g *Gateway) runningJobs(k meta.ThreadKey) int {
-	g.jobs.mu.Lock()
-	defer g.jobs.mu.Unlock()
-	if tj := g.jobs.threads[k]; tj != nil {
+func (js *Jobs) Running(k meta.ThreadKey) int {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if tj := js.threads[k]; tj != nil {
 		return tj.slots
 	}
 	return 0
 }
 
-// setClosing marks k as closed while its jobs run, or not.
-func (g *Gateway) setClosing(k meta.ThreadKey, closing bool) {
-	g.jobs.mu.Lock()
-	defer g.jobs.mu.Unlock()
-	if tj := g.jobs.threads[k]; tj != nil {
+// SetClosing marks k as closed while its jobs run, or not.
+func (js *Jobs) SetClosing(k meta.ThreadKey, closing bool) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if tj := js.threads[k]; tj != nil {
 		tj.closing = closing
 	}
 }
 
-// closing says whether k was closed while its jobs run.
-func (g *Gateway) closing(k meta.ThreadKey) bool { return g.jobs.closing(k) }
-
 // closeIdle takes down the jail and mount of a thread that was closed
 // while its jobs ran, once the last one ended, unless the thread was
 // bound again meanwhile.
-func (g *Gateway) closeIdle(k meta.ThreadKey) {
-	done, err := g.takeDown(context.Background(), k, func(ctx context.Context) bool {
-		b, err := g.store.GetBinding(ctx, k)
-		return err == nil && b.State == meta.StateClosed && g.closing(k) && g.runningJobs(k) == 0
+func (js *Jobs) closeIdle(k meta.ThreadKey) {
+	done, err := js.threadRoom.TakeDown(context.Background(), k, func(ctx context.Context) bool {
+		b, err := js.store.GetBinding(ctx, k)
+		return err == nil && b.State == meta.StateClosed && js.Closing(k) && js.Running(k) == 0
 	})
 	switch {
 	case err != nil:
-		g.log.Warn("take down a closed thread whose jobs ended", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+		js.log.Warn("take down a closed thread whose jobs ended", "tenant", k.Tenant, "thread", k.Thread, "error", err)
 	case done:
-		g.log.Info("closed thread idle: jail and mount gone", "tenant", k.Tenant, "thread", k.Thread)
+		js.log.Info("closed thread idle: jail and mount gone", "tenant", k.Tenant, "thread", k.Thread)
 	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package jails
 
 import (
 	"fmt"
@@ -16,7 +16,7 @@ import (
 // few hundred jails, a jail being made at a thread's command and stopped
 // when it is not needed.
 //
-// A jail about to start takes a place (reserveJail): one under the bound,
+// A jail about to start takes a place (reserve): one under the bound,
 // or the place of the least recently used idle jail, which is stopped for
 // it. Idle means nothing uses the jail: no command of it is registered
 // (an exec, with or without a terminal), no job of its thread runs or is
@@ -28,9 +28,9 @@ import (
 // When every jail is busy the call is refused with 503 unavailable
 // naming the limit: a command ending frees a place.
 //
-// Locks: jailSet.mu and jobSet.mu are leaves taken one at a time. The
-// choice is made under jailSet.mu, the jobs are asked under jobSet.mu,
-// and the choice is checked again under jailSet.mu: a jail held, or
+// Locks: Jails.mu and the jobs room's lock are leaves taken one at a
+// time. The choice is made under Jails.mu, the jobs are asked under
+// theirs (Jobs.Busy), and the choice is checked again under Jails.mu: a jail held, or
 // found, meanwhile (its uses changed) is not taken. A command registers
 // itself while it holds its jail, and a job takes its slot while it
 // holds its jail, so a jail that looks idle under both locks in turn,
@@ -39,30 +39,30 @@ import (
 // jailCandidate is an idle-looking jail, as the bound saw it.
 type jailCandidate struct {
 	k    meta.ThreadKey
-	tj   *threadJail
+	tj   *ThreadJail
 	uses uint64
 }
 
-// reserveTries bounds how often reserveJail looks again when the jails
+// reserveTries bounds how often reserve looks again when the jails
 // it chose were used while it asked the jobs.
 const reserveTries = 4
 
-// reserveJail takes a place for a new jail of k: one under the bound, or
+// reserve takes a place for a new jail of k: one under the bound, or
 // the place of the least recently used idle jail, which it stops. It
 // refuses with 503 unavailable, naming --max-jails, when every jail is
 // busy. The caller gives the place back with unreserve if the jail does
 // not start, or fills it with add.
-func (g *Gateway) reserveJail(k meta.ThreadKey) error {
+func (js *Jails) reserve(k meta.ThreadKey) error {
 	for range reserveTries {
-		cands, ok := g.jails.reserveOrCandidates(k)
+		cands, ok := js.reserveOrCandidates(k)
 		if ok {
 			return nil
 		}
 		if len(cands) == 0 {
 			break
 		}
-		busy := g.jobs.busyOf(cands)
-		victim, ok := g.jails.takeVictim(cands, busy)
+		busy := js.jobs.Busy()
+		victim, ok := js.takeVictim(cands, busy)
 		if !ok {
 			continue // used meanwhile: look again
 		}
@@ -71,42 +71,39 @@ func (g *Gateway) reserveJail(k meta.ThreadKey) error {
 		}
 		idle := time.Since(victim.used)
 		victim.tj.close()
-		g.log.Info("jail reclaimed: the bound of live jails (--max-jails) is reached; the least recently used idle jail makes room",
+		js.log.Info("jail reclaimed: the bound of live jails (--max-jails) is reached; the least recently used idle jail makes room",
 			"tenant", victim.k.Tenant, "thread", victim.k.Thread, "idle", idle.Round(time.Millisecond),
-			"for_tenant", k.Tenant, "for_thread", k.Thread, "max_jails", g.jails.max)
-		g.emit(api.Event{Type: api.EventJailReclaimed, Tenant: victim.k.Tenant, Thread: victim.k.Thread,
-			Message: fmt.Sprintf("This server runs %d jails, its limit (--max-jails), and another thread needed one: this jail, the least recently used with nothing running in it, was stopped. The next command starts a new one.", g.jails.max)})
+			"for_tenant", k.Tenant, "for_thread", k.Thread, "max_jails", js.max)
+		js.events.Emit(api.Event{Type: api.EventJailReclaimed, Tenant: victim.k.Tenant, Thread: victim.k.Thread,
+			Message: fmt.Sprintf("This server runs %d jails, its limit (--max-jails), and another thread needed one: this jail, the least recently used with nothing running in it, was stopped. The next command starts a new one.", js.max)})
 		return nil
 	}
-	g.log.Warn("refused: jail bound", "tenant", k.Tenant, "thread", k.Thread, "max_jails", g.jails.max)
-	return &jailBoundError{max: g.jails.max}
+	js.log.Warn("refused: jail bound", "tenant", k.Tenant, "thread", k.Thread, "max_jails", js.max)
+	return &BoundError{max: js.max}
 }
 
-// jailBoundError refuses a jail past the bound with every jail busy. It
+// BoundError refuses a jail past the bound with every jail busy. It
 // matches api.ErrUnavailable (503): the call works once a command ends.
-type jailBoundError struct{ max int }
+type BoundError struct{ max int }
 
-func (e *jailBoundError) Error() string {
+func (e *BoundError) Error() string {
 	return fmt.Sprintf("This server runs %d jails, its limit (--max-jails), and a command, job or terminal runs in every one; try again once one ends, or raise the limit.", e.max)
 }
 
-func (e *jailBoundError) Is(target error) bool { return target == api.ErrUnavailable }
+func (e *BoundError) Is(target error) bool { return target == api.ErrUnavailable }
 
 // reserveOrCandidates takes a place for a jail of k if one is free under
 // the bound (true); else it returns the jails that look idle (no
 // command registered, not held, not being restored), least recently used
 // first.
-func (js *jailSet) reserveOrCandidates(k meta.ThreadKey) ([]jailCandidate, bool) {
+func (js *Jails) reserveOrCandidates(k meta.ThreadKey) ([]jailCandidate, bool) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	if len(js.jails)+js.starting < js.max {
 		js.starting++
 		return nil, true
 	}
-	running := make(map[meta.ThreadKey]bool, len(js.execs))
-	for _, re := range js.execs {
-		running[re.key] = true
-	}
+	running := js.runningLocked()
 	var cands []jailCandidate
 	for jk, tj := range js.jails {
 		if jk == k || !js.idleLocked(jk, tj, running) {
@@ -120,7 +117,7 @@ func (js *jailSet) reserveOrCandidates(k meta.ThreadKey) ([]jailCandidate, bool)
 
 // idleLocked says whether tj, k's jail, looks idle; running holds the
 // threads with a registered command. js.mu must be held.
-func (js *jailSet) idleLocked(k meta.ThreadKey, tj *threadJail, running map[meta.ThreadKey]bool) bool {
+func (js *Jails) idleLocked(k meta.ThreadKey, tj *ThreadJail, running map[meta.ThreadKey]bool) bool {
 	if tj.holds > 0 || running[k] {
 		return false
 	}
@@ -128,11 +125,11 @@ func (js *jailSet) idleLocked(k meta.ThreadKey, tj *threadJail, running map[meta
 	return !restoring
 }
 
-// victim is the jail reserveJail stops, and when it was last used; tj is
+// victim is the jail reserve stops, and when it was last used; tj is
 // nil when a place came free without one.
 type victim struct {
 	k    meta.ThreadKey
-	tj   *threadJail
+	tj   *ThreadJail
 	used time.Time
 }
 
@@ -141,17 +138,14 @@ type victim struct {
 // and still idle and unused since reserveOrCandidates saw it; that jail
 // is taken out of the set for the caller to close. It says false if none
 // is.
-func (js *jailSet) takeVictim(cands []jailCandidate, busy map[meta.ThreadKey]bool) (victim, bool) {
+func (js *Jails) takeVictim(cands []jailCandidate, busy map[meta.ThreadKey]bool) (victim, bool) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	if len(js.jails)+js.starting < js.max {
 		js.starting++
 		return victim{}, true
 	}
-	running := make(map[meta.ThreadKey]bool, len(js.execs))
-	for _, re := range js.execs {
-		running[re.key] = true
-	}
+	running := js.runningLocked()
 	for _, c := range cands {
 		if busy[c.k] || js.jails[c.k] != c.tj || c.tj.uses != c.uses || !js.idleLocked(c.k, c.tj, running) {
 			continue
@@ -163,31 +157,27 @@ func (js *jailSet) takeVictim(cands []jailCandidate, busy map[meta.ThreadKey]boo
 	return victim{}, false
 }
 
-// unreserve gives back a place reserveJail took, for a jail that did not
+// unreserve gives back a place reserve took, for a jail that did not
 // start.
-func (js *jailSet) unreserve() {
+func (js *Jails) unreserve() {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	js.starting--
 }
 
-// jailsLive returns the jails alive (or starting) and their bound.
-func (js *jailSet) jailsLive() (live, max int) {
+// Live returns the jails alive (or starting) and their bound.
+func (js *Jails) Live() (live, max int) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	return len(js.jails) + js.starting, js.max
 }
 
-// busyOf says which of cands' threads run jobs, or are starting or
-// moving one, or were closed while jobs ran.
-func (js *jobSet) busyOf(cands []jailCandidate) map[meta.ThreadKey]bool {
-	js.mu.Lock()
-	defer js.mu.Unlock()
-	busy := make(map[meta.ThreadKey]bool)
-	for _, c := range cands {
-		if tj := js.threads[c.k]; tj != nil && (tj.slots > 0 || tj.closing) {
-			busy[c.k] = true
-		}
+// runningLocked returns the threads with a registered command. js.mu
+// must be held.
+func (js *Jails) runningLocked() map[meta.ThreadKey]bool {
+	running := make(map[meta.ThreadKey]bool, len(js.execs))
+	for _, c := range js.execs {
+		running[c.Thread()] = true
 	}
-	return busy
+	return running
 }

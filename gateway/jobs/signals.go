@@ -1,9 +1,8 @@
-package gateway
+package jobs
 
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,7 +41,7 @@ import (
 // still being forked) waits for it (jail.Run); of several that early,
 // the last, or SIGKILL, is sent. SIGKILL to a job ends it as a stop ends
 // it, at once: the call answers once its end is recorded, with exit 137
-// and the note clientKillNote.
+// and the note ClientKillNote.
 
 // Bounds of the signals of kill -l.
 const (
@@ -133,70 +132,37 @@ func signalName(sig syscall.Signal) string {
 	return "SIG" + strconv.Itoa(n)
 }
 
-// clientKillNote is the note of a job a client ended with SIGKILL.
-func clientKillNote(id string) string {
+// ClientKillNote is the note of a job a client ended with SIGKILL.
+func ClientKillNote(id string) string {
 	return fmt.Sprintf("Background job %s was killed by SIGKILL at the client's request.", id)
-}
-
-func (g *Gateway) handleExecSignal(r *http.Request, p call.Params) (any, error) {
-	var req api.SignalRequest
-	if err := call.DecodeBody(r, &req, false); err != nil {
-		return nil, err
-	}
-	sig, name, err := parseSignal(string(req.Signal))
-	if err != nil {
-		return nil, err
-	}
-	if err := g.signalExec(r.Context(), p, sig); err != nil {
-		return nil, err
-	}
-	g.log.Info("command signalled", "tenant", p.Tenant, "thread", p.Thread, "exec", p.Exec, "signal", name, "actor", call.Actor(r.Context()))
-	return api.SignalExecResponse{ID: p.Exec, Signal: name}, nil
-}
-
-func (g *Gateway) handleJobSignal(r *http.Request, p call.Params) (any, error) {
-	var req api.SignalRequest
-	if err := call.DecodeBody(r, &req, false); err != nil {
-		return nil, err
-	}
-	sig, name, err := parseSignal(string(req.Signal))
-	if err != nil {
-		return nil, err
-	}
-	info, err := g.signalJob(r.Context(), p, sig)
-	if err != nil {
-		return nil, err
-	}
-	g.log.Info("job signalled", "tenant", p.Tenant, "thread", p.Thread, "job", p.Job, "signal", name, "actor", call.Actor(r.Context()))
-	return api.SignalJobResponse{Job: info, Signal: name}, nil
 }
 
 // signalExec sends sig to the tree of running command p.Exec of p's
 // thread: 404 for a command this gateway never ran there (or forgot,
 // endedExecsKept ago), 409 for one that ended or became a job.
-func (g *Gateway) signalExec(ctx context.Context, p call.Params, sig syscall.Signal) error {
+func (js *Jobs) signalExec(ctx context.Context, p call.Params, sig syscall.Signal) error {
 	k, err := call.ThreadKey(p.Tenant, p.Thread)
 	if err != nil {
 		return err
 	}
-	if re := g.jails.exec(p.Exec); re != nil && re.key == k {
+	if re, _ := js.jails.Exec(p.Exec).(*runningExec); re != nil && re.key == k {
 		// Marked before it is sent: the command's end may follow at once.
 		re.signalled.Store(true)
 		return sendSignal(ctx, re.signals, sig, re.ended, func() error {
-			return g.execNotRunning(p, k)
+			return js.execNotRunning(p, k)
 		})
 	}
-	return g.execNotRunning(p, k)
+	return js.execNotRunning(p, k)
 }
 
 // execNotRunning is the refusal of a signal to command p.Exec of thread k,
 // which does not run.
-func (g *Gateway) execNotRunning(p call.Params, k meta.ThreadKey) error {
-	e, ok := g.jails.endedExecOf(p.Exec)
+func (js *Jobs) execNotRunning(p call.Params, k meta.ThreadKey) error {
+	e, ok := js.jails.Ended(p.Exec)
 	switch {
-	case ok && e.key == k && e.job != "":
-		return call.Refuse(api.ErrConflict, fmt.Sprintf("Command %s no longer runs in the foreground: it became background job %s. Signal the job instead.", p.Exec, e.job))
-	case ok && e.key == k:
+	case ok && e.Thread == k && e.Job != "":
+		return call.Refuse(api.ErrConflict, fmt.Sprintf("Command %s no longer runs in the foreground: it became background job %s. Signal the job instead.", p.Exec, e.Job))
+	case ok && e.Thread == k:
 		return call.Refuse(api.ErrConflict, fmt.Sprintf("Command %s has ended: there is nothing to signal.", p.Exec))
 	}
 	return fmt.Errorf("%w: no command %s in thread %s", api.ErrNotFound, call.Quote(p.Exec), call.KeyName(k))
@@ -207,13 +173,13 @@ func (g *Gateway) execNotRunning(p call.Params, k meta.ThreadKey) error {
 // another host (or ran in a former run of this one). SIGKILL ends it at
 // once (jb.kill, as the end of a stop's grace does), and it returns once
 // the end is recorded.
-func (g *Gateway) signalJob(ctx context.Context, p call.Params, sig syscall.Signal) (api.JobInfo, error) {
-	jb, _, _, err := g.localJob(p)
+func (js *Jobs) signalJob(ctx context.Context, p call.Params, sig syscall.Signal) (api.JobInfo, error) {
+	jb, _, _, err := js.localJob(p)
 	if err != nil {
 		return api.JobInfo{}, err
 	}
 	if jb == nil {
-		info, err := g.showJob(ctx, p.Tenant, p.Thread, p.Job)
+		info, err := js.showJob(ctx, p.Tenant, p.Thread, p.Job)
 		if err != nil {
 			return api.JobInfo{}, err
 		}
@@ -233,7 +199,7 @@ func (g *Gateway) signalJob(ctx context.Context, p call.Params, sig syscall.Sign
 		case <-ctx.Done():
 			return api.JobInfo{}, ctx.Err()
 		}
-		g.log.Info("job killed", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", p.Job)
+		js.log.Info("job killed", "tenant", jb.key.Tenant, "thread", jb.key.Thread, "job", p.Job)
 		return jb.info(), nil
 	}
 	// Marked before it is sent: the job's end may follow at once.

@@ -1,4 +1,4 @@
-package gateway
+package jobs
 
 import (
 	"fmt"
@@ -150,7 +150,7 @@ func (p *jobPipes) readFrom(w jobWriter, _ io.Reader) (n int64, ok bool) {
 func (p *jobPipes) read(w jobWriter) int64 {
 	rc, err := p.ep.SyscallConn()
 	if err != nil {
-		w.g.log.Error("read a job's output", "job", jobID(w.jb.seq), "error", err)
+		w.js.log.Error("read a job's output", "job", ID(w.jb.seq), "error", err)
 		return 0
 	}
 	var total int64
@@ -178,7 +178,7 @@ func (p *jobPipes) read(w jobWriter) int64 {
 			err = werr
 		}
 		if err != nil {
-			w.g.log.Error("read a job's output", "job", jobID(w.jb.seq), "error", err)
+			w.js.log.Error("read a job's output", "job", ID(w.jb.seq), "error", err)
 			return total
 		}
 		read := int64(0)
@@ -212,7 +212,7 @@ func (p *jobPipes) drain(w jobWriter, fd int) int64 {
 		s = stderrStream
 	}
 	p.mu.Unlock()
-	out := jobWriter{w.g, w.jb, s, nil}
+	out := jobWriter{w.js, w.jb, s, nil}
 	buf := jobReadBufs.Get().(*[]byte)
 	defer jobReadBufs.Put(buf)
 	var total int64
@@ -230,7 +230,7 @@ func (p *jobPipes) drain(w jobWriter, fd int) int64 {
 		case err != nil || n == 0:
 			// Its end (or a failure, which ends it too).
 			if err != nil {
-				w.g.log.Warn("read a job's output", "job", jobID(w.jb.seq), "stream", s.String(), "error", err)
+				w.js.log.Warn("read a job's output", "job", ID(w.jb.seq), "stream", s.String(), "error", err)
 			}
 			unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, fd, nil)
 			p.mu.Lock()

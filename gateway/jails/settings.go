@@ -1,0 +1,80 @@
+package jails
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+
+	"warren/jail"
+	"warren/meta"
+)
+
+// JailConfig is the jail a thread with settings s gets on this gateway:
+// its settings, else the daemon's defaults (Config), else the jail's.
+func (js *Jails) JailConfig(s meta.Settings, workspace string) jail.Config {
+	return jail.Config{
+		Workspace: workspace, Binary: js.cfg.Binary, Rlimits: js.cfg.Rlimits,
+		Network:     cmp.Or(s.Network, js.cfg.Network, "none"),
+		MemoryBytes: cmp.Or(s.MemoryBytes, js.cfg.MemoryBytes, jail.DefaultMemoryBytes),
+		MaxProcs:    cmp.Or(s.MaxProcs, js.cfg.MaxProcs, jail.DefaultMaxProcs),
+		CPUMillis:   cmp.Or(s.CPUMillis, js.cfg.CPUMillis),
+		Base:        js.base,
+	}
+}
+
+// StartBase makes the mount namespace the jails are forked from
+// (jail.Base): a copy of the daemon's without the threads' mounts, so that
+// a jail's start does not copy one mount per bound thread. It holds no
+// mount of the folders in hide (the data folder, the workspaces, the
+// snapshots), and none made after it. Without it (no privilege for it)
+// jails are as safe, and copy the daemon's namespace whole. Call it at
+// Start, before any jail starts.
+func (js *Jails) StartBase(hide ...string) {
+	base, err := jail.NewBase(jail.BaseConfig{Binary: js.cfg.Binary, Hide: hide})
+	if err != nil {
+		js.log.Warn("jails start from the daemon's own mount namespace, copying every mount of it: no base namespace", "error", err)
+		return
+	}
+	js.log.Debug("jails start from a base namespace", "mounts", base.Mounts())
+	js.base = base
+}
+
+// Base is the jails' base namespace, nil if there is none.
+func (js *Jails) Base() *jail.Base { return js.base }
+
+// CloseBase lets the jails' base namespace go, if any, once no jail
+// starts.
+func (js *Jails) CloseBase() {
+	if js.base == nil {
+		return
+	}
+	if err := js.base.Close(); err != nil {
+		js.log.Warn("close the jails' base namespace", "error", err)
+	}
+}
+
+// SameJail says whether two jail configurations make the same sandbox, so
+// that new settings can apply without restarting a running jail.
+func SameJail(a, b jail.Config) bool {
+	return a.Network == b.Network && a.MemoryBytes == b.MemoryBytes && a.MaxProcs == b.MaxProcs &&
+		a.CPUMillis == b.CPUMillis
+}
+
+// CPUBound says a jail's CPU bound in words.
+func CPUBound(m int) string {
+	if m == 0 {
+		return "no CPU bound"
+	}
+	return fmt.Sprintf("%d thousandths of a CPU", m)
+}
+
+// cloneSettings copies s, so a running jail's copy never shares its map
+// with a request or a binding. No variables is always a nil map, so that
+// settings compare equal however a client wrote them.
+func cloneSettings(s meta.Settings) meta.Settings {
+	if len(s.Env) == 0 {
+		s.Env = nil
+	}
+	s.Env = maps.Clone(s.Env)
+	return s
+}
