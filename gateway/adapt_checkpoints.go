@@ -1,11 +1,11 @@
 package gateway
 
 import (
-	"context"
 	"path/filepath"
 
-	"warren/api"
 	"warren/gateway/checkpoints"
+	"warren/gateway/files"
+	"warren/gateway/threads"
 	"warren/meta"
 )
 
@@ -21,42 +21,15 @@ const maxCheckpoints = checkpoints.Max
 func newCheckpoints(g *Gateway) *checkpoints.Checkpoints {
 	return checkpoints.New(checkpoints.Config{
 		Store: g.store, Logger: g.log, Hub: g.hub, Quotas: g.quotas,
-		Threads: checkpointsThreads{g}, Commands: checkpointsCommands{g}, Events: g.events,
-		Stale: g.events.OnStale, CheckRun: validRun,
-		RepoDir: func(tenant string) string { return filepath.Join(g.cfg.SnapshotsDir, encodeID(tenant)) },
+		Threads: g.threads, Commands: checkpointsCommands{g}, Events: g.events,
+		Stale: g.events.OnStale, CheckRun: files.ValidRun,
+		RepoDir: func(tenant string) string { return filepath.Join(g.cfg.SnapshotsDir, threads.EncodeID(tenant)) },
 
 		Checkpoints: g.cfg.Checkpoints, Limits: g.cfg.CheckpointLimits,
 		SnapshotQuotaBytes: g.cfg.SnapshotQuotaBytes, TenantSnapshotQuotaBytes: g.cfg.TenantSnapshotQuotaBytes,
 		HostID:      g.cfg.HostID,
 		CollectHook: g.cfg.collectHook, Hold: g.cfg.checkpointHold,
 	})
-}
-
-// checkpointsThreads is what the checkpoints call of the threads.
-type checkpointsThreads struct{ g *Gateway }
-
-var _ checkpoints.Threads = checkpointsThreads{}
-
-func (t checkpointsThreads) Bind(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
-	return t.g.bind(ctx, tenant, thread)
-}
-
-func (t checkpointsThreads) Show(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
-	return t.g.showThread(ctx, tenant, thread)
-}
-
-func (t checkpointsThreads) LockTurn(ctx context.Context, k meta.ThreadKey) (func(), error) {
-	return t.g.threads.turns.lock(ctx, k)
-}
-
-func (t checkpointsThreads) Paths(k meta.ThreadKey) (root, mountPath string, err error) {
-	return t.g.threadPaths(k)
-}
-
-func (t checkpointsThreads) RootOf(b meta.Binding) (string, error) { return t.g.rootOf(b) }
-
-func (t checkpointsThreads) Delete(ctx context.Context, tenant, thread string) error {
-	return t.g.deleteThread(ctx, tenant, thread)
 }
 
 // checkpointsCommands is what a restore calls of the jails and the jobs.

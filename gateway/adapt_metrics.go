@@ -13,8 +13,8 @@ import (
 // background restore) after it registers them.
 func metricsFigures(g *Gateway) metrics.Figures {
 	return metrics.Figures{
-		Threads:     func() (int, int) { return g.threads.counts() },
-		Admission:   func() threadlimit.Headroom { return g.threads.admit.Headroom() },
+		Threads:     func() (int, int) { return g.threads.Counts() },
+		Admission:   func() threadlimit.Headroom { return g.threads.Headroom() },
 		Jails:       func() int { return g.jails.Count() },
 		JailsLive:   func() (int, int) { return g.jails.Live() },
 		JobsRunning: func() int { return g.jobs.Count() },
@@ -22,21 +22,6 @@ func metricsFigures(g *Gateway) metrics.Figures {
 		Lease:       func() (bool, time.Time) { return g.hosts.Valid() },
 		Descriptors: func() fs.DescriptorStats { return g.hub.Descriptors() },
 		LockWaits:   func() int { return g.hub.LockWaits() },
-		RestoreLeft: func() int { return g.remounts.Left() },
+		RestoreLeft: func() int { return g.threads.RestoreLeft() },
 	}
-}
-
-// counts returns how many threads are mounted, and how many are bound
-// here with a failed mount.
-func (ts *threadSet) counts() (mounted, failed int) {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	for _, t := range ts.mounts {
-		if t.mount != nil {
-			mounted++
-		} else if t.err != nil {
-			failed++
-		}
-	}
-	return mounted, failed
 }

@@ -22,6 +22,7 @@ import (
 	"warren/gateway/jobs"
 	"warren/gateway/metrics"
 	"warren/gateway/threadlimit"
+	"warren/gateway/threads"
 	"warren/meta"
 )
 
@@ -39,6 +40,7 @@ type route struct {
 // the daemon's own type are methods of g.
 type handlers struct {
 	g           *Gateway
+	threads     *threads.Handlers
 	hosts       *hosts.Handlers
 	inspect     *inspect.Handlers
 	files       *files.Handlers
@@ -51,11 +53,11 @@ type handlers struct {
 // routes is the API: the one place every call is listed.
 func routes(h handlers) []route {
 	return append([]route{
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/bind", h.g.handleBind},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}", h.g.handleThread},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/close", h.g.handleClose},
-		{http.MethodDelete, "/v1/tenants/{tenant}/threads/{thread}", h.g.handleDelete},
-		{http.MethodGet, "/v1/threads", h.g.handleThreads},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/bind", h.threads.Bind},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}", h.threads.Show},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/close", h.threads.Close},
+		{http.MethodDelete, "/v1/tenants/{tenant}/threads/{thread}", h.threads.Delete},
+		{http.MethodGet, "/v1/threads", h.threads.List},
 		{http.MethodGet, "/v1/version", handleVersion},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/unpin", h.hosts.Unpin},
 		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/usage", h.g.handleUsage},
@@ -164,7 +166,8 @@ type compiledRoute struct {
 func (g *Gateway) handlers() handlers {
 	return handlers{
 		g:           g,
-		hosts:       hosts.NewHandlers(g.hosts, threadsAdapter{g}),
+		threads:     threads.NewHandlers(g.threads),
+		hosts:       hosts.NewHandlers(g.hosts, g.threads),
 		inspect:     inspect.NewHandlers(g.inspections),
 		files:       files.NewHandlers(g.fileAPI),
 		checkpoints: checkpoints.NewHandlers(g.checkpoints),
@@ -259,7 +262,7 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			if ps.Thread != "" && r.Method != http.MethodGet {
 				if k, err := call.ThreadKey(ps.Tenant, ps.Thread); err == nil {
-					g.threads.touch(k)
+					g.threads.Touch(k)
 				}
 			}
 			resp, err := cr.handle(r, ps)
@@ -327,74 +330,6 @@ func unescapeParams(raw map[string]string) (call.Params, error) {
 		}
 	}
 	return p, nil
-}
-
-func (g *Gateway) handleBind(r *http.Request, p call.Params) (any, error) {
-	var req api.BindRequest
-	if err := call.DecodeBody(r, &req, true); err != nil {
-		return nil, err
-	}
-	ti, err := g.bindWith(r.Context(), p.Tenant, p.Thread, req.Settings)
-	if err != nil {
-		return nil, err
-	}
-	return api.BindResponse{Binding: ti, MountPath: ti.MountPath}, nil
-}
-
-func (g *Gateway) handleThread(r *http.Request, p call.Params) (any, error) {
-	if err := call.NoQuery(r); err != nil {
-		return nil, err
-	}
-	ti, err := g.showThread(r.Context(), p.Tenant, p.Thread)
-	if err != nil {
-		return nil, err
-	}
-	return api.ThreadResponse{Binding: ti}, nil
-}
-
-func (g *Gateway) handleClose(r *http.Request, p call.Params) (any, error) {
-	if err := call.DecodeBody(r, &struct{}{}, true); err != nil {
-		return nil, err
-	}
-	ti, err := g.closeThread(r.Context(), p.Tenant, p.Thread)
-	if err != nil {
-		return nil, err
-	}
-	return api.ThreadResponse{Binding: ti}, nil
-}
-
-func (g *Gateway) handleDelete(r *http.Request, p call.Params) (any, error) {
-	if err := call.NoQuery(r); err != nil {
-		return nil, err
-	}
-	k, err := call.ThreadKey(p.Tenant, p.Thread)
-	if err != nil {
-		return nil, err
-	}
-	if err := g.deleteThread(r.Context(), k.Tenant, k.Thread); err != nil {
-		return nil, err
-	}
-	return api.DeleteResponse{Deleted: k}, nil
-}
-
-func (g *Gateway) handleThreads(r *http.Request, _ call.Params) (any, error) {
-	q, err := call.Query(r, "tenant", "limit", "cursor")
-	if err != nil {
-		return nil, err
-	}
-	var tenant *string
-	if vs, ok := q["tenant"]; ok {
-		tenant = &vs[0]
-	}
-	limit, after, err := pageQuery(q)
-	if err != nil {
-		return nil, err
-	}
-	tis, next, err := g.listThreads(r.Context(), tenant, after, limit)
-	if err != nil {
-		return nil, err
-	}
-	return api.ThreadsResponse{Bindings: tis, NextCursor: next}, nil
 }
 
 // writeError answers err as JSON with the status of its class, and logs

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"warren/api"
+	"warren/gateway/threads"
 )
 
 func TestRoutingHostileIDs(t *testing.T) {
@@ -48,7 +49,7 @@ func TestRoutingHostileIDs(t *testing.T) {
 			if br.Binding.Tenant != tt.tenant || br.Binding.Thread != tt.want {
 				t.Errorf("got ids (%q, %q), want (%q, %q)", br.Binding.Tenant, br.Binding.Thread, tt.tenant, tt.want)
 			}
-			wantMount, err := WorkspaceRoot(env.g.mntBase, tt.tenant, tt.want)
+			wantMount, err := threads.WorkspaceRoot(env.g.mntBase, tt.tenant, tt.want)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/gateway/threads"
 	"warren/meta"
 	"warren/snapshot"
 )
@@ -21,7 +22,7 @@ import (
 // countObjects counts the loose objects of tenant's snapshot repository.
 func countObjects(t testing.TB, env *testEnv, tenant string) int {
 	t.Helper()
-	dir := filepath.Join(env.g.cfg.SnapshotsDir, encodeID(tenant), "objects")
+	dir := filepath.Join(env.g.cfg.SnapshotsDir, threads.EncodeID(tenant), "objects")
 	n := 0
 	for i := range 256 {
 		ents, err := os.ReadDir(filepath.Join(dir, fmt.Sprintf("%02x", i)))

@@ -2,10 +2,8 @@ package gateway
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"warren/gateway/lease"
 	"warren/gateway/quota"
 	"warren/gateway/threadlimit"
+	"warren/gateway/threads"
 	"warren/meta"
 	"warren/snapshot"
 )
@@ -190,11 +189,11 @@ type Config struct {
 	// quarter of the memory at 16 MiB a jail, between 8 and 4096.
 	MaxJails int
 
-	// mounter serves the mounts; nil means fuseMounter, the FUSE filesystem
+	// mounter serves the mounts; nil means threads.FUSEMounter, the FUSE filesystem
 	// of package fs, which is the only implementation. It is a seam for
-	// this package's tests alone: they wrap fuseMounter to count its mounts
+	// this package's tests alone: they wrap threads.FUSEMounter to count its mounts
 	// or to make one fail, and every mount they get is a real one.
-	mounter mounter
+	mounter threads.Mounter
 	// remountGate, if not nil, holds the background restore of the
 	// threads (restore.go) until it is closed: a seam for this package's
 	// tests, which look at a gateway that serves while no thread is
@@ -216,6 +215,19 @@ type Config struct {
 	collectHook func(tenant, step string)
 }
 
+// Defaults of the lease (package hosts).
+const (
+	DefaultRenewEvery   = 10 * time.Second
+	DefaultExpiresAfter = 30 * time.Second
+)
+
+// What a gateway does with a thread it takes over whose folder it cannot
+// reach (Config.OnUnreachable).
+const (
+	UnreachableGone  = threads.UnreachableGone
+	UnreachableFresh = threads.UnreachableFresh
+)
+
 // MetaDir is where the metadata store of a gateway with dataDir lives.
 func MetaDir(dataDir string) string { return filepath.Join(dataDir, "meta") }
 
@@ -232,17 +244,17 @@ func (c Config) CheckLimits() error {
 	if c.BodyTimeout < 0 {
 		return fmt.Errorf("body timeout %v is negative", c.BodyTimeout)
 	}
-	if err := checkCPUMillis(c.JailCPUMillis); err != nil {
+	if err := threads.CheckCPUMillis(c.JailCPUMillis); err != nil {
 		return fmt.Errorf("jail CPU bound: %w", err)
 	}
-	if c.JailMemoryBytes != 0 && c.JailMemoryBytes < minMemoryBytes {
-		return fmt.Errorf("jail memory %d is below %d bytes", c.JailMemoryBytes, minMemoryBytes)
+	if c.JailMemoryBytes != 0 && c.JailMemoryBytes < threads.MinMemoryBytes {
+		return fmt.Errorf("jail memory %d is below %d bytes", c.JailMemoryBytes, threads.MinMemoryBytes)
 	}
-	if c.JailMaxProcs != 0 && (c.JailMaxProcs < minMaxProcs || c.JailMaxProcs > maxMaxProcs) {
-		return fmt.Errorf("jail processes %d is not between %d and %d", c.JailMaxProcs, minMaxProcs, maxMaxProcs)
+	if c.JailMaxProcs != 0 && (c.JailMaxProcs < threads.MinMaxProcs || c.JailMaxProcs > threads.MaxMaxProcs) {
+		return fmt.Errorf("jail processes %d is not between %d and %d", c.JailMaxProcs, threads.MinMaxProcs, threads.MaxMaxProcs)
 	}
-	if c.MaxJobs != 0 && (c.MaxJobs < 1 || c.MaxJobs > maxMaxJobs) {
-		return fmt.Errorf("max jobs %d is not between 1 and %d", c.MaxJobs, maxMaxJobs)
+	if c.MaxJobs != 0 && (c.MaxJobs < 1 || c.MaxJobs > threads.MaxMaxJobs) {
+		return fmt.Errorf("max jobs %d is not between 1 and %d", c.MaxJobs, threads.MaxMaxJobs)
 	}
 	if c.Checkpoints < 0 || c.Checkpoints > maxCheckpoints {
 		return fmt.Errorf("checkpoints %d is not between 1 and %d", c.Checkpoints, maxCheckpoints)
@@ -357,7 +369,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = hclog.NewNullLogger()
 	}
 	if c.mounter == nil {
-		c.mounter = fuseMounter{}
+		c.mounter = threads.FUSEMounter{}
 	}
 	if c.RenewEvery == 0 {
 		c.RenewEvery = DefaultRenewEvery
@@ -380,39 +392,3 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
-
-// mounter serves a backing folder at a mount point. The gateway owns the
-// returned closer: Close unmounts and waits until serving stopped.
-type mounter interface {
-	Mount(ctx context.Context, backing, mountpoint string, opts fs.Options) (io.Closer, error)
-	// DetachStale lazily unmounts whatever is left at mountpoint by a
-	// crashed daemon; nothing mounted there is not an error.
-	DetachStale(mountpoint string) error
-}
-
-// fuseMounter mounts with package fs: the real workspace filesystem.
-// With a pool, the threads' mounts at their paths share its connections
-// (fs.Pool); an inspection mount (onto a Target) or one over io_uring
-// has a connection of its own.
-type fuseMounter struct{ pool *fs.Pool }
-
-var _ mounter = fuseMounter{}
-
-// Mount implements mounter.
-func (fm fuseMounter) Mount(ctx context.Context, backing, mountpoint string, opts fs.Options) (io.Closer, error) {
-	var m *fs.Mount
-	var err error
-	if fm.pool != nil && opts.Target == nil && (opts.Transport == "" || opts.Transport == fs.TransportClassic) {
-		m, err = fm.pool.Serve(ctx, backing, mountpoint, opts)
-	} else {
-		m, err = fs.Serve(ctx, backing, mountpoint, opts)
-	}
-	if err != nil {
-		// A nil *fs.Mount in an io.Closer would not compare equal to nil.
-		return nil, err
-	}
-	return m, nil
-}
-
-// DetachStale implements mounter.
-func (fuseMounter) DetachStale(mountpoint string) error { return fs.DetachStale(mountpoint) }

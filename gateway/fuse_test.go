@@ -12,6 +12,7 @@ import (
 
 	"warren/api"
 	"warren/fs"
+	"warren/gateway/threads"
 )
 
 // These tests follow a thread's life through the mounts themselves: files
@@ -137,13 +138,13 @@ func TestFUSEStaleMountAtStart(t *testing.T) {
 // leakyMounter mounts with FUSE but hands the gateway closers that do
 // nothing, keeping the real ones for the test's cleanup.
 type leakyMounter struct {
-	fuseMounter
+	threads.FUSEMounter
 	mu   sync.Mutex
 	real []io.Closer
 }
 
 func (l *leakyMounter) Mount(ctx context.Context, backing, mountpoint string, opts fs.Options) (io.Closer, error) {
-	m, err := l.fuseMounter.Mount(ctx, backing, mountpoint, opts)
+	m, err := l.FUSEMounter.Mount(ctx, backing, mountpoint, opts)
 	if err != nil {
 		return nil, err
 	}

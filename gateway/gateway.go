@@ -28,8 +28,8 @@ import (
 	"warren/gateway/jobs"
 	"warren/gateway/metrics"
 	"warren/gateway/quota"
-	"warren/gateway/remount"
 	"warren/gateway/threadlimit"
+	"warren/gateway/threads"
 	"warren/jail"
 	"warren/meta"
 )
@@ -38,23 +38,21 @@ import (
 // it unmounts everything anyway.
 const shutdownGrace = 10 * time.Second
 
-// recordTimeout bounds the store writes that belong to no request.
-const recordTimeout = jobs.RecordTimeout
-
 // Gateway is a running daemon. Start makes one; call Close when finished.
+// It composes the rooms (see the package doc): it makes them in their
+// order, wires them, serves their handlers, and stops them in the order
+// Close says. It owns none of their state.
 type Gateway struct {
 	// Set by Start, never changed.
-	cfg     Config
-	log     hclog.Logger
-	store   meta.Store
-	mounter mounter
+	cfg   Config
+	log   hclog.Logger
+	store meta.Store
 	// pool serves the threads' mounts on shared connections; nil with
-	// Config.FUSEPerThread or another mounter. Set at Start.
+	// Config.FUSEPerThread or another mounter.
 	pool    *fs.Pool
 	wsBase  string // Config.WorkspacesDir: backing roots
 	wsReal  string // wsBase with symlinks resolved, to refuse inspection mounts in it
 	mntBase string // DataDir/mnt: mount points
-	sealOff bool   // mount points cannot be made immutable here (mountpoint_linux.go)
 	dataDir string // DataDir with symlinks resolved, to refuse inspection mounts in it
 	uid     uint32 // this process's uid, always allowed on the socket
 	allow   map[uint32]bool
@@ -63,15 +61,8 @@ type Gateway struct {
 	// hub joins every mount this gateway serves, so a change made through
 	// one mount shows at once through the others of the same folder.
 	hub *fs.Hub
-	// events fans the gateway's events out to GET /v1/events, and turns
-	// the filesystem's changes into file events (package events).
-	events *events.Bus
-	// metrics are its Prometheus series (package metrics); metricsSrv
-	// serves them on Config.MetricsAddr, if set, and metricsDone is
-	// closed when that server returned.
-	metrics *metrics.Metrics
-	// fileAPI is the file API (package files).
-	fileAPI     *files.Files
+	// metricsSrv serves the operational endpoints on Config.MetricsAddr,
+	// if set, and metricsDone is closed when that server returned.
 	metricsSrv  *http.Server
 	metricsDone chan struct{}
 	// idleStop stops the idle reclaimer (idle.go), and idleDone is closed
@@ -79,39 +70,25 @@ type Gateway struct {
 	idleStop context.CancelFunc
 	idleDone chan struct{}
 
-	// The gateway's state, by concern; each group has its own lock (see
-	// the package's lock order).
-	threads threadSet    // thread locks and mounts (threads.go)
-	jails   *jails.Jails // jails and the commands in them (package jails)
-	jobs    *jobs.Jobs   // background jobs (package jobs)
+	// The rooms, each owning its state, its lock and its goroutines; set
+	// by Start, never changed.
+	metrics     *metrics.Metrics         // the Prometheus series
+	events      *events.Bus              // the event stream, its log, the file events
+	quotas      *quota.Quotas            // the workspaces' quota groups
+	threads     *threads.Threads         // bindings, locks, workspaces and mounts
+	inspections *inspect.Inspections     // the inspection mounts
+	fileAPI     *files.Files             // the file API
+	checkpoints *checkpoints.Checkpoints // snapshots, undo, redo, revert, fork
+	hosts       *hosts.Hosts             // the host's lease and the threads' pins
+	jails       *jails.Jails             // the jails and the commands in them
+	jobs        *jobs.Jobs               // the background jobs and the exec streams
 
-	// inspections are the inspection mounts (package inspect); set by
-	// Start, never changed.
-	inspections *inspect.Inspections
-	// checkpoints owns the snapshot repositories, their collections and
-	// the restores (package checkpoints). Set at Start, never changed.
-	checkpoints *checkpoints.Checkpoints
 	// requests counts the API's requests being answered (Close waits).
 	requests requestSet
 	// admit bounds the connections, requests, bodies, uploads and
 	// streams that clients hold at once (package admit): the listener
 	// and the router ask it.
 	admit *admit.Admitter
-	// remounts is the threads' part of the start's restore, done in the
-	// background once the API serves (restore.go, package remount); set
-	// by restore, never nil after it. It owns its workers; Close stops
-	// and waits for them.
-	remounts *remount.Queue[meta.ThreadKey]
-
-	// machine names the machine it runs on, in the job records.
-	machine string
-	// hosts is this gateway's hold on its host id and the threads' pins
-	// (package hosts). It owns the lease's heartbeat and fence
-	// goroutines; Close ends them.
-	hosts *hosts.Hosts
-
-	// quotas holds the workspaces' quota groups (package quota).
-	quotas *quota.Quotas
 
 	serveDone chan struct{} // closed when the serve goroutine returned
 	serveErr  error         // written before serveDone is closed
@@ -149,34 +126,22 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		log:       cfg.Logger,
 		store:     meta.Observed(cfg.Store, m.ObserveStore),
 		metrics:   m,
-		mounter:   cfg.mounter,
 		wsBase:    cfg.WorkspacesDir,
 		mntBase:   filepath.Join(cfg.DataDir, "mnt"),
 		uid:       uint32(os.Getuid()),
 		allow:     make(map[uint32]bool),
 		serveDone: make(chan struct{}),
-		threads:   threadSet{mounts: make(map[meta.ThreadKey]*threadMount), admit: threadAdmit},
 		admit:     admit.New(cfg.Admission, fileLimit()),
-		machine:   hosts.MachineID(),
 		hub:       fs.NewHub(fs.HubConfig{Logger: cfg.Logger.Named("fs"), NoEditChecks: cfg.NoEditChecks, ObserveOp: m.FUSEObserver(cfg.NoFSMetrics)}),
 	}
-	g.jails = jails.New(jails.Config{
-		Binary: cfg.JailBinary, Rlimits: cfg.JailRlimits, Network: cfg.JailNetwork, MemoryBytes: cfg.JailMemoryBytes,
-		MaxProcs: cfg.JailMaxProcs, CPUMillis: cfg.JailCPUMillis, Idle: cfg.JailIdle, Max: maxJails, CheckRun: validRun,
-		Hub: g.hub, Threads: jailsThreads{g}, Hosts: g.hosts, Events: g.events, Metrics: m, Logger: cfg.Logger,
-	})
-	g.jobs = jobs.New(jobs.Config{
-		HostID: cfg.HostID, Machine: g.machine, MaxJobs: cfg.MaxJobs, Store: g.store, Jails: g.jails,
-		Threads: jobsThreads{g}, Events: g.events, Metrics: m, Logger: cfg.Logger,
-	})
-	g.jails.SetJobs(g.jobs)
-	if _, ok := g.mounter.(fuseMounter); ok && !cfg.FUSEPerThread {
+	mounter := cfg.mounter
+	if _, ok := mounter.(threads.FUSEMounter); ok && !cfg.FUSEPerThread {
 		pool, err := fs.NewPool(fs.PoolConfig{Hub: g.hub, Logger: cfg.Logger.Named("fs")})
 		if err != nil {
 			closeFS(g.hub, g.pool, g.log)
 			return nil, fmt.Errorf("start gateway: %w", err)
 		}
-		g.pool, g.mounter = pool, fuseMounter{pool: pool}
+		g.pool, mounter = pool, threads.FUSEMounter{Pool: pool}
 	}
 	m.Watch(metricsFigures(g))
 	for _, u := range cfg.AllowUIDs {
@@ -186,23 +151,14 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		closeFS(g.hub, g.pool, g.log)
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
-	if g.inspections, err = inspect.New(inspect.Config{
-		Store: g.store, Logger: g.log, Threads: inspectThreads{g},
-		DataDir: g.dataDir, WorkspacesDir: g.wsReal, UnmountDrain: cfg.unmountDrain,
-	}); err != nil {
-		closeFS(g.hub, g.pool, g.log)
-		return nil, fmt.Errorf("start gateway: %w", err)
-	}
-	g.probeSeal()
+
+	// The rooms, each made over those it calls (package doc, Rooms).
 	if g.events, err = events.New(events.Config{
 		LogPath: filepath.Join(cfg.DataDir, "events.log"), LogSize: cfg.EventLog, Refusals: m, Logger: g.log,
 	}); err != nil {
 		closeFS(g.hub, g.pool, g.log)
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
-	g.fileAPI = files.New(files.Config{
-		Threads: filesThreads{g}, Hub: g.hub, Events: g.events, Changes: g.events.OnChange, Logger: g.log,
-	})
 	if g.quotas, err = quota.Start(quota.Config{
 		WorkspacesDir: g.wsBase, StoreDir: MetaDir(cfg.DataDir), StoreFreeBytes: cfg.StoreFreeBytes,
 		QuotaBytes: cfg.DiskQuotaBytes, ReserveBytes: cfg.DiskReserveBytes, Logger: g.log,
@@ -211,17 +167,46 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.events.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
-	g.checkpoints = newCheckpoints(g)
-	// The host's lease, before anything is served: a gateway that cannot
-	// hold its host id serves nothing pinned.
-	if g.hosts, err = hosts.Start(ctx, hosts.Config{
-		HostID: cfg.HostID, RenewEvery: cfg.RenewEvery, ExpiresAfter: cfg.ExpiresAfter,
-		Fence: g.fence, Store: g.store, Logger: g.log,
+	g.threads = threads.New(threads.Config{
+		Store: g.store, Logger: g.log, HostID: cfg.HostID, OnUnreachable: cfg.OnUnreachable, SeedCommand: cfg.SeedCommand,
+		DataDir: cfg.DataDir, WorkspacesDir: g.wsBase, MountsDir: g.mntBase,
+		Mounter: mounter, Hub: g.hub, Transport: cfg.FUSETransport, Admit: threadAdmit,
+		Quotas: g.quotas, Events: g.events, Metrics: m, MaxCheckpoints: checkpoints.Max, RemountGate: cfg.remountGate,
+	})
+	if g.inspections, err = inspect.New(inspect.Config{
+		Store: g.store, Logger: g.log, Threads: g.threads,
+		DataDir: g.dataDir, WorkspacesDir: g.wsReal, UnmountDrain: cfg.unmountDrain,
 	}); err != nil {
 		closeFS(g.hub, g.pool, g.log)
 		g.events.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
+	g.fileAPI = files.New(files.Config{
+		Threads: g.threads, Hub: g.hub, Events: g.events, Changes: g.events.OnChange, Logger: g.log,
+	})
+	g.checkpoints = newCheckpoints(g)
+	// The host's lease, before anything is served: a gateway that cannot
+	// hold its host id serves nothing pinned.
+	if g.hosts, err = hosts.Start(ctx, hosts.Config{
+		HostID: cfg.HostID, RenewEvery: cfg.RenewEvery, ExpiresAfter: cfg.ExpiresAfter,
+		Fence: g.threads.Fence, Store: g.store, Logger: g.log,
+	}); err != nil {
+		closeFS(g.hub, g.pool, g.log)
+		g.events.Close()
+		return nil, fmt.Errorf("start gateway: %w", err)
+	}
+	g.jails = jails.New(jails.Config{
+		Binary: cfg.JailBinary, Rlimits: cfg.JailRlimits, Network: cfg.JailNetwork, MemoryBytes: cfg.JailMemoryBytes,
+		MaxProcs: cfg.JailMaxProcs, CPUMillis: cfg.JailCPUMillis, Idle: cfg.JailIdle, Max: maxJails, CheckRun: files.ValidRun,
+		Hub: g.hub, Threads: g.threads, Hosts: g.hosts, Events: g.events, Metrics: m, Logger: cfg.Logger,
+	})
+	g.jobs = jobs.New(jobs.Config{
+		HostID: cfg.HostID, Machine: hosts.MachineID(), MaxJobs: cfg.MaxJobs, Store: g.store, Jails: g.jails,
+		Threads: g.threads, Events: g.events, Metrics: m, Logger: cfg.Logger,
+	})
+	g.jails.SetJobs(g.jobs)
+	g.threads.Attach(threads.Deps{Hosts: g.hosts, Jails: g.jails, Jobs: g.jobs, Inspections: g.inspections, History: g.checkpoints})
+
 	// A gateway killed with SIGKILL leaves its jails' cgroups behind.
 	if err := jail.RemoveStaleCgroups(); err != nil {
 		g.log.Warn("remove cgroups of ended jails", "error", err)
@@ -231,12 +216,22 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	g.log.Info("limits", "max_threads", h.MaxThreads, "max_threads_per_tenant", h.MaxThreadsPerTenant,
 		"fd_reserve", h.FDReserve, "memory_cap_mib", h.MemoryCap>>20, "os_thread_limit", h.OSThreadLimit,
 		"os_thread_reserve", h.OSThreadReserve, "max_jails", maxJails)
-	g.restore(ctx)
+	// What the store says this host served, before the API serves: the
+	// threads' part (the mounts themselves in the background), then the
+	// inspection mounts.
+	if n, err := g.threads.Restore(ctx); err == nil {
+		mounted, failed, err := g.inspections.Restore(ctx)
+		if err != nil {
+			g.log.Error("restore: list inspection mounts", "error", err)
+		} else {
+			g.log.Info("restore: serving; the threads are served again in the background", "threads", n, "inspection_mounts", mounted, "inspection_failed", failed)
+		}
+	}
 
 	ln, err := listenSocket(cfg.SocketPath, cfg.SocketGID)
 	if err != nil {
 		g.jails.CloseBase()
-		g.remounts.Close()
+		g.threads.EndRestore()
 		g.hosts.Close()
 		g.checkpoints.Close()
 		g.unmountAll()
@@ -249,7 +244,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		ln.Close()
 		os.Remove(cfg.SocketPath)
 		g.jails.CloseBase()
-		g.remounts.Close()
+		g.threads.EndRestore()
 		g.hosts.Close()
 		g.checkpoints.Close()
 		g.unmountAll()
@@ -278,7 +273,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 			g.serveErr = fmt.Errorf("serve api: %w", err)
 		}
 	}()
-	g.remounts.Start()
+	g.threads.StartRestore()
 	g.log.Info("gateway serving", "socket", cfg.SocketPath, "data", cfg.DataDir,
 		"workspaces", g.wsBase, "mounts", g.mntBase, "host_id", cfg.HostID)
 	return g, nil
@@ -320,8 +315,8 @@ func (g *Gateway) Close() error {
 		// background restore takes no more threads (the one it does
 		// ends below).
 		g.stopIdle()
-		g.remounts.Stop()
-		g.threads.close()
+		g.threads.StopRestore()
+		g.threads.Close()
 		g.inspections.Close()
 		g.jobs.Close()
 		// Commands end with their jails, and their streams with them.
@@ -347,7 +342,7 @@ func (g *Gateway) Close() error {
 		// A thread's restore under way ends now (its checkpoint restore,
 		// if any, with the others'); what it mounted, unmountAll
 		// unmounts.
-		g.remounts.Close()
+		g.threads.EndRestore()
 		if err != nil {
 			// Handlers still running are refused where they would add
 			// a mount, a jail or a job, and undo what they made; cut
@@ -434,9 +429,9 @@ func (g *Gateway) makeLayout() error {
 func (g *Gateway) unmountAll() error {
 	var closers []io.Closer
 	var names []string
-	for k, m := range g.threads.drain() {
+	for k, m := range g.threads.Drain() {
 		closers = append(closers, m)
-		names = append(names, g.workspacePath(k))
+		names = append(names, g.threads.Name(k))
 	}
 	for p, m := range g.inspections.Drain() {
 		closers = append(closers, m)
@@ -469,15 +464,6 @@ func (g *Gateway) unmountAll() error {
 
 // unmountParallel bounds the unmounts made at once at shutdown.
 const unmountParallel = 32
-
-// workspacePath names a thread for logs when its paths are not at hand.
-func (g *Gateway) workspacePath(k meta.ThreadKey) string {
-	p, err := WorkspaceRoot(g.mntBase, k.Tenant, k.Thread)
-	if err != nil {
-		return fmt.Sprintf("%q/%q", k.Tenant, k.Thread)
-	}
-	return p
-}
 
 // requestSet counts the API's requests being answered, so that Close
 // returns only once none runs: http.Server.Close, unlike Shutdown, does

@@ -70,7 +70,7 @@ func (g *Gateway) readiness(ctx context.Context) api.Readiness {
 		g.checkAdmission(),
 		g.checkRestore(),
 	}
-	rd := api.Readiness{Ready: true, Checks: checks, Restoring: g.remounts.Left()}
+	rd := api.Readiness{Ready: true, Checks: checks, Restoring: g.threads.RestoreLeft()}
 	for _, c := range checks {
 		rd.Ready = rd.Ready && c.OK
 	}
@@ -78,10 +78,7 @@ func (g *Gateway) readiness(ctx context.Context) api.Readiness {
 }
 
 func (g *Gateway) checkServing() api.ReadyCheck {
-	g.threads.mu.Lock()
-	closed := g.threads.closed
-	g.threads.mu.Unlock()
-	if closed {
+	if !g.threads.Serving() {
 		return api.ReadyCheck{Name: "serving", Detail: "the daemon is stopping"}
 	}
 	return api.ReadyCheck{Name: "serving", OK: true, Detail: "serving"}
@@ -93,7 +90,7 @@ func (g *Gateway) checkServing() api.ReadyCheck {
 // not ready for them; its threads served keep working. The jails' bound
 // never makes it unready: a new jail takes an idle one's place.
 func (g *Gateway) checkAdmission() api.ReadyCheck {
-	h := g.threads.admit.Headroom()
+	h := g.threads.Headroom()
 	refused := h.Refused
 	h.Refused = "" // said last, after the jails
 	live, maxJails := g.jails.Live()
@@ -109,7 +106,7 @@ func (g *Gateway) checkAdmission() api.ReadyCheck {
 // of them serves it at once (bindLocked), so the server takes work while
 // it restores.
 func (g *Gateway) checkRestore() api.ReadyCheck {
-	if n := g.remounts.Left(); n > 0 {
+	if n := g.threads.RestoreLeft(); n > 0 {
 		return api.ReadyCheck{Name: "restore", OK: true, Detail: fmt.Sprintf("restoring: %d threads of the former run still to mount again in the background; a call for one mounts it at once", n)}
 	}
 	return api.ReadyCheck{Name: "restore", OK: true, Detail: "every thread of the former run is served again"}

@@ -25,6 +25,7 @@ import (
 	"warren/api"
 	"warren/client"
 	"warren/fs"
+	"warren/gateway/threads"
 	"warren/internal/testenv"
 	"warren/meta"
 	"warren/meta/badger"
@@ -37,7 +38,7 @@ import (
 // told to fail a mount or an unmount, for the failures a healthy kernel
 // does not produce on demand.
 type tapMounter struct {
-	inner mounter // nil means fuseMounter{}
+	inner threads.Mounter // nil means threads.FUSEMounter{}
 
 	mu       sync.Mutex
 	mounts   int             // Mount calls that succeeded
@@ -50,11 +51,11 @@ type tapMounter struct {
 	failClose func(mountpoint string) error
 }
 
-var _ mounter = (*tapMounter)(nil)
+var _ threads.Mounter = (*tapMounter)(nil)
 
-func (m *tapMounter) real() mounter {
+func (m *tapMounter) real() threads.Mounter {
 	if m.inner == nil {
-		return fuseMounter{}
+		return threads.FUSEMounter{}
 	}
 	return m.inner
 }
@@ -292,9 +293,9 @@ func startEnv(t testing.TB, cfg Config) *testEnv {
 func (e *testEnv) waitRestored(t testing.TB) {
 	t.Helper()
 	select {
-	case <-e.g.remounts.Done():
+	case <-e.g.threads.RestoreDone():
 	case <-time.After(time.Minute):
-		t.Fatalf("the background restore did not end within a minute: %d threads left", e.g.remounts.Left())
+		t.Fatalf("the background restore did not end within a minute: %d threads left", e.g.threads.RestoreLeft())
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"warren/api"
 	"warren/gateway/hosts"
 	"warren/gateway/jails"
+	"warren/gateway/threads"
 	"warren/internal/testenv"
 	"warren/meta"
 )
@@ -52,7 +53,7 @@ func formerHost(t *testing.T, store meta.Store, host string, threads map[string]
 func formerRoot(t *testing.T, thread string, files map[string]string) string {
 	t.Helper()
 	testenv.RequireRoot(t) // the files are given to the jail's user
-	root, err := WorkspaceRoot(filepath.Join(t.TempDir(), "data", "workspaces"), "acme", thread)
+	root, err := threads.WorkspaceRoot(filepath.Join(t.TempDir(), "data", "workspaces"), "acme", thread)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +317,7 @@ func TestFenceSparesRepinned(t *testing.T) {
 	// The fence goes through the threads in order, t1 first: holding
 	// t1's lock keeps it there while a call pins t1 again, as a request
 	// that came in between the new lease and the fence would.
-	unlock, err := env.g.threads.locks.lock(ctx, k1)
+	unlock, err := env.g.threads.Lock(ctx, k1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,48 +85,31 @@ func (g *Gateway) stopIdle() {
 // idle time. uses carries what it saw from one look to the next.
 func (g *Gateway) closeIdleThreads(ctx context.Context, uses map[meta.ThreadKey]*threadUse) {
 	now := time.Now()
-	type mounted struct {
-		k        meta.ThreadKey
-		requests uint64
-		touched  time.Time
-	}
-	var ms []mounted
-	g.threads.mu.Lock()
-	for k, tm := range g.threads.mounts {
-		if tm.mount == nil {
-			continue
-		}
-		m := mounted{k: k, touched: tm.touched}
-		if r, ok := tm.mount.(interface{ Requests() uint64 }); ok {
-			m.requests = r.Requests()
-		}
-		ms = append(ms, m)
-	}
-	g.threads.mu.Unlock()
+	ms := g.threads.Uses()
 
 	seen := make(map[meta.ThreadKey]bool, len(ms))
 	for _, m := range ms {
-		seen[m.k] = true
-		u := uses[m.k]
+		seen[m.Key] = true
+		u := uses[m.Key]
 		if u == nil {
-			u = &threadUse{requests: m.requests, at: now}
-			uses[m.k] = u
+			u = &threadUse{requests: m.Requests, at: now}
+			uses[m.Key] = u
 		}
-		if m.requests != u.requests {
-			u.requests, u.at = m.requests, now
+		if m.Requests != u.requests {
+			u.requests, u.at = m.Requests, now
 		}
-		if m.touched.After(u.at) {
-			u.at = m.touched
+		if m.Touched.After(u.at) {
+			u.at = m.Touched
 		}
-		if used, ok := g.jails.LastUsed(m.k); ok && used.After(u.at) {
+		if used, ok := g.jails.LastUsed(m.Key); ok && used.After(u.at) {
 			u.at = used
 		}
-		if g.jobs.Running(m.k) > 0 || g.jails.Runs(m.k) {
+		if g.jobs.Running(m.Key) > 0 || g.jails.Runs(m.Key) {
 			u.at = now
 			continue
 		}
 		if now.Sub(u.settingsAt) > settingsEvery {
-			if !g.readCloseIdle(ctx, m.k, u) {
+			if !g.readCloseIdle(ctx, m.Key, u) {
 				continue
 			}
 		}
@@ -134,19 +117,19 @@ func (g *Gateway) closeIdleThreads(ctx context.Context, uses map[meta.ThreadKey]
 			continue
 		}
 		// Its settings may have changed since: read them again first.
-		if !g.readCloseIdle(ctx, m.k, u) || u.closeIdle == 0 || now.Sub(u.at) < u.closeIdle {
+		if !g.readCloseIdle(ctx, m.Key, u) || u.closeIdle == 0 || now.Sub(u.at) < u.closeIdle {
 			continue
 		}
 		why := fmt.Sprintf("closed after %v without use; the folder is kept", now.Sub(u.at).Round(time.Second))
-		if _, err := g.closeThreadWith(ctx, m.k.Tenant, m.k.Thread, why); err != nil {
+		if _, err := g.threads.CloseWith(ctx, m.Key.Tenant, m.Key.Thread, why); err != nil {
 			if ctx.Err() == nil {
-				g.log.Warn("close an idle thread", "tenant", m.k.Tenant, "thread", m.k.Thread, "error", err)
+				g.log.Warn("close an idle thread", "tenant", m.Key.Tenant, "thread", m.Key.Thread, "error", err)
 			}
 			u.at = now // try again after another idle time, not at every tick
 			continue
 		}
-		g.log.Info("thread closed: idle", "tenant", m.k.Tenant, "thread", m.k.Thread, "idle", now.Sub(u.at).Round(time.Second))
-		delete(uses, m.k)
+		g.log.Info("thread closed: idle", "tenant", m.Key.Tenant, "thread", m.Key.Thread, "idle", now.Sub(u.at).Round(time.Second))
+		delete(uses, m.Key)
 	}
 	for k := range uses {
 		if !seen[k] {
@@ -165,13 +148,4 @@ func (g *Gateway) readCloseIdle(ctx context.Context, k meta.ThreadKey, u *thread
 	u.closeIdle = jails.IdleOf(g.cfg.CloseIdle, b.Settings.CloseIdleSeconds, 0)
 	u.settingsAt = time.Now()
 	return true
-}
-
-// touch notes that a call changed or used thread k (idle.go).
-func (ts *threadSet) touch(k meta.ThreadKey) {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	if tm := ts.mounts[k]; tm != nil {
-		tm.touched = time.Now()
-	}
 }

@@ -269,7 +269,7 @@ func TestInspectionUnmountDoesNotBlockClose(t *testing.T) {
 	// Then the thread's close, which waits for the thread's lock.
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := env.g.closeThread(cctx, "", "t"); err != nil {
+	if _, err := env.g.threads.CloseThread(cctx, "", "t"); err != nil {
 		t.Errorf("close of the thread after the unmount of its inspection mount: %v", err)
 	}
 	mustMounted(t, moved, false)

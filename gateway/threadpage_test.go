@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"warren/api"
+	"warren/gateway/threads"
 	"warren/meta"
 )
 
@@ -157,7 +158,7 @@ func rawCursor(b ...[]byte) string {
 func TestListThreadsRefusesBadPages(t *testing.T) {
 	env := startEnv(t, Config{})
 	long := strings.Repeat("x", api.MaxIDBytes+1)
-	v1 := []byte{cursorVersion}
+	v1 := []byte{threads.CursorVersion}
 	uv := func(n uint64) []byte { return binary.AppendUvarint(nil, n) }
 	tests := []struct {
 		name  string
@@ -178,7 +179,7 @@ func TestListThreadsRefusesBadPages(t *testing.T) {
 		{"cursor not base64", "cursor=%21%21%21", "cursor"},
 		{"cursor padded", "cursor=" + url.QueryEscape(base64.URLEncoding.EncodeToString([]byte{1, 1, 'a', 'b'})), "cursor"},
 		{"cursor std alphabet", "cursor=" + url.QueryEscape(base64.RawStdEncoding.EncodeToString([]byte{1, 1, 0xfb, 0xff, 'b'})), "cursor"},
-		{"cursor too long", "cursor=" + strings.Repeat("A", maxCursorBytes+1), "cursor"},
+		{"cursor too long", "cursor=" + strings.Repeat("A", threads.MaxCursorBytes+1), "cursor"},
 		{"cursor unknown version", "cursor=" + rawCursor([]byte{2}, uv(1), []byte("ab")), "cursor"},
 		{"cursor of one byte", "cursor=" + rawCursor(v1), "cursor"},
 		{"cursor bad varint", "cursor=" + rawCursor(v1, []byte{0xff, 0xff}), "cursor"},
@@ -206,29 +207,8 @@ func TestListThreadsRefusesBadPages(t *testing.T) {
 	if _, err := env.c.Bind(t.Context(), "a", "t2"); err != nil {
 		t.Fatal(err)
 	}
-	page := listPage(t, env, url.Values{"cursor": {encodeCursor(meta.ThreadKey{Tenant: "a", Thread: "t1"})}})
+	page := listPage(t, env, url.Values{"cursor": {threads.EncodeCursor(meta.ThreadKey{Tenant: "a", Thread: "t1"})}})
 	if len(page.Bindings) != 1 || page.Bindings[0].Thread != "t2" || page.NextCursor != "" {
 		t.Errorf("after an unbound a/t1: got %+v, want a/t2 alone", page)
-	}
-}
-
-func TestCursorRoundTrip(t *testing.T) {
-	for _, k := range []meta.ThreadKey{
-		{Tenant: "a", Thread: "b"},
-		{Tenant: "a/b", Thread: "c"},
-		{Tenant: "a", Thread: "b/c"},
-		{Tenant: "..", Thread: "."},
-		{Tenant: "a\x00b", Thread: "\x00"},
-		{Tenant: "é", Thread: strings.Repeat("t", api.MaxIDBytes)},
-		{Tenant: strings.Repeat("t", api.MaxIDBytes), Thread: strings.Repeat("é", api.MaxIDBytes/2)},
-	} {
-		c := encodeCursor(k)
-		if len(c) > maxCursorBytes {
-			t.Errorf("cursor of %q: %d bytes, over the bound %d", k, len(c), maxCursorBytes)
-		}
-		got, err := decodeCursor(c)
-		if err != nil || got != k {
-			t.Errorf("decodeCursor(encodeCursor(%q)): got %q, %v", k, got, err)
-		}
 	}
 }

@@ -82,7 +82,7 @@ func TestBindIdempotent(t *testing.T) {
 	if live, made := env.live(t), env.m.made(); len(live) != 1 || made != 1 {
 		t.Errorf("got %d live mounts (%v) from %d mounts, want 1 from 1", len(live), live, made)
 	}
-	if n := env.g.threads.locks.size(); n != 0 {
+	if n := env.g.threads.Locks(); n != 0 {
 		t.Errorf("got %d thread locks left, want 0", n)
 	}
 }
@@ -132,7 +132,7 @@ func TestFailedBindLeavesNothing(t *testing.T) {
 			if err == nil {
 				t.Fatal("bind succeeded, want an error")
 			}
-			root, mnt, err := env.g.threadPaths(meta.ThreadKey{Tenant: "acme", Thread: "t-1"})
+			root, mnt, err := env.g.threads.Paths(meta.ThreadKey{Tenant: "acme", Thread: "t-1"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -347,28 +347,6 @@ func TestRestart(t *testing.T) {
 	tis, err := env2.c.Threads(ctx)
 	if err != nil || len(tis) != 3 {
 		t.Errorf("got %d bindings (%v) after restart, want 3", len(tis), err)
-	}
-}
-
-func TestKeyedLocksCancel(t *testing.T) {
-	var kl keyedLocks[string]
-	unlock, err := kl.lock(context.Background(), "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	if _, err := kl.lock(ctx, "a"); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("second lock: got %v, want DeadlineExceeded", err)
-	}
-	other, err := kl.lock(context.Background(), "b")
-	if err != nil {
-		t.Fatalf("lock of another key: %v", err)
-	}
-	other()
-	unlock()
-	if got := kl.size(); got != 0 {
-		t.Errorf("got %d locks left, want 0", got)
 	}
 }
 

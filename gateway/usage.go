@@ -69,15 +69,9 @@ func (g *Gateway) usage(ctx context.Context, tenant, thread string) (api.Usage, 
 	}
 	u.Jobs = len(jobs)
 
-	g.threads.mu.Lock()
-	if tm := g.threads.mounts[k]; tm != nil && tm.mount != nil {
-		if m, ok := tm.mount.(interface{ Requests() uint64 }); ok {
-			u.FUSERequests = m.Requests()
-		}
-	}
-	g.threads.mu.Unlock()
+	u.FUSERequests, _ = g.threads.Requests(k)
 
-	root, err := g.rootOf(b)
+	root, err := g.threads.RootOf(b)
 	if err != nil {
 		return api.Usage{}, err
 	}

@@ -248,3 +248,7 @@ func detachStaleAt(fd int) (bool, error) {
 	}
 	return false, nil
 }
+
+// DetachStale is the package's DetachStale, for the threads' restore,
+// which finishes a delete cut short (package threads, Inspections).
+func (in *Inspections) DetachStale(path string) error { return DetachStale(path) }

@@ -3,11 +3,9 @@ package jails
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -422,7 +420,7 @@ func (js *Jails) For(ctx context.Context, k meta.ThreadKey, b meta.Binding) (*Th
 		return nil, err
 	}
 	// A workspace bound before binds gave it away is given now.
-	if err := GiveToJailUser(root); err != nil {
+	if err := jail.GiveWorkspace(root); err != nil {
 		return nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)
 	}
 	cfg := js.JailConfig(s, mountPath)
@@ -550,20 +548,4 @@ func (js *Jails) CloseAll() {
 	for _, tj := range js.closeAll() {
 		tj.close()
 	}
-}
-
-// GiveToJailUser makes the workspace folder root its jail's user's, unless
-// it is someone's other than root's already.
-func GiveToJailUser(root string) error {
-	var st syscall.Stat_t
-	if err := syscall.Lstat(root, &st); err != nil {
-		return fmt.Errorf("give the workspace to its user: %w", err)
-	}
-	if st.Uid != 0 {
-		return nil
-	}
-	if err := os.Lchown(root, jail.NobodyID, jail.NobodyID); err != nil {
-		return fmt.Errorf("give the workspace to its user: %w", err)
-	}
-	return nil
 }

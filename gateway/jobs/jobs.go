@@ -852,7 +852,7 @@ func (js *Jobs) stopJob(ctx context.Context, tenant, thread, id string, grace ti
 func (js *Jobs) NoteRestarted(ctx context.Context, bs []meta.Binding) {
 	for _, b := range bs {
 		// A thread another host took over had this host's jobs noted
-		// by that host then (noteMovedJobs): one read per thread of
+		// by that host then (NoteMoved): one read per thread of
 		// this host's is enough at a start.
 		if b.HostID != js.cfg.HostID {
 			continue
@@ -868,6 +868,27 @@ func (js *Jobs) NoteRestarted(ctx context.Context, bs []meta.Binding) {
 			return fmt.Sprintf("Background job %s stopped when the host restarted.", ID(rec.Seq)), true
 		})
 	}
+}
+
+// NoteMoved notes, once each, the jobs another host left running on a
+// thread this daemon takes over. Jobs do not move. One that ran on this
+// machine is stopped here (its cgroup is on this machine); one elsewhere
+// may still run, and this daemon cannot stop it.
+func (js *Jobs) NoteMoved(ctx context.Context, k meta.ThreadKey) {
+	js.NoteLeft(ctx, k, "job of a former host noted", nil, func(rec meta.Job) (string, bool) {
+		if rec.HostID == js.cfg.HostID {
+			return "", false
+		}
+		id := ID(rec.Seq)
+		if rec.Machine != "" && rec.Machine == js.cfg.Machine && rec.Cgroup != "" {
+			err := jail.StopTree(rec.Cgroup)
+			if err == nil {
+				return fmt.Sprintf("Background job %s was stopped: it ran on a host before the session moved to this one.", id), true
+			}
+			js.log.Warn("stop a job of a former host", "tenant", k.Tenant, "thread", k.Thread, "job", id, "error", err)
+		}
+		return fmt.Sprintf("Background job %s may still run: it ran on a host before this one, and this host cannot stop it.", id), true
+	})
 }
 
 // NoteLeft ends in the store, each with its note and exit (if not

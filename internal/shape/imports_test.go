@@ -24,11 +24,11 @@ var rooms = map[string][]string{
 	"threadlimit": nil,
 	"quota":       {"call"},
 	"events":      {"call"},
-	"metrics":     {"threadlimit"},
+	"metrics":     {"call", "threadlimit"},
 	"hosts":       {"call", "lease"},
 	// The threads and their mounts: every room that works in a thread
 	// is above them.
-	"threads": {"call", "hosts", "quota", "events", "metrics", "remount", "threadlimit"},
+	"threads": {"call", "hosts", "lease", "quota", "events", "metrics", "remount", "threadlimit"},
 	"inspect": {"call", "threads"},
 	"files":   {"call", "threads", "events", "metrics"},
 	"jails":   {"call", "threads", "hosts", "events", "metrics"},

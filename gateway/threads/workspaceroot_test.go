@@ -1,4 +1,4 @@
-package gateway
+package threads
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 	"warren/api"
 )
 
-// decodeID inverts encodeID for ids whose encoding was kept whole (no '~').
+// decodeID inverts EncodeID for ids whose encoding was kept whole (no '~').
 func decodeID(enc string) (string, error) {
 	if enc == "%" {
 		return "", nil
@@ -150,10 +150,10 @@ func TestEncodeIDLongForm(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := encodeID(tt.id)
+			got := EncodeID(tt.id)
 			prefix, sum, ok := strings.Cut(got, "~")
 			if !ok {
-				t.Fatalf("encodeID(%d bytes) = %q, want a shortened form with '~'", len(tt.id), got)
+				t.Fatalf("EncodeID(%d bytes) = %q, want a shortened form with '~'", len(tt.id), got)
 			}
 			if len(sum) != 64 {
 				t.Errorf("hash part has %d hex digits, want 64", len(sum))
@@ -172,8 +172,8 @@ func TestEncodeIDLongForm(t *testing.T) {
 			}
 		})
 	}
-	if got := encodeID(strings.Repeat("a", 200)); got != strings.Repeat("a", 200) {
-		t.Errorf("encodeID(200 bytes) = %q, want it kept whole", got)
+	if got := EncodeID(strings.Repeat("a", 200)); got != strings.Repeat("a", 200) {
+		t.Errorf("EncodeID(200 bytes) = %q, want it kept whole", got)
 	}
 }
 
@@ -181,7 +181,7 @@ func TestDecodeRoundTrip(t *testing.T) {
 	ids := []string{"", ".", "..", "a/b", "%", "%25", "~", "A", "\x00", "\u0430", ".hidden", "a.b."}
 	for _, id := range ids {
 		t.Run(strconv.Quote(id), func(t *testing.T) {
-			got, err := decodeID(encodeID(id))
+			got, err := decodeID(EncodeID(id))
 			if err != nil {
 				t.Fatalf("decode(encode(%q)): %v", id, err)
 			}
@@ -236,7 +236,7 @@ func FuzzWorkspaceRoot(f *testing.F) {
 				t1, th1, p1, t2, th2, p2, same, p1 == p2)
 		}
 		for _, id := range []string{t1, th1, t2, th2} {
-			enc := encodeID(id)
+			enc := EncodeID(id)
 			if strings.Contains(enc, "~") {
 				continue
 			}

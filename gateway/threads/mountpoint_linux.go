@@ -1,4 +1,4 @@
-package gateway
+package threads
 
 import (
 	"errors"
@@ -83,19 +83,19 @@ func sealErr(path string, err error) error {
 // immutable flag; if not, the gateway says so once and serves without it.
 // The probe is a folder next to mnt/ (on its filesystem), not in it, where
 // only mount points go.
-func (g *Gateway) probeSeal() {
-	dir, err := os.MkdirTemp(filepath.Dir(g.mntBase), ".seal-probe-")
+func (t *Threads) probeSeal() {
+	dir, err := os.MkdirTemp(filepath.Dir(t.mntBase), ".seal-probe-")
 	if err != nil {
-		g.log.Warn("cannot check whether mount points can be made immutable", "path", g.mntBase, "error", err)
+		t.log.Warn("cannot check whether mount points can be made immutable", "path", t.mntBase, "error", err)
 		return
 	}
 	err = setImmutable(dir, true)
 	setImmutable(dir, false)
 	os.Remove(dir)
 	if errors.Is(err, errSealUnsupported) {
-		g.sealOff = true
-		g.log.Warn("mount points cannot be made immutable on this filesystem: a write to the mount path of a thread that is not served lands in the bare folder (it is moved aside at the next mount)",
-			"path", g.mntBase, "error", err)
+		t.sealOff = true
+		t.log.Warn("mount points cannot be made immutable on this filesystem: a write to the mount path of a thread that is not served lands in the bare folder (it is moved aside at the next mount)",
+			"path", t.mntBase, "error", err)
 	}
 }
 
@@ -103,7 +103,7 @@ func (g *Gateway) probeSeal() {
 // on: made if missing, anything found in it moved aside, immutable. It
 // must not be mounted (the caller detached what was there). With undo,
 // a folder it made is removed again if the operation fails.
-func (g *Gateway) prepareMountPoint(k meta.ThreadKey, path string, undo *undoStack) error {
+func (t *Threads) prepareMountPoint(k meta.ThreadKey, path string, undo *undoStack) error {
 	if mounted, err := fs.IsMountpoint(path); err != nil {
 		return err
 	} else if mounted {
@@ -121,18 +121,18 @@ func (g *Gateway) prepareMountPoint(k meta.ThreadKey, path string, undo *undoSta
 			undo.pushFolder("remove "+path, func() error { return removeMountPoint(path) })
 		}
 	case errors.Is(err, os.ErrExist):
-		if err := g.moveAside(k, path); err != nil {
+		if err := t.moveAside(k, path); err != nil {
 			return err
 		}
 	default:
 		return fmt.Errorf("create %s: %w", path, err)
 	}
-	return g.seal(path)
+	return t.seal(path)
 }
 
 // seal makes the mount point path immutable.
-func (g *Gateway) seal(path string) error {
-	if g.sealOff {
+func (t *Threads) seal(path string) error {
+	if t.sealOff {
 		return nil
 	}
 	if err := setImmutable(path, true); err != nil {
@@ -144,7 +144,7 @@ func (g *Gateway) seal(path string) error {
 // moveAside moves the existing mount point path of thread k, if anything
 // is in it, to DataDir/moved-aside/<time>/<tenant>/<thread> and makes a
 // new, empty one in its place.
-func (g *Gateway) moveAside(k meta.ThreadKey, path string) error {
+func (t *Threads) moveAside(k meta.ThreadKey, path string) error {
 	fi, err := os.Lstat(path)
 	if err != nil {
 		return fmt.Errorf("check %s: %w", path, err)
@@ -157,15 +157,15 @@ func (g *Gateway) moveAside(k meta.ThreadKey, path string) error {
 	} else if empty {
 		return nil
 	}
-	rel, err := filepath.Rel(g.mntBase, path)
+	rel, err := filepath.Rel(t.mntBase, path)
 	if err != nil {
 		return fmt.Errorf("move aside %s: %w", path, err)
 	}
-	dest := filepath.Join(g.cfg.DataDir, movedAsideDir, time.Now().UTC().Format("20060102T150405.000000000Z"), rel)
+	dest := filepath.Join(t.cfg.DataDir, movedAsideDir, time.Now().UTC().Format("20060102T150405.000000000Z"), rel)
 	if err := os.MkdirAll(filepath.Dir(dest), 0o700); err != nil {
 		return fmt.Errorf("move aside %s: %w", path, err)
 	}
-	if err := os.Chmod(filepath.Join(g.cfg.DataDir, movedAsideDir), 0o700); err != nil {
+	if err := os.Chmod(filepath.Join(t.cfg.DataDir, movedAsideDir), 0o700); err != nil {
 		return fmt.Errorf("move aside %s: %w", path, err)
 	}
 	if fi.IsDir() {
@@ -175,11 +175,11 @@ func (g *Gateway) moveAside(k meta.ThreadKey, path string) error {
 	}
 	if err := os.Rename(path, dest); err != nil {
 		if fi.IsDir() {
-			g.seal(path)
+			t.seal(path)
 		}
 		return fmt.Errorf("move aside %s: %w", path, err)
 	}
-	g.log.Warn("moved aside what was found in an unserved mount point, which a mount would have covered",
+	t.log.Warn("moved aside what was found in an unserved mount point, which a mount would have covered",
 		"tenant", k.Tenant, "thread", k.Thread, "path", path, "moved_to", dest)
 	if err := os.Mkdir(path, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", path, err)
@@ -227,12 +227,12 @@ func removeMountPoint(path string) error {
 // dead mount a crashed daemon left there (it refuses writes itself) is
 // left to the next bind, which detaches it. A failure is logged; the next
 // bind prepares the folder again.
-func (g *Gateway) sealClosed(b meta.Binding) {
-	_, mountPath, err := g.threadPaths(b.ThreadKey)
+func (t *Threads) sealClosed(b meta.Binding) {
+	_, mountPath, err := t.Paths(b.ThreadKey)
 	if err == nil {
-		err = g.prepareMountPoint(b.ThreadKey, mountPath, nil)
+		err = t.prepareMountPoint(b.ThreadKey, mountPath, nil)
 	}
 	if err != nil {
-		g.log.Warn("restore: prepare the mount point of a closed thread", "tenant", b.Tenant, "thread", b.Thread, "error", err)
+		t.log.Warn("restore: prepare the mount point of a closed thread", "tenant", b.Tenant, "thread", b.Thread, "error", err)
 	}
 }

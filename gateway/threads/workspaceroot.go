@@ -1,4 +1,4 @@
-package gateway
+package threads
 
 import (
 	"crypto/sha256"
@@ -30,7 +30,7 @@ const (
 // WorkspaceRoot returns the folder of thread (tenant, thread) below base:
 // base/<enc(tenant)>/<enc(thread)>. The empty tenant means DefaultTenant, so
 // "" and "default" name the same tenant; every other pair of ids gets its
-// own folder (see encodeID).
+// own folder (see EncodeID).
 //
 // base must be absolute and clean. WorkspaceRoot never clamps: if the result
 // were not exactly two components below base it returns an error wrapping
@@ -42,7 +42,7 @@ func WorkspaceRoot(base, tenant, thread string) (string, error) {
 	if tenant == "" {
 		tenant = api.DefaultTenant
 	}
-	t, th := encodeID(tenant), encodeID(thread)
+	t, th := EncodeID(tenant), EncodeID(thread)
 	p := filepath.Join(base, t, th)
 
 	// Defense in depth: the encoding already rules out "/", "." and "..",
@@ -63,7 +63,7 @@ func WorkspaceRoot(base, tenant, thread string) (string, error) {
 	return p, nil
 }
 
-// encodeID turns one client id into one path component.
+// EncodeID turns one client id into one path component.
 //
 // Bytes in [a-z0-9_-] stay as they are, and so does '.' except as the first
 // byte; every other byte (upper case, '/', '\\', '%', '~', NUL, each byte of
@@ -79,7 +79,7 @@ func WorkspaceRoot(base, tenant, thread string) (string, error) {
 //     short encoding never contains '~' (it is escaped), so long and short
 //     forms never meet, and two long forms are equal only if the SHA-256 of
 //     two different ids collide: injective up to SHA-256.
-func encodeID(id string) string {
+func EncodeID(id string) string {
 	if id == "" {
 		return "%"
 	}
@@ -117,15 +117,15 @@ func encodeID(id string) string {
 // another host keeps its folder there), else this gateway's own root for
 // the ids. A root read from the store is trusted only in that shape, so a
 // damaged record cannot make a delete remove anything else.
-func (g *Gateway) rootOf(b meta.Binding) (string, error) {
+func (t *Threads) RootOf(b meta.Binding) (string, error) {
 	if b.Root != "" && filepath.IsAbs(b.Root) {
 		base := filepath.Dir(filepath.Dir(b.Root))
-		if filepath.Base(base) == "workspaces" || base == g.wsBase {
+		if filepath.Base(base) == "workspaces" || base == t.wsBase {
 			if want, err := WorkspaceRoot(base, b.Tenant, b.Thread); err == nil && want == filepath.Clean(b.Root) {
 				return want, nil
 			}
 		}
 	}
-	root, _, err := g.threadPaths(b.ThreadKey)
+	root, _, err := t.Paths(b.ThreadKey)
 	return root, err
 }

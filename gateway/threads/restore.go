@@ -1,4 +1,4 @@
-package gateway
+package threads
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"warren/fs"
-	"warren/gateway/inspect"
 	"warren/gateway/remount"
 	"warren/meta"
 )
@@ -23,32 +22,34 @@ const restoreParallel = 16
 // leaves dead FUSE mounts that answer ENOTCONN: every warren mount under
 // the mount folder is detached first. Then the deletes a former run cut
 // short are finished, the folders reconciled with the records, the jobs
-// the former run left noted, and the inspection mounts served again.
+// the former run left noted (the inspection mounts are served again by
+// their room, after this).
 // The threads themselves (their mounts, and a checkpoint restore a crash
-// cut short) are left to the background (g.remounts, remountThread): a
+// cut short) are left to the background (t.remounts, remountThread): a
 // call for one of them does its thread's part itself at once (bindLocked,
 // settleLocked), so that the API serves at once and no call waits for
 // another thread's. A failure is logged and kept for ThreadInfo/MountInfo;
 // it does not stop the start, and the next call that needs the thread
-// tries again.
+// tries again. It returns how many threads the background restore
+// serves again, or the error of listing the bindings.
 //
 // It runs before the API serves, so it takes no thread locks; the
 // background restore takes each thread's.
-func (g *Gateway) restore(ctx context.Context) {
+func (t *Threads) Restore(ctx context.Context) (threads int, err error) {
 	var keys []meta.ThreadKey
 	defer func() {
 		// Always a queue, maybe empty: bindLocked and readiness ask it.
 		start := time.Now()
 		var failed atomic.Int64
-		g.remounts = remount.New(keys, remount.Config[meta.ThreadKey]{
+		t.remounts = remount.New(keys, remount.Config[meta.ThreadKey]{
 			Parallel: restoreParallel,
-			Gate:     g.cfg.remountGate,
+			Gate:     t.cfg.RemountGate,
 			Run: func(ctx context.Context, k meta.ThreadKey) {
-				if !g.remountThread(ctx, k) {
+				if !t.remountThread(ctx, k) {
 					failed.Add(1)
 				}
-				if g.remounts.Left() == 0 {
-					g.log.Info("restore: every thread served again", "threads", len(keys), "failed", failed.Load(), "took", time.Since(start))
+				if t.remounts.Left() == 0 {
+					t.log.Info("restore: every thread served again", "threads", len(keys), "failed", failed.Load(), "took", time.Since(start))
 				}
 			},
 		})
@@ -58,42 +59,42 @@ func (g *Gateway) restore(ctx context.Context) {
 	// short mounts before it records): its connection is aborted, so no
 	// process inside hangs on a server that is gone or stuck, and it is
 	// detached, so nothing is stacked on it or trips on ENOTCONN.
-	detached, err := fs.DetachUnder(g.mntBase)
+	detached, err := fs.DetachUnder(t.mntBase)
 	for _, m := range detached {
-		g.log.Debug("restore: detached a mount of a former run", "path", m.Path, "source", m.Source)
+		t.log.Debug("restore: detached a mount of a former run", "path", m.Path, "source", m.Source)
 	}
 	if len(detached) > 0 {
-		g.log.Info("restore: detached the mounts of a former run", "mounts", len(detached))
+		t.log.Info("restore: detached the mounts of a former run", "mounts", len(detached))
 	}
 	if err != nil {
-		g.log.Error("restore: detach the mounts of a former run", "error", err)
+		t.log.Error("restore: detach the mounts of a former run", "error", err)
 	}
-	bs, err := g.store.ListBindings(ctx)
+	bs, err := t.store.ListBindings(ctx)
 	if err != nil {
-		g.log.Error("restore: list bindings", "error", err)
-		return
+		t.log.Error("restore: list bindings", "error", err)
+		return 0, err
 	}
 	// Both stay before the API serves: a bind in flight would race them
 	// (a folder it just made looks like one with no record), and they cost
 	// nothing per thread but for the threads they repair.
-	bs = g.finishDeletes(ctx, bs)
-	g.reconcileFolders(bs)
-	g.jobs.NoteRestarted(ctx, bs)
+	bs = t.finishDeletes(ctx, bs)
+	t.reconcileFolders(bs)
+	t.deps.Jobs.NoteRestarted(ctx, bs)
 	for _, b := range bs {
 		if b.State != meta.StateBound && b.State != meta.StateClosed {
 			continue
 		}
-		if b.HostID != "" && b.HostID != g.cfg.HostID {
+		if b.HostID != "" && b.HostID != t.cfg.HostID {
 			if b.State != meta.StateBound {
 				continue
 			}
 			// Another host serves it (it may have taken it over from this
 			// one while it was down): a mount this host left there when
 			// it crashed is dead, and goes.
-			g.log.Debug("restore: thread belongs to another host", "tenant", b.Tenant, "thread", b.Thread, "owner", b.HostID)
-			if _, mountPath, err := g.threadPaths(b.ThreadKey); err == nil {
-				if err := g.mounter.DetachStale(mountPath); err != nil {
-					g.log.Warn("restore: detach a stale mount of a thread another host serves", "path", mountPath, "error", err)
+			t.log.Debug("restore: thread belongs to another host", "tenant", b.Tenant, "thread", b.Thread, "owner", b.HostID)
+			if _, mountPath, err := t.Paths(b.ThreadKey); err == nil {
+				if err := t.mounter.DetachStale(mountPath); err != nil {
+					t.log.Warn("restore: detach a stale mount of a thread another host serves", "path", mountPath, "error", err)
 				}
 			}
 			continue
@@ -103,24 +104,19 @@ func (g *Gateway) restore(ctx context.Context) {
 		keys = append(keys, b.ThreadKey)
 	}
 
-	mounted, failed, err := g.inspections.Restore(ctx)
-	if err != nil {
-		g.log.Error("restore: list inspection mounts", "error", err)
-		return
-	}
-	g.log.Info("restore: serving; the threads are served again in the background", "threads", len(keys), "inspection_mounts", mounted, "inspection_failed", failed)
+	return len(keys), nil
 }
 
 // remountThread is the background restore of thread k: under its lock,
 // unless a call took k's part first (settleLocked). It says false if k's
 // restore failed.
-func (g *Gateway) remountThread(ctx context.Context, k meta.ThreadKey) bool {
-	unlock, err := g.threads.locks.lock(ctx, k)
+func (t *Threads) remountThread(ctx context.Context, k meta.ThreadKey) bool {
+	unlock, err := t.set.locks.lock(ctx, k)
 	if err != nil {
 		return ctx.Err() != nil // the daemon stops; not a failure of k
 	}
 	defer unlock()
-	return g.settleLocked(ctx, k)
+	return t.settleLocked(ctx, k)
 }
 
 // settleLocked does k's part of the start's restore, if it is still to
@@ -131,22 +127,22 @@ func (g *Gateway) remountThread(ctx context.Context, k meta.ThreadKey) bool {
 // needs k tries the mount again). The thread lock of k must be held: the
 // lock, with the queue's Take, makes sure k's part runs once, and every
 // call that works in k waits for it (bindLocked).
-func (g *Gateway) settleLocked(ctx context.Context, k meta.ThreadKey) bool {
-	done, ok := g.remounts.Take(k)
+func (t *Threads) settleLocked(ctx context.Context, k meta.ThreadKey) bool {
+	done, ok := t.remounts.Take(k)
 	if !ok {
 		return true
 	}
 	defer done()
-	b, err := g.store.GetBinding(ctx, k)
+	b, err := t.store.GetBinding(ctx, k)
 	if err != nil {
 		if errors.Is(err, meta.ErrNotFound) {
 			return true // deleted meanwhile
 		}
-		g.log.Error("restore: read binding", "tenant", k.Tenant, "thread", k.Thread, "error", err)
-		g.setMountErr(k, err)
+		t.log.Error("restore: read binding", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+		t.setMountErr(k, err)
 		return false
 	}
-	if b.HostID != "" && b.HostID != g.cfg.HostID {
+	if b.HostID != "" && b.HostID != t.cfg.HostID {
 		return true // taken over meanwhile
 	}
 	ok = true
@@ -154,23 +150,23 @@ func (g *Gateway) settleLocked(ctx context.Context, k meta.ThreadKey) bool {
 	case meta.StateClosed:
 		// Not served: its mount point refuses writes, and what landed
 		// there before is moved aside now.
-		g.sealClosed(b)
+		t.sealClosed(b)
 	case meta.StateBound:
-		if g.mounted(k) {
+		if t.Mounted(k) {
 			break
 		}
-		if err := g.restoreThread(ctx, b); err != nil {
-			g.log.Error("restore: mount thread", "tenant", b.Tenant, "thread", b.Thread, "path", b.MountPath, "error", err)
-			g.setMountErr(k, err)
+		if err := t.restoreThread(ctx, b); err != nil {
+			t.log.Error("restore: mount thread", "tenant", b.Tenant, "thread", b.Thread, "path", b.MountPath, "error", err)
+			t.setMountErr(k, err)
 			ok = false
 		}
 	default:
 		return true
 	}
-	h, err := g.store.GetHistory(ctx, k)
+	h, err := t.store.GetHistory(ctx, k)
 	if err != nil || h.Restoring == nil {
 		if err != nil && !errors.Is(err, meta.ErrNotFound) {
-			g.log.Error("restore: read the checkpoint history", "tenant", b.Tenant, "thread", b.Thread, "error", err)
+			t.log.Error("restore: read the checkpoint history", "tenant", b.Tenant, "thread", b.Thread, "error", err)
 			return false
 		}
 		return ok
@@ -178,30 +174,30 @@ func (g *Gateway) settleLocked(ctx context.Context, k meta.ThreadKey) bool {
 	// No checkpoint call of k holds its checkpoint lock meanwhile: each
 	// binds first, and the first bind of k since the start waits for this
 	// (FinishMoved relies on the same).
-	if err := g.checkpoints.FinishRestore(ctx, k, b); err != nil {
-		g.log.Error("restore: finish a restore cut short", "tenant", b.Tenant, "thread", b.Thread, "error", err)
+	if err := t.deps.History.FinishRestore(ctx, k, b); err != nil {
+		t.log.Error("restore: finish a restore cut short", "tenant", b.Tenant, "thread", b.Thread, "error", err)
 		return false
 	}
 	return ok
 }
 
 // restoreThread mounts a bound thread again at its mount point.
-func (g *Gateway) restoreThread(ctx context.Context, b meta.Binding) error {
+func (t *Threads) restoreThread(ctx context.Context, b meta.Binding) error {
 	k := b.ThreadKey
-	_, mountPath, err := g.threadPaths(k)
+	_, mountPath, err := t.Paths(k)
 	if err != nil {
 		return err
 	}
-	root, err := g.rootOf(b)
+	root, err := t.RootOf(b)
 	if err != nil {
 		return err
 	}
-	if err := g.mounter.DetachStale(mountPath); err != nil {
+	if err := t.mounter.DetachStale(mountPath); err != nil {
 		return fmt.Errorf("detach stale mount %s: %w", mountPath, err)
 	}
 	// Its pin, taken over from this host's former run, before it is
 	// served; another host may have taken the thread meanwhile.
-	if err := g.hosts.Claim(ctx, k, &b); err != nil {
+	if err := t.deps.Hosts.Claim(ctx, k, &b); err != nil {
 		return err
 	}
 	// A missing backing folder is an error, not something to create:
@@ -210,17 +206,17 @@ func (g *Gateway) restoreThread(ctx context.Context, b meta.Binding) error {
 		return fmt.Errorf("workspace %s is missing or not a folder (%v)", root, err)
 	}
 	// The daemon's default quota may have changed since the last run.
-	if err := g.quotas.Apply(k, root, b.Settings); err != nil {
+	if err := t.cfg.Quotas.Apply(k, root, b.Settings); err != nil {
 		return err
 	}
-	if err := g.prepareMountPoint(k, mountPath, nil); err != nil {
+	if err := t.prepareMountPoint(k, mountPath, nil); err != nil {
 		return fmt.Errorf("prepare mount point: %w", err)
 	}
-	m, err := g.mount(ctx, k, root, mountPath, false)
+	m, err := t.mount(ctx, k, root, mountPath, false)
 	if err != nil {
 		return err
 	}
-	g.putMount(k, m)
+	t.putMount(k, m)
 	return nil
 }
 
@@ -228,42 +224,42 @@ func (g *Gateway) restoreThread(ctx context.Context, b meta.Binding) error {
 // finish (state deleting), for threads this host serves, and returns the
 // bindings left. A delete that fails again stays recorded: the thread
 // answers as gone until a delete finishes it.
-func (g *Gateway) finishDeletes(ctx context.Context, bs []meta.Binding) []meta.Binding {
+func (t *Threads) finishDeletes(ctx context.Context, bs []meta.Binding) []meta.Binding {
 	left := bs[:0:0]
 	var (
 		ms     []meta.InspectionMount // read at the first delete, for all
 		listed bool
 	)
 	for _, b := range bs {
-		if b.State != meta.StateDeleting || (b.HostID != "" && b.HostID != g.cfg.HostID) {
+		if b.State != meta.StateDeleting || (b.HostID != "" && b.HostID != t.cfg.HostID) {
 			left = append(left, b)
 			continue
 		}
 		// The inspection mounts a former run left of the thread: their
 		// records go with the delete, the mounts go now.
 		if !listed {
-			if l, err := g.store.ListInspectionMounts(ctx); err == nil {
+			if l, err := t.store.ListInspectionMounts(ctx); err == nil {
 				ms = l
 			}
 			listed = true
 		}
 		for _, m := range ms {
 			if m.ThreadKey == b.ThreadKey {
-				if err := inspect.DetachStale(m.Path); err != nil {
-					g.log.Warn("restore: detach an inspection mount of a deleted thread", "path", m.Path, "error", err)
+				if err := t.deps.Inspections.DetachStale(m.Path); err != nil {
+					t.log.Warn("restore: detach an inspection mount of a deleted thread", "path", m.Path, "error", err)
 				}
 			}
 		}
-		err := g.hosts.Claim(ctx, b.ThreadKey, &b)
+		err := t.deps.Hosts.Claim(ctx, b.ThreadKey, &b)
 		if err == nil {
-			err = g.deleteLocked(ctx, b)
+			err = t.deleteLocked(ctx, b)
 		}
 		if err != nil {
-			g.log.Error("restore: finish a delete cut short", "tenant", b.Tenant, "thread", b.Thread, "error", err)
+			t.log.Error("restore: finish a delete cut short", "tenant", b.Tenant, "thread", b.Thread, "error", err)
 			left = append(left, b)
 			continue
 		}
-		g.log.Info("restore: finished a delete cut short", "tenant", b.Tenant, "thread", b.Thread)
+		t.log.Info("restore: finished a delete cut short", "tenant", b.Tenant, "thread", b.Thread)
 	}
 	return left
 }
@@ -282,18 +278,18 @@ func (g *Gateway) finishDeletes(ctx context.Context, bs []meta.Binding) []meta.B
 // reconciled only when they are this daemon's own (the default folder in
 // DataDir): a workspaces folder shared with other servers holds the folders
 // of their binds in flight.
-func (g *Gateway) reconcileFolders(bs []meta.Binding) {
+func (t *Threads) reconcileFolders(bs []meta.Binding) {
 	mounts := make(map[string]bool)
 	roots := make(map[string]bool)
 	for _, b := range bs {
-		if root, mountPath, err := g.threadPaths(b.ThreadKey); err == nil {
+		if root, mountPath, err := t.Paths(b.ThreadKey); err == nil {
 			roots[root], mounts[mountPath] = true, true
 		}
 		if b.Root != "" {
 			roots[filepath.Clean(b.Root)] = true
 		}
 	}
-	for _, dir := range leafFolders(g.mntBase) {
+	for _, dir := range leafFolders(t.mntBase) {
 		if mounts[dir] {
 			continue
 		}
@@ -301,41 +297,41 @@ func (g *Gateway) reconcileFolders(bs []meta.Binding) {
 		// in it goes aside, as for a mount point of a thread.
 		err := removeMountPoint(dir)
 		if err != nil {
-			if err = g.moveAside(meta.ThreadKey{}, dir); err == nil {
+			if err = t.moveAside(meta.ThreadKey{}, dir); err == nil {
 				err = removeMountPoint(dir)
 			}
 		}
 		if err != nil {
-			g.log.Warn("restore: a mount-point folder with no record is left as it is", "path", dir, "error", err)
+			t.log.Warn("restore: a mount-point folder with no record is left as it is", "path", dir, "error", err)
 			continue
 		}
-		g.log.Info("restore: removed a mount-point folder with no record", "path", dir)
+		t.log.Info("restore: removed a mount-point folder with no record", "path", dir)
 	}
-	if filepath.Dir(g.wsBase) != filepath.Clean(g.cfg.DataDir) {
+	if filepath.Dir(t.wsBase) != filepath.Clean(t.cfg.DataDir) {
 		return
 	}
 	stamp := time.Now().UTC().Format("20060102T150405.000000000Z")
-	for _, dir := range leafFolders(g.wsBase) {
+	for _, dir := range leafFolders(t.wsBase) {
 		if roots[dir] {
 			continue
 		}
 		if err := os.Remove(dir); err == nil {
-			g.log.Info("restore: removed an empty workspace folder with no record", "path", dir)
+			t.log.Info("restore: removed an empty workspace folder with no record", "path", dir)
 			continue
 		}
-		rel, err := filepath.Rel(g.wsBase, dir)
+		rel, err := filepath.Rel(t.wsBase, dir)
 		if err != nil {
 			continue
 		}
-		aside := filepath.Join(g.cfg.DataDir, "orphans", stamp, rel)
+		aside := filepath.Join(t.cfg.DataDir, "orphans", stamp, rel)
 		if err := os.MkdirAll(filepath.Dir(aside), 0o700); err == nil {
 			err = os.Rename(dir, aside)
 		}
 		if err != nil {
-			g.log.Error("restore: move aside a workspace folder with no record", "path", dir, "error", err)
+			t.log.Error("restore: move aside a workspace folder with no record", "path", dir, "error", err)
 			continue
 		}
-		g.log.Warn("restore: moved aside a workspace folder with no record", "path", dir, "to", aside)
+		t.log.Warn("restore: moved aside a workspace folder with no record", "path", dir, "to", aside)
 	}
 }
 

@@ -1,4 +1,4 @@
-package gateway
+package threads
 
 import (
 	"encoding/base64"
@@ -24,43 +24,43 @@ import (
 // before it is decoded, then its encoding, then both ids as threadKey
 // checks a path's.
 
-// cursorVersion is the first byte of every cursor: a later layout gets
+// CursorVersion is the first byte of every cursor: a later layout gets
 // another, and an old cursor is refused rather than misread.
-const cursorVersion = 1
+const CursorVersion = 1
 
-// maxCursorBytes bounds a cursor as sent: the encoding of two ids of
+// MaxCursorBytes bounds a cursor as sent: the encoding of two ids of
 // api.MaxIDBytes each, with the version and the length.
-var maxCursorBytes = base64.RawURLEncoding.EncodedLen(1 + binary.MaxVarintLen64 + 2*api.MaxIDBytes)
+var MaxCursorBytes = base64.RawURLEncoding.EncodedLen(1 + binary.MaxVarintLen64 + 2*api.MaxIDBytes)
 
-// encodeCursor is the cursor of a page whose last binding is k.
-func encodeCursor(k meta.ThreadKey) string {
+// EncodeCursor is the cursor of a page whose last binding is k.
+func EncodeCursor(k meta.ThreadKey) string {
 	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(k.Tenant)+len(k.Thread))
-	b = append(b, cursorVersion)
+	b = append(b, CursorVersion)
 	b = binary.AppendUvarint(b, uint64(len(k.Tenant)))
 	b = append(b, k.Tenant...)
 	b = append(b, k.Thread...)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// decodeCursor is the inverse of encodeCursor, for a cursor a client
+// DecodeCursor is the inverse of EncodeCursor, for a cursor a client
 // sent. Every way a cursor can be wrong is an api.ErrInvalid that says
 // which, without echoing the cursor.
-func decodeCursor(c string) (meta.ThreadKey, error) {
+func DecodeCursor(c string) (meta.ThreadKey, error) {
 	bad := func(why string, args ...any) (meta.ThreadKey, error) {
 		return meta.ThreadKey{}, fmt.Errorf("%w: malformed cursor (pass nextCursor from the previous page as it is): %s", api.ErrInvalid, fmt.Sprintf(why, args...))
 	}
 	if c == "" {
 		return bad("empty")
 	}
-	if len(c) > maxCursorBytes {
-		return bad("%d bytes, more than %d", len(c), maxCursorBytes)
+	if len(c) > MaxCursorBytes {
+		return bad("%d bytes, more than %d", len(c), MaxCursorBytes)
 	}
 	// Strict: a cursor has one spelling, so trailing bits must be zero.
 	b, err := base64.RawURLEncoding.Strict().DecodeString(c)
 	if err != nil {
 		return bad("not unpadded base64url")
 	}
-	if len(b) == 0 || b[0] != cursorVersion {
+	if len(b) == 0 || b[0] != CursorVersion {
 		return bad("unknown version")
 	}
 	n, size := binary.Uvarint(b[1:])
@@ -94,7 +94,7 @@ func pageQuery(q url.Values) (limit int, after *meta.ThreadKey, err error) {
 		limit = n
 	}
 	if vs, ok := q["cursor"]; ok {
-		k, err := decodeCursor(vs[0])
+		k, err := DecodeCursor(vs[0])
 		if err != nil {
 			return 0, nil, err
 		}

@@ -1,4 +1,4 @@
-package gateway
+package threads
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"warren/fs"
 	"warren/gateway/call"
 	"warren/gateway/hosts"
-	"warren/gateway/jails"
 	"warren/gateway/threadlimit"
 	"warren/jail"
 	"warren/meta"
@@ -48,6 +46,10 @@ type threadSet struct {
 	// threads that are not mounted.
 	mounts map[meta.ThreadKey]*threadMount
 }
+
+// recordTimeout bounds TakeDown's wait for the thread lock and the store
+// calls of its check, which belong to no request.
+const recordTimeout = 30 * time.Second
 
 // threadMount is the in-memory state of one bound thread.
 type threadMount struct {
@@ -152,6 +154,30 @@ func (ts *threadSet) state(k meta.ThreadKey) (mounted bool, err error) {
 	return false, t.err
 }
 
+// counts returns how many threads are mounted, and how many are bound
+// here with a failed mount.
+func (ts *threadSet) counts() (mounted, failed int) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for _, t := range ts.mounts {
+		if t.mount != nil {
+			mounted++
+		} else if t.err != nil {
+			failed++
+		}
+	}
+	return mounted, failed
+}
+
+// touch notes that a call changed or used thread k (the idle reclaim).
+func (ts *threadSet) touch(k meta.ThreadKey) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if tm := ts.mounts[k]; tm != nil {
+		tm.touched = time.Now()
+	}
+}
+
 // close refuses new mounts from now on (add).
 func (ts *threadSet) close() {
 	ts.mu.Lock()
@@ -177,12 +203,12 @@ func (ts *threadSet) drain() map[meta.ThreadKey]io.Closer {
 }
 
 // threadPaths returns the backing root and the mount point of k.
-func (g *Gateway) threadPaths(k meta.ThreadKey) (root, mountPath string, err error) {
-	root, err = WorkspaceRoot(g.wsBase, k.Tenant, k.Thread)
+func (t *Threads) Paths(k meta.ThreadKey) (root, mountPath string, err error) {
+	root, err = WorkspaceRoot(t.wsBase, k.Tenant, k.Thread)
 	if err != nil {
 		return "", "", fmt.Errorf("workspace root: %w", err)
 	}
-	mountPath, err = WorkspaceRoot(g.mntBase, k.Tenant, k.Thread)
+	mountPath, err = WorkspaceRoot(t.mntBase, k.Tenant, k.Thread)
 	if err != nil {
 		return "", "", fmt.Errorf("mount path: %w", err)
 	}
@@ -190,8 +216,8 @@ func (g *Gateway) threadPaths(k meta.ThreadKey) (root, mountPath string, err err
 }
 
 // bind binds thread k (lazily, idempotently) and returns its binding.
-func (g *Gateway) bind(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
-	return g.bindWith(ctx, tenant, thread, nil)
+func (t *Threads) Bind(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
+	return t.BindWith(ctx, tenant, thread, nil)
 }
 
 // bindWith binds thread k like Bind and, unless settings is nil, gives it
@@ -199,40 +225,40 @@ func (g *Gateway) bind(ctx context.Context, tenant, thread string) (api.ThreadIn
 // apply to the next command; a running jail whose network or limits would
 // change is not restarted behind its commands' backs: the call is refused
 // until the thread is closed.
-func (g *Gateway) bindWith(ctx context.Context, tenant, thread string, settings *meta.Settings) (api.ThreadInfo, error) {
+func (t *Threads) BindWith(ctx context.Context, tenant, thread string, settings *meta.Settings) (api.ThreadInfo, error) {
 	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return api.ThreadInfo{}, err
 	}
 	if settings != nil {
-		if err := checkSettings(*settings); err != nil {
+		if err := t.checkSettings(*settings); err != nil {
 			return api.ThreadInfo{}, err
 		}
 		s := cloneSettings(*settings)
 		settings = &s
 	}
-	unlock, err := g.threads.locks.lock(ctx, k)
+	unlock, err := t.set.locks.lock(ctx, k)
 	if err != nil {
 		return api.ThreadInfo{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
 	defer unlock()
-	b, err := g.bindLocked(ctx, k, settings)
+	b, err := t.BindLocked(ctx, k, settings)
 	if err != nil {
 		return api.ThreadInfo{}, err
 	}
-	return g.info(b), nil
+	return t.info(b), nil
 }
 
 // bindLocked returns k's binding, binding and mounting it first if needed,
 // and gives it settings unless they are nil. On failure nothing of this
 // attempt is left: no record, no mount, no folder it created. The thread
 // lock of k must be held.
-func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *meta.Settings) (meta.Binding, error) {
+func (t *Threads) BindLocked(ctx context.Context, k meta.ThreadKey, settings *meta.Settings) (meta.Binding, error) {
 	// A thread the start left to the background is served again now, by
 	// this call, if the background has not come to it: the call waits
 	// for its own thread, never for the whole restore.
-	g.settleLocked(ctx, k)
-	old, err := g.store.GetBinding(ctx, k)
+	t.settleLocked(ctx, k)
+	old, err := t.store.GetBinding(ctx, k)
 	found := err == nil
 	if err != nil && !errors.Is(err, meta.ErrNotFound) {
 		return meta.Binding{}, fmt.Errorf("bind %s: read binding: %w", call.KeyName(k), err)
@@ -245,67 +271,67 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	if found {
 		oldp = &old
 	}
-	if err := g.hosts.Claim(ctx, k, oldp); err != nil {
+	if err := t.deps.Hosts.Claim(ctx, k, oldp); err != nil {
 		return meta.Binding{}, err
 	}
 	// A thread another host served (it died: this gateway holds the pin
 	// now) resumes in its folder, or starts afresh, or is gone.
-	moved := found && old.HostID != "" && old.HostID != g.cfg.HostID && g.cfg.HostID != ""
+	moved := found && old.HostID != "" && old.HostID != t.cfg.HostID && t.cfg.HostID != ""
 	if found && old.State == meta.StateGone && !moved {
 		return meta.Binding{}, hosts.GoneError(old)
 	}
-	if found && old.State == meta.StateClosed && g.mounted(k) && !moved {
+	if found && old.State == meta.StateClosed && t.Mounted(k) && !moved {
 		// Closed while its jobs ran, and still mounted for them: bound
 		// again, as it is.
 		b := old
 		b.State, b.ClosedAt = meta.StateBound, time.Time{}
 		if settings != nil {
 			b.Settings = *settings
-			if g.quotas.DiskBytes(b.Settings) != g.quotas.DiskBytes(old.Settings) {
-				root, err := g.rootOf(old)
+			if t.cfg.Quotas.DiskBytes(b.Settings) != t.cfg.Quotas.DiskBytes(old.Settings) {
+				root, err := t.RootOf(old)
 				if err == nil {
-					err = g.quotas.Apply(k, root, b.Settings)
+					err = t.cfg.Quotas.Apply(k, root, b.Settings)
 				}
 				if err != nil {
 					return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 				}
 			}
 		}
-		b, err := g.store.UpdateBinding(ctx, b)
+		b, err := t.store.UpdateBinding(ctx, b)
 		if err != nil {
 			return meta.Binding{}, fmt.Errorf("bind %s: write binding: %w", call.KeyName(k), err)
 		}
-		g.jobs.SetClosing(k, false)
-		g.log.Info("thread bound again while its jobs ran", "tenant", k.Tenant, "thread", k.Thread)
-		g.emit(api.Event{Type: api.EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: call.Actor(ctx), Message: "bound again; it was kept mounted for its jobs"})
+		t.deps.Jobs.SetClosing(k, false)
+		t.log.Info("thread bound again while its jobs ran", "tenant", k.Tenant, "thread", k.Thread)
+		t.cfg.Events.Emit(api.Event{Type: api.EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: call.Actor(ctx), Message: "bound again; it was kept mounted for its jobs"})
 		return b, nil
 	}
-	if found && old.State == meta.StateBound && g.mounted(k) && !moved {
+	if found && old.State == meta.StateBound && t.Mounted(k) && !moved {
 		if settings == nil || reflect.DeepEqual(*settings, old.Settings) {
 			return old, nil
 		}
-		return g.resettle(ctx, old, *settings)
+		return t.resettle(ctx, old, *settings)
 	}
 
-	root, mountPath, err := g.threadPaths(k)
+	root, mountPath, err := t.Paths(k)
 	if err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
 	var undo undoStack
-	defer undo.run(g.log)
+	defer undo.run(t.log)
 	// A new mount takes a slot first: past a limit it is refused before
 	// anything is made or taken over.
-	if err := g.admitThread(k, &undo); err != nil {
+	if err := t.admitThread(k, &undo); err != nil {
 		return meta.Binding{}, err
 	}
 	fresh := false
 	switch {
 	case moved:
-		if root, fresh, err = g.takeOver(ctx, old); err != nil {
+		if root, fresh, err = t.takeOver(ctx, old); err != nil {
 			return meta.Binding{}, err
 		}
 	case found:
-		if root, err = g.rootOf(old); err != nil {
+		if root, err = t.RootOf(old); err != nil {
 			return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 		}
 	}
@@ -314,7 +340,7 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	// (or be covered by the new one). A record means this gateway (or a
 	// crashed one) mounted here before; without one, a bind cut short by
 	// a crash may have mounted here too.
-	if err := g.mounter.DetachStale(mountPath); err != nil {
+	if err := t.mounter.DetachStale(mountPath); err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: detach stale mount %s: %w", call.KeyName(k), mountPath, err)
 	}
 	if found {
@@ -322,7 +348,7 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 		// if its folder vanished, say so rather than serve an empty one
 		// in its place.
 		if _, err := os.Lstat(root); !fresh && errors.Is(err, os.ErrNotExist) {
-			g.log.Warn("refused: workspace folder is gone", "tenant", k.Tenant, "thread", k.Thread, "path", root)
+			t.log.Warn("refused: workspace folder is gone", "tenant", k.Tenant, "thread", k.Thread, "path", root)
 			return meta.Binding{}, hosts.GoneError(old)
 		}
 	}
@@ -332,7 +358,7 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	// The workspace is its jail's user's from the start: what the file
 	// API makes before the first command (a new entry takes its folder's
 	// owner) is the commands' to change.
-	if err := jails.GiveToJailUser(root); err != nil {
+	if err := jail.GiveWorkspace(root); err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
 	// The quota holds before the mount serves a single write.
@@ -340,18 +366,18 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	if settings != nil {
 		newSettings = *settings
 	}
-	if err := g.quotas.Apply(k, root, newSettings); err != nil {
+	if err := t.cfg.Quotas.Apply(k, root, newSettings); err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
 	// Immutable, with nothing in it: a write while it is not served is
 	// refused, and nothing is covered (mountpoint_linux.go).
-	if err := g.prepareMountPoint(k, mountPath, &undo); err != nil {
+	if err := t.prepareMountPoint(k, mountPath, &undo); err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: prepare mount point: %w", call.KeyName(k), err)
 	}
-	m, err := g.mount(ctx, k, root, mountPath, false)
+	m, err := t.mount(ctx, k, root, mountPath, false)
 	if err != nil {
 		if found {
-			g.setMountErr(k, err)
+			t.setMountErr(k, err)
 		}
 		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
@@ -360,7 +386,7 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	b := meta.Binding{
 		ThreadKey: k,
 		Kind:      meta.KindHost,
-		HostID:    g.cfg.HostID,
+		HostID:    t.cfg.HostID,
 		Root:      root,
 		MountPath: mountPath,
 		BoundAt:   time.Now().UTC(),
@@ -374,9 +400,9 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	}
 	if found {
 		b.Revision = old.Revision
-		b, err = g.store.UpdateBinding(ctx, b)
+		b, err = t.store.UpdateBinding(ctx, b)
 	} else {
-		b, err = g.store.CreateBinding(ctx, b)
+		b, err = t.store.CreateBinding(ctx, b)
 	}
 	if err != nil {
 		if errors.Is(err, meta.ErrUnavailable) {
@@ -389,20 +415,20 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 		return meta.Binding{}, fmt.Errorf("bind %s: write binding: %w", call.KeyName(k), err)
 	}
 
-	if err := g.threads.add(k, m); err != nil {
+	if err := t.set.add(k, m); err != nil {
 		// The record stays "bound": the next start mounts it again. The
 		// undo unmounts m.
 		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
 	undo.done()
-	g.log.Info("thread bound", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
-	g.emit(api.Event{Type: api.EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: call.Actor(ctx),
+	t.log.Info("thread bound", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
+	t.cfg.Events.Emit(api.Event{Type: api.EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: call.Actor(ctx),
 		Message: "mounted at " + mountPath})
-	if fresh && g.cfg.SeedCommand != "" {
-		g.seed(ctx, b)
+	if fresh && t.cfg.SeedCommand != "" {
+		t.seed(ctx, b)
 	}
 	if moved && !fresh {
-		g.checkpoints.FinishMoved(ctx, b)
+		t.deps.History.FinishMoved(ctx, b)
 	}
 	return b, nil
 }
@@ -412,21 +438,21 @@ func (g *Gateway) bindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 // *threadlimit.Refusal: 503 unavailable). A thread mounted already holds
 // one. The slot is given back by undo unless the bind succeeds (the
 // mount then holds it: threadSet). The thread lock of k must be held.
-func (g *Gateway) admitThread(k meta.ThreadKey, undo *undoStack) error {
-	if g.mounted(k) {
+func (t *Threads) admitThread(k meta.ThreadKey, undo *undoStack) error {
+	if t.Mounted(k) {
 		return nil
 	}
-	if err := g.threads.admit.Admit(k); err != nil {
+	if err := t.set.admit.Admit(k); err != nil {
 		var r *threadlimit.Refusal
 		limit := ""
 		if errors.As(err, &r) {
 			limit = r.Limit
 		}
-		g.log.Warn("refused: thread limit", "tenant", k.Tenant, "thread", k.Thread, "limit", limit, "error", err)
+		t.log.Warn("refused: thread limit", "tenant", k.Tenant, "thread", k.Thread, "limit", limit, "error", err)
 		return err
 	}
 	undo.push("give back the thread's slot", func() error {
-		g.threads.admit.Release(k)
+		t.set.admit.Release(k)
 		return nil
 	})
 	return nil
@@ -435,94 +461,77 @@ func (g *Gateway) admitThread(k meta.ThreadKey, undo *undoStack) error {
 // seed runs the configured seed command in a fresh workspace (one that
 // replaced a folder the thread lost in a move). A failure is logged: the
 // thread is served anyway, as empty as it is.
-func (g *Gateway) seed(ctx context.Context, b meta.Binding) {
+func (t *Threads) seed(ctx context.Context, b meta.Binding) {
 	k := b.ThreadKey
-	tj, err := g.jails.For(ctx, k, b)
-	if err == nil {
-		defer g.jails.Unhold(tj) // held while the seed runs: it is no registered command
-		var out strings.Builder
-		var code int
-		var env []string
-		if env, err = jail.Env(b.Settings.Env, nil); err == nil {
-			code, err = tj.Jail().Run(ctx, jail.Cmd{Script: g.cfg.SeedCommand, Env: env, Stdout: &out, Stderr: &out})
-		}
-		if err == nil && code != 0 {
-			err = fmt.Errorf("exit %d: %s", code, call.Clip(out.String()))
-		}
-	}
-	if err != nil {
-		g.log.Error("seed a fresh workspace", "tenant", k.Tenant, "thread", k.Thread, "command", g.cfg.SeedCommand, "error", err)
+	if err := t.deps.Jails.Seed(ctx, b, t.cfg.SeedCommand); err != nil {
+		t.log.Error("seed a fresh workspace", "tenant", k.Tenant, "thread", k.Thread, "command", t.cfg.SeedCommand, "error", err)
 		return
 	}
-	g.log.Info("fresh workspace seeded", "tenant", k.Tenant, "thread", k.Thread, "command", g.cfg.SeedCommand)
+	t.log.Info("fresh workspace seeded", "tenant", k.Tenant, "thread", k.Thread, "command", t.cfg.SeedCommand)
 }
 
 // resettle gives bound thread b new settings. The thread lock must be held.
-func (g *Gateway) resettle(ctx context.Context, b meta.Binding, s meta.Settings) (meta.Binding, error) {
-	tj, running := g.jails.Get(b.ThreadKey)
-	if tj != nil {
-		now, next := g.jails.JailConfig(running, ""), g.jails.JailConfig(s, "")
-		if !jails.SameJail(now, next) {
-			return meta.Binding{}, fmt.Errorf("%w: the jail of thread %s runs with network %s, %d bytes of memory, %d processes and %s; "+
-				"close the thread before you change its network or limits", api.ErrConflict, call.KeyName(b.ThreadKey), now.Network, now.MemoryBytes, now.MaxProcs, jails.CPUBound(now.CPUMillis))
-		}
+func (t *Threads) resettle(ctx context.Context, b meta.Binding, s meta.Settings) (meta.Binding, error) {
+	// A running jail whose network or limits would change is not
+	// restarted behind its commands' backs.
+	applyToJail, err := t.deps.Jails.Resettle(b.ThreadKey, s)
+	if err != nil {
+		return meta.Binding{}, err
 	}
 	// A new quota applies at once, to the running jail too: the
 	// filesystem enforces it, not the jail.
 	k, oldSettings := b.ThreadKey, b.Settings
-	quotaChanged := g.quotas.DiskBytes(s) != g.quotas.DiskBytes(oldSettings)
+	quotaChanged := t.cfg.Quotas.DiskBytes(s) != t.cfg.Quotas.DiskBytes(oldSettings)
 	var root string
 	if quotaChanged {
 		var err error
-		if root, err = g.rootOf(b); err != nil {
+		if root, err = t.RootOf(b); err != nil {
 			return meta.Binding{}, fmt.Errorf("settings of %s: %w", call.KeyName(k), err)
 		}
-		if err := g.quotas.Apply(k, root, s); err != nil {
+		if err := t.cfg.Quotas.Apply(k, root, s); err != nil {
 			return meta.Binding{}, fmt.Errorf("settings of %s: %w", call.KeyName(k), err)
 		}
 	}
 	b.Settings = s
-	b, err := g.store.UpdateBinding(ctx, b)
+	b, err = t.store.UpdateBinding(ctx, b)
 	if err != nil {
 		if quotaChanged {
-			if qerr := g.quotas.Apply(k, root, oldSettings); qerr != nil {
-				g.log.Warn("restore the former disk quota", "tenant", k.Tenant, "thread", k.Thread, "error", qerr)
+			if qerr := t.cfg.Quotas.Apply(k, root, oldSettings); qerr != nil {
+				t.log.Warn("restore the former disk quota", "tenant", k.Tenant, "thread", k.Thread, "error", qerr)
 			}
 		}
 		return meta.Binding{}, fmt.Errorf("settings of %s: write binding: %w", call.KeyName(k), err)
 	}
-	if tj != nil {
-		g.jails.SetSettings(tj, cloneSettings(s))
-	}
-	g.log.Info("thread settings changed", "tenant", b.Tenant, "thread", b.Thread, "settings", fmt.Sprintf("%+v", s))
+	applyToJail()
+	t.log.Info("thread settings changed", "tenant", b.Tenant, "thread", b.Thread, "settings", fmt.Sprintf("%+v", s))
 	return b, nil
 }
 
 // mount serves root at mountPath for thread k.
-func (g *Gateway) mount(ctx context.Context, k meta.ThreadKey, root, mountPath string, readOnly bool) (io.Closer, error) {
-	return g.mountAt(ctx, k, root, mountPath, readOnly, nil)
+func (t *Threads) mount(ctx context.Context, k meta.ThreadKey, root, mountPath string, readOnly bool) (io.Closer, error) {
+	return t.Mount(ctx, k, root, mountPath, readOnly, nil)
 }
 
 // mountAt is mount onto target, if not nil, which mountPath then only
 // names (fs.Options.Target).
-func (g *Gateway) mountAt(ctx context.Context, k meta.ThreadKey, root, mountPath string, readOnly bool, target *fs.Target) (io.Closer, error) {
-	log := g.log.Named("fs").With("tenant", k.Tenant, "thread", k.Thread, "mount_path", mountPath)
+func (t *Threads) Mount(ctx context.Context, k meta.ThreadKey, root, mountPath string, readOnly bool, target *fs.Target) (io.Closer, error) {
+	log := t.log.Named("fs").With("tenant", k.Tenant, "thread", k.Thread, "mount_path", mountPath)
 	opts := fs.Options{
 		Name:     k.Tenant + "/" + k.Thread,
 		ReadOnly: readOnly,
 		Logger:   log,
-		Hub:      g.hub,
+		Hub:      t.cfg.Hub,
 		// Inspection mounts too: an escape through them is the thread's.
-		OnRefusal:   g.events.OnRefusal(k),
-		OnStale:     g.events.OnStale(k),
-		OnChange:    g.events.OnChange(k),
-		WantChanges: func() bool { return g.events.Wants(k) },
+		OnRefusal:   t.cfg.Events.OnRefusal(k),
+		OnStale:     t.cfg.Events.OnStale(k),
+		OnChange:    t.cfg.Events.OnChange(k),
+		WantChanges: func() bool { return t.cfg.Events.Wants(k) },
 		Target:      target,
-		Transport:   g.cfg.FUSETransport,
+		Transport:   t.cfg.Transport,
 		// The daemon opens no file of its mounts (fs/doc.go).
 		NoPollHack: true,
 	}
-	m, err := g.mounter.Mount(ctx, root, mountPath, opts)
+	m, err := t.mounter.Mount(ctx, root, mountPath, opts)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s at %s: %w", root, mountPath, err)
 	}
@@ -530,36 +539,36 @@ func (g *Gateway) mountAt(ctx context.Context, k meta.ThreadKey, root, mountPath
 }
 
 // mounted reports whether this gateway serves k's mount.
-func (g *Gateway) mounted(k meta.ThreadKey) bool { return g.threads.mounted(k) }
+func (t *Threads) Mounted(k meta.ThreadKey) bool { return t.set.mounted(k) }
 
 // setMountErr remembers why k could not be mounted, for ThreadInfo.
-func (g *Gateway) setMountErr(k meta.ThreadKey, err error) { g.threads.setErr(k, err) }
+func (t *Threads) setMountErr(k meta.ThreadKey, err error) { t.set.setErr(k, err) }
 
 // putMount keeps k's mount m, unless the gateway unmounted everything
 // already: then m is unmounted here, as unmountAll would have done.
-func (g *Gateway) putMount(k meta.ThreadKey, m io.Closer) {
-	if g.threads.put(k, m) {
+func (t *Threads) putMount(k meta.ThreadKey, m io.Closer) {
+	if t.set.put(k, m) {
 		return
 	}
 	if err := m.Close(); err != nil {
-		g.log.Error("unmount at shutdown", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+		t.log.Error("unmount at shutdown", "tenant", k.Tenant, "thread", k.Thread, "error", err)
 	}
 }
 
 // unmountThread unmounts k's mount, if it has one, putting it back into the
 // map if that fails. The thread lock of k must be held.
-func (g *Gateway) unmountThread(k meta.ThreadKey, mountPath string) error {
+func (t *Threads) unmountThread(k meta.ThreadKey, mountPath string) error {
 	// The jail holds the mount (bound at /workspace in its namespace):
 	// it goes first, with every command and job in it.
-	g.jails.CloseJail(k)
-	g.jobs.EndThread(k)
-	m := g.threads.take(k)
+	t.deps.Jails.CloseJail(k)
+	t.deps.Jobs.EndThread(k)
+	m := t.set.take(k)
 	if m == nil {
 		return nil
 	}
 	if err := m.Close(); err != nil {
-		g.putMount(k, m)
-		g.log.Warn("refused: unmount failed", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "error", err)
+		t.putMount(k, m)
+		t.log.Warn("refused: unmount failed", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "error", err)
 		return fmt.Errorf("unmount %s: %w", mountPath, busy(err))
 	}
 	return nil
@@ -571,10 +580,10 @@ func (g *Gateway) unmountThread(k meta.ThreadKey, mountPath string) error {
 // ctx bounds the wait for the lock and still's store calls: a fence ends
 // it when the gateway closes, so Close does not wait behind a thread lock
 // that a cut-off request holds.
-func (g *Gateway) takeDown(ctx context.Context, k meta.ThreadKey, still func(context.Context) bool) (bool, error) {
+func (t *Threads) TakeDown(ctx context.Context, k meta.ThreadKey, still func(context.Context) bool) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
-	unlock, err := g.threads.locks.lock(ctx, k)
+	unlock, err := t.set.locks.lock(ctx, k)
 	if err != nil {
 		return false, err
 	}
@@ -582,11 +591,11 @@ func (g *Gateway) takeDown(ctx context.Context, k meta.ThreadKey, still func(con
 	if still != nil && !still(ctx) {
 		return false, nil
 	}
-	_, mountPath, err := g.threadPaths(k)
+	_, mountPath, err := t.Paths(k)
 	if err != nil {
 		return false, err
 	}
-	if err := g.unmountThread(k, mountPath); err != nil {
+	if err := t.unmountThread(k, mountPath); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -601,10 +610,10 @@ func busy(err error) error {
 }
 
 // info adds the in-memory mount state to b.
-func (g *Gateway) info(b meta.Binding) api.ThreadInfo {
+func (t *Threads) info(b meta.Binding) api.ThreadInfo {
 	ti := api.ThreadInfo{Binding: b}
 	var err error
-	ti.Mounted, err = g.threads.state(b.ThreadKey)
+	ti.Mounted, err = t.set.state(b.ThreadKey)
 	if err != nil {
 		ti.Error = err.Error()
 	}
@@ -612,20 +621,20 @@ func (g *Gateway) info(b meta.Binding) api.ThreadInfo {
 }
 
 // showThread returns k's binding without binding it.
-func (g *Gateway) showThread(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
+func (t *Threads) Show(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
 	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return api.ThreadInfo{}, err
 	}
-	b, err := g.store.GetBinding(ctx, k)
+	b, err := t.store.GetBinding(ctx, k)
 	if errors.Is(err, meta.ErrNotFound) {
 		return api.ThreadInfo{}, fmt.Errorf("%w: thread %s is not bound", api.ErrNotFound, call.KeyName(k))
 	}
 	if err != nil {
 		return api.ThreadInfo{}, fmt.Errorf("read binding of %s: %w", call.KeyName(k), err)
 	}
-	ti := g.info(b)
-	ti.Owner = g.hosts.Owner(ctx, b)
+	ti := t.info(b)
+	ti.Owner = t.deps.Hosts.Owner(ctx, b)
 	return ti, nil
 }
 
@@ -635,7 +644,7 @@ func (g *Gateway) showThread(ctx context.Context, tenant, thread string) (api.Th
 // and their pins, however many threads the store holds, and takes no lock
 // of the daemon's over the reads (info takes the thread set's briefly,
 // per binding, after them).
-func (g *Gateway) listThreads(ctx context.Context, tenant *string, after *meta.ThreadKey, limit int) ([]api.ThreadInfo, string, error) {
+func (t *Threads) List(ctx context.Context, tenant *string, after *meta.ThreadKey, limit int) ([]api.ThreadInfo, string, error) {
 	if tenant != nil && *tenant == "" {
 		def := api.DefaultTenant
 		tenant = &def
@@ -644,41 +653,41 @@ func (g *Gateway) listThreads(ctx context.Context, tenant *string, after *meta.T
 		// A cursor of another listing would start this one anywhere.
 		return nil, "", fmt.Errorf("%w: the cursor is not of tenant %s's listing", api.ErrInvalid, call.Quote(*tenant))
 	}
-	bs, more, err := g.store.ListBindingsPage(ctx, tenant, after, limit)
+	bs, more, err := t.store.ListBindingsPage(ctx, tenant, after, limit)
 	if err != nil {
 		return nil, "", fmt.Errorf("list bindings: %w", err)
 	}
 	out := make([]api.ThreadInfo, len(bs))
 	for i, b := range bs {
-		out[i] = g.info(b)
-		out[i].Owner = g.hosts.Owner(ctx, b)
+		out[i] = t.info(b)
+		out[i].Owner = t.deps.Hosts.Owner(ctx, b)
 	}
 	var next string
 	if more {
-		next = encodeCursor(bs[len(bs)-1].ThreadKey)
+		next = EncodeCursor(bs[len(bs)-1].ThreadKey)
 	}
 	return out, next, nil
 }
 
 // closeThread unmounts k and records it as closed, keeping its folder. A
 // closed thread is bound again by the next call that needs it.
-func (g *Gateway) closeThread(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
-	return g.closeThreadWith(ctx, tenant, thread, "closed; the folder is kept")
+func (t *Threads) CloseThread(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
+	return t.CloseWith(ctx, tenant, thread, "closed; the folder is kept")
 }
 
 // closeThreadWith is closeThread, with why as its event's message.
-func (g *Gateway) closeThreadWith(ctx context.Context, tenant, thread, why string) (api.ThreadInfo, error) {
+func (t *Threads) CloseWith(ctx context.Context, tenant, thread, why string) (api.ThreadInfo, error) {
 	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return api.ThreadInfo{}, err
 	}
-	unlock, err := g.threads.locks.lock(ctx, k)
+	unlock, err := t.set.locks.lock(ctx, k)
 	if err != nil {
 		return api.ThreadInfo{}, fmt.Errorf("close %s: %w", call.KeyName(k), err)
 	}
 	defer unlock()
 
-	b, err := g.store.GetBinding(ctx, k)
+	b, err := t.store.GetBinding(ctx, k)
 	if errors.Is(err, meta.ErrNotFound) {
 		return api.ThreadInfo{}, fmt.Errorf("close %s: %w: thread is not bound", call.KeyName(k), api.ErrNotFound)
 	}
@@ -688,15 +697,15 @@ func (g *Gateway) closeThreadWith(ctx context.Context, tenant, thread, why strin
 	if b.State == meta.StateDeleting {
 		return api.ThreadInfo{}, fmt.Errorf("close %s: %w", call.KeyName(k), deletingError(k))
 	}
-	if err := g.hosts.Claim(ctx, k, &b); err != nil {
+	if err := t.deps.Hosts.Claim(ctx, k, &b); err != nil {
 		return api.ThreadInfo{}, err
 	}
 	// Running jobs keep the jail and the mount until they end
 	// (closeIdle); the record says closed at once.
-	if n := g.jobs.Running(k); n > 0 {
-		g.jobs.SetClosing(k, true)
-		g.log.Info("thread closed while jobs run: its jail and mount stay until they end", "tenant", k.Tenant, "thread", k.Thread, "jobs", n)
-	} else if err := g.unmountThread(k, b.MountPath); err != nil {
+	if n := t.deps.Jobs.Running(k); n > 0 {
+		t.deps.Jobs.SetClosing(k, true)
+		t.log.Info("thread closed while jobs run: its jail and mount stay until they end", "tenant", k.Tenant, "thread", k.Thread, "jobs", n)
+	} else if err := t.unmountThread(k, b.MountPath); err != nil {
 		return api.ThreadInfo{}, fmt.Errorf("close %s: %w", call.KeyName(k), err)
 	}
 	if b.State != meta.StateClosed {
@@ -704,15 +713,15 @@ func (g *Gateway) closeThreadWith(ctx context.Context, tenant, thread, why strin
 		b.ClosedAt = time.Now().UTC()
 		// If this write fails the record still says bound with no mount,
 		// which the next call repairs by mounting again.
-		if b, err = g.store.UpdateBinding(ctx, b); err != nil {
+		if b, err = t.store.UpdateBinding(ctx, b); err != nil {
 			return api.ThreadInfo{}, fmt.Errorf("close %s: write binding: %w", call.KeyName(k), err)
 		}
 		// Only here: closing a closed thread changes nothing.
-		g.emit(api.Event{Type: api.EventThreadClosed, Tenant: k.Tenant, Thread: k.Thread, Actor: call.Actor(ctx),
+		t.cfg.Events.Emit(api.Event{Type: api.EventThreadClosed, Tenant: k.Tenant, Thread: k.Thread, Actor: call.Actor(ctx),
 			Message: why})
 	}
-	g.log.Info("thread closed", "tenant", k.Tenant, "thread", k.Thread, "path", b.MountPath)
-	return g.info(b), nil
+	t.log.Info("thread closed", "tenant", k.Tenant, "thread", k.Thread, "path", b.MountPath)
+	return t.info(b), nil
 }
 
 // deleteThread unmounts k and its inspection mounts, removes its folder and
@@ -721,70 +730,70 @@ func (g *Gateway) closeThreadWith(ctx context.Context, tenant, thread, why strin
 // failed unmount, a crash) is finished by the next delete or the next
 // start (finishDeletes). The steps run in an order that a retry can
 // finish: the record goes last.
-func (g *Gateway) deleteThread(ctx context.Context, tenant, thread string) error {
+func (t *Threads) Delete(ctx context.Context, tenant, thread string) error {
 	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return err
 	}
 	// No checkpoint or restore of the thread runs meanwhile: none
 	// records a history for a thread deleted under it.
-	cpUnlock, err := g.threads.turns.lock(ctx, k)
+	cpUnlock, err := t.set.turns.lock(ctx, k)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
 	defer cpUnlock()
-	unlock, err := g.threads.locks.lock(ctx, k)
+	unlock, err := t.set.locks.lock(ctx, k)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
 	defer unlock()
 
-	b, err := g.store.GetBinding(ctx, k)
+	b, err := t.store.GetBinding(ctx, k)
 	if errors.Is(err, meta.ErrNotFound) {
 		return fmt.Errorf("delete %s: %w: thread is not bound", call.KeyName(k), api.ErrNotFound)
 	}
 	if err != nil {
 		return fmt.Errorf("delete %s: read binding: %w", call.KeyName(k), err)
 	}
-	if err := g.hosts.Claim(ctx, k, &b); err != nil {
+	if err := t.deps.Hosts.Claim(ctx, k, &b); err != nil {
 		return err
 	}
-	return g.deleteLocked(ctx, b)
+	return t.deleteLocked(ctx, b)
 }
 
 // deleteLocked deletes thread b, recording the delete first unless it is
 // recorded already. The thread lock must be held (or the API not serve
 // yet), and b's pin claimed.
-func (g *Gateway) deleteLocked(ctx context.Context, b meta.Binding) error {
+func (t *Threads) deleteLocked(ctx context.Context, b meta.Binding) error {
 	k := b.ThreadKey
 	// A path read from the store is removed only if it is a workspace
 	// root of these ids (rootOf); else the ids' own root here is.
-	_, mountPath, err := g.threadPaths(k)
+	_, mountPath, err := t.Paths(k)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
-	root, err := g.rootOf(b)
+	root, err := t.RootOf(b)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
 	if b.State != meta.StateDeleting {
 		b.State = meta.StateDeleting
-		if b, err = g.store.UpdateBinding(ctx, b); err != nil {
+		if b, err = t.store.UpdateBinding(ctx, b); err != nil {
 			return fmt.Errorf("delete %s: record the delete: %w", call.KeyName(k), err)
 		}
 	}
 
-	inspections, err := g.inspections.UnmountAllOf(ctx, k)
+	inspections, err := t.deps.Inspections.UnmountAllOf(ctx, k)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
-	g.jobs.NoteStopping(k, "its thread was deleted")
-	if err := g.unmountThread(k, mountPath); err != nil {
+	t.deps.Jobs.NoteStopping(k, "its thread was deleted")
+	if err := t.unmountThread(k, mountPath); err != nil {
 		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
 	// A mount a crashed run left there (restore detached every one, but
 	// a delete may also follow a failed mount).
-	if err := g.mounter.DetachStale(mountPath); err != nil {
+	if err := t.mounter.DetachStale(mountPath); err != nil {
 		return fmt.Errorf("delete %s: detach stale mount %s: %w", call.KeyName(k), mountPath, err)
 	}
 	// os.RemoveAll works fd-relative and does not follow links, so a link
@@ -796,25 +805,25 @@ func (g *Gateway) deleteLocked(ctx context.Context, b meta.Binding) error {
 		return fmt.Errorf("delete %s: remove mount point %s: %w", call.KeyName(k), mountPath, err)
 	}
 	for _, p := range inspections {
-		if err := g.store.DeleteInspectionMount(ctx, p); err != nil {
+		if err := t.store.DeleteInspectionMount(ctx, p); err != nil {
 			return fmt.Errorf("delete %s: forget inspection mount %s: %w", call.KeyName(k), p, err)
 		}
 	}
-	if err := g.store.DeleteJobs(ctx, k); err != nil {
+	if err := t.store.DeleteJobs(ctx, k); err != nil {
 		return fmt.Errorf("delete %s: delete job records: %w", call.KeyName(k), err)
 	}
-	if err := g.checkpoints.DropHistory(ctx, k); err != nil {
+	if err := t.deps.History.DropHistory(ctx, k); err != nil {
 		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
-	if err := g.store.DeleteBinding(ctx, k, b.Revision); err != nil {
+	if err := t.store.DeleteBinding(ctx, k, b.Revision); err != nil {
 		return fmt.Errorf("delete %s: delete binding: %w", call.KeyName(k), err)
 	}
 	// The last record: a failure leaves a pin that runs out with this
 	// host's lease, and holds no thread.
-	g.hosts.Forget(ctx, k)
-	g.threads.forget(k)
-	g.log.Info("thread deleted", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
-	g.emit(api.Event{Type: api.EventThreadDeleted, Tenant: k.Tenant, Thread: k.Thread, Actor: call.Actor(ctx),
+	t.deps.Hosts.Forget(ctx, k)
+	t.set.forget(k)
+	t.log.Info("thread deleted", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
+	t.cfg.Events.Emit(api.Event{Type: api.EventThreadDeleted, Tenant: k.Tenant, Thread: k.Thread, Actor: call.Actor(ctx),
 		Message: "workspace folder and records removed"})
 	return nil
 }
