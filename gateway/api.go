@@ -16,6 +16,7 @@ import (
 	"warren/gateway/checkpoints"
 	"warren/gateway/events"
 	"warren/gateway/files"
+	"warren/gateway/health"
 	"warren/gateway/hosts"
 	"warren/gateway/inspect"
 	"warren/gateway/jails"
@@ -41,6 +42,7 @@ type route struct {
 type handlers struct {
 	g           *Gateway
 	threads     *threads.Handlers
+	health      *health.Handlers
 	hosts       *hosts.Handlers
 	inspect     *inspect.Handlers
 	files       *files.Handlers
@@ -60,7 +62,7 @@ func routes(h handlers) []route {
 		{http.MethodGet, "/v1/threads", h.threads.List},
 		{http.MethodGet, "/v1/version", handleVersion},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/unpin", h.hosts.Unpin},
-		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/usage", h.g.handleUsage},
+		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}/usage", h.health.Usage},
 		{http.MethodGet, "/v1/hosts", h.hosts.Hosts},
 		{http.MethodPost, "/v1/mounts", h.inspect.Mount},
 		{http.MethodGet, "/v1/mounts", h.inspect.Mounts},
@@ -165,8 +167,12 @@ type compiledRoute struct {
 // handlers makes the rooms' handlers.
 func (g *Gateway) handlers() handlers {
 	return handlers{
-		g:           g,
-		threads:     threads.NewHandlers(g.threads),
+		g:       g,
+		threads: threads.NewHandlers(g.threads),
+		health: health.NewHandlers(health.New(health.Config{
+			Store: g.store, HostID: g.cfg.HostID, DataDir: g.cfg.DataDir, WorkspacesDir: g.wsBase,
+			Threads: g.threads, Jails: g.jails, Jobs: g.jobs, Hosts: g.hosts, Quotas: g.quotas, Checkpoints: g.checkpoints,
+		})),
 		hosts:       hosts.NewHandlers(g.hosts, g.threads),
 		inspect:     inspect.NewHandlers(g.inspections),
 		files:       files.NewHandlers(g.fileAPI),

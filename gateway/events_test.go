@@ -149,7 +149,7 @@ func TestEventsOrderAndFilter(t *testing.T) {
 	for _, k := range threads {
 		wg.Go(func() {
 			for i := range perThread {
-				env.g.emit(api.Event{Type: testEvent, Tenant: k[0], Thread: k[1], Message: strconv.Itoa(i)})
+				env.g.events.Emit(api.Event{Type: testEvent, Tenant: k[0], Thread: k[1], Message: strconv.Itoa(i)})
 			}
 		})
 	}
@@ -253,9 +253,9 @@ func TestEventsEndOnClose(t *testing.T) {
 	// Enough for the stream nobody reads to block in a write.
 	big := strings.Repeat("x", 64<<10)
 	for range 100 {
-		env.g.emit(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: big})
+		env.g.events.Emit(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: big})
 	}
-	env.g.emit(api.Event{Type: testEvent, Tenant: "acme", Thread: "t2"})
+	env.g.events.Emit(api.Event{Type: testEvent, Tenant: "acme", Thread: "t2"})
 	if ev := reading.next(t); ev.Thread != "t2" {
 		t.Fatalf("got %+v, want the event of acme/t2", ev)
 	}
@@ -273,7 +273,7 @@ func TestEventsEndOnClose(t *testing.T) {
 	if err := env.c.Events(context.Background(), "", "", func(api.Event) error { return nil }); err == nil || errors.Is(err, api.ErrClosed) {
 		t.Errorf("Events on a closed gateway: got %v, want a failure to connect", err)
 	}
-	env.g.emit(api.Event{Type: testEvent}) // after Close: dropped, no panic
+	env.g.events.Emit(api.Event{Type: testEvent}) // after Close: dropped, no panic
 }
 
 // TestEventsThreadLifecycle binds, binds again, closes twice and deletes
@@ -307,7 +307,7 @@ func TestEventsThreadLifecycle(t *testing.T) {
 		}
 	}
 	// Whatever the steps emitted for t1 is queued before this.
-	env.g.emit(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: "end"})
+	env.g.events.Emit(api.Event{Type: testEvent, Tenant: "acme", Thread: "t1", Message: "end"})
 
 	actor := fmt.Sprintf("uid:%d", os.Getuid())
 	want := []struct {

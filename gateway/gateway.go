@@ -22,7 +22,9 @@ import (
 	"warren/gateway/checkpoints"
 	"warren/gateway/events"
 	"warren/gateway/files"
+	"warren/gateway/health"
 	"warren/gateway/hosts"
+	"warren/gateway/idle"
 	"warren/gateway/inspect"
 	"warren/gateway/jails"
 	"warren/gateway/jobs"
@@ -65,10 +67,6 @@ type Gateway struct {
 	// if set, and metricsDone is closed when that server returned.
 	metricsSrv  *http.Server
 	metricsDone chan struct{}
-	// idleStop stops the idle reclaimer (idle.go), and idleDone is closed
-	// when it returned.
-	idleStop context.CancelFunc
-	idleDone chan struct{}
 
 	// The rooms, each owning its state, its lock and its goroutines; set
 	// by Start, never changed.
@@ -82,6 +80,8 @@ type Gateway struct {
 	hosts       *hosts.Hosts             // the host's lease and the threads' pins
 	jails       *jails.Jails             // the jails and the commands in them
 	jobs        *jobs.Jobs               // the background jobs and the exec streams
+	idle        *idle.Reclaimer          // the idle reclaim's goroutine
+	health      *health.Health           // readiness and usage
 
 	// requests counts the API's requests being answered (Close waits).
 	requests requestSet
@@ -206,6 +206,10 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	})
 	g.jails.SetJobs(g.jobs)
 	g.threads.Attach(threads.Deps{Hosts: g.hosts, Jails: g.jails, Jobs: g.jobs, Inspections: g.inspections, History: g.checkpoints})
+	g.health = health.New(health.Config{
+		Store: g.store, HostID: cfg.HostID, DataDir: cfg.DataDir, WorkspacesDir: g.wsBase,
+		Threads: g.threads, Jails: g.jails, Jobs: g.jobs, Hosts: g.hosts, Quotas: g.quotas, Checkpoints: g.checkpoints,
+	})
 
 	// A gateway killed with SIGKILL leaves its jails' cgroups behind.
 	if err := jail.RemoveStaleCgroups(); err != nil {
@@ -262,7 +266,9 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		ConnContext:                  call.ConnContext,
 		ErrorLog:                     g.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
-	g.startIdle()
+	g.idle = idle.Start(idle.Config{
+		Threads: g.threads, Jails: g.jails, Jobs: g.jobs, Store: g.store, CloseIdle: cfg.CloseIdle, Logger: g.log,
+	})
 	go func() {
 		defer close(g.serveDone)
 		err := g.srv.Serve(g.admit.Listener(ln, call.PeerUID, func(uid uint32, err error) {
@@ -314,7 +320,7 @@ func (g *Gateway) Close() error {
 		// The reclaimer first: it closes threads and jails. The
 		// background restore takes no more threads (the one it does
 		// ends below).
-		g.stopIdle()
+		g.idle.Close()
 		g.threads.StopRestore()
 		g.threads.Close()
 		g.inspections.Close()

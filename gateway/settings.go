@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"warren/gateway/jails"
 	"warren/gateway/jobs"
 	"warren/gateway/threads"
 )
@@ -13,4 +14,7 @@ const (
 	// DefaultMaxJobs is how many background jobs a thread runs at once
 	// unless its settings or Config.MaxJobs say otherwise.
 	DefaultMaxJobs = jobs.DefaultMaxJobs
+	// DefaultJailIdle is how long a jail may stay idle unless the daemon
+	// or the thread says otherwise.
+	DefaultJailIdle = jails.DefaultJailIdle
 )

@@ -1,9 +1,8 @@
-package gateway
+package health
 
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"time"
@@ -15,11 +14,6 @@ import (
 	"warren/internal/version"
 )
 
-// The operational endpoints: the process answers (/healthz), the server
-// may take work (/readyz), and its metrics (/metrics, package metrics). They
-// are on the API's socket, for a peer allowed there, and on
-// Config.MetricsAddr, where nothing else is served.
-
 // readyStoreTimeout bounds the store's answer to a readiness check: a
 // probe must answer within its own timeout, and a store that takes longer
 // is as good as down for the calls that would follow.
@@ -30,22 +24,15 @@ const readyStoreTimeout = time.Second
 // would fill the disk the running ones need.
 const readyDiskReserve = 256 << 20
 
-// opsRoutes are the operational endpoints, in the route table (routes)
-// like every call, and alone on the metrics listener.
-func opsRoutes(h handlers) []route {
-	return []route{
-		{http.MethodGet, "/healthz", h.g.handleHealth},
-		{http.MethodGet, "/readyz", h.g.handleReady},    // answers a call.Streamer
-		{http.MethodGet, "/metrics", h.metrics.Metrics}, // answers a call.Streamer
-	}
-}
-
-func (g *Gateway) handleHealth(r *http.Request, p call.Params) (any, error) {
+// Health answers GET /healthz: the process answers, with its revision.
+func (h *Handlers) Health(r *http.Request, p call.Params) (any, error) {
 	return api.Health{Status: "ok", Revision: version.Get().Revision}, nil
 }
 
-func (g *Gateway) handleReady(r *http.Request, p call.Params) (any, error) {
-	return readyAnswer{g.readiness(r.Context())}, nil
+// Ready answers GET /readyz: 200 when the server may take work, 503 with
+// the checks that fail otherwise.
+func (h *Handlers) Ready(r *http.Request, p call.Params) (any, error) {
+	return readyAnswer{h.h.Readiness(r.Context())}, nil
 }
 
 // readyAnswer is a readiness, answered 200 when ready and 503 otherwise.
@@ -59,26 +46,26 @@ func (a readyAnswer) ServeStream(w http.ResponseWriter, r *http.Request) {
 	call.WriteJSON(w, status, a.rd)
 }
 
-// readiness runs every check.
-func (g *Gateway) readiness(ctx context.Context) api.Readiness {
+// Readiness runs every check.
+func (h *Health) Readiness(ctx context.Context) api.Readiness {
 	checks := []api.ReadyCheck{
-		g.checkServing(),
-		g.checkStore(ctx),
-		g.checkLease(),
-		g.checkDisk(),
+		h.checkServing(),
+		h.checkStore(ctx),
+		h.checkLease(),
+		h.checkDisk(),
 		checkDescriptors(),
-		g.checkAdmission(),
-		g.checkRestore(),
+		h.checkAdmission(),
+		h.checkRestore(),
 	}
-	rd := api.Readiness{Ready: true, Checks: checks, Restoring: g.threads.RestoreLeft()}
+	rd := api.Readiness{Ready: true, Checks: checks, Restoring: h.cfg.Threads.RestoreLeft()}
 	for _, c := range checks {
 		rd.Ready = rd.Ready && c.OK
 	}
 	return rd
 }
 
-func (g *Gateway) checkServing() api.ReadyCheck {
-	if !g.threads.Serving() {
+func (h *Health) checkServing() api.ReadyCheck {
+	if !h.cfg.Threads.Serving() {
 		return api.ReadyCheck{Name: "serving", Detail: "the daemon is stopping"}
 	}
 	return api.ReadyCheck{Name: "serving", OK: true, Detail: "serving"}
@@ -89,12 +76,12 @@ func (g *Gateway) checkServing() api.ReadyCheck {
 // jails alive against their bound. A server that refuses new threads is
 // not ready for them; its threads served keep working. The jails' bound
 // never makes it unready: a new jail takes an idle one's place.
-func (g *Gateway) checkAdmission() api.ReadyCheck {
-	h := g.threads.Headroom()
-	refused := h.Refused
-	h.Refused = "" // said last, after the jails
-	live, maxJails := g.jails.Live()
-	detail := fmt.Sprintf("%s; jails %d of %d (--max-jails)", h, live, maxJails)
+func (h *Health) checkAdmission() api.ReadyCheck {
+	hr := h.cfg.Threads.Headroom()
+	refused := hr.Refused
+	hr.Refused = "" // said last, after the jails
+	live, maxJails := h.cfg.Jails.Live()
+	detail := fmt.Sprintf("%s; jails %d of %d (--max-jails)", hr, live, maxJails)
 	if refused != "" {
 		detail += "; new threads refused: " + refused
 	}
@@ -105,37 +92,37 @@ func (g *Gateway) checkAdmission() api.ReadyCheck {
 // still to serve again. It never makes the server unready: a call for one
 // of them serves it at once (bindLocked), so the server takes work while
 // it restores.
-func (g *Gateway) checkRestore() api.ReadyCheck {
-	if n := g.threads.RestoreLeft(); n > 0 {
+func (h *Health) checkRestore() api.ReadyCheck {
+	if n := h.cfg.Threads.RestoreLeft(); n > 0 {
 		return api.ReadyCheck{Name: "restore", OK: true, Detail: fmt.Sprintf("restoring: %d threads of the former run still to mount again in the background; a call for one mounts it at once", n)}
 	}
 	return api.ReadyCheck{Name: "restore", OK: true, Detail: "every thread of the former run is served again"}
 }
 
-func (g *Gateway) checkStore(ctx context.Context) api.ReadyCheck {
+func (h *Health) checkStore(ctx context.Context) api.ReadyCheck {
 	ctx, cancel := context.WithTimeout(ctx, readyStoreTimeout)
 	defer cancel()
 	start := time.Now()
-	if _, err := g.store.ListHosts(ctx); err != nil {
+	if _, err := h.cfg.Store.ListHosts(ctx); err != nil {
 		return api.ReadyCheck{Name: "store", Detail: fmt.Sprintf("the metadata store does not answer: %v", err)}
 	}
 	return api.ReadyCheck{Name: "store", OK: true, Detail: fmt.Sprintf("answered in %v", time.Since(start).Round(time.Microsecond))}
 }
 
-func (g *Gateway) checkLease() api.ReadyCheck {
-	if g.cfg.HostID == "" {
+func (h *Health) checkLease() api.ReadyCheck {
+	if h.cfg.HostID == "" {
 		return api.ReadyCheck{Name: "lease", OK: true, Detail: "no host id: threads are not pinned"}
 	}
-	ok, until := g.hosts.Valid()
+	ok, until := h.cfg.Hosts.Valid()
 	if !ok {
-		return api.ReadyCheck{Name: "lease", Detail: fmt.Sprintf("fenced: host %q holds no lease on the metadata store, so it serves no pinned thread until a heartbeat gets one", g.cfg.HostID)}
+		return api.ReadyCheck{Name: "lease", Detail: fmt.Sprintf("fenced: host %q holds no lease on the metadata store, so it serves no pinned thread until a heartbeat gets one", h.cfg.HostID)}
 	}
-	return api.ReadyCheck{Name: "lease", OK: true, Detail: fmt.Sprintf("host %q holds its lease for %v more", g.cfg.HostID, time.Until(until).Round(time.Millisecond))}
+	return api.ReadyCheck{Name: "lease", OK: true, Detail: fmt.Sprintf("host %q holds its lease for %v more", h.cfg.HostID, time.Until(until).Round(time.Millisecond))}
 }
 
-func (g *Gateway) checkDisk() api.ReadyCheck {
+func (h *Health) checkDisk() api.ReadyCheck {
 	detail := ""
-	for _, dir := range []string{g.cfg.DataDir, g.wsBase} {
+	for _, dir := range []string{h.cfg.DataDir, h.cfg.WorkspacesDir} {
 		var st unix.Statfs_t
 		if err := unix.Statfs(dir, &st); err != nil {
 			return api.ReadyCheck{Name: "disk", Detail: fmt.Sprintf("statfs %s: %v", dir, err)}
@@ -169,43 +156,4 @@ func checkDescriptors() api.ReadyCheck {
 		return api.ReadyCheck{Name: "descriptors", Detail: fmt.Sprintf("%d of %d descriptors open, less than %d left: raise LimitNOFILE", open, limit, reserve)}
 	}
 	return api.ReadyCheck{Name: "descriptors", OK: true, Detail: fmt.Sprintf("%d of %d open", open, limit)}
-}
-
-// startMetricsListener serves the operational endpoints, and nothing
-// else, on Config.MetricsAddr (TCP), if it is set.
-func (g *Gateway) startMetricsListener() error {
-	if g.cfg.MetricsAddr == "" {
-		return nil
-	}
-	ln, err := net.Listen("tcp", g.cfg.MetricsAddr)
-	if err != nil {
-		return fmt.Errorf("listen for metrics on %s: %w", g.cfg.MetricsAddr, err)
-	}
-	// The peers of a TCP listener have no credentials to check: it
-	// serves the operational endpoints and nothing else.
-	rt := newRouter(g, opsRoutes(g.handlers()), true)
-	g.metricsSrv = &http.Server{
-		Handler:           rt,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          g.log.Named("metrics").StandardLogger(nil),
-	}
-	g.metricsDone = make(chan struct{})
-	go func() {
-		defer close(g.metricsDone)
-		if err := g.metricsSrv.Serve(ln); err != nil && err != http.ErrServerClosed {
-			g.log.Error("metrics listener failed", "addr", g.cfg.MetricsAddr, "error", err)
-		}
-	}()
-	g.log.Info("metrics listening", "addr", ln.Addr().String())
-	return nil
-}
-
-// stopMetricsListener stops the metrics listener and waits for it.
-func (g *Gateway) stopMetricsListener() {
-	if g.metricsSrv == nil {
-		return
-	}
-	g.metricsSrv.Close()
-	<-g.metricsDone
 }

@@ -1,4 +1,4 @@
-package gateway
+package health
 
 import (
 	"context"
@@ -14,45 +14,46 @@ import (
 	"warren/meta"
 )
 
-func (g *Gateway) handleUsage(r *http.Request, p call.Params) (any, error) {
+// Usage answers GET .../threads/{thread}/usage.
+func (h *Handlers) Usage(r *http.Request, p call.Params) (any, error) {
 	if err := call.NoQuery(r); err != nil {
 		return nil, err
 	}
-	u, err := g.usage(r.Context(), p.Tenant, p.Thread)
+	u, err := h.h.Usage(r.Context(), p.Tenant, p.Thread)
 	if err != nil {
 		return nil, err
 	}
 	return api.UsageResponse{Usage: u}, nil
 }
 
-// usage gathers what thread uses here: its jail's cgroup, its workspace
+// Usage gathers what thread uses here: its jail's cgroup, its workspace
 // on disk, its jobs and its mount's requests. A thread another live host
 // serves is refused (pinned): its figures are that host's.
-func (g *Gateway) usage(ctx context.Context, tenant, thread string) (api.Usage, error) {
+func (h *Health) Usage(ctx context.Context, tenant, thread string) (api.Usage, error) {
 	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
 		return api.Usage{}, err
 	}
-	b, err := g.store.GetBinding(ctx, k)
+	b, err := h.cfg.Store.GetBinding(ctx, k)
 	if errors.Is(err, meta.ErrNotFound) {
 		return api.Usage{}, fmt.Errorf("%w: thread %s is not bound", api.ErrNotFound, call.KeyName(k))
 	}
 	if err != nil {
 		return api.Usage{}, fmt.Errorf("read binding of %s: %w", call.KeyName(k), err)
 	}
-	if owner := g.hosts.Owner(ctx, b); owner != "" && owner != g.cfg.HostID {
-		return api.Usage{}, g.hosts.PinnedError(ctx, k, &b, owner)
+	if owner := h.cfg.Hosts.Owner(ctx, b); owner != "" && owner != h.cfg.HostID {
+		return api.Usage{}, h.cfg.Hosts.PinnedError(ctx, k, &b, owner)
 	}
-	u := api.Usage{Tenant: k.Tenant, Thread: k.Thread, DiskQuotaBytes: g.quotas.DiskBytes(b.Settings),
-		SnapshotQuotaBytes: g.checkpoints.SnapshotQuota(b.Settings)}
-	switch h, err := g.store.GetHistory(ctx, k); {
+	u := api.Usage{Tenant: k.Tenant, Thread: k.Thread, DiskQuotaBytes: h.cfg.Quotas.DiskBytes(b.Settings),
+		SnapshotQuotaBytes: h.cfg.Checkpoints.SnapshotQuota(b.Settings)}
+	switch h, err := h.cfg.Store.GetHistory(ctx, k); {
 	case err == nil:
 		u.SnapshotBytes, u.Checkpoints = checkpoints.SnapshotBytes(h.Checkpoints), len(h.Checkpoints)
 	case !errors.Is(err, meta.ErrNotFound):
 		return api.Usage{}, fmt.Errorf("checkpoints of %s: read the history: %w", call.KeyName(k), err)
 	}
 
-	if j := g.jails.JailOf(k); j != nil {
+	if j := h.cfg.Jails.JailOf(k); j != nil {
 		ju, err := j.Usage()
 		if err != nil {
 			return api.Usage{}, fmt.Errorf("usage of the jail of %s: %w", call.KeyName(k), err)
@@ -62,16 +63,16 @@ func (g *Gateway) usage(ctx context.Context, tenant, thread string) (api.Usage, 
 		u.MemoryBytes, u.MemoryPeakBytes, u.Processes = ju.MemoryBytes, ju.MemoryPeakBytes, ju.Processes
 	}
 
-	u.JobsRunning = g.jobs.Running(k)
-	jobs, err := g.store.ListJobs(ctx, k)
+	u.JobsRunning = h.cfg.Jobs.Running(k)
+	jobs, err := h.cfg.Store.ListJobs(ctx, k)
 	if err != nil {
 		return api.Usage{}, fmt.Errorf("jobs of %s: %w", call.KeyName(k), err)
 	}
 	u.Jobs = len(jobs)
 
-	u.FUSERequests, _ = g.threads.Requests(k)
+	u.FUSERequests, _ = h.cfg.Threads.Requests(k)
 
-	root, err := g.threads.RootOf(b)
+	root, err := h.cfg.Threads.RootOf(b)
 	if err != nil {
 		return api.Usage{}, err
 	}
