@@ -4,7 +4,7 @@
 //
 // # What it promises
 //
-//   - One folder per thread. WorkspaceRoot encodes each id into one path
+//   - One folder per thread. threads.WorkspaceRoot encodes each id into one path
 //     component; two different pairs never share a folder, and nothing lands
 //     outside the base folder (a refusal, never a clamp).
 //   - Bind is lazy, idempotent and not remembered when it fails. The first
@@ -16,7 +16,7 @@
 //     did not): the next call that needs the thread mounts it again.
 //   - Destructive steps never trust a stored path blindly: the folder that
 //     delete removes is the recorded root only if it is a workspace root of
-//     the thread's own ids (rootOf), else it is recomputed from the ids, and
+//     the thread's own ids (threads.RootOf), else it is recomputed from the ids, and
 //     it is removed only after every mount of it is unmounted or detached. A busy mount (a process still
 //     has a file open or its cwd there) is detached lazily: it leaves the
 //     tree at once and stops serving when its last user lets go.
@@ -29,14 +29,14 @@
 //     descriptor, at a request and again at every start (a record that no
 //     longer passes is dropped). It is unmounted through its own
 //     descriptor, wherever its folder went, and never while a thread lock
-//     waits on the filesystem (inspect.go, inspectdir_linux.go).
+//     waits on the filesystem (package inspect).
 //   - Only allowed peers talk to the API: the socket is mode 0660, and every
 //     connection's peer uid (SO_PEERCRED) must be this process's uid, root,
 //     or listed in Config.AllowUIDs.
 //   - A mount point that no mount serves refuses writes, even root's: the
 //     folder is immutable from when it is made until delete clears the
 //     flag and removes it; what is found in one before a mount is moved
-//     to moved-aside, never covered (mountpoint_linux.go).
+//     to moved-aside, never covered (package threads, mountpoint_linux.go).
 //   - A file API write or edit is atomic and durable when it answers
 //     (fs/files.go: a temporary file, fsync, rename, fsync of the folder).
 //   - Shutdown unmounts everything and keeps every record, so a restart
@@ -45,15 +45,15 @@
 //     or not), finishes the deletes a former run recorded (state
 //     deleting), and reconciles folders with records: an empty folder with
 //     no record goes, a workspace folder with files and no record is moved
-//     to orphans/ (restore.go). RecoverStuck, run before the store is
+//     to orphans/ (package threads, restore.go). RecoverStuck, run before the store is
 //     opened, frees a store held by a former daemon that was killed and
 //     could not end (stuck_linux.go).
 //   - A restart serves at once: the API serves once the steps above are
 //     done, and the threads are mounted again in the background, a few at
 //     a time (package remount), each with the checkpoint restore a crash
 //     cut short finished. A call that works in a thread the background has
-//     not come to yet does that thread's part itself, at once (bindLocked,
-//     settleLocked), so a call waits for its own thread, never for the
+//     not come to yet does that thread's part itself, at once (threads.BindLocked
+//     and its settleLocked), so a call waits for its own thread, never for the
 //     others; until then the thread's mount path refuses writes, as every
 //     unserved mount point does. /readyz says how many are left
 //     (restoring) and stays ready meanwhile.
@@ -64,12 +64,12 @@
 //     to its own mounts"): it reads the mount table instead of stat-ing a
 //     mount path, and detaches through descriptors or paths without
 //     walking into a mount.
-//   - Commands run in the thread's jail (exec.go, package jail); background
-//     jobs too (jobs.go), at most maxJobs at once, each keeping the newest
-//     1 MiB of its stdout, of its stderr, and of both merged (jobstreams.go),
+//   - Commands run in the thread's jail (packages jails and jail); background
+//     jobs too (package jobs), at most maxJobs at once, each keeping the newest
+//     1 MiB of its stdout, of its stderr, and of both merged (jobs/jobstreams.go),
 //     recorded in the store. A client that hangs up ends its command only.
 //     A signal to a command or a job reaches its whole process tree in the
-//     jail and nothing outside it (signals.go). A jail whose init died is
+//     jail and nothing outside it (jobs/signals.go). A jail whose init died is
 //     replaced at the thread's next command (jail.replaced); the jobs a
 //     jail's end killed record 137 and a note saying why.
 //   - A checkpoint records the workspace as a tree in the tenant's snapshot
@@ -83,15 +83,16 @@
 //     the first file changes; a restore cut short by a crash is finished
 //     at the next start, and one that cannot finish (quota, full disk, an
 //     object missing or corrupt) is put back and its journal closed
-//     (restorefail.go). Unreferenced objects are collected per tenant
-//     (checkpoints.go).
+//     (package checkpoints). Unreferenced objects are collected per tenant
+//     (package checkpoints).
 //   - A jail idle past its thread's jail idle time is stopped and a thread
-//     unused past its close idle time is closed (idle.go); a jail is taken
+//     unused past its close idle time is closed (package idle); a jail is taken
 //     only while no command of it is registered and no job runs.
 //   - With a host id, a gateway keeps a lease in the store and pins the
 //     threads it serves; another gateway refuses them while the lease
 //     holds, takes them over once it lapsed, and a gateway whose lease
-//     lapsed serves none of them (hosts.go, package lease).
+//     lapsed serves none of them (packages hosts and lease; the fence is
+//     threads.Threads.Fence).
 //   - What API clients hold at once (connections, requests, request
 //     bodies, raw uploads, streams) is bounded in total, per peer uid and
 //     per thread; past a bound a request is refused at once with 503
@@ -112,16 +113,17 @@
 //	mnt/<tenant>/<thread>          FUSE mount points of bound threads (mode 0750
 //	                               above them: root and the daemon's group), each
 //	                               immutable from creation to delete, so an unserved
-//	                               one refuses writes (mountpoint_linux.go)
+//	                               one refuses writes (package threads)
 //	snapshots/<tenant>             the tenant's snapshot repository, unless Config.SnapshotsDir (mode 0700)
 //	moved-aside/<time>/<t>/<th>    what was found in a mount point before a mount
 //	orphans/<time>/<t>/<th>        workspace folders a start found with files and no record
 //	warren.sock                    the API socket, unless Config.SocketPath says otherwise
-//	events.log                     the newest events, for readers that come back with since (eventlog.go)
+//	events.log                     the newest events, for readers that come back with since (package events)
 //
 // # API
 //
-// HTTP/1.1 + JSON on the Unix socket; the routes are the table in api.go,
+// HTTP/1.1 + JSON on the Unix socket; the routes are the table in api.go
+// (routes), each handled by its room's Handlers,
 // described for machines by docs/openapi.yaml (OpenAPI 3.1), which
 // openapi_test.go holds against the table, the api types and the
 // examples of docs/api.md.
@@ -177,13 +179,13 @@
 //	GET    /readyz                                                          {"ready","checks":[...]}; 503 when not ready
 //	GET    /metrics                                                         Prometheus text
 //
-// The last three are for operators (health.go, metrics.go): also served,
+// The last three are for operators (packages health and metrics): also served,
 // alone and without the peer check, on Config.MetricsAddr. Metrics live in
 // a registry of the gateway's own; the store is wrapped (meta.Observed)
 // and the hub told of each FUSE request (fs.HubConfig.ObserveOp) to time
 // them.
 //
-// The file API (files.go, tree.go) works on the backing folder through
+// The file API (package files) works on the backing folder through
 // the fs core, with the same locks, versions and read records as the
 // mounts (never through the gateway's own mount); a modification based on
 // a stale read is a 409 stale and a write.stale event. Raw content
@@ -213,136 +215,113 @@
 // 64 KiB, are refused by net/http itself before the route table, in plain
 // text. A refused request changes nothing.
 //
-// # State
+// # Rooms
 //
-// The Gateway's state is grouped by concern, each group with its own mu
-// written above the fields it guards: threadSet (the thread locks and the
-// mounts, threads.go), jailSet (the jails and the commands running in
-// them, jails.go), jobSet (the background jobs, jobs.go), inspectionSet
-// (the inspection mounts, inspect.go), and the host lease (a
-// lease.Session, wired in hosts.go). Each
-// group that adds something Close must undo has a closed flag, set by
-// Close before anything is undone: from then on no mount, jail, job slot
-// or inspection path is added, and a request that would add one is
-// refused with ErrClosed and undoes what it made.
+// The daemon is a composition of rooms: one package per concern, each
+// with one type that owns its state, its lock and its goroutines, and
+// an exported API that is what the others may call. Package gateway
+// makes them in order, wires them, routes the API to their handlers and
+// stops them in order; it owns none of their state. Each room's doc
+// says what it owns, what it calls and its lock order.
+//
+//	call        the shared language of a call: ids, input bounds, refusals,
+//	            the error table, body and query decoding, the peer
+//	metrics     the Prometheus series           events   the event stream, its log, the file events
+//	quota       the workspaces' disk quotas     hosts    the host's lease, the threads' pins (over lease)
+//	threads     bindings, the thread and turn locks, workspaces, mount points,
+//	            mounts, the start's restore, the take-over and the fence
+//	inspect     inspection mounts               files    the file API
+//	jails       the jails, the commands in them, the bound of live jails
+//	jobs        background jobs, their output, the exec streams, signals
+//	checkpoints snapshots, undo, redo, revert, fork, collections
+//	idle        the idle reclaim                health   readiness and usage
+//
+// Imports run one way, down this picture (internal/shape holds the
+// graph, and the size of every type's method set):
+//
+//	gateway ─► health ─► checkpoints ─► jobs ─► jails ─► threads ─► hosts ─► lease
+//	           idle ──┘   inspect, files ─────────────────┘   │    └─► quota, events, metrics, call
+//
+// Where a lower room must call a higher one it declares a small
+// interface of exactly what it calls, which Start wires: the threads
+// call the jails, the jobs, the inspection mounts and the checkpoints
+// (threads.Deps, through Attach) when a thread is closed, deleted, moved
+// or restored; the jails ask the jobs whether a thread's jobs run
+// (jails.SetJobs); the hosts' lease calls the threads' Fence.
+//
+// # Start and stop
+//
+// Start makes the rooms in the order they need each other: the metrics,
+// the data folder, the events, the quotas, the threads, the inspection
+// mounts, the file API, the checkpoints, the hosts (whose lease must hold
+// before anything pinned is served), the jails and the jobs; then it
+// attaches the threads' dependencies, restores what the store says this
+// host served (the threads' part, then the inspection mounts), listens,
+// starts the idle reclaim and serves, and last starts the threads'
+// background restore. A failed step undoes the ones before it.
+//
+// Close stops them in the reverse of what they depend on: the idle
+// reclaim (it closes threads and jails), the background restore's intake,
+// the threads', inspections' and jobs' intake (from then on nothing is
+// added: a request that would add a mount, a jail or a job is refused
+// with ErrClosed and undoes what it made); then the jobs are told why and
+// the jails end (and with them every command and job, whose ends are
+// recorded), the event streams end, the server shuts down (waiting
+// shutdownGrace for requests), the restores are cut, the requests still
+// running are waited for, the jails' base goes, the lease ends (no fence
+// behind the unmounts, nor on a closed store), the collections end, every
+// mount is unmounted (a few at a time) and the FUSE connections and hub
+// close. The caller may close the store once Close returned.
 //
 // # Lock order
 //
-// A thread's checkpoint lock (checkpointSet.locks) is taken first, by the
-// checkpoint calls and by delete, and held across a checkpoint or a
-// restore; a fork holds two, taken in the order of their keys. Under it a
-// call may take the thread's lock (a bind), then its tenant's snapshot
-// repository's shared lock (snapshot.Repo.Shared, never twice: a
-// collection waiting between the two would wait forever), then the
-// workspace's change gate (fs.Files.Freeze), each only while the ones
-// before it are held or not at all.
+// The locks that span rooms, outermost first; each room's doc gives its
+// own leaves.
 //
-// A thread lock (one per ThreadKey, threadSet.locks, see keyedLocks) is
-// taken next and held across the slow steps of an operation on that
-// thread: mounting, store writes, removing folders, ending a jail. At most
-// one thread lock is held at a time. There is no global lock held during a
-// mount, so threads bind in parallel.
-//
-// Every other lock is a leaf: no other lock of the package is taken under
-// it, and but for diskQuotas.mu it is held only over in-memory work, never
-// across a mount, an unmount, a store call, a filesystem call or a wait.
-// They may be taken under a thread lock, one at a time:
-//
-//   - threadSet.mu, jailSet.mu, jobSet.mu, inspectionSet.mu,
-//     checkpointSet.mu: the groups' maps and closed flags (jailSet.mu also
-//     the threads being restored). Code that needs two groups takes one,
-//     lets go, then takes the other.
-//   - requestSet.mu: the count of requests being answered.
-//   - keyedLocks.mu: finding or dropping a thread's lock.
-//   - diskQuotas.mu: opening the workspaces' quota filesystem (once).
-//   - broker.mu: numbering an event and offering it to each queue.
-//   - fileEvents.mu: the paths in their change windows; called under a
-//     path lock of package fs (a change is told as it is made), it takes
-//     broker.mu under it (Emit), so that file events keep the order of
-//     the changes.
-//   - job.mu: a job's record, why it is being stopped, and whether a
-//     client killed it.
-//   - jobStreams.mu: a write of a job's output to one stream's ring and
-//     its marks, a read of the merged view; the one exception to the
-//     leaves: the stream's jobOutput.mu is taken under it (never the
-//     other way round).
-//   - jobOutput.mu: copying one stream of a job's output in or out of its
-//     ring, alone for a reader of that stream.
-//   - jobPipes.mu: which of a job's pipes is which, and which ended.
-//   - lease.Session's mu (package lease): the lease's id, expiry and pins;
-//     held over map and clock work only, never across a store call or the
-//     fence.
-//   - admit.Admitter's mu (package admit): the counters of what clients
-//     hold; a leaf, held over map work only.
-//   - threadlimit.Admitter's mu and gaugeMu (package threadlimit): the
-//     threads' admission slots, taken under threadSet.mu (a mount kept or
-//     taken out holds or gives back its slot), and the cached reading of
-//     the process's gauges, held over a read of /proc/self; neither is
-//     held with the other.
-//
-// Three locks serialize writes and are held across one write, with only
-// leaves under them: job.stdinMu (a job's input pipe), runningExec.mu (a
-// command's input pipe), and switchWriter.mu, under which an exec's output
-// goes to frames.mu (the client's answer) or, once it moved to the
-// background, to the job's jobStreams.mu and broker.mu.
+//   - A thread's turn lock (threads.LockTurn) serializes its checkpoints,
+//     restores and delete; a fork holds two, taken in the order of their
+//     keys.
+//   - A thread's lock (threads.Lock), held across the slow steps of an
+//     operation on one thread: mounting, store writes, removing folders,
+//     ending a jail. At most one is held at a time, and no global lock is
+//     held during a mount, so threads bind in parallel.
+//   - Under them, a tenant's snapshot repository's shared lock and the
+//     workspace's change gate (package checkpoints, fs.Files.Freeze).
+//   - Every other lock is a leaf of its room, held over in-memory work
+//     only, never across a mount, a store call or a wait: the rooms' mu,
+//     the lease session's, the admitters'. Code that needs two rooms' state
+//     takes one room's lock, lets go, then takes the other's (the jails'
+//     bound asks the jobs between two looks at its own set).
+//   - The fence (threads.Fence) takes thread locks, so the hosts room is
+//     closed holding none.
 //
 // # Goroutines
 //
 // Every goroutine has an owner that stops it and waits for it, and Close
-// returns only when none of them runs:
-//
-//   - the API's serving goroutine (Start): Close shuts the server down
-//     and waits for serveDone;
-//   - the file events' window goroutine (fileevents.go): Close stops it
-//     after the hub, and waits for it;
-//   - the idle reclaimer (idle.go), which stops idle jails and closes idle
-//     threads: Close stops it first (stopIdle) and waits for it;
-//   - the metrics listener's serving goroutine (health.go), when
-//     Config.MetricsAddr is set: Close closes that server and waits for
-//     metricsDone;
-//   - the connections' goroutines and the handlers of net/http: Close's
-//     Shutdown (or, after shutdownGrace, Close) of the server, then
-//     requestSet, which waits for handlers of cut connections and refuses
-//     requests after it;
-//   - an event stream's watcher (events.go): its stream, which stops it
-//     and waits for it when it returns;
-//   - a command's run (exec.go): its exec stream, which waits for its
-//     result, or the job it became;
-//   - a job's run, and its finishJob: the job, counted in jobSet.wg from
-//     its slot's reservation until its end is recorded; Close waits for
-//     jobSet.wg once no slot can be taken, after ending the jails;
-//   - closeIdle, started by the end of the last job of a closed thread:
-//     counted in jobSet.wg too;
-//   - the background restore's workers: the remount.Queue (restore.go),
-//     started once the API serves; Close stops it first (it takes no
-//     more threads) and waits for it after the requests' grace, when a
-//     checkpoint restore it finishes is cut with the others';
-//   - a jail's goroutines (package jail): its threadJail, closed by the
-//     thread's close, delete or fence, or by Close (closeJails);
-//   - a mount's FUSE server (package fs): its entry in threadSet or
-//     inspectionSet, unmounted by the thread's close or delete, by an
-//     unmount, or by Close (unmountAll, unmountParallel at a time, each
-//     waited for); the fs.Hub's own: Close (Hub.Close);
-//   - a collection of a tenant's unreferenced snapshot objects
-//     (checkpoints.go, collect): counted in checkpointSet.wg; Close
-//     cancels it and waits for it (closeCheckpoints), after the requests
-//     ended and before the caller may close the store;
-//   - the host lease's heartbeats and fence (package lease): the
-//     lease.Session, ended by Close (endLease), which waits for both,
-//     before unmountAll and before the caller may close the store. The
-//     fence takes thread locks, so endLease is called holding none.
+// returns only when none of them runs: the API's serving goroutine and
+// the metrics listener's (package gateway; Close); the connections' and
+// handlers' of net/http (Shutdown, then requestSet); the event streams'
+// watchers and the file events' window (package events); the idle
+// reclaim (package idle); the background restore's workers (package
+// threads, through package remount); a jail's (package jail, through
+// package jails); a job's run and its end, and a closed thread's last
+// take-down (package jobs, its WaitGroup); the collections (package
+// checkpoints); the lease's heartbeat and fence (package hosts, through
+// package lease); a mount's FUSE server (package fs, through the threads'
+// and inspections' sets, unmounted by unmountAll).
 //
 // # Errors
 //
 // Functions wrap each step's error with the step ("mount workspace: %w").
-// Callers, and the API's single error writer, branch with errors.Is on the
-// package's sentinels (ErrInvalid, ErrNotFound, ErrConflict, ErrPinned,
-// ErrBusy, ErrClosed, ErrGone, ErrJobLimit, ErrFenced...) and on meta's; everything else is an internal error.
-// Every refusal is logged with the thread and the path.
+// Callers, and the API's single error writer, branch with errors.Is on
+// package api's sentinels (ErrInvalid, ErrNotFound, ErrConflict,
+// ErrPinned, ErrBusy, ErrClosed, ErrGone, ErrJobLimit, ErrFenced...) and
+// on meta's, through one table (call.Classify); everything else is an
+// internal error. Every refusal is logged with the thread and the path.
 //
-// Input is bounded before it is used (package call, input.go), by the kernel's limit for
-// what it becomes, so that bad input is a 400 and never a 500 from deep
-// inside. A message that quotes client input quotes it through call.Quote (a
-// bounded prefix); writeErrorCode bounds every message again, whatever it
-// quotes.
+// Input is bounded before it is used (package call, input.go), by the
+// kernel's limit for what it becomes, so that bad input is a 400 and
+// never a 500 from deep inside. A message that quotes client input quotes
+// it through call.Quote (a bounded prefix); writeErrorCode bounds every
+// message again, whatever it quotes.
 package gateway

@@ -2,6 +2,7 @@ package call
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"syscall"
 
@@ -102,3 +103,12 @@ type refusal struct {
 
 func (e *refusal) Error() string        { return e.msg }
 func (e *refusal) Is(target error) bool { return target == e.sentinel }
+
+// Busy marks an unmount that failed because its mount is in use (EBUSY)
+// as api.ErrBusy (409 busy); any other error is returned as it is.
+func Busy(err error) error {
+	if errors.Is(err, syscall.EBUSY) {
+		return fmt.Errorf("%w: %w", api.ErrBusy, err)
+	}
+	return err
+}

@@ -15,6 +15,7 @@ import (
 	"warren/api"
 	"warren/fs"
 	"warren/gateway/call"
+	"warren/gateway/keyed"
 	"warren/gateway/quota"
 	"warren/meta"
 	"warren/snapshot"
@@ -111,7 +112,7 @@ type Checkpoints struct {
 
 	// tenantQuota holds a lock per tenant, taken while a checkpoint is
 	// held against the tenant's snapshot quota (record, forkQuota).
-	tenantQuota keyedLocks[string]
+	tenantQuota keyed.Locks[string]
 
 	// ctx ends the collections when Close runs. Never changed.
 	ctx    context.Context
@@ -482,7 +483,7 @@ func (c *Checkpoints) record(ctx context.Context, h *history, b built, req api.C
 	// that check it at once must not both fit in the same room.
 	var others int64
 	if c.cfg.TenantSnapshotQuotaBytes > 0 {
-		unlock, err := c.tenantQuota.lock(ctx, h.k.Tenant)
+		unlock, err := c.tenantQuota.Lock(ctx, h.k.Tenant)
 		if err != nil {
 			h.files.ReturnChanges(b.set)
 			return meta.Checkpoint{}, fmt.Errorf("checkpoint of %s: %w", call.KeyName(h.k), err)

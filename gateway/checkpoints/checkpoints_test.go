@@ -17,6 +17,7 @@ import (
 	"warren/api"
 	"warren/fs"
 	"warren/gateway/call"
+	"warren/gateway/keyed"
 	"warren/gateway/quota"
 	"warren/meta"
 	"warren/meta/badger"
@@ -30,7 +31,7 @@ import (
 type fakeThreads struct {
 	store meta.Store
 	base  string
-	turns keyedLocks[meta.ThreadKey]
+	turns keyed.Locks[meta.ThreadKey]
 	c     *Checkpoints // for Delete
 }
 
@@ -56,7 +57,7 @@ func (t *fakeThreads) Show(ctx context.Context, tenant, thread string) (api.Thre
 }
 
 func (t *fakeThreads) LockTurn(ctx context.Context, k meta.ThreadKey) (func(), error) {
-	return t.turns.lock(ctx, k)
+	return t.turns.Lock(ctx, k)
 }
 
 func (t *fakeThreads) Paths(k meta.ThreadKey) (string, string, error) {

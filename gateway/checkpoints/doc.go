@@ -76,7 +76,7 @@
 // map, the collections' maps and closed, and is held across opening a
 // tenant's repository (quota.Quotas.MakeRepoFolder, which takes the
 // quotas' lock, and snapshot.Open), once per tenant; never across a store
-// call or a wait. keyedLocks.mu (tenantQuota's map) is a leaf.
+// call or a wait. keyed.Locks.mu (tenantQuota's map) is a leaf.
 //
 // # Goroutines
 //

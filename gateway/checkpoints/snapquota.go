@@ -281,7 +281,7 @@ func (c *Checkpoints) forkQuota(ctx context.Context, nk meta.ThreadKey, cp meta.
 	if tenantLimit == 0 {
 		return func() {}, nil
 	}
-	unlock, err := c.tenantQuota.lock(ctx, nk.Tenant)
+	unlock, err := c.tenantQuota.Lock(ctx, nk.Tenant)
 	if err != nil {
 		return nil, fmt.Errorf("fork into %s: %w", call.KeyName(nk), err)
 	}

@@ -2,13 +2,11 @@ package inspect
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -385,7 +383,7 @@ func (in *Inspections) unmountInspection(k meta.ThreadKey, path string) (io.Clos
 		// A mount made onto a descriptor is detached through its own
 		// descriptor: this cannot hang on the filesystem, nor take down
 		// another mount that the path leads to now.
-		err = busy(im.mount.Close())
+		err = call.Busy(im.mount.Close())
 	} else {
 		// It failed to mount at start; clear whatever a crash left.
 		err = DetachStale(path)
@@ -399,14 +397,6 @@ func (in *Inspections) unmountInspection(k meta.ThreadKey, path string) (io.Clos
 		return nil, fmt.Errorf("unmount %s: %w", path, err)
 	}
 	return im.mount, nil
-}
-
-// busy marks an unmount failure caused by a mount in use as ErrBusy.
-func busy(err error) error {
-	if errors.Is(err, syscall.EBUSY) {
-		return fmt.Errorf("%w: %w", api.ErrBusy, err)
-	}
-	return err
 }
 
 // UnmountAllOf unmounts every inspection mount of thread k (for its

@@ -13,6 +13,7 @@ import (
 	"warren/api"
 	"warren/fs"
 	"warren/gateway/call"
+	"warren/gateway/threads"
 	"warren/jail"
 	"warren/meta"
 )
@@ -441,7 +442,7 @@ func (js *Jails) For(ctx context.Context, k meta.ThreadKey, b meta.Binding) (*Th
 		js.unreserve()
 		return nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)
 	}
-	tj = &ThreadJail{jail: j, unregister: unregister, settings: cloneSettings(s)}
+	tj = &ThreadJail{jail: j, unregister: unregister, settings: threads.CloneSettings(s)}
 	if err := js.add(k, tj); err != nil {
 		// Close ended every jail already: this one would outlive it.
 		tj.close()

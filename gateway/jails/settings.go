@@ -3,7 +3,6 @@ package jails
 import (
 	"cmp"
 	"fmt"
-	"maps"
 
 	"warren/jail"
 	"warren/meta"
@@ -66,15 +65,4 @@ func CPUBound(m int) string {
 		return "no CPU bound"
 	}
 	return fmt.Sprintf("%d thousandths of a CPU", m)
-}
-
-// cloneSettings copies s, so a running jail's copy never shares its map
-// with a request or a binding. No variables is always a nil map, so that
-// settings compare equal however a client wrote them.
-func cloneSettings(s meta.Settings) meta.Settings {
-	if len(s.Env) == 0 {
-		s.Env = nil
-	}
-	s.Env = maps.Clone(s.Env)
-	return s
 }

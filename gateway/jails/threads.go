@@ -7,6 +7,7 @@ import (
 
 	"warren/api"
 	"warren/gateway/call"
+	"warren/gateway/threads"
 	"warren/jail"
 	"warren/meta"
 )
@@ -51,5 +52,5 @@ func (js *Jails) Resettle(k meta.ThreadKey, s meta.Settings) (apply func(), err 
 		return nil, fmt.Errorf("%w: the jail of thread %s runs with network %s, %d bytes of memory, %d processes and %s; "+
 			"close the thread before you change its network or limits", api.ErrConflict, call.KeyName(k), now.Network, now.MemoryBytes, now.MaxProcs, CPUBound(now.CPUMillis))
 	}
-	return func() { js.SetSettings(tj, cloneSettings(s)) }, nil
+	return func() { js.SetSettings(tj, threads.CloneSettings(s)) }, nil
 }

@@ -111,7 +111,7 @@ func (t *Threads) Restore(ctx context.Context) (threads int, err error) {
 // unless a call took k's part first (settleLocked). It says false if k's
 // restore failed.
 func (t *Threads) remountThread(ctx context.Context, k meta.ThreadKey) bool {
-	unlock, err := t.set.locks.lock(ctx, k)
+	unlock, err := t.set.locks.Lock(ctx, k)
 	if err != nil {
 		return ctx.Err() != nil // the daemon stops; not a failure of k
 	}

@@ -199,18 +199,18 @@ func (t *Threads) Drain() map[meta.ThreadKey]io.Closer { return t.set.drain() }
 // Lock takes the thread lock of k (see the package's lock order); call
 // unlock exactly once.
 func (t *Threads) Lock(ctx context.Context, k meta.ThreadKey) (unlock func(), err error) {
-	return t.set.locks.lock(ctx, k)
+	return t.set.locks.Lock(ctx, k)
 }
 
 // LockTurn takes the turn lock of k, which serializes its checkpoints,
 // restores and delete; it is taken before the thread lock when both are.
 func (t *Threads) LockTurn(ctx context.Context, k meta.ThreadKey) (unlock func(), err error) {
-	return t.set.turns.lock(ctx, k)
+	return t.set.turns.Lock(ctx, k)
 }
 
 // Locks counts the thread locks held or waited for: each goes when nobody
 // holds or waits for it, so that idle threads cost no lock.
-func (t *Threads) Locks() int { return t.set.locks.size() }
+func (t *Threads) Locks() int { return t.set.locks.Size() }
 
 // Serving says whether the threads take new mounts (Close has not run).
 func (t *Threads) Serving() bool {

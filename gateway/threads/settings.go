@@ -81,10 +81,10 @@ func CheckCPUMillis(m int) error {
 	return nil
 }
 
-// cloneSettings copies s, so a running jail's copy never shares its map
+// CloneSettings copies s, so a running jail's copy never shares its map
 // with a request. No variables is always a nil map, so that settings
 // compare equal however a client wrote them.
-func cloneSettings(s meta.Settings) meta.Settings {
+func CloneSettings(s meta.Settings) meta.Settings {
 	if len(s.Env) == 0 {
 		s.Env = nil
 	}

@@ -9,13 +9,13 @@ import (
 	"path/filepath"
 	"reflect"
 	"sync"
-	"syscall"
 	"time"
 
 	"warren/api"
 	"warren/fs"
 	"warren/gateway/call"
 	"warren/gateway/hosts"
+	"warren/gateway/keyed"
 	"warren/gateway/threadlimit"
 	"warren/jail"
 	"warren/meta"
@@ -26,10 +26,10 @@ import (
 type threadSet struct {
 	// locks holds a lock per thread, taken first and held across the slow
 	// steps of an operation on the thread (see the package's lock order).
-	locks keyedLocks[meta.ThreadKey]
+	locks keyed.Locks[meta.ThreadKey]
 	// turns holds a lock per thread that serializes its checkpoints,
 	// restores and delete, taken before its lock in locks when both are.
-	turns keyedLocks[meta.ThreadKey]
+	turns keyed.Locks[meta.ThreadKey]
 	// admit holds a slot for each mounted thread (package threadlimit):
 	// a bind takes one before it mounts (Gateway.admitThread), a mount
 	// kept here holds one, and one taken out of the set gives it back.
@@ -234,10 +234,10 @@ func (t *Threads) BindWith(ctx context.Context, tenant, thread string, settings 
 		if err := t.checkSettings(*settings); err != nil {
 			return api.ThreadInfo{}, err
 		}
-		s := cloneSettings(*settings)
+		s := CloneSettings(*settings)
 		settings = &s
 	}
-	unlock, err := t.set.locks.lock(ctx, k)
+	unlock, err := t.set.locks.Lock(ctx, k)
 	if err != nil {
 		return api.ThreadInfo{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
@@ -569,7 +569,7 @@ func (t *Threads) unmountThread(k meta.ThreadKey, mountPath string) error {
 	if err := m.Close(); err != nil {
 		t.putMount(k, m)
 		t.log.Warn("refused: unmount failed", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "error", err)
-		return fmt.Errorf("unmount %s: %w", mountPath, busy(err))
+		return fmt.Errorf("unmount %s: %w", mountPath, call.Busy(err))
 	}
 	return nil
 }
@@ -583,7 +583,7 @@ func (t *Threads) unmountThread(k meta.ThreadKey, mountPath string) error {
 func (t *Threads) TakeDown(ctx context.Context, k meta.ThreadKey, still func(context.Context) bool) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
-	unlock, err := t.set.locks.lock(ctx, k)
+	unlock, err := t.set.locks.Lock(ctx, k)
 	if err != nil {
 		return false, err
 	}
@@ -599,14 +599,6 @@ func (t *Threads) TakeDown(ctx context.Context, k meta.ThreadKey, still func(con
 		return false, err
 	}
 	return true, nil
-}
-
-// busy marks an unmount failure caused by a mount in use as ErrBusy.
-func busy(err error) error {
-	if errors.Is(err, syscall.EBUSY) {
-		return fmt.Errorf("%w: %w", api.ErrBusy, err)
-	}
-	return err
 }
 
 // info adds the in-memory mount state to b.
@@ -681,7 +673,7 @@ func (t *Threads) CloseWith(ctx context.Context, tenant, thread, why string) (ap
 	if err != nil {
 		return api.ThreadInfo{}, err
 	}
-	unlock, err := t.set.locks.lock(ctx, k)
+	unlock, err := t.set.locks.Lock(ctx, k)
 	if err != nil {
 		return api.ThreadInfo{}, fmt.Errorf("close %s: %w", call.KeyName(k), err)
 	}
@@ -737,12 +729,12 @@ func (t *Threads) Delete(ctx context.Context, tenant, thread string) error {
 	}
 	// No checkpoint or restore of the thread runs meanwhile: none
 	// records a history for a thread deleted under it.
-	cpUnlock, err := t.set.turns.lock(ctx, k)
+	cpUnlock, err := t.set.turns.Lock(ctx, k)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}
 	defer cpUnlock()
-	unlock, err := t.set.locks.lock(ctx, k)
+	unlock, err := t.set.locks.Lock(ctx, k)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
 	}

@@ -22,19 +22,20 @@ var rooms = map[string][]string{
 	"lease":       nil,
 	"remount":     nil,
 	"threadlimit": nil,
+	"keyed":       nil,
 	"quota":       {"call"},
 	"events":      {"call"},
 	"metrics":     {"call", "threadlimit"},
 	"hosts":       {"call", "lease"},
 	// The threads and their mounts: every room that works in a thread
 	// is above them.
-	"threads": {"call", "hosts", "lease", "quota", "events", "metrics", "remount", "threadlimit"},
+	"threads": {"call", "keyed", "hosts", "lease", "quota", "events", "metrics", "remount", "threadlimit"},
 	"inspect": {"call", "threads"},
 	"files":   {"call", "threads", "events", "metrics"},
 	"jails":   {"call", "threads", "hosts", "events", "metrics"},
 	"jobs":    {"call", "jails", "threads", "hosts", "events", "metrics"},
 	// Above the commands: what stops them or waits for them.
-	"checkpoints": {"call", "threads", "jails", "jobs", "quota", "events", "metrics"},
+	"checkpoints": {"call", "keyed", "threads", "jails", "jobs", "quota", "events", "metrics"},
 	"idle":        {"threads", "jails", "jobs", "events"},
 	"health":      {"call", "threads", "jails", "jobs", "hosts", "quota", "checkpoints", "metrics", "events", "admit", "remount", "threadlimit"},
 }
