@@ -55,7 +55,8 @@ const recordTimeout = 30 * time.Second
 type threadMount struct {
 	mount io.Closer // nil when not mounted
 	err   error     // why the last mount attempt failed, when mount is nil
-	// touched is when a call last changed or used the thread (idle.go).
+	// touched is when a call last changed or used the thread (package
+	// idle reads it).
 	touched time.Time
 }
 
