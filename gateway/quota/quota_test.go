@@ -23,27 +23,6 @@ func start(t *testing.T, ws string, quotaBytes, reserve int64) (*quota.Quotas, e
 	return quota.Start(quota.Config{WorkspacesDir: ws, StoreDir: t.TempDir(), QuotaBytes: quotaBytes, ReserveBytes: reserve, Logger: hclog.NewNullLogger()})
 }
 
-// writeUntil writes path in 1 MiB steps until want bytes are written or
-// a write fails; it returns the bytes written and the error.
-func writeUntil(t *testing.T, path string, want int64) (int64, error) {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	buf := make([]byte, 1<<20)
-	var n int64
-	for n < want {
-		m, err := f.Write(buf)
-		n += int64(m)
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, f.Sync()
-}
-
 // TestUnenforceableIsAnError: a default quota or a reserve on a
 // filesystem that cannot enforce them stops the start; none asked starts.
 func TestUnenforceableIsAnError(t *testing.T) {
@@ -91,7 +70,7 @@ func TestApplyBoundsTheWorkspace(t *testing.T) {
 	if err := q.Apply(k, root, s); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
-	n, err := writeUntil(t, filepath.Join(root, "big"), 64<<20)
+	n, err := testenv.WriteUntil(filepath.Join(root, "big"), 64<<20)
 	if !errors.Is(err, syscall.EDQUOT) {
 		t.Fatalf("wrote %d bytes past a 16 MiB quota: got %v, want EDQUOT", n, err)
 	}

@@ -12,27 +12,6 @@ import (
 	"warren/internal/testenv"
 )
 
-// writeUntil writes path in 1 MiB steps, as root, until want bytes are
-// written or a write fails; it returns the bytes written and the error.
-func writeUntil(t *testing.T, path string, want int64) (int64, error) {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	buf := make([]byte, 1<<20)
-	var n int64
-	for n < want {
-		m, err := f.Write(buf)
-		n += int64(m)
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, f.Sync()
-}
-
 // TestLimitAndReserve: a subvolume's limit stops root's writes with EDQUOT
 // (root has CAP_SYS_RESOURCE), and the reserve stops all subvolumes
 // together while the disk still has room.
@@ -72,7 +51,7 @@ func TestLimitAndReserve(t *testing.T) {
 	if !errors.Is(err, unix.EDQUOT) {
 		t.Fatalf("fallocate 16 MiB in a: %v; want EDQUOT", err)
 	}
-	n, err := writeUntil(t, filepath.Join(a, "f"), 32<<20)
+	n, err := testenv.WriteUntil(filepath.Join(a, "f"), 32<<20)
 	if !errors.Is(err, unix.EDQUOT) || n > 8<<20 {
 		t.Fatalf("root wrote %d bytes into a with an 8 MiB limit: %v; want EDQUOT by 8 MiB", n, err)
 	}
@@ -80,7 +59,7 @@ func TestLimitAndReserve(t *testing.T) {
 	if err := os.Remove(filepath.Join(a, "f")); err != nil {
 		t.Fatalf("remove a file at the limit: %v", err)
 	}
-	if n, err := writeUntil(t, filepath.Join(a, "h"), 4<<20); err != nil {
+	if n, err := testenv.WriteUntil(filepath.Join(a, "h"), 4<<20); err != nil {
 		t.Fatalf("write 4 MiB after freeing the limit: %d, %v", n, err)
 	}
 
@@ -90,7 +69,7 @@ func TestLimitAndReserve(t *testing.T) {
 	if err := diskquota.MakeSubvolume(c); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := writeUntil(t, filepath.Join(c, "f"), 8<<20); err != nil {
+	if _, err := testenv.WriteUntil(filepath.Join(c, "f"), 8<<20); err != nil {
 		t.Fatal(err)
 	}
 	unix.Sync()
@@ -102,7 +81,7 @@ func TestLimitAndReserve(t *testing.T) {
 	if _, err := q.Reserve(reserve); err != nil {
 		t.Fatal(err)
 	}
-	n, err = writeUntil(t, filepath.Join(b, "f"), 1<<30)
+	n, err = testenv.WriteUntil(filepath.Join(b, "f"), 1<<30)
 	if !errors.Is(err, unix.EDQUOT) {
 		t.Fatalf("b wrote %d bytes: %v; want EDQUOT at the reserve", n, err)
 	}
@@ -154,7 +133,7 @@ func TestJoinAndLift(t *testing.T) {
 	if got, err := q.GroupLimit(); err != nil || got != limit || limit == 0 {
 		t.Fatalf("GroupLimit = %d, %v; the reserve set %d", got, err, limit)
 	}
-	n, err := writeUntil(t, filepath.Join(repo, "fill"), 256<<20)
+	n, err := testenv.WriteUntil(filepath.Join(repo, "fill"), 256<<20)
 	if !errors.Is(err, unix.EDQUOT) || uint64(n) > limit+(4<<20) {
 		t.Fatalf("a joined subvolume wrote %d bytes (%v) with the group limited to %d; want EDQUOT at it", n, err, limit)
 	}
@@ -164,7 +143,7 @@ func TestJoinAndLift(t *testing.T) {
 	if got, err := q.GroupLimit(); err != nil || got != 0 {
 		t.Fatalf("GroupLimit after Reserve(0) = %d, %v; want none", got, err)
 	}
-	if n, err := writeUntil(t, filepath.Join(repo, "more"), 128<<20); err != nil {
+	if n, err := testenv.WriteUntil(filepath.Join(repo, "more"), 128<<20); err != nil {
 		t.Fatalf("a write of 128 MiB once the limit is lifted: %d bytes, %v", n, err)
 	}
 }

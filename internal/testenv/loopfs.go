@@ -160,3 +160,24 @@ func LoopDevicesUnder(t testing.TB, dir string) []string {
 	}
 	return devs
 }
+
+// WriteUntil writes path in 1 MiB steps until want bytes are written or a
+// write fails (a quota's EDQUOT, a full disk's ENOSPC), and returns the
+// bytes written and the error; the file is synced once whole.
+func WriteUntil(path string, want int64) (int64, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	var n int64
+	for n < want {
+		m, err := f.Write(buf)
+		n += int64(m)
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, f.Sync()
+}
