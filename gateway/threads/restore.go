@@ -17,7 +17,7 @@ import (
 // restoreParallel bounds the threads restored at once in the background.
 const restoreParallel = 16
 
-// restore prepares what the store says this host served, before the API
+// Restore prepares what the store says this host served, before the API
 // serves: what must not race a call, and is cheap. A crashed daemon
 // leaves dead FUSE mounts that answer ENOTCONN: every warren mount under
 // the mount folder is detached first. Then the deletes a former run cut

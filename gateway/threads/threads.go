@@ -31,7 +31,7 @@ type threadSet struct {
 	// restores and delete, taken before its lock in locks when both are.
 	turns keyed.Locks[meta.ThreadKey]
 	// admit holds a slot for each mounted thread (package threadlimit):
-	// a bind takes one before it mounts (Gateway.admitThread), a mount
+	// a bind takes one before it mounts (Threads.admitThread), a mount
 	// kept here holds one, and one taken out of the set gives it back.
 	// Set at Start, never changed; its lock is a leaf, taken under mu.
 	admit *threadlimit.Admitter
@@ -203,7 +203,7 @@ func (ts *threadSet) drain() map[meta.ThreadKey]io.Closer {
 	return out
 }
 
-// threadPaths returns the backing root and the mount point of k.
+// Paths returns the backing root and the mount point of k.
 func (t *Threads) Paths(k meta.ThreadKey) (root, mountPath string, err error) {
 	root, err = WorkspaceRoot(t.wsBase, k.Tenant, k.Thread)
 	if err != nil {
@@ -216,12 +216,12 @@ func (t *Threads) Paths(k meta.ThreadKey) (root, mountPath string, err error) {
 	return root, mountPath, nil
 }
 
-// bind binds thread k (lazily, idempotently) and returns its binding.
+// Bind binds thread k (lazily, idempotently) and returns its binding.
 func (t *Threads) Bind(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
 	return t.BindWith(ctx, tenant, thread, nil)
 }
 
-// bindWith binds thread k like Bind and, unless settings is nil, gives it
+// BindWith binds thread k like Bind and, unless settings is nil, gives it
 // those settings (replacing any it had). New variables and job limits
 // apply to the next command; a running jail whose network or limits would
 // change is not restarted behind its commands' backs: the call is refused
@@ -250,7 +250,7 @@ func (t *Threads) BindWith(ctx context.Context, tenant, thread string, settings 
 	return t.info(b), nil
 }
 
-// bindLocked returns k's binding, binding and mounting it first if needed,
+// BindLocked returns k's binding, binding and mounting it first if needed,
 // and gives it settings unless they are nil. On failure nothing of this
 // attempt is left: no record, no mount, no folder it created. The thread
 // lock of k must be held.
@@ -513,8 +513,9 @@ func (t *Threads) mount(ctx context.Context, k meta.ThreadKey, root, mountPath s
 	return t.Mount(ctx, k, root, mountPath, readOnly, nil)
 }
 
-// mountAt is mount onto target, if not nil, which mountPath then only
-// names (fs.Options.Target).
+// Mount serves root at mountPath for thread k (an inspection mount too),
+// onto target if not nil, which mountPath then only names
+// (fs.Options.Target).
 func (t *Threads) Mount(ctx context.Context, k meta.ThreadKey, root, mountPath string, readOnly bool, target *fs.Target) (io.Closer, error) {
 	log := t.log.Named("fs").With("tenant", k.Tenant, "thread", k.Thread, "mount_path", mountPath)
 	opts := fs.Options{
@@ -575,7 +576,7 @@ func (t *Threads) unmountThread(k meta.ThreadKey, mountPath string) error {
 	return nil
 }
 
-// takeDown ends thread k's jail, its jobs and its mount, under the
+// TakeDown ends thread k's jail, its jobs and its mount, under the
 // thread's lock, unless still (when set) says otherwise once the lock is
 // held. It keeps the thread's records. It says whether it took k down.
 // ctx bounds the wait for the lock and still's store calls: a fence ends
@@ -613,7 +614,7 @@ func (t *Threads) info(b meta.Binding) api.ThreadInfo {
 	return ti
 }
 
-// showThread returns k's binding without binding it.
+// Show returns k's binding without binding it.
 func (t *Threads) Show(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
 	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
@@ -631,7 +632,7 @@ func (t *Threads) Show(ctx context.Context, tenant, thread string) (api.ThreadIn
 	return ti, nil
 }
 
-// listThreads lists a page of at most limit bindings, of one tenant if
+// List lists a page of at most limit bindings, of one tenant if
 // tenant is not nil, after the key after if it is not nil, and returns
 // the cursor of the next page ("" on the last). It reads limit bindings
 // and their pins, however many threads the store holds, and takes no lock
@@ -662,13 +663,13 @@ func (t *Threads) List(ctx context.Context, tenant *string, after *meta.ThreadKe
 	return out, next, nil
 }
 
-// closeThread unmounts k and records it as closed, keeping its folder. A
+// CloseThread unmounts k and records it as closed, keeping its folder. A
 // closed thread is bound again by the next call that needs it.
 func (t *Threads) CloseThread(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
 	return t.CloseWith(ctx, tenant, thread, "closed; the folder is kept")
 }
 
-// closeThreadWith is closeThread, with why as its event's message.
+// CloseWith is CloseThread, with why as its event's message.
 func (t *Threads) CloseWith(ctx context.Context, tenant, thread, why string) (api.ThreadInfo, error) {
 	k, err := call.ThreadKey(tenant, thread)
 	if err != nil {
@@ -717,7 +718,7 @@ func (t *Threads) CloseWith(ctx context.Context, tenant, thread, why string) (ap
 	return t.info(b), nil
 }
 
-// deleteThread unmounts k and its inspection mounts, removes its folder and
+// Delete unmounts k and its inspection mounts, removes its folder and
 // then its records. The delete is recorded first (state deleting): from
 // then on the thread is never served again, and a delete cut short (a
 // failed unmount, a crash) is finished by the next delete or the next

@@ -111,7 +111,7 @@ func EncodeID(id string) string {
 	return enc[:cut] + "~" + hex.EncodeToString(sum[:])
 }
 
-// rootOf returns the backing folder of a binding: its recorded root if
+// RootOf returns the backing folder of a binding: its recorded root if
 // that is a workspace root of the binding's ids, in this gateway's
 // workspaces folder or in one named "workspaces" (a thread taken over from
 // another host keeps its folder there), else this gateway's own root for
