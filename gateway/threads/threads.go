@@ -540,7 +540,7 @@ func (t *Threads) Mount(ctx context.Context, k meta.ThreadKey, root, mountPath s
 	return m, nil
 }
 
-// mounted reports whether this gateway serves k's mount.
+// Mounted reports whether this daemon serves k's mount.
 func (t *Threads) Mounted(k meta.ThreadKey) bool { return t.set.mounted(k) }
 
 // setMountErr remembers why k could not be mounted, for ThreadInfo.
