@@ -37,10 +37,9 @@ type route struct {
 }
 
 // handlers are the rooms' handlers, as the route table calls them; the
-// gateway makes them once at Start. Those of calls that still belong to
-// the daemon's own type are methods of g.
+// gateway makes them at Start (handlers), for the API's router and the
+// metrics listener's.
 type handlers struct {
-	g           *Gateway
 	threads     *threads.Handlers
 	health      *health.Handlers
 	hosts       *hosts.Handlers
@@ -155,7 +154,7 @@ type router struct {
 	g      *Gateway
 	routes []compiledRoute // never changed after handler()
 	// open serves every peer: the metrics listener's router, whose routes
-	// are the operational endpoints only (health.go).
+	// are the operational endpoints only (ops.go).
 	open bool
 }
 
@@ -167,12 +166,8 @@ type compiledRoute struct {
 // handlers makes the rooms' handlers.
 func (g *Gateway) handlers() handlers {
 	return handlers{
-		g:       g,
-		threads: threads.NewHandlers(g.threads),
-		health: health.NewHandlers(health.New(health.Config{
-			Store: g.store, HostID: g.cfg.HostID, DataDir: g.cfg.DataDir, WorkspacesDir: g.wsBase,
-			Threads: g.threads, Jails: g.jails, Jobs: g.jobs, Hosts: g.hosts, Quotas: g.quotas, Checkpoints: g.checkpoints,
-		})),
+		threads:     threads.NewHandlers(g.threads),
+		health:      health.NewHandlers(g.health),
 		hosts:       hosts.NewHandlers(g.hosts, g.threads),
 		inspect:     inspect.NewHandlers(g.inspections),
 		files:       files.NewHandlers(g.fileAPI),

@@ -1,10 +1,18 @@
 package gateway
 
+// The wiring that no room makes by itself: the checkpoints' room, whose
+// restores need the jails and the jobs together (checkpointsCommands),
+// and the figures the metrics read at each scrape.
+
 import (
 	"path/filepath"
+	"time"
 
+	"warren/fs"
 	"warren/gateway/checkpoints"
 	"warren/gateway/files"
+	"warren/gateway/metrics"
+	"warren/gateway/threadlimit"
 	"warren/gateway/threads"
 	"warren/meta"
 )
@@ -16,8 +24,10 @@ const DefaultCheckpoints = checkpoints.Default
 // maxCheckpoints bounds the checkpoints a thread keeps.
 const maxCheckpoints = checkpoints.Max
 
-// newCheckpoints makes the checkpoints' room over g's threads, jails,
-// jobs, quotas, hub and events. The quotas must be started.
+// newCheckpoints makes the checkpoints' room over g's threads, quotas,
+// hub and events, which must be made; the jails and the jobs, made after
+// it, are reached through checkpointsCommands when a restore runs (never
+// before the API serves).
 func newCheckpoints(g *Gateway) *checkpoints.Checkpoints {
 	return checkpoints.New(checkpoints.Config{
 		Store: g.store, Logger: g.log, Hub: g.hub, Quotas: g.quotas,
@@ -52,3 +62,21 @@ func (c checkpointsCommands) NoteStopping(k meta.ThreadKey, why string) {
 func (c checkpointsCommands) CloseJail(k meta.ThreadKey) { c.g.jails.CloseJail(k) }
 
 func (c checkpointsCommands) WaitThreadJobs(k meta.ThreadKey) { c.g.jobs.WaitThread(k) }
+
+// metricsFigures are the figures the metrics read from g at each scrape.
+// Each reads g's field when called: Start fills some (the events, the
+// background restore) after it registers them.
+func metricsFigures(g *Gateway) metrics.Figures {
+	return metrics.Figures{
+		Threads:     func() (int, int) { return g.threads.Counts() },
+		Admission:   func() threadlimit.Headroom { return g.threads.Headroom() },
+		Jails:       func() int { return g.jails.Count() },
+		JailsLive:   func() (int, int) { return g.jails.Live() },
+		JobsRunning: func() int { return g.jobs.Count() },
+		Events:      func() (int, uint64) { return g.events.Stats() },
+		Lease:       func() (bool, time.Time) { return g.hosts.Valid() },
+		Descriptors: func() fs.DescriptorStats { return g.hub.Descriptors() },
+		LockWaits:   func() int { return g.hub.LockWaits() },
+		RestoreLeft: func() int { return g.threads.RestoreLeft() },
+	}
+}
