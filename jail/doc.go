@@ -35,6 +35,10 @@
 //     tree only once the init has answered Started or Done for it, or a
 //     hang-up that early would kill the init and the whole jail.
 //   - seccomp_linux.go, landlock_linux.go: the filters.
+//   - netns_linux.go: the daemon's way into a jail's network (NetNS,
+//     InNetNS, Dial): a socket made on a thread that entered the jail's
+//     network namespace for the call, used from any thread after, in
+//     every network mode (the jail's own loopback in "none").
 //
 // A jail dies with its gateway's process, whatever way that ends (kill -9
 // too): the init ends when its socket to the gateway reaches its end of
@@ -93,6 +97,9 @@
 //     reply to its command only after it released it;
 //   - Base.mu is held for reading while a thread enters the base (setns),
 //     and for writing by Close;
+//   - Jail.reapMu is held for writing while Close reaps the init, and for
+//     reading while NetNS opens the init's namespace by its pid, so that
+//     the pid is never another process's;
 //   - cgroup.mu (limits_linux.go) guards the empty command trees kept for
 //     reuse;
 //   - in the init's own process, initState.mu is held across a command's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -129,6 +130,28 @@ func helperMain(name string, args []string) int {
 		}
 		fmt.Println(j.InitPid())
 		select {}
+	case "echo-server":
+		// echo-server ADDR: listens on ADDR (port 0: any), prints the
+		// port, and answers each connection with "hello" and then echoes
+		// what it reads, until killed.
+		ln, err := net.Listen("tcp", args[0])
+		if err != nil {
+			fmt.Println(err)
+			return 2
+		}
+		fmt.Println(ln.Addr().(*net.TCPAddr).Port)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				fmt.Println(err)
+				return 2
+			}
+			go func() {
+				defer c.Close()
+				io.WriteString(c, "hello\n")
+				io.Copy(c, c)
+			}()
+		}
 	default:
 		fmt.Printf("no helper %q\n", name)
 		return 2

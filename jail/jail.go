@@ -90,6 +90,12 @@ type Jail struct {
 
 	sendMu sync.Mutex
 
+	// reapMu is held for writing while Close reaps the init, and for
+	// reading while its namespaces are opened by pid (NetNS): a pid read
+	// under it, with reaped false, is the init's.
+	reapMu sync.RWMutex
+	reaped bool // guarded by reapMu
+
 	mu      sync.Mutex
 	nextID  uint64
 	waiting map[uint64]chan replyMsg // guarded by mu
@@ -836,5 +842,8 @@ func (j *Jail) Close() error {
 
 func (j *Jail) stop() {
 	j.init.Process.Kill()
+	j.reapMu.Lock()
+	defer j.reapMu.Unlock()
 	j.init.Wait()
+	j.reaped = true
 }
