@@ -431,20 +431,6 @@ func (j *Jail) Err() error {
 	return nil
 }
 
-// NetNS opens the jail's network namespace (for a link to it, or a
-// socket in it). The init is the daemon's child, not reaped before Close:
-// its pid names no other process while the jail lives.
-func (j *Jail) NetNS() (*os.File, error) {
-	if err := j.Err(); err != nil {
-		return nil, err
-	}
-	f, err := os.Open("/proc/" + strconv.Itoa(j.InitPid()) + "/ns/net")
-	if err != nil {
-		return nil, fmt.Errorf("jail: its network namespace: %w", err)
-	}
-	return f, nil
-}
-
 // InitPid is the host's pid of the jail's init: every command is its
 // child.
 func (j *Jail) InitPid() int { return j.init.Process.Pid }

@@ -33,6 +33,9 @@ type Config struct {
 	// folder cannot be reached (UnreachableGone or UnreachableFresh), and
 	// SeedCommand runs in a fresh one.
 	HostID        string
+	// AllowNetworks are the jail networks a thread may ask for (none,
+	// egress, host).
+	AllowNetworks []string
 	OnUnreachable string
 	SeedCommand   string
 	// DataDir holds moved-aside/ and orphans/; WorkspacesDir the backing
