@@ -29,6 +29,10 @@ type Config struct {
 	// AllowPrivate are the private ranges the jails may reach anyway
 	// (package mirrors on the operator's network).
 	AllowPrivate []netip.Prefix
+	// Avoid are addresses the subnet must not hold: the host's name
+	// servers (the daemon's resolver asks them), which may sit in a
+	// private range no route names.
+	Avoid []netip.Addr
 	// ResolverPort is the port of the daemon's resolver on ResolverAddr;
 	// 0 means 53.
 	ResolverPort uint16
@@ -93,7 +97,7 @@ func Open(ctx context.Context, cfg Config) (*Network, error) {
 			nft.CloseLasting()
 			return nil, err
 		}
-		if used, why, err := subnetUsed(cfg.Subnet); err != nil || used {
+		if used, why, err := subnetUsed(cfg.Subnet, cfg.Avoid); err != nil || used {
 			nft.CloseLasting()
 			if err == nil {
 				err = fmt.Errorf("egress: subnet %s is in use on this host (%s): pick another with --egress-subnet", cfg.Subnet, why)
@@ -101,7 +105,7 @@ func Open(ctx context.Context, cfg Config) (*Network, error) {
 			return nil, err
 		}
 		n.subnet = cfg.Subnet.Masked()
-	} else if n.subnet, err = PickSubnet(); err != nil {
+	} else if n.subnet, err = PickSubnet(cfg.Avoid); err != nil {
 		nft.CloseLasting()
 		return nil, err
 	}
@@ -200,8 +204,8 @@ func checkSubnet(p netip.Prefix) error {
 // PickSubnet finds a private /16 that no address or route of the host
 // overlaps, from the top of 10/8 down, then 172.16/12: several daemons
 // on one host each take their own (a running daemon's dummy link claims
-// its range).
-func PickSubnet() (netip.Prefix, error) {
+// its range). Nor does it hold any address of avoid.
+func PickSubnet(avoid []netip.Addr) (netip.Prefix, error) {
 	var cands []netip.Prefix
 	for b := 255; b >= 16; b-- {
 		cands = append(cands, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(b), 0, 0}), 16))
@@ -209,7 +213,7 @@ func PickSubnet() (netip.Prefix, error) {
 	for b := 31; b >= 16; b-- {
 		cands = append(cands, netip.PrefixFrom(netip.AddrFrom4([4]byte{172, byte(b), 0, 0}), 16))
 	}
-	used, err := hostPrefixes()
+	used, err := hostPrefixes(avoid)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
@@ -222,8 +226,8 @@ func PickSubnet() (netip.Prefix, error) {
 }
 
 // subnetUsed says whether a route or an address of the host overlaps p.
-func subnetUsed(p netip.Prefix) (bool, string, error) {
-	used, err := hostPrefixes()
+func subnetUsed(p netip.Prefix, avoid []netip.Addr) (bool, string, error) {
+	used, err := hostPrefixes(avoid)
 	if err != nil {
 		return false, "", err
 	}
@@ -242,13 +246,18 @@ func overlaps(p netip.Prefix, used []netip.Prefix) (string, bool) {
 
 // hostPrefixes are the IPv4 destinations of every route of every table
 // (default routes aside: they overlap everything) and every address of
-// the host.
-func hostPrefixes() ([]netip.Prefix, error) {
+// the host, and the addresses of avoid.
+func hostPrefixes(avoid []netip.Addr) ([]netip.Prefix, error) {
 	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return nil, fmt.Errorf("egress: list routes: %w", err)
 	}
 	var out []netip.Prefix
+	for _, a := range avoid {
+		if a = a.Unmap(); a.Is4() {
+			out = append(out, netip.PrefixFrom(a, 32))
+		}
+	}
 	for _, r := range routes {
 		if r.Dst == nil {
 			continue
