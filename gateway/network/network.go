@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -141,8 +142,8 @@ func (n *Network) serveResolver() error {
 	return n.resolver.Serve(udp, tcp)
 }
 
-// Allowed says whether a thread may ask for mode.
-func (n *Network) Allowed(mode string) bool { return slices.Contains(n.cfg.Allow, mode) }
+// Modes are the networks a thread may ask for.
+func (n *Network) Modes() []string { return slices.Clone(n.cfg.Allow) }
 
 // Nameserver is the name server of a jail of mode: the daemon's resolver
 // for egress, the jail's own sink for none (lookups fail at once rather
@@ -310,6 +311,9 @@ func (n *Network) Apply(k meta.ThreadKey, j *jail.Jail, old, s meta.Settings) er
 	jn := n.byKey[k]
 	n.mu.Unlock()
 	if jn == nil || jn.link == nil {
+		return nil
+	}
+	if reflect.DeepEqual(old.Egress, s.Egress) && old.MaxConnections == s.MaxConnections && old.EgressBytesPerSecond == s.EgressBytesPerSecond {
 		return nil
 	}
 	rules, p, err := compile(s)

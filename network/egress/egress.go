@@ -88,6 +88,14 @@ func Open(ctx context.Context, cfg Config) (*Network, error) {
 		return nil, fmt.Errorf("egress: netlink to nftables: %w", err)
 	}
 	n.nft = nft
+	// One daemon of the host at a time picks and claims its range: two
+	// that looked at the same moment would take the same one.
+	unlock, err := lockHost()
+	if err != nil {
+		nft.CloseLasting()
+		return nil, err
+	}
+	defer unlock()
 	if err := n.clean(); err != nil {
 		nft.CloseLasting()
 		return nil, err
@@ -179,6 +187,21 @@ func (n *Network) clean() error {
 		}
 	}
 	return nil
+}
+
+// lockFile serialises the daemons of a host while they claim a range.
+const lockFile = "/run/warren-egress.lock"
+
+func lockHost() (unlock func(), err error) {
+	f, err := os.OpenFile(lockFile, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("egress: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("egress: lock %s: %w", lockFile, err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // isGone says a link (or an element) was not there any more.
