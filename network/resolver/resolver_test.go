@@ -271,6 +271,9 @@ func TestRefused(t *testing.T) {
 		{"elsewhere.test.", refusal{"jail-1", "elsewhere.test", ""}, false},
 		{"allowed.test.", refusal{"jail-1", "allowed.test", ""}, false}, // the wildcard is for names under it
 		{"bad.allowed.test.", refusal{"jail-1", "x.denied.test", "*.denied.test"}, true},
+		// The labels are "a.allowed" and "test": a name under "test", whose
+		// text ends with ".allowed.test".
+		{`a\.allowed.test.`, refusal{"jail-1", `a\.allowed.test`, ""}, false},
 	}
 	for _, tt := range tests {
 		for _, network := range []string{"udp", "tcp"} {
