@@ -154,15 +154,7 @@ func start(t *testing.T, tweak func(*resolver.Config)) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { res.Close() })
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		pc.Close()
-		t.Fatal(err)
-	}
+	pc, ln := listenPair(t)
 	if err := res.Serve(pc, ln); err != nil {
 		t.Fatal(err)
 	}
