@@ -45,7 +45,8 @@
 //   - ANY (RFC 8482), zone transfers, a class other than IN, an opcode
 //     other than QUERY: NOTIMP.
 //   - The upstream servers all fail (time out, cannot be reached, answer
-//     SERVFAIL or REFUSED, or answer another question): SERVFAIL. That is
+//     SERVFAIL, REFUSED, NOTIMP or FORMERR, or answer another question):
+//     SERVFAIL. That is
 //     the one case of a temporary failure, and a client retrying is
 //     right. Also when a jail has more queries waiting than its bound
 //     (below): it is flooding, and waiting is what it should do.

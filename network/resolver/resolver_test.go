@@ -154,15 +154,7 @@ func start(t *testing.T, tweak func(*resolver.Config)) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { res.Close() })
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		pc.Close()
-		t.Fatal(err)
-	}
+	pc, ln := listenPair(t)
 	if err := res.Serve(pc, ln); err != nil {
 		t.Fatal(err)
 	}
@@ -271,6 +263,9 @@ func TestRefused(t *testing.T) {
 		{"elsewhere.test.", refusal{"jail-1", "elsewhere.test", ""}, false},
 		{"allowed.test.", refusal{"jail-1", "allowed.test", ""}, false}, // the wildcard is for names under it
 		{"bad.allowed.test.", refusal{"jail-1", "x.denied.test", "*.denied.test"}, true},
+		// The labels are "a.allowed" and "test": a name under "test", whose
+		// text ends with ".allowed.test".
+		{`a\.allowed.test.`, refusal{"jail-1", `a\.allowed.test`, ""}, false},
 	}
 	for _, tt := range tests {
 		for _, network := range []string{"udp", "tcp"} {

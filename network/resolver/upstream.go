@@ -27,8 +27,11 @@ func (r *Resolver) forward(ctx context.Context, q dns.Question) (*dns.Msg, error
 	var errs []error
 	ups := r.cfg.Upstreams
 	for i, up := range ups {
-		deadline, _ := ctx.Deadline() // the caller set one
-		share := time.Until(deadline) / time.Duration(len(ups)-i)
+		left := r.cfg.Timeout
+		if deadline, ok := ctx.Deadline(); ok {
+			left = time.Until(deadline)
+		}
+		share := left / time.Duration(len(ups)-i)
 		actx, cancel := context.WithTimeout(ctx, share)
 		resp, err := ask(actx, up, m)
 		cancel()

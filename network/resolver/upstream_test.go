@@ -85,27 +85,7 @@ func bigRecords() []string {
 func startUpstream(t *testing.T) *upstream {
 	t.Helper()
 	u := &upstream{hold: make(chan struct{}), stop: make(chan struct{}), held: make(chan struct{}, 100)}
-	var (
-		pc  net.PacketConn
-		ln  net.Listener
-		err error
-	)
-	// The TCP listener takes the UDP socket's port; another test's
-	// socket may hold it, so try a few.
-	for range 20 {
-		pc, err = net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err = net.Listen("tcp", pc.LocalAddr().String())
-		if err == nil {
-			break
-		}
-		pc.Close()
-	}
-	if err != nil {
-		t.Fatalf("listen on one port for UDP and TCP: %v", err)
-	}
+	pc, ln := listenPair(t)
 	u.addr = pc.LocalAddr().(*net.UDPAddr).AddrPort()
 	for _, s := range []*dns.Server{{PacketConn: pc}, {Listener: ln}} {
 		started := make(chan struct{})
@@ -124,6 +104,26 @@ func startUpstream(t *testing.T) *upstream {
 	}
 	t.Cleanup(func() { close(u.stop) }) // runs first: hung handlers end
 	return u
+}
+
+// listenPair listens on loopback for UDP and TCP on one port (the port
+// a resolver asks again over TCP). Another socket may hold the UDP
+// socket's port for TCP, so it tries a few.
+func listenPair(t *testing.T) (net.PacketConn, net.Listener) {
+	t.Helper()
+	for range 20 {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, ln
+		}
+		pc.Close()
+	}
+	t.Fatalf("no port free for both UDP and TCP on 127.0.0.1")
+	return nil, nil
 }
 
 func (u *upstream) serve(w dns.ResponseWriter, req *dns.Msg) {
