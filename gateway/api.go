@@ -22,6 +22,7 @@ import (
 	"warren/gateway/jails"
 	"warren/gateway/jobs"
 	"warren/gateway/metrics"
+	"warren/gateway/network"
 	"warren/gateway/threadlimit"
 	"warren/gateway/threads"
 	"warren/meta"
@@ -49,6 +50,7 @@ type handlers struct {
 	events      *events.Handlers
 	metrics     *metrics.Handlers
 	jobs        *jobs.Handlers
+	network     *network.Handlers
 }
 
 // routes is the API: the one place every call is listed.
@@ -56,6 +58,7 @@ func routes(h handlers) []route {
 	return append([]route{
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/bind", h.threads.Bind},
 		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}", h.threads.Show},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/network", h.network.SetNetwork},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/close", h.threads.Close},
 		{http.MethodDelete, "/v1/tenants/{tenant}/threads/{thread}", h.threads.Delete},
 		{http.MethodGet, "/v1/threads", h.threads.List},
@@ -175,6 +178,7 @@ func (g *Gateway) handlers() handlers {
 		events:      events.NewHandlers(g.events),
 		metrics:     metrics.NewHandlers(g.metrics),
 		jobs:        jobs.NewHandlers(g.jobs),
+		network:     network.NewHandlers(g.threads),
 	}
 }
 

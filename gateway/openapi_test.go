@@ -36,6 +36,7 @@ import (
 
 	"warren/api"
 	"warren/gateway/files"
+	"warren/meta"
 )
 
 const (
@@ -61,10 +62,11 @@ func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 // them; the spec is held against it (TestOpenAPISchemas).
 var wireTypes = map[string]wire{
 	// Threads and hosts.
-	"POST /v1/tenants/{tenant}/threads/{thread}/bind":  {req: typeOf[api.BindRequest](), resp: typeOf[api.BindResponse]()},
-	"GET /v1/tenants/{tenant}/threads/{thread}":        {resp: typeOf[api.ThreadResponse]()},
-	"POST /v1/tenants/{tenant}/threads/{thread}/close": {req: typeOf[struct{}](), resp: typeOf[api.ThreadResponse]()},
-	"DELETE /v1/tenants/{tenant}/threads/{thread}":     {resp: typeOf[api.DeleteResponse]()},
+	"POST /v1/tenants/{tenant}/threads/{thread}/bind":    {req: typeOf[api.BindRequest](), resp: typeOf[api.BindResponse]()},
+	"GET /v1/tenants/{tenant}/threads/{thread}":          {resp: typeOf[api.ThreadResponse]()},
+	"POST /v1/tenants/{tenant}/threads/{thread}/network": {req: typeOf[meta.Egress](), resp: typeOf[api.BindResponse]()},
+	"POST /v1/tenants/{tenant}/threads/{thread}/close":   {req: typeOf[struct{}](), resp: typeOf[api.ThreadResponse]()},
+	"DELETE /v1/tenants/{tenant}/threads/{thread}":       {resp: typeOf[api.DeleteResponse]()},
 	"GET /v1/threads": {resp: typeOf[api.ThreadsResponse]()},
 	"POST /v1/tenants/{tenant}/threads/{thread}/unpin": {req: typeOf[struct{}](), resp: typeOf[api.ThreadResponse]()},
 	"GET /v1/hosts": {resp: typeOf[api.HostsResponse]()},

@@ -60,7 +60,7 @@ type Config struct {
 type Network struct {
 	cfg      Config
 	log      hclog.Logger
-	egress   *egress.Network     // nil when egress is not allowed
+	egress   *egress.Network    // nil when egress is not allowed
 	resolver *resolver.Resolver // nil with it
 
 	// mu guards the jails' networks and closed. A leaf: nothing is
@@ -184,7 +184,7 @@ type jailNet struct {
 	reported atomic.Int64
 }
 
-func (j *jailNet) ID() string            { return j.id }
+func (j *jailNet) ID() string           { return j.id }
 func (j *jailNet) Rules() *policy.Rules { return j.rules.Load() }
 
 // clients finds a jail by its address, for the resolver.
@@ -412,4 +412,3 @@ func (n *Network) Close() error {
 	}
 	return errors.Join(errs...)
 }
-
