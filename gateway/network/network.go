@@ -97,9 +97,12 @@ func Start(ctx context.Context, cfg Config) (*Network, error) {
 			return nil, fmt.Errorf("network: the resolver's upstream servers: %w (name them with --egress-dns)", err)
 		}
 	}
-	avoid := make([]netip.Addr, len(ups))
-	for i, u := range ups {
-		avoid[i] = u.Addr()
+	// The range holds none of the host's own name servers either: its
+	// route would take them from every program of the host.
+	var avoid []netip.Addr
+	hostUps, _ := resolver.UpstreamsFromResolvConf("/etc/resolv.conf")
+	for _, u := range append(hostUps, ups...) {
+		avoid = append(avoid, u.Addr())
 	}
 	sum := sha256.Sum256([]byte(cfg.DataDir))
 	eg, err := egress.Open(ctx, egress.Config{
