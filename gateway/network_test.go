@@ -79,7 +79,9 @@ func TestEgressNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	greet := `exec 3<>/dev/tcp/%s/%s && head -1 <&3`
-	dial := func(host, port string) string { return strings.Replace(strings.Replace(greet, "%s", host, 1), "%s", port, 1) }
+	dial := func(host, port string) string {
+		return strings.Replace(strings.Replace(greet, "%s", host, 1), "%s", port, 1)
+	}
 	if code, got := e.run(t, "net", dial("world.test", port)); code != 0 || got != "world\n" {
 		t.Fatalf("the world by name from an egress jail: exit %d, %q", code, got)
 	}

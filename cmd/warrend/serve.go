@@ -1,11 +1,11 @@
 package main
 
 import (
-	"net/netip"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"os/user"
@@ -45,8 +45,8 @@ type serveOptions struct {
 	egressSubnet  string
 	egressPrivate repeated
 	egressDNS     repeated
-	logLevel   string
-	logJSON    bool
+	logLevel      string
+	logJSON       bool
 	// noEditChecks switches off the refusal of stale writes; benchmarks
 	// set it to measure what the checks cost. noFSMetrics leaves the FUSE
 	// requests untimed, for the same reason.
@@ -283,29 +283,29 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	// The configuration the flags give; the folders, the logger and the
 	// store are filled in once they are made.
 	cfg := gateway.Config{
-		FUSETransport:   transport,
-		FUSEPerThread:   o.fusePerThread,
-		HostID:          o.hostID,
-		MetricsAddr:     o.metricsAddr,
-		EventLog:        eventLogFlag(o.eventLog),
-		JailIdle:        neverIfZero(o.jailIdle),
-		CloseIdle:       neverIfZero(o.closeIdle),
-		AllowUIDs:       o.allowUIDs,
-		NoEditChecks:    o.noEditChecks,
-		NoFSMetrics:     o.noFSMetrics,
-		JailNetwork:     o.jailNetwork,
+		FUSETransport:      transport,
+		FUSEPerThread:      o.fusePerThread,
+		HostID:             o.hostID,
+		MetricsAddr:        o.metricsAddr,
+		EventLog:           eventLogFlag(o.eventLog),
+		JailIdle:           neverIfZero(o.jailIdle),
+		CloseIdle:          neverIfZero(o.closeIdle),
+		AllowUIDs:          o.allowUIDs,
+		NoEditChecks:       o.noEditChecks,
+		NoFSMetrics:        o.noFSMetrics,
+		JailNetwork:        o.jailNetwork,
 		AllowNetworks:      nets.allow,
 		EgressSubnet:       nets.subnet,
 		EgressAllowPrivate: nets.private,
 		EgressDNS:          nets.dns,
-		JailMemoryBytes: o.jailMemory,
-		JailMaxProcs:    o.jailProcs,
-		JailCPUMillis:   int(o.jailCPU),
-		RenewEvery:      o.renewEvery,
-		BodyTimeout:     o.bodyTimeout,
-		ExpiresAfter:    o.expiresAfter,
-		OnUnreachable:   o.onUnreachable,
-		SeedCommand:     o.seedCommand,
+		JailMemoryBytes:    o.jailMemory,
+		JailMaxProcs:       o.jailProcs,
+		JailCPUMillis:      int(o.jailCPU),
+		RenewEvery:         o.renewEvery,
+		BodyTimeout:        o.bodyTimeout,
+		ExpiresAfter:       o.expiresAfter,
+		OnUnreachable:      o.onUnreachable,
+		SeedCommand:        o.seedCommand,
 
 		DiskQuotaBytes:           o.diskQuota,
 		DiskReserveBytes:         o.diskReserve,

@@ -93,9 +93,9 @@ type Config struct {
 	// Networks gives each jail the network its settings ask for; nil
 	// gives none but the jail's own (tests of this room alone).
 	Networks Networks
-	Events  Events
-	Metrics Metrics
-	Logger  hclog.Logger
+	Events   Events
+	Metrics  Metrics
+	Logger   hclog.Logger
 }
 
 // Networks is what the jails call of the network room (package
