@@ -29,6 +29,7 @@ import (
 	"warren/gateway/jails"
 	"warren/gateway/jobs"
 	"warren/gateway/metrics"
+	"warren/gateway/ports"
 	"warren/gateway/quota"
 	"warren/gateway/threadlimit"
 	"warren/gateway/threads"
@@ -80,6 +81,7 @@ type Gateway struct {
 	hosts       *hosts.Hosts             // the host's lease and the threads' pins
 	jails       *jails.Jails             // the jails and the commands in them
 	jobs        *jobs.Jobs               // the background jobs and the exec streams
+	ports       *ports.Ports             // the channels into the jails' ports
 	idle        *idle.Reclaimer          // the idle reclaim's goroutine
 	health      *health.Health           // readiness and usage
 
@@ -205,7 +207,9 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		Threads: g.threads, Events: g.events, Metrics: m, Logger: cfg.Logger,
 	})
 	g.jails.SetJobs(g.jobs)
-	g.threads.Attach(threads.Deps{Hosts: g.hosts, Jails: g.jails, Jobs: g.jobs, Inspections: g.inspections, History: g.checkpoints})
+	g.ports = ports.New(ports.Config{Jails: g.jails, Logger: cfg.Logger})
+	g.jails.AddEnded(g.ports)
+	g.threads.Attach(threads.Deps{Hosts: g.hosts, Jails: g.jails, Jobs: g.jobs, Inspections: g.inspections, History: g.checkpoints, Ports: g.ports})
 	g.health = health.New(health.Config{
 		Store: g.store, HostID: cfg.HostID, DataDir: cfg.DataDir, WorkspacesDir: g.wsBase,
 		Threads: g.threads, Jails: g.jails, Jobs: g.jobs, Hosts: g.hosts, Quotas: g.quotas, Checkpoints: g.checkpoints,
@@ -332,6 +336,8 @@ func (g *Gateway) Close() error {
 		// next, so that Shutdown does not wait its whole grace for them.
 		g.jobs.NoteStoppingAll("the daemon stopped")
 		g.jails.CloseAll()
+		// Their channels closed with them; none opens from now on.
+		g.ports.Close()
 		g.jobs.Wait()
 		g.events.Close()
 		if err := g.events.LogError(); err != nil {
