@@ -101,8 +101,8 @@ func routes(h handlers) []route {
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/redo", h.checkpoints.Redo},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/revert", h.checkpoints.Revert},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/fork", h.checkpoints.Fork},
-		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/ports/{port}", h.ports.Open}, // an upgrade answers a call.Streamer
-		{http.MethodDelete, "/v1/tenants/{tenant}/threads/{thread}/ports/{port}", h.ports.Close},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/ports/{port}", h.ports.OpenPort}, // an upgrade answers a call.Streamer
+		{http.MethodDelete, "/v1/tenants/{tenant}/threads/{thread}/ports/{port}", h.ports.ClosePort},
 	}, opsRoutes(h)...)
 }
 

@@ -18,9 +18,9 @@ type Handlers struct{ p *Ports }
 // NewHandlers returns the handlers of p's calls.
 func NewHandlers(p *Ports) *Handlers { return &Handlers{p: p} }
 
-// Open answers POST .../ports/{port}: the port's channel, or, asked for
+// OpenPort answers POST .../ports/{port}: the port's channel, or, asked for
 // an upgrade to tcp, the connection itself.
-func (h *Handlers) Open(r *http.Request, p call.Params) (any, error) {
+func (h *Handlers) OpenPort(r *http.Request, p call.Params) (any, error) {
 	port, err := parsePort(p.Port)
 	if err != nil {
 		return nil, err
@@ -37,8 +37,8 @@ func (h *Handlers) Open(r *http.Request, p call.Params) (any, error) {
 	return h.p.Open(r.Context(), p.Tenant, p.Thread, port)
 }
 
-// Close answers DELETE .../ports/{port}.
-func (h *Handlers) Close(r *http.Request, p call.Params) (any, error) {
+// ClosePort answers DELETE .../ports/{port}.
+func (h *Handlers) ClosePort(r *http.Request, p call.Params) (any, error) {
 	port, err := parsePort(p.Port)
 	if err != nil {
 		return nil, err
