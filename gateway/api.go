@@ -23,6 +23,7 @@ import (
 	"warren/gateway/jobs"
 	"warren/gateway/metrics"
 	"warren/gateway/network"
+	"warren/gateway/ports"
 	"warren/gateway/threadlimit"
 	"warren/gateway/threads"
 	"warren/meta"
@@ -51,6 +52,7 @@ type handlers struct {
 	metrics     *metrics.Handlers
 	jobs        *jobs.Handlers
 	network     *network.Handlers
+	ports       *ports.Handlers
 }
 
 // routes is the API: the one place every call is listed.
@@ -102,6 +104,8 @@ func routes(h handlers) []route {
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/redo", h.checkpoints.Redo},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/revert", h.checkpoints.Revert},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/fork", h.checkpoints.Fork},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/ports/{port}", h.ports.OpenPort}, // an upgrade answers a call.Streamer
+		{http.MethodDelete, "/v1/tenants/{tenant}/threads/{thread}/ports/{port}", h.ports.ClosePort},
 	}, opsRoutes(h)...)
 }
 
@@ -129,7 +133,8 @@ func bodyLimit(pattern string) int64 {
 // upload, a stream (an answer that goes on: events, exec output, job
 // output, a raw file's content) or a request, and the thread it is
 // counted for, from its path or, for the events, its query (the zero key
-// when it names none).
+// when it names none). A plain TCP connection to a jail's port (an
+// upgrade) is a stream.
 func admissionOf(r *http.Request, pattern string, p call.Params) (admit.Kind, meta.ThreadKey) {
 	key := meta.ThreadKey{Tenant: p.Tenant, Thread: p.Thread}
 	switch {
@@ -143,7 +148,8 @@ func admissionOf(r *http.Request, pattern string, p call.Params) (admit.Kind, me
 		return admit.Uploads, key
 	case strings.HasSuffix(pattern, "/files/raw"),
 		strings.HasSuffix(pattern, "/exec") && r.Method == http.MethodPost,
-		strings.HasSuffix(pattern, "/jobs/{job}/output"):
+		strings.HasSuffix(pattern, "/jobs/{job}/output"),
+		strings.HasSuffix(pattern, "/ports/{port}") && ports.IsUpgrade(r):
 		return admit.Streams, key
 	}
 	return admit.Requests, key
@@ -179,6 +185,7 @@ func (g *Gateway) handlers() handlers {
 		metrics:     metrics.NewHandlers(g.metrics),
 		jobs:        jobs.NewHandlers(g.jobs),
 		network:     network.NewHandlers(g.threads),
+		ports:       ports.NewHandlers(g.ports),
 	}
 }
 
@@ -332,6 +339,8 @@ func unescapeParams(raw map[string]string) (call.Params, error) {
 			p.Exec = u
 		case "job":
 			p.Job = u
+		case "port":
+			p.Port = u
 		}
 	}
 	return p, nil

@@ -175,6 +175,8 @@
 //	POST   .../threads/{thread}/redo         {"force"}                      {"op","to","changed",...}
 //	POST   .../threads/{thread}/revert       {"checkpoint","force"}         {"op","to","saved","changed",...}
 //	POST   .../threads/{thread}/fork         {"checkpoint","thread"}        {"binding","mountPath","checkpoint","from"}
+//	POST   .../threads/{thread}/ports/{port}                                {"url","token","headers","port"}; with Upgrade: tcp, 101 and the bytes
+//	DELETE .../threads/{thread}/ports/{port}                                {"port","closed"}
 //	GET    /healthz                                                         {"status":"ok"}
 //	GET    /readyz                                                          {"ready","checks":[...]}; 503 when not ready
 //	GET    /metrics                                                         Prometheus text
@@ -235,19 +237,24 @@
 //	jobs        background jobs, their output, the exec streams, signals
 //	checkpoints snapshots, undo, redo, revert, fork, collections
 //	idle        the idle reclaim                health   readiness and usage
+//	ports       the channels into the jails' ports
 //
 // Imports run one way, down this picture (internal/shape holds the
 // graph, and the size of every type's method set):
 //
 //	gateway ─► health ─► checkpoints ─► jobs ─► jails ─► threads ─► hosts ─► lease
 //	           idle ──┘   inspect, files ─────────────────┘   │    └─► quota, events, metrics, call
+//	           ports ─► call (the jails through ports.Jails)
 //
 // Where a lower room must call a higher one it declares a small
 // interface of exactly what it calls, which Start wires: the threads
 // call the jails, the jobs, the inspection mounts and the checkpoints
 // (threads.Deps, through Attach) when a thread is closed, deleted, moved
-// or restored; the jails ask the jobs whether a thread's jobs run
-// (jails.SetJobs); the hosts' lease calls the threads' Fence.
+// or restored, and the ports when it is closed; the jails ask the jobs
+// whether a thread's jobs run (jails.SetJobs) and tell the ports of each
+// jail's end (jails.AddEnded); the ports call the jails through an
+// interface of their own (ports.Jails); the hosts' lease calls the
+// threads' Fence.
 //
 // # Start and stop
 //
@@ -266,7 +273,8 @@
 // added: a request that would add a mount, a jail or a job is refused
 // with ErrClosed and undoes what it made); then the jobs are told why and
 // the jails end (and with them every command and job, whose ends are
-// recorded), the event streams end, the server shuts down (waiting
+// recorded, and the ports' channels), the ports room closes, the event
+// streams end, the server shuts down (waiting
 // shutdownGrace for requests), the restores are cut, the requests still
 // running are waited for, the jails' base goes, the lease ends (no fence
 // behind the unmounts, nor on a closed store), the collections end, every

@@ -30,6 +30,7 @@ import (
 	"warren/gateway/jobs"
 	"warren/gateway/metrics"
 	"warren/gateway/network"
+	"warren/gateway/ports"
 	"warren/gateway/quota"
 	"warren/gateway/threadlimit"
 	"warren/gateway/threads"
@@ -82,6 +83,7 @@ type Gateway struct {
 	jails       *jails.Jails             // the jails and the commands in them
 	network     *network.Network         // the jails' networks
 	jobs        *jobs.Jobs               // the background jobs and the exec streams
+	ports       *ports.Ports             // the channels into the jails' ports
 	idle        *idle.Reclaimer          // the idle reclaim's goroutine
 	health      *health.Health           // readiness and usage
 
@@ -219,7 +221,9 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		Threads: g.threads, Events: g.events, Metrics: m, Logger: cfg.Logger,
 	})
 	g.jails.SetJobs(g.jobs)
-	g.threads.Attach(threads.Deps{Hosts: g.hosts, Jails: g.jails, Jobs: g.jobs, Inspections: g.inspections, History: g.checkpoints})
+	g.ports = ports.New(ports.Config{Jails: g.jails, Logger: cfg.Logger})
+	g.jails.AddEnded(g.ports)
+	g.threads.Attach(threads.Deps{Hosts: g.hosts, Jails: g.jails, Jobs: g.jobs, Inspections: g.inspections, History: g.checkpoints, Ports: g.ports})
 	g.health = health.New(health.Config{
 		Store: g.store, HostID: cfg.HostID, DataDir: cfg.DataDir, WorkspacesDir: g.wsBase,
 		Threads: g.threads, Jails: g.jails, Jobs: g.jobs, Hosts: g.hosts, Quotas: g.quotas, Checkpoints: g.checkpoints,
@@ -348,6 +352,8 @@ func (g *Gateway) Close() error {
 		// next, so that Shutdown does not wait its whole grace for them.
 		g.jobs.NoteStoppingAll("the daemon stopped")
 		g.jails.CloseAll()
+		// Their channels closed with them; none opens from now on.
+		g.ports.Close()
 		g.jobs.Wait()
 		// The jails are gone: their links and rules go, then the
 		// daemon's table and resolver.

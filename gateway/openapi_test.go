@@ -113,6 +113,10 @@ var wireTypes = map[string]wire{
 	"POST /v1/tenants/{tenant}/threads/{thread}/jobs/{job}/stdin":       {req: typeOf[api.ExecStdinRequest](), resp: typeOf[api.JobResponse]()},
 	"POST /v1/tenants/{tenant}/threads/{thread}/jobs/{job}/signal":      {req: typeOf[api.SignalRequest](), resp: typeOf[api.SignalJobResponse]()},
 
+	// Ports.
+	"POST /v1/tenants/{tenant}/threads/{thread}/ports/{port}":   {req: typeOf[struct{}](), resp: typeOf[api.PortChannel]()},
+	"DELETE /v1/tenants/{tenant}/threads/{thread}/ports/{port}": {resp: typeOf[api.PortClosed]()},
+
 	// Checkpoints.
 	"POST /v1/tenants/{tenant}/threads/{thread}/checkpoints": {req: typeOf[api.CheckpointRequest](), resp: typeOf[api.CheckpointResponse]()},
 	"GET /v1/tenants/{tenant}/threads/{thread}/checkpoints":  {resp: typeOf[api.CheckpointsResponse]()},
@@ -136,6 +140,12 @@ var streamFrames = map[string]reflect.Type{
 // status of their own (200 or 503): the Go type of that value.
 var ownStatusAnswers = map[string]reflect.Type{
 	"readyAnswer": typeOf[api.Readiness](),
+}
+
+// upgrades are the routes that answer an HTTP upgrade too, with a
+// streamer of this type: it answers 101 and is no 200 answer.
+var upgrades = map[string]string{
+	"POST /v1/tenants/{tenant}/threads/{thread}/ports/{port}": "call.Streamer",
 }
 
 // textAnswers are the streamers that answer text (text/plain).
@@ -994,6 +1004,12 @@ func TestOpenAPIHandlers(t *testing.T) {
 			}
 
 			// The answer.
+			if u, ok := upgrades[key]; ok {
+				if !slices.Contains(hf.answers, u) || s.node(op.ptr+"/responses/101") == nil {
+					t.Errorf("%s answers %v; want an upgrade (%s), which the spec answers 101", name, hf.answers, u)
+				}
+				hf.answers = slices.DeleteFunc(hf.answers, func(a string) bool { return a == u })
+			}
 			if len(hf.answers) != 1 {
 				t.Fatalf("%s answers %v; this test knows one type per handler", name, hf.answers)
 			}
@@ -1105,7 +1121,7 @@ func TestOpenAPISchemas(t *testing.T) {
 			}
 			responses, _ := s.node(op.ptr + "/responses").(map[string]any)
 			for _, status := range sortedKeys(responses) {
-				if status == "200" {
+				if status == "200" || status == "101" && upgrades[op.key()] != "" {
 					continue
 				}
 				if status == "503" && op.key() == "GET /readyz" {

@@ -23,6 +23,7 @@ type Params struct {
 	Tenant, Thread string
 	Exec           string // a running command's id, on .../exec/{exec}/...
 	Job            string // a job's id, on .../jobs/{job}...
+	Port           string // a jail's port, on .../ports/{port}
 }
 
 // Handler answers one call of the API: a value the router encodes as

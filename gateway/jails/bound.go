@@ -70,7 +70,7 @@ func (js *Jails) reserve(k meta.ThreadKey) error {
 			return nil // a place came free meanwhile
 		}
 		idle := time.Since(victim.used)
-		victim.tj.close()
+		js.end(victim.k, victim.tj)
 		js.log.Info("jail reclaimed: the bound of live jails (--max-jails) is reached; the least recently used idle jail makes room",
 			"tenant", victim.k.Tenant, "thread", victim.k.Thread, "idle", idle.Round(time.Millisecond),
 			"for_tenant", k.Tenant, "for_thread", k.Thread, "max_jails", js.max)

@@ -40,7 +40,9 @@
 // The threads (Threads: the thread lock, a bind under it, the thread's
 // folders), the hosts (Hosts.Claim: a warm jail's pin), the jobs room
 // (Jobs: which threads' jobs run, which were closed while they ran;
-// wired by SetJobs, since the jobs room imports this one), the events
+// wired by SetJobs, since the jobs room imports this one), the rooms
+// that hold something of a jail's (Ended, wired by AddEnded: the ports'
+// channels, told of every jail's end after it closed, in end), the events
 // (Emit), the metrics (JailStarted) and the fs.Hub (RegisterJail). It
 // never calls them holding mu.
 //

@@ -69,7 +69,7 @@ func (js *Jails) ReclaimIdle() {
 	js.mu.Unlock()
 
 	for _, r := range out {
-		r.tj.close()
+		js.end(r.k, r.tj)
 		js.log.Info("jail reclaimed: idle", "tenant", r.k.Tenant, "thread", r.k.Thread, "idle", r.idle.Round(time.Second))
 		js.events.Emit(api.Event{Type: api.EventJailReclaimed, Tenant: r.k.Tenant, Thread: r.k.Thread,
 			Message: fmt.Sprintf("No command or job ran in the jail for %v: it was stopped to give its memory back. The next command starts a new one.", r.idle.Round(time.Second))})

@@ -29,8 +29,8 @@ import (
 // New makes it; it starts no goroutine of its own (a jail's are the
 // jail's, ended by its close), and CloseAll ends every jail.
 type Jails struct {
-	// Set by New (jobs by SetJobs, base by StartBase, both before the
-	// API serves), never changed.
+	// Set by New (jobs by SetJobs, ended by AddEnded, base by
+	// StartBase, all before the API serves), never changed.
 	cfg     Config
 	log     hclog.Logger
 	threads Threads
@@ -38,6 +38,9 @@ type Jails struct {
 	events  Events
 	metrics Metrics
 	jobs    Jobs
+	// ended are told of every jail's end (AddEnded, before the API
+	// serves).
+	ended []Ended
 	// base is the mount namespace the jails are forked from, without the
 	// threads' mounts (jail.Base); nil if it could not be made, and jails
 	// then copy the daemon's namespace. Closed by CloseBase once no
@@ -167,6 +170,38 @@ func New(cfg Config) *Jails {
 // SetJobs wires the jobs room in, once it exists; before the API
 // serves.
 func (js *Jails) SetJobs(j Jobs) { js.jobs = j }
+
+// Ended is a room that holds something of a jail's (the ports' channels
+// into it) and lets it go when the jail ends.
+type Ended interface {
+	// JailEnded is told, with no lock of the set held, that k's jail j
+	// ended: closed (the thread closed or deleted, idle, the bound, a
+	// restore with force, the gateway's stop) or replaced after its init
+	// died. j.Err is not nil from then on.
+	JailEnded(k meta.ThreadKey, j *jail.Jail)
+}
+
+// AddEnded has e told of every jail's end; before the API serves.
+func (js *Jails) AddEnded(e Ended) { js.ended = append(js.ended, e) }
+
+// Acquire returns the jail of a thread, binding the thread and starting
+// its jail if need be, as a command's (CommandIn), held: no bound or
+// idle reclaim stops it until the caller calls release (nil with an
+// error).
+func (js *Jails) Acquire(ctx context.Context, tenant, thread string) (j *jail.Jail, k meta.ThreadKey, release func(), err error) {
+	j, _, k, release, err = js.thread(ctx, tenant, thread)
+	return j, k, release, err
+}
+
+// Touch counts a use of k's jail, if it has one (idle.go): something
+// outside its commands talks to it (a port's channel).
+func (js *Jails) Touch(k meta.ThreadKey) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if tj := js.jails[k]; tj != nil {
+		tj.used = time.Now()
+	}
+}
 
 // hold returns k's jail (nil if none) and the settings it runs with, and
 // holds it: no bound or idle reclaim stops it until Unhold (the caller is
@@ -467,7 +502,7 @@ func (js *Jails) For(ctx context.Context, k meta.ThreadKey, b meta.Binding) (*Th
 	tj = &ThreadJail{jail: j, unregister: unregister, detach: detach, settings: threads.CloneSettings(s)}
 	if err := js.add(k, tj); err != nil {
 		// Close ended every jail already: this one would outlive it.
-		tj.close()
+		js.end(k, tj)
 		return nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)
 	}
 	js.log.Info("jail started", "tenant", k.Tenant, "thread", k.Thread, "network", cfg.Network, "limits", j.Limits)
@@ -482,7 +517,7 @@ func (js *Jails) For(ctx context.Context, k meta.ThreadKey, b meta.Binding) (*Th
 // k must be held.
 func (js *Jails) replaceDead(k meta.ThreadKey, tj *ThreadJail, dead error) {
 	js.remove(k, tj)
-	tj.close()
+	js.end(k, tj)
 	js.log.Warn("jail's init died: its commands ended; starting a new jail", "tenant", k.Tenant, "thread", k.Thread, "error", dead)
 	js.events.Emit(api.Event{Type: api.EventJailReplaced, Tenant: k.Tenant, Thread: k.Thread,
 		Message: "The jail of this thread ended unexpectedly, with every command and job in it. The next command starts a new jail."})
@@ -510,6 +545,15 @@ type ThreadJail struct {
 
 // Jail is the jail itself.
 func (tj *ThreadJail) Jail() *jail.Jail { return tj.jail }
+
+// end closes k's jail tj, taken out of the set, and then tells the
+// rooms that hang on it (Ended). Every jail the set ends goes through it.
+func (js *Jails) end(k meta.ThreadKey, tj *ThreadJail) {
+	tj.close()
+	for _, e := range js.ended {
+		e.JailEnded(k, tj.jail)
+	}
+}
 
 func (tj *ThreadJail) close() {
 	tj.unregister()
@@ -564,13 +608,13 @@ func (js *Jails) thread(ctx context.Context, tenant, thread string) (j *jail.Jai
 // CloseJail ends k's jail, if it has one, and every command in it.
 func (js *Jails) CloseJail(k meta.ThreadKey) {
 	if tj := js.take(k); tj != nil {
-		tj.close()
+		js.end(k, tj)
 	}
 }
 
 // CloseAll ends every jail, at shutdown, and refuses new ones.
 func (js *Jails) CloseAll() {
-	for _, tj := range js.closeAll() {
-		tj.close()
+	for k, tj := range js.closeAll() {
+		js.end(k, tj)
 	}
 }

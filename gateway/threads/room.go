@@ -147,6 +147,16 @@ type Deps struct {
 	Jobs        Jobs
 	Inspections Inspections
 	History     History
+	// Ports, if set, closes the channels into a thread's jail when the
+	// thread is closed (package ports), even while its jobs keep the
+	// jail.
+	Ports Ports
+}
+
+// Ports is what the threads call of the ports' channels (package ports).
+type Ports interface {
+	// CloseThread closes k's channels.
+	CloseThread(k meta.ThreadKey)
 }
 
 // Threads is the threads this daemon serves: their bindings, locks,

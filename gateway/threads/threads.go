@@ -732,6 +732,11 @@ func (t *Threads) CloseWith(ctx context.Context, tenant, thread, why string) (ap
 	} else if err := t.unmountThread(k, b.MountPath); err != nil {
 		return api.ThreadInfo{}, fmt.Errorf("close %s: %w", call.KeyName(k), err)
 	}
+	// Its channels go with it, whether its jail ended or stays for its
+	// jobs.
+	if t.deps.Ports != nil {
+		t.deps.Ports.CloseThread(k)
+	}
 	if b.State != meta.StateClosed {
 		b.State = meta.StateClosed
 		b.ClosedAt = time.Now().UTC()

@@ -37,6 +37,10 @@ var rooms = map[string][]string{
 	"files":   {"call", "threads", "events", "metrics"},
 	"jails":   {"call", "threads", "hosts", "events", "metrics"},
 	"jobs":    {"call", "jails", "threads", "hosts", "events", "metrics"},
+	// The channels into the jails' ports: the jails through an
+	// interface of their own (ports.Jails), told of a jail's end
+	// (jails.Ended).
+	"ports": {"call"},
 	// Above the commands: what stops them or waits for them.
 	"checkpoints": {"call", "keyed", "threads", "jails", "jobs", "quota", "events", "metrics"},
 	"idle":        {"threads", "jails", "jobs", "events"},

@@ -67,6 +67,8 @@ export type CheckpointResponse = S['CheckpointResponse']
 export type CheckpointsResponse = S['CheckpointsResponse']
 export type RestoreResponse = S['RestoreResponse']
 export type ForkResponse = S['ForkResponse']
+export type PortChannel = S['PortChannel']
+export type PortClosed = S['PortClosed']
 export type DiffResponse = S['DiffResponse']
 /** One line of the event stream. */
 export type WarrenEvent = S['Event']

@@ -451,6 +451,24 @@ export class WarrenClient {
     return r.job
   }
 
+  // Ports.
+
+  /**
+   * The channel to a port of a thread's jail (binding the thread and
+   * starting its jail if need be): a loopback URL of the daemon's that
+   * forwards HTTP and WebSocket to the port, and the headers every request
+   * to it must carry. The same port gives the same channel while the jail
+   * lives.
+   */
+  openPort(tenant: string, thread: string, port: number, o: CallOptions = {}): Promise<api.PortChannel> {
+    return this.t.call('POST', `${this.thread(tenant, thread)}/ports/${portSegment(port)}`, { signal: o.signal })
+  }
+
+  /** Closes the channel to a port of a thread's jail, if one is open. */
+  closePort(tenant: string, thread: string, port: number, o: CallOptions = {}): Promise<api.PortClosed> {
+    return this.t.call('DELETE', `${this.thread(tenant, thread)}/ports/${portSegment(port)}`, { signal: o.signal })
+  }
+
   // Checkpoints.
 
   checkpoint(
@@ -517,4 +535,9 @@ export class WarrenClient {
     })
     yield* ndjson<api.WarrenEvent>(res, filter.signal)
   }
+}
+
+/** A port as its path segment: an integer is sent as it is; anything else as text the daemon refuses (400). */
+function portSegment(port: number): string {
+  return Number.isInteger(port) ? String(port) : encodeURIComponent(String(port))
 }

@@ -1056,6 +1056,37 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tenants/{tenant}/threads/{thread}/ports/{port}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The tenant id: any UTF-8 text of at most 1024 bytes, sent as exactly one path segment with every byte that is not a letter, a digit, `-`, `_` or `~` escaped as %XX (so `.` is `%2E`, `..` is `%2E%2E`, `/` is `%2F`). The daemon unescapes each segment on its own and never cleans the path. An empty segment is the tenant `default`. */
+                tenant: components["parameters"]["tenant"];
+                /** @description The thread id: any UTF-8 text of 1 to 1024 bytes, escaped as one path segment as the tenant is (`.`, `..` and `/` escaped). An empty thread is 400. */
+                thread: components["parameters"]["thread"];
+                /** @description A port in the thread's jail, from 1 to 65535; anything else is 400. */
+                port: components["parameters"]["port"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Open a channel to a port of the thread's jail
+         * @description Returns the channel to `port` in the thread's jail (the @tanstack/ai-sandbox `SandboxChannel`): `url` is a loopback listener of the daemon (`http://127.0.0.1:PORT`, no path) that forwards HTTP and WebSocket to the port inside the jail, in every network mode, `none` included; every request to it must carry `headers` (`Authorization: Bearer <token>`), and one without is answered 401 by the daemon and never reaches the jail (the header is not forwarded). The same port gives the same channel while the jail lives. Binds the thread and starts its jail if need be, as a command does; nothing needs to listen on the port yet (a request then gets 502). A thread has at most 64 channels open: past them, 409 until one closes. The channel closes at its DELETE, when the thread is closed or deleted, and when its jail ends (idle, the bound of live jails, the daemon's stop). With the headers `Connection: Upgrade` and `Upgrade: tcp`, the call answers 101 Switching Protocols instead, and the socket connection then carries the bytes of a plain TCP connection to the port, both ways (409 if nothing listens there).
+         */
+        post: operations["openPort"];
+        /**
+         * Close a port's channel
+         * @description Closes the channel to `port`, if one is open (its URL refuses connections once this answers), and cuts the plain TCP connections to the port. Binds nothing and starts nothing; `closed` is false when no channel was open.
+         */
+        delete: operations["closePort"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1815,6 +1846,28 @@ export interface components {
             modified: string[];
             diffs?: components["schemas"]["FileDiff"][];
         };
+        /** @description A channel to a port of the thread's jail: the @tanstack/ai-sandbox `SandboxChannel`, and the port. */
+        PortChannel: {
+            /** @description The daemon's loopback listener for this channel, `http://127.0.0.1:PORT`, no path. */
+            url: string;
+            /** @description The channel's bearer token (32 random bytes, base64url). */
+            token: string;
+            /** @description What every request to `url` must send, `{"Authorization":"Bearer <token>"}`. */
+            headers: {
+                [key: string]: string;
+            };
+            /**
+             * Format: int64
+             * @description The port in the jail.
+             */
+            port: number;
+        };
+        PortClosed: {
+            /** Format: int64 */
+            port: number;
+            /** @description Whether a channel was open (it is closed now). */
+            closed: boolean;
+        };
     };
     responses: {
         /** @description `invalid`: a malformed id, query or body (unknown field, not an object, data after it), an input over its bound, a missing required field; a file API path that is not what the call needs. */
@@ -1937,6 +1990,8 @@ export interface components {
         exec: string;
         /** @description A job's id (`bash-N`), as one escaped path segment; any other form is 400. */
         job: string;
+        /** @description A port in the thread's jail, from 1 to 65535; anything else is 400. */
+        port: number;
         /** @description The file, relative to the workspace or absolute under the thread's mount path. */
         rawPath: string;
         /** @description The agent run acting; without it, the calling process. */
@@ -3650,6 +3705,85 @@ export interface operations {
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
             507: components["responses"]["NoSpace"];
+        };
+    };
+    openPort: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The tenant id: any UTF-8 text of at most 1024 bytes, sent as exactly one path segment with every byte that is not a letter, a digit, `-`, `_` or `~` escaped as %XX (so `.` is `%2E`, `..` is `%2E%2E`, `/` is `%2F`). The daemon unescapes each segment on its own and never cleans the path. An empty segment is the tenant `default`. */
+                tenant: components["parameters"]["tenant"];
+                /** @description The thread id: any UTF-8 text of 1 to 1024 bytes, escaped as one path segment as the tenant is (`.`, `..` and `/` escaped). An empty thread is 400. */
+                thread: components["parameters"]["thread"];
+                /** @description A port in the thread's jail, from 1 to 65535; anything else is 400. */
+                port: components["parameters"]["port"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["Empty"];
+            };
+        };
+        responses: {
+            /** @description Asked for `Upgrade: tcp`: the connection now carries the bytes of a TCP connection to the port in the jail. */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The port's channel. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PortChannel"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["Conflict"];
+            410: components["responses"]["Gone"];
+            413: components["responses"]["TooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            507: components["responses"]["NoSpace"];
+        };
+    };
+    closePort: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The tenant id: any UTF-8 text of at most 1024 bytes, sent as exactly one path segment with every byte that is not a letter, a digit, `-`, `_` or `~` escaped as %XX (so `.` is `%2E`, `..` is `%2E%2E`, `/` is `%2F`). The daemon unescapes each segment on its own and never cleans the path. An empty segment is the tenant `default`. */
+                tenant: components["parameters"]["tenant"];
+                /** @description The thread id: any UTF-8 text of 1 to 1024 bytes, escaped as one path segment as the tenant is (`.`, `..` and `/` escaped). An empty thread is 400. */
+                thread: components["parameters"]["thread"];
+                /** @description A port in the thread's jail, from 1 to 65535; anything else is 400. */
+                port: components["parameters"]["port"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description What was closed. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PortClosed"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
         };
     };
 }

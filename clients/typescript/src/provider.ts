@@ -24,11 +24,12 @@ import { randomBytes } from 'node:crypto'
 import { spawn as spawnChild } from 'node:child_process'
 import { promises as fsp } from 'node:fs'
 import * as path from 'node:path'
-import { createExecBackedGit, UnsupportedCapabilityError } from '@tanstack/ai-sandbox'
+import { createExecBackedGit } from '@tanstack/ai-sandbox'
 import type {
   ExecResult,
   ProcessOptions,
   SandboxCapabilities,
+  SandboxChannel,
   SandboxCreateInput,
   SandboxDestroyInput,
   SandboxFs,
@@ -75,7 +76,7 @@ export const warrenCapabilities: WarrenCapabilities = {
   fs: true,
   exec: true,
   env: true,
-  ports: false,
+  ports: true,
   backgroundProcesses: true,
   writableStdin: true,
   snapshots: true,
@@ -471,12 +472,15 @@ function makeHandle(ctx: Ctx, run: string): WarrenSandboxHandle {
     git: execGit(process, fs, mountPath),
     process,
     ports: {
-      connect: async () => {
-        throw new UnsupportedCapabilityError(
-          'warren',
-          'ports',
-          "A thread's jail has a network of its own (or the host's, with the network setting); warren exposes no port of it.",
-        )
+      // A loopback listener of the daemon's that forwards HTTP and
+      // WebSocket to the port inside the jail, in every network mode;
+      // every request must carry the channel's headers (its bearer token).
+      // The same port gives the same channel while the jail lives; closing
+      // the thread, or its jail ending, closes it.
+      async connect(port: number): Promise<SandboxChannel> {
+        live()
+        const ch = await client.openPort(tenant, thread, port)
+        return { url: ch.url, token: ch.token, headers: { ...ch.headers } }
       },
     },
     env: {

@@ -9,7 +9,7 @@ import { execFileSync } from 'node:child_process'
 import { promises as fsp, readFileSync } from 'node:fs'
 import * as path from 'node:path'
 import { test } from 'node:test'
-import { localSource, UnsupportedCapabilityError } from '@tanstack/ai-sandbox'
+import { localSource } from '@tanstack/ai-sandbox'
 import type { SandboxHandle, SandboxProvider } from '@tanstack/ai-sandbox'
 import {
   WarrenError,
@@ -50,7 +50,7 @@ test('warrenSandbox: the contract on a real daemon', { timeout: 240_000 }, async
       fs: true,
       exec: true,
       env: true,
-      ports: false,
+      ports: true,
       backgroundProcesses: true,
       writableStdin: true,
       snapshots: true,
@@ -374,9 +374,33 @@ test('warrenSandbox: the contract on a real daemon', { timeout: 240_000 }, async
     await assert.rejects(h.git.clone({ url: 'https://example.invalid/x.git', dir: 'net' }), /git clone failed/)
   })
 
-  await t.test('ports are not supported', async () => {
+  await t.test('ports.connect: a server in the jail, through its channel, with its token only', async () => {
     const h = await warren.create({ id: 'ports' })
-    await assert.rejects(h.ports.connect(3000), UnsupportedCapabilityError)
+    await h.fs.write('site/index.html', 'hello from the jail\n')
+    const server = await h.process.spawn('exec python3 -m http.server 8000 --bind 127.0.0.1 --directory site')
+    const ch = await h.ports.connect(8000)
+    assert.match(ch.url, /^http:\/\/127\.0\.0\.1:\d+$/)
+    assert.ok(ch.token && ch.token.length >= 40)
+    assert.deepEqual(ch.headers, { Authorization: `Bearer ${ch.token}` })
+    // node's own fetch, as a harness would (the server may take a moment).
+    const body = await eventually('the server answers through the channel', 30_000, async () => {
+      const r = await fetch(`${ch.url}/index.html`, { headers: ch.headers })
+      return r.status === 200 ? await r.text() : undefined
+    })
+    assert.equal(body, 'hello from the jail\n')
+    const refused = await fetch(`${ch.url}/index.html`)
+    assert.equal(refused.status, 401)
+    await refused.body?.cancel()
+    const wrong = await fetch(`${ch.url}/index.html`, { headers: { Authorization: 'Bearer nope' } })
+    assert.equal(wrong.status, 401)
+    await wrong.body?.cancel()
+    // The same port, the same channel.
+    assert.deepEqual(await h.ports.connect(8000), ch)
+    await assert.rejects(h.ports.connect(0), (err: unknown) => err instanceof WarrenError && err.code === 'invalid')
+    await server.kill()
+    // Destroying the sandbox closes its channels.
+    await warren.destroy({ id: 'ports' })
+    await assert.rejects(fetch(`${ch.url}/index.html`, { headers: ch.headers }), /fetch failed/)
   })
 
   await t.test('snapshot, restoreSnapshot and fork', async () => {

@@ -78,6 +78,8 @@ const methodOf: Record<keyof operations, keyof WarrenClient> = {
   redo: 'redo',
   revert: 'revert',
   fork: 'fork',
+  openPort: 'openPort',
+  closePort: 'closePort',
 }
 
 test('every operation of the spec has a method of the client', () => {
