@@ -17,6 +17,7 @@ import (
 	"warren/gateway/call"
 	"warren/gateway/keyed"
 	"warren/gateway/quota"
+	"warren/internal/progress"
 	"warren/meta"
 	"warren/snapshot"
 )
@@ -452,6 +453,9 @@ func (c *Checkpoints) buildNow(ctx context.Context, h *history) (built, error) {
 	changes := make([]snapshot.Change, len(set.Changes))
 	for i, c := range set.Changes {
 		changes[i] = snapshot.Change{Path: c.Path, Tree: c.Tree}
+	}
+	if head := h.find(h.Head); head != nil && full {
+		ctx = progress.WithTotal(ctx, head.Files) // about as many as last time
 	}
 	tree, stats, err := h.repo.Build(ctx, h.files.Folder(), base, changes, full)
 	thaw()
