@@ -158,7 +158,7 @@ func (c *Client) CloseThread(ctx context.Context, tenant, thread string) (api.Th
 
 // DeleteThread unmounts a thread, removes its folder and its record.
 func (c *Client) DeleteThread(ctx context.Context, tenant, thread string) error {
-	return c.do(ctx, methodDelete, threadPath(tenant, thread), nil, nil, &api.DeleteResponse{})
+	return c.doLong(ctx, methodDelete, threadPath(tenant, thread), nil, &api.DeleteResponse{})
 }
 
 // Mount makes an inspection mount.

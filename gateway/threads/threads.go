@@ -827,7 +827,7 @@ func (t *Threads) deleteLocked(ctx context.Context, b meta.Binding) error {
 	}
 	// os.RemoveAll works fd-relative and does not follow links, so a link
 	// planted in the workspace cannot make it remove anything outside.
-	if err := os.RemoveAll(root); err != nil {
+	if err := removeWorkspace(ctx, root); err != nil {
 		return fmt.Errorf("delete %s: remove workspace %s: %w", call.KeyName(k), root, err)
 	}
 	if err := removeMountPoint(mountPath); err != nil {
