@@ -224,7 +224,7 @@ func (n *Network) Attach(ctx context.Context, k meta.ThreadKey, j *jail.Jail, s 
 		if jn.link, err = n.egress.Attach(ctx, int(ns.Fd()), p); err != nil {
 			return nil, err
 		}
-		if !n.add(jn, jn.link.Addr()) {
+		if !n.add(jn, jn.link.Addr(), nil) {
 			jn.link.Close()
 			return nil, fmt.Errorf("%w: the gateway is stopping", api.ErrClosed)
 		}
@@ -240,26 +240,34 @@ func (n *Network) Attach(ctx context.Context, k meta.ThreadKey, j *jail.Jail, s 
 			n.log.Warn("no name sink in a jail without network", "thread", jn.id, "error", err)
 			return func() {}, nil
 		}
-		if !n.add(jn, netip.Addr{}) {
+		// Registered with its goroutine under mu: Close, which waits for
+		// the sinks, never waits while one is being added.
+		if !n.add(jn, netip.Addr{}, &n.sinks) {
 			jn.sink.Close()
 			return nil, fmt.Errorf("%w: the gateway is stopping", api.ErrClosed)
 		}
-		n.sinks.Go(func() {
+		go func() {
+			defer n.sinks.Done()
 			resolver.ServeSink(jn.sink, func(name string) {
 				jn.tried.Store(&name)
 				jn.triedAt.Store(time.Now().UnixNano())
 			})
-		})
+		}()
 		return func() { n.remove(jn) }, nil
 	}
 	return func() {}, nil
 }
 
-func (n *Network) add(jn *jailNet, addr netip.Addr) bool {
+// add registers jn (by its address too, if valid) and, if wg is not nil,
+// one goroutine of it in wg; false once the room is closed.
+func (n *Network) add(jn *jailNet, addr netip.Addr, wg *sync.WaitGroup) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
 		return false
+	}
+	if wg != nil {
+		wg.Add(1)
 	}
 	n.byKey[jn.key] = jn
 	if addr.IsValid() {

@@ -47,7 +47,7 @@ func (t *Threads) checkSettings(s meta.Settings) error {
 	default:
 		return fmt.Errorf("%w: settings: network %s is not none, egress or host", api.ErrInvalid, call.Quote(s.Network))
 	}
-	if s.Network != "" && !slices.Contains(t.cfg.AllowNetworks, s.Network) {
+	if s.Network != "" && t.cfg.AllowNetworks != nil && !slices.Contains(t.cfg.AllowNetworks, s.Network) {
 		return fmt.Errorf("%w: settings: network %s is not allowed on this server (it allows %s)", api.ErrInvalid, s.Network, strings.Join(t.cfg.AllowNetworks, ", "))
 	}
 	if s.Egress != nil {
