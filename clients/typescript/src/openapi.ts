@@ -29,6 +29,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tenants/{tenant}/threads/{thread}/network": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The tenant id: any UTF-8 text of at most 1024 bytes, sent as exactly one path segment with every byte that is not a letter, a digit, `-`, `_` or `~` escaped as %XX (so `.` is `%2E`, `..` is `%2E%2E`, `/` is `%2F`). The daemon unescapes each segment on its own and never cleans the path. An empty segment is the tenant `default`. */
+                tenant: components["parameters"]["tenant"];
+                /** @description The thread id: any UTF-8 text of 1 to 1024 bytes, escaped as one path segment as the tenant is (`.`, `..` and `/` escaped). An empty thread is 400. */
+                thread: components["parameters"]["thread"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Change a thread's egress rules
+         * @description Replaces the thread's egress rules, leaving its other settings as they are. A running jail follows them at once: the next connection and lookup obey them, and an open connection they refuse is cut. The thread must be in network egress (409 otherwise).
+         */
+        post: operations["setNetwork"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tenants/{tenant}/threads/{thread}": {
         parameters: {
             query?: never;
@@ -1128,13 +1153,34 @@ export interface components {
             tenant: string;
             thread: string;
         };
+        /** @description What an egress jail may reach, besides what it never reaches (the host, loopback, link-local and metadata addresses, other jails, private ranges but the server's exceptions). Rules are CIDRs, host names and wildcards (`*.npmjs.org`: the names under it); deny wins; at most 256 rules. */
+        Egress: {
+            /**
+             * @description `allow` (every public address but the denied; the default) or `deny` (only the allowed ranges, and the addresses resolved for an allowed name).
+             * @enum {string}
+             */
+            default?: "allow" | "deny" | "";
+            allow?: string[];
+            deny?: string[];
+        };
         /** @description A thread's settings; a field left out means the daemon's default. Bounds are checked by the daemon (docs/api.md, Bind a thread). */
         Settings: {
             /**
-             * @description `none` (loopback only) or `host`.
+             * @description `none` (loopback only), `egress` (NATed out under the thread's egress rules) or `host`; the server may allow fewer (--allow-networks).
              * @enum {string}
              */
-            network?: "none" | "host" | "";
+            network?: "none" | "egress" | "host" | "";
+            egress?: components["schemas"]["Egress"];
+            /**
+             * Format: int64
+             * @description Bytes per second an egress jail sends and receives, each way; 8192 to 2^40, 0 for no bound.
+             */
+            egressBytesPerSecond?: number;
+            /**
+             * Format: int64
+             * @description Open connections of an egress jail; 1 to 65536, 0 for the default 1024.
+             */
+            maxConnections?: number;
             /**
              * Format: int64
              * @description Memory of the jail's processes together; at least 33554432.
@@ -1395,7 +1441,7 @@ export interface components {
             inUse?: boolean;
         };
         /** @enum {string} */
-        EventType: "thread.bound" | "thread.closed" | "thread.deleted" | "thread.stranded" | "escape.refused" | "write.stale" | "job.started" | "job.output" | "job.ended" | "jail.replaced" | "file.created" | "file.changed" | "file.removed" | "file.renamed" | "jail.reclaimed" | "thread.fenced" | "missed" | "checkpoint.created" | "thread.restored" | "thread.restore_failed";
+        EventType: "thread.bound" | "thread.closed" | "thread.deleted" | "thread.stranded" | "escape.refused" | "write.stale" | "job.started" | "job.output" | "job.ended" | "jail.replaced" | "network.refused" | "file.created" | "file.changed" | "file.removed" | "file.renamed" | "jail.reclaimed" | "thread.fenced" | "missed" | "checkpoint.created" | "thread.restored" | "thread.restore_failed";
         /** @description One line of the event stream. */
         Event: {
             /**
@@ -2041,6 +2087,44 @@ export interface operations {
         };
         responses: {
             /** @description The binding. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BindResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["Conflict"];
+            410: components["responses"]["Gone"];
+            413: components["responses"]["TooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            507: components["responses"]["NoSpace"];
+        };
+    };
+    setNetwork: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The tenant id: any UTF-8 text of at most 1024 bytes, sent as exactly one path segment with every byte that is not a letter, a digit, `-`, `_` or `~` escaped as %XX (so `.` is `%2E`, `..` is `%2E%2E`, `/` is `%2F`). The daemon unescapes each segment on its own and never cleans the path. An empty segment is the tenant `default`. */
+                tenant: components["parameters"]["tenant"];
+                /** @description The thread id: any UTF-8 text of 1 to 1024 bytes, escaped as one path segment as the tenant is (`.`, `..` and `/` escaped). An empty thread is 400. */
+                thread: components["parameters"]["thread"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Egress"];
+            };
+        };
+        responses: {
+            /** @description The binding, with its new settings. */
             200: {
                 headers: {
                     [name: string]: unknown;
