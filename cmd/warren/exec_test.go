@@ -51,7 +51,7 @@ func TestExecVerb(t *testing.T) {
 	if code, _, errOut := runCLI(t, sock, "bind", "--thread", "t2", "--network", "none"); code != 1 || !strings.Contains(errOut, "close the thread before you change its network") {
 		t.Errorf("another network for a running jail: exit %d, %q", code, errOut)
 	}
-	if code, _, errOut := runCLI(t, sock, "bind", "--thread", "t2", "--network", "wifi"); code != 1 || !strings.Contains(errOut, "neither none nor host") {
+	if code, _, errOut := runCLI(t, sock, "bind", "--thread", "t2", "--network", "wifi"); code != 1 || !strings.Contains(errOut, "not none, egress or host") {
 		t.Errorf("a bad network: exit %d, %q", code, errOut)
 	}
 }

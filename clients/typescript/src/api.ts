@@ -11,6 +11,7 @@ type S = components['schemas']
 
 /** A thread's settings; a missing field means the daemon's default. */
 export type Settings = S['Settings']
+export type Egress = S['Egress']
 /** A thread's record, as the daemon shows it. */
 export type ThreadInfo = S['ThreadInfo']
 export type BindRequest = S['BindRequest']

@@ -56,6 +56,14 @@ export class WarrenClient {
 
   // Threads.
 
+  /**
+   * Replaces a thread's egress rules (its other settings kept); a running
+   * jail follows them at once. The thread must be in network egress.
+   */
+  setNetwork(tenant: string, thread: string, egress: api.Egress, o: CallOptions = {}): Promise<api.BindResponse> {
+    return this.t.call('POST', this.thread(tenant, thread) + '/network', { json: egress, signal: o.signal })
+  }
+
   /** Binds a thread (idempotent), with settings if given. */
   bind(tenant: string, thread: string, settings?: api.Settings, o: CallOptions = {}): Promise<api.BindResponse> {
     return this.t.call('POST', this.thread(tenant, thread) + '/bind', {

@@ -80,6 +80,7 @@ const methodOf: Record<keyof operations, keyof WarrenClient> = {
   fork: 'fork',
   openPort: 'openPort',
   closePort: 'closePort',
+  setNetwork: 'setNetwork',
 }
 
 test('every operation of the spec has a method of the client', () => {
