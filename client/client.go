@@ -63,27 +63,6 @@ func (c *Client) Thread(ctx context.Context, tenant, thread string) (api.ThreadI
 	return out.Binding, err
 }
 
-// ReadFile reads a file of a thread's workspace for a run.
-func (c *Client) ReadFile(ctx context.Context, tenant, thread string, req api.ReadFileRequest) (api.ReadFileResponse, error) {
-	var out api.ReadFileResponse
-	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/files/read", nil, req, &out)
-	return out, err
-}
-
-// WriteFile writes a file of a thread's workspace for a run.
-func (c *Client) WriteFile(ctx context.Context, tenant, thread string, req api.WriteFileRequest) (api.WriteFileResponse, error) {
-	var out api.WriteFileResponse
-	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/files/write", nil, req, &out)
-	return out, err
-}
-
-// EditFile edits a file of a thread's workspace for a run.
-func (c *Client) EditFile(ctx context.Context, tenant, thread string, req api.EditFileRequest) (api.EditFileResponse, error) {
-	var out api.EditFileResponse
-	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/files/edit", nil, req, &out)
-	return out, err
-}
-
 // RegisterRun makes a process and its descendants act as a run.
 func (c *Client) RegisterRun(ctx context.Context, tenant, thread string, pid int, run string) error {
 	return c.do(ctx, methodPost, threadPath(tenant, thread)+"/runs", nil, api.RunRequest{Pid: pid, Run: run}, &api.RunResponse{})

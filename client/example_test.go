@@ -55,32 +55,32 @@ func ExampleClient_Exec() {
 // The file API reads and writes a thread's files for an agent run. A run
 // that edits a file it read before another run changed it is refused:
 // the error matches api.ErrStale.
-func ExampleClient_WriteFile() {
+func ExampleFiles_Write() {
 	ctx := context.Background()
 	c := client.New(socketPath)
 	defer c.CloseIdleConnections()
 
 	const tenant, thread = "examples", "files"
 	defer c.DeleteThread(ctx, tenant, thread)
-	if _, err := c.WriteFile(ctx, tenant, thread, api.WriteFileRequest{Path: "src/app.ts", Run: "lead", Content: "let a = 1\n"}); err != nil {
+	if _, err := c.Files().Write(ctx, tenant, thread, api.WriteFileRequest{Path: "src/app.ts", Run: "lead", Content: "let a = 1\n"}); err != nil {
 		fmt.Println(err)
 		return
 	}
 	// A sub-agent reads the file and edits it.
-	r, err := c.ReadFile(ctx, tenant, thread, api.ReadFileRequest{Path: "src/app.ts", Run: "lead/sub-1"})
+	r, err := c.Files().Read(ctx, tenant, thread, api.ReadFileRequest{Path: "src/app.ts", Run: "lead/sub-1"})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Printf("sub-1 read %q\n", r.Content)
-	if _, err := c.EditFile(ctx, tenant, thread, api.EditFileRequest{Path: "src/app.ts", Run: "lead/sub-1", Old: "a = 1", New: "a = 2"}); err != nil {
+	if _, err := c.Files().Edit(ctx, tenant, thread, api.EditFileRequest{Path: "src/app.ts", Run: "lead/sub-1", Old: "a = 1", New: "a = 2"}); err != nil {
 		fmt.Println(err)
 		return
 	}
 	// The lead's view of the file is older than sub-1's edit.
-	_, err = c.EditFile(ctx, tenant, thread, api.EditFileRequest{Path: "src/app.ts", Run: "lead", Old: "let", New: "const"})
+	_, err = c.Files().Edit(ctx, tenant, thread, api.EditFileRequest{Path: "src/app.ts", Run: "lead", Old: "let", New: "const"})
 	fmt.Println("lead's edit refused as stale:", errors.Is(err, api.ErrStale))
-	r, _ = c.ReadFile(ctx, tenant, thread, api.ReadFileRequest{Path: "src/app.ts", Run: "lead"})
+	r, _ = c.Files().Read(ctx, tenant, thread, api.ReadFileRequest{Path: "src/app.ts", Run: "lead"})
 	fmt.Printf("the file holds %q\n", r.Content)
 	// Output:
 	// sub-1 read "let a = 1\n"
@@ -150,43 +150,43 @@ func ExampleClient_Thread_notFound() {
 // listed, entries moved and removed. Every call goes through the same
 // versions as the file API: a run that read a file before another changed
 // it cannot remove or replace it.
-func ExampleClient_WriteRaw() {
+func ExampleFiles_WriteRaw() {
 	ctx := context.Background()
 	c := client.New(socketPath)
 	defer c.CloseIdleConnections()
 
 	const tenant, thread = "examples", "tree"
 	defer c.DeleteThread(ctx, tenant, thread)
-	if err := c.Mkdir(ctx, tenant, thread, api.MkdirRequest{Path: "assets/img", Parents: true}); err != nil {
+	if err := c.Files().Mkdir(ctx, tenant, thread, api.MkdirRequest{Path: "assets/img", Parents: true}); err != nil {
 		fmt.Println(err)
 		return
 	}
-	w, err := c.WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "assets/img/logo.bin", Run: "lead"}, strings.NewReader("logo v1\n"))
+	w, err := c.Files().WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "assets/img/logo.bin", Run: "lead"}, strings.NewReader("logo v1\n"))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Println("wrote", w.Size, "bytes")
-	ls, _ := c.List(ctx, tenant, thread, api.ListRequest{Path: "assets/img"})
+	ls, _ := c.Files().List(ctx, tenant, thread, api.ListRequest{Path: "assets/img"})
 	for _, e := range ls.Entries {
 		fmt.Printf("%s %s %d %o\n", e.Path, e.Type, e.Size, e.Mode)
 	}
-	if _, err := c.Rename(ctx, tenant, thread, api.RenameRequest{From: "assets/img/logo.bin", To: "assets/logo.bin", Run: "lead"}); err != nil {
+	if _, err := c.Files().Rename(ctx, tenant, thread, api.RenameRequest{From: "assets/img/logo.bin", To: "assets/logo.bin", Run: "lead"}); err != nil {
 		fmt.Println(err)
 		return
 	}
 	// sub-1 reads the file; the lead, whose own write is as good as a
 	// read, replaces it; sub-1 may not remove what it has not seen.
-	if _, err := c.ReadRaw(ctx, tenant, thread, api.RawRequest{Path: "assets/logo.bin", Run: "lead/sub-1"}, os.Stdout); err != nil {
+	if _, err := c.Files().ReadRaw(ctx, tenant, thread, api.RawRequest{Path: "assets/logo.bin", Run: "lead/sub-1"}, os.Stdout); err != nil {
 		fmt.Println(err)
 		return
 	}
-	c.WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "assets/logo.bin", Run: "lead"}, strings.NewReader("v2\n"))
-	_, err = c.Remove(ctx, tenant, thread, api.RemoveRequest{Path: "assets", Run: "lead/sub-1", Recursive: true})
+	c.Files().WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "assets/logo.bin", Run: "lead"}, strings.NewReader("v2\n"))
+	_, err = c.Files().Remove(ctx, tenant, thread, api.RemoveRequest{Path: "assets", Run: "lead/sub-1", Recursive: true})
 	fmt.Println("sub-1's remove refused as stale:", errors.Is(err, api.ErrStale))
-	rm, err := c.Remove(ctx, tenant, thread, api.RemoveRequest{Path: "assets", Run: "lead", Recursive: true})
+	rm, err := c.Files().Remove(ctx, tenant, thread, api.RemoveRequest{Path: "assets", Run: "lead", Recursive: true})
 	fmt.Println("lead removed", rm.Removed, "entries", err)
-	ex, _ := c.Exists(ctx, tenant, thread, api.ExistsRequest{Path: "assets"})
+	ex, _ := c.Files().Exists(ctx, tenant, thread, api.ExistsRequest{Path: "assets"})
 	fmt.Println("assets exists:", ex.Exists)
 	// Output:
 	// wrote 8 bytes

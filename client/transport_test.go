@@ -144,7 +144,7 @@ func TestTransportRequestBodies(t *testing.T) {
 		{"unknown length", io.MultiReader(bytes.NewReader(content[:1000]), bytes.NewReader(content[1000:])), true},
 		{"bytes.Reader", bytes.NewReader(content), false},
 	} {
-		if _, err := c.WriteRaw(t.Context(), "", "t", api.RawRequest{Path: "f"}, tc.r); err != nil {
+		if _, err := c.Files().WriteRaw(t.Context(), "", "t", api.RawRequest{Path: "f"}, tc.r); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		s := <-got
@@ -178,7 +178,7 @@ func TestTransportEarlyRefusal(t *testing.T) {
 		}
 	}()
 	defer pr.Close()
-	_, err := New(socket).WriteRaw(t.Context(), "", "t", api.RawRequest{Path: "f"}, pr)
+	_, err := New(socket).Files().WriteRaw(t.Context(), "", "t", api.RawRequest{Path: "f"}, pr)
 	var ae *api.APIError
 	if !errors.As(err, &ae) || ae.Status != http.StatusRequestEntityTooLarge {
 		t.Fatalf("error %v, want the daemon's 413", err)

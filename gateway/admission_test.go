@@ -125,7 +125,7 @@ func TestSlowUploadsSpareOtherThreads(t *testing.T) {
 	// While the uploads come: thread B writes and runs a command, and a
 	// new thread binds, each several times.
 	for i := range 5 {
-		if _, err := env.c.WriteFile(ctx, "acme", "b", api.WriteFileRequest{Path: fmt.Sprintf("f%d", i), Content: "x\n"}); err != nil {
+		if _, err := env.c.Files().Write(ctx, "acme", "b", api.WriteFileRequest{Path: fmt.Sprintf("f%d", i), Content: "x\n"}); err != nil {
 			t.Errorf("write in b during the uploads: %v", err)
 		}
 		out.Reset()
@@ -139,7 +139,7 @@ func TestSlowUploadsSpareOtherThreads(t *testing.T) {
 	// Every attempt made: the held ones are still there.
 	summary := line()
 	held, _ := env.g.admit.Held(admit.Uploads, meta.ThreadKey{Tenant: "acme", Thread: "a"})
-	if _, err := env.c.WriteFile(ctx, "acme", "b", api.WriteFileRequest{Path: "last", Content: "x\n"}); err != nil {
+	if _, err := env.c.Files().Write(ctx, "acme", "b", api.WriteFileRequest{Path: "last", Content: "x\n"}); err != nil {
 		t.Errorf("write in b with every upload attempted: %v", err)
 	}
 	out.Reset()
@@ -290,7 +290,7 @@ func TestStreamsBoundedPerThread(t *testing.T) {
 	if b := open("b"); b.StatusCode != http.StatusOK {
 		t.Fatalf("a stream of b while a is at its bound: %s", b.Status)
 	}
-	if _, err := env.c.WriteFile(ctx, "acme", "a", api.WriteFileRequest{Path: "x", Content: "x\n"}); err != nil {
+	if _, err := env.c.Files().Write(ctx, "acme", "a", api.WriteFileRequest{Path: "x", Content: "x\n"}); err != nil {
 		t.Errorf("a call of a while its streams are at their bound: %v", err)
 	}
 	a1.Body.Close()

@@ -90,7 +90,7 @@ func TestCollectionBesideCheckpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	goneCp, err := env.c.Checkpoint(ctx, "acme", "gone", api.CheckpointRequest{})
+	goneCp, err := env.c.History().Checkpoint(ctx, "acme", "gone", api.CheckpointRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestCollectionBesideCheckpoints(t *testing.T) {
 	}
 	slowDone := make(chan error, 1)
 	go func() {
-		_, err := env.c.Checkpoint(ctx, "acme", "slow", api.CheckpointRequest{Label: "slow"})
+		_, err := env.c.History().Checkpoint(ctx, "acme", "slow", api.CheckpointRequest{Label: "slow"})
 		slowDone <- err
 	}()
 	<-held
@@ -116,7 +116,7 @@ func TestCollectionBesideCheckpoints(t *testing.T) {
 
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	resp, err := env.c.Checkpoint(qctx, "acme", "quick", api.CheckpointRequest{Label: "quick"})
+	resp, err := env.c.History().Checkpoint(qctx, "acme", "quick", api.CheckpointRequest{Label: "quick"})
 	if err != nil {
 		t.Fatalf("the one-file checkpoint beside a held one and a due collection: %v", err)
 	}
@@ -150,7 +150,7 @@ func TestCollectionBesideCheckpoints(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(mounts[th], "file"), []byte("changed"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := env.c.Undo(ctx, "acme", th, false); err != nil {
+		if _, err := env.c.History().Undo(ctx, "acme", th, false); err != nil {
 			t.Fatalf("undo of %s after the collection: %v", th, err)
 		}
 		if got, err := os.ReadFile(filepath.Join(mounts[th], "file")); err != nil || string(got) != "the file of "+th {
@@ -202,7 +202,7 @@ func TestCheckpointLimits(t *testing.T) {
 			if err := tc.make(br.MountPath); err != nil {
 				t.Fatal(err)
 			}
-			_, err = env.c.Checkpoint(ctx, "acme", tc.limit, api.CheckpointRequest{})
+			_, err = env.c.History().Checkpoint(ctx, "acme", tc.limit, api.CheckpointRequest{})
 			var apiErr *api.APIError
 			if !errors.As(err, &apiErr) || apiErr.Code != api.CodeTooLarge || apiErr.Status != http.StatusRequestEntityTooLarge {
 				t.Fatalf("checkpoint past the %s limit: got %v, want 413 too_large", tc.limit, err)
@@ -212,14 +212,14 @@ func TestCheckpointLimits(t *testing.T) {
 					t.Errorf("the message %q does not say %q", apiErr.Message, want)
 				}
 			}
-			list, err := env.c.Checkpoints(ctx, "acme", tc.limit)
+			list, err := env.c.History().Checkpoints(ctx, "acme", tc.limit)
 			if err != nil || len(list.Checkpoints) != 0 {
 				t.Fatalf("checkpoints after the refused one: %+v, %v; want none", list, err)
 			}
 			if err := tc.fix(br.MountPath); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := env.c.Checkpoint(ctx, "acme", tc.limit, api.CheckpointRequest{}); err != nil {
+			if _, err := env.c.History().Checkpoint(ctx, "acme", tc.limit, api.CheckpointRequest{}); err != nil {
 				t.Fatalf("checkpoint within the limits: %v", err)
 			}
 		})
@@ -261,7 +261,7 @@ func BenchmarkCheckpointBesideCollection(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	if _, err := env.c.Checkpoint(ctx, "acme", "gone", api.CheckpointRequest{}); err != nil {
+	if _, err := env.c.History().Checkpoint(ctx, "acme", "gone", api.CheckpointRequest{}); err != nil {
 		b.Fatal(err)
 	}
 	i := 0
@@ -271,7 +271,7 @@ func BenchmarkCheckpointBesideCollection(b *testing.B) {
 			if err := os.WriteFile(filepath.Join(mounts["quick"], "file"), []byte(fmt.Sprint("turn ", i)), 0o644); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := env.c.Checkpoint(ctx, "acme", "quick", api.CheckpointRequest{}); err != nil {
+			if _, err := env.c.History().Checkpoint(ctx, "acme", "quick", api.CheckpointRequest{}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -281,7 +281,7 @@ func BenchmarkCheckpointBesideCollection(b *testing.B) {
 
 	slowDone := make(chan error, 1)
 	go func() {
-		_, err := env.c.Checkpoint(ctx, "acme", "slow", api.CheckpointRequest{})
+		_, err := env.c.History().Checkpoint(ctx, "acme", "slow", api.CheckpointRequest{})
 		slowDone <- err
 	}()
 	<-held

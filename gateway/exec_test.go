@@ -113,7 +113,7 @@ func TestExecStaleWrite(t *testing.T) {
 		t.Fatalf("A's write after a fresh read: %d %q", code, out)
 	}
 	// The file API's run is the same actor: B has not read A's last write.
-	if _, err := c.EditFile(ctx, "acme", "t2", api.EditFileRequest{Path: "notes.md", Run: "B", Old: "mine", New: "b"}); !errors.Is(err, api.ErrStale) {
+	if _, err := c.Files().Edit(ctx, "acme", "t2", api.EditFileRequest{Path: "notes.md", Run: "B", Old: "mine", New: "b"}); !errors.Is(err, api.ErrStale) {
 		t.Errorf("B's edit through the file API after A's write: %v, want stale", err)
 	}
 }

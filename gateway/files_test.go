@@ -44,7 +44,7 @@ func TestFileAPI(t *testing.T) {
 	events := follow(t, c, "acme", "t1")
 	waitSubscribers(t, env.g, 1)
 
-	w, err := c.WriteFile(ctx, "acme", "t1", api.WriteFileRequest{Path: "src/app.ts", Run: "lead", Content: "let a = 1\n"})
+	w, err := c.Files().Write(ctx, "acme", "t1", api.WriteFileRequest{Path: "src/app.ts", Run: "lead", Content: "let a = 1\n"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,11 +52,11 @@ func TestFileAPI(t *testing.T) {
 		t.Fatalf("write answered %+v", w)
 	}
 	// The lead's own write is as good as a read; the subagent reads.
-	r, err := c.ReadFile(ctx, "acme", "t1", api.ReadFileRequest{Path: "src/app.ts", Run: "lead/sub"})
+	r, err := c.Files().Read(ctx, "acme", "t1", api.ReadFileRequest{Path: "src/app.ts", Run: "lead/sub"})
 	if err != nil || r.Content != "let a = 1\n" || r.Version != w.Version {
 		t.Fatalf("read %+v, %v", r, err)
 	}
-	if _, err := c.EditFile(ctx, "acme", "t1", api.EditFileRequest{Path: "src/app.ts", Run: "lead/sub", Old: "a = 1", New: "a = 2"}); err != nil {
+	if _, err := c.Files().Edit(ctx, "acme", "t1", api.EditFileRequest{Path: "src/app.ts", Run: "lead/sub", Old: "a = 1", New: "a = 2"}); err != nil {
 		t.Fatalf("subagent's edit: %v", err)
 	}
 	// The mount shows the edit at once (the kernel had the old content).
@@ -64,7 +64,7 @@ func TestFileAPI(t *testing.T) {
 		t.Fatalf("mount reads %q, %v", got, err)
 	}
 
-	_, err = c.EditFile(ctx, "acme", "t1", api.EditFileRequest{Path: "src/app.ts", Run: "lead", Old: "let", New: "const"})
+	_, err = c.Files().Edit(ctx, "acme", "t1", api.EditFileRequest{Path: "src/app.ts", Run: "lead", Old: "let", New: "const"})
 	var apiErr *api.APIError
 	const msg = "src/app.ts changed since it was read. Read it again before you edit it."
 	if !errors.Is(err, api.ErrStale) || !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict || apiErr.Message != msg {
@@ -75,10 +75,10 @@ func TestFileAPI(t *testing.T) {
 		t.Fatalf("stale event %+v", ev)
 	}
 	// A fresh read clears it; the path may be given as the mount's.
-	if _, err := c.ReadFile(ctx, "acme", "t1", api.ReadFileRequest{Path: filepath.Join(mnt, "src/app.ts"), Run: "lead"}); err != nil {
+	if _, err := c.Files().Read(ctx, "acme", "t1", api.ReadFileRequest{Path: filepath.Join(mnt, "src/app.ts"), Run: "lead"}); err != nil {
 		t.Fatal(err)
 	}
-	e, err := c.EditFile(ctx, "acme", "t1", api.EditFileRequest{Path: "src/app.ts", Run: "lead", Old: "let", New: "const"})
+	e, err := c.Files().Edit(ctx, "acme", "t1", api.EditFileRequest{Path: "src/app.ts", Run: "lead", Old: "let", New: "const"})
 	if err != nil || e.Replaced != 1 {
 		t.Fatalf("lead's edit after a fresh read: %+v, %v", e, err)
 	}
@@ -95,7 +95,7 @@ func TestFileAPI(t *testing.T) {
 		{api.EditFileRequest{Path: "src/app.ts", Run: "lead", Old: "", New: "b"}, api.ErrInvalid, "empty"},
 		{api.EditFileRequest{Path: "src/app.ts", Run: "bad\nrun", Old: "a", New: "b"}, api.ErrInvalid, "run ids"},
 	} {
-		_, err := c.EditFile(ctx, "acme", "t1", c2.req)
+		_, err := c.Files().Edit(ctx, "acme", "t1", c2.req)
 		if !errors.Is(err, c2.want) || !strings.Contains(err.Error(), c2.msg) {
 			t.Errorf("edit %+v: %v, want %v with %q", c2.req, err, c2.want, c2.msg)
 		}
@@ -118,7 +118,7 @@ func TestFileAPIRunOnMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := filepath.Join(bound.MountPath, "notes.md")
-	if _, err := c.WriteFile(ctx, "acme", "t2", api.WriteFileRequest{Path: "notes.md", Run: "writer", Content: "one\n"}); err != nil {
+	if _, err := c.Files().Write(ctx, "acme", "t2", api.WriteFileRequest{Path: "notes.md", Run: "writer", Content: "one\n"}); err != nil {
 		t.Fatal(err)
 	}
 	events := follow(t, c, "acme", "t2")
@@ -142,7 +142,7 @@ func TestFileAPIRunOnMount(t *testing.T) {
 	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "read\n" {
 		t.Fatalf("shell said %q", line)
 	}
-	if _, err := c.WriteFile(ctx, "acme", "t2", api.WriteFileRequest{Path: "notes.md", Run: "writer", Content: "two\n"}); err != nil {
+	if _, err := c.Files().Write(ctx, "acme", "t2", api.WriteFileRequest{Path: "notes.md", Run: "writer", Content: "two\n"}); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Fprintln(in)
@@ -172,14 +172,14 @@ func TestFileAPIRunOnMount(t *testing.T) {
 	if got := env.g.hub.ActorOfPid(sleeper.Process.Pid); got != fs.RunActor("writer") {
 		t.Fatalf("registered process acts as %v", got)
 	}
-	if _, err := c.WriteFile(ctx, "acme", "t2", api.WriteFileRequest{Path: "notes.md", Run: "other", Content: "other\n"}); err != nil {
+	if _, err := c.Files().Write(ctx, "acme", "t2", api.WriteFileRequest{Path: "notes.md", Run: "other", Content: "other\n"}); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Fprintln(sin)
 	if err := sleeper.Wait(); err == nil {
 		t.Fatal("a write of the run on the mount after another run's write was allowed")
 	}
-	if _, err := c.ReadFile(ctx, "acme", "t2", api.ReadFileRequest{Path: "notes.md", Run: "writer"}); err != nil {
+	if _, err := c.Files().Read(ctx, "acme", "t2", api.ReadFileRequest{Path: "notes.md", Run: "writer"}); err != nil {
 		t.Fatal(err)
 	}
 	// Ending the run forgets it: its record, and its process.
@@ -205,16 +205,16 @@ func TestFileAPIBodies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	big := strings.Repeat("x", 3<<20)
-	w, err := env.c.WriteFile(ctx, "acme", "t3", api.WriteFileRequest{Path: "big.txt", Run: "r", Content: big})
+	w, err := env.c.Files().Write(ctx, "acme", "t3", api.WriteFileRequest{Path: "big.txt", Run: "r", Content: big})
 	if err != nil || w.Size != len(big) {
 		t.Fatalf("write of 3 MiB: %+v, %v", w, err)
 	}
-	r, err := env.c.ReadFile(ctx, "acme", "t3", api.ReadFileRequest{Path: "big.txt", Run: "r"})
+	r, err := env.c.Files().Read(ctx, "acme", "t3", api.ReadFileRequest{Path: "big.txt", Run: "r"})
 	if err != nil || len(r.Content) != len(big) {
 		t.Fatalf("read of 3 MiB: %d bytes, %v", len(r.Content), err)
 	}
 	huge := strings.Repeat("y", fs.MaxFileBytes+1)
-	if _, err := env.c.WriteFile(ctx, "acme", "t3", api.WriteFileRequest{Path: "huge.txt", Run: "r", Content: huge}); err == nil {
+	if _, err := env.c.Files().Write(ctx, "acme", "t3", api.WriteFileRequest{Path: "huge.txt", Run: "r", Content: huge}); err == nil {
 		t.Fatal("a write over the file bound was accepted")
 	}
 	if _, err := os.Stat(filepath.Join(env.cfg.DataDir, "workspaces", "acme", "t3", "huge.txt")); !os.IsNotExist(err) {
@@ -229,7 +229,7 @@ func TestFileAPIBeforeFirstCommand(t *testing.T) {
 	env := startEnv(t, Config{})
 	ctx := context.Background()
 	c := env.c
-	if _, err := c.WriteFile(ctx, "acme", "early", api.WriteFileRequest{Path: "src/app.ts", Content: "one\n"}); err != nil {
+	if _, err := c.Files().Write(ctx, "acme", "early", api.WriteFileRequest{Path: "src/app.ts", Content: "one\n"}); err != nil {
 		t.Fatal(err)
 	}
 	var out strings.Builder

@@ -387,10 +387,10 @@ func TestSharedWorkspaces(t *testing.T) {
 	a := startEnv(t, Config{Store: store, WorkspacesDir: shared})
 	b := startEnv(t, Config{Store: store, WorkspacesDir: shared})
 	ctx := context.Background()
-	if _, err := a.c.WriteFile(ctx, "acme", "t1", api.WriteFileRequest{Path: "notes.txt", Content: "from a\n"}); err != nil {
+	if _, err := a.c.Files().Write(ctx, "acme", "t1", api.WriteFileRequest{Path: "notes.txt", Content: "from a\n"}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := b.c.ReadFile(ctx, "acme", "t1", api.ReadFileRequest{Path: "notes.txt"})
+	got, err := b.c.Files().Read(ctx, "acme", "t1", api.ReadFileRequest{Path: "notes.txt"})
 	if err != nil || got.Content != "from a\n" {
 		t.Fatalf("the other server reads %+v, %v", got, err)
 	}

@@ -28,12 +28,15 @@ func TestReadLookingCallsBindNothing(t *testing.T) {
 	c := env.c
 	ghost := "tpyo"
 	calls := map[string]func() error{
-		"undo":        func() error { _, err := c.Undo(ctx, "acme", ghost, false); return err },
-		"redo":        func() error { _, err := c.Redo(ctx, "acme", ghost, false); return err },
-		"revert":      func() error { _, err := c.Revert(ctx, "acme", ghost, "cp-1", false); return err },
-		"diff":        func() error { _, err := c.Diff(ctx, "acme", ghost, "", "", false); return err },
-		"fork":        func() error { _, err := c.Fork(ctx, "acme", ghost, api.ForkRequest{Thread: "child"}); return err },
-		"checkpoints": func() error { _, err := c.Checkpoints(ctx, "acme", ghost); return err },
+		"undo":   func() error { _, err := c.History().Undo(ctx, "acme", ghost, false); return err },
+		"redo":   func() error { _, err := c.History().Redo(ctx, "acme", ghost, false); return err },
+		"revert": func() error { _, err := c.History().Revert(ctx, "acme", ghost, "cp-1", false); return err },
+		"diff":   func() error { _, err := c.History().Diff(ctx, "acme", ghost, "", "", false); return err },
+		"fork": func() error {
+			_, err := c.History().Fork(ctx, "acme", ghost, api.ForkRequest{Thread: "child"})
+			return err
+		},
+		"checkpoints": func() error { _, err := c.History().Checkpoints(ctx, "acme", ghost); return err },
 		"jobs":        func() error { _, err := c.Jobs(ctx, "acme", ghost); return err },
 		"job":         func() error { _, err := c.Job(ctx, "acme", ghost, "bash-1"); return err },
 		"logs": func() error {
@@ -67,16 +70,16 @@ func TestReadLookingCallsBindNothing(t *testing.T) {
 	}
 
 	// A closed thread exists: its history works.
-	if _, err := c.Checkpoint(ctx, "acme", "real", api.CheckpointRequest{Label: "first"}); err != nil {
+	if _, err := c.History().Checkpoint(ctx, "acme", "real", api.CheckpointRequest{Label: "first"}); err != nil {
 		t.Fatalf("a checkpoint binds lazily: %v", err)
 	}
-	if _, err := c.WriteFile(ctx, "acme", "real", api.WriteFileRequest{Path: "f.txt", Content: "later"}); err != nil {
+	if _, err := c.Files().Write(ctx, "acme", "real", api.WriteFileRequest{Path: "f.txt", Content: "later"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.CloseThread(ctx, "acme", "real"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Undo(ctx, "acme", "real", false); err != nil {
+	if _, err := c.History().Undo(ctx, "acme", "real", false); err != nil {
 		t.Errorf("undo of a closed thread: %v", err)
 	}
 	if jobs, err := c.Jobs(ctx, "acme", "real"); err != nil || len(jobs) != 0 {

@@ -84,7 +84,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
 func startPortServer(t *testing.T, c *client.Client, tenant, thread string, port int) string {
 	t.Helper()
 	ctx := t.Context()
-	if _, err := c.WriteFile(ctx, tenant, thread, api.WriteFileRequest{Path: "portserver.py", Content: portServer}); err != nil {
+	if _, err := c.Files().Write(ctx, tenant, thread, api.WriteFileRequest{Path: "portserver.py", Content: portServer}); err != nil {
 		t.Fatal(err)
 	}
 	job, err := c.Spawn(ctx, tenant, thread, api.SpawnRequest{Command: fmt.Sprintf("exec python3 -u portserver.py %d", port)})
@@ -246,7 +246,7 @@ func TestPorts(t *testing.T) {
 	env := startEnv(t, Config{})
 	ctx := t.Context()
 	const tenant, thread = "acme", "dev-server"
-	if _, err := env.c.WriteFile(ctx, tenant, thread, api.WriteFileRequest{Path: "site/index.html", Content: "hello from the jail\n"}); err != nil {
+	if _, err := env.c.Files().Write(ctx, tenant, thread, api.WriteFileRequest{Path: "site/index.html", Content: "hello from the jail\n"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.c.Spawn(ctx, tenant, thread, api.SpawnRequest{Command: "exec python3 -m http.server 8000 --bind 127.0.0.1 --directory site"}); err != nil {

@@ -32,7 +32,7 @@ func TestProgressStreams(t *testing.T) {
 		t.Helper()
 		for d := range dirs {
 			for f := range perDir {
-				if _, err := c.WriteFile(ctx, "acme", "big", api.WriteFileRequest{Path: fmt.Sprintf("d%d/f%d.txt", d, f), Content: content}); err != nil {
+				if _, err := c.Files().Write(ctx, "acme", "big", api.WriteFileRequest{Path: fmt.Sprintf("d%d/f%d.txt", d, f), Content: content}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -59,36 +59,36 @@ func TestProgressStreams(t *testing.T) {
 		}
 	}
 
-	if _, err := c.Checkpoint(pctx, "acme", "big", api.CheckpointRequest{Label: "one"}); err != nil {
+	if _, err := c.History().Checkpoint(pctx, "acme", "big", api.CheckpointRequest{Label: "one"}); err != nil {
 		t.Fatal(err)
 	}
 	check("checkpoint", "read", dirs*perDir, 0) // the first: its total is not known
 	write("two!")
-	cp2, err := c.Checkpoint(pctx, "acme", "big", api.CheckpointRequest{Label: "two"})
+	cp2, err := c.History().Checkpoint(pctx, "acme", "big", api.CheckpointRequest{Label: "two"})
 	if err != nil || cp2.Checkpoint.ID != "cp-2" {
 		t.Fatalf("second checkpoint: %+v, %v", cp2, err)
 	}
 	frames = nil // an incremental one reads what changed: no total either
 
-	r, err := c.Undo(pctx, "acme", "big", false)
+	r, err := c.History().Undo(pctx, "acme", "big", false)
 	if err != nil || r.To != "cp-1" {
 		t.Fatalf("undo: %+v, %v", r, err)
 	}
 	check("undo", "write", dirs*perDir, dirs*perDir)
-	if _, err := c.Redo(pctx, "acme", "big", false); err != nil {
+	if _, err := c.History().Redo(pctx, "acme", "big", false); err != nil {
 		t.Fatal(err)
 	}
 	check("redo", "write", dirs*perDir, dirs*perDir)
-	if _, err := c.Revert(pctx, "acme", "big", "cp-1", false); err != nil {
+	if _, err := c.History().Revert(pctx, "acme", "big", "cp-1", false); err != nil {
 		t.Fatal(err)
 	}
 	check("revert", "write", dirs*perDir, dirs*perDir)
-	f, err := c.Fork(pctx, "acme", "big", api.ForkRequest{Thread: "twin", Checkpoint: "cp-2"})
+	f, err := c.History().Fork(pctx, "acme", "big", api.ForkRequest{Thread: "twin", Checkpoint: "cp-2"})
 	if err != nil || f.Checkpoint != "cp-1" {
 		t.Fatalf("fork: %+v, %v", f, err)
 	}
 	check("fork", "write", dirs*(perDir+2), dirs*(perDir+2)) // each folder made, and its mode set
-	if got, err := c.ReadFile(ctx, "acme", "twin", api.ReadFileRequest{Path: "d3/f7.txt"}); err != nil || got.Content != "two!" {
+	if got, err := c.Files().Read(ctx, "acme", "twin", api.ReadFileRequest{Path: "d3/f7.txt"}); err != nil || got.Content != "two!" {
 		t.Errorf("the fork's file: %+v, %v", got, err)
 	}
 	if err := c.DeleteThread(pctx, "acme", "twin"); err != nil {
@@ -97,7 +97,7 @@ func TestProgressStreams(t *testing.T) {
 	check("delete", "remove", dirs, dirs)
 
 	// Refused before the work: the usual error, not a stream.
-	if _, err := c.Undo(pctx, "acme", "tpyo", false); !errors.Is(err, api.ErrNotFound) {
+	if _, err := c.History().Undo(pctx, "acme", "tpyo", false); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("undo of a thread that does not exist, with progress: %v, want not found", err)
 	}
 

@@ -79,11 +79,11 @@ func testRestartServesAtOnce(t *testing.T, crash bool) {
 	// Thread 9 has a checkpoint, then a file, then (below) an undo to
 	// that checkpoint journaled and cut short.
 	cutTenant, cutThread := key(9)
-	cp, err := env1.c.Checkpoint(ctx, cutTenant, cutThread, api.CheckpointRequest{Label: "before"})
+	cp, err := env1.c.History().Checkpoint(ctx, cutTenant, cutThread, api.CheckpointRequest{Label: "before"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env1.c.WriteFile(ctx, cutTenant, cutThread, api.WriteFileRequest{Path: "after", Content: "undone by the restore"}); err != nil {
+	if _, err := env1.c.Files().Write(ctx, cutTenant, cutThread, api.WriteFileRequest{Path: "after", Content: "undone by the restore"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := env1.g.Close(); err != nil {
@@ -144,7 +144,7 @@ func testRestartServesAtOnce(t *testing.T, crash bool) {
 	// A file write in one thread and a command in another: each serves
 	// its own thread, now.
 	wTenant, wThread := key(5)
-	if _, err := c.WriteFile(ctx, wTenant, wThread, api.WriteFileRequest{Path: "hello", Content: "hi"}); err != nil {
+	if _, err := c.Files().Write(ctx, wTenant, wThread, api.WriteFileRequest{Path: "hello", Content: "hi"}); err != nil {
 		t.Fatalf("write in a thread not yet restored: %v", err)
 	}
 	if got, err := os.ReadFile(filepath.Join(mounts[5], "hello")); err != nil || string(got) != "hi" {
@@ -156,7 +156,7 @@ func testRestartServesAtOnce(t *testing.T, crash bool) {
 		t.Fatalf("exec in a thread not yet restored: exit %d, %v, %q", code, err, out.String())
 	}
 	// The thread with a cut restore: its first call finishes it.
-	ex, err := c.Exists(ctx, cutTenant, cutThread, api.ExistsRequest{Path: "after"})
+	ex, err := c.Files().Exists(ctx, cutTenant, cutThread, api.ExistsRequest{Path: "after"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/client"
 	"warren/meta"
 )
 
@@ -25,11 +26,9 @@ func TestPutBackFinishedAtStart(t *testing.T) {
 	defer cancel()
 	env1 := startEnv(t, Config{DataDir: dataDir, Store: store})
 	c := env1.c
-	write := func(c interface {
-		WriteFile(context.Context, string, string, api.WriteFileRequest) (api.WriteFileResponse, error)
-	}, path, content string) {
+	write := func(c *client.Client, path, content string) {
 		t.Helper()
-		if _, err := c.WriteFile(ctx, "acme", "t", api.WriteFileRequest{Path: path, Content: content}); err != nil {
+		if _, err := c.Files().Write(ctx, "acme", "t", api.WriteFileRequest{Path: path, Content: content}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -38,13 +37,13 @@ func TestPutBackFinishedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(c, "a.txt", "old")
-	cp1, err := c.Checkpoint(ctx, "acme", "t", api.CheckpointRequest{})
+	cp1, err := c.History().Checkpoint(ctx, "acme", "t", api.CheckpointRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	write(c, "a.txt", "new")
 	write(c, "c.txt", "only in cp-2")
-	cp2, err := c.Checkpoint(ctx, "acme", "t", api.CheckpointRequest{})
+	cp2, err := c.History().Checkpoint(ctx, "acme", "t", api.CheckpointRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,11 +85,11 @@ func TestPutBackFinishedAtStart(t *testing.T) {
 		t.Errorf("the start did not say it put a failed restore back")
 	}
 	write(env2.c, "d.txt", "later")
-	cp3, err := env2.c.Checkpoint(ctx, "acme", "t", api.CheckpointRequest{})
+	cp3, err := env2.c.History().Checkpoint(ctx, "acme", "t", api.CheckpointRequest{})
 	if err != nil || cp3.Checkpoint.ID != "cp-3" {
 		t.Fatalf("checkpoint after the put-back: %+v %v", cp3, err)
 	}
-	if u, err := env2.c.Undo(ctx, "acme", "t", false); err != nil || u.To != cp2.Checkpoint.ID {
+	if u, err := env2.c.History().Undo(ctx, "acme", "t", false); err != nil || u.To != cp2.Checkpoint.ID {
 		t.Fatalf("undo after the put-back: %+v %v", u, err)
 	}
 }

@@ -35,7 +35,7 @@ func randomBytes(seed uint64, n int) []byte {
 // writeRaw writes path of thread with content, through the file API.
 func writeRaw(t *testing.T, ctx context.Context, c *client.Client, tenant, thread, path string, content []byte) {
 	t.Helper()
-	if _, err := c.WriteRaw(ctx, tenant, thread, api.RawRequest{Path: path}, bytes.NewReader(content)); err != nil {
+	if _, err := c.Files().WriteRaw(ctx, tenant, thread, api.RawRequest{Path: path}, bytes.NewReader(content)); err != nil {
 		t.Fatalf("write %s of %s: %v", path, thread, err)
 	}
 }
@@ -43,7 +43,7 @@ func writeRaw(t *testing.T, ctx context.Context, c *client.Client, tenant, threa
 // checkpointIDs lists the ids of thread's checkpoints, oldest first.
 func checkpointIDs(t *testing.T, ctx context.Context, c *client.Client, tenant, thread string) (api.CheckpointsResponse, []string) {
 	t.Helper()
-	out, err := c.Checkpoints(ctx, tenant, thread)
+	out, err := c.History().Checkpoints(ctx, tenant, thread)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestSnapshotQuota(t *testing.T) {
 	}
 	for i := range 12 {
 		writeRaw(t, ctx, c, tenant, thread, "f.bin", randomBytes(uint64(i), turn))
-		out, err := c.Checkpoint(ctx, tenant, thread, api.CheckpointRequest{Label: fmt.Sprint("turn ", i)})
+		out, err := c.History().Checkpoint(ctx, tenant, thread, api.CheckpointRequest{Label: fmt.Sprint("turn ", i)})
 		if err != nil {
 			t.Fatalf("checkpoint of turn %d: %v", i, err)
 		}
@@ -98,7 +98,7 @@ func TestSnapshotQuota(t *testing.T) {
 	// 22 MiB more: the new checkpoint and its parent (the head, which
 	// stays) need 26 MiB, past the quota whatever goes.
 	writeRaw(t, ctx, c, tenant, thread, "big.bin", randomBytes(99, 22*mib))
-	_, err := c.Checkpoint(ctx, tenant, thread, api.CheckpointRequest{Label: "too big"})
+	_, err := c.History().Checkpoint(ctx, tenant, thread, api.CheckpointRequest{Label: "too big"})
 	wantAPIError(t, "a checkpoint past the quota", err, http.StatusInsufficientStorage, api.CodeQuota,
 		fmt.Sprintf("The checkpoint was refused: the thread's checkpoints hold %d bytes of its snapshot quota of %d; this checkpoint adds %d", quota, quota, 22*mib))
 	wantAPIError(t, "a checkpoint past the quota", err, http.StatusInsufficientStorage, api.CodeQuota, "Nothing already kept was dropped.")
@@ -110,7 +110,7 @@ func TestSnapshotQuota(t *testing.T) {
 
 	// The undo must first keep the workspace's state (big.bin) in a
 	// checkpoint, which does not fit: nothing is restored.
-	_, err = c.Undo(ctx, tenant, thread, false)
+	_, err = c.History().Undo(ctx, tenant, thread, false)
 	wantAPIError(t, "an undo whose automatic checkpoint is past the quota", err, http.StatusInsufficientStorage, api.CodeQuota,
 		`The automatic checkpoint "before undo" that keeps the workspace's state was refused, so nothing was restored or changed`)
 	after, _ = checkpointIDs(t, ctx, c, tenant, thread)
@@ -119,18 +119,18 @@ func TestSnapshotQuota(t *testing.T) {
 	}
 	for name, want := range map[string][]byte{"big.bin": randomBytes(99, 22*mib), "f.bin": randomBytes(11, turn)} {
 		var buf bytes.Buffer
-		if _, err := c.ReadRaw(ctx, tenant, thread, api.RawRequest{Path: name}, &buf); err != nil || !bytes.Equal(buf.Bytes(), want) {
+		if _, err := c.Files().ReadRaw(ctx, tenant, thread, api.RawRequest{Path: name}, &buf); err != nil || !bytes.Equal(buf.Bytes(), want) {
 			t.Fatalf("after the refused undo %s holds %d bytes (%v); want what was written", name, buf.Len(), err)
 		}
 	}
 
 	// Room made in the workspace: the checkpoint fits again, dropping
 	// the oldest.
-	if _, err := c.Remove(ctx, tenant, thread, api.RemoveRequest{Path: "big.bin"}); err != nil {
+	if _, err := c.Files().Remove(ctx, tenant, thread, api.RemoveRequest{Path: "big.bin"}); err != nil {
 		t.Fatal(err)
 	}
 	writeRaw(t, ctx, c, tenant, thread, "big.bin", randomBytes(98, 12*mib))
-	if _, err := c.Checkpoint(ctx, tenant, thread, api.CheckpointRequest{Label: "fits"}); err != nil {
+	if _, err := c.History().Checkpoint(ctx, tenant, thread, api.CheckpointRequest{Label: "fits"}); err != nil {
 		t.Fatalf("a checkpoint that fits once the oldest go: %v", err)
 	}
 	if u, err := c.Usage(ctx, tenant, thread); err != nil || u.SnapshotBytes > quota {
@@ -150,7 +150,7 @@ func TestSnapshotQuotaRebase(t *testing.T) {
 	writeRaw(t, ctx, c, "acme", "r", "stable.bin", randomBytes(1, 8*mib))
 	for i := range 8 {
 		writeRaw(t, ctx, c, "acme", "r", "f.bin", randomBytes(uint64(10+i), 2*mib))
-		if _, err := c.Checkpoint(ctx, "acme", "r", api.CheckpointRequest{}); err != nil {
+		if _, err := c.History().Checkpoint(ctx, "acme", "r", api.CheckpointRequest{}); err != nil {
 			t.Fatalf("checkpoint %d: %v", i, err)
 		}
 	}
@@ -182,7 +182,7 @@ func TestSnapshotQuotaShared(t *testing.T) {
 	content := randomBytes(7, size)
 	for _, thread := range []string{"a", "b"} {
 		writeRaw(t, ctx, c, "acme", thread, "same.bin", content)
-		if _, err := c.Checkpoint(ctx, "acme", thread, api.CheckpointRequest{}); err != nil {
+		if _, err := c.History().Checkpoint(ctx, "acme", thread, api.CheckpointRequest{}); err != nil {
 			t.Fatalf("checkpoint of %s: %v", thread, err)
 		}
 		u, err := c.Usage(ctx, "acme", thread)
@@ -195,7 +195,7 @@ func TestSnapshotQuotaShared(t *testing.T) {
 	}
 	// Within the thread's quota, past the tenant's.
 	writeRaw(t, ctx, c, "acme", "c", "same.bin", content)
-	_, err := c.Checkpoint(ctx, "acme", "c", api.CheckpointRequest{})
+	_, err := c.History().Checkpoint(ctx, "acme", "c", api.CheckpointRequest{})
 	wantAPIError(t, "a checkpoint past the tenant's quota", err, http.StatusInsufficientStorage, api.CodeQuota,
 		fmt.Sprintf("the tenant's threads hold %d bytes of checkpoints (this thread 0) of the tenant's snapshot quota of %d", 2*size, 25*mib))
 	if _, ids := checkpointIDs(t, ctx, c, "acme", "c"); len(ids) != 0 {
@@ -204,24 +204,24 @@ func TestSnapshotQuotaShared(t *testing.T) {
 	// The thread's own quota: a second turn of 10 MiB drops nothing it
 	// may (the head's parent stays), so it is refused.
 	writeRaw(t, ctx, c, "acme", "a", "more.bin", randomBytes(8, size))
-	_, err = c.Checkpoint(ctx, "acme", "a", api.CheckpointRequest{})
+	_, err = c.History().Checkpoint(ctx, "acme", "a", api.CheckpointRequest{})
 	wantAPIError(t, "a checkpoint past the thread's quota", err, http.StatusInsufficientStorage, api.CodeQuota,
 		fmt.Sprintf("of its snapshot quota of %d", 16*mib))
 	// Another tenant has a repository and a quota of its own.
 	writeRaw(t, ctx, c, "other", "a", "same.bin", content)
-	if _, err := c.Checkpoint(ctx, "other", "a", api.CheckpointRequest{}); err != nil {
+	if _, err := c.History().Checkpoint(ctx, "other", "a", api.CheckpointRequest{}); err != nil {
 		t.Fatalf("another tenant's checkpoint: %v", err)
 	}
 	// Deleting a thread gives its bytes back to the tenant.
 	if err := c.DeleteThread(ctx, "acme", "b"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Checkpoint(ctx, "acme", "c", api.CheckpointRequest{}); err != nil {
+	if _, err := c.History().Checkpoint(ctx, "acme", "c", api.CheckpointRequest{}); err != nil {
 		t.Fatalf("a checkpoint once another thread's are deleted: %v", err)
 	}
 	// A fork counts its whole tree for the new thread: a and c hold 20
 	// MiB, and a fork of a would make it 30.
-	_, err = c.Fork(ctx, "acme", "a", api.ForkRequest{Thread: "a2"})
+	_, err = c.History().Fork(ctx, "acme", "a", api.ForkRequest{Thread: "a2"})
 	wantAPIError(t, "a fork past the tenant's quota", err, http.StatusInsufficientStorage, api.CodeQuota,
 		fmt.Sprintf("The fork was refused: the tenant's threads hold %d bytes of checkpoints of the tenant's snapshot quota of %d, and the new thread would hold %d more", 2*size, 25*mib, size))
 	if _, err := c.Thread(ctx, "acme", "a2"); err == nil {
@@ -253,7 +253,7 @@ func TestSnapshotsInReserve(t *testing.T) {
 	}
 	refused := false
 	for i := range 20 {
-		_, err := c.WriteRaw(ctx, "acme", "r", api.RawRequest{Path: "f.bin"}, bytes.NewReader(randomBytes(uint64(i), size)))
+		_, err := c.Files().WriteRaw(ctx, "acme", "r", api.RawRequest{Path: "f.bin"}, bytes.NewReader(randomBytes(uint64(i), size)))
 		if ae := (*api.APIError)(nil); errors.As(err, &ae) && ae.Code == api.CodeQuota {
 			t.Logf("turn %d: the workspace's write reached the reserve", i)
 			refused = true
@@ -263,7 +263,7 @@ func TestSnapshotsInReserve(t *testing.T) {
 			t.Fatal(err)
 		}
 		unix.Sync()
-		_, err = c.Checkpoint(ctx, "acme", "r", api.CheckpointRequest{})
+		_, err = c.History().Checkpoint(ctx, "acme", "r", api.CheckpointRequest{})
 		var st unix.Statfs_t
 		if serr := unix.Statfs(mnt, &st); serr != nil {
 			t.Fatal(serr)
@@ -283,7 +283,7 @@ func TestSnapshotsInReserve(t *testing.T) {
 		t.Fatal("20 checkpoints of 24 MiB each on a 512 MiB disk with a 256 MiB reserve were all taken")
 	}
 	// The history still works.
-	if _, err := c.Checkpoints(ctx, "acme", "r"); err != nil {
+	if _, err := c.History().Checkpoints(ctx, "acme", "r"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -315,7 +315,7 @@ func TestSnapshotQuotaSparse(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	out, err := c.Checkpoint(ctx, "acme", "s", api.CheckpointRequest{})
+	out, err := c.History().Checkpoint(ctx, "acme", "s", api.CheckpointRequest{})
 	if err != nil {
 		t.Fatalf("a checkpoint of a 4 GiB sparse file with 1 MiB of data under a snapshot quota of 8 MiB: %v", err)
 	}
@@ -323,7 +323,7 @@ func TestSnapshotQuotaSparse(t *testing.T) {
 		t.Fatalf("the sparse file's checkpoint counts %d bytes (tree %d); want its data, %d", cp.OwnBytes, cp.RefBytes, mib)
 	}
 	writeRaw(t, ctx, c, "acme", "s", "f.bin", randomBytes(4, 2*mib))
-	if out, err = c.Checkpoint(ctx, "acme", "s", api.CheckpointRequest{}); err != nil || out.Checkpoint.OwnBytes != 2*mib || out.Checkpoint.RefBytes != 3*mib {
+	if out, err = c.History().Checkpoint(ctx, "acme", "s", api.CheckpointRequest{}); err != nil || out.Checkpoint.OwnBytes != 2*mib || out.Checkpoint.RefBytes != 3*mib {
 		t.Fatalf("a second checkpoint: %+v, %v; want 2 MiB of its own in 3 MiB", out.Checkpoint, err)
 	}
 	if u, err := c.Usage(ctx, "acme", "s"); err != nil || u.SnapshotBytes != 3*mib {
@@ -343,7 +343,7 @@ func TestSnapshotQuotaOldRecords(t *testing.T) {
 	writeRaw(t, ctx, c, "acme", "o", "stable.bin", randomBytes(1, 4*mib))
 	for i := range 2 {
 		writeRaw(t, ctx, c, "acme", "o", "f.bin", randomBytes(uint64(10+i), mib))
-		if _, err := c.Checkpoint(ctx, "acme", "o", api.CheckpointRequest{}); err != nil {
+		if _, err := c.History().Checkpoint(ctx, "acme", "o", api.CheckpointRequest{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -363,7 +363,7 @@ func TestSnapshotQuotaOldRecords(t *testing.T) {
 		t.Fatalf("usage of old records: %+v, %v; want their whole size, %d", u, err, 10*mib)
 	}
 	writeRaw(t, ctx, c, "acme", "o", "f.bin", randomBytes(12, mib))
-	if _, err := c.Checkpoint(ctx, "acme", "o", api.CheckpointRequest{}); err != nil {
+	if _, err := c.History().Checkpoint(ctx, "acme", "o", api.CheckpointRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	out, _ := checkpointIDs(t, ctx, c, "acme", "o")

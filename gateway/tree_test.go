@@ -52,7 +52,7 @@ func TestTreeAPI(t *testing.T) {
 		t.Fatalf("first command: %d, %v", code, err)
 	}
 	for _, p := range []string{"src/app.ts", "src/lib/util.ts", "notes.md"} {
-		if _, err := c.WriteFile(ctx, tenant, thread, api.WriteFileRequest{Path: p, Run: "lead", Content: "x\n"}); err != nil {
+		if _, err := c.Files().Write(ctx, tenant, thread, api.WriteFileRequest{Path: p, Run: "lead", Content: "x\n"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -62,7 +62,7 @@ func TestTreeAPI(t *testing.T) {
 	}
 
 	// list
-	ls, err := c.List(ctx, tenant, thread, api.ListRequest{Path: ".", Run: "lead"})
+	ls, err := c.Files().List(ctx, tenant, thread, api.ListRequest{Path: ".", Run: "lead"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestTreeAPI(t *testing.T) {
 	if want := []string{"link symlink 777 src/app.ts", "notes.md file 600 ", "src dir 755 "}; !equalStrings(names, want) {
 		t.Errorf("list .: %q, want %q", names, want)
 	}
-	ls, err = c.List(ctx, tenant, thread, api.ListRequest{Path: filepath.Join(mnt, "src")})
+	ls, err = c.Files().List(ctx, tenant, thread, api.ListRequest{Path: filepath.Join(mnt, "src")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,21 +81,21 @@ func TestTreeAPI(t *testing.T) {
 		ls.Entries[0].MTime.IsZero() || ls.Entries[2].Name != "up" || ls.Entries[2].Target != ".." {
 		t.Errorf("list of the mount's src: %+v", ls)
 	}
-	_, err = c.List(ctx, tenant, thread, api.ListRequest{Path: "notes.md"})
+	_, err = c.Files().List(ctx, tenant, thread, api.ListRequest{Path: "notes.md"})
 	wantAPIError(t, "list a file", err, http.StatusBadRequest, api.CodeInvalid, "notes.md is not a folder.")
-	_, err = c.List(ctx, tenant, thread, api.ListRequest{Path: "nothing"})
+	_, err = c.Files().List(ctx, tenant, thread, api.ListRequest{Path: "nothing"})
 	wantAPIError(t, "list nothing", err, http.StatusNotFound, api.CodeNotFound, "nothing: no such file.")
 
 	// stat and exists
-	st, err := c.Stat(ctx, tenant, thread, api.StatRequest{Path: "link"})
+	st, err := c.Files().Stat(ctx, tenant, thread, api.StatRequest{Path: "link"})
 	if err != nil || st.Type != api.TypeSymlink || st.Target != "src/app.ts" || st.Path != "link" {
 		t.Errorf("stat link: %+v, %v", st, err)
 	}
-	st, err = c.Stat(ctx, tenant, thread, api.StatRequest{Path: "link", Follow: true})
+	st, err = c.Files().Stat(ctx, tenant, thread, api.StatRequest{Path: "link", Follow: true})
 	if err != nil || st.Type != api.TypeFile || st.Size != 2 || st.Mode != 0o644 || st.Version != ls.Entries[0].Version {
 		t.Errorf("stat link, followed: %+v, %v; want the file at version %d", st, err, ls.Entries[0].Version)
 	}
-	_, err = c.Stat(ctx, tenant, thread, api.StatRequest{Path: "src/missing"})
+	_, err = c.Files().Stat(ctx, tenant, thread, api.StatRequest{Path: "src/missing"})
 	wantAPIError(t, "stat missing", err, http.StatusNotFound, api.CodeNotFound, "src/missing: no such file.")
 	// Links planted in the backing folder, behind the mount's back.
 	backing := filepath.Join(env.cfg.DataDir, "workspaces", tenant, thread)
@@ -106,27 +106,27 @@ func TestTreeAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"abs/passwd", "up3/x", "src/up/up3"} {
-		_, err = c.Stat(ctx, tenant, thread, api.StatRequest{Path: p, Follow: true})
+		_, err = c.Files().Stat(ctx, tenant, thread, api.StatRequest{Path: p, Follow: true})
 		wantAPIError(t, "stat through a link out", err, http.StatusForbidden, api.CodeOutside, p+" is outside the workspace.")
 	}
-	if st, err := c.Stat(ctx, tenant, thread, api.StatRequest{Path: "abs"}); err != nil || st.Target != "/etc" {
+	if st, err := c.Files().Stat(ctx, tenant, thread, api.StatRequest{Path: "abs"}); err != nil || st.Target != "/etc" {
 		t.Errorf("stat of the link out itself: %+v, %v", st, err)
 	}
 	if err := os.Symlink("loop", filepath.Join(backing, "loop")); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Stat(ctx, tenant, thread, api.StatRequest{Path: "loop", Follow: true})
+	_, err = c.Files().Stat(ctx, tenant, thread, api.StatRequest{Path: "loop", Follow: true})
 	wantAPIError(t, "stat a loop of links", err, http.StatusBadRequest, api.CodeInvalid, "loop: too many links in a chain")
-	if ex, err := c.Exists(ctx, tenant, thread, api.ExistsRequest{Path: "loop"}); err != nil || ex.Exists {
+	if ex, err := c.Files().Exists(ctx, tenant, thread, api.ExistsRequest{Path: "loop"}); err != nil || ex.Exists {
 		t.Errorf("exists of a loop of links: %+v, %v", ex, err)
 	}
-	if _, err := c.Remove(ctx, tenant, thread, api.RemoveRequest{Path: "loop"}); err != nil {
+	if _, err := c.Files().Remove(ctx, tenant, thread, api.RemoveRequest{Path: "loop"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.List(ctx, tenant, thread, api.ListRequest{Path: "up3"})
+	_, err = c.Files().List(ctx, tenant, thread, api.ListRequest{Path: "up3"})
 	wantAPIError(t, "list through a link out", err, http.StatusForbidden, api.CodeOutside, "up3 is outside the workspace.")
 	for _, p := range []string{"abs", "up3"} {
-		if _, err := c.Remove(ctx, tenant, thread, api.RemoveRequest{Path: p}); err != nil {
+		if _, err := c.Files().Remove(ctx, tenant, thread, api.RemoveRequest{Path: p}); err != nil {
 			t.Fatalf("remove the link %s: %v", p, err)
 		}
 	}
@@ -138,31 +138,31 @@ func TestTreeAPI(t *testing.T) {
 		ok   bool
 		typ  string
 	}{{"src", true, "dir"}, {"link", true, "file"}, {"src/nothing", false, ""}, {"nothing/deeper", false, ""}} {
-		ex, err := c.Exists(ctx, tenant, thread, api.ExistsRequest{Path: x.path})
+		ex, err := c.Files().Exists(ctx, tenant, thread, api.ExistsRequest{Path: x.path})
 		if err != nil || ex.Exists != x.ok || ex.Type != x.typ || ex.Path != x.path {
 			t.Errorf("exists %s: %+v, %v; want %v %q", x.path, ex, err, x.ok, x.typ)
 		}
 	}
-	_, err = c.Exists(ctx, tenant, thread, api.ExistsRequest{Path: "/etc/passwd"})
+	_, err = c.Files().Exists(ctx, tenant, thread, api.ExistsRequest{Path: "/etc/passwd"})
 	wantAPIError(t, "exists /etc/passwd", err, http.StatusForbidden, api.CodeOutside, "/etc/passwd is outside the workspace.")
 
 	// mkdir
 	mode := uint32(0o700)
-	if err := c.Mkdir(ctx, tenant, thread, api.MkdirRequest{Path: "build/out", Parents: true, Mode: &mode}); err != nil {
+	if err := c.Files().Mkdir(ctx, tenant, thread, api.MkdirRequest{Path: "build/out", Parents: true, Mode: &mode}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Mkdir(ctx, tenant, thread, api.MkdirRequest{Path: "docs"}); err != nil {
+	if err := c.Files().Mkdir(ctx, tenant, thread, api.MkdirRequest{Path: "docs"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Mkdir(ctx, tenant, thread, api.MkdirRequest{Path: "build", Parents: true}); err != nil {
+	if err := c.Files().Mkdir(ctx, tenant, thread, api.MkdirRequest{Path: "build", Parents: true}); err != nil {
 		t.Errorf("mkdir -p of a folder there: %v", err)
 	}
-	err = c.Mkdir(ctx, tenant, thread, api.MkdirRequest{Path: "docs"})
+	err = c.Files().Mkdir(ctx, tenant, thread, api.MkdirRequest{Path: "docs"})
 	wantAPIError(t, "mkdir of a folder there", err, http.StatusConflict, api.CodeConflict, "docs already exists.")
-	err = c.Mkdir(ctx, tenant, thread, api.MkdirRequest{Path: "none/x"})
+	err = c.Files().Mkdir(ctx, tenant, thread, api.MkdirRequest{Path: "none/x"})
 	wantAPIError(t, "mkdir in a missing folder", err, http.StatusNotFound, api.CodeNotFound, "no such file.")
 	bad := uint32(0o17777)
-	err = c.Mkdir(ctx, tenant, thread, api.MkdirRequest{Path: "bad", Mode: &bad})
+	err = c.Files().Mkdir(ctx, tenant, thread, api.MkdirRequest{Path: "bad", Mode: &bad})
 	wantAPIError(t, "mkdir with a bad mode", err, http.StatusBadRequest, api.CodeInvalid, "not a permission mode")
 	// The thread's mount shows them at once, modes as given.
 	for p, want := range map[string]os.FileMode{"build/out": 0o700, "build": 0o700, "docs": 0o755} {
@@ -173,58 +173,58 @@ func TestTreeAPI(t *testing.T) {
 	}
 
 	// rename
-	rn, err := c.Rename(ctx, tenant, thread, api.RenameRequest{From: "notes.md", To: "docs/notes.md", Run: "lead"})
+	rn, err := c.Files().Rename(ctx, tenant, thread, api.RenameRequest{From: "notes.md", To: "docs/notes.md", Run: "lead"})
 	if err != nil || rn.Version == 0 || rn.To != "docs/notes.md" {
 		t.Fatalf("rename: %+v, %v", rn, err)
 	}
 	if _, err := os.Stat(filepath.Join(mnt, "docs/notes.md")); err != nil {
 		t.Errorf("the renamed file through the mount: %v", err)
 	}
-	_, err = c.Rename(ctx, tenant, thread, api.RenameRequest{From: "src/app.ts", To: "docs/notes.md", Run: "lead"})
+	_, err = c.Files().Rename(ctx, tenant, thread, api.RenameRequest{From: "src/app.ts", To: "docs/notes.md", Run: "lead"})
 	wantAPIError(t, "rename over a file", err, http.StatusConflict, api.CodeConflict, "docs/notes.md already exists.")
 	// lead reads the file, sub changes it: lead's rename over it is stale.
-	if _, err := c.ReadFile(ctx, tenant, thread, api.ReadFileRequest{Path: "docs/notes.md", Run: "lead"}); err != nil {
+	if _, err := c.Files().Read(ctx, tenant, thread, api.ReadFileRequest{Path: "docs/notes.md", Run: "lead"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.WriteFile(ctx, tenant, thread, api.WriteFileRequest{Path: "docs/notes.md", Run: "sub", Content: "sub's\n"}); err != nil {
+	if _, err := c.Files().Write(ctx, tenant, thread, api.WriteFileRequest{Path: "docs/notes.md", Run: "sub", Content: "sub's\n"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Rename(ctx, tenant, thread, api.RenameRequest{From: "src/app.ts", To: "docs/notes.md", Run: "lead", Overwrite: true})
+	_, err = c.Files().Rename(ctx, tenant, thread, api.RenameRequest{From: "src/app.ts", To: "docs/notes.md", Run: "lead", Overwrite: true})
 	wantAPIError(t, "stale rename over", err, http.StatusConflict, api.CodeStale, "docs/notes.md changed since it was read. Read it again before you edit it.")
 	// A link carried to where it leads out.
-	_, err = c.Rename(ctx, tenant, thread, api.RenameRequest{From: "src/up", To: "up"})
+	_, err = c.Files().Rename(ctx, tenant, thread, api.RenameRequest{From: "src/up", To: "up"})
 	wantAPIError(t, "rename a link out", err, http.StatusForbidden, api.CodeOutside, "a link would lead outside the workspace")
-	_, err = c.Rename(ctx, tenant, thread, api.RenameRequest{From: "src", To: "src/lib/src"})
+	_, err = c.Files().Rename(ctx, tenant, thread, api.RenameRequest{From: "src", To: "src/lib/src"})
 	wantAPIError(t, "rename into itself", err, http.StatusBadRequest, api.CodeInvalid, "cannot move into itself")
-	_, err = c.Rename(ctx, tenant, thread, api.RenameRequest{From: "src/app.ts", To: "../app.ts"})
+	_, err = c.Files().Rename(ctx, tenant, thread, api.RenameRequest{From: "src/app.ts", To: "../app.ts"})
 	wantAPIError(t, "rename out", err, http.StatusForbidden, api.CodeOutside, "../app.ts is outside the workspace.")
 
 	// remove
-	if _, err := c.ReadFile(ctx, tenant, thread, api.ReadFileRequest{Path: "src/lib/util.ts", Run: "lead"}); err != nil {
+	if _, err := c.Files().Read(ctx, tenant, thread, api.ReadFileRequest{Path: "src/lib/util.ts", Run: "lead"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.WriteFile(ctx, tenant, thread, api.WriteFileRequest{Path: "src/lib/util.ts", Run: "sub", Content: "sub's\n"}); err != nil {
+	if _, err := c.Files().Write(ctx, tenant, thread, api.WriteFileRequest{Path: "src/lib/util.ts", Run: "sub", Content: "sub's\n"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Remove(ctx, tenant, thread, api.RemoveRequest{Path: "src", Run: "lead", Recursive: true})
+	_, err = c.Files().Remove(ctx, tenant, thread, api.RemoveRequest{Path: "src", Run: "lead", Recursive: true})
 	wantAPIError(t, "stale remove -r", err, http.StatusConflict, api.CodeStale, "src/lib/util.ts changed since it was read.")
 	if _, err := os.Stat(filepath.Join(mnt, "src/app.ts")); err != nil {
 		t.Fatalf("a refused remove removed: %v", err)
 	}
-	_, err = c.Remove(ctx, tenant, thread, api.RemoveRequest{Path: "src", Run: "sub"})
+	_, err = c.Files().Remove(ctx, tenant, thread, api.RemoveRequest{Path: "src", Run: "sub"})
 	wantAPIError(t, "remove a full folder", err, http.StatusConflict, api.CodeConflict, "src is a folder that is not empty.")
-	_, err = c.Remove(ctx, tenant, thread, api.RemoveRequest{Path: "gone", Run: "sub"})
+	_, err = c.Files().Remove(ctx, tenant, thread, api.RemoveRequest{Path: "gone", Run: "sub"})
 	wantAPIError(t, "remove nothing", err, http.StatusNotFound, api.CodeNotFound, "gone: no such file.")
-	_, err = c.Remove(ctx, tenant, thread, api.RemoveRequest{Path: mnt, Run: "sub", Recursive: true})
+	_, err = c.Files().Remove(ctx, tenant, thread, api.RemoveRequest{Path: mnt, Run: "sub", Recursive: true})
 	wantAPIError(t, "remove the root", err, http.StatusForbidden, api.CodeForbidden, "The workspace's root cannot be removed.")
-	rm, err := c.Remove(ctx, tenant, thread, api.RemoveRequest{Path: "link", Run: "sub"})
+	rm, err := c.Files().Remove(ctx, tenant, thread, api.RemoveRequest{Path: "link", Run: "sub"})
 	if err != nil || rm.Removed != 1 {
 		t.Fatalf("remove link: %+v, %v", rm, err)
 	}
 	if _, err := os.Stat(filepath.Join(mnt, "src/app.ts")); err != nil {
 		t.Fatalf("removing the link removed its target: %v", err)
 	}
-	rm, err = c.Remove(ctx, tenant, thread, api.RemoveRequest{Path: "src", Run: "sub", Recursive: true})
+	rm, err = c.Files().Remove(ctx, tenant, thread, api.RemoveRequest{Path: "src", Run: "sub", Recursive: true})
 	if err != nil || rm.Removed != 5 {
 		t.Fatalf("remove -r src: %+v, %v; want 5 entries", rm, err)
 	}
@@ -311,7 +311,7 @@ func TestRawAPI(t *testing.T) {
 		t.Fatalf("first command: %d, %v", code, err)
 	}
 	in := newPattern(size)
-	w, err := c.WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "data/big.bin", Run: "lead"}, struct{ io.Reader }{in})
+	w, err := c.Files().WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "data/big.bin", Run: "lead"}, struct{ io.Reader }{in})
 	if err != nil || w.Size != size || w.Version == 0 || w.Path != "data/big.bin" {
 		t.Fatalf("PUT of 24 MiB: %+v, %v", w, err)
 	}
@@ -322,7 +322,7 @@ func TestRawAPI(t *testing.T) {
 		t.Fatalf("the jail reads %q (exit %d, %v), want %q", out.String(), code, err, want)
 	}
 	h := sha256.New()
-	r, err := c.ReadRaw(ctx, tenant, thread, api.RawRequest{Path: "data/big.bin", Run: "sub"}, h)
+	r, err := c.Files().ReadRaw(ctx, tenant, thread, api.RawRequest{Path: "data/big.bin", Run: "sub"}, h)
 	if err != nil || r.Size != size || r.Version != w.Version || hex.EncodeToString(h.Sum(nil)) != in.sum() {
 		t.Fatalf("GET of 24 MiB: %+v, %v (sum %x)", r, err, h.Sum(nil))
 	}
@@ -344,24 +344,24 @@ func TestRawAPI(t *testing.T) {
 	// The reads count: sub read the file, lead changes it, sub's PUT is
 	// stale; a new mode is set when asked.
 	mode := uint32(0o600)
-	if _, err := c.WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "data/big.bin", Run: "lead", Mode: &mode}, strings.NewReader("small\n")); err != nil {
+	if _, err := c.Files().WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "data/big.bin", Run: "lead", Mode: &mode}, strings.NewReader("small\n")); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "data/big.bin", Run: "sub"}, strings.NewReader("sub's\n"))
+	_, err = c.Files().WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "data/big.bin", Run: "sub"}, strings.NewReader("sub's\n"))
 	wantAPIError(t, "sub's stale PUT", err, http.StatusConflict, api.CodeStale, "data/big.bin changed since it was read. Read it again before you edit it.")
 	out.Reset()
 	if code, err := c.Exec(ctx, tenant, thread, api.ExecRequest{Command: "stat -c %a data/big.bin && cat data/big.bin"}, &out, &out); err != nil || code != 0 || out.String() != "600\nsmall\n" {
 		t.Errorf("after the refused PUT the jail reads %q (exit %d, %v)", out.String(), code, err)
 	}
 	// A big stale PUT is refused as well, before its body is taken.
-	_, err = c.WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "data/big.bin", Run: "sub"}, struct{ io.Reader }{newPattern(64 << 20)})
+	_, err = c.Files().WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "data/big.bin", Run: "sub"}, struct{ io.Reader }{newPattern(64 << 20)})
 	wantAPIError(t, "sub's big stale PUT", err, http.StatusConflict, api.CodeStale, "changed since it was read")
 
-	_, err = c.ReadRaw(ctx, tenant, thread, api.RawRequest{Path: "data/none.bin"}, io.Discard)
+	_, err = c.Files().ReadRaw(ctx, tenant, thread, api.RawRequest{Path: "data/none.bin"}, io.Discard)
 	wantAPIError(t, "GET of nothing", err, http.StatusNotFound, api.CodeNotFound, "data/none.bin: no such file.")
-	_, err = c.ReadRaw(ctx, tenant, thread, api.RawRequest{Path: "data"}, io.Discard)
+	_, err = c.Files().ReadRaw(ctx, tenant, thread, api.RawRequest{Path: "data"}, io.Discard)
 	wantAPIError(t, "GET of a folder", err, http.StatusBadRequest, api.CodeInvalid, "data is not a regular file.")
-	_, err = c.ReadRaw(ctx, tenant, thread, api.RawRequest{Path: "../../etc/passwd"}, io.Discard)
+	_, err = c.Files().ReadRaw(ctx, tenant, thread, api.RawRequest{Path: "../../etc/passwd"}, io.Discard)
 	wantAPIError(t, "GET out", err, http.StatusForbidden, api.CodeOutside, "../../etc/passwd is outside the workspace.")
 	sock := env.g.SocketPath()
 	for _, b := range []struct{ method, target, msg string }{
@@ -391,7 +391,7 @@ func TestRawUploadTimeout(t *testing.T) {
 	env := startEnv(t, Config{BodyTimeout: timeout})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := env.c.WriteRaw(ctx, "acme", "slow", api.RawRequest{Path: "f"}, strings.NewReader("old\n")); err != nil {
+	if _, err := env.c.Files().WriteRaw(ctx, "acme", "slow", api.RawRequest{Path: "f"}, strings.NewReader("old\n")); err != nil {
 		t.Fatal(err)
 	}
 	sock := env.g.SocketPath()
@@ -434,7 +434,7 @@ func TestRawUploadTimeout(t *testing.T) {
 	}
 	t.Logf("a steady upload took %v with a body timeout of %v", time.Since(start).Round(time.Millisecond), timeout)
 
-	if _, err := env.c.WriteRaw(ctx, "acme", "slow", api.RawRequest{Path: "f"}, strings.NewReader("old\n")); err != nil {
+	if _, err := env.c.Files().WriteRaw(ctx, "acme", "slow", api.RawRequest{Path: "f"}, strings.NewReader("old\n")); err != nil {
 		t.Fatal(err)
 	}
 	// Stalled: 1 MiB of 10, then nothing.
@@ -460,16 +460,16 @@ func TestRawQuota(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := env.c
-	if _, err := c.WriteRaw(ctx, "acme", "q", api.RawRequest{Path: "f.bin"}, strings.NewReader("old\n")); err != nil {
+	if _, err := c.Files().WriteRaw(ctx, "acme", "q", api.RawRequest{Path: "f.bin"}, strings.NewReader("old\n")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := c.WriteRaw(ctx, "acme", "q", api.RawRequest{Path: "f.bin"}, bytes.NewReader(make([]byte, 32<<20)))
+	_, err := c.Files().WriteRaw(ctx, "acme", "q", api.RawRequest{Path: "f.bin"}, bytes.NewReader(make([]byte, 32<<20)))
 	wantAPIError(t, "PUT past the quota", err, http.StatusInsufficientStorage, api.CodeQuota, "The thread's disk quota is full: f.bin was not written.")
 	var out bytes.Buffer
 	if code, err := c.Exec(ctx, "acme", "q", api.ExecRequest{Command: "cat f.bin; ls -A | wc -l"}, &out, &out); err != nil || code != 0 || out.String() != "old\n1\n" {
 		t.Errorf("after the refused PUT the jail reads %q (exit %d, %v)", out.String(), code, err)
 	}
 	// The JSON write says the same.
-	_, err = c.WriteFile(ctx, "acme", "q", api.WriteFileRequest{Path: "g.txt", Content: strings.Repeat("x", 12<<20)})
+	_, err = c.Files().Write(ctx, "acme", "q", api.WriteFileRequest{Path: "g.txt", Content: strings.Repeat("x", 12<<20)})
 	wantAPIError(t, "write past the quota", err, http.StatusInsufficientStorage, api.CodeQuota, "The thread's disk quota is full: g.txt was not written.")
 }

@@ -90,7 +90,7 @@ func TestFileWritesSurviveKill9(t *testing.T) {
 					seq := seqs[n]
 					inflight[n] = seq
 					mu.Unlock()
-					_, err := c.WriteFile(ctx, "default", "k9", api.WriteFileRequest{
+					_, err := c.Files().Write(ctx, "default", "k9", api.WriteFileRequest{
 						Path: fmt.Sprintf("f%d.txt", n), Run: fmt.Sprintf("writer-%d", n), Content: string(fileContent(n, seq)),
 					})
 					if err != nil {
@@ -122,7 +122,7 @@ func TestFileWritesSurviveKill9(t *testing.T) {
 		c = client.New(d.socket)
 		for n := range writers {
 			checked++
-			r, err := c.ReadFile(ctx, "default", "k9", api.ReadFileRequest{Path: fmt.Sprintf("f%d.txt", n), Run: "checker"})
+			r, err := c.Files().Read(ctx, "default", "k9", api.ReadFileRequest{Path: fmt.Sprintf("f%d.txt", n), Run: "checker"})
 			if err != nil {
 				lost++
 				t.Errorf("round %d: read f%d.txt: %v", round, n, err)
@@ -151,7 +151,7 @@ func TestFileWritesSurviveKill9(t *testing.T) {
 	// start removes it.
 	c = client.New(d.socket)
 	defer c.CloseIdleConnections()
-	if _, err := c.WriteFile(ctx, "default", "k9", api.WriteFileRequest{Path: "last.txt", Run: "checker", Content: "last"}); err != nil {
+	if _, err := c.Files().Write(ctx, "default", "k9", api.WriteFileRequest{Path: "last.txt", Run: "checker", Content: "last"}); err != nil {
 		t.Fatal(err)
 	}
 	if left, _ := filepath.Glob(filepath.Join(ws, ".warren-write-*")); len(left) != 0 {
@@ -173,20 +173,20 @@ func TestFileWriteOnFullDiskKeepsOldContent(t *testing.T) {
 	defer c.CloseIdleConnections()
 	oldContent := strings.Repeat("old line\n", 20000)
 	newContent := strings.Repeat("new line!\n", 200000)
-	if _, err := c.WriteFile(ctx, "default", "full", api.WriteFileRequest{Path: "keep.txt", Run: "r", Content: oldContent}); err != nil {
+	if _, err := c.Files().Write(ctx, "default", "full", api.WriteFileRequest{Path: "keep.txt", Run: "r", Content: oldContent}); err != nil {
 		t.Fatal(err)
 	}
 	filler := testenv.FillDisk(t, mnt)
 
-	_, err := c.WriteFile(ctx, "default", "full", api.WriteFileRequest{Path: "keep.txt", Run: "r", Content: newContent})
+	_, err := c.Files().Write(ctx, "default", "full", api.WriteFileRequest{Path: "keep.txt", Run: "r", Content: newContent})
 	if err == nil || !errors.Is(err, api.ErrNoSpace) {
 		t.Fatalf("write on a full disk: %v; want a no_space refusal", err)
 	}
-	_, err = c.EditFile(ctx, "default", "full", api.EditFileRequest{Path: "keep.txt", Run: "r", Old: "old line", New: strings.Repeat("x", 64), All: true})
+	_, err = c.Files().Edit(ctx, "default", "full", api.EditFileRequest{Path: "keep.txt", Run: "r", Old: "old line", New: strings.Repeat("x", 64), All: true})
 	if err == nil || !errors.Is(err, api.ErrNoSpace) {
 		t.Fatalf("edit on a full disk: %v; want a no_space refusal", err)
 	}
-	r, err := c.ReadFile(ctx, "default", "full", api.ReadFileRequest{Path: "keep.txt", Run: "r"})
+	r, err := c.Files().Read(ctx, "default", "full", api.ReadFileRequest{Path: "keep.txt", Run: "r"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,10 +197,10 @@ func TestFileWriteOnFullDiskKeepsOldContent(t *testing.T) {
 
 	must(t, os.Remove(filler))
 	syscall.Sync()
-	if _, err := c.WriteFile(ctx, "default", "full", api.WriteFileRequest{Path: "keep.txt", Run: "r", Content: newContent}); err != nil {
+	if _, err := c.Files().Write(ctx, "default", "full", api.WriteFileRequest{Path: "keep.txt", Run: "r", Content: newContent}); err != nil {
 		t.Fatalf("write once space is back: %v", err)
 	}
-	r, err = c.ReadFile(ctx, "default", "full", api.ReadFileRequest{Path: "keep.txt", Run: "r"})
+	r, err = c.Files().Read(ctx, "default", "full", api.ReadFileRequest{Path: "keep.txt", Run: "r"})
 	if err != nil || r.Content != newContent {
 		t.Fatalf("read after the write: %d bytes, %v", len(r.Content), err)
 	}

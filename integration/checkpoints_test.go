@@ -133,7 +133,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 
 	c := d.client()
 	ctx := context.Background()
-	u, err := c.Undo(ctx, "acme", "turns", false)
+	u, err := c.History().Undo(ctx, "acme", "turns", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,26 +141,26 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		t.Fatalf("undo with changes since cp-2: %+v, want cp-2 with the changes saved in cp-3", u)
 	}
 	wantTree(t, "after an undo of uncheckpointed changes", mp, s2)
-	if u, err = c.Undo(ctx, "acme", "turns", false); err != nil || u.To != "cp-1" || u.Saved != "" {
+	if u, err = c.History().Undo(ctx, "acme", "turns", false); err != nil || u.To != "cp-1" || u.Saved != "" {
 		t.Fatalf("second undo: %+v, %v; want cp-1", u, err)
 	}
 	wantTree(t, "after a second undo", mp, s1)
-	if _, err := c.Undo(ctx, "acme", "turns", false); !errors.Is(err, api.ErrConflict) {
+	if _, err := c.History().Undo(ctx, "acme", "turns", false); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("undo past the first checkpoint: %v, want a conflict", err)
 	}
-	if u, err = c.Redo(ctx, "acme", "turns", false); err != nil || u.To != "cp-2" {
+	if u, err = c.History().Redo(ctx, "acme", "turns", false); err != nil || u.To != "cp-2" {
 		t.Fatalf("redo: %+v, %v; want cp-2", u, err)
 	}
 	wantTree(t, "after a redo", mp, s2)
-	if u, err = c.Redo(ctx, "acme", "turns", false); err != nil || u.To != "cp-3" {
+	if u, err = c.History().Redo(ctx, "acme", "turns", false); err != nil || u.To != "cp-3" {
 		t.Fatalf("second redo: %+v, %v; want cp-3", u, err)
 	}
 	wantTree(t, "after a second redo", mp, s3)
-	if _, err := c.Redo(ctx, "acme", "turns", false); !errors.Is(err, api.ErrConflict) {
+	if _, err := c.History().Redo(ctx, "acme", "turns", false); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("redo with nothing undone: %v, want a conflict", err)
 	}
 
-	list, err := c.Checkpoints(ctx, "acme", "turns")
+	list, err := c.History().Checkpoints(ctx, "acme", "turns")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	}
 
 	// What changed between the first two, with the text of the changes.
-	df, err := c.Diff(ctx, "acme", "turns", "cp-1", "cp-2", true)
+	df, err := c.History().Diff(ctx, "acme", "turns", "cp-1", "cp-2", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		t.Errorf("text diff of big.txt: %q", bigDiff)
 	}
 	// And since the head: nothing.
-	if df, err := c.Diff(ctx, "acme", "turns", "", "now", false); err != nil || len(df.Added)+len(df.Removed)+len(df.Modified) != 0 {
+	if df, err := c.History().Diff(ctx, "acme", "turns", "", "now", false); err != nil || len(df.Added)+len(df.Removed)+len(df.Modified) != 0 {
 		t.Fatalf("diff since the head of an unchanged workspace: %+v, %v", df, err)
 	}
 
@@ -212,14 +212,14 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	d.stop()
 	d.start()
 	wantTree(t, "after a restart", mp, s1)
-	if u, err = c.Redo(ctx, "acme", "turns", false); !errors.Is(err, api.ErrConflict) {
+	if u, err = c.History().Redo(ctx, "acme", "turns", false); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("redo after a revert: %+v, %v; want nothing to redo", u, err)
 	}
-	if u, err = c.Revert(ctx, "acme", "turns", "cp-3", false); err != nil {
+	if u, err = c.History().Revert(ctx, "acme", "turns", "cp-3", false); err != nil {
 		t.Fatal(err)
 	}
 	wantTree(t, "after a revert following a restart", mp, s3)
-	if _, err := c.Revert(ctx, "acme", "turns", "cp-9", false); !errors.Is(err, api.ErrNotFound) {
+	if _, err := c.History().Revert(ctx, "acme", "turns", "cp-9", false); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("revert to a checkpoint that is not there: %v", err)
 	}
 }
@@ -232,32 +232,32 @@ func TestCheckpointStaleAndFork(t *testing.T) {
 	c := d.client()
 	ctx := context.Background()
 	mp := d.bind("", "orig")
-	if _, err := c.WriteFile(ctx, "", "orig", api.WriteFileRequest{Path: "app.ts", Run: "lead", Content: "v1\n"}); err != nil {
+	if _, err := c.Files().Write(ctx, "", "orig", api.WriteFileRequest{Path: "app.ts", Run: "lead", Content: "v1\n"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Checkpoint(ctx, "", "orig", api.CheckpointRequest{Label: "v1"}); err != nil {
+	if _, err := c.History().Checkpoint(ctx, "", "orig", api.CheckpointRequest{Label: "v1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.WriteFile(ctx, "", "orig", api.WriteFileRequest{Path: "app.ts", Run: "lead", Content: "v2\n"}); err != nil {
+	if _, err := c.Files().Write(ctx, "", "orig", api.WriteFileRequest{Path: "app.ts", Run: "lead", Content: "v2\n"}); err != nil {
 		t.Fatal(err)
 	}
 	v2 := captureTree(t, mp)
-	if _, err := c.Checkpoint(ctx, "", "orig", api.CheckpointRequest{Label: "v2"}); err != nil {
+	if _, err := c.History().Checkpoint(ctx, "", "orig", api.CheckpointRequest{Label: "v2"}); err != nil {
 		t.Fatal(err)
 	}
 	// sub reads v2; the undo puts v1 back.
-	if _, err := c.ReadFile(ctx, "", "orig", api.ReadFileRequest{Path: "app.ts", Run: "sub"}); err != nil {
+	if _, err := c.Files().Read(ctx, "", "orig", api.ReadFileRequest{Path: "app.ts", Run: "sub"}); err != nil {
 		t.Fatal(err)
 	}
 	events := d.subscribe("orig")
-	if _, err := c.Undo(ctx, "", "orig", false); err != nil {
+	if _, err := c.History().Undo(ctx, "", "orig", false); err != nil {
 		t.Fatal(err)
 	}
 	if ev, ok := events.waitFor(10*time.Second, func(ev api.Event) bool { return ev.Type == api.EventThreadRestored }); !ok ||
 		ev.Checkpoint != "cp-1" || ev.Op != "undo" || !slices.Contains(ev.Paths, "app.ts") {
 		t.Fatalf("thread.restored: %+v (found %v); events %s", ev, ok, events)
 	}
-	_, err := c.WriteFile(ctx, "", "orig", api.WriteFileRequest{Path: "app.ts", Run: "sub", Content: "mine\n"})
+	_, err := c.Files().Write(ctx, "", "orig", api.WriteFileRequest{Path: "app.ts", Run: "sub", Content: "mine\n"})
 	if !errors.Is(err, api.ErrStale) || !strings.Contains(err.Error(), "app.ts changed since it was read. Read it again before you edit it.") {
 		t.Fatalf("a write based on a read from before the restore: %v, want the stale refusal", err)
 	}
@@ -266,14 +266,14 @@ func TestCheckpointStaleAndFork(t *testing.T) {
 	}
 	// Through the mount, in the jail, too: a command that read before.
 	// (The read above is the file API's; sub reads again and writes.)
-	if r, err := c.ReadFile(ctx, "", "orig", api.ReadFileRequest{Path: "app.ts", Run: "sub"}); err != nil || r.Content != "v1\n" {
+	if r, err := c.Files().Read(ctx, "", "orig", api.ReadFileRequest{Path: "app.ts", Run: "sub"}); err != nil || r.Content != "v1\n" {
 		t.Fatalf("read again: %+v %v", r, err)
 	}
-	if _, err := c.WriteFile(ctx, "", "orig", api.WriteFileRequest{Path: "app.ts", Run: "sub", Content: "mine\n"}); err != nil {
+	if _, err := c.Files().Write(ctx, "", "orig", api.WriteFileRequest{Path: "app.ts", Run: "sub", Content: "mine\n"}); err != nil {
 		t.Fatalf("a write after a fresh read: %v", err)
 	}
 
-	f, err := c.Fork(ctx, "", "orig", api.ForkRequest{Checkpoint: "cp-2", Thread: "copy"})
+	f, err := c.History().Fork(ctx, "", "orig", api.ForkRequest{Checkpoint: "cp-2", Thread: "copy"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,31 +284,31 @@ func TestCheckpointStaleAndFork(t *testing.T) {
 	if out := d.mustWarren("exec", "--thread", "copy", "--", "cat app.ts"); out != "v2\n" {
 		t.Fatalf("the fork's jail sees %q", out)
 	}
-	list, err := c.Checkpoints(ctx, "", "copy")
+	list, err := c.History().Checkpoints(ctx, "", "copy")
 	if err != nil || len(list.Checkpoints) != 1 || list.Head != "cp-1" || !strings.Contains(list.Checkpoints[0].Label, "cp-2") {
 		t.Fatalf("the fork's checkpoints: %+v %v", list, err)
 	}
-	if _, err := c.Fork(ctx, "", "orig", api.ForkRequest{Thread: "copy"}); !errors.Is(err, api.ErrConflict) {
+	if _, err := c.History().Fork(ctx, "", "orig", api.ForkRequest{Thread: "copy"}); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("a fork into a thread that exists: %v", err)
 	}
 	// The two threads go their own ways.
-	if _, err := c.WriteFile(ctx, "", "copy", api.WriteFileRequest{Path: "app.ts", Content: "copy\n"}); err != nil {
+	if _, err := c.Files().Write(ctx, "", "copy", api.WriteFileRequest{Path: "app.ts", Content: "copy\n"}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := os.ReadFile(filepath.Join(mp, "app.ts")); string(got) != "mine\n" {
 		t.Fatalf("the fork's write reached its source: %q", got)
 	}
 	// A fork made up its own id when given none.
-	f2, err := c.Fork(ctx, "", "orig", api.ForkRequest{})
+	f2, err := c.History().Fork(ctx, "", "orig", api.ForkRequest{})
 	if err != nil || !strings.HasPrefix(f2.Binding.Thread, "orig-fork-") {
 		t.Fatalf("fork without an id: %+v %v", f2, err)
 	}
 	// Deleting a thread drops its checkpoints; the other threads' stay.
 	d.mustWarren("delete", "--thread", "orig")
-	if _, err := c.Checkpoints(ctx, "", "orig"); !errors.Is(err, api.ErrNotFound) {
+	if _, err := c.History().Checkpoints(ctx, "", "orig"); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("checkpoints of a deleted thread: %v", err)
 	}
-	if _, err := c.Revert(ctx, "", "copy", "cp-1", false); err != nil {
+	if _, err := c.History().Revert(ctx, "", "copy", "cp-1", false); err != nil {
 		t.Fatalf("revert of the fork after its source was deleted: %v", err)
 	}
 	wantTree(t, "the fork, reverted after its source went", f.MountPath, v2)
@@ -329,14 +329,14 @@ func TestRestoreWhileCommandsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Undo(ctx, "", "busy", false)
+	_, err = c.History().Undo(ctx, "", "busy", false)
 	if !errors.Is(err, api.ErrBusy) || !strings.Contains(err.Error(), job.ID) {
 		t.Fatalf("undo while a job runs: %v, want busy naming %s", err, job.ID)
 	}
 	if out := d.mustWarren("exec", "--thread", "busy", "--", "cat f"); out != "two\n" {
 		t.Fatalf("a refused undo changed the workspace: %q", out)
 	}
-	u, err := c.Undo(ctx, "", "busy", true)
+	u, err := c.History().Undo(ctx, "", "busy", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,10 +364,10 @@ func TestRestoreWhileCommandsRun(t *testing.T) {
 		done <- err
 	}()
 	<-started
-	if _, err := c.Revert(ctx, "", "busy", "cp-1", false); !errors.Is(err, api.ErrBusy) || !strings.Contains(err.Error(), "exec-") {
+	if _, err := c.History().Revert(ctx, "", "busy", "cp-1", false); !errors.Is(err, api.ErrBusy) || !strings.Contains(err.Error(), "exec-") {
 		t.Fatalf("revert while a command runs: %v, want busy", err)
 	}
-	if u, err := c.Revert(ctx, "", "busy", "cp-1", true); err != nil || len(u.Stopped) != 1 {
+	if u, err := c.History().Revert(ctx, "", "busy", "cp-1", true); err != nil || len(u.Stopped) != 1 {
 		t.Fatalf("revert with force while a command runs: %+v, %v", u, err)
 	}
 	select {
@@ -409,7 +409,7 @@ func TestRestoreKilledMidway(t *testing.T) {
 		first := filepath.Join(d.data, "workspaces")
 		pid := d.pid()
 		var wg sync.WaitGroup
-		wg.Go(func() { c.Revert(ctx, "", "crash", "cp-1", false) })
+		wg.Go(func() { c.History().Revert(ctx, "", "crash", "cp-1", false) })
 		mid := waitRestoreStarted(t, first, "old 1\n")
 		syscall.Kill(pid, syscall.SIGKILL)
 		d.kill9()
@@ -425,7 +425,7 @@ func TestRestoreKilledMidway(t *testing.T) {
 		// old files and some new ones.
 		d.start()
 		wantTree(t, "after a restart that finished a restore a kill cut short", mp, old)
-		list, err := c.Checkpoints(ctx, "", "crash")
+		list, err := c.History().Checkpoints(ctx, "", "crash")
 		if err != nil || list.Head != "cp-1" {
 			t.Fatalf("checkpoints after the restart: %+v %v", list, err)
 		}
@@ -455,7 +455,7 @@ func TestRestoreOutlivesItsCaller(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		go func() {
-			_, err := c.Revert(ctx, "", "t1", "cp-1", false)
+			_, err := c.History().Revert(ctx, "", "t1", "cp-1", false)
 			errc <- err
 		}()
 		mid := waitRestoreStarted(t, filepath.Join(d.data, "workspaces"), "old 1\n")
@@ -477,7 +477,7 @@ func TestRestoreOutlivesItsCaller(t *testing.T) {
 		if strings.Contains(d.allLogs(), "finishing a restore that was cut short") {
 			t.Error("the restore was cut short and finished by a later call, not run to its end")
 		}
-		list, err := c.Checkpoints(context.Background(), "", "t1")
+		list, err := c.History().Checkpoints(context.Background(), "", "t1")
 		if err != nil || list.Head != "cp-1" {
 			t.Fatalf("checkpoints after the restore: %+v %v", list, err)
 		}
@@ -543,7 +543,7 @@ func TestCheckpointsCollectedSafely(t *testing.T) {
 					return
 				}
 				st := captureTree(t, mps[i])
-				cp, err := c.Checkpoint(ctx, "gc", thread, api.CheckpointRequest{})
+				cp, err := c.History().Checkpoint(ctx, "gc", thread, api.CheckpointRequest{})
 				if err != nil {
 					errs <- err
 					return
@@ -560,11 +560,11 @@ func TestCheckpointsCollectedSafely(t *testing.T) {
 				errs <- err
 				return
 			}
-			if _, err := c.WriteFile(ctx, "gc", thread, api.WriteFileRequest{Path: "x", Content: strings.Repeat("y", r)}); err != nil {
+			if _, err := c.Files().Write(ctx, "gc", thread, api.WriteFileRequest{Path: "x", Content: strings.Repeat("y", r)}); err != nil {
 				errs <- err
 				return
 			}
-			if _, err := c.Checkpoint(ctx, "gc", thread, api.CheckpointRequest{}); err != nil {
+			if _, err := c.History().Checkpoint(ctx, "gc", thread, api.CheckpointRequest{}); err != nil {
 				errs <- err
 				return
 			}
@@ -584,7 +584,7 @@ func TestCheckpointsCollectedSafely(t *testing.T) {
 	}
 	for i := range threads {
 		thread := fmt.Sprint("t", i)
-		list, err := c.Checkpoints(ctx, "gc", thread)
+		list, err := c.History().Checkpoints(ctx, "gc", thread)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -592,7 +592,7 @@ func TestCheckpointsCollectedSafely(t *testing.T) {
 			t.Errorf("%s keeps %d checkpoints, want 2", thread, len(list.Checkpoints))
 		}
 		for _, cp := range list.Checkpoints {
-			if _, err := c.Revert(ctx, "gc", thread, cp.ID, false); err != nil {
+			if _, err := c.History().Revert(ctx, "gc", thread, cp.ID, false); err != nil {
 				t.Fatalf("%s: revert to %s: %v", thread, cp.ID, err)
 			}
 			wantTree(t, fmt.Sprintf("%s at %s", thread, cp.ID), mps[i], recorded[i][cp.ID])

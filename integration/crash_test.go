@@ -181,7 +181,7 @@ func TestKill9DuringBindsRestoresDeletes(t *testing.T) {
 			case info.State != "bound" && info.State != "closed":
 				t.Errorf("round %d: thread %s is %q after a restart, want bound, closed or deleted", r, rec.thread, info.State)
 			}
-			got, err := c.ReadFile(vctx, "crash", rec.thread, api.ReadFileRequest{Path: "rec"})
+			got, err := c.Files().Read(vctx, "crash", rec.thread, api.ReadFileRequest{Path: "rec"})
 			var out strings.Builder
 			code, xerr := c.Exec(vctx, "crash", rec.thread, api.ExecRequest{Command: "cat /workspace/rec"}, &out, &out)
 			var n strings.Builder

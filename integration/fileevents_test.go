@@ -39,11 +39,11 @@ func TestFileEvents(t *testing.T) {
 	}
 	took := time.Since(began)
 	must(t, os.WriteFile(filepath.Join(rw, "b.txt"), []byte("b"), 0o644))
-	must(t, c.Mkdir(ctx, "", "t", api.MkdirRequest{Path: "sub", Run: "api"}))
-	_, err := c.WriteFile(ctx, "", "t", api.WriteFileRequest{Path: "sub/c.txt", Run: "api", Content: "c"})
+	must(t, c.Files().Mkdir(ctx, "", "t", api.MkdirRequest{Path: "sub", Run: "api"}))
+	_, err := c.Files().Write(ctx, "", "t", api.WriteFileRequest{Path: "sub/c.txt", Run: "api", Content: "c"})
 	must(t, err)
 	must(t, os.Rename(filepath.Join(mnt, "b.txt"), filepath.Join(mnt, "sub", "d.txt")))
-	_, err = c.Remove(ctx, "", "t", api.RemoveRequest{Path: "sub/c.txt", Run: "api"})
+	_, err = c.Files().Remove(ctx, "", "t", api.RemoveRequest{Path: "sub/c.txt", Run: "api"})
 	must(t, err)
 
 	last := func(ev api.Event) bool { return ev.Type == api.EventFileRemoved && ev.Path == "/sub/c.txt" }
@@ -106,7 +106,7 @@ func TestFileEvents(t *testing.T) {
 	// A prefix reader alone is enough for the events to be built.
 	only := d.subscribeQuery(url.Values{"thread": {"u"}, "prefix": {"/src/"}})
 	d.bind("default", "u")
-	_, err = c.WriteFile(ctx, "", "u", api.WriteFileRequest{Path: "src/x.go", Content: "x"})
+	_, err = c.Files().Write(ctx, "", "u", api.WriteFileRequest{Path: "src/x.go", Content: "x"})
 	must(t, err)
 	waitEvent(t, only, "file.created of /src/x.go, the only reader asking for /src/", func(ev api.Event) bool {
 		return ev.Type == api.EventFileCreated && ev.Path == "/src/x.go"

@@ -63,20 +63,20 @@ func threadCalls(c *client.Client, thread string, withEnd bool) []namedCall {
 			return err
 		}},
 		{"files/read", func() error {
-			_, err := c.ReadFile(ctx, "", thread, api.ReadFileRequest{Path: "f"})
+			_, err := c.Files().Read(ctx, "", thread, api.ReadFileRequest{Path: "f"})
 			return err
 		}},
 		{"files/write", func() error {
-			_, err := c.WriteFile(ctx, "", thread, api.WriteFileRequest{Path: "w", Content: "x"})
+			_, err := c.Files().Write(ctx, "", thread, api.WriteFileRequest{Path: "w", Content: "x"})
 			return err
 		}},
 		{"checkpoint", func() error {
-			_, err := c.Checkpoint(ctx, "", thread, api.CheckpointRequest{})
+			_, err := c.History().Checkpoint(ctx, "", thread, api.CheckpointRequest{})
 			return err
 		}},
-		{"undo", func() error { _, err := c.Undo(ctx, "", thread, true); return err }},
-		{"diff", func() error { _, err := c.Diff(ctx, "", thread, "", "", false); return err }},
-		{"fork", func() error { _, err := c.Fork(ctx, "", thread, api.ForkRequest{}); return err }},
+		{"undo", func() error { _, err := c.History().Undo(ctx, "", thread, true); return err }},
+		{"diff", func() error { _, err := c.History().Diff(ctx, "", thread, "", "", false); return err }},
+		{"fork", func() error { _, err := c.History().Fork(ctx, "", thread, api.ForkRequest{}); return err }},
 	}
 	if withEnd {
 		calls = append(calls,
@@ -309,7 +309,7 @@ func TestHostsRestoreCutShortByADeath(t *testing.T) {
 	for try := 1; ; try++ {
 		pid := a.pid()
 		done := make(chan struct{})
-		go func() { defer close(done); ac.Revert(context.Background(), "", "t1", "cp-1", false) }()
+		go func() { defer close(done); ac.History().Revert(context.Background(), "", "t1", "cp-1", false) }()
 		mid := waitRestoreStarted(t, filepath.Join(a.data, "workspaces"), "old 1\n")
 		syscall.Kill(pid, syscall.SIGKILL)
 		a.kill9()

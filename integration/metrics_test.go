@@ -53,7 +53,7 @@ func TestMetricsMove(t *testing.T) {
 	job, err := c.Spawn(ctx, "default", "t", api.SpawnRequest{Command: "head -c 100000 /dev/zero"})
 	must(t, err)
 	waitJobEnded(t, c, "t", job.ID)
-	if _, err := c.ReadFile(ctx, "default", "t", api.ReadFileRequest{Path: "../../etc/passwd"}); err == nil {
+	if _, err := c.Files().Read(ctx, "default", "t", api.ReadFileRequest{Path: "../../etc/passwd"}); err == nil {
 		t.Fatal("a read outside the workspace was answered")
 	}
 

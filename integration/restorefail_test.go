@@ -87,7 +87,7 @@ func (s *failScene) failUndo(t *testing.T, status int, code, msg string) {
 	before := captureTree(t, s.mp)
 	events := d.subscribe(s.thread)
 	defer events.stop()
-	_, err := c.Undo(ctx, "", s.thread, false)
+	_, err := c.History().Undo(ctx, "", s.thread, false)
 	var ae *api.APIError
 	if !errors.As(err, &ae) || ae.Status != status || ae.Code != code || !strings.Contains(ae.Message, msg) {
 		t.Fatalf("undo to cp-1: %v (%#v); want %d %s saying %q", err, ae, status, code, msg)
@@ -122,7 +122,7 @@ func (s *failScene) historyWorks(t *testing.T, when string, before treeState, ne
 	d := s.d
 	c := d.client()
 	ctx := context.Background()
-	list, err := c.Checkpoints(ctx, "", s.thread)
+	list, err := c.History().Checkpoints(ctx, "", s.thread)
 	if err != nil || list.Head != "cp-2" {
 		t.Fatalf("%s: checkpoints: %+v %v; want the head at cp-2", when, list, err)
 	}
@@ -133,16 +133,16 @@ func (s *failScene) historyWorks(t *testing.T, when string, before treeState, ne
 		t.Fatalf("%s: warren checkpoints does not show the failed restore:\n%s", when, out)
 	}
 	d.mustWarren("exec", "--thread", s.thread, "--", "printf c > c.txt")
-	cp, err := c.Checkpoint(ctx, "", s.thread, api.CheckpointRequest{Label: "after"})
+	cp, err := c.History().Checkpoint(ctx, "", s.thread, api.CheckpointRequest{Label: "after"})
 	if err != nil || cp.Checkpoint.ID != next {
 		t.Fatalf("%s: checkpoint: %+v %v; want %s", when, cp, err, next)
 	}
-	u, err := c.Undo(ctx, "", s.thread, false)
+	u, err := c.History().Undo(ctx, "", s.thread, false)
 	if err != nil || u.To != "cp-2" {
 		t.Fatalf("%s: undo to cp-2: %+v %v", when, u, err)
 	}
 	wantTree(t, when+": after the undo to cp-2", s.mp, before)
-	f, err := c.Fork(ctx, "", s.thread, api.ForkRequest{Checkpoint: "cp-2", Thread: s.thread + "-" + next})
+	f, err := c.History().Fork(ctx, "", s.thread, api.ForkRequest{Checkpoint: "cp-2", Thread: s.thread + "-" + next})
 	if err != nil {
 		t.Fatalf("%s: fork at cp-2: %v", when, err)
 	}
@@ -174,7 +174,7 @@ func TestRestoreOverQuota(t *testing.T) {
 	d.mustWarren("exec", "--thread", "inplace", "--", "printf new > a.txt && head -c 40M /dev/urandom > big.bin")
 	d.mustWarren("checkpoint", "--thread", "inplace")
 	before := captureTree(t, mp)
-	_, err := d.client().Undo(context.Background(), "", "inplace", false)
+	_, err := d.client().History().Undo(context.Background(), "", "inplace", false)
 	var ae *api.APIError
 	if !errors.As(err, &ae) || ae.Code != api.CodeQuota || !strings.Contains(ae.Message, `"big.bin" (41943040 bytes) was not written`) {
 		t.Fatalf("undo of a 40 MiB file rewritten in place, quota 64 MiB: %v; want 507 quota naming big.bin", err)
@@ -220,16 +220,16 @@ func TestRestoreMissingObject(t *testing.T) {
 	// the thread it began is removed.
 	c := d.client()
 	ctx := context.Background()
-	_, err := c.Fork(ctx, "", s.thread, api.ForkRequest{Checkpoint: "cp-1", Thread: "missing-fork"})
+	_, err := c.History().Fork(ctx, "", s.thread, api.ForkRequest{Checkpoint: "cp-1", Thread: "missing-fork"})
 	var ae *api.APIError
 	if !errors.As(err, &ae) || ae.Status != http.StatusInternalServerError || !strings.Contains(ae.Message, "is missing") ||
 		!strings.Contains(ae.Message, "The new thread is removed") {
 		t.Fatalf("fork at cp-1: %v; want 500 saying the object is missing and the thread removed", err)
 	}
-	if _, err := c.Checkpoints(ctx, "", "missing-fork"); !errors.Is(err, api.ErrNotFound) {
+	if _, err := c.History().Checkpoints(ctx, "", "missing-fork"); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("the thread of a fork that failed: %v; want it not found", err)
 	}
-	if _, err := c.Fork(ctx, "", s.thread, api.ForkRequest{Checkpoint: "cp-2", Thread: "missing-fork"}); err != nil {
+	if _, err := c.History().Fork(ctx, "", s.thread, api.ForkRequest{Checkpoint: "cp-2", Thread: "missing-fork"}); err != nil {
 		t.Fatalf("fork at cp-2 into the name of the fork that failed: %v", err)
 	}
 }
@@ -256,7 +256,7 @@ func TestRestoreCorruptObject(t *testing.T) {
 
 	// A revert to cp-1 fails the same way, and changes nothing either.
 	before := captureTree(t, s.mp)
-	_, err = d.client().Revert(context.Background(), "", s.thread, "cp-1", false)
+	_, err = d.client().History().Revert(context.Background(), "", s.thread, "cp-1", false)
 	var ae *api.APIError
 	if !errors.As(err, &ae) || ae.Status != http.StatusInternalServerError || !strings.Contains(ae.Message, "The revert to cp-1 could not finish") {
 		t.Fatalf("revert to cp-1: %v; want 500 saying it could not finish", err)

@@ -91,7 +91,7 @@ func TestThousandThreads(t *testing.T) {
 	// a command in some of them in turn.
 	for i := range n {
 		th := "t" + strconv.Itoa(i)
-		if _, err := c.WriteFile(ctx, "scale", th, api.WriteFileRequest{Path: "hello.txt", Content: th}); err != nil {
+		if _, err := c.Files().Write(ctx, "scale", th, api.WriteFileRequest{Path: "hello.txt", Content: th}); err != nil {
 			t.Fatalf("write in %s: %v", th, err)
 		}
 	}

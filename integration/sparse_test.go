@@ -53,7 +53,7 @@ func TestCheckpointSparse(t *testing.T) {
 	c := d.client()
 	ctx := context.Background()
 	start := time.Now()
-	cp, err := c.Checkpoint(ctx, "acme", "images", api.CheckpointRequest{Label: "the image"})
+	cp, err := c.History().Checkpoint(ctx, "acme", "images", api.CheckpointRequest{Label: "the image"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestCheckpointSparse(t *testing.T) {
 		t.Fatal(err)
 	}
 	start = time.Now()
-	if _, err := c.Revert(ctx, "acme", "images", cp.Checkpoint.ID, false); err != nil {
+	if _, err := c.History().Revert(ctx, "acme", "images", cp.Checkpoint.ID, false); err != nil {
 		t.Fatal(err)
 	}
 	if took := time.Since(start); took > time.Second {

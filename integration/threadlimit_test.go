@@ -47,7 +47,7 @@ func TestAdmitThreadLimits(t *testing.T) {
 	refusedAt(t, "the tenant's third bind", err, "--max-threads-per-tenant")
 	_, err = c.Exec(ctx, "acme", "a3", api.ExecRequest{Command: "true"}, io.Discard, io.Discard)
 	refusedAt(t, "an exec that binds the tenant's third thread", err, "--max-threads-per-tenant")
-	_, err = c.WriteFile(ctx, "acme", "a3", api.WriteFileRequest{Path: "f", Content: "x"})
+	_, err = c.Files().Write(ctx, "acme", "a3", api.WriteFileRequest{Path: "f", Content: "x"})
 	refusedAt(t, "a file write that binds the tenant's third thread", err, "--max-threads-per-tenant")
 	if ti, err := c.Thread(ctx, "acme", "a3"); err == nil {
 		t.Errorf("a refused thread has a binding: %+v", ti)
@@ -72,7 +72,7 @@ func TestAdmitThreadLimits(t *testing.T) {
 	if code, err := c.Exec(ctx, "acme", "a1", api.ExecRequest{Command: "echo served > f; cat f"}, &out, io.Discard); err != nil || code != 0 || out.String() != "served\n" {
 		t.Fatalf("exec in a served thread at the limit: %d %q %v", code, out.String(), err)
 	}
-	if _, err := c.WriteFile(ctx, "beta", "b1", api.WriteFileRequest{Path: "g", Content: "y"}); err != nil {
+	if _, err := c.Files().Write(ctx, "beta", "b1", api.WriteFileRequest{Path: "g", Content: "y"}); err != nil {
 		t.Fatalf("write in a served thread at the limit: %v", err)
 	}
 	if _, err := c.Bind(ctx, "acme", "a2"); err != nil {

@@ -77,7 +77,7 @@ func main() {
 	git(gitDir, "commit", "-q", "-m", "base")
 
 	first := time.Now()
-	cp, err := c.Checkpoint(ctx, "bench", "big", api.CheckpointRequest{Label: "base"})
+	cp, err := c.History().Checkpoint(ctx, "bench", "big", api.CheckpointRequest{Label: "base"})
 	if err != nil {
 		log.Fatalf("first checkpoint: %v", err)
 	}
@@ -107,7 +107,7 @@ func main() {
 				waitSpread(*repo)
 				syscall.Sync()
 				start := time.Now()
-				cp, err := c.Checkpoint(ctx, "bench", "big", api.CheckpointRequest{Label: fmt.Sprint("run ", r)})
+				cp, err := c.History().Checkpoint(ctx, "bench", "big", api.CheckpointRequest{Label: fmt.Sprint("run ", r)})
 				if err != nil {
 					log.Fatalf("checkpoint: %v", err)
 				}
@@ -137,7 +137,7 @@ func main() {
 			if err != nil {
 				log.Fatalf("bind: %v", err)
 			}
-			if _, err := c.Checkpoint(ctx, "bench", thread, api.CheckpointRequest{Label: "empty"}); err != nil {
+			if _, err := c.History().Checkpoint(ctx, "bench", thread, api.CheckpointRequest{Label: "empty"}); err != nil {
 				log.Fatalf("checkpoint: %v", err)
 			}
 			run("tar", "-C", b.MountPath, "-xf", *tarball)
@@ -153,7 +153,7 @@ func main() {
 					waitSpread(*repo)
 					syscall.Sync()
 					start := time.Now()
-					if _, err := c.Checkpoint(ctx, "bench", thread, api.CheckpointRequest{Label: "untarred"}); err != nil {
+					if _, err := c.History().Checkpoint(ctx, "bench", thread, api.CheckpointRequest{Label: "untarred"}); err != nil {
 						log.Fatalf("checkpoint: %v", err)
 					}
 					wTar = append(wTar, time.Since(start))

@@ -29,10 +29,10 @@ func quotaMeasure(ctx context.Context, c *client.Client, rewrites, sizeMiB, quot
 	refused, most := 0, int64(0)
 	for r := range rewrites {
 		rng.Read(buf)
-		if _, err := c.WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "big.bin"}, bytes.NewReader(buf)); err != nil {
+		if _, err := c.Files().WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "big.bin"}, bytes.NewReader(buf)); err != nil {
 			log.Fatalf("rewrite %d: %v", r, err)
 		}
-		_, err := c.Checkpoint(ctx, tenant, thread, api.CheckpointRequest{Label: fmt.Sprint("rewrite ", r)})
+		_, err := c.History().Checkpoint(ctx, tenant, thread, api.CheckpointRequest{Label: fmt.Sprint("rewrite ", r)})
 		var ae *api.APIError
 		switch {
 		case errors.As(err, &ae) && ae.Code == api.CodeQuota:

@@ -152,7 +152,7 @@ func sparseMeasure(ctx context.Context, c *client.Client, work, repo string, dae
 		syscall.Sync()
 		var id string
 		took, read := counted(func() {
-			out, err := c.Checkpoint(ctx, "bench", "sparse", api.CheckpointRequest{Label: fmt.Sprint("sparse ", r)})
+			out, err := c.History().Checkpoint(ctx, "bench", "sparse", api.CheckpointRequest{Label: fmt.Sprint("sparse ", r)})
 			if err != nil {
 				log.Fatalf("checkpoint: %v", err)
 			}
@@ -165,7 +165,7 @@ func sparseMeasure(ctx context.Context, c *client.Client, work, repo string, dae
 		waitSpread(repo)
 		syscall.Sync()
 		took, read = counted(func() {
-			if _, err := c.Revert(ctx, "bench", "sparse", id, false); err != nil {
+			if _, err := c.History().Revert(ctx, "bench", "sparse", id, false); err != nil {
 				log.Fatalf("revert: %v", err)
 			}
 		})

@@ -174,7 +174,7 @@ func main() {
 func measureThreads(ctx context.Context, c *client.Client, n, runs, daemonPid int) {
 	read := func() time.Duration {
 		start := time.Now()
-		if _, err := c.ReadFile(ctx, "many", "t-0", api.ReadFileRequest{Path: "f"}); err != nil {
+		if _, err := c.Files().Read(ctx, "many", "t-0", api.ReadFileRequest{Path: "f"}); err != nil {
 			log.Fatalf("read: %v", err)
 		}
 		return time.Since(start)
@@ -182,7 +182,7 @@ func measureThreads(ctx context.Context, c *client.Client, n, runs, daemonPid in
 	bind := func(i int) time.Duration {
 		start := time.Now()
 		thread := fmt.Sprintf("t-%d", i)
-		if _, err := c.WriteFile(ctx, "many", thread, api.WriteFileRequest{Path: "f", Content: thread + "\n"}); err != nil {
+		if _, err := c.Files().Write(ctx, "many", thread, api.WriteFileRequest{Path: "f", Content: thread + "\n"}); err != nil {
 			log.Fatalf("bind and write %s: %v", thread, err)
 		}
 		return time.Since(start)

@@ -139,7 +139,7 @@ func run(sock string, pid, attempts, workers int, every time.Duration) error {
 	var okB, failB int
 	var firstErr error
 	for i := 0; next.Load() < int64(attempts) || i < 3; i++ {
-		if _, err := c.WriteFile(ctx, "acme", "b", api.WriteFileRequest{Path: "f", Content: "x\n"}); err != nil {
+		if _, err := c.Files().Write(ctx, "acme", "b", api.WriteFileRequest{Path: "f", Content: "x\n"}); err != nil {
 			failB++
 			firstErr = cmpErr(firstErr, err)
 		} else {

@@ -108,7 +108,7 @@ func run(socket string, pid, n, execs int) error {
 		float64(g.rssKiB-g0.rssKiB)/float64(n), float64(g.fds-g0.fds)/float64(n))
 	for i := range n {
 		th := "t" + strconv.Itoa(i)
-		if _, err := c.WriteFile(ctx, "bench", th, api.WriteFileRequest{Path: "f", Content: th}); err != nil {
+		if _, err := c.Files().Write(ctx, "bench", th, api.WriteFileRequest{Path: "f", Content: th}); err != nil {
 			return fmt.Errorf("write in %s: %w", th, err)
 		}
 	}

@@ -30,7 +30,7 @@ func checkpointCmd(ctx context.Context, e *cli.Env, args []string) error {
 		return err
 	}
 	pctx, endBar := withProgressBar(ctx, e)
-	out, err := client.New(tf.socket).Checkpoint(pctx, tf.tenant, tf.thread, req)
+	out, err := client.New(tf.socket).History().Checkpoint(pctx, tf.tenant, tf.thread, req)
 	endBar()
 	if err != nil {
 		return callError(tf.socket, "take a checkpoint of "+showThread(tf.tenant, tf.thread), err)
@@ -52,7 +52,7 @@ func checkpointsCmd(ctx context.Context, e *cli.Env, args []string) error {
 	if err := parseThreadOnly(fs, &tf, args); err != nil {
 		return err
 	}
-	out, err := client.New(tf.socket).Checkpoints(ctx, tf.tenant, tf.thread)
+	out, err := client.New(tf.socket).History().Checkpoints(ctx, tf.tenant, tf.thread)
 	if err != nil {
 		return callError(tf.socket, "list the checkpoints of "+showThread(tf.tenant, tf.thread), err)
 	}
@@ -107,7 +107,7 @@ func diffCmd(ctx context.Context, e *cli.Env, args []string) error {
 	if err := parseThreadOnly(fs, &tf, args); err != nil {
 		return err
 	}
-	out, err := client.New(tf.socket).Diff(ctx, tf.tenant, tf.thread, *from, *to, *text)
+	out, err := client.New(tf.socket).History().Diff(ctx, tf.tenant, tf.thread, *from, *to, *text)
 	if err != nil {
 		return callError(tf.socket, "diff "+showThread(tf.tenant, tf.thread), err)
 	}
@@ -177,11 +177,11 @@ func restoreCmd(ctx context.Context, e *cli.Env, op string, args []string) error
 	pctx, endBar := withProgressBar(ctx, e)
 	switch op {
 	case "undo":
-		out, err = c.Undo(pctx, tf.tenant, tf.thread, *force)
+		out, err = c.History().Undo(pctx, tf.tenant, tf.thread, *force)
 	case "redo":
-		out, err = c.Redo(pctx, tf.tenant, tf.thread, *force)
+		out, err = c.History().Redo(pctx, tf.tenant, tf.thread, *force)
 	default:
-		out, err = c.Revert(pctx, tf.tenant, tf.thread, id, *force)
+		out, err = c.History().Revert(pctx, tf.tenant, tf.thread, id, *force)
 	}
 	endBar()
 	if err != nil {
@@ -210,7 +210,7 @@ func forkCmd(ctx context.Context, e *cli.Env, args []string) error {
 		return err
 	}
 	pctx, endBar := withProgressBar(ctx, e)
-	out, err := client.New(tf.socket).Fork(pctx, tf.tenant, tf.thread, req)
+	out, err := client.New(tf.socket).History().Fork(pctx, tf.tenant, tf.thread, req)
 	endBar()
 	if err != nil {
 		return callError(tf.socket, "fork "+showThread(tf.tenant, tf.thread), err)

@@ -30,7 +30,7 @@ func TestProgressBar(t *testing.T) {
 	write := func(content string) {
 		t.Helper()
 		for i := range 60 {
-			if _, err := c.WriteFile(ctx, "default", "p1", api.WriteFileRequest{Path: fmt.Sprintf("d%d/f%d", i%3, i), Content: content}); err != nil {
+			if _, err := c.Files().Write(ctx, "default", "p1", api.WriteFileRequest{Path: fmt.Sprintf("d%d/f%d", i%3, i), Content: content}); err != nil {
 				t.Fatal(err)
 			}
 		}
