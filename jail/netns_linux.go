@@ -125,6 +125,18 @@ func inNetNS(ns int, fn func() error) error {
 // bounds the connection's set-up, not the connection. It fails once the
 // jail ended.
 func (j *Jail) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	ns, err := j.NetNS()
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: jailAddr(addr), Err: err}
+	}
+	defer ns.Close()
+	return DialIn(ctx, ns, network, addr)
+}
+
+// DialIn is Dial in the network namespace ns, an open
+// /proc/<pid>/ns/net (NetNS's, or a process's the caller holds): for
+// code that holds a namespace rather than a Jail (a benchmark, a tool).
+func DialIn(ctx context.Context, ns *os.File, network, addr string) (net.Conn, error) {
 	opErr := func(err error) error {
 		return &net.OpError{Op: "dial", Net: network, Addr: jailAddr(addr), Err: err}
 	}
@@ -136,7 +148,7 @@ func (j *Jail) Dial(ctx context.Context, network, addr string) (net.Conn, error)
 		return nil, opErr(err)
 	}
 	fd := -1
-	err = j.InNetNS(func() error {
+	err = inNetNS(int(ns.Fd()), func() error {
 		var err error
 		fd, err = unix.Socket(family, typ|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 		if err != nil {

@@ -102,7 +102,8 @@ func newChannel(p *Ports, ck chanKey, j *jail.Jail) (*channel, error) {
 			// proxy expects (its own links and redirects).
 			r.Out.Host = r.In.Host
 		},
-		Transport: ch.tr,
+		Transport:  ch.tr,
+		BufferPool: &p.buffers,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			msg := fmt.Sprintf("port %d of the jail: %v", ck.port, err)
 			if errors.Is(err, refused) {
@@ -283,4 +284,25 @@ func (c *limitConn) Close() error {
 	err := c.Conn.Close()
 	c.closeOnce.Do(c.release)
 	return err
+}
+
+// bufferPool lends the reverse proxies their copy buffers: without one,
+// each answer's copy allocates 32 KiB.
+type bufferPool struct{ pool sync.Pool }
+
+// copyBufferBytes is the size of a proxy's copy buffer.
+const copyBufferBytes = 32 << 10
+
+func (b *bufferPool) Get() []byte {
+	if buf, ok := b.pool.Get().(*[]byte); ok {
+		return *buf
+	}
+	return make([]byte, copyBufferBytes)
+}
+
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) == copyBufferBytes {
+		buf = buf[:copyBufferBytes]
+		b.pool.Put(&buf)
+	}
 }
