@@ -52,6 +52,10 @@ type channel struct {
 	// (a WebSocket) hijacked; closing them ends the requests that use
 	// them.
 	conns map[net.Conn]struct{}
+	// refused counts the requests refused for their token since
+	// refusalLogged, when the last was logged (noteRefusal).
+	refused       int
+	refusalLogged time.Time
 }
 
 // tokenBytes is the length of a channel's token, before encoding.
@@ -147,6 +151,7 @@ func (ch *channel) authorized(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Values("Authorization")
 		if len(got) != 1 || subtle.ConstantTimeCompare([]byte(got[0]), want) != 1 {
+			ch.noteRefusal(r)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="warren"`)
 			http.Error(w, "this channel needs its token: Authorization: Bearer <token>", http.StatusUnauthorized)
 			return
@@ -160,6 +165,26 @@ func (ch *channel) authorized(next http.Handler) http.Handler {
 		defer ch.reqs.Done()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// refusalLogEvery bounds how often a channel logs the requests it
+// refused: anyone on the host can send them.
+const refusalLogEvery = 10 * time.Second
+
+// noteRefusal logs a request refused for its token: the first, then at
+// most one line per refusalLogEvery with the count since.
+func (ch *channel) noteRefusal(r *http.Request) {
+	ch.mu.Lock()
+	ch.refused++
+	n := ch.refused
+	if time.Since(ch.refusalLogged) < refusalLogEvery {
+		ch.mu.Unlock()
+		return
+	}
+	ch.refusalLogged, ch.refused = time.Now(), 0
+	ch.mu.Unlock()
+	ch.log.Warn("refused: a port channel's request without its token", "tenant", ch.key.k.Tenant, "thread", ch.key.k.Thread,
+		"port", ch.key.port, "from", r.RemoteAddr, "refused", n)
 }
 
 // enter counts a request, unless the channel is closed.
