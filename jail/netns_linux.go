@@ -39,20 +39,30 @@ var ErrNotAddress = errors.New("jail: dial: the host must be an IP address or lo
 // file; it keeps the namespace alive while open, even past the jail's
 // end. It fails once the jail ended (ErrInitGone).
 func (j *Jail) NetNS() (*os.File, error) {
+	if err := j.Err(); err != nil {
+		return nil, err
+	}
+	f, err := j.openNetNS()
+	if err != nil {
+		// A zombie init's namespaces are gone: the jail ended.
+		if dead := j.Err(); dead != nil && !errors.Is(err, ErrInitGone) {
+			return nil, fmt.Errorf("%w: open its network namespace: %w", ErrInitGone, err)
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
+// openNetNS opens the init's network namespace by its pid, unless Close
+// reaped it. reapMu is a leaf: no other lock is taken under it.
+func (j *Jail) openNetNS() (*os.File, error) {
 	j.reapMu.RLock()
 	defer j.reapMu.RUnlock()
 	if j.reaped {
 		return nil, fmt.Errorf("%w: the jail is closed", ErrInitGone)
 	}
-	if err := j.Err(); err != nil {
-		return nil, err
-	}
 	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", j.init.Process.Pid))
 	if err != nil {
-		// A zombie init's namespaces are gone: the jail ended.
-		if j.Err() != nil {
-			return nil, fmt.Errorf("%w: open its network namespace: %w", ErrInitGone, err)
-		}
 		return nil, fmt.Errorf("jail: open its network namespace: %w", err)
 	}
 	return f, nil

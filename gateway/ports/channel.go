@@ -22,7 +22,7 @@ import (
 )
 
 // refused is a connection refused in the jail: nothing listens there.
-var refused = syscall.ECONNREFUSED
+const refused = syscall.ECONNREFUSED
 
 // A channel is a loopback listener of the daemon's, for one port of one
 // jail: an HTTP server that checks each request's token and forwards it,
