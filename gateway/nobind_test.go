@@ -16,7 +16,8 @@ import (
 // TestReadLookingCallsBindNothing: undo, redo, revert, diff, fork (of its
 // source), the checkpoint list, jobs and usage on a thread that does not
 // exist answer not found and make nothing: no record, no folder, no
-// mount (a typo in an id made an empty workspace). A closed thread exists:
+// mount (a typo in an id made an empty workspace); nor does closing a
+// port's channel. A closed thread exists:
 // undo works on it. A checkpoint binds lazily, as exec does.
 func TestReadLookingCallsBindNothing(t *testing.T) {
 	env := startEnv(t, Config{})
@@ -41,6 +42,10 @@ func TestReadLookingCallsBindNothing(t *testing.T) {
 		if !errors.Is(err, api.ErrNotFound) {
 			t.Errorf("%s of a thread that does not exist: %v, want not found", name, err)
 		}
+	}
+	// Closing a port's channel makes nothing either: none was open.
+	if got, err := c.ClosePort(ctx, "acme", ghost, 3000); err != nil || got.Closed {
+		t.Errorf("closing a port of a thread that does not exist: %+v, %v; want closed false", got, err)
 	}
 	for _, th := range []string{ghost, "child"} {
 		if _, err := env.g.store.GetBinding(ctx, meta.ThreadKey{Tenant: "acme", Thread: th}); !errors.Is(err, meta.ErrNotFound) {
