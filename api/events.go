@@ -32,6 +32,10 @@ const (
 	// EventJobEnded: a job ended (Job, Exit, and User, who started it),
 	// or was found stopped by a restart (Message says so, no Exit).
 	EventJobEnded EventType = "job.ended"
+	// EventNetworkRefused: the thread's jail was refused a connection or
+	// a name by the network's rules (Message says which and why); at
+	// most one a second per thread.
+	EventNetworkRefused EventType = "network.refused"
 	// EventJailReplaced: the thread's jail ended unexpectedly (its init
 	// died), with its commands and jobs; the thread's next command started
 	// a new one. Message says so.

@@ -10,7 +10,7 @@ import (
 // Checkpoint takes a checkpoint of a thread's workspace.
 func (c *Client) Checkpoint(ctx context.Context, tenant, thread string, req api.CheckpointRequest) (api.CheckpointResponse, error) {
 	var out api.CheckpointResponse
-	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/checkpoints", nil, req, &out)
+	err := c.doLong(ctx, methodPost, threadPath(tenant, thread)+"/checkpoints", req, &out)
 	return out, err
 }
 
@@ -45,21 +45,21 @@ func (c *Client) Diff(ctx context.Context, tenant, thread, from, to string, text
 // the thread's commands and jobs first.
 func (c *Client) Undo(ctx context.Context, tenant, thread string, force bool) (api.RestoreResponse, error) {
 	var out api.RestoreResponse
-	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/undo", nil, api.RestoreRequest{Force: force}, &out)
+	err := c.doLong(ctx, methodPost, threadPath(tenant, thread)+"/undo", api.RestoreRequest{Force: force}, &out)
 	return out, err
 }
 
 // Redo restores the checkpoint the last undo left.
 func (c *Client) Redo(ctx context.Context, tenant, thread string, force bool) (api.RestoreResponse, error) {
 	var out api.RestoreResponse
-	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/redo", nil, api.RestoreRequest{Force: force}, &out)
+	err := c.doLong(ctx, methodPost, threadPath(tenant, thread)+"/redo", api.RestoreRequest{Force: force}, &out)
 	return out, err
 }
 
 // Revert restores checkpoint id.
 func (c *Client) Revert(ctx context.Context, tenant, thread, id string, force bool) (api.RestoreResponse, error) {
 	var out api.RestoreResponse
-	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/revert", nil, api.RestoreRequest{Checkpoint: id, Force: force}, &out)
+	err := c.doLong(ctx, methodPost, threadPath(tenant, thread)+"/revert", api.RestoreRequest{Checkpoint: id, Force: force}, &out)
 	return out, err
 }
 
@@ -67,6 +67,6 @@ func (c *Client) Revert(ctx context.Context, tenant, thread, id string, force bo
 // checkpoint of this one.
 func (c *Client) Fork(ctx context.Context, tenant, thread string, req api.ForkRequest) (api.ForkResponse, error) {
 	var out api.ForkResponse
-	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/fork", nil, req, &out)
+	err := c.doLong(ctx, methodPost, threadPath(tenant, thread)+"/fork", req, &out)
 	return out, err
 }

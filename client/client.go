@@ -47,6 +47,14 @@ func (c *Client) BindWith(ctx context.Context, tenant, thread string, s meta.Set
 	return out, err
 }
 
+// SetNetwork replaces a thread's egress rules, its other settings kept; a
+// running jail follows them at once.
+func (c *Client) SetNetwork(ctx context.Context, tenant, thread string, e meta.Egress) (api.ThreadInfo, error) {
+	var out api.BindResponse
+	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/network", nil, e, &out)
+	return out.Binding, err
+}
+
 // Thread returns a thread's binding; an error matching api.ErrNotFound if it
 // has none.
 func (c *Client) Thread(ctx context.Context, tenant, thread string) (api.ThreadInfo, error) {
@@ -150,7 +158,7 @@ func (c *Client) CloseThread(ctx context.Context, tenant, thread string) (api.Th
 
 // DeleteThread unmounts a thread, removes its folder and its record.
 func (c *Client) DeleteThread(ctx context.Context, tenant, thread string) error {
-	return c.do(ctx, methodDelete, threadPath(tenant, thread), nil, nil, &api.DeleteResponse{})
+	return c.doLong(ctx, methodDelete, threadPath(tenant, thread), nil, &api.DeleteResponse{})
 }
 
 // Mount makes an inspection mount.

@@ -22,6 +22,7 @@ import (
 	"warren/gateway/jails"
 	"warren/gateway/jobs"
 	"warren/gateway/metrics"
+	"warren/gateway/network"
 	"warren/gateway/ports"
 	"warren/gateway/threadlimit"
 	"warren/gateway/threads"
@@ -50,6 +51,7 @@ type handlers struct {
 	events      *events.Handlers
 	metrics     *metrics.Handlers
 	jobs        *jobs.Handlers
+	network     *network.Handlers
 	ports       *ports.Handlers
 }
 
@@ -58,6 +60,7 @@ func routes(h handlers) []route {
 	return append([]route{
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/bind", h.threads.Bind},
 		{http.MethodGet, "/v1/tenants/{tenant}/threads/{thread}", h.threads.Show},
+		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/network", h.network.SetNetwork},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/close", h.threads.Close},
 		{http.MethodDelete, "/v1/tenants/{tenant}/threads/{thread}", h.threads.Delete},
 		{http.MethodGet, "/v1/threads", h.threads.List},
@@ -181,6 +184,7 @@ func (g *Gateway) handlers() handlers {
 		events:      events.NewHandlers(g.events),
 		metrics:     metrics.NewHandlers(g.metrics),
 		jobs:        jobs.NewHandlers(g.jobs),
+		network:     network.NewHandlers(g.threads),
 		ports:       ports.NewHandlers(g.ports),
 	}
 }

@@ -4,7 +4,10 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -15,6 +18,7 @@ import (
 	"warren/gateway/admit"
 	"warren/gateway/events"
 	"warren/gateway/lease"
+	"warren/gateway/network"
 	"warren/gateway/quota"
 	"warren/gateway/threadlimit"
 	"warren/gateway/threads"
@@ -102,12 +106,22 @@ type Config struct {
 	// jail.RunInit when jail.IsInit); "" means this very binary.
 	JailBinary string
 	// JailNetwork, JailMemoryBytes and JailMaxProcs set up every thread's
-	// jail (see jail.Config): "none" (the default) or "host"; 0 means the
-	// jail package's defaults.
+	// jail (see jail.Config): "none" (the default), "egress" or "host"; 0
+	// means the jail package's defaults.
 	// These are defaults: a thread's settings (meta.Settings) win.
 	JailNetwork     string
 	JailMemoryBytes int64
 	JailMaxProcs    int
+	// AllowNetworks are the networks a thread may ask for (nil: none,
+	// egress and host). With egress among them, the daemon runs an egress
+	// network (package gateway/network): on EgressSubnet (the zero value
+	// picks a free private /16), with the private ranges of
+	// EgressAllowPrivate open to the jails, and a resolver that asks
+	// EgressDNS (nil: the host's resolv.conf's servers).
+	AllowNetworks      []string
+	EgressSubnet       netip.Prefix
+	EgressAllowPrivate []netip.Prefix
+	EgressDNS          []netip.AddrPort
 	// JailCPUMillis bounds every thread's jail to so many thousandths of
 	// a CPU (jail.Config.CPUMillis) unless its settings say otherwise; 0
 	// means no bound.
@@ -382,6 +396,17 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := c.CheckLimits(); err != nil {
 		return c, fmt.Errorf("config: %w", err)
+	}
+	if c.AllowNetworks == nil {
+		c.AllowNetworks = network.Modes
+	}
+	for _, m := range c.AllowNetworks {
+		if !slices.Contains(network.Modes, m) {
+			return c, fmt.Errorf("config: allowed network %q is not none, egress or host", m)
+		}
+	}
+	if mode := cmp.Or(c.JailNetwork, "none"); !slices.Contains(c.AllowNetworks, mode) {
+		return c, fmt.Errorf("config: the jails' default network %s is not among the allowed ones (%s)", mode, strings.Join(c.AllowNetworks, ", "))
 	}
 	switch c.OnUnreachable {
 	case "":

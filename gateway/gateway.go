@@ -29,6 +29,7 @@ import (
 	"warren/gateway/jails"
 	"warren/gateway/jobs"
 	"warren/gateway/metrics"
+	"warren/gateway/network"
 	"warren/gateway/ports"
 	"warren/gateway/quota"
 	"warren/gateway/threadlimit"
@@ -80,6 +81,7 @@ type Gateway struct {
 	checkpoints *checkpoints.Checkpoints // snapshots, undo, redo, revert, fork
 	hosts       *hosts.Hosts             // the host's lease and the threads' pins
 	jails       *jails.Jails             // the jails and the commands in them
+	network     *network.Network         // the jails' networks
 	jobs        *jobs.Jobs               // the background jobs and the exec streams
 	ports       *ports.Ports             // the channels into the jails' ports
 	idle        *idle.Reclaimer          // the idle reclaim's goroutine
@@ -169,8 +171,20 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.events.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
+	// The jails' networks: with egress allowed, the daemon's egress
+	// network and resolver, set up (a former run's leftovers removed)
+	// before any jail starts.
+	if g.network, err = network.Start(ctx, network.Config{
+		Allow: cfg.AllowNetworks, DataDir: g.dataDir, Subnet: cfg.EgressSubnet, AllowPrivate: cfg.EgressAllowPrivate,
+		Upstreams: cfg.EgressDNS, Events: g.events, Metrics: m, Logger: g.log,
+	}); err != nil {
+		closeFS(g.hub, g.pool, g.log)
+		g.events.Close()
+		return nil, fmt.Errorf("start gateway: %w", err)
+	}
 	g.threads = threads.New(threads.Config{
-		Store: g.store, Logger: g.log, HostID: cfg.HostID, OnUnreachable: cfg.OnUnreachable, SeedCommand: cfg.SeedCommand,
+		AllowNetworks: g.network.Modes(),
+		Store:         g.store, Logger: g.log, HostID: cfg.HostID, OnUnreachable: cfg.OnUnreachable, SeedCommand: cfg.SeedCommand,
 		DataDir: cfg.DataDir, WorkspacesDir: g.wsBase, MountsDir: g.mntBase,
 		Mounter: mounter, Hub: g.hub, Transport: cfg.FUSETransport, Admit: threadAdmit,
 		Quotas: g.quotas, Events: g.events, Metrics: m, MaxCheckpoints: checkpoints.Max, RemountGate: cfg.remountGate,
@@ -200,7 +214,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	g.jails = jails.New(jails.Config{
 		Binary: cfg.JailBinary, Rlimits: cfg.JailRlimits, Network: cfg.JailNetwork, MemoryBytes: cfg.JailMemoryBytes,
 		MaxProcs: cfg.JailMaxProcs, CPUMillis: cfg.JailCPUMillis, Idle: cfg.JailIdle, Max: maxJails, CheckRun: files.ValidRun,
-		Hub: g.hub, Threads: g.threads, Hosts: g.hosts, Events: g.events, Metrics: m, Logger: cfg.Logger,
+		Hub: g.hub, Threads: g.threads, Hosts: g.hosts, Networks: g.network, Events: g.events, Metrics: m, Logger: cfg.Logger,
 	})
 	g.jobs = jobs.New(jobs.Config{
 		HostID: cfg.HostID, Machine: hosts.MachineID(), MaxJobs: cfg.MaxJobs, Store: g.store, Jails: g.jails,
@@ -243,6 +257,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.hosts.Close()
 		g.checkpoints.Close()
 		g.unmountAll()
+		g.network.Close()
 		closeFS(g.hub, g.pool, g.log)
 		g.events.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
@@ -256,6 +271,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.hosts.Close()
 		g.checkpoints.Close()
 		g.unmountAll()
+		g.network.Close()
 		closeFS(g.hub, g.pool, g.log)
 		g.events.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
@@ -339,6 +355,11 @@ func (g *Gateway) Close() error {
 		// Their channels closed with them; none opens from now on.
 		g.ports.Close()
 		g.jobs.Wait()
+		// The jails are gone: their links and rules go, then the
+		// daemon's table and resolver.
+		if err := g.network.Close(); err != nil {
+			g.log.Warn("take the jails' network away", "error", err)
+		}
 		g.events.Close()
 		if err := g.events.LogError(); err != nil {
 			g.log.Warn("the event log failed: a reader that comes back may not be given what it missed", "error", err)

@@ -14,11 +14,14 @@ import (
 )
 
 // TestReadLookingCallsBindNothing: undo, redo, revert, diff, fork (of its
-// source), the checkpoint list, jobs and usage on a thread that does not
-// exist answer not found and make nothing: no record, no folder, no
-// mount (a typo in an id made an empty workspace); nor does closing a
-// port's channel. A closed thread exists:
-// undo works on it. A checkpoint binds lazily, as exec does.
+// source), the checkpoint list, the job list, a job, its output (logs)
+// and usage on a thread that does not exist answer not found, saying there
+// is no such thread, and make nothing: no record, no folder, no mount (a
+// typo in an id made an empty workspace). The event stream of such a
+// thread makes nothing either (it may be opened before the thread's bind,
+// to see it), nor does closing a port's channel. A closed thread exists:
+// undo and its job list work on it. A checkpoint binds lazily, as exec
+// does.
 func TestReadLookingCallsBindNothing(t *testing.T) {
 	env := startEnv(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -33,15 +36,24 @@ func TestReadLookingCallsBindNothing(t *testing.T) {
 		"fork":        func() error { _, err := c.Fork(ctx, "acme", ghost, api.ForkRequest{Thread: "child"}); return err },
 		"checkpoints": func() error { _, err := c.Checkpoints(ctx, "acme", ghost); return err },
 		"jobs":        func() error { _, err := c.Jobs(ctx, "acme", ghost); return err },
+		"job":         func() error { _, err := c.Job(ctx, "acme", ghost, "bash-1"); return err },
+		"logs": func() error {
+			return c.JobOutputStream(ctx, "acme", ghost, "bash-1", "stdout", 0, false, func(api.JobFrame) error { return nil })
+		},
+		"usage": func() error { _, err := c.Usage(ctx, "acme", ghost); return err },
 	}
 	for name, call := range calls {
-		err := call()
-		if name == "jobs" && err == nil {
-			continue // an empty list of a thread without jobs is no harm, if nothing is made
+		if err := call(); !errors.Is(err, api.ErrNotFound) || !strings.Contains(err.Error(), "There is no thread") {
+			t.Errorf("%s of a thread that does not exist: %v, want not found saying there is no such thread", name, err)
 		}
-		if !errors.Is(err, api.ErrNotFound) {
-			t.Errorf("%s of a thread that does not exist: %v, want not found", name, err)
-		}
+	}
+	ectx, ecancel := context.WithCancel(ctx)
+	events := make(chan error, 1)
+	go func() { events <- c.Events(ectx, "acme", ghost, func(api.Event) error { return nil }) }()
+	waitSubscribers(t, env.g, 1)
+	ecancel()
+	if err := <-events; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("events of a thread that does not exist: %v", err)
 	}
 	// Closing a port's channel makes nothing either: none was open.
 	if got, err := c.ClosePort(ctx, "acme", ghost, 3000); err != nil || got.Closed {
@@ -71,5 +83,8 @@ func TestReadLookingCallsBindNothing(t *testing.T) {
 	}
 	if _, err := c.Undo(ctx, "acme", "real", false); err != nil {
 		t.Errorf("undo of a closed thread: %v", err)
+	}
+	if jobs, err := c.Jobs(ctx, "acme", "real"); err != nil || len(jobs) != 0 {
+		t.Errorf("the job list of a closed thread without jobs: %v, %v; want an empty list", jobs, err)
 	}
 }

@@ -36,6 +36,7 @@ import (
 
 	"warren/api"
 	"warren/gateway/files"
+	"warren/meta"
 )
 
 const (
@@ -61,10 +62,11 @@ func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 // them; the spec is held against it (TestOpenAPISchemas).
 var wireTypes = map[string]wire{
 	// Threads and hosts.
-	"POST /v1/tenants/{tenant}/threads/{thread}/bind":  {req: typeOf[api.BindRequest](), resp: typeOf[api.BindResponse]()},
-	"GET /v1/tenants/{tenant}/threads/{thread}":        {resp: typeOf[api.ThreadResponse]()},
-	"POST /v1/tenants/{tenant}/threads/{thread}/close": {req: typeOf[struct{}](), resp: typeOf[api.ThreadResponse]()},
-	"DELETE /v1/tenants/{tenant}/threads/{thread}":     {resp: typeOf[api.DeleteResponse]()},
+	"POST /v1/tenants/{tenant}/threads/{thread}/bind":    {req: typeOf[api.BindRequest](), resp: typeOf[api.BindResponse]()},
+	"GET /v1/tenants/{tenant}/threads/{thread}":          {resp: typeOf[api.ThreadResponse]()},
+	"POST /v1/tenants/{tenant}/threads/{thread}/network": {req: typeOf[meta.Egress](), resp: typeOf[api.BindResponse]()},
+	"POST /v1/tenants/{tenant}/threads/{thread}/close":   {req: typeOf[struct{}](), resp: typeOf[api.ThreadResponse]()},
+	"DELETE /v1/tenants/{tenant}/threads/{thread}":       {resp: typeOf[api.DeleteResponse]()},
 	"GET /v1/threads": {resp: typeOf[api.ThreadsResponse]()},
 	"POST /v1/tenants/{tenant}/threads/{thread}/unpin": {req: typeOf[struct{}](), resp: typeOf[api.ThreadResponse]()},
 	"GET /v1/hosts": {resp: typeOf[api.HostsResponse]()},
@@ -700,6 +702,10 @@ type handlerFacts struct {
 	queryFn  string // a helper that reads the query ("RawQuery"), with its bool argument
 	queryArg bool
 	answers  []string // the types its non-error returns have ("api.X", "*eventStream")
+	// progress: it answers through call.WithProgress, which takes the
+	// query parameter progress and answers api.ProgressFrame lines when
+	// asked; the func it runs is the handler's own code.
+	progress bool
 }
 
 // gatewaySource is the daemon's source: package gateway and its rooms
@@ -784,6 +790,15 @@ func (src *gatewaySource) facts(pkg string, fd *ast.FuncDecl) handlerFacts {
 		}
 		return true
 	})
+	progressFunc := map[*ast.FuncLit]bool{}
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		if c, ok := n.(*ast.CallExpr); ok && exprString(c.Fun) == "call.WithProgress" && len(c.Args) == 2 {
+			if fl, ok := c.Args[1].(*ast.FuncLit); ok {
+				progressFunc[fl] = true
+			}
+		}
+		return true
+	})
 	ast.Inspect(fd.Body, func(n ast.Node) bool {
 		switch x := n.(type) {
 		case *ast.CallExpr:
@@ -818,6 +833,9 @@ func (src *gatewaySource) facts(pkg string, fd *ast.FuncDecl) handlerFacts {
 					}
 				}
 			case "NoQuery":
+			case "WithProgress":
+				hf.progress = true
+				hf.query = append(hf.query, "progress")
 			default:
 				if len(x.Args) == 2 && exprString(x.Args[0]) == "r" {
 					if b := exprString(x.Args[1]); b == "true" || b == "false" {
@@ -831,12 +849,14 @@ func (src *gatewaySource) facts(pkg string, fd *ast.FuncDecl) handlerFacts {
 				hf.answers = appendNew(hf.answers, src.typeOfExpr(pkg, x.Results[0]))
 			case len(x.Results) == 1:
 				// return g.checkpoint(...): the method's first result.
-				if _, ok := x.Results[0].(*ast.CallExpr); ok {
+				if c, ok := x.Results[0].(*ast.CallExpr); ok && exprString(c.Fun) != "call.WithProgress" {
 					hf.answers = appendNew(hf.answers, src.typeOfExpr(pkg, x.Results[0]))
 				}
 			}
 		case *ast.FuncLit:
-			return false // its returns are not the handler's
+			// Its returns are not the handler's, but those of the func
+			// call.WithProgress runs are.
+			return progressFunc[x]
 		}
 		return true
 	})
@@ -1038,8 +1058,17 @@ func TestOpenAPIHandlers(t *testing.T) {
 			if w.resp == nil || w.stream || answer != w.resp.String() {
 				t.Errorf("%s answers %s, wireTypes says %v (stream %v)", name, answer, w.resp, w.stream)
 			}
-			if !slices.Equal(media, []string{"application/json"}) {
-				t.Errorf("200 media types %v, want application/json", media)
+			want := []string{"application/json"}
+			if hf.progress {
+				want = append(want, "application/x-ndjson")
+			}
+			if !slices.Equal(media, want) {
+				t.Errorf("200 media types %v, want %v", media, want)
+			}
+			if hf.progress {
+				if v := s.view(s.mediaSchema(op, "200", "application/x-ndjson")); v.ref != "ProgressFrame" {
+					t.Errorf("the progress stream's schema %q, want ProgressFrame", v.ref)
+				}
 			}
 		})
 	}
@@ -1145,6 +1174,13 @@ func TestOpenAPISchemas(t *testing.T) {
 	}
 	t.Run("ErrorBody", func(t *testing.T) {
 		s.checkGo(t, "ErrorBody", "#/components/schemas/ErrorBody", typeOf[api.ErrorBody](), true)
+	})
+	// A progress stream's lines (ProgressFrame) are each one of these.
+	t.Run("Progress", func(t *testing.T) {
+		s.checkGo(t, "Progress", "#/components/schemas/Progress", typeOf[api.Progress](), true)
+	})
+	t.Run("ProgressEnd", func(t *testing.T) {
+		s.checkGo(t, "ProgressEnd", "#/components/schemas/ProgressEnd", typeOf[api.ProgressEnd](), true)
 	})
 }
 
@@ -1588,9 +1624,14 @@ var jqPathRE = regexp.MustCompile(`^(\.[A-Za-z_][A-Za-z0-9_]*)*$|^\.$`)
 // fit: the 200 schema of op, narrowed by the jq filter it went through.
 // skip says why there is none to check against.
 func (s *openAPI) answerSchema(op *specOp, c *docCall) (ptr, skip string) {
-	for _, media := range []string{"application/json", "application/x-ndjson"} {
+	medias := []string{"application/json", "application/x-ndjson"}
+	if c.query.Has("progress") { // a long call's progress stream
+		medias = medias[1:]
+	}
+	for _, media := range medias {
 		if p := s.mediaSchema(op, "200", media); p != "" {
 			ptr = p
+			break
 		}
 	}
 	if ptr == "" {

@@ -524,6 +524,11 @@ func buildRoot(s setup, wsTree int) error {
 			return err
 		}
 	}
+	if s.Nameserver != "" {
+		if err := bindResolvConf(root, s.Nameserver); err != nil {
+			return err
+		}
+	}
 	ws := filepath.Join(root, Workspace)
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		return err
@@ -586,6 +591,43 @@ func buildRoot(s setup, wsTree int) error {
 		if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
 			return fmt.Errorf("set hostname: %w", err)
 		}
+	}
+	return nil
+}
+
+// bindResolvConf puts a resolv.conf naming only the given server over
+// the jail's /etc/resolv.conf (the host's, bound read-only). Where that is
+// a link, it is followed inside the jail's root, as the jail's programs
+// will: the file they read is the one covered.
+func bindResolvConf(root, server string) error {
+	src := filepath.Join(root, ".resolv.conf")
+	body := "# warren: the daemon answers this jail's name queries\nnameserver " + server + "\noptions edns0\n"
+	if err := os.WriteFile(src, []byte(body), 0o644); err != nil {
+		return fmt.Errorf("write the jail's resolv.conf: %w", err)
+	}
+	rootFd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the jail's root: %w", err)
+	}
+	defer unix.Close(rootFd)
+	target, err := unix.Openat2(rootFd, "etc/resolv.conf", &unix.OpenHow{
+		Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return fmt.Errorf("the jail's /etc/resolv.conf (it must lead to a file in the jail's root): %w", err)
+	}
+	defer unix.Close(target)
+	if err := unix.Mount(src, "/proc/self/fd/"+strconv.Itoa(target), "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind the jail's resolv.conf: %w", err)
+	}
+	// The remount needs the path to the new mount's root: the descriptor
+	// leads to the file under it.
+	at, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(target))
+	if err != nil {
+		return fmt.Errorf("the jail's resolv.conf: %w", err)
+	}
+	if err := unix.Mount("", at, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("remount the jail's resolv.conf read-only: %w", err)
 	}
 	return nil
 }

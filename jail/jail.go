@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
@@ -38,8 +39,13 @@ type Config struct {
 	// UID and GID run the commands; 0 means NobodyID. Never the server's.
 	UID, GID uint32
 	// Network is "none" (the default: a network namespace of its own,
-	// with only loopback) or "host".
+	// with only loopback), "egress" (a namespace of its own too, which
+	// the gateway links to the host once the jail has started: see
+	// NetNS) or "host".
 	Network string
+	// Nameserver, if set, is the one name server of the jail's
+	// /etc/resolv.conf, in place of the host's.
+	Nameserver string
 	// Hostname is the jail's host name; "" means "warren".
 	Hostname string
 	// TmpBytes bounds the jail's private /tmp; 0 means 512 MiB.
@@ -141,11 +147,16 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	}
 	flags := uintptr(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS)
 	switch cfg.Network {
-	case "", "none":
+	case "", "none", "egress":
 		flags |= unix.CLONE_NEWNET
 	case "host":
 	default:
-		return nil, fmt.Errorf("jail: network %q is neither none nor host", cfg.Network)
+		return nil, fmt.Errorf("jail: network %q is not none, egress or host", cfg.Network)
+	}
+	if cfg.Nameserver != "" {
+		if a, err := netip.ParseAddr(cfg.Nameserver); err != nil || a.Zone() != "" {
+			return nil, fmt.Errorf("jail: name server %q is not an address", cfg.Nameserver)
+		}
 	}
 	bin := cfg.Binary
 	if bin == "" {
@@ -284,7 +295,7 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	s := setup{
 		Workspace: cfg.Workspace, ReadOnly: cfg.ReadOnly,
 		UID: cfg.UID, GID: cfg.GID, Hostname: cfg.Hostname, TmpBytes: cfg.TmpBytes,
-		OwnNet: flags&unix.CLONE_NEWNET != 0, Rlimits: rl, Trees: cg != nil,
+		OwnNet: flags&unix.CLONE_NEWNET != 0, Rlimits: rl, Trees: cg != nil, Nameserver: cfg.Nameserver,
 		WorkspaceTree: wsTree >= 0,
 	}
 	var fds []int

@@ -473,3 +473,42 @@ func waitFor(t *testing.T, b *testenv.SyncBuffer, s string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestJailNameserver: a jail given a name server reads it in its
+// /etc/resolv.conf, read-only, while the host's file is untouched; an
+// egress jail has a network namespace of its own, which NetNS opens.
+func TestJailNameserver(t *testing.T) {
+	host, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		t.Skipf("the host has no /etc/resolv.conf: %v", err)
+	}
+	j, _ := startJailWith(t, Config{Network: "egress", Nameserver: "10.255.0.1"})
+	code, out, errOut := run(t, j, `cat /etc/resolv.conf; echo x >> /etc/resolv.conf && echo WROTE`)
+	if !strings.Contains(out, "nameserver 10.255.0.1\n") || strings.Count(out, "nameserver") != 1 {
+		t.Errorf("the jail's resolv.conf: exit %d, %q, %s", code, out, errOut)
+	}
+	if strings.Contains(out, "WROTE") {
+		t.Errorf("the jail wrote its resolv.conf")
+	}
+	if after, _ := os.ReadFile("/etc/resolv.conf"); string(after) != string(host) {
+		t.Errorf("the host's resolv.conf changed: %q", after)
+	}
+	ns, err := j.NetNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	var jailSt, hostSt unix.Stat_t
+	if err := unix.Fstat(int(ns.Fd()), &jailSt); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat("/proc/self/ns/net", &hostSt); err != nil {
+		t.Fatal(err)
+	}
+	if jailSt.Ino == hostSt.Ino {
+		t.Errorf("an egress jail shares the host's network namespace")
+	}
+	if _, err := Start(context.Background(), Config{Workspace: "/tmp", Nameserver: "10.0.0.1; rm -rf /"}); err == nil || !strings.Contains(err.Error(), "not an address") {
+		t.Errorf("a hostile name server: %v", err)
+	}
+}

@@ -32,6 +32,8 @@ type setup struct {
 	Hostname  string   `json:"hostname"`
 	TmpBytes  int64    `json:"tmpBytes"`
 	OwnNet    bool     `json:"ownNet"` // a network namespace of its own: bring its loopback up
+	// Nameserver, if set, replaces the jail's /etc/resolv.conf.
+	Nameserver string `json:"nameserver,omitempty"`
 	// Trees says the jail has a cgroup, and the setup message carries the
 	// descriptor that moves the init's forking thread back into it
 	// (tree_linux.go).

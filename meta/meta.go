@@ -122,9 +122,19 @@ type Binding struct {
 // variables its commands get and how many jobs it may run at once. A zero
 // field means the gateway's default.
 type Settings struct {
-	// Network is "none" (a network of the jail's own, loopback only) or
-	// "host".
+	// Network is "none" (a network of the jail's own, loopback only),
+	// "egress" (its own, linked to the host and NATed out under Egress's
+	// rules) or "host".
 	Network string `json:"network,omitempty"`
+	// Egress is what a jail in network "egress" may reach; nil allows
+	// every public address.
+	Egress *Egress `json:"egress,omitempty"`
+	// EgressBytesPerSecond shapes an egress jail's traffic, each way;
+	// zero is no bound.
+	EgressBytesPerSecond int64 `json:"egressBytesPerSecond,omitempty"`
+	// MaxConnections bounds an egress jail's open connections; zero
+	// means the gateway's default (1,024).
+	MaxConnections int `json:"maxConnections,omitempty"`
 	// MemoryBytes and MaxProcs bound the jail's processes together.
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
 	MaxProcs    int   `json:"maxProcs,omitempty"`
@@ -154,6 +164,18 @@ type Settings struct {
 	// never, zero the gateway's default.
 	JailIdleSeconds  int64 `json:"jailIdleSeconds,omitempty"`
 	CloseIdleSeconds int64 `json:"closeIdleSeconds,omitempty"`
+}
+
+// Egress is a thread's egress policy: rules are CIDRs, host names and
+// wildcard domains ("*.npmjs.org": the names under it). A deny rule wins
+// over an allow rule. Default is "allow" (every public address but the
+// denied; denied names do not resolve) or "deny" (only the allowed
+// ranges, and the addresses the jail resolved for an allowed name, for the
+// answer's lifetime); "" is "allow".
+type Egress struct {
+	Default string   `json:"default,omitempty"`
+	Allow   []string `json:"allow,omitempty"`
+	Deny    []string `json:"deny,omitempty"`
 }
 
 // Job records a background job of a thread. Jobs are numbered per thread

@@ -6,6 +6,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"warren/internal/progress"
 )
 
 // Target is where Apply writes: the daemon's workspace, under its locks.
@@ -39,6 +41,9 @@ type Target interface {
 // the object) and replaces nothing. The content of a sparse file
 // implements SparseContent: a Target that uses it makes the holes again.
 // Call it holding Shared.
+//
+// It reports its progress to ctx's progress.Func, if any, as phase
+// "write": the steps of the plan done, of all of them.
 func (r *Repo) Apply(ctx context.Context, deltas []Delta, t Target) (changed []string, err error) {
 	var removes, mkdirs, writes, chmods []Delta
 	for _, d := range deltas {
@@ -84,28 +89,39 @@ func (r *Repo) Apply(ctx context.Context, deltas []Delta, t Target) (changed []s
 			removedDirs[d.Path] = true
 		}
 	}
+	report := progress.Of(ctx)
+	done, total := int64(0), int64(len(removes)+len(mkdirs)+len(writes)+len(chmods))
+	step := func() {
+		done++
+		report(progress.Frame{Done: done, Total: total, Phase: PhaseWrite})
+	}
 	for _, d := range removes {
 		if underAny(d.Path, removedDirs) {
+			step()
 			continue // removed with its folder
 		}
 		if err := t.RemoveAll(ctx, d.Path); err != nil {
 			return nil, fmt.Errorf("snapshot: apply: remove %q: %w", d.Path, err)
 		}
+		step()
 	}
 	for _, d := range mkdirs {
 		if err := t.Mkdir(ctx, d.Path, 0o700|d.New.Mode); err != nil {
 			return nil, fmt.Errorf("snapshot: apply: make folder %q: %w", d.Path, err)
 		}
+		step()
 	}
 	for _, d := range writes {
 		if err := r.write(ctx, d, t); err != nil {
 			return nil, fmt.Errorf("snapshot: apply: %w", err)
 		}
+		step()
 	}
 	for _, d := range chmods {
 		if err := t.Chmod(ctx, d.Path, d.New.Mode); err != nil {
 			return nil, fmt.Errorf("snapshot: apply: chmod %q: %w", d.Path, err)
 		}
+		step()
 	}
 	slices.SortFunc(changed, ComparePaths)
 	return slices.Compact(changed), nil

@@ -10,6 +10,14 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warren/internal/progress"
+)
+
+// The phases Build and Apply report their progress in (package progress).
+const (
+	PhaseRead  = "read"  // Build: files and links read from the workspace
+	PhaseWrite = "write" // Apply: changes made to the workspace
 )
 
 // Change names a path of the workspace that may have changed since the
@@ -56,6 +64,9 @@ const examineTries = 8
 // Entries the skip rule names (WithSkip; DefaultSkip), fifos, sockets and
 // devices, mounts and everything on another filesystem are left out. An
 // entry that vanishes while it is read is left out, not an error.
+//
+// It reports its progress to ctx's progress.Func, if any, as phase
+// "read": the files and links read so far, of a total it does not know.
 func (r *Repo) Build(ctx context.Context, rootFd int, base Hash, changes []Change, full bool) (Hash, BuildStats, error) {
 	var st unix.Stat_t
 	if err := fstat(rootFd, &st); err != nil {
@@ -64,7 +75,7 @@ func (r *Repo) Build(ctx context.Context, rootFd int, base Hash, changes []Chang
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return Hash{}, BuildStats{}, fmt.Errorf("snapshot: build: the root is not a folder")
 	}
-	b := &builder{r: r, ctx: ctx}
+	b := &builder{r: r, ctx: ctx, report: progress.Of(ctx)}
 	var trie *changeNode
 	if !full && !base.IsZero() {
 		var err error
@@ -152,6 +163,7 @@ func makeTrie(changes []Change) (*changeNode, error) {
 type builder struct {
 	r       *Repo
 	ctx     context.Context
+	report  progress.Func // told of each file or link read
 	ws      writeSet
 	read    int64 // files and links read
 	depth   int   // folders open below the root
@@ -367,6 +379,7 @@ func (b *builder) file(dirfd int, rel, name string) (e Entry, ok, again bool, er
 		return Entry{}, false, false, fmt.Errorf("store %q: %w", rel, err)
 	}
 	b.read++
+	b.report(progress.Frame{Done: b.read, Phase: PhaseRead})
 	return Entry{Name: name, Kind: KindFile, Mode: st.Mode & 0o7777, Size: size, Hash: h, Sparse: sparse}, true, false, nil
 }
 
@@ -392,6 +405,7 @@ func (b *builder) link(dirfd int, rel, name string) (e Entry, ok, again bool, er
 		return Entry{}, false, false, fmt.Errorf("store link %q: %w", rel, err)
 	}
 	b.read++
+	b.report(progress.Frame{Done: b.read, Phase: PhaseRead})
 	return Entry{Name: name, Kind: KindLink, Size: int64(len(target)), Hash: h}, true, false, nil
 }
 

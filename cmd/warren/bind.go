@@ -14,11 +14,15 @@ import (
 
 func bindCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
-	fs := cli.NewFlags(e, "warren bind", "--thread ID [--tenant T] [--network none|host] [--memory BYTES] [--procs N] [--cpu CPUS] [--max-jobs N] [--disk BYTES] [--snapshot-quota BYTES] [--checkpoints N] [--env K=V]... [--json]")
+	fs := cli.NewFlags(e, "warren bind", "--thread ID [--tenant T] [--network none|egress|host] [--allow RULE]... [--deny RULE]... [--egress-default allow|deny] [--egress-rate BYTES] [--max-connections N] [--memory BYTES] [--procs N] [--cpu CPUS] [--max-jobs N] [--disk BYTES] [--snapshot-quota BYTES] [--checkpoints N] [--env K=V]... [--json]")
 	addThreadFlags(e, fs, &tf)
 	asJSON := fs.Bool("json", false, "print the binding record as JSON")
 	s := meta.Settings{Env: map[string]string{}}
-	fs.StringVar(&s.Network, "network", "", "the jail's network: none (its own loopback only) or host")
+	fs.StringVar(&s.Network, "network", "", "the jail's network: none (its own loopback only), egress (NATed out under the thread's rules) or host")
+	var eg meta.Egress
+	addEgressFlags(fs, &eg)
+	fs.Int64Var(&s.EgressBytesPerSecond, "egress-rate", 0, "bytes per second an egress jail sends and receives, each way (default no bound)")
+	fs.IntVar(&s.MaxConnections, "max-connections", 0, "open connections of an egress jail (default 1024)")
 	fs.Int64Var(&s.MemoryBytes, "memory", 0, "memory of the thread's jail, in bytes")
 	fs.IntVar(&s.MaxProcs, "procs", 0, "processes of the thread's jail")
 	fs.Var((*cli.CPU)(&s.CPUMillis), "cpu", "CPU time of the thread's jail: CPUs (0.5, 2) or thousandths of a CPU (500m)")
@@ -35,10 +39,14 @@ func bindCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var settings *meta.Settings
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "network", "memory", "procs", "cpu", "max-jobs", "env", "disk", "checkpoints", "snapshot-quota":
+		case "network", "memory", "procs", "cpu", "max-jobs", "env", "disk", "checkpoints", "snapshot-quota",
+			"allow", "deny", "egress-default", "egress-rate", "max-connections":
 			settings = &s
 		}
 	})
+	if eg.Default != "" || eg.Allow != nil || eg.Deny != nil {
+		s.Egress = &eg
+	}
 	return bind(ctx, e, client.New(tf.socket), tf, settings, *asJSON)
 }
 

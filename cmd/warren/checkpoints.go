@@ -29,7 +29,9 @@ func checkpointCmd(ctx context.Context, e *cli.Env, args []string) error {
 	if err := parseThreadOnly(fs, &tf, args); err != nil {
 		return err
 	}
-	out, err := client.New(tf.socket).Checkpoint(ctx, tf.tenant, tf.thread, req)
+	pctx, endBar := withProgressBar(ctx, e)
+	out, err := client.New(tf.socket).Checkpoint(pctx, tf.tenant, tf.thread, req)
+	endBar()
 	if err != nil {
 		return callError(tf.socket, "take a checkpoint of "+showThread(tf.tenant, tf.thread), err)
 	}
@@ -172,14 +174,16 @@ func restoreCmd(ctx context.Context, e *cli.Env, op string, args []string) error
 	}
 	c := client.New(tf.socket)
 	var out api.RestoreResponse
+	pctx, endBar := withProgressBar(ctx, e)
 	switch op {
 	case "undo":
-		out, err = c.Undo(ctx, tf.tenant, tf.thread, *force)
+		out, err = c.Undo(pctx, tf.tenant, tf.thread, *force)
 	case "redo":
-		out, err = c.Redo(ctx, tf.tenant, tf.thread, *force)
+		out, err = c.Redo(pctx, tf.tenant, tf.thread, *force)
 	default:
-		out, err = c.Revert(ctx, tf.tenant, tf.thread, id, *force)
+		out, err = c.Revert(pctx, tf.tenant, tf.thread, id, *force)
 	}
+	endBar()
 	if err != nil {
 		return callError(tf.socket, op+" "+showThread(tf.tenant, tf.thread), err)
 	}
@@ -205,7 +209,9 @@ func forkCmd(ctx context.Context, e *cli.Env, args []string) error {
 	if err := parseThreadOnly(fs, &tf, args); err != nil {
 		return err
 	}
-	out, err := client.New(tf.socket).Fork(ctx, tf.tenant, tf.thread, req)
+	pctx, endBar := withProgressBar(ctx, e)
+	out, err := client.New(tf.socket).Fork(pctx, tf.tenant, tf.thread, req)
+	endBar()
 	if err != nil {
 		return callError(tf.socket, "fork "+showThread(tf.tenant, tf.thread), err)
 	}

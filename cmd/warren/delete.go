@@ -20,9 +20,12 @@ func deleteCmd(ctx context.Context, e *cli.Env, args []string) error {
 
 // deleteThread unmounts a thread and removes its folder and its record.
 func deleteThread(ctx context.Context, e *cli.Env, c *client.Client, tf threadFlags) error {
-	if err := c.DeleteThread(ctx, tf.tenant, tf.thread); err != nil {
+	pctx, endBar := withProgressBar(ctx, e)
+	err := c.DeleteThread(pctx, tf.tenant, tf.thread)
+	endBar()
+	if err != nil {
 		return callError(tf.socket, fmt.Sprintf("delete %s", showThread(tf.tenant, tf.thread)), err)
 	}
-	_, err := fmt.Fprintf(e.Stdout, "deleted %s\n", showThread(tf.tenant, tf.thread))
+	_, err = fmt.Fprintf(e.Stdout, "deleted %s\n", showThread(tf.tenant, tf.thread))
 	return err
 }

@@ -28,8 +28,12 @@ func TestLinksOnlyTheClient(t *testing.T) {
 		// The terminal code of exec -t needs x/sys/unix; internal/version
 		// is the standard library and api; the doctor's disk image row
 		// needs internal/diskimage's decision, which with
-		// internal/diskquota is the standard library and x/sys/unix.
-		{"warren/cmd/warren", append([]string{"warren/client", "warren/internal/cli", "warren/internal/doctor", "warren/internal/diskimage", "warren/internal/diskquota", "warren/internal/mountinfo", "warren/internal/version", "golang.org/x/sys/unix"}, wire...)},
+		// internal/diskquota is the standard library and x/sys/unix. The
+		// progress bar of the long calls on a terminal is mpb, with what
+		// it draws with (progressbar would link net/http).
+		{"warren/cmd/warren", append([]string{"warren/client", "warren/internal/cli", "warren/internal/doctor", "warren/internal/diskimage", "warren/internal/diskquota", "warren/internal/mountinfo", "warren/internal/version", "golang.org/x/sys/unix",
+			"github.com/vbauerster/mpb/v8", "github.com/vbauerster/mpb/v8/decor", "github.com/vbauerster/mpb/v8/internal", "github.com/vbauerster/cupwriter",
+			"github.com/VividCortex/ewma", "github.com/acarl005/stripansi", "github.com/mattn/go-runewidth", "github.com/clipperhouse/uax29/v2/graphemes"}, wire...)},
 	} {
 		out, err := exec.CommandContext(t.Context(), goTool, "list", "-deps",
 			"-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", c.pkg).Output()

@@ -33,6 +33,7 @@ func verbs() map[string]verb {
 		"version": {"print this client's version, and the daemon's when one answers", versionCmd},
 		"doctor":  {"check this host before serve: kernel features, cgroups, limits, disk; says what to fix", doctorCmd},
 		"bind":    {"bind a thread and print its mount path", bindCmd},
+		"network": {"change a thread's egress rules (--allow, --deny, --egress-default); a running jail follows them at once", networkCmd},
 		"ls":      {"list bound threads (--usage: what each uses)", lsCmd},
 		"usage":   {"print what a thread uses: CPU, memory, processes, disk against its quota, jobs, FUSE requests", usageCmd},
 		"close":   {"unmount a thread, keep its folder", closeCmd},

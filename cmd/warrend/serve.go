@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"os/user"
@@ -39,8 +40,13 @@ type serveOptions struct {
 	workspaces string
 	hostID     string
 	allowUIDs  uidList
-	logLevel   string
-	logJSON    bool
+	// The jails' networks.
+	allowNetworks string
+	egressSubnet  string
+	egressPrivate repeated
+	egressDNS     repeated
+	logLevel      string
+	logJSON       bool
 	// noEditChecks switches off the refusal of stale writes; benchmarks
 	// set it to measure what the checks cost. noFSMetrics leaves the FUSE
 	// requests untimed, for the same reason.
@@ -176,7 +182,11 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.BoolVar(&o.noFSMetrics, "no-fs-metrics", false, "for benchmarks only: do not time the FUSE requests")
 	fs.StringVar(&o.fuseTransport, "fuse-transport", "classic", "how the mounts' FUSE requests come: classic (/dev/fuse), uring (FUSE over io_uring; a mount fails without it) or auto (io_uring where the kernel offers it)")
 	fs.BoolVar(&o.fusePerThread, "fuse-per-thread", false, "serve each thread's mount on a FUSE connection of its own (a reader thread and several descriptors per bound thread) instead of the shared connections")
-	fs.StringVar(&o.jailNetwork, "jail-network", "none", "network of the threads' jails: none (loopback only) or host")
+	fs.StringVar(&o.jailNetwork, "jail-network", "none", "network of the threads' jails: none (loopback only), egress (NATed out under each thread's rules) or host")
+	fs.StringVar(&o.allowNetworks, "allow-networks", "none,egress,host", "the networks threads may ask for, comma-separated")
+	fs.StringVar(&o.egressSubnet, "egress-subnet", "", "IPv4 range of the egress jails' addresses, /16 to /24 (default: a free private /16)")
+	fs.Var(&o.egressPrivate, "egress-allow-private", "a private range (CIDR) egress jails may reach, such as a package mirror (repeatable)")
+	fs.Var(&o.egressDNS, "egress-dns", "a name server (IP or IP:port) the jails' resolver asks (repeatable; default: those of /etc/resolv.conf)")
 	fs.Int64Var(&o.jailMemory, "jail-memory", 0, "memory of each thread's jail, in bytes (default 2 GiB)")
 	fs.IntVar(&o.jailProcs, "jail-procs", 0, "processes of each thread's jail (default 1024)")
 	fs.Var(&o.jailCPU, "jail-cpu", "CPU time of each thread's jail: CPUs (0.5, 2) or thousandths of a CPU (500m) (default no bound)")
@@ -245,9 +255,11 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	// Every mistake in the flags is said at once, before anything is
 	// opened.
 	bad := o.flagErrs
-	if o.jailNetwork != "" && o.jailNetwork != "none" && o.jailNetwork != "host" {
-		bad = append(bad, fmt.Errorf("--jail-network is none or host, not %q", o.jailNetwork))
+	if o.jailNetwork != "" && o.jailNetwork != "none" && o.jailNetwork != "egress" && o.jailNetwork != "host" {
+		bad = append(bad, fmt.Errorf("--jail-network is none, egress or host, not %q", o.jailNetwork))
 	}
+	nets, netErrs := networkFlags(o)
+	bad = append(bad, netErrs...)
 	if m := int(o.jailCPU); m != 0 && (m < jail.MinCPUMillis || m > gateway.MaxCPUMillis) {
 		bad = append(bad, fmt.Errorf("--jail-cpu is between %s and %s CPUs, not %s", cli.CPU(jail.MinCPUMillis), cli.CPU(gateway.MaxCPUMillis), o.jailCPU))
 	}
@@ -271,25 +283,29 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	// The configuration the flags give; the folders, the logger and the
 	// store are filled in once they are made.
 	cfg := gateway.Config{
-		FUSETransport:   transport,
-		FUSEPerThread:   o.fusePerThread,
-		HostID:          o.hostID,
-		MetricsAddr:     o.metricsAddr,
-		EventLog:        eventLogFlag(o.eventLog),
-		JailIdle:        neverIfZero(o.jailIdle),
-		CloseIdle:       neverIfZero(o.closeIdle),
-		AllowUIDs:       o.allowUIDs,
-		NoEditChecks:    o.noEditChecks,
-		NoFSMetrics:     o.noFSMetrics,
-		JailNetwork:     o.jailNetwork,
-		JailMemoryBytes: o.jailMemory,
-		JailMaxProcs:    o.jailProcs,
-		JailCPUMillis:   int(o.jailCPU),
-		RenewEvery:      o.renewEvery,
-		BodyTimeout:     o.bodyTimeout,
-		ExpiresAfter:    o.expiresAfter,
-		OnUnreachable:   o.onUnreachable,
-		SeedCommand:     o.seedCommand,
+		FUSETransport:      transport,
+		FUSEPerThread:      o.fusePerThread,
+		HostID:             o.hostID,
+		MetricsAddr:        o.metricsAddr,
+		EventLog:           eventLogFlag(o.eventLog),
+		JailIdle:           neverIfZero(o.jailIdle),
+		CloseIdle:          neverIfZero(o.closeIdle),
+		AllowUIDs:          o.allowUIDs,
+		NoEditChecks:       o.noEditChecks,
+		NoFSMetrics:        o.noFSMetrics,
+		JailNetwork:        o.jailNetwork,
+		AllowNetworks:      nets.allow,
+		EgressSubnet:       nets.subnet,
+		EgressAllowPrivate: nets.private,
+		EgressDNS:          nets.dns,
+		JailMemoryBytes:    o.jailMemory,
+		JailMaxProcs:       o.jailProcs,
+		JailCPUMillis:      int(o.jailCPU),
+		RenewEvery:         o.renewEvery,
+		BodyTimeout:        o.bodyTimeout,
+		ExpiresAfter:       o.expiresAfter,
+		OnUnreachable:      o.onUnreachable,
+		SeedCommand:        o.seedCommand,
 
 		DiskQuotaBytes:           o.diskQuota,
 		DiskReserveBytes:         o.diskReserve,
@@ -523,4 +539,64 @@ func fuseTransport(log hclog.Logger, name string) (fs.Transport, error) {
 		log.Info("FUSE transport", "asked", t, "taken", fs.TransportClassic, "why", "the fuse module's enable_uring is off")
 	}
 	return t, nil
+}
+
+// repeated is a flag given any number of times.
+type repeated []string
+
+func (r *repeated) String() string     { return strings.Join(*r, ",") }
+func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
+
+// networks are the network flags, parsed.
+type networks struct {
+	allow   []string
+	subnet  netip.Prefix
+	private []netip.Prefix
+	dns     []netip.AddrPort
+}
+
+// networkFlags parses the network flags, saying every mistake.
+func networkFlags(o serveOptions) (networks, []error) {
+	var n networks
+	var bad []error
+	for _, m := range strings.Split(o.allowNetworks, ",") {
+		m = strings.TrimSpace(m)
+		if m != "none" && m != "egress" && m != "host" {
+			bad = append(bad, fmt.Errorf("--allow-networks lists none, egress and host, not %q", m))
+			continue
+		}
+		n.allow = append(n.allow, m)
+	}
+	if o.egressSubnet != "" {
+		p, err := netip.ParsePrefix(o.egressSubnet)
+		if err != nil || !p.Addr().Is4() || p.Bits() < 16 || p.Bits() > 24 || !p.Addr().IsPrivate() {
+			bad = append(bad, fmt.Errorf("--egress-subnet is a private IPv4 range of /16 to /24, not %q", o.egressSubnet))
+		}
+		n.subnet = p
+	}
+	for _, s := range o.egressPrivate {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				bad = append(bad, fmt.Errorf("--egress-allow-private is a CIDR, not %q", s))
+				continue
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		n.private = append(n.private, p.Masked())
+	}
+	for _, s := range o.egressDNS {
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				bad = append(bad, fmt.Errorf("--egress-dns is an IP or IP:port, not %q", s))
+				continue
+			}
+			ap = netip.AddrPortFrom(a, 53)
+		}
+		n.dns = append(n.dns, ap)
+	}
+	return n, bad
 }

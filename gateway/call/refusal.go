@@ -112,3 +112,10 @@ func Busy(err error) error {
 	}
 	return err
 }
+
+// NoThread is the refusal of op, a call that never binds, on thread k,
+// which has no record (it was never bound, or was deleted): 404
+// not_found, and nothing is made, so a typo in an id makes no workspace.
+func NoThread(k meta.ThreadKey, op string) error {
+	return Refuse(api.ErrNotFound, fmt.Sprintf("There is no thread %s: it was never bound, or was deleted (%s makes none; bind it first).", KeyName(k), op))
+}

@@ -17,6 +17,7 @@ import (
 	"warren/gateway/call"
 	"warren/gateway/keyed"
 	"warren/gateway/quota"
+	"warren/internal/progress"
 	"warren/meta"
 	"warren/snapshot"
 )
@@ -313,7 +314,7 @@ func (c *Checkpoints) mustExist(ctx context.Context, op, tenant, thread string) 
 		return err
 	}
 	if _, err := c.store.GetBinding(ctx, k); errors.Is(err, meta.ErrNotFound) {
-		return call.Refuse(api.ErrNotFound, fmt.Sprintf("There is no thread %s: it was never bound, or was deleted (%s makes none; bind it first).", call.KeyName(k), op))
+		return call.NoThread(k, op)
 	} else if err != nil {
 		return fmt.Errorf("%s of %s: read the binding: %w", op, call.KeyName(k), err)
 	}
@@ -452,6 +453,9 @@ func (c *Checkpoints) buildNow(ctx context.Context, h *history) (built, error) {
 	changes := make([]snapshot.Change, len(set.Changes))
 	for i, c := range set.Changes {
 		changes[i] = snapshot.Change{Path: c.Path, Tree: c.Tree}
+	}
+	if head := h.find(h.Head); head != nil && full {
+		ctx = progress.WithTotal(ctx, head.Files) // about as many as last time
 	}
 	tree, stats, err := h.repo.Build(ctx, h.files.Folder(), base, changes, full)
 	thaw()
@@ -668,7 +672,10 @@ func (c *Checkpoints) listCheckpoints(ctx context.Context, tenant, thread string
 	if err != nil {
 		return api.CheckpointsResponse{}, err
 	}
-	if _, err := c.threads.Show(ctx, tenant, thread); err != nil {
+	if err := c.mustExist(ctx, "the checkpoint list", tenant, thread); err != nil {
+		return api.CheckpointsResponse{}, err
+	}
+	if _, err := c.threads.Show(ctx, tenant, thread); err != nil { // pinned elsewhere
 		return api.CheckpointsResponse{}, err
 	}
 	h, err := c.store.GetHistory(ctx, k)

@@ -36,7 +36,7 @@ func (h *Health) Usage(ctx context.Context, tenant, thread string) (api.Usage, e
 	}
 	b, err := h.cfg.Store.GetBinding(ctx, k)
 	if errors.Is(err, meta.ErrNotFound) {
-		return api.Usage{}, fmt.Errorf("%w: thread %s is not bound", api.ErrNotFound, call.KeyName(k))
+		return api.Usage{}, call.NoThread(k, "usage")
 	}
 	if err != nil {
 		return api.Usage{}, fmt.Errorf("read binding of %s: %w", call.KeyName(k), err)

@@ -93,9 +93,21 @@ type Config struct {
 	Hub     *fs.Hub
 	Threads Threads
 	Hosts   Hosts
-	Events  Events
-	Metrics Metrics
-	Logger  hclog.Logger
+	// Networks gives each jail the network its settings ask for; nil
+	// gives none but the jail's own (tests of this room alone).
+	Networks Networks
+	Events   Events
+	Metrics  Metrics
+	Logger   hclog.Logger
+}
+
+// Networks is what the jails call of the network room (package
+// gateway/network): a jail's name server, its network once it started,
+// and its new rules when a bind changes them.
+type Networks interface {
+	Nameserver(mode string) string
+	Attach(ctx context.Context, k meta.ThreadKey, j *jail.Jail, s meta.Settings, mode string) (detach func(), err error)
+	Apply(k meta.ThreadKey, j *jail.Jail, old, s meta.Settings) error
 }
 
 // Threads is what the jails call of the threads: the thread lock, a bind
@@ -477,7 +489,17 @@ func (js *Jails) For(ctx context.Context, k meta.ThreadKey, b meta.Binding) (*Th
 		js.unreserve()
 		return nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)
 	}
-	tj = &ThreadJail{jail: j, unregister: unregister, settings: threads.CloneSettings(s)}
+	// Its network, before it runs anything.
+	detach := func() {}
+	if js.cfg.Networks != nil {
+		if detach, err = js.cfg.Networks.Attach(ctx, k, j, s, cfg.Network); err != nil {
+			unregister()
+			j.Close()
+			js.unreserve()
+			return nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)
+		}
+	}
+	tj = &ThreadJail{jail: j, unregister: unregister, detach: detach, settings: threads.CloneSettings(s)}
 	if err := js.add(k, tj); err != nil {
 		// Close ended every jail already: this one would outlive it.
 		js.end(k, tj)
@@ -505,6 +527,7 @@ func (js *Jails) replaceDead(k meta.ThreadKey, tj *ThreadJail, dead error) {
 type ThreadJail struct {
 	jail       *jail.Jail
 	unregister func() // forgets it in the hub's actors
+	detach     func() // takes its network away
 	// settings are the thread's, as its jail was started with them or
 	// last changed (SetSettings); guarded by Jails.mu.
 	settings meta.Settings
@@ -535,6 +558,7 @@ func (js *Jails) end(k meta.ThreadKey, tj *ThreadJail) {
 func (tj *ThreadJail) close() {
 	tj.unregister()
 	tj.jail.Close()
+	tj.detach()
 }
 
 // thread returns the jail of a thread and the thread's settings,

@@ -52,5 +52,12 @@ func (js *Jails) Resettle(k meta.ThreadKey, s meta.Settings) (apply func(), err 
 		return nil, fmt.Errorf("%w: the jail of thread %s runs with network %s, %d bytes of memory, %d processes and %s; "+
 			"close the thread before you change its network or limits", api.ErrConflict, call.KeyName(k), now.Network, now.MemoryBytes, now.MaxProcs, CPUBound(now.CPUMillis))
 	}
+	// New egress rules (or rate, or bound of connections) apply to the
+	// running jail at once.
+	if js.cfg.Networks != nil {
+		if err := js.cfg.Networks.Apply(k, tj.jail, running, s); err != nil {
+			return nil, fmt.Errorf("new network rules for thread %s: %w", call.KeyName(k), err)
+		}
+	}
 	return func() { js.SetSettings(tj, threads.CloneSettings(s)) }, nil
 }

@@ -754,6 +754,19 @@ func (js *Jobs) localJob(p call.Params) (*job, meta.ThreadKey, uint64, error) {
 	return nil, k, seq, nil
 }
 
+// mustExist refuses op, a call that never binds, on thread k when it has
+// no record (call.NoThread). A closed thread exists. It is asked only
+// when the thread has no jobs, or not the one asked for, so that a call
+// of a thread with jobs costs no read more.
+func (js *Jobs) mustExist(ctx context.Context, op string, k meta.ThreadKey) error {
+	if _, err := js.store.GetBinding(ctx, k); errors.Is(err, meta.ErrNotFound) {
+		return call.NoThread(k, op)
+	} else if err != nil {
+		return fmt.Errorf("%s of %s: read the binding: %w", op, call.KeyName(k), err)
+	}
+	return nil
+}
+
 // listJobs lists a thread's jobs from the store: those of every host and of
 // earlier runs of this one, running true only for those that run here.
 func (js *Jobs) listJobs(ctx context.Context, tenant, thread string) ([]api.JobInfo, error) {
@@ -764,6 +777,11 @@ func (js *Jobs) listJobs(ctx context.Context, tenant, thread string) ([]api.JobI
 	recs, err := js.store.ListJobs(ctx, k)
 	if err != nil {
 		return nil, fmt.Errorf("jobs of %s: %w", call.KeyName(k), err)
+	}
+	if len(recs) == 0 {
+		if err := js.mustExist(ctx, "the job list", k); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]api.JobInfo, 0, len(recs))
 	for _, rec := range recs {
@@ -794,6 +812,9 @@ func (js *Jobs) showJob(ctx context.Context, tenant, thread, id string) (api.Job
 	}
 	rec, err := js.store.GetJob(ctx, k, seq)
 	if errors.Is(err, meta.ErrNotFound) {
+		if err := js.mustExist(ctx, "asking for a job", k); err != nil {
+			return api.JobInfo{}, err
+		}
 		return api.JobInfo{}, fmt.Errorf("%w: no job %s in thread %s", api.ErrNotFound, id, call.KeyName(k))
 	}
 	if err != nil {

@@ -1,6 +1,7 @@
 package threads
 
 import (
+	"context"
 	"net/http"
 
 	"warren/api"
@@ -48,18 +49,22 @@ func (h *Handlers) Close(r *http.Request, p call.Params) (any, error) {
 	return api.ThreadResponse{Binding: ti}, nil
 }
 
+// Delete answers DELETE .../threads/{thread}, with its progress when
+// asked (call.WithProgress).
 func (h *Handlers) Delete(r *http.Request, p call.Params) (any, error) {
-	if err := call.NoQuery(r); err != nil {
-		return nil, err
-	}
-	k, err := call.ThreadKey(p.Tenant, p.Thread)
-	if err != nil {
-		return nil, err
-	}
-	if err := h.t.Delete(r.Context(), k.Tenant, k.Thread); err != nil {
-		return nil, err
-	}
-	return api.DeleteResponse{Deleted: k}, nil
+	return call.WithProgress(r, func(ctx context.Context) (any, error) {
+		if err := call.NoQuery(r); err != nil {
+			return nil, err
+		}
+		k, err := call.ThreadKey(p.Tenant, p.Thread)
+		if err != nil {
+			return nil, err
+		}
+		if err := h.t.Delete(ctx, k.Tenant, k.Thread); err != nil {
+			return nil, err
+		}
+		return api.DeleteResponse{Deleted: k}, nil
+	})
 }
 
 func (h *Handlers) List(r *http.Request, _ call.Params) (any, error) {

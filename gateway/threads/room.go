@@ -32,7 +32,10 @@ type Config struct {
 	// says what a thread taken over from another host becomes when its
 	// folder cannot be reached (UnreachableGone or UnreachableFresh), and
 	// SeedCommand runs in a fresh one.
-	HostID        string
+	HostID string
+	// AllowNetworks are the jail networks a thread may ask for (none,
+	// egress, host).
+	AllowNetworks []string
 	OnUnreachable string
 	SeedCommand   string
 	// DataDir holds moved-aside/ and orphans/; WorkspacesDir the backing

@@ -3,12 +3,15 @@ package threads
 import (
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 
 	"warren/api"
 	"warren/gateway/call"
 	"warren/gateway/quota"
 	"warren/jail"
 	"warren/meta"
+	"warren/network/policy"
 )
 
 // A thread's settings (meta.Settings) are given when it is bound and kept
@@ -27,15 +30,36 @@ const (
 	// kernel's least quota.
 	MaxCPUMillis = 1_000_000
 	MaxMaxJobs   = 1024
+	// An egress jail's rate bound, each way: below 8 KiB/s a package
+	// manager cannot finish a handshake in its timeout; 0 is no bound.
+	MinEgressBytesPerSecond = 8 << 10
+	MaxEgressBytesPerSecond = 1 << 40
+	// MaxMaxConnections bounds a jail's bound of open connections: one
+	// thread cannot hold the host's conntrack table.
+	MaxMaxConnections = 65536
 )
 
 // checkSettings refuses settings a jail could not run with, or that ask
 // for more checkpoints than a history holds.
 func (t *Threads) checkSettings(s meta.Settings) error {
 	switch s.Network {
-	case "", "none", "host":
+	case "", "none", "egress", "host":
 	default:
-		return fmt.Errorf("%w: settings: network %s is neither none nor host", api.ErrInvalid, call.Quote(s.Network))
+		return fmt.Errorf("%w: settings: network %s is not none, egress or host", api.ErrInvalid, call.Quote(s.Network))
+	}
+	if s.Network != "" && !slices.Contains(t.cfg.AllowNetworks, s.Network) {
+		return fmt.Errorf("%w: settings: network %s is not allowed on this server (it allows %s)", api.ErrInvalid, s.Network, strings.Join(t.cfg.AllowNetworks, ", "))
+	}
+	if s.Egress != nil {
+		if _, err := policy.Parse(policy.Egress(*s.Egress)); err != nil {
+			return fmt.Errorf("%w: settings: %v", api.ErrInvalid, err)
+		}
+	}
+	if s.EgressBytesPerSecond != 0 && (s.EgressBytesPerSecond < MinEgressBytesPerSecond || s.EgressBytesPerSecond > MaxEgressBytesPerSecond) {
+		return fmt.Errorf("%w: settings: egressBytesPerSecond %d is not between %d and %d", api.ErrInvalid, s.EgressBytesPerSecond, MinEgressBytesPerSecond, int64(MaxEgressBytesPerSecond))
+	}
+	if s.MaxConnections != 0 && (s.MaxConnections < 1 || s.MaxConnections > MaxMaxConnections) {
+		return fmt.Errorf("%w: settings: maxConnections %d is not between 1 and %d", api.ErrInvalid, s.MaxConnections, MaxMaxConnections)
 	}
 	if s.MemoryBytes != 0 && s.MemoryBytes < MinMemoryBytes {
 		return fmt.Errorf("%w: settings: memoryBytes %d is below %d", api.ErrInvalid, s.MemoryBytes, MinMemoryBytes)
@@ -89,5 +113,10 @@ func CloneSettings(s meta.Settings) meta.Settings {
 		s.Env = nil
 	}
 	s.Env = maps.Clone(s.Env)
+	if s.Egress != nil {
+		e := *s.Egress
+		e.Allow, e.Deny = slices.Clone(e.Allow), slices.Clone(e.Deny)
+		s.Egress = &e
+	}
 	return s
 }

@@ -250,6 +250,36 @@ func (t *Threads) BindWith(ctx context.Context, tenant, thread string, settings 
 	return t.info(b), nil
 }
 
+// UpdateSettings binds thread k like Bind and gives it the settings
+// change makes of its own, under the thread lock: a bind made meanwhile
+// is not lost. It is BindWith's rules otherwise.
+func (t *Threads) UpdateSettings(ctx context.Context, tenant, thread string, change func(meta.Settings) (meta.Settings, error)) (api.ThreadInfo, error) {
+	k, err := call.ThreadKey(tenant, thread)
+	if err != nil {
+		return api.ThreadInfo{}, err
+	}
+	unlock, err := t.set.locks.Lock(ctx, k)
+	if err != nil {
+		return api.ThreadInfo{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
+	}
+	defer unlock()
+	b, err := t.BindLocked(ctx, k, nil)
+	if err != nil {
+		return api.ThreadInfo{}, err
+	}
+	s, err := change(CloneSettings(b.Settings))
+	if err != nil {
+		return api.ThreadInfo{}, err
+	}
+	if err := t.checkSettings(s); err != nil {
+		return api.ThreadInfo{}, err
+	}
+	if b, err = t.BindLocked(ctx, k, &s); err != nil {
+		return api.ThreadInfo{}, err
+	}
+	return t.info(b), nil
+}
+
 // BindLocked returns k's binding, binding and mounting it first if needed,
 // and gives it settings unless they are nil. On failure nothing of this
 // attempt is left: no record, no mount, no folder it created. The thread
@@ -797,7 +827,7 @@ func (t *Threads) deleteLocked(ctx context.Context, b meta.Binding) error {
 	}
 	// os.RemoveAll works fd-relative and does not follow links, so a link
 	// planted in the workspace cannot make it remove anything outside.
-	if err := os.RemoveAll(root); err != nil {
+	if err := removeWorkspace(ctx, root); err != nil {
 		return fmt.Errorf("delete %s: remove workspace %s: %w", call.KeyName(k), root, err)
 	}
 	if err := removeMountPoint(mountPath); err != nil {

@@ -27,6 +27,9 @@ var rooms = map[string][]string{
 	"events":      {"call"},
 	"metrics":     {"call", "threadlimit"},
 	"hosts":       {"call", "lease"},
+	// The jails' networks: below the jails, which call them through an
+	// interface; the network call changes settings through one too.
+	"network": {"call"},
 	// The threads and their mounts: every room that works in a thread
 	// is above them.
 	"threads": {"call", "keyed", "hosts", "lease", "quota", "events", "metrics", "remount", "threadlimit"},

@@ -1091,6 +1091,23 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description One line of a progress stream (the query `progress`), a Progress, then, last, a ProgressEnd. */
+        ProgressFrame: components["schemas"]["Progress"] | components["schemas"]["ProgressEnd"];
+        /** @description How far a long call got: `done` of `total` units of `phase` (`read`: files a checkpoint read; `write`: changes a restore or a fork made; `remove`: entries of the workspace's top folder a delete removed). `total` 0: not known (a first checkpoint counts up). A call may go through several phases (a restore reads the workspace first), `done` starting again at each. */
+        Progress: {
+            /** Format: int64 */
+            done: number;
+            /** Format: int64 */
+            total: number;
+            /** @enum {string} */
+            phase: "read" | "write" | "remove";
+        };
+        /** @description The last line of a progress stream; the call's answer as without the stream (`result`), or its error. */
+        ProgressEnd: {
+            /** @description The 200 answer's JSON. */
+            result?: Record<string, never>;
+            error?: components["schemas"]["APIError"];
+        };
         /** @description Every error answer. */
         ErrorBody: {
             error: components["schemas"]["APIError"];
@@ -1982,6 +1999,8 @@ export interface components {
         };
     };
     parameters: {
+        /** @description `1` (or `true`): answer the long call as a progress stream, NDJSON `ProgressFrame` lines: `{done,total,phase}` frames at most about ten times a second while it works, then its answer (`result`) or its error (`error`). The header `Accept: application/x-ndjson` asks the same. A call refused before its work starts answers as without it. */
+        progress: "1" | "0" | "true" | "false";
         /** @description The tenant id: any UTF-8 text of at most 1024 bytes, sent as exactly one path segment with every byte that is not a letter, a digit, `-`, `_` or `~` escaped as %XX (so `.` is `%2E`, `..` is `%2E%2E`, `/` is `%2F`). The daemon unescapes each segment on its own and never cleans the path. An empty segment is the tenant `default`. */
         tenant: string;
         /** @description The thread id: any UTF-8 text of 1 to 1024 bytes, escaped as one path segment as the tenant is (`.`, `..` and `/` escaped). An empty thread is 400. */
@@ -2073,7 +2092,10 @@ export interface operations {
     };
     deleteThread: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description `1` (or `true`): answer the long call as a progress stream, NDJSON `ProgressFrame` lines: `{done,total,phase}` frames at most about ten times a second while it works, then its answer (`result`) or its error (`error`). The header `Accept: application/x-ndjson` asks the same. A call refused before its work starts answers as without it. */
+                progress?: components["parameters"]["progress"];
+            };
             header?: never;
             path: {
                 /** @description The tenant id: any UTF-8 text of at most 1024 bytes, sent as exactly one path segment with every byte that is not a letter, a digit, `-`, `_` or `~` escaped as %XX (so `.` is `%2E`, `..` is `%2E%2E`, `/` is `%2F`). The daemon unescapes each segment on its own and never cleans the path. An empty segment is the tenant `default`. */
@@ -2085,13 +2107,14 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The thread deleted. */
+            /** @description The thread deleted. With progress asked, an NDJSON stream of ProgressFrame lines instead. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["DeleteResponse"];
+                    "application/x-ndjson": components["schemas"]["ProgressFrame"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -3475,7 +3498,10 @@ export interface operations {
     };
     checkpoint: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description `1` (or `true`): answer the long call as a progress stream, NDJSON `ProgressFrame` lines: `{done,total,phase}` frames at most about ten times a second while it works, then its answer (`result`) or its error (`error`). The header `Accept: application/x-ndjson` asks the same. A call refused before its work starts answers as without it. */
+                progress?: components["parameters"]["progress"];
+            };
             header?: never;
             path: {
                 /** @description The tenant id: any UTF-8 text of at most 1024 bytes, sent as exactly one path segment with every byte that is not a letter, a digit, `-`, `_` or `~` escaped as %XX (so `.` is `%2E`, `..` is `%2E%2E`, `/` is `%2F`). The daemon unescapes each segment on its own and never cleans the path. An empty segment is the tenant `default`. */
@@ -3491,13 +3517,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The checkpoint and what it cost. */
+            /** @description The checkpoint and what it cost. With progress asked, an NDJSON stream of ProgressFrame lines instead. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["CheckpointResponse"];
+                    "application/x-ndjson": components["schemas"]["ProgressFrame"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -3553,7 +3580,10 @@ export interface operations {
     };
     undo: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description `1` (or `true`): answer the long call as a progress stream, NDJSON `ProgressFrame` lines: `{done,total,phase}` frames at most about ten times a second while it works, then its answer (`result`) or its error (`error`). The header `Accept: application/x-ndjson` asks the same. A call refused before its work starts answers as without it. */
+                progress?: components["parameters"]["progress"];
+            };
             header?: never;
             path: {
                 /** @description The tenant id: any UTF-8 text of at most 1024 bytes, sent as exactly one path segment with every byte that is not a letter, a digit, `-`, `_` or `~` escaped as %XX (so `.` is `%2E`, `..` is `%2E%2E`, `/` is `%2F`). The daemon unescapes each segment on its own and never cleans the path. An empty segment is the tenant `default`. */
@@ -3569,13 +3599,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The restore. */
+            /** @description The restore. With progress asked, an NDJSON stream of ProgressFrame lines instead. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["RestoreResponse"];
+                    "application/x-ndjson": components["schemas"]["ProgressFrame"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -3592,7 +3623,10 @@ export interface operations {
     };
     redo: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description `1` (or `true`): answer the long call as a progress stream, NDJSON `ProgressFrame` lines: `{done,total,phase}` frames at most about ten times a second while it works, then its answer (`result`) or its error (`error`). The header `Accept: application/x-ndjson` asks the same. A call refused before its work starts answers as without it. */
+                progress?: components["parameters"]["progress"];
+            };
             header?: never;
             path: {
                 /** @description The tenant id: any UTF-8 text of at most 1024 bytes, sent as exactly one path segment with every byte that is not a letter, a digit, `-`, `_` or `~` escaped as %XX (so `.` is `%2E`, `..` is `%2E%2E`, `/` is `%2F`). The daemon unescapes each segment on its own and never cleans the path. An empty segment is the tenant `default`. */
@@ -3608,13 +3642,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The restore. */
+            /** @description The restore. With progress asked, an NDJSON stream of ProgressFrame lines instead. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["RestoreResponse"];
+                    "application/x-ndjson": components["schemas"]["ProgressFrame"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -3631,7 +3666,10 @@ export interface operations {
     };
     revert: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description `1` (or `true`): answer the long call as a progress stream, NDJSON `ProgressFrame` lines: `{done,total,phase}` frames at most about ten times a second while it works, then its answer (`result`) or its error (`error`). The header `Accept: application/x-ndjson` asks the same. A call refused before its work starts answers as without it. */
+                progress?: components["parameters"]["progress"];
+            };
             header?: never;
             path: {
                 /** @description The tenant id: any UTF-8 text of at most 1024 bytes, sent as exactly one path segment with every byte that is not a letter, a digit, `-`, `_` or `~` escaped as %XX (so `.` is `%2E`, `..` is `%2E%2E`, `/` is `%2F`). The daemon unescapes each segment on its own and never cleans the path. An empty segment is the tenant `default`. */
@@ -3647,13 +3685,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The restore. */
+            /** @description The restore. With progress asked, an NDJSON stream of ProgressFrame lines instead. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["RestoreResponse"];
+                    "application/x-ndjson": components["schemas"]["ProgressFrame"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -3670,7 +3709,10 @@ export interface operations {
     };
     fork: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description `1` (or `true`): answer the long call as a progress stream, NDJSON `ProgressFrame` lines: `{done,total,phase}` frames at most about ten times a second while it works, then its answer (`result`) or its error (`error`). The header `Accept: application/x-ndjson` asks the same. A call refused before its work starts answers as without it. */
+                progress?: components["parameters"]["progress"];
+            };
             header?: never;
             path: {
                 /** @description The tenant id: any UTF-8 text of at most 1024 bytes, sent as exactly one path segment with every byte that is not a letter, a digit, `-`, `_` or `~` escaped as %XX (so `.` is `%2E`, `..` is `%2E%2E`, `/` is `%2F`). The daemon unescapes each segment on its own and never cleans the path. An empty segment is the tenant `default`. */
@@ -3686,13 +3728,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The new thread. */
+            /** @description The new thread. With progress asked, an NDJSON stream of ProgressFrame lines instead. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ForkResponse"];
+                    "application/x-ndjson": components["schemas"]["ProgressFrame"];
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -1,0 +1,154 @@
+package gateway
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"warren/api"
+	"warren/internal/netenv"
+	"warren/meta"
+)
+
+// upstreamDNS is a name server of the test's own on loopback: the egress
+// resolver asks it, as it would ask the host's.
+func upstreamDNS(t *testing.T, records map[string]netip.Addr) netip.AddrPort {
+	t.Helper()
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(req)
+		q := req.Question[0]
+		a, ok := records[strings.TrimSuffix(q.Name, ".")]
+		switch {
+		case !ok:
+			m.Rcode = dns.RcodeNameError
+		case q.Qtype == dns.TypeA:
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: a.AsSlice()})
+		}
+		w.WriteMsg(m)
+	})}
+	started := make(chan struct{})
+	srv.NotifyStartedFunc = func() { close(started) }
+	go srv.ActivateAndServe()
+	<-started
+	t.Cleanup(func() { srv.Shutdown() })
+	return netip.MustParseAddrPort(pc.LocalAddr().String())
+}
+
+// run runs a command in a thread's jail and returns its exit code and
+// output.
+func (e *testEnv) run(t *testing.T, thread, command string) (int, string) {
+	t.Helper()
+	var out strings.Builder
+	code, err := e.c.Exec(context.Background(), "acme", thread, api.ExecRequest{Command: command}, &out, &out)
+	if err != nil {
+		t.Fatalf("exec %q: %v", command, err)
+	}
+	return code, out.String()
+}
+
+// TestEgressNetwork: a jail in network egress reaches the test's outside
+// world by name and by address, through the daemon's resolver and NAT;
+// the metadata address and the host's own listeners are refused at once;
+// a new policy applies to the running jail; a jail without network fails
+// its lookups at once.
+func TestEgressNetwork(t *testing.T) {
+	w := netenv.NewWorld(t)
+	out := w.Listen(t, "tcp", w.Addr.String()+":0")
+	netenv.Serve(out, "world")
+	port := strconv.Itoa(out.Addr().(*net.TCPAddr).Port)
+	meta169 := netip.MustParseAddr("169.254.169.254")
+	w.Route(t, meta169)
+	metaL := w.Listen(t, "tcp", meta169.String()+":80")
+	netenv.Serve(metaL, "metadata")
+	up := upstreamDNS(t, map[string]netip.Addr{"world.test": w.Addr, "metadata.test": meta169})
+
+	e := startEnv(t, Config{EgressDNS: []netip.AddrPort{up}})
+	ctx := context.Background()
+	if _, err := e.c.BindWith(ctx, "acme", "net", meta.Settings{Network: "egress"}); err != nil {
+		t.Fatal(err)
+	}
+	greet := `exec 3<>/dev/tcp/%s/%s && head -1 <&3`
+	dial := func(host, port string) string {
+		return strings.Replace(strings.Replace(greet, "%s", host, 1), "%s", port, 1)
+	}
+	if code, got := e.run(t, "net", dial("world.test", port)); code != 0 || got != "world\n" {
+		t.Fatalf("the world by name from an egress jail: exit %d, %q", code, got)
+	}
+	if code, got := e.run(t, "net", dial(w.Addr.String(), port)); code != 0 || got != "world\n" {
+		t.Errorf("the world by address: exit %d, %q", code, got)
+	}
+	start := time.Now()
+	if code, got := e.run(t, "net", dial("metadata.test", "80")); code == 0 || strings.HasPrefix(got, "metadata\n") {
+		t.Errorf("the metadata address reached: exit %d, %q", code, got)
+	}
+	hostL, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostL.Close()
+	netenv.Serve(hostL, "host")
+	hostPort := strconv.Itoa(hostL.Addr().(*net.TCPAddr).Port)
+	for _, a := range []string{"127.0.0.1", "203.0.113.254"} {
+		if code, got := e.run(t, "net", dial(a, hostPort)); code == 0 || strings.HasPrefix(got, "host\n") {
+			t.Errorf("a host listener through %s: exit %d, %q", a, code, got)
+		}
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("refusals took %v: want them at once", took)
+	}
+
+	// A job keeps running across a change of rules; the next lookup
+	// follows the new rules: a denied name does not resolve.
+	jobOut, err := e.c.Spawn(ctx, "acme", "net", api.SpawnRequest{Command: "sleep 60"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.SetNetwork(ctx, "acme", "net", meta.Egress{Deny: []string{"world.test"}}); err != nil {
+		t.Fatalf("set network: %v", err)
+	}
+	if code, got := e.run(t, "net", "getent hosts world.test"); code == 0 {
+		t.Errorf("a denied name resolved: %q", got)
+	}
+	if code, got := e.run(t, "net", dial(w.Addr.String(), port)); code != 0 || got != "world\n" {
+		t.Errorf("the world by address, its name denied: exit %d, %q", code, got)
+	}
+	// Default deny: only allowed names' answers.
+	if _, err := e.c.SetNetwork(ctx, "acme", "net", meta.Egress{Default: "deny", Allow: []string{"world.test"}}); err != nil {
+		t.Fatal(err)
+	}
+	if code, got := e.run(t, "net", dial("world.test", port)); code != 0 || got != "world\n" {
+		t.Errorf("an allowed name under default deny: exit %d, %q", code, got)
+	}
+	jobs, err := e.c.Jobs(ctx, "acme", "net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if j.ID == jobOut.ID && !j.Running {
+			t.Errorf("the job did not outlive the change: %+v", j)
+		}
+	}
+	// A thread not in egress has no rules to change.
+	if _, err := e.c.SetNetwork(ctx, "acme", "plain", meta.Egress{}); err == nil {
+		t.Errorf("egress rules for a thread without egress: accepted")
+	}
+	// Without network, a lookup fails at once.
+	start = time.Now()
+	if code, _ := e.run(t, "plain", "getent hosts world.test"); code == 0 {
+		t.Errorf("a lookup without network succeeded")
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("a lookup without network took %v", took)
+	}
+}

@@ -1,0 +1,251 @@
+// Package netenv builds, for tests, the network a jail's traffic meets:
+// namespaces the test makes, linked to the host as the internet would be,
+// with servers of the test's own in them. No test traffic goes anywhere
+// but loopback and these namespaces. It is a test helper: every call
+// takes the test and cleans up after it.
+package netenv
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"warren/internal/testenv"
+)
+
+// NS is a network namespace a test made.
+type NS struct {
+	h netns.NsHandle
+}
+
+// Fd is a descriptor of the namespace (for egress.Network.Attach).
+func (ns *NS) Fd() int { return int(ns.h) }
+
+// NewNS makes an empty network namespace with its loopback up; it goes at
+// the test's end (once the sockets made in it are closed).
+func NewNS(t testing.TB) *NS {
+	t.Helper()
+	testenv.RequireRoot(t)
+	var h netns.NsHandle
+	err := onThread(func() error {
+		orig, err := netns.Get()
+		if err != nil {
+			return err
+		}
+		defer orig.Close()
+		h, err = netns.New() // moves this thread into it
+		if err != nil {
+			return err
+		}
+		lo, err := netlink.LinkByName("lo")
+		if err == nil {
+			err = netlink.LinkSetUp(lo)
+		}
+		if serr := netns.Set(orig); serr != nil {
+			return errThreadLost{serr}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("a network namespace: %v", err)
+	}
+	ns := &NS{h: h}
+	t.Cleanup(func() { h.Close() })
+	return ns
+}
+
+// errThreadLost says a thread could not go back to the daemon's
+// namespace: onThread leaves it locked, so the runtime ends it.
+type errThreadLost struct{ error }
+
+// onThread runs fn on a locked thread of its own, unlocked after unless fn
+// failed to go back to where it was.
+func onThread(fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		err := fn()
+		var lost errThreadLost
+		if !errors.As(err, &lost) {
+			runtime.UnlockOSThread()
+		}
+		done <- err
+	}()
+	return <-done
+}
+
+// Do runs fn in the namespace: a socket fn makes is the namespace's, and
+// stays so wherever it is used after.
+func (ns *NS) Do(fn func() error) error {
+	return onThread(func() error {
+		orig, err := netns.Get()
+		if err != nil {
+			return err
+		}
+		defer orig.Close()
+		if err := netns.Set(ns.h); err != nil {
+			return err
+		}
+		ferr := fn()
+		if err := netns.Set(orig); err != nil {
+			return errThreadLost{err}
+		}
+		return ferr
+	})
+}
+
+// Listen opens a listener in the namespace, closed at the test's end.
+func (ns *NS) Listen(t testing.TB, network, addr string) net.Listener {
+	t.Helper()
+	var l net.Listener
+	if err := ns.Do(func() (err error) { l, err = net.Listen(network, addr); return }); err != nil {
+		t.Fatalf("listen on %s in a test namespace: %v", addr, err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// ListenPacket opens a packet socket in the namespace, closed at the
+// test's end.
+func (ns *NS) ListenPacket(t testing.TB, network, addr string) net.PacketConn {
+	t.Helper()
+	var c net.PacketConn
+	if err := ns.Do(func() (err error) { c, err = net.ListenPacket(network, addr); return }); err != nil {
+		t.Fatalf("listen on %s in a test namespace: %v", addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Dial connects from the namespace.
+func (ns *NS) Dial(network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := ns.Do(func() (err error) { c, err = net.Dial(network, addr); return })
+	return c, err
+}
+
+// World is a namespace linked to the host by a veth, on a range no route
+// of the host used: reached through the host's routing (and a daemon's
+// NAT) the way the internet would be.
+type World struct {
+	*NS
+	// Addr is the world's end of the link; Host the host's.
+	Addr, Host netip.Addr
+	link       string
+}
+
+var worlds atomic.Int32
+
+// NewWorld makes a world on 203.0.113.0/24 (TEST-NET-3): the world at .1,
+// the host at .254. One test at a time per host may hold it (the range is
+// one): tests that use it do not run in parallel.
+func NewWorld(t testing.TB) *World {
+	t.Helper()
+	ns := NewNS(t)
+	w := &World{NS: ns, Addr: netip.MustParseAddr("203.0.113.1"), Host: netip.MustParseAddr("203.0.113.254"),
+		link: "wtest" + strconv.Itoa(unix.Getpid()%10000) + "-" + strconv.Itoa(int(worlds.Add(1))%10)}
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: w.link}, PeerName: "eth0", PeerNamespace: netlink.NsFd(ns.Fd())}
+	if err := netlink.LinkAdd(veth); err != nil {
+		t.Fatalf("the world's link: %v", err)
+	}
+	t.Cleanup(func() {
+		if l, err := netlink.LinkByName(w.link); err == nil {
+			netlink.LinkDel(l)
+		}
+	})
+	host, err := netlink.LinkByName(w.link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: ipNet(w.Host, 24)}); err != nil {
+		t.Fatalf("the host's address in the world: %v", err)
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		t.Fatal(err)
+	}
+	err = ns.Do(func() error {
+		eth, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		if err := netlink.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(w.Addr, 24)}); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(eth); err != nil {
+			return err
+		}
+		// Replies to any address go back to the host.
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: w.Host.AsSlice()})
+	})
+	if err != nil {
+		t.Fatalf("the world's end: %v", err)
+	}
+	return w
+}
+
+// Route sends the traffic of one more address (a /32: a metadata or a
+// private address a test must see refused) into the world, where it is
+// one of the world's own: a leak reaches the test's own listener, never
+// the machine's network.
+func (w *World) Route(t testing.TB, a netip.Addr) {
+	t.Helper()
+	host, err := netlink.LinkByName(w.link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &netlink.Route{LinkIndex: host.Attrs().Index, Dst: ipNet(a, 32), Gw: w.Addr.AsSlice()}
+	if err := netlink.RouteAdd(r); err != nil {
+		t.Fatalf("route %s into the world: %v", a, err)
+	}
+	t.Cleanup(func() { netlink.RouteDel(r) })
+	err = w.Do(func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.AddrAdd(lo, &netlink.Addr{IPNet: ipNet(a, 32)})
+	})
+	if err != nil {
+		t.Fatalf("address %s in the world: %v", a, err)
+	}
+}
+
+func ipNet(a netip.Addr, bits int) *net.IPNet {
+	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}
+}
+
+// Serve answers every connection of l with greeting, then echoes: a
+// client that reads the greeting knows it reached this listener.
+func Serve(l net.Listener, greeting string) {
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				fmt.Fprintln(c, greeting)
+				buf := make([]byte, 32<<10)
+				for {
+					k, err := c.Read(buf)
+					if err != nil {
+						return
+					}
+					if _, err := c.Write(buf[:k]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+}
