@@ -8,7 +8,8 @@
 #               then commands: plain fork+exec, warren's warm jail, bwrap, a new thread's first command,
 #               and the TypeScript provider's exec('true') and 4 KiB fs.read beside them;
 #               then checkpoints: 10 of 100,000 files changed, and an untar, against git add -A && commit;
-#               then 10,000 threads bound in one daemon (bench/threads.sh)
+#               then 10,000 threads bound in one daemon (bench/threads.sh);
+#               then requests per second through a port's channel against straight to the jail's port (bench/ports.sh)
 #
 # `make test` installs the Debian packages the tests need when they are
 # missing (as root), so it works on a fresh Debian machine with Go.
@@ -131,6 +132,7 @@ bench:
 	bench/exec.sh
 	bench/checkpoint.sh
 	bench/threads.sh
+	bench/ports.sh
 
 fmt:
 	$(GO) fmt ./...

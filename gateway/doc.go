@@ -313,7 +313,9 @@
 // reclaim (package idle); the background restore's workers (package
 // threads, through package remount); a jail's (package jail, through
 // package jails); a job's run and its end, and a closed thread's last
-// take-down (package jobs, its WaitGroup); the collections (package
+// take-down (package jobs, its WaitGroup); the port channels' servers
+// and closes (package ports, its WaitGroup; a plain TCP connection's
+// copies run in its request's handler); the collections (package
 // checkpoints); the lease's heartbeat and fence (package hosts, through
 // package lease); a mount's FUSE server (package fs, through the threads'
 // and inspections' sets, unmounted by unmountAll).

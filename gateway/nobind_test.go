@@ -19,8 +19,9 @@ import (
 // is no such thread, and make nothing: no record, no folder, no mount (a
 // typo in an id made an empty workspace). The event stream of such a
 // thread makes nothing either (it may be opened before the thread's bind,
-// to see it). A closed thread exists: undo and its job list work on it. A
-// checkpoint binds lazily, as exec does.
+// to see it), nor does closing a port's channel. A closed thread exists:
+// undo and its job list work on it. A checkpoint binds lazily, as exec
+// does.
 func TestReadLookingCallsBindNothing(t *testing.T) {
 	env := startEnv(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -56,6 +57,10 @@ func TestReadLookingCallsBindNothing(t *testing.T) {
 	ecancel()
 	if err := <-events; err != nil && !errors.Is(err, context.Canceled) {
 		t.Errorf("events of a thread that does not exist: %v", err)
+	}
+	// Closing a port's channel makes nothing either: none was open.
+	if got, err := c.ClosePort(ctx, "acme", ghost, 3000); err != nil || got.Closed {
+		t.Errorf("closing a port of a thread that does not exist: %+v, %v; want closed false", got, err)
 	}
 	for _, th := range []string{ghost, "child"} {
 		if _, err := env.g.store.GetBinding(ctx, meta.ThreadKey{Tenant: "acme", Thread: th}); !errors.Is(err, meta.ErrNotFound) {

@@ -39,20 +39,30 @@ var ErrNotAddress = errors.New("jail: dial: the host must be an IP address or lo
 // file; it keeps the namespace alive while open, even past the jail's
 // end. It fails once the jail ended (ErrInitGone).
 func (j *Jail) NetNS() (*os.File, error) {
+	if err := j.Err(); err != nil {
+		return nil, err
+	}
+	f, err := j.openNetNS()
+	if err != nil {
+		// A zombie init's namespaces are gone: the jail ended.
+		if dead := j.Err(); dead != nil && !errors.Is(err, ErrInitGone) {
+			return nil, fmt.Errorf("%w: open its network namespace: %w", ErrInitGone, err)
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
+// openNetNS opens the init's network namespace by its pid, unless Close
+// reaped it. reapMu is a leaf: no other lock is taken under it.
+func (j *Jail) openNetNS() (*os.File, error) {
 	j.reapMu.RLock()
 	defer j.reapMu.RUnlock()
 	if j.reaped {
 		return nil, fmt.Errorf("%w: the jail is closed", ErrInitGone)
 	}
-	if err := j.Err(); err != nil {
-		return nil, err
-	}
 	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", j.init.Process.Pid))
 	if err != nil {
-		// A zombie init's namespaces are gone: the jail ended.
-		if j.Err() != nil {
-			return nil, fmt.Errorf("%w: open its network namespace: %w", ErrInitGone, err)
-		}
 		return nil, fmt.Errorf("jail: open its network namespace: %w", err)
 	}
 	return f, nil
@@ -125,6 +135,18 @@ func inNetNS(ns int, fn func() error) error {
 // bounds the connection's set-up, not the connection. It fails once the
 // jail ended.
 func (j *Jail) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	ns, err := j.NetNS()
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: jailAddr(addr), Err: err}
+	}
+	defer ns.Close()
+	return DialIn(ctx, ns, network, addr)
+}
+
+// DialIn is Dial in the network namespace ns, an open
+// /proc/<pid>/ns/net (NetNS's, or a process's the caller holds): for
+// code that holds a namespace rather than a Jail (a benchmark, a tool).
+func DialIn(ctx context.Context, ns *os.File, network, addr string) (net.Conn, error) {
 	opErr := func(err error) error {
 		return &net.OpError{Op: "dial", Net: network, Addr: jailAddr(addr), Err: err}
 	}
@@ -136,7 +158,7 @@ func (j *Jail) Dial(ctx context.Context, network, addr string) (net.Conn, error)
 		return nil, opErr(err)
 	}
 	fd := -1
-	err = j.InNetNS(func() error {
+	err = inNetNS(int(ns.Fd()), func() error {
 		var err error
 		fd, err = unix.Socket(family, typ|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 		if err != nil {

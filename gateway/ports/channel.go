@@ -22,7 +22,7 @@ import (
 )
 
 // refused is a connection refused in the jail: nothing listens there.
-var refused = syscall.ECONNREFUSED
+const refused = syscall.ECONNREFUSED
 
 // A channel is a loopback listener of the daemon's, for one port of one
 // jail: an HTTP server that checks each request's token and forwards it,
@@ -52,6 +52,10 @@ type channel struct {
 	// (a WebSocket) hijacked; closing them ends the requests that use
 	// them.
 	conns map[net.Conn]struct{}
+	// refused counts the requests refused for their token since
+	// refusalLogged, when the last was logged (noteRefusal).
+	refused       int
+	refusalLogged time.Time
 }
 
 // tokenBytes is the length of a channel's token, before encoding.
@@ -102,7 +106,8 @@ func newChannel(p *Ports, ck chanKey, j *jail.Jail) (*channel, error) {
 			// proxy expects (its own links and redirects).
 			r.Out.Host = r.In.Host
 		},
-		Transport: ch.tr,
+		Transport:  ch.tr,
+		BufferPool: &p.buffers,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			msg := fmt.Sprintf("port %d of the jail: %v", ck.port, err)
 			if errors.Is(err, refused) {
@@ -146,6 +151,7 @@ func (ch *channel) authorized(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Values("Authorization")
 		if len(got) != 1 || subtle.ConstantTimeCompare([]byte(got[0]), want) != 1 {
+			ch.noteRefusal(r)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="warren"`)
 			http.Error(w, "this channel needs its token: Authorization: Bearer <token>", http.StatusUnauthorized)
 			return
@@ -159,6 +165,26 @@ func (ch *channel) authorized(next http.Handler) http.Handler {
 		defer ch.reqs.Done()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// refusalLogEvery bounds how often a channel logs the requests it
+// refused: anyone on the host can send them.
+const refusalLogEvery = 10 * time.Second
+
+// noteRefusal logs a request refused for its token: the first, then at
+// most one line per refusalLogEvery with the count since.
+func (ch *channel) noteRefusal(r *http.Request) {
+	ch.mu.Lock()
+	ch.refused++
+	n := ch.refused
+	if time.Since(ch.refusalLogged) < refusalLogEvery {
+		ch.mu.Unlock()
+		return
+	}
+	ch.refusalLogged, ch.refused = time.Now(), 0
+	ch.mu.Unlock()
+	ch.log.Warn("refused: a port channel's request without its token", "tenant", ch.key.k.Tenant, "thread", ch.key.k.Thread,
+		"port", ch.key.port, "from", r.RemoteAddr, "refused", n)
 }
 
 // enter counts a request, unless the channel is closed.
@@ -283,4 +309,25 @@ func (c *limitConn) Close() error {
 	err := c.Conn.Close()
 	c.closeOnce.Do(c.release)
 	return err
+}
+
+// bufferPool lends the reverse proxies their copy buffers: without one,
+// each answer's copy allocates 32 KiB.
+type bufferPool struct{ pool sync.Pool }
+
+// copyBufferBytes is the size of a proxy's copy buffer.
+const copyBufferBytes = 32 << 10
+
+func (b *bufferPool) Get() []byte {
+	if buf, ok := b.pool.Get().(*[]byte); ok {
+		return *buf
+	}
+	return make([]byte, copyBufferBytes)
+}
+
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) == copyBufferBytes {
+		buf = buf[:copyBufferBytes]
+		b.pool.Put(&buf)
+	}
 }

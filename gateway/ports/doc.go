@@ -22,7 +22,9 @@
 //   - A request to a channel's URL without "Authorization: Bearer
 //     <token>" (compared in constant time) is answered 401 by the daemon
 //     and never reaches the jail; the header is taken off the requests
-//     that pass, so the jail's server never sees the token.
+//     that pass, so the jail's server never sees the token. Refusals are
+//     logged: the first, then one line per refusalLogEvery with their
+//     count (anyone on the host can send them).
 //   - HTTP and WebSocket (any Upgrade: the reverse proxy splices the
 //     upgraded connection) reach the port on the jail's loopback,
 //     127.0.0.1 and then ::1, dialed inside the jail's network namespace

@@ -39,6 +39,10 @@ type Ports struct {
 	// (tcp.go), for JailEnded, Remove and Close to cut.
 	splices map[*splice]struct{}
 
+	// buffers are the channels' proxies' copy buffers (safe for
+	// concurrent use on its own).
+	buffers bufferPool
+
 	// wg counts the channels' serving goroutines and the channels being
 	// closed (closeChannel), for Close.
 	wg sync.WaitGroup
