@@ -69,6 +69,22 @@ const (
 	EventMissed EventType = "missed"
 )
 
+// The headers of the event stream's answer, for a reader that resumes it
+// (a watcher of a thread's files):
+//
+//   - HeaderEventSeq is the seq of the newest event when the stream
+//     began: it brings every event after that one (after since, when
+//     asked), so a reader that saw no event yet resumes with since set to
+//     it;
+//   - HeaderEventRun names this run of the daemon: a new one at each
+//     start. File events are built only while a reader follows a thread
+//     (and 10 minutes after), so a reader that finds another run, or that
+//     was away longer, may have missed changes that no event says.
+const (
+	HeaderEventSeq = "X-Warren-Event-Seq"
+	HeaderEventRun = "X-Warren-Event-Run"
+)
+
 // Event is one line of the event stream.
 type Event struct {
 	// Seq numbers the events of this gateway: 1, 2, 3... in the order they

@@ -51,10 +51,24 @@ func (f eventFilter) matchThread(k meta.ThreadKey) bool {
 	return (f.tenant == "" || f.tenant == k.Tenant) && (f.thread == "" || f.thread == k.Thread)
 }
 
+// match says whether ev passes f. With a prefix, only the events about
+// files under it pass: the file events of a path (or a rename's old path)
+// that starts with it, and the restores (thread.restored) that changed
+// such a path, or may have (their list of paths is cut).
 func (f eventFilter) match(ev api.Event) bool {
-	if f.prefix != "" && (!strings.HasPrefix(string(ev.Type), "file.") ||
-		!strings.HasPrefix(ev.Path, f.prefix) && (ev.From == "" || !strings.HasPrefix(ev.From, f.prefix))) {
-		return false
+	if f.prefix != "" {
+		switch {
+		case strings.HasPrefix(string(ev.Type), "file."):
+			if !strings.HasPrefix(ev.Path, f.prefix) && (ev.From == "" || !strings.HasPrefix(ev.From, f.prefix)) {
+				return false
+			}
+		case ev.Type == api.EventThreadRestored:
+			if len(ev.Paths) < api.MaxEventPaths && !slices.ContainsFunc(ev.Paths, func(p string) bool { return strings.HasPrefix("/"+p, f.prefix) }) {
+				return false
+			}
+		default:
+			return false
+		}
 	}
 	return (f.tenant == "" || f.tenant == ev.Tenant) && (f.thread == "" || f.thread == ev.Thread)
 }
@@ -143,6 +157,10 @@ type subscription struct {
 	replay           [][]byte
 	lost             uint64
 	lostFrom, lostTo uint64
+	// at is the seq of the newest event when it subscribed: the stream
+	// brings every event after it (or after since), so a reader that
+	// saw none yet resumes from it (api.HeaderEventSeq).
+	at uint64
 }
 
 func newBroker(buffer int) *broker {
@@ -169,7 +187,7 @@ func (b *broker) subscribeSince(f eventFilter, since *uint64) (*subscription, er
 	if b.closed {
 		return nil, api.ErrClosed
 	}
-	s := &subscription{b: b, filter: f, ch: make(chan delivery, b.buffer)}
+	s := &subscription{b: b, filter: f, ch: make(chan delivery, b.buffer), at: b.seq}
 	if since != nil && *since < b.seq {
 		first := b.seq + 1 // the oldest kept; none kept: all lost
 		if b.log != nil && b.log.oldest() != 0 {

@@ -2,6 +2,7 @@ package events
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"strconv"
 	"testing"
@@ -108,4 +109,35 @@ func mustEvent(t *testing.T, d delivery) api.Event {
 		t.Fatalf("decode a delivery's line %q: %v", d.line, err)
 	}
 	return ev
+}
+
+// TestEventFilterPrefix: with a prefix, the file events of paths under it
+// pass (a rename's old or new path), and the restores that changed such a
+// path or whose list of paths is cut; no other event.
+func TestEventFilterPrefix(t *testing.T) {
+	f := eventFilter{tenant: "acme", thread: "t1", prefix: "/src"}
+	many := make([]string, api.MaxEventPaths)
+	for i := range many {
+		many[i] = fmt.Sprintf("docs/%d", i)
+	}
+	for _, tc := range []struct {
+		ev   api.Event
+		want bool
+	}{
+		{api.Event{Type: api.EventFileCreated, Path: "/src/a.go"}, true},
+		{api.Event{Type: api.EventFileChanged, Path: "/docs/a.md"}, false},
+		{api.Event{Type: api.EventFileRenamed, From: "/src/a.go", Path: "/old/a.go"}, true},
+		{api.Event{Type: api.EventThreadRestored, Paths: []string{"README.md", "src/a.go"}}, true},
+		{api.Event{Type: api.EventThreadRestored, Paths: []string{"README.md"}}, false},
+		{api.Event{Type: api.EventThreadRestored, Paths: many}, true}, // cut: it may have
+		{api.Event{Type: api.EventJobOutput, Data: "x"}, false},
+	} {
+		tc.ev.Tenant, tc.ev.Thread = "acme", "t1"
+		if got := f.match(tc.ev); got != tc.want {
+			t.Errorf("%+v: match %v, want %v", tc.ev, got, tc.want)
+		}
+	}
+	if f.match(api.Event{Type: api.EventFileCreated, Tenant: "acme", Thread: "t2", Path: "/src/a.go"}) {
+		t.Errorf("another thread's event passed")
+	}
 }

@@ -2,6 +2,8 @@ package events
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"sync"
 
@@ -45,6 +47,9 @@ const (
 // Bus is the daemon's event stream: its broker, its log and its file
 // events. New makes one; Close ends it.
 type Bus struct {
+	// run names this run of the daemon's events (api.HeaderEventRun):
+	// a new one at each start. Never changed.
+	run       string
 	b         *broker     // never changed
 	files     *fileEvents // never changed
 	refusals  Refusals
@@ -61,7 +66,9 @@ func New(cfg Config) (*Bus, error) {
 	if cfg.LogSize == 0 {
 		cfg.LogSize = DefaultLogSize
 	}
-	bus := &Bus{b: newBroker(cfg.Buffer), refusals: cfg.Refusals, log: cfg.Logger}
+	var run [8]byte
+	rand.Read(run[:])
+	bus := &Bus{run: hex.EncodeToString(run[:]), b: newBroker(cfg.Buffer), refusals: cfg.Refusals, log: cfg.Logger}
 	if cfg.LogSize > 0 {
 		l, err := openEventLog(cfg.LogPath, cfg.LogSize)
 		if err != nil {

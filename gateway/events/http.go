@@ -70,7 +70,7 @@ func (h *Handlers) Events(r *http.Request, _ call.Params) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to events: %w", err)
 	}
-	return &eventStream{log: h.bus.log, done: h.bus.b.done, sub: sub}, nil
+	return &eventStream{log: h.bus.log, done: h.bus.b.done, sub: sub, run: h.bus.run}, nil
 }
 
 // eventFilterOf reads the filter of GET /v1/events. The ids follow the
@@ -106,6 +106,7 @@ type eventStream struct {
 	log  hclog.Logger
 	done <-chan struct{} // the broker's: closed when the Bus closes
 	sub  *subscription
+	run  string // the Bus's
 }
 
 func (s *eventStream) ServeStream(w http.ResponseWriter, r *http.Request) {
@@ -115,6 +116,8 @@ func (s *eventStream) ServeStream(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set(api.HeaderEventSeq, strconv.FormatUint(s.sub.at, 10))
+	w.Header().Set(api.HeaderEventRun, s.run)
 	w.WriteHeader(http.StatusOK)
 	if err := rc.Flush(); err != nil {
 		log.Debug("event stream: send headers", "error", err)

@@ -256,3 +256,31 @@ func waitWriteBlocked(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamResumeHeaders: a stream's answer says the newest event's seq
+// when it began, from which a reader resumes with since and misses
+// nothing, and names the Bus's run, the same for every stream of a Bus
+// and another for another Bus (a restarted daemon).
+func TestStreamResumeHeaders(t *testing.T) {
+	bus := newTestBus(t)
+	sock := serveEvents(t, bus)
+	for range 3 {
+		bus.Emit(api.Event{Type: api.EventThreadBound, Tenant: "acme", Thread: "t1"})
+	}
+	first := openStream(t, sock, "thread=t1&tenant=acme")
+	if got := first.Header.Get(api.HeaderEventSeq); got != "3" {
+		t.Errorf("%s: got %q, want 3", api.HeaderEventSeq, got)
+	}
+	bus.Emit(api.Event{Type: api.EventThreadClosed, Tenant: "acme", Thread: "t1"})
+	again := openStream(t, sock, "thread=t1&tenant=acme&since="+first.Header.Get(api.HeaderEventSeq))
+	if ev := <-readLines(t, again); ev.Seq != 4 || ev.Type != api.EventThreadClosed {
+		t.Errorf("resumed after 3: got %+v, want the event 4", ev)
+	}
+	run := first.Header.Get(api.HeaderEventRun)
+	if run == "" || again.Header.Get(api.HeaderEventRun) != run {
+		t.Errorf("%s: %q then %q, want one run", api.HeaderEventRun, run, again.Header.Get(api.HeaderEventRun))
+	}
+	if other := openStream(t, serveEvents(t, newTestBus(t)), ""); other.Header.Get(api.HeaderEventRun) == run {
+		t.Errorf("another Bus has the same run %q", run)
+	}
+}

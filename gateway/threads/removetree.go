@@ -3,7 +3,6 @@ package threads
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 
@@ -34,7 +33,7 @@ func removeWorkspace(ctx context.Context, root string) error {
 	names, err := f.Readdirnames(-1)
 	f.Close()
 	if err != nil {
-		return fmt.Errorf("list %s: %w", root, err)
+		return os.RemoveAll(root) // not a folder, or unreadable: as before
 	}
 	total := int64(len(names))
 	for i, name := range names {

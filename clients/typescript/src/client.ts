@@ -543,6 +543,31 @@ export class WarrenClient {
     })
     yield* ndjson<api.WarrenEvent>(res, filter.signal)
   }
+
+  /**
+   * The event stream as {@link events} gives it, once the daemon answered:
+   * with `seq`, the newest event's when the stream began (every event
+   * after it follows), and `run`, which names this run of the daemon (a
+   * new one at each start), so that a reader can resume it from where it
+   * was and tell when it may have missed changes.
+   */
+  async openEvents(
+    filter: { tenant?: string; thread?: string; prefix?: string; since?: number } & CallOptions = {},
+  ): Promise<{ seq: number; run: string; events: AsyncGenerator<api.WarrenEvent> }> {
+    const res = await this.t.send('GET', '/v1/events', {
+      query: { tenant: filter.tenant, thread: filter.thread, prefix: filter.prefix, since: filter.since },
+      signal: filter.signal,
+    })
+    const header = (name: string) => {
+      const v = res.headers[name.toLowerCase()]
+      return (Array.isArray(v) ? v[0] : v) ?? ''
+    }
+    return {
+      seq: Number(header('X-Warren-Event-Seq')) || 0,
+      run: header('X-Warren-Event-Run'),
+      events: ndjson<api.WarrenEvent>(res, filter.signal),
+    }
+  }
 }
 
 /** A port as its path segment: an integer is sent as it is; anything else as text the daemon refuses (400). */

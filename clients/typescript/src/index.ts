@@ -34,3 +34,5 @@ export type {
   WarrenStat,
 } from './provider.js'
 export type * from './api.js'
+export { watchFiles } from './watch.js'
+export type { WarrenFileEvent, WarrenWatch, WatchOptions } from './watch.js'

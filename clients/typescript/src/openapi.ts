@@ -2580,6 +2580,10 @@ export interface operations {
             /** @description An NDJSON stream: a sequence of lines, each one `Event` as a JSON object followed by a newline, each written and flushed as it happens. Once it started, a failure can only end it. */
             200: {
                 headers: {
+                    /** @description The seq of the newest event when the stream began; every event after it follows. A reader that saw none resumes with since set to it. */
+                    "X-Warren-Event-Seq"?: number;
+                    /** @description Names this run of the daemon (a new one at each start). File events are not built while no reader follows a thread, so a reader that finds another run may have missed changes that no event tells. */
+                    "X-Warren-Event-Run"?: string;
                     [name: string]: unknown;
                 };
                 content: {

@@ -46,6 +46,8 @@ import type {
 import type { EndReason, JobInfo, Settings, ThreadInfo } from './api.js'
 import { WarrenClient } from './client.js'
 import { isWarrenError, WarrenError, WarrenNotFoundError } from './errors.js'
+import { watchFiles } from './watch.js'
+import type { WarrenFileEvent, WarrenWatch, WatchOptions } from './watch.js'
 
 /** The root of a workspace inside its jail, and the contract's virtual root. */
 export const WORKSPACE = '/workspace'
@@ -95,10 +97,19 @@ export interface WarrenStat {
   size: number
 }
 
-/** The contract's fs with the newer contract's `lstat`. */
+/** The contract's fs with the newer contract's `lstat`, and `watch`. */
 export interface WarrenFs extends SandboxFs {
   /** The entry at p, its last link not followed; undefined when there is none. */
   lstat: (p: string) => Promise<WarrenStat | undefined>
+  /**
+   * Watches the tree at p, recursively, until stop: every change of an
+   * entry under it (by an agent, another run, a restore, a process of the
+   * host), in order, from warren's file events; resumed from its cursor
+   * after a broken connection or a daemon restart, with a `resync` event
+   * where changes may have gone untold. It resolves once the daemon
+   * follows the thread: every change after that is told.
+   */
+  watch: (p: string, onEvent: (e: WarrenFileEvent) => void, opts?: WatchOptions) => Promise<WarrenWatch>
 }
 
 /**
@@ -340,6 +351,7 @@ function makeHandle(ctx: Ctx, run: string): WarrenSandboxHandle {
   // Calls on a thread bind it first: a destroyed sandbox's handle would
   // make it again, empty. It refuses instead.
   let destroyed = false
+  const watches = new Set<WarrenWatch>() // fs.watch's, stopped by destroy
   const live = () => {
     if (destroyed) throw new WarrenNotFoundError(404, `The sandbox ${thread} was destroyed.`)
   }
@@ -393,6 +405,25 @@ function makeHandle(ctx: Ctx, run: string): WarrenSandboxHandle {
     async exists(p) {
       live()
       return (await client.exists(tenant, thread, rel(p))).exists
+    },
+    async watch(p, onEvent, o = {}) {
+      live()
+      const r = rel(p)
+      if (path.posix.isAbsolute(r)) throw new WarrenError(400, 'outside', `watch: ${JSON.stringify(p)} is not in the workspace`)
+      const prefix = r === '.' ? '' : '/' + path.posix.normalize(r).replace(/\/+$/, '')
+      if (prefix === '/..' || prefix.startsWith('/../')) throw new WarrenError(400, 'outside', `watch: ${JSON.stringify(p)} is not in the workspace`)
+      // Events name the paths as p does: under the root it was given in.
+      const base = [WORKSPACE, mountPath].find((root) => p === root || p.startsWith(root + '/')) ?? ''
+      const name = (e: string) => (base === '' ? e.slice(1) || '.' : base + (e === '/' ? '' : e))
+      const w = await watchFiles(client, tenant, thread, prefix, name, onEvent, o)
+      watches.add(w)
+      return {
+        stop: async () => {
+          watches.delete(w)
+          await w.stop()
+        },
+        cursor: w.cursor,
+      }
     },
     async lstat(p) {
       live()
@@ -516,6 +547,8 @@ function makeHandle(ctx: Ctx, run: string): WarrenSandboxHandle {
       )
     },
     async destroy() {
+      await Promise.all([...watches].map((w) => w.stop()))
+      watches.clear()
       await provider.destroy({ id: thread })
       destroyed = true
     },

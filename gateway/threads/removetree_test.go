@@ -1,0 +1,48 @@
+package threads
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"warren/internal/progress"
+)
+
+// TestRemoveWorkspace: the workspace goes with everything in it, each
+// entry of its top folder reported as it goes; a link in it to a folder
+// outside is removed, not followed; a missing root is no error.
+func TestRemoveWorkspace(t *testing.T) {
+	dir := t.TempDir()
+	root, outside := filepath.Join(dir, "ws"), filepath.Join(dir, "outside")
+	for _, p := range []string{filepath.Join(root, "a", "b"), filepath.Join(root, "c"), outside} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{filepath.Join(root, "a", "b", "f"), filepath.Join(root, "top.txt"), filepath.Join(outside, "keep")} {
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	var frames []progress.Frame
+	ctx := progress.With(context.Background(), func(f progress.Frame) { frames = append(frames, f) })
+	if err := removeWorkspace(ctx, root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(root); !os.IsNotExist(err) {
+		t.Errorf("the workspace is still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "keep")); err != nil {
+		t.Errorf("a file outside, behind a link, went: %v", err)
+	}
+	if len(frames) != 4 || frames[3] != (progress.Frame{Done: 4, Total: 4, Phase: PhaseRemove}) {
+		t.Errorf("frames %+v, want 4, the last 4 of 4 %q", frames, PhaseRemove)
+	}
+	if err := removeWorkspace(ctx, root); err != nil {
+		t.Errorf("a missing workspace: %v", err)
+	}
+}
