@@ -78,7 +78,7 @@ func bench(ctx context.Context, socket string, runs int, d time.Duration, conns 
 		return err
 	}
 	mode := uint32(0o755)
-	if _, err := c.WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "portbench", Mode: &mode}, bytes.NewReader(self)); err != nil {
+	if _, err := c.Files().WriteRaw(ctx, tenant, thread, api.RawRequest{Path: "portbench", Mode: &mode}, bytes.NewReader(self)); err != nil {
 		return fmt.Errorf("copy the server into the workspace: %w", err)
 	}
 	job, err := c.Spawn(ctx, tenant, thread, api.SpawnRequest{Command: fmt.Sprintf("exec ./portbench -serve %d", port), Label: "portbench server"})
