@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -98,15 +99,8 @@ func (h *Handlers) ExecStdin(r *http.Request, p call.Params) (any, error) {
 	if re.stdin == nil {
 		return nil, fmt.Errorf("%w: the input of %s is not open (ask for openStdin or tty)", api.ErrConflict, p.Exec)
 	}
-	re.mu.Lock()
-	defer re.mu.Unlock()
-	if req.Data != "" {
-		if _, err := io.WriteString(re.stdin, req.Data); err != nil {
-			return nil, fmt.Errorf("%w: the input of %s is closed", api.ErrConflict, p.Exec)
-		}
-	}
-	if req.Close {
-		re.stdin.Close()
+	if err := feed(&re.mu, re.stdin, req, p.Exec); err != nil {
+		return nil, err
 	}
 	return api.ExecAck{ID: p.Exec}, nil
 }
@@ -295,17 +289,27 @@ func (h *Handlers) Stdin(r *http.Request, p call.Params) (any, error) {
 	if jb == nil {
 		return nil, fmt.Errorf("%w: no job %s runs in thread %s on this host", api.ErrNotFound, p.Job, call.KeyName(k))
 	}
-	jb.stdinMu.Lock()
-	defer jb.stdinMu.Unlock()
+	if err := feed(&jb.stdinMu, jb.stdin, req, p.Job); err != nil {
+		return nil, err
+	}
+	return api.JobResponse{Job: jb.info()}, nil
+}
+
+// feed writes a stdin request's data to the input of a command or job
+// (id), then closes it if asked, holding mu (which serializes the writes
+// to it) meanwhile.
+func feed(mu *sync.Mutex, stdin *io.PipeWriter, req api.ExecStdinRequest, id string) error {
+	mu.Lock()
+	defer mu.Unlock()
 	if req.Data != "" {
-		if _, err := io.WriteString(jb.stdin, req.Data); err != nil {
-			return nil, fmt.Errorf("%w: the input of %s is closed", api.ErrConflict, p.Job)
+		if _, err := io.WriteString(stdin, req.Data); err != nil {
+			return fmt.Errorf("%w: the input of %s is closed", api.ErrConflict, id)
 		}
 	}
 	if req.Close {
-		jb.stdin.Close()
+		stdin.Close()
 	}
-	return api.JobResponse{Job: jb.info()}, nil
+	return nil
 }
 
 func (h *Handlers) Signal(r *http.Request, p call.Params) (any, error) {

@@ -154,23 +154,31 @@ func (o *jobOutput) Read(off int64, p []byte) (n int, start int64, ended bool) {
 // waiter that gives up leaves nothing behind: it waits on a channel that
 // the next Write closes, and starts no goroutine.
 func (o *jobOutput) Wait(ctx context.Context, off int64) error {
+	return waitPast(ctx, &o.mu, &o.total, &o.ended, &o.more, off)
+}
+
+// waitPast is the wait of an output whose state mu guards: until more
+// than max(off, 0) bytes were written (total) or the output ended, waking
+// at each close of more, which the next write or close makes (the first
+// waiter makes the channel). It returns ctx.Err() once ctx is done.
+func waitPast(ctx context.Context, mu *sync.Mutex, total *int64, ended *bool, more *chan struct{}, off int64) error {
 	off = max(off, 0)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		o.mu.Lock()
-		if o.total > off || o.ended {
-			o.mu.Unlock()
+		mu.Lock()
+		if *total > off || *ended {
+			mu.Unlock()
 			return nil
 		}
-		if o.more == nil {
-			o.more = make(chan struct{})
+		if *more == nil {
+			*more = make(chan struct{})
 		}
-		more := o.more
-		o.mu.Unlock()
+		ch := *more
+		mu.Unlock()
 		select {
-		case <-more:
+		case <-ch:
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -226,27 +226,7 @@ func (v *mergedView) Read(off int64, p []byte) (n int, start int64, s streamID, 
 // output ended, as jobOutput.Wait.
 func (v *mergedView) Wait(ctx context.Context, off int64) error {
 	o := v.o
-	off = max(off, 0)
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		o.mu.Lock()
-		if o.total > off || o.ended {
-			o.mu.Unlock()
-			return nil
-		}
-		if o.more == nil {
-			o.more = make(chan struct{})
-		}
-		more := o.more
-		o.mu.Unlock()
-		select {
-		case <-more:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return waitPast(ctx, &o.mu, &o.total, &o.ended, &o.more, off)
 }
 
 func (v *mergedView) Size() (int64, int64) { return v.o.Size() }
