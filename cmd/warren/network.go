@@ -13,21 +13,10 @@ import (
 	"warren/meta"
 )
 
-// ruleList is a repeatable egress rule flag.
-type ruleList struct{ to *[]string }
-
-func (r ruleList) String() string {
-	if r.to == nil {
-		return ""
-	}
-	return fmt.Sprint(*r.to)
-}
-func (r ruleList) Set(v string) error { *r.to = append(*r.to, v); return nil }
-
 // addEgressFlags adds the flags of an egress policy to fs.
 func addEgressFlags(fs *flag.FlagSet, eg *meta.Egress) {
-	fs.Var(ruleList{&eg.Allow}, "allow", "an egress rule the jail may reach: a CIDR, a host name or *.domain (repeatable)")
-	fs.Var(ruleList{&eg.Deny}, "deny", "an egress rule the jail may not reach; wins over --allow (repeatable)")
+	fs.Var((*cli.Strings)(&eg.Allow), "allow", "an egress rule the jail may reach: a CIDR, a host name or *.domain (repeatable)")
+	fs.Var((*cli.Strings)(&eg.Deny), "deny", "an egress rule the jail may not reach; wins over --allow (repeatable)")
 	fs.StringVar(&eg.Default, "egress-default", "", "what rules do not name: allow (the default) or deny")
 }
 

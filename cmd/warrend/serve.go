@@ -43,8 +43,8 @@ type serveOptions struct {
 	// The jails' networks.
 	allowNetworks string
 	egressSubnet  string
-	egressPrivate repeated
-	egressDNS     repeated
+	egressPrivate cli.Strings
+	egressDNS     cli.Strings
 	logLevel      string
 	logJSON       bool
 	// noEditChecks switches off the refusal of stale writes; benchmarks
@@ -541,12 +541,6 @@ func fuseTransport(log hclog.Logger, name string) (fs.Transport, error) {
 	return t, nil
 }
 
-// repeated is a flag given any number of times.
-type repeated []string
-
-func (r *repeated) String() string     { return strings.Join(*r, ",") }
-func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
-
 // networks are the network flags, parsed.
 type networks struct {
 	allow   []string
@@ -559,13 +553,16 @@ type networks struct {
 func networkFlags(o serveOptions) (networks, []error) {
 	var n networks
 	var bad []error
-	for _, m := range strings.Split(o.allowNetworks, ",") {
-		m = strings.TrimSpace(m)
-		if m != "none" && m != "egress" && m != "host" {
-			bad = append(bad, fmt.Errorf("--allow-networks lists none, egress and host, not %q", m))
-			continue
+	// Unset (serve's own callers): every network, the gateway's default.
+	if o.allowNetworks != "" {
+		for _, m := range strings.Split(o.allowNetworks, ",") {
+			m = strings.TrimSpace(m)
+			if m != "none" && m != "egress" && m != "host" {
+				bad = append(bad, fmt.Errorf("--allow-networks lists none, egress and host, not %q", m))
+				continue
+			}
+			n.allow = append(n.allow, m)
 		}
-		n.allow = append(n.allow, m)
 	}
 	if o.egressSubnet != "" {
 		p, err := netip.ParsePrefix(o.egressSubnet)

@@ -79,7 +79,7 @@ func TestServeUsage(t *testing.T) {
 		t.Errorf("got exit %d, stderr %q; want 2 and the reason", code, errOut)
 	}
 	code, _, errOut = runDaemon(t, "serve", "--jail-network", "bridge")
-	if code != 2 || !strings.Contains(errOut, "none or host") {
+	if code != 2 || !strings.Contains(errOut, "none, egress or host") {
 		t.Errorf("--jail-network bridge: exit %d, stderr %q; want 2 and the reason", code, errOut)
 	}
 	code, _, errOut = runDaemon(t, "serve", "--allow-uid", "x")
@@ -198,18 +198,24 @@ func TestServeSaysEveryBadFlag(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
 	code, _, errOut := runDaemon(t, "serve", "--data", data,
 		"--jail-memory", "lots", "--jail-network", "wifi", "--no-such-flag",
-		"--log-level", "loud", "--jail-procs", "3", "--store", "zookeeper", "--jail-cpu", "half")
+		"--log-level", "loud", "--jail-procs", "3", "--store", "zookeeper", "--jail-cpu", "half",
+		"--allow-networks", "none,wifi", "--egress-subnet", "8.8.0.0/16", "--egress-allow-private", "mirror",
+		"--egress-dns", "dns.example")
 	if code != 2 {
 		t.Errorf("exit %d, want 2", code)
 	}
 	for _, want := range []string{
 		`invalid value "lots" for flag -jail-memory`,
-		"--jail-network is none or host, not \"wifi\"",
+		"--jail-network is none, egress or host, not \"wifi\"",
 		"flag provided but not defined: -no-such-flag",
 		`unknown log level "loud"`,
 		"jail processes 3",
 		"--store is badger or etcd",
 		`"half" is not a number of CPUs`,
+		"--allow-networks lists none, egress and host, not \"wifi\"",
+		"--egress-subnet is a private IPv4 range of /16 to /24, not \"8.8.0.0/16\"",
+		"--egress-allow-private is a CIDR, not \"mirror\"",
+		"--egress-dns is an IP or IP:port, not \"dns.example\"",
 		"mistakes in the flags",
 	} {
 		if !strings.Contains(errOut, want) {
