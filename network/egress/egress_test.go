@@ -269,3 +269,57 @@ func TestCloseLeavesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestResolvedLifetimes: an address lives in a jail's set as long as the
+// latest answer that gave it; a shorter answer for another name does not
+// cut it short.
+func TestResolvedLifetimes(t *testing.T) {
+	n := openNetwork(t, egress.Config{})
+	_, link := attach(t, n, egress.Policy{DefaultDeny: true})
+	a := netip.MustParseAddr("198.51.100.20")
+	expires := func() time.Duration {
+		t.Helper()
+		c, err := nftables.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		table := &nftables.Table{Name: n.Table(), Family: nftables.TableFamilyINet}
+		sets, err := c.GetSets(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range sets {
+			if !s.HasTimeout {
+				continue
+			}
+			els, err := c.GetSetElements(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, el := range els {
+				if netip.AddrFrom4([4]byte(el.Key)) == a {
+					return el.Expires
+				}
+			}
+		}
+		return 0
+	}
+	if err := link.AllowResolved("one.test", []netip.Addr{a}, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if e := expires(); e < 20*time.Second || e > 30*time.Second {
+		t.Fatalf("an answer of 30 s: the address expires in %v", e)
+	}
+	if err := link.AllowResolved("two.test", []netip.Addr{a}, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if e := expires(); e < 20*time.Second {
+		t.Errorf("a shorter answer for another name cut the address to %v", e)
+	}
+	if err := link.AllowResolved("one.test", []netip.Addr{a}, 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if e := expires(); e < 9*time.Minute {
+		t.Errorf("a longer answer left the address at %v", e)
+	}
+}

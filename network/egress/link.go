@@ -366,25 +366,49 @@ func (l *Link) AllowResolved(name string, addrs []netip.Addr, ttl time.Duration)
 		return nil
 	}
 	now := time.Now()
-	l.names[name] = answer{addrs: addrs, expires: now.Add(ttl)}
-	var els []nftables.SetElement
-	for _, a := range addrs {
-		if a = a.Unmap(); a.Is4() {
-			b := a.As4()
-			els = append(els, nftables.SetElement{Key: b[:], Timeout: ttl})
+	// What the set holds now: each address until the latest answer that
+	// gave it expires (an unexpired answer's addresses are in the set).
+	held := make(map[netip.Addr]time.Time)
+	for _, old := range l.names {
+		if old.expires.After(now) {
+			for _, a := range old.addrs {
+				if a = a.Unmap(); old.expires.After(held[a]) {
+					held[a] = old.expires
+				}
+			}
 		}
 	}
-	if len(els) == 0 {
+	expires := now.Add(ttl)
+	l.names[name] = answer{addrs: addrs, expires: expires}
+	// New addresses are added; one held for less long is deleted and
+	// added again, since an element keeps the timeout it was added with;
+	// one held longer already is left as it is.
+	var add, renew []nftables.SetElement
+	for _, a := range addrs {
+		if a = a.Unmap(); !a.Is4() {
+			continue
+		}
+		b := a.As4()
+		el := nftables.SetElement{Key: b[:], Timeout: ttl}
+		switch until, ok := held[a]; {
+		case !ok:
+			add = append(add, el)
+		case expires.After(until):
+			renew = append(renew, el)
+		}
+	}
+	if len(add)+len(renew) == 0 {
 		return nil
 	}
-	// An element already in the set keeps its own timeout: it is deleted
-	// and added again in one batch, to live as long as the newest answer.
 	c := n.nft
-	c.SetDeleteElements(l.resolved, els)
-	c.SetAddElements(l.resolved, els)
+	if len(renew) > 0 {
+		c.SetDeleteElements(l.resolved, renew)
+	}
+	c.SetAddElements(l.resolved, append(add, renew...))
 	if err := c.Flush(); err != nil {
-		// The delete of an element not there fails the batch: add alone.
-		c.SetAddElements(l.resolved, els)
+		// An element the kernel let expire a moment before this record
+		// did is not there to delete: add them all alone.
+		c.SetAddElements(l.resolved, append(add, renew...))
 		if err := c.Flush(); err != nil {
 			return fmt.Errorf("egress: allow %s's addresses for %s: %w", name, l.name, err)
 		}
