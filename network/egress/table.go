@@ -15,7 +15,7 @@ import (
 
 // The daemon's table (family inet, so one table sees both families):
 //
-//	input    iifname vmap @in     a jail's packets to the host: chain i<N>
+//	input    iifname vmap @in     a jail's packets to the host: jump i<N>
 //	forward  iifname vmap @out    a jail's packets out: chain j<N>
 //	         oifname vmap @back   packets to a jail: chain r<N>
 //	         iifname/oifname w<ID>-* drop   a link with no chain (being made)
@@ -100,11 +100,14 @@ func (n *Network) build() error {
 	if s.privok, err = n.addIntervalSet("privok", ok4); err != nil {
 		return err
 	}
-	for _, m := range []**nftables.Set{&s.in, &s.out, &s.back} {
-		name := map[**nftables.Set]string{&s.in: "in", &s.out: "out", &s.back: "back"}[m]
-		*m = &nftables.Set{Table: t, Name: name, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
-		if err := c.AddSet(*m, nil); err != nil {
-			return fmt.Errorf("egress: add map %s: %w", name, err)
+	vmaps := []struct {
+		to   **nftables.Set
+		name string
+	}{{&s.in, "in"}, {&s.out, "out"}, {&s.back, "back"}}
+	for _, m := range vmaps {
+		*m.to = &nftables.Set{Table: t, Name: m.name, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
+		if err := c.AddSet(*m.to, nil); err != nil {
+			return fmt.Errorf("egress: add map %s: %w", m.name, err)
 		}
 	}
 	s.refuse = c.AddChain(&nftables.Chain{Name: "refuse", Table: t})
