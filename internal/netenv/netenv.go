@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -145,11 +146,28 @@ type World struct {
 
 var worlds atomic.Int32
 
+// worldLock is held by the one world of the host: its range and the
+// addresses routed into it (Route) are the host's, so the tests of every
+// package that make a world (go test runs packages at once) take turns.
+const worldLock = "/run/warren-test-world.lock"
+
 // NewWorld makes a world on 203.0.113.0/24 (TEST-NET-3): the world at .1,
-// the host at .254. One test at a time per host may hold it (the range is
-// one): tests that use it do not run in parallel.
+// the host at .254. It waits for any other world of the host, in this
+// process or another, to go first.
 func NewWorld(t testing.TB) *World {
 	t.Helper()
+	testenv.RequireRoot(t)
+	lock, err := os.OpenFile(worldLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("the world's lock: %v", err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		lock.Close()
+		t.Fatalf("the world's lock: %v", err)
+	}
+	// Registered first, so released last: after the world's link,
+	// routes and namespace are gone.
+	t.Cleanup(func() { lock.Close() })
 	ns := NewNS(t)
 	w := &World{NS: ns, Addr: netip.MustParseAddr("203.0.113.1"), Host: netip.MustParseAddr("203.0.113.254"),
 		link: "wtest" + strconv.Itoa(unix.Getpid()%10000) + "-" + strconv.Itoa(int(worlds.Add(1))%10)}

@@ -243,7 +243,7 @@ func (l *Link) addRules(p Policy) error {
 	for k, m := range []*nftables.Set{n.sets.in, n.sets.out, n.sets.back} {
 		// A jump, not a goto: a jail's chain that ends without a verdict
 		// (it never should) comes back to the base chain, whose next rule
-		// drops every packet of the daemon's links. A goto would end in
+		// refuses every packet of the daemon's links. A goto would end in
 		// the base chain's policy, accept: fail open.
 		el := nftables.SetElement{Key: ifname(l.name), VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: l.chains[k].Name}}
 		if err := c.SetAddElements(m, []nftables.SetElement{el}); err != nil {
