@@ -309,7 +309,9 @@ func bench(socket string, runs int, size int64, connects, threads int) error {
 	fmt.Printf("%-36s %10s %12s %10s %8s %8s\n", "", "host", "jail's netns", "jail", "ratio", "netns")
 	// measure runs the client with args on every side, runs times, and
 	// returns the medians.
-	measure := func(args ...string) (med [sides]float64, err error) {
+	// Every sample is listed at the end, so that a noisy run shows itself.
+	var samples strings.Builder
+	measure := func(label string, show func(float64) string, args ...string) (med [sides]float64, err error) {
 		var v [sides][]float64
 		for i := range runs {
 			// Taking turns, the first side rotating, so that a drift of
@@ -325,27 +327,32 @@ func bench(socket string, runs int, size int64, connects, threads int) error {
 		}
 		for side := range sides {
 			med[side] = median(v[side])
+			fmt.Fprintf(&samples, "%s, %s:", label, sideNames[side])
+			for _, x := range v[side] {
+				fmt.Fprintf(&samples, " %s", show(x))
+			}
+			samples.WriteString("\n")
 		}
 		return med, nil
 	}
-	st, err := measure("-stream", sinkAddr, "-bytes", strconv.FormatInt(size, 10))
+	mibs := func(bps float64) string { return fmt.Sprintf("%.0f", bps/(1<<20)) }
+	dur := func(ns float64) string { return round(time.Duration(ns)).String() }
+	st, err := measure("stream MiB/s", mibs, "-stream", sinkAddr, "-bytes", strconv.FormatInt(size, 10))
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
 	streamRatio := st[jailSide] / st[hostSide]
-	mibs := func(bps float64) string { return fmt.Sprintf("%.0f", bps/(1<<20)) }
 	fmt.Printf("%-36s %10s %12s %10s %7.2fx %7.2fx\n", fmt.Sprintf("one TCP stream of %d MiB, MiB/s", size>>20),
 		mibs(st[hostSide]), mibs(st[nsSide]), mibs(st[jailSide]), streamRatio, st[nsSide]/st[hostSide])
-	ct, err := measure("-connect", closerAddr, "-connects", strconv.Itoa(connects))
+	ct, err := measure("connect", dur, "-connect", closerAddr, "-connects", strconv.Itoa(connects))
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
 	connectRatio := ct[jailSide] / ct[hostSide]
-	dur := func(ns float64) time.Duration { return round(time.Duration(ns)) }
 	fmt.Printf("%-36s %10s %12s %10s %7.2fx %7.2fx\n", fmt.Sprintf("TCP connect (median of %d)", connects),
 		dur(ct[hostSide]), dur(ct[nsSide]), dur(ct[jailSide]), connectRatio, ct[nsSide]/ct[hostSide])
 
-	none, egress, err := firsts(ctx, c, threads)
+	none, egress, err := firsts(ctx, c, threads, &samples)
 	if err != nil {
 		return fmt.Errorf("first command: %w", err)
 	}
@@ -355,13 +362,14 @@ func bench(socket string, runs int, size int64, connects, threads int) error {
 	fmt.Printf("\nstream, jail over host:    %.2fx (target >= 0.9x): %s\n", streamRatio, verdict(streamRatio >= 0.9))
 	fmt.Printf("connect, jail over host:   %.2fx (target <= 1.2x): %s\n", connectRatio, verdict(connectRatio <= 1.2))
 	fmt.Printf("egress set-up, first true: %s over none (target < 20ms): %s\n", round(egress-none), verdict(egress-none < 20*time.Millisecond))
+	fmt.Printf("\nsamples\n%s", samples.String())
 	return nil
 }
 
 // firsts times the bind of a new thread and its first `true`, with
 // network none and with network egress, n new threads each, taking turns;
 // it returns the medians. Each thread is deleted after, untimed.
-func firsts(ctx context.Context, c *client.Client, n int) (none, egress time.Duration, err error) {
+func firsts(ctx context.Context, c *client.Client, n int, samples io.Writer) (none, egress time.Duration, err error) {
 	var d [2][]time.Duration
 	networks := [2]string{"none", "egress"}
 	for i := range n {
@@ -384,6 +392,13 @@ func firsts(ctx context.Context, c *client.Client, n int) (none, egress time.Dur
 				return 0, 0, fmt.Errorf("delete %s: %w", thread, err)
 			}
 		}
+	}
+	for k, name := range networks {
+		fmt.Fprintf(samples, "first true, network %s:", name)
+		for _, x := range d[k] {
+			fmt.Fprintf(samples, " %s", round(x))
+		}
+		fmt.Fprintln(samples)
 	}
 	return median(d[0]), median(d[1]), nil
 }
