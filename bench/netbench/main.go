@@ -290,6 +290,9 @@ func bench(socket string, runs int, size int64, connects, threads int) error {
 				cmd = exec.Command("nsenter", append([]string{"--net=" + nsPath, exe}, args...)...)
 			}
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			// It goes with the benchmark: a client left sending to a world
+			// taken away would block for good.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 			if err := cmd.Run(); err != nil {
 				return 0, fmt.Errorf("%s: %w: %s", sideNames[side], err, strings.TrimSpace(stderr.String()))
 			}
