@@ -223,6 +223,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	g.jails.SetJobs(g.jobs)
 	g.ports = ports.New(ports.Config{Jails: g.jails, Logger: cfg.Logger})
 	g.jails.AddEnded(g.ports)
+	g.jails.AddEnded(g.network)
 	g.threads.Attach(threads.Deps{Hosts: g.hosts, Jails: g.jails, Jobs: g.jobs, Inspections: g.inspections, History: g.checkpoints, Ports: g.ports})
 	g.health = health.New(health.Config{
 		Store: g.store, HostID: cfg.HostID, DataDir: cfg.DataDir, WorkspacesDir: g.wsBase,

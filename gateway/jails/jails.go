@@ -106,7 +106,7 @@ type Config struct {
 // and its new rules when a bind changes them.
 type Networks interface {
 	Nameserver(mode string) string
-	Attach(ctx context.Context, k meta.ThreadKey, j *jail.Jail, s meta.Settings, mode string) (detach func(), err error)
+	Attach(ctx context.Context, k meta.ThreadKey, j *jail.Jail, s meta.Settings, mode string) error
 	Apply(k meta.ThreadKey, j *jail.Jail, old, s meta.Settings) error
 }
 
@@ -489,17 +489,17 @@ func (js *Jails) For(ctx context.Context, k meta.ThreadKey, b meta.Binding) (*Th
 		js.unreserve()
 		return nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)
 	}
-	// Its network, before it runs anything.
-	detach := func() {}
+	// Its network, before it runs anything (taken away at its end: the
+	// network room is one of the Ended).
 	if js.cfg.Networks != nil {
-		if detach, err = js.cfg.Networks.Attach(ctx, k, j, s, cfg.Network); err != nil {
+		if err := js.cfg.Networks.Attach(ctx, k, j, s, cfg.Network); err != nil {
 			unregister()
 			j.Close()
 			js.unreserve()
 			return nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)
 		}
 	}
-	tj = &ThreadJail{jail: j, unregister: unregister, detach: detach, settings: threads.CloneSettings(s)}
+	tj = &ThreadJail{jail: j, unregister: unregister, settings: threads.CloneSettings(s)}
 	if err := js.add(k, tj); err != nil {
 		// Close ended every jail already: this one would outlive it.
 		js.end(k, tj)
@@ -527,7 +527,6 @@ func (js *Jails) replaceDead(k meta.ThreadKey, tj *ThreadJail, dead error) {
 type ThreadJail struct {
 	jail       *jail.Jail
 	unregister func() // forgets it in the hub's actors
-	detach     func() // takes its network away
 	// settings are the thread's, as its jail was started with them or
 	// last changed (SetSettings); guarded by Jails.mu.
 	settings meta.Settings
@@ -558,7 +557,6 @@ func (js *Jails) end(k meta.ThreadKey, tj *ThreadJail) {
 func (tj *ThreadJail) close() {
 	tj.unregister()
 	tj.jail.Close()
-	tj.detach()
 }
 
 // thread returns the jail of a thread and the thread's settings,

@@ -65,7 +65,11 @@ type Network struct {
 
 	// mu guards the jails' networks and closed. A leaf: nothing is
 	// called under it but map work.
-	mu     sync.Mutex
+	mu sync.Mutex
+	// byJail holds every jail's network until its end; byKey the newest
+	// of each thread's (a thread's next jail may start before the end of
+	// its last is told), byAddr the egress ones by address.
+	byJail map[*jail.Jail]*jailNet
 	byKey  map[meta.ThreadKey]*jailNet
 	byAddr map[netip.Addr]*jailNet
 	closed bool
@@ -86,7 +90,8 @@ func Start(ctx context.Context, cfg Config) (*Network, error) {
 			return nil, fmt.Errorf("network: mode %s is not none, egress or host", call.Quote(m))
 		}
 	}
-	n := &Network{cfg: cfg, log: cfg.Logger.Named("network"), byKey: make(map[meta.ThreadKey]*jailNet), byAddr: make(map[netip.Addr]*jailNet)}
+	n := &Network{cfg: cfg, log: cfg.Logger.Named("network"), byJail: make(map[*jail.Jail]*jailNet),
+		byKey: make(map[meta.ThreadKey]*jailNet), byAddr: make(map[netip.Addr]*jailNet)}
 	if !slices.Contains(cfg.Allow, "egress") {
 		return n, nil
 	}
@@ -174,6 +179,7 @@ func (n *Network) Subnet() netip.Prefix {
 // jailNet is one running jail's network.
 type jailNet struct {
 	key   meta.ThreadKey
+	jail  *jail.Jail // the jail it is of: a thread's next jail gets its own
 	id    string
 	rules atomic.Pointer[policy.Rules]
 	link  *egress.Link   // egress
@@ -202,33 +208,32 @@ func (c clients) Lookup(src netip.Addr) (resolver.Client, bool) {
 
 // Attach gives jail j of thread k the network its settings ask for, once
 // it started and before it runs anything: a link for egress, a name sink
-// for none. detach takes it away; the jails room calls it when the jail
-// ends.
-func (n *Network) Attach(ctx context.Context, k meta.ThreadKey, j *jail.Jail, s meta.Settings, mode string) (detach func(), err error) {
-	jn := &jailNet{key: k, id: call.KeyName(k)}
+// for none. JailEnded takes it away.
+func (n *Network) Attach(ctx context.Context, k meta.ThreadKey, j *jail.Jail, s meta.Settings, mode string) error {
+	jn := &jailNet{key: k, id: call.KeyName(k), jail: j}
 	switch mode {
 	case "egress":
 		if n.egress == nil {
-			return nil, fmt.Errorf("%w: network egress is not allowed on this server", api.ErrInvalid)
+			return fmt.Errorf("%w: network egress is not allowed on this server", api.ErrInvalid)
 		}
 		rules, p, err := compile(s)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		jn.rules.Store(rules)
 		ns, err := j.NetNS()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		defer ns.Close()
 		if jn.link, err = n.egress.Attach(ctx, int(ns.Fd()), p); err != nil {
-			return nil, err
+			return err
 		}
 		if !n.add(jn, jn.link.Addr(), nil) {
 			jn.link.Close()
-			return nil, fmt.Errorf("%w: the gateway is stopping", api.ErrClosed)
+			return fmt.Errorf("%w: the gateway is stopping", api.ErrClosed)
 		}
-		return func() { n.remove(jn) }, nil
+		return nil
 	case "none", "":
 		err := j.InNetNS(func() (err error) {
 			jn.sink, err = net.ListenPacket("udp4", "127.0.0.1:53")
@@ -238,13 +243,13 @@ func (n *Network) Attach(ctx context.Context, k meta.ThreadKey, j *jail.Jail, s 
 			// Lookups then fail as they did: after the resolver's
 			// timeout. The jail serves anyway.
 			n.log.Warn("no name sink in a jail without network", "thread", jn.id, "error", err)
-			return func() {}, nil
+			return nil
 		}
 		// Registered with its goroutine under mu: Close, which waits for
 		// the sinks, never waits while one is being added.
 		if !n.add(jn, netip.Addr{}, &n.sinks) {
 			jn.sink.Close()
-			return nil, fmt.Errorf("%w: the gateway is stopping", api.ErrClosed)
+			return fmt.Errorf("%w: the gateway is stopping", api.ErrClosed)
 		}
 		go func() {
 			defer n.sinks.Done()
@@ -253,9 +258,9 @@ func (n *Network) Attach(ctx context.Context, k meta.ThreadKey, j *jail.Jail, s 
 				jn.triedAt.Store(time.Now().UnixNano())
 			})
 		}()
-		return func() { n.remove(jn) }, nil
+		return nil
 	}
-	return func() {}, nil
+	return nil
 }
 
 // add registers jn (by its address too, if valid) and, if wg is not nil,
@@ -269,6 +274,7 @@ func (n *Network) add(jn *jailNet, addr netip.Addr, wg *sync.WaitGroup) bool {
 	if wg != nil {
 		wg.Add(1)
 	}
+	n.byJail[jn.jail] = jn
 	n.byKey[jn.key] = jn
 	if addr.IsValid() {
 		n.byAddr[addr] = jn
@@ -276,9 +282,21 @@ func (n *Network) add(jn *jailNet, addr netip.Addr, wg *sync.WaitGroup) bool {
 	return true
 }
 
+// JailEnded takes away the network of k's jail j, which ended (package
+// jails tells it).
+func (n *Network) JailEnded(k meta.ThreadKey, j *jail.Jail) {
+	n.mu.Lock()
+	jn := n.byJail[j]
+	n.mu.Unlock()
+	if jn != nil {
+		n.remove(jn)
+	}
+}
+
 // remove takes jn's network away.
 func (n *Network) remove(jn *jailNet) {
 	n.mu.Lock()
+	delete(n.byJail, jn.jail)
 	if n.byKey[jn.key] == jn {
 		delete(n.byKey, jn.key)
 	}
@@ -406,7 +424,7 @@ func (n *Network) Close() error {
 	}
 	n.closed = true
 	var left []*jailNet
-	for _, jn := range n.byKey {
+	for _, jn := range n.byJail {
 		left = append(left, jn)
 	}
 	n.mu.Unlock()
