@@ -152,3 +152,53 @@ func TestEgressNetwork(t *testing.T) {
 		t.Errorf("a lookup without network took %v", took)
 	}
 }
+
+// TestEgressRefusalTold: a connection the kernel's rules refuse is a
+// network.refused event of the thread, naming the destination and the
+// rule, and a refusal in the metrics.
+func TestEgressRefusalTold(t *testing.T) {
+	w := netenv.NewWorld(t)
+	meta169 := netip.MustParseAddr("169.254.169.254")
+	w.Route(t, meta169)
+	netenv.Serve(w.Listen(t, "tcp", meta169.String()+":80"), "metadata")
+	up := upstreamDNS(t, nil)
+
+	e := startEnv(t, Config{EgressDNS: []netip.AddrPort{up}})
+	ctx := context.Background()
+	if _, err := e.c.BindWith(ctx, "acme", "net", meta.Settings{Network: "egress"}); err != nil {
+		t.Fatal(err)
+	}
+	s := follow(t, e.c, "acme", "net")
+	waitSubscribers(t, e.g, 1)
+	if code, got := e.run(t, "net", "exec 3<>/dev/tcp/169.254.169.254/80 && head -1 <&3"); code == 0 {
+		t.Fatalf("the metadata address reached: %q", got)
+	}
+	for {
+		ev := s.next(t)
+		if ev.Type != api.EventNetworkRefused {
+			continue
+		}
+		if !strings.Contains(ev.Message, "tcp 169.254.169.254:80") || !strings.Contains(ev.Message, "never reachable") {
+			t.Errorf("network.refused says %q, want the destination and the rule", ev.Message)
+		}
+		break
+	}
+	text, err := e.c.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, `warren_refusals_total{kind="network"} 1`) {
+		t.Errorf("no network refusal counted:\n%s", grepLines(text, "warren_refusals_total"))
+	}
+}
+
+// grepLines are the lines of text that hold s.
+func grepLines(text, s string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -71,6 +71,10 @@ type Network struct {
 	closed bool
 	// sinks counts the name sinks' goroutines; Close waits for them.
 	sinks sync.WaitGroup
+	// reader is the goroutine that reads the kernel's refusals of the
+	// jails' connections; closing the egress network ends it, and Close
+	// waits for it.
+	reader sync.WaitGroup
 }
 
 // Start opens the egress network and its resolver when egress is allowed.
@@ -127,6 +131,13 @@ func Start(ctx context.Context, cfg Config) (*Network, error) {
 		eg.Close()
 		return nil, fmt.Errorf("network: the jails' resolver: %w", err)
 	}
+	n.reader.Add(1)
+	go func() {
+		defer n.reader.Done()
+		if err := eg.ReadRefusals(n.connRefused); err != nil {
+			n.log.Error("the refusals of the jails' connections are no longer told", "error", err)
+		}
+	}()
 	return n, nil
 }
 
@@ -364,6 +375,43 @@ func (n *Network) nameRefused(c resolver.Client, name, rule string) {
 	n.refused(jn, name, why)
 }
 
+// connRefused tells a connection the kernel refused.
+func (n *Network) connRefused(r egress.Refusal) {
+	n.mu.Lock()
+	jn := n.byAddr[r.Jail]
+	n.mu.Unlock()
+	if jn == nil { // the jail ended meanwhile
+		return
+	}
+	dest := r.Proto + " " + r.Remote.String()
+	if r.Remote.Port() == 0 {
+		dest = r.Proto + " " + r.Remote.Addr().String()
+	}
+	n.refused(jn, dest, ruleText(r, jn.Rules()))
+}
+
+// ruleText says, for a person, which rule refused r.
+func ruleText(r egress.Refusal, rules *policy.Rules) string {
+	switch r.Rule {
+	case egress.RuleNever:
+		return "never reachable: loopback, link-local and metadata, multicast or another jail"
+	case egress.RulePrivate:
+		return "a private range the server does not allow (serve --egress-allow-private)"
+	case egress.RuleDeny:
+		if _, rule := rules.AddrAllowed(r.Remote.Addr()); rule != "" {
+			return "rule " + rule
+		}
+		return "a deny rule"
+	case egress.RuleDefault:
+		return "the thread's default is deny"
+	case egress.RuleConnections:
+		return "the thread's bound of open connections (maxConnections)"
+	case egress.RuleHost:
+		return "the host itself: only the resolver's port answers there"
+	}
+	return string(r.Rule)
+}
+
 // refused counts a refusal and tells it, at most once a second per jail.
 func (n *Network) refused(jn *jailNet, dest, why string) {
 	if n.cfg.Metrics != nil {
@@ -421,5 +469,6 @@ func (n *Network) Close() error {
 	if n.egress != nil {
 		errs = append(errs, n.egress.Close())
 	}
+	n.reader.Wait()
 	return errors.Join(errs...)
 }

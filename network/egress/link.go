@@ -44,9 +44,9 @@ type Link struct {
 	n        *Network
 	index    int
 	name     string
-	host     netip.Addr // the jail's gateway, on the host's end
-	addr     netip.Addr // the jail's own
-	chains   [3]*nftables.Chain
+	host     netip.Addr         // the jail's gateway, on the host's end
+	addr     netip.Addr         // the jail's own
+	chains   [4]*nftables.Chain // i, j, b and x: the connection bound's refusal
 	allow    *nftables.Set
 	deny     *nftables.Set
 	resolved *nftables.Set
@@ -233,7 +233,7 @@ func (l *Link) addRules(p Policy) error {
 			return fmt.Errorf("egress: add set %s: %w", s.Name, err)
 		}
 	}
-	for k, name := range []string{"i", "j", "b"} {
+	for k, name := range []string{"i", "j", "b", "x"} {
 		l.chains[k] = c.AddChain(&nftables.Chain{Name: name + id, Table: t})
 	}
 	l.fillLocked(p)
@@ -270,8 +270,7 @@ func (l *Link) fillLocked(p Policy) {
 	c.SetAddElements(l.deny, intervalElements(p.Deny))
 	l.addResolvedLocked(time.Now())
 
-	in, out, back := l.chains[0], l.chains[1], l.chains[2]
-	refuse := goTo(n.sets.refuse.Name)
+	in, out, back, conns := l.chains[0], l.chains[1], l.chains[2], l.chains[3]
 	rule := func(ch *nftables.Chain, parts ...[]expr.Any) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(parts...)})
 	}
@@ -284,7 +283,7 @@ func (l *Link) fillLocked(p Policy) {
 	rule(in, ip4(ip4Saddr, l.addr, false), v(drop()))
 	rule(in, ip4(ip4Daddr, res, true), l4proto(unix.IPPROTO_UDP), dport(port), v(accept()))
 	rule(in, ip4(ip4Daddr, res, true), l4proto(unix.IPPROTO_TCP), dport(port), v(accept()))
-	rule(in, v(refuse))
+	n.refuseRules(in, RuleHost)
 
 	// Out: the jail's own address only; a connection of this policy
 	// passes; a new one within the jail's bound of connections; then the
@@ -292,7 +291,10 @@ func (l *Link) fillLocked(p Policy) {
 	rule(out, nfproto(unix.NFPROTO_IPV6), v(drop()))
 	rule(out, ip4(ip4Saddr, l.addr, false), v(drop()))
 	rule(out, ctMark(l.mark, true), v(accept()))
-	rule(out, ctNew(), ctCountOver(uint32(maxConns)), v(refuse))
+	// A chain of its own: the connection count is kept by the expression,
+	// which must see every new connection once.
+	rule(out, ctNew(), ctCountOver(uint32(maxConns)), v(goTo(conns.Name)))
+	n.refuseRules(conns, RuleConnections)
 	l.policyRules(out, ip4Daddr)
 
 	// Back: replies only, of connections this policy admits (judged again
@@ -309,21 +311,20 @@ func (l *Link) fillLocked(p Policy) {
 func (l *Link) policyRules(ch *nftables.Chain, offset uint32) {
 	n := l.n
 	c, t := n.nft, n.table
-	refuse := goTo(n.sets.refuse.Name)
 	pass := append(setCtMark(l.mark), accept())
 	rule := func(parts ...[]expr.Any) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(parts...)})
 	}
-	rule(ip4Set(offset, n.sets.never, true), []expr.Any{refuse})
-	rule(ip4Set(offset, n.sets.private, true), ip4Set(offset, n.sets.privok, false), []expr.Any{refuse})
-	rule(ip4Set(offset, l.deny, true), []expr.Any{refuse})
+	n.refuseRules(ch, RuleNever, ip4Set(offset, n.sets.never, true))
+	n.refuseRules(ch, RulePrivate, ip4Set(offset, n.sets.private, true), ip4Set(offset, n.sets.privok, false))
+	n.refuseRules(ch, RuleDeny, ip4Set(offset, l.deny, true))
 	if !l.policy.DefaultDeny {
 		rule(pass)
 		return
 	}
 	rule(ip4Set(offset, l.allow, true), pass)
 	rule(ip4Set(offset, l.resolved, true), pass)
-	rule([]expr.Any{refuse})
+	n.refuseRules(ch, RuleDefault)
 }
 
 // SetPolicy applies p (but its rate: SetRate) to the running jail at once: the next connection
