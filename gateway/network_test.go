@@ -202,3 +202,51 @@ func grepLines(text, s string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestNoNetworkNote: a command that failed in a jail without network
+// after it looked a name up says why, in its end and in a job's; one that
+// looked nothing up does not.
+func TestNoNetworkNote(t *testing.T) {
+	e := startEnv(t, Config{})
+	ctx := context.Background()
+	if _, err := e.c.BindWith(ctx, "acme", "plain", meta.Settings{Network: "none"}); err != nil {
+		t.Fatal(err)
+	}
+	exec := func(command string) api.ExecFrame {
+		t.Helper()
+		var out strings.Builder
+		end, err := e.c.ExecEnd(ctx, "acme", "plain", api.ExecRequest{Command: command}, nil, &out, &out)
+		if err != nil {
+			t.Fatalf("exec %q: %v", command, err)
+		}
+		return end
+	}
+	end := exec("getent hosts example.com")
+	if *end.Exit == 0 || end.Reason != api.ReasonNoNetwork || !strings.Contains(end.Note, "no network (network: none)") ||
+		!strings.Contains(end.Note, `"example.com"`) || !strings.Contains(end.Note, "--network egress") {
+		t.Errorf("a failed lookup without network ends with exit %d, reason %q, note %q", *end.Exit, end.Reason, end.Note)
+	}
+	if end := exec("exit 3"); end.Reason != "" || end.Note != "" {
+		t.Errorf("a failure without a lookup: reason %q, note %q", end.Reason, end.Note)
+	}
+	if end := exec("getent hosts localhost"); *end.Exit != 0 || end.Note != "" {
+		t.Errorf("a lookup from /etc/hosts: exit %d, note %q", *end.Exit, end.Note)
+	}
+
+	// A job's end says it too.
+	evs := follow(t, e.c, "acme", "plain")
+	waitSubscribers(t, e.g, 1)
+	if _, err := e.c.Spawn(ctx, "acme", "plain", api.SpawnRequest{Command: "getent hosts example.org"}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev := evs.next(t)
+		if ev.Type != api.EventJobEnded {
+			continue
+		}
+		if ev.Reason != api.ReasonNoNetwork || !strings.Contains(ev.Message, `"example.org"`) {
+			t.Errorf("a job's failed lookup without network: reason %q, note %q", ev.Reason, ev.Message)
+		}
+		break
+	}
+}
