@@ -326,7 +326,8 @@ func compile(s meta.Settings) (*policy.Rules, egress.Policy, error) {
 
 // Apply gives thread k's running jail j, in network egress, the rules of
 // settings s, at once: the next connection and the next lookup follow
-// them, an open connection they refuse is cut. A jail of another mode, or
+// them, an open connection they refuse is cut (at once, when the kernel
+// destroys sockets). A jail of another mode, or
 // none, has nothing to change.
 func (n *Network) Apply(k meta.ThreadKey, j *jail.Jail, old, s meta.Settings) error {
 	n.mu.Lock()
@@ -346,12 +347,20 @@ func (n *Network) Apply(k meta.ThreadKey, j *jail.Jail, old, s meta.Settings) er
 	if err := jn.link.SetPolicy(p, func(name string) bool { ok, _ := rules.NameAllowed(name); return ok }); err != nil {
 		return err
 	}
+	ns, err := j.NetNS()
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	// The open connections the rules now refuse end at once, not at their
+	// next packet: a process blocked in a read learns it. The rules cut
+	// them anyway, so a failure here is only logged.
+	if cut, err := jn.link.Cut(int(ns.Fd())); err != nil {
+		n.log.Warn("cut a jail's refused connections", "thread", jn.id, "error", err)
+	} else if cut > 0 {
+		n.log.Info("refused connections cut", "tenant", k.Tenant, "thread", k.Thread, "connections", cut)
+	}
 	if old.EgressBytesPerSecond != s.EgressBytesPerSecond {
-		ns, err := j.NetNS()
-		if err != nil {
-			return err
-		}
-		defer ns.Close()
 		return jn.link.SetRate(int(ns.Fd()), s.EgressBytesPerSecond)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/nftables"
 	"github.com/hashicorp/go-hclog"
@@ -68,6 +69,10 @@ type Network struct {
 	next     int
 	nextMark uint32
 	closed   bool
+
+	// noDestroy is set once the kernel refused to destroy a socket
+	// (Link.Cut): it is not asked again.
+	noDestroy atomic.Bool
 }
 
 // Open sets up a daemon's egress network, first taking away what a

@@ -429,3 +429,59 @@ func TestLogGroupsApart(t *testing.T) {
 		t.Errorf("both log to group %d", a.LogGroup())
 	}
 }
+
+// TestCutIdle: an open connection that a new policy refuses, idle, its
+// process blocked in a read, is cut at once by Cut; one the policy still
+// allows goes on.
+func TestCutIdle(t *testing.T) {
+	w := netenv.NewWorld(t)
+	out := w.Listen(t, "tcp", w.Addr.String()+":0")
+	netenv.Serve(out, "world")
+	second := netip.MustParseAddr("198.51.100.9")
+	w.Route(t, second)
+	netenv.Serve(w.Listen(t, "tcp", second.String()+":80"), "second")
+	n := openNetwork(t, egress.Config{})
+	ns, link := attach(t, n, egress.Policy{})
+	open := func(addr string) (net.Conn, *bufio.Reader) {
+		t.Helper()
+		c, err := dialTimeout(ns, addr, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		r := bufio.NewReader(c)
+		if _, err := r.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		return c, r
+	}
+	c, r := open(out.Addr().String())
+	kept, keptR := open(second.String() + ":80")
+	read := make(chan error, 1)
+	go func() { _, err := r.ReadString('\n'); read <- err }()
+
+	if err := link.SetPolicy(egress.Policy{Deny: []netip.Prefix{netip.PrefixFrom(w.Addr, 32)}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	cut, err := link.Cut(ns.Fd())
+	if err != nil {
+		t.Fatalf("cut: %v", err)
+	}
+	if cut != 1 {
+		t.Errorf("cut %d connections, want 1", cut)
+	}
+	select {
+	case err := <-read:
+		if !errors.Is(err, unix.ECONNABORTED) {
+			t.Errorf("a read on a cut connection: %v, want ECONNABORTED", err)
+		}
+	case <-time.After(5 * time.Second):
+		c.Close()
+		t.Fatalf("a read on a refused idle connection still blocks")
+	}
+	kept.SetDeadline(time.Now().Add(3 * time.Second))
+	kept.Write([]byte("ping\n"))
+	if line, err := keptR.ReadString('\n'); err != nil || line != "ping\n" {
+		t.Errorf("an allowed connection after a cut: %q, %v", line, err)
+	}
+}

@@ -328,7 +328,8 @@ func (l *Link) policyRules(ch *nftables.Chain, offset uint32) {
 }
 
 // SetPolicy applies p (but its rate: SetRate) to the running jail at once: the next connection
-// follows it, and an open one it refuses is cut at its next packet. keep
+// follows it, and an open one it refuses is cut at its next packet (Cut,
+// called after, cuts it at once). keep
 // says which names resolved before still count (those p still allows).
 func (l *Link) SetPolicy(p Policy, keep func(name string) bool) error {
 	n := l.n
