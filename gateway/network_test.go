@@ -250,3 +250,35 @@ func TestNoNetworkNote(t *testing.T) {
 		break
 	}
 }
+
+// TestEgressCutAtOnce: a job blocked in a read on a connection that a new
+// policy refuses ends at once, not at the connection's next packet.
+func TestEgressCutAtOnce(t *testing.T) {
+	w := netenv.NewWorld(t)
+	out := w.Listen(t, "tcp", w.Addr.String()+":0")
+	netenv.Serve(out, "world")
+	port := strconv.Itoa(out.Addr().(*net.TCPAddr).Port)
+	e := startEnv(t, Config{EgressDNS: []netip.AddrPort{upstreamDNS(t, nil)}})
+	ctx := context.Background()
+	if _, err := e.c.BindWith(ctx, "acme", "net", meta.Settings{Network: "egress"}); err != nil {
+		t.Fatal(err)
+	}
+	evs := follow(t, e.c, "acme", "net")
+	waitSubscribers(t, e.g, 1)
+	if _, err := e.c.Spawn(ctx, "acme", "net", api.SpawnRequest{
+		Command: "exec 3<>/dev/tcp/" + w.Addr.String() + "/" + port + " && head -1 <&3 && cat <&3"}); err != nil {
+		t.Fatal(err)
+	}
+	waitEventOf(t, evs.events, api.EventJobOutput, "net") // the greeting: it reads now
+	if _, err := e.c.SetNetwork(ctx, "acme", "net", meta.Egress{Deny: []string{w.Addr.String() + "/32"}}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ev := waitEventOf(t, evs.events, api.EventJobEnded, "net")
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("a job blocked in a read on a refused connection ended after %v", took)
+	}
+	if ev.Exit == nil || *ev.Exit == 0 {
+		t.Errorf("a job whose connection was cut: %+v", ev)
+	}
+}
