@@ -158,7 +158,8 @@ type JobFrame struct {
 // meta.Job.Reason, Event.Reason). A command that ended by itself has
 // none, whatever its exit code: a reason is only given where the gateway
 // ended it or the kernel says so (the jail cgroup's counters, the wait
-// status of its process).
+// status of its process), or, for a failure, where the jail had no network
+// to look up the name it asked for.
 const (
 	// ReasonTimeout: its time was up (ExecRequest.TimeoutSeconds); exit 124.
 	ReasonTimeout = "timeout"
@@ -173,6 +174,9 @@ const (
 	ReasonReclaimed = "reclaimed"
 	// ReasonKilled: a signal a client sent (a stop, a kill) ended it.
 	ReasonKilled = "killed"
+	// ReasonNoNetwork: it failed, in a jail without network, after it
+	// tried to resolve a name (which fails at once there).
+	ReasonNoNetwork = "no-network"
 )
 
 // The views of a job's output (GET .../jobs/{job}/output?stream=...).

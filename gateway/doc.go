@@ -310,7 +310,9 @@
 // the metrics listener's (package gateway; Close); the connections' and
 // handlers' of net/http (Shutdown, then requestSet); the event streams'
 // watchers and the file events' window (package events); the idle
-// reclaim (package idle); the background restore's workers (package
+// reclaim (package idle); the reader of the kernel's refusals of the
+// jails' connections (package network; closing the egress network ends
+// it); the background restore's workers (package
 // threads, through package remount); a jail's (package jail, through
 // package jails); a job's run and its end, and a closed thread's last
 // take-down (package jobs, its WaitGroup); the port channels' servers

@@ -218,7 +218,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	})
 	g.jobs = jobs.New(jobs.Config{
 		HostID: cfg.HostID, Machine: hosts.MachineID(), MaxJobs: cfg.MaxJobs, Store: g.store, Jails: g.jails,
-		Threads: g.threads, Events: g.events, Metrics: m, Logger: cfg.Logger,
+		Threads: g.threads, Events: g.events, Metrics: m, Lookups: g.network, Logger: cfg.Logger,
 	})
 	g.jails.SetJobs(g.jobs)
 	g.ports = ports.New(ports.Config{Jails: g.jails, Logger: cfg.Logger})

@@ -152,3 +152,133 @@ func TestEgressNetwork(t *testing.T) {
 		t.Errorf("a lookup without network took %v", took)
 	}
 }
+
+// TestEgressRefusalTold: a connection the kernel's rules refuse is a
+// network.refused event of the thread, naming the destination and the
+// rule, and a refusal in the metrics.
+func TestEgressRefusalTold(t *testing.T) {
+	w := netenv.NewWorld(t)
+	meta169 := netip.MustParseAddr("169.254.169.254")
+	w.Route(t, meta169)
+	netenv.Serve(w.Listen(t, "tcp", meta169.String()+":80"), "metadata")
+	up := upstreamDNS(t, nil)
+
+	e := startEnv(t, Config{EgressDNS: []netip.AddrPort{up}})
+	ctx := context.Background()
+	if _, err := e.c.BindWith(ctx, "acme", "net", meta.Settings{Network: "egress"}); err != nil {
+		t.Fatal(err)
+	}
+	s := follow(t, e.c, "acme", "net")
+	waitSubscribers(t, e.g, 1)
+	if code, got := e.run(t, "net", "exec 3<>/dev/tcp/169.254.169.254/80 && head -1 <&3"); code == 0 {
+		t.Fatalf("the metadata address reached: %q", got)
+	}
+	for {
+		ev := s.next(t)
+		if ev.Type != api.EventNetworkRefused {
+			continue
+		}
+		if !strings.Contains(ev.Message, "tcp 169.254.169.254:80") || !strings.Contains(ev.Message, "never reachable") {
+			t.Errorf("network.refused says %q, want the destination and the rule", ev.Message)
+		}
+		break
+	}
+	text, err := e.c.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, `warren_refusals_total{kind="network"} 1`) {
+		t.Errorf("no network refusal counted:\n%s", grepLines(text, "warren_refusals_total"))
+	}
+}
+
+// grepLines are the lines of text that hold s.
+func grepLines(text, s string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestNoNetworkNote: a command that failed in a jail without network
+// after it looked a name up says why, in its end and in a job's; one that
+// looked nothing up does not.
+func TestNoNetworkNote(t *testing.T) {
+	e := startEnv(t, Config{})
+	ctx := context.Background()
+	if _, err := e.c.BindWith(ctx, "acme", "plain", meta.Settings{Network: "none"}); err != nil {
+		t.Fatal(err)
+	}
+	exec := func(command string) api.ExecFrame {
+		t.Helper()
+		var out strings.Builder
+		end, err := e.c.ExecEnd(ctx, "acme", "plain", api.ExecRequest{Command: command}, nil, &out, &out)
+		if err != nil {
+			t.Fatalf("exec %q: %v", command, err)
+		}
+		return end
+	}
+	end := exec("getent hosts example.com")
+	if *end.Exit == 0 || end.Reason != api.ReasonNoNetwork || !strings.Contains(end.Note, "no network (network: none)") ||
+		!strings.Contains(end.Note, `"example.com"`) || !strings.Contains(end.Note, "--network egress") {
+		t.Errorf("a failed lookup without network ends with exit %d, reason %q, note %q", *end.Exit, end.Reason, end.Note)
+	}
+	if end := exec("exit 3"); end.Reason != "" || end.Note != "" {
+		t.Errorf("a failure without a lookup: reason %q, note %q", end.Reason, end.Note)
+	}
+	if end := exec("getent hosts localhost"); *end.Exit != 0 || end.Note != "" {
+		t.Errorf("a lookup from /etc/hosts: exit %d, note %q", *end.Exit, end.Note)
+	}
+
+	// A job's end says it too.
+	evs := follow(t, e.c, "acme", "plain")
+	waitSubscribers(t, e.g, 1)
+	if _, err := e.c.Spawn(ctx, "acme", "plain", api.SpawnRequest{Command: "getent hosts example.org"}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev := evs.next(t)
+		if ev.Type != api.EventJobEnded {
+			continue
+		}
+		if ev.Reason != api.ReasonNoNetwork || !strings.Contains(ev.Message, `"example.org"`) {
+			t.Errorf("a job's failed lookup without network: reason %q, note %q", ev.Reason, ev.Message)
+		}
+		break
+	}
+}
+
+// TestEgressCutAtOnce: a job blocked in a read on a connection that a new
+// policy refuses ends at once, not at the connection's next packet.
+func TestEgressCutAtOnce(t *testing.T) {
+	w := netenv.NewWorld(t)
+	out := w.Listen(t, "tcp", w.Addr.String()+":0")
+	netenv.Serve(out, "world")
+	port := strconv.Itoa(out.Addr().(*net.TCPAddr).Port)
+	e := startEnv(t, Config{EgressDNS: []netip.AddrPort{upstreamDNS(t, nil)}})
+	ctx := context.Background()
+	if _, err := e.c.BindWith(ctx, "acme", "net", meta.Settings{Network: "egress"}); err != nil {
+		t.Fatal(err)
+	}
+	evs := follow(t, e.c, "acme", "net")
+	waitSubscribers(t, e.g, 1)
+	if _, err := e.c.Spawn(ctx, "acme", "net", api.SpawnRequest{
+		Command: "exec 3<>/dev/tcp/" + w.Addr.String() + "/" + port + " && head -1 <&3 && cat <&3"}); err != nil {
+		t.Fatal(err)
+	}
+	waitEventOf(t, evs.events, api.EventJobOutput, "net") // the greeting: it reads now
+	if _, err := e.c.SetNetwork(ctx, "acme", "net", meta.Egress{Deny: []string{w.Addr.String() + "/32"}}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ev := waitEventOf(t, evs.events, api.EventJobEnded, "net")
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("a job blocked in a read on a refused connection ended after %v", took)
+	}
+	if ev.Exit == nil || *ev.Exit == 0 {
+		t.Errorf("a job whose connection was cut: %+v", ev)
+	}
+}

@@ -208,7 +208,8 @@ type Job struct {
 	Note string `json:"note,omitempty"`
 	// Reason is why it ended as it did, when the gateway or the kernel
 	// ended it: one of api's Reason* codes ("timeout", "oom", "pids",
-	// "reclaimed", "killed"); "" for a job that ended by itself.
+	// "reclaimed", "killed", "no-network"); "" for a job that ended by
+	// itself.
 	Reason string `json:"reason,omitempty"`
 
 	Revision uint64 `json:"revision"`

@@ -33,8 +33,10 @@
 //
 // The jails (package jails: CommandIn, StartExec, EndExec, Exec, Ended,
 // RestoringWhy, NoteStopping), the store, the threads (Threads.TakeDown:
-// closeIdle), the events (Emit, Wants) and the metrics (ExecEnded,
-// JobStarted, JobEnded). The jails call it back through jails.Jobs
+// closeIdle), the events (Emit, Wants), the metrics (ExecEnded,
+// JobStarted, JobEnded) and the network (Lookups: TriedToResolve, Modes,
+// for the note of a command that failed without network, wired by the
+// gateway). The jails call it back through jails.Jobs
 // (Busy, Closing), wired by the gateway.
 //
 // # Lock order

@@ -3,12 +3,15 @@ package jobs
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"warren/api"
+	"warren/gateway/call"
 	"warren/jail"
+	"warren/meta"
 )
 
 // Why a command or a job ended as it did: its end's reason (an api.Reason*
@@ -16,7 +19,8 @@ import (
 // timeout, the end of its jail, a client's signal) or what the kernel
 // counted while it ran (the jail cgroup's OOM kills and refused forks,
 // jail.Ended) gives a reason: an exit of 137 or 124 alone never does, for
-// a command may exit so by itself.
+// a command may exit so by itself. So does, for a failed command, a name
+// lookup in a jail without network (lookupNote).
 
 // endCause is what the gateway did to a command that may explain its end.
 type endCause struct {
@@ -51,6 +55,39 @@ func endReason(end jail.Ended, err error, c endCause, memory int64, procs int) (
 		return api.ReasonKilled, fmt.Sprintf("killed: %s sent by the client", name)
 	}
 	return "", ""
+}
+
+// lookupNote adds to the reason and note of a command of k that failed
+// (code, its exit, not 0) in a jail without network, having asked for a
+// name since began, why: its lookups fail. The reason is kept if there is
+// one. The jail's lookups are counted whichever of its commands made
+// them: another command of the thread that looked a name up meanwhile
+// counts too.
+func (js *Jobs) lookupNote(k meta.ThreadKey, began time.Time, code int, reason, note string) (string, string) {
+	if code == 0 || js.cfg.Lookups == nil {
+		return reason, note
+	}
+	name, ok := js.cfg.Lookups.TriedToResolve(k, began)
+	if !ok {
+		return reason, note
+	}
+	if reason == "" {
+		reason = api.ReasonNoNetwork
+	}
+	if note != "" {
+		note += "; "
+	}
+	return reason, note + noNetworkNote(name, slices.Contains(js.cfg.Lookups.Modes(), "egress"))
+}
+
+// noNetworkNote says why a lookup of name failed in a jail without
+// network, and which setting gives one, if the server allows it.
+func noNetworkNote(name string, egress bool) string {
+	s := fmt.Sprintf("the thread has no network (network: none): name lookups fail (it looked up %s)", call.Quote(name))
+	if egress {
+		return s + "; bind it with --network egress to reach the network the server allows"
+	}
+	return s + "; this server gives its threads no network (serve --allow-networks)"
 }
 
 // shortDuration writes d as a person would: 1s, 1.5s, 10m, 1h30m.

@@ -236,6 +236,7 @@ func (s *execStream) ServeStream(w http.ResponseWriter, r *http.Request) {
 				cause.stopping = why
 			}
 			end.Reason, end.Note = endReason(res.end, res.err, cause, s.j.MemoryLimit(), s.j.ProcLimit())
+			end.Reason, end.Note = s.js.lookupNote(s.run.key, began, res.code, end.Reason, end.Note)
 			if res.err != nil {
 				end.Error = res.err.Error()
 			}
@@ -247,7 +248,7 @@ func (s *execStream) ServeStream(w http.ResponseWriter, r *http.Request) {
 			timer.Stop()
 			return
 		case mv := <-s.run.moves:
-			info, err := s.toBackground(mv.req, kill, signals, started, result, timer, sout, serr)
+			info, err := s.toBackground(mv.req, kill, signals, started, result, timer, sout, serr, began)
 			mv.reply <- moveReply{info, err}
 			if err != nil {
 				continue // refused: it stays in the foreground
@@ -263,7 +264,7 @@ func (s *execStream) ServeStream(w http.ResponseWriter, r *http.Request) {
 // own (a terminal's to stdout), its time limit ends, and its end and its
 // signals are the job's. Only the stream's goroutine calls it.
 func (s *execStream) toBackground(req api.BackgroundRequest, kill context.CancelFunc, signals chan syscall.Signal,
-	started chan startInfo, result chan runResult, timer *time.Timer, sout, serr *switchWriter) (api.JobInfo, error) {
+	started chan startInfo, result chan runResult, timer *time.Timer, sout, serr *switchWriter, began time.Time) (api.JobInfo, error) {
 	js, k := s.js, s.run.key
 	ctx, cancel := context.WithTimeout(context.Background(), RecordTimeout)
 	jb, err := js.reserveJob(ctx, k, s.settings, req.Label, s.label, req.User)
@@ -272,7 +273,7 @@ func (s *execStream) toBackground(req api.BackgroundRequest, kill context.Cancel
 		return api.JobInfo{}, err
 	}
 	jb.kill, jb.signals = kill, signals
-	jb.memory, jb.procs = s.j.MemoryLimit(), s.j.ProcLimit()
+	jb.memory, jb.procs, jb.began = s.j.MemoryLimit(), s.j.ProcLimit(), began
 	jb.stdin = s.run.stdin
 	if jb.stdin == nil {
 		// Its input was all given with the call and is closed already.

@@ -132,6 +132,9 @@ type Config struct {
 	Threads Threads
 	Events  Events
 	Metrics Metrics
+	// Lookups, if set, says which names a jail without network tried to
+	// resolve, for the note of a failed command's end.
+	Lookups Lookups
 	Logger  hclog.Logger
 }
 
@@ -145,6 +148,14 @@ type Threads interface {
 type Events interface {
 	Emit(api.Event)
 	Wants(k meta.ThreadKey) bool
+}
+
+// Lookups is what the jobs ask of the network (package network): the
+// name a thread's jail without network asked for since a time, if it did,
+// and the networks a thread may be given.
+type Lookups interface {
+	TriedToResolve(k meta.ThreadKey, since time.Time) (name string, ok bool)
+	Modes() []string
 }
 
 // Metrics counts the commands and jobs.
@@ -258,9 +269,12 @@ type job struct {
 	// of its end; signalled that a client sent it any signal, stopped
 	// that it was a stop (stopJob), for its reason. Guarded by mu.
 	killed, signalled, stopped bool
-	// memory and procs are its jail's limits, for the note of its end.
+	// memory and procs are its jail's limits, for the note of its end,
+	// and began when its command started (before it ran), for the name
+	// lookups it made.
 	memory int64
 	procs  int
+	began  time.Time
 }
 
 // NoteStopping tells k's jobs why the gateway is about to end their jail,
@@ -507,7 +521,7 @@ func (js *Jobs) spawn(ctx context.Context, tenant, thread string, req api.SpawnR
 	if err != nil {
 		return api.JobInfo{}, err
 	}
-	jb.memory, jb.procs = j.MemoryLimit(), j.ProcLimit()
+	jb.memory, jb.procs, jb.began = j.MemoryLimit(), j.ProcLimit(), time.Now()
 	stdin, stdinW := io.Pipe()
 	jb.stdin = stdinW
 	runCtx, kill := context.WithCancel(context.Background())
@@ -652,6 +666,7 @@ func (js *Jobs) finishJob(jb *job, result chan runResult) {
 	killed := jb.killed
 	jb.mu.Unlock()
 	reason, note := endReason(res.end, res.err, cause, jb.memory, jb.procs)
+	reason, note = js.lookupNote(jb.key, jb.began, code, reason, note)
 	switch {
 	case errors.Is(res.err, jail.ErrInitGone) && reason != api.ReasonOOM:
 		// Its jail ended under it (jail.Run gives 137 then): the gateway

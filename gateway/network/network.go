@@ -75,6 +75,10 @@ type Network struct {
 	closed bool
 	// sinks counts the name sinks' goroutines; Close waits for them.
 	sinks sync.WaitGroup
+	// reader is the goroutine that reads the kernel's refusals of the
+	// jails' connections; closing the egress network ends it, and Close
+	// waits for it.
+	reader sync.WaitGroup
 }
 
 // Start opens the egress network and its resolver when egress is allowed.
@@ -132,6 +136,13 @@ func Start(ctx context.Context, cfg Config) (*Network, error) {
 		eg.Close()
 		return nil, fmt.Errorf("network: the jails' resolver: %w", err)
 	}
+	n.reader.Add(1)
+	go func() {
+		defer n.reader.Done()
+		if err := eg.ReadRefusals(n.connRefused); err != nil {
+			n.log.Error("the refusals of the jails' connections are no longer told", "error", err)
+		}
+	}()
 	return n, nil
 }
 
@@ -333,7 +344,8 @@ func compile(s meta.Settings) (*policy.Rules, egress.Policy, error) {
 
 // Apply gives thread k's running jail j, in network egress, the rules of
 // settings s, at once: the next connection and the next lookup follow
-// them, an open connection they refuse is cut. A jail of another mode, or
+// them, an open connection they refuse is cut (at once, when the kernel
+// destroys sockets). A jail of another mode, or
 // none, has nothing to change.
 func (n *Network) Apply(k meta.ThreadKey, j *jail.Jail, old, s meta.Settings) error {
 	n.mu.Lock()
@@ -353,12 +365,20 @@ func (n *Network) Apply(k meta.ThreadKey, j *jail.Jail, old, s meta.Settings) er
 	if err := jn.link.SetPolicy(p, func(name string) bool { ok, _ := rules.NameAllowed(name); return ok }); err != nil {
 		return err
 	}
+	ns, err := j.NetNS()
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	// The open connections the rules now refuse end at once, not at their
+	// next packet: a process blocked in a read learns it. The rules cut
+	// them anyway, so a failure here is only logged.
+	if cut, err := jn.link.Cut(int(ns.Fd())); err != nil {
+		n.log.Warn("cut a jail's refused connections", "thread", jn.id, "error", err)
+	} else if cut > 0 {
+		n.log.Info("refused connections cut", "tenant", k.Tenant, "thread", k.Thread, "connections", cut)
+	}
 	if old.EgressBytesPerSecond != s.EgressBytesPerSecond {
-		ns, err := j.NetNS()
-		if err != nil {
-			return err
-		}
-		defer ns.Close()
 		return jn.link.SetRate(int(ns.Fd()), s.EgressBytesPerSecond)
 	}
 	return nil
@@ -380,6 +400,43 @@ func (n *Network) nameRefused(c resolver.Client, name, rule string) {
 		why = "rule " + rule
 	}
 	n.refused(jn, name, why)
+}
+
+// connRefused tells a connection the kernel refused.
+func (n *Network) connRefused(r egress.Refusal) {
+	n.mu.Lock()
+	jn := n.byAddr[r.Jail]
+	n.mu.Unlock()
+	if jn == nil { // the jail ended meanwhile
+		return
+	}
+	dest := r.Proto + " " + r.Remote.String()
+	if r.Remote.Port() == 0 {
+		dest = r.Proto + " " + r.Remote.Addr().String()
+	}
+	n.refused(jn, dest, ruleText(r, jn.Rules()))
+}
+
+// ruleText says, for a person, which rule refused r.
+func ruleText(r egress.Refusal, rules *policy.Rules) string {
+	switch r.Rule {
+	case egress.RuleNever:
+		return "never reachable: loopback, link-local and metadata, multicast or another jail"
+	case egress.RulePrivate:
+		return "a private range the server does not allow (serve --egress-allow-private)"
+	case egress.RuleDeny:
+		if _, rule := rules.AddrAllowed(r.Remote.Addr()); rule != "" {
+			return "rule " + rule
+		}
+		return "a deny rule"
+	case egress.RuleDefault:
+		return "the thread's default is deny"
+	case egress.RuleConnections:
+		return "the thread's bound of open connections (maxConnections)"
+	case egress.RuleHost:
+		return "the host itself: only the resolver's port answers there"
+	}
+	return string(r.Rule)
 }
 
 // refused counts a refusal and tells it, at most once a second per jail.
@@ -439,5 +496,6 @@ func (n *Network) Close() error {
 	if n.egress != nil {
 		errs = append(errs, n.egress.Close())
 	}
+	n.reader.Wait()
 	return errors.Join(errs...)
 }

@@ -10,9 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/nftables"
 	"github.com/hashicorp/go-hclog"
+	mnl "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -54,6 +56,10 @@ type Network struct {
 	prefix   string // every link's name starts with it: "w" + ID
 	table    *nftables.Table
 	sets     tableSets
+	// nflog reads the refusals the rules log to group (ReadRefusals);
+	// Close closes it.
+	nflog *mnl.Conn
+	group uint16
 
 	// mu guards the numbers of the jails' links, the marks, the nftables
 	// connection (one batch at a time) and closed.
@@ -63,6 +69,10 @@ type Network struct {
 	next     int
 	nextMark uint32
 	closed   bool
+
+	// noDestroy is set once the kernel refused to destroy a socket
+	// (Link.Cut): it is not asked again.
+	noDestroy atomic.Bool
 }
 
 // Open sets up a daemon's egress network, first taking away what a
@@ -122,12 +132,18 @@ func Open(ctx context.Context, cfg Config) (*Network, error) {
 		nft.CloseLasting()
 		return nil, fmt.Errorf("egress: %w", err)
 	}
-	if err := n.build(); err != nil {
-		n.clean()
+	// The log group is bound before the rules name it.
+	if n.nflog, n.group, err = openLog(cfg.ID); err != nil {
 		nft.CloseLasting()
 		return nil, err
 	}
-	n.log.Info("egress network ready", "subnet", n.subnet, "resolver", n.ResolverAddr(), "table", "inet "+n.table.Name)
+	if err := n.build(); err != nil {
+		n.clean()
+		nft.CloseLasting()
+		n.nflog.Close()
+		return nil, err
+	}
+	n.log.Info("egress network ready", "subnet", n.subnet, "resolver", n.ResolverAddr(), "table", "inet "+n.table.Name, "log group", n.group)
 	return n, nil
 }
 
@@ -143,6 +159,9 @@ func (n *Network) ResolverAddr() netip.AddrPort {
 // Table is the name of the daemon's nftables table (family inet).
 func (n *Network) Table() string { return n.table.Name }
 
+// LogGroup is the NFLOG group the rules log the refusals to.
+func (n *Network) LogGroup() uint16 { return n.group }
+
 // LinkPrefix is the start of the name of every link of this daemon.
 func (n *Network) LinkPrefix() string { return n.prefix }
 
@@ -157,6 +176,8 @@ func (n *Network) Close() error {
 	n.closed = true
 	err := n.clean()
 	n.nft.CloseLasting()
+	// Ends ReadRefusals, which finds closed set.
+	n.nflog.Close()
 	return err
 }
 

@@ -44,9 +44,9 @@ type Link struct {
 	n        *Network
 	index    int
 	name     string
-	host     netip.Addr // the jail's gateway, on the host's end
-	addr     netip.Addr // the jail's own
-	chains   [3]*nftables.Chain
+	host     netip.Addr         // the jail's gateway, on the host's end
+	addr     netip.Addr         // the jail's own
+	chains   [4]*nftables.Chain // i, j, b and x: the connection bound's refusal
 	allow    *nftables.Set
 	deny     *nftables.Set
 	resolved *nftables.Set
@@ -233,7 +233,7 @@ func (l *Link) addRules(p Policy) error {
 			return fmt.Errorf("egress: add set %s: %w", s.Name, err)
 		}
 	}
-	for k, name := range []string{"i", "j", "b"} {
+	for k, name := range []string{"i", "j", "b", "x"} {
 		l.chains[k] = c.AddChain(&nftables.Chain{Name: name + id, Table: t})
 	}
 	if err := l.fillLocked(p); err != nil {
@@ -285,8 +285,7 @@ func (l *Link) fillLocked(p Policy) error {
 		return err
 	}
 
-	in, out, back := l.chains[0], l.chains[1], l.chains[2]
-	refuse := goTo(n.sets.refuse.Name)
+	in, out, back, conns := l.chains[0], l.chains[1], l.chains[2], l.chains[3]
 	rule := func(ch *nftables.Chain, parts ...[]expr.Any) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(parts...)})
 	}
@@ -299,7 +298,7 @@ func (l *Link) fillLocked(p Policy) error {
 	rule(in, ip4(ip4Saddr, l.addr, false), v(drop()))
 	rule(in, ip4(ip4Daddr, res, true), l4proto(unix.IPPROTO_UDP), dport(port), v(accept()))
 	rule(in, ip4(ip4Daddr, res, true), l4proto(unix.IPPROTO_TCP), dport(port), v(accept()))
-	rule(in, v(refuse))
+	n.refuseRules(in, RuleHost)
 
 	// Out: the jail's own address only; a connection of this policy
 	// passes; a new one within the jail's bound of connections; then the
@@ -307,7 +306,10 @@ func (l *Link) fillLocked(p Policy) error {
 	rule(out, nfproto(unix.NFPROTO_IPV6), v(drop()))
 	rule(out, ip4(ip4Saddr, l.addr, false), v(drop()))
 	rule(out, ctMark(l.mark, true), v(accept()))
-	rule(out, ctNew(), ctCountOver(uint32(maxConns)), v(refuse))
+	// A chain of its own: the connection count is kept by the expression,
+	// which must see every new connection once.
+	rule(out, ctNew(), ctCountOver(uint32(maxConns)), v(goTo(conns.Name)))
+	n.refuseRules(conns, RuleConnections)
 	l.policyRules(out, ip4Daddr)
 
 	// Back: replies only, of connections this policy admits (judged again
@@ -325,25 +327,25 @@ func (l *Link) fillLocked(p Policy) error {
 func (l *Link) policyRules(ch *nftables.Chain, offset uint32) {
 	n := l.n
 	c, t := n.nft, n.table
-	refuse := goTo(n.sets.refuse.Name)
 	pass := append(setCtMark(l.mark), accept())
 	rule := func(parts ...[]expr.Any) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(parts...)})
 	}
-	rule(ip4Set(offset, n.sets.never, true), []expr.Any{refuse})
-	rule(ip4Set(offset, n.sets.private, true), ip4Set(offset, n.sets.privok, false), []expr.Any{refuse})
-	rule(ip4Set(offset, l.deny, true), []expr.Any{refuse})
+	n.refuseRules(ch, RuleNever, ip4Set(offset, n.sets.never, true))
+	n.refuseRules(ch, RulePrivate, ip4Set(offset, n.sets.private, true), ip4Set(offset, n.sets.privok, false))
+	n.refuseRules(ch, RuleDeny, ip4Set(offset, l.deny, true))
 	if !l.policy.DefaultDeny {
 		rule(pass)
 		return
 	}
 	rule(ip4Set(offset, l.allow, true), pass)
 	rule(ip4Set(offset, l.resolved, true), pass)
-	rule([]expr.Any{refuse})
+	n.refuseRules(ch, RuleDefault)
 }
 
 // SetPolicy applies p (but its rate: SetRate) to the running jail at once: the next connection
-// follows it, and an open one it refuses is cut at its next packet. keep
+// follows it, and an open one it refuses is cut at its next packet (Cut,
+// called after, cuts it at once). keep
 // says which names resolved before still count (those p still allows).
 func (l *Link) SetPolicy(p Policy, keep func(name string) bool) error {
 	n := l.n

@@ -24,7 +24,10 @@ import (
 //	refuse   tcp: reset; else icmp admin-prohibited
 //
 // A jail's chains start with its anti-spoofing (its link and its address
-// go together: a jail cannot send as another) and end in its policy. The
+// go together: a jail cannot send as another) and end in its policy.
+// Each rule of theirs that refuses logs the packet to the daemon's NFLOG
+// group first, at most a few a second (refusals.go); chain x<N> is the
+// connection bound's refusal. The
 // sets never (loopback, link-local and the metadata address, multicast,
 // the subnet: every other jail), private (RFC 1918, CGNAT) and privok (the
 // operator's exceptions) are the same for every jail. Addresses of the

@@ -1753,10 +1753,10 @@ export interface components {
             revision: number;
         } & components["schemas"]["ThreadKey"];
         /**
-         * @description Why a command or a job ended as it did, where the daemon or the kernel ended it: timeout (its time was up), oom (it failed while the kernel's OOM killer ended processes of the thread's jail at its memory limit), pids (it failed while the thread's process limit refused forks), reclaimed (the daemon ended its jail under it), killed (a signal a client sent ended it). None for a command that ended by itself, whatever its exit code.
+         * @description Why a command or a job ended as it did, where the daemon or the kernel ended it: timeout (its time was up), oom (it failed while the kernel's OOM killer ended processes of the thread's jail at its memory limit), pids (it failed while the thread's process limit refused forks), reclaimed (the daemon ended its jail under it), killed (a signal a client sent ended it), no-network (it failed in a jail without network after it asked for a name). None for a command that ended by itself, whatever its exit code.
          * @enum {string}
          */
-        EndReason: "timeout" | "oom" | "pids" | "reclaimed" | "killed";
+        EndReason: "timeout" | "oom" | "pids" | "reclaimed" | "killed" | "no-network";
         /** @description A job as the API shows it. */
         JobInfo: {
             id: string;
