@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/netip"
@@ -19,6 +17,7 @@ import (
 	"warren/client"
 	"warren/internal/netenv"
 	"warren/meta"
+	"warren/network/egress"
 )
 
 // egressMarks are what names a daemon's egress network on the host: its
@@ -29,14 +28,13 @@ type egressMarks struct {
 }
 
 // newEgressMarks derives a daemon's names from its data folder, as the
-// daemon does (gateway/network: a hash of the folder's real path).
+// daemon does (a hash of the folder's real path).
 func newEgressMarks(t *testing.T, data string) *egressMarks {
 	real, err := filepath.EvalSymlinks(data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256([]byte(real))
-	id := hex.EncodeToString(sum[:])[:6]
+	id := egress.IDOf(real)
 	return &egressMarks{prefix: "w" + id, table: "warren-" + id}
 }
 
