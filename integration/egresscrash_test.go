@@ -16,6 +16,7 @@ import (
 	"warren/api"
 	"warren/client"
 	"warren/internal/netenv"
+	"warren/internal/testenv"
 	"warren/meta"
 	"warren/network/egress"
 )
@@ -97,6 +98,7 @@ const resolverConnect = `while read -r k v; do [ "$k" = nameserver ] && exec 3<>
 // leaves no link, address, route, nftables table, chain or set of its
 // own on the host: the host's network is as it was before the test.
 func TestKill9LeavesNoEgress(t *testing.T) {
+	testenv.RequireRootFUSE(t)
 	before := netenv.Take(t)
 	// The jails' resolver asks a name server on loopback that does not
 	// answer: no test traffic leaves the host.
