@@ -133,6 +133,7 @@ bench:
 	bench/checkpoint.sh
 	bench/threads.sh
 	bench/ports.sh
+	bench/net.sh
 
 fmt:
 	$(GO) fmt ./...

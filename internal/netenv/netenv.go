@@ -1,8 +1,13 @@
-// Package netenv builds, for tests, the network a jail's traffic meets:
-// namespaces the test makes, linked to the host as the internet would be,
-// with servers of the test's own in them. No test traffic goes anywhere
-// but loopback and these namespaces. It is a test helper: every call
-// takes the test and cleans up after it.
+// Package netenv builds, for tests and benchmarks, the network a jail's
+// traffic meets: namespaces the caller makes, linked to the host as the
+// internet would be, with servers of the caller's own in them. No traffic
+// goes anywhere but loopback and these namespaces.
+//
+// Tests use the helpers that take a testing.TB (NewNS, NewWorld, Listen,
+// Route): each cleans up at the test's end. A program (a benchmark) uses
+// the core they are built on, OpenNS and OpenWorld, and calls Close when
+// finished; if the program dies first, the namespace goes with its last
+// descriptor, and the world's link with its namespace, so nothing stays.
 package netenv
 
 import (
@@ -10,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -35,6 +41,18 @@ func (ns *NS) Fd() int { return int(ns.h) }
 func NewNS(t testing.TB) *NS {
 	t.Helper()
 	testenv.RequireRoot(t)
+	ns, err := OpenNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	return ns
+}
+
+// OpenNS makes an empty network namespace with its loopback up. Call
+// Close when finished; the namespace goes once the sockets made in it are
+// closed too.
+func OpenNS() (*NS, error) {
 	var h netns.NsHandle
 	err := onThread(func() error {
 		orig, err := netns.Get()
@@ -56,12 +74,13 @@ func NewNS(t testing.TB) *NS {
 		return err
 	})
 	if err != nil {
-		t.Fatalf("a network namespace: %v", err)
+		return nil, fmt.Errorf("a network namespace: %w", err)
 	}
-	ns := &NS{h: h}
-	t.Cleanup(func() { h.Close() })
-	return ns
+	return &NS{h: h}, nil
 }
+
+// Close lets the namespace go (its descriptor closed).
+func (ns *NS) Close() error { return ns.h.Close() }
 
 // errThreadLost says a thread could not go back to the daemon's
 // namespace: onThread leaves it locked, so the runtime ends it.
@@ -145,39 +164,96 @@ type World struct {
 
 var worlds atomic.Int32
 
-// NewWorld makes a world on 203.0.113.0/24 (TEST-NET-3): the world at .1,
-// the host at .254. One test at a time per host may hold it (the range is
-// one): tests that use it do not run in parallel.
+// worldLock is held by the one test world of the host: its range and the
+// addresses routed into it (Route) are the host's, so the tests of every
+// package that make a world (go test runs packages at once) take turns.
+const worldLock = "/run/warren-test-world.lock"
+
+// NewWorld makes a world on TestNet3 (203.0.113.0/24): the world at .1,
+// the host at .254; it goes at the test's end. It waits for any other
+// test's world of the host, in this process or another, to go first.
 func NewWorld(t testing.TB) *World {
 	t.Helper()
-	ns := NewNS(t)
-	w := &World{NS: ns, Addr: netip.MustParseAddr("203.0.113.1"), Host: netip.MustParseAddr("203.0.113.254"),
-		link: "wtest" + strconv.Itoa(unix.Getpid()%10000) + "-" + strconv.Itoa(int(worlds.Add(1))%10)}
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: w.link}, PeerName: "eth0", PeerNamespace: netlink.NsFd(ns.Fd())}
-	if err := netlink.LinkAdd(veth); err != nil {
-		t.Fatalf("the world's link: %v", err)
+	testenv.RequireRoot(t)
+	lock, err := os.OpenFile(worldLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("the world's lock: %v", err)
 	}
-	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(w.link); err == nil {
-			netlink.LinkDel(l)
-		}
-	})
-	host, err := netlink.LinkByName(w.link)
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		lock.Close()
+		t.Fatalf("the world's lock: %v", err)
+	}
+	// Registered first, so released last: after the world's link,
+	// routes and namespace are gone.
+	t.Cleanup(func() { lock.Close() })
+	w, err := OpenWorld(TestNet3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: ipNet(w.Host, 24)}); err != nil {
-		t.Fatalf("the host's address in the world: %v", err)
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+// The ranges for worlds: no route of a host uses them (RFC 5737). The
+// tests' worlds are on TestNet3; a benchmark's on TestNet2, so that it
+// never meets a test's. TEST-NET-1 is this machine's own network.
+var (
+	TestNet2 = netip.MustParsePrefix("198.51.100.0/24")
+	TestNet3 = netip.MustParsePrefix("203.0.113.0/24")
+)
+
+// ErrTaken says a world's range is in use on the host.
+var ErrTaken = errors.New("netenv: the world's range is taken")
+
+// OpenWorld makes a world on an IPv4 range p of /8 to /30: the world at
+// its first address, the host at its last but one (.1 and .254 of a /24).
+// One world at a time per range: it fails if a route of the host already
+// covers the world's address (another world is up). Call Close when
+// finished; on failure nothing of it is left.
+func OpenWorld(p netip.Prefix) (w *World, err error) {
+	p = p.Masked()
+	if !p.Addr().Is4() || p.Bits() < 8 || p.Bits() > 30 {
+		return nil, fmt.Errorf("a world's range is IPv4, /8 to /30, not %s", p)
 	}
-	if err := netlink.LinkSetUp(host); err != nil {
-		t.Fatal(err)
+	last := p.Addr().As4()
+	for i, m := 0, uint32(1)<<(32-p.Bits())-1; i < 4; i++ {
+		last[3-i] |= byte(m >> (8 * i))
+	}
+	addr, host := p.Addr().Next(), netip.AddrFrom4(last).Prev()
+	if r, ok := routed(addr); ok {
+		return nil, fmt.Errorf("%w: the host already routes %s (%s): is another world up?", ErrTaken, addr, r)
+	}
+	ns, err := OpenNS()
+	if err != nil {
+		return nil, err
+	}
+	w = &World{NS: ns, Addr: addr, Host: host,
+		link: "wtest" + strconv.Itoa(unix.Getpid()%10000) + "-" + strconv.Itoa(int(worlds.Add(1))%10)}
+	defer func() {
+		if err != nil {
+			w.Close()
+		}
+	}()
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: w.link}, PeerName: "eth0", PeerNamespace: netlink.NsFd(ns.Fd())}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return nil, fmt.Errorf("the world's link: %w", err)
+	}
+	hl, err := netlink.LinkByName(w.link)
+	if err != nil {
+		return nil, fmt.Errorf("the world's link: %w", err)
+	}
+	if err := netlink.AddrAdd(hl, &netlink.Addr{IPNet: ipNet(w.Host, p.Bits())}); err != nil {
+		return nil, fmt.Errorf("the host's address in the world: %w", err)
+	}
+	if err := netlink.LinkSetUp(hl); err != nil {
+		return nil, fmt.Errorf("the world's link up: %w", err)
 	}
 	err = ns.Do(func() error {
 		eth, err := netlink.LinkByName("eth0")
 		if err != nil {
 			return err
 		}
-		if err := netlink.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(w.Addr, 24)}); err != nil {
+		if err := netlink.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(w.Addr, p.Bits())}); err != nil {
 			return err
 		}
 		if err := netlink.LinkSetUp(eth); err != nil {
@@ -187,9 +263,37 @@ func NewWorld(t testing.TB) *World {
 		return netlink.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: w.Host.AsSlice()})
 	})
 	if err != nil {
-		t.Fatalf("the world's end: %v", err)
+		return nil, fmt.Errorf("the world's end: %w", err)
 	}
-	return w
+	return w, nil
+}
+
+// routed says whether a route of the host's main table, other than a
+// default route, covers a, and which.
+func routed(a netip.Addr) (string, bool) {
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return "", false
+	}
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue
+		}
+		if ones, _ := r.Dst.Mask.Size(); ones > 0 && r.Dst.Contains(a.AsSlice()) {
+			return r.Dst.String(), true
+		}
+	}
+	return "", false
+}
+
+// Close takes the world away: its link (both ends, with the host's
+// address and routes on it), then its namespace.
+func (w *World) Close() error {
+	var err error
+	if l, lerr := netlink.LinkByName(w.link); lerr == nil {
+		err = netlink.LinkDel(l)
+	}
+	return errors.Join(err, w.NS.Close())
 }
 
 // Route sends the traffic of one more address (a /32: a metadata or a

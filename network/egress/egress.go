@@ -169,6 +169,22 @@ func (n *Network) Close() error {
 	return err
 }
 
+// discardLocked drops a batch that failed to be made: the nftables
+// connection queues messages until Flush and has no way to forget them,
+// so it is replaced. n.mu is held.
+func (n *Network) discardLocked() {
+	nft, err := nftables.New(nftables.AsLasting())
+	if err != nil {
+		// The half batch goes with the next one. What it holds is a
+		// jail's chains flushed, which fails closed: the base chains
+		// drop what comes back from an empty one (Link.addRules).
+		n.log.Error("reopen the nftables connection after a failed batch", "error", err)
+		return
+	}
+	n.nft.CloseLasting()
+	n.nft = nft
+}
+
 // clean deletes this daemon's table and every link whose name is its own.
 func (n *Network) clean() error {
 	tables, err := n.nft.ListTablesOfFamily(nftables.TableFamilyINet)

@@ -323,3 +323,39 @@ func TestResolvedLifetimes(t *testing.T) {
 		t.Errorf("a longer answer left the address at %v", e)
 	}
 }
+
+// TestJailChainsFailClosed: the base chains reach a jail's chains by a
+// jump, and refuse whatever comes back: a jail's chain left without a
+// verdict (flushed, half made) refuses its traffic rather than letting it
+// through by the base chain's accept policy.
+func TestJailChainsFailClosed(t *testing.T) {
+	w := netenv.NewWorld(t)
+	out := w.Listen(t, "tcp", w.Addr.String()+":0")
+	netenv.Serve(out, "world")
+	n := openNetwork(t, egress.Config{})
+	ns, _ := attach(t, n, egress.Policy{})
+	if err := greet(ns, out.Addr().String(), "world"); err != nil {
+		t.Fatalf("the world before: %v", err)
+	}
+	// Every chain of the jail emptied behind the daemon's back.
+	c, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := &nftables.Table{Name: n.Table(), Family: nftables.TableFamilyINet}
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flushed := 0
+	for _, ch := range chains {
+		if ch.Table.Name == n.Table() && ch.Hooknum == nil && ch.Name != "refuse" {
+			c.FlushChain(&nftables.Chain{Name: ch.Name, Table: table})
+			flushed++
+		}
+	}
+	if err := c.Flush(); err != nil || flushed != 3 {
+		t.Fatalf("flush the jail's %d chains: %v", flushed, err)
+	}
+	refusedFast(t, ns, out.Addr().String())
+}

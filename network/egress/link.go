@@ -236,9 +236,16 @@ func (l *Link) addRules(p Policy) error {
 	for k, name := range []string{"i", "j", "b"} {
 		l.chains[k] = c.AddChain(&nftables.Chain{Name: name + id, Table: t})
 	}
-	l.fillLocked(p)
+	if err := l.fillLocked(p); err != nil {
+		n.discardLocked()
+		return err
+	}
 	for k, m := range []*nftables.Set{n.sets.in, n.sets.out, n.sets.back} {
-		el := nftables.SetElement{Key: ifname(l.name), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: l.chains[k].Name}}
+		// A jump, not a goto: a jail's chain that ends without a verdict
+		// (it never should) comes back to the base chain, whose next rule
+		// refuses every packet of the daemon's links. A goto would end in
+		// the base chain's policy, accept: fail open.
+		el := nftables.SetElement{Key: ifname(l.name), VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: l.chains[k].Name}}
 		if err := c.SetAddElements(m, []nftables.SetElement{el}); err != nil {
 			return fmt.Errorf("egress: map %s to its chains: %w", l.name, err)
 		}
@@ -253,7 +260,7 @@ func (l *Link) addRules(p Policy) error {
 // and sets flushed or new, with a new mark: a connection admitted under
 // the former rules has another mark, and is judged again by the new ones
 // at its next packet (cut if they refuse it). n.mu is held.
-func (l *Link) fillLocked(p Policy) {
+func (l *Link) fillLocked(p Policy) error {
 	n := l.n
 	c, t := n.nft, n.table
 	l.policy = p
@@ -266,9 +273,17 @@ func (l *Link) fillLocked(p Policy) {
 	if maxConns <= 0 {
 		maxConns = DefaultMaxConnections
 	}
-	c.SetAddElements(l.allow, intervalElements(p.Allow))
-	c.SetAddElements(l.deny, intervalElements(p.Deny))
-	l.addResolvedLocked(time.Now())
+	for _, set := range []struct {
+		s  *nftables.Set
+		ps []netip.Prefix
+	}{{l.allow, p.Allow}, {l.deny, p.Deny}} {
+		if err := c.SetAddElements(set.s, intervalElements(set.ps)); err != nil {
+			return fmt.Errorf("egress: rules of %s: set %s: %w", l.name, set.s.Name, err)
+		}
+	}
+	if err := l.addResolvedLocked(time.Now()); err != nil {
+		return err
+	}
 
 	in, out, back := l.chains[0], l.chains[1], l.chains[2]
 	refuse := goTo(n.sets.refuse.Name)
@@ -301,6 +316,7 @@ func (l *Link) fillLocked(p Policy) {
 	rule(back, []expr.Any{&expr.Ct{Key: expr.CtKeyDIRECTION, Register: reg1},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: []byte{1}}}, v(drop()))
 	l.policyRules(back, ip4Saddr)
+	return nil
 }
 
 // policyRules judge the far end's address (at offset: the destination of
@@ -348,7 +364,11 @@ func (l *Link) SetPolicy(p Policy, keep func(name string) bool) error {
 	for _, ch := range l.chains {
 		c.FlushChain(ch)
 	}
-	l.fillLocked(p)
+	if err := l.fillLocked(p); err != nil {
+		// The batch is half made: it must never be sent.
+		n.discardLocked()
+		return err
+	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("egress: new rules of %s: %w", l.name, err)
 	}
@@ -418,7 +438,7 @@ func (l *Link) AllowResolved(name string, addrs []netip.Addr, ttl time.Duration)
 
 // addResolvedLocked adds to the batch the unexpired answers of the names
 // kept. n.mu is held.
-func (l *Link) addResolvedLocked(now time.Time) {
+func (l *Link) addResolvedLocked(now time.Time) error {
 	var els []nftables.SetElement
 	seen := make(map[netip.Addr]time.Duration)
 	for name, a := range l.names {
@@ -438,8 +458,11 @@ func (l *Link) addResolvedLocked(now time.Time) {
 		els = append(els, nftables.SetElement{Key: b[:], Timeout: ttl})
 	}
 	if len(els) > 0 {
-		l.n.nft.SetAddElements(l.resolved, els)
+		if err := l.n.nft.SetAddElements(l.resolved, els); err != nil {
+			return fmt.Errorf("egress: rules of %s: set %s: %w", l.name, l.resolved.Name, err)
+		}
 	}
+	return nil
 }
 
 // Close takes the jail's rules and link away (the link may have gone with

@@ -15,10 +15,11 @@ import (
 
 // The daemon's table (family inet, so one table sees both families):
 //
-//	input    iifname vmap @in     a jail's packets to the host: chain i<N>
-//	forward  iifname vmap @out    a jail's packets out: chain j<N>
-//	         oifname vmap @back   packets to a jail: chain r<N>
-//	         iifname/oifname w<ID>-* drop   a link with no chain (being made)
+//	input    iifname vmap @in     a jail's packets to the host: jump i<N>
+//	forward  iifname vmap @out    a jail's packets out: jump j<N>
+//	         oifname vmap @back   packets to a jail: jump b<N>
+//	         iifname/oifname w<ID>-* refuse: a link with no chain (being
+//	                                made), or back from one without a verdict
 //	post     masquerade of the subnet, leaving by any other link
 //	refuse   tcp: reset; else icmp admin-prohibited
 //
@@ -100,11 +101,14 @@ func (n *Network) build() error {
 	if s.privok, err = n.addIntervalSet("privok", ok4); err != nil {
 		return err
 	}
-	for _, m := range []**nftables.Set{&s.in, &s.out, &s.back} {
-		name := map[**nftables.Set]string{&s.in: "in", &s.out: "out", &s.back: "back"}[m]
-		*m = &nftables.Set{Table: t, Name: name, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
-		if err := c.AddSet(*m, nil); err != nil {
-			return fmt.Errorf("egress: add map %s: %w", name, err)
+	vmaps := []struct {
+		to   **nftables.Set
+		name string
+	}{{&s.in, "in"}, {&s.out, "out"}, {&s.back, "back"}}
+	for _, m := range vmaps {
+		*m.to = &nftables.Set{Table: t, Name: m.name, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
+		if err := c.AddSet(*m.to, nil); err != nil {
+			return fmt.Errorf("egress: add map %s: %w", m.name, err)
 		}
 	}
 	s.refuse = c.AddChain(&nftables.Chain{Name: "refuse", Table: t})
@@ -115,14 +119,14 @@ func (n *Network) build() error {
 	input := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	c.AddRule(&nftables.Rule{Table: t, Chain: input, Exprs: vmap(expr.MetaKeyIIFNAME, s.in)})
-	c.AddRule(&nftables.Rule{Table: t, Chain: input, Exprs: append(ifPrefix(expr.MetaKeyIIFNAME, n.prefix+"-", true), drop())})
+	c.AddRule(&nftables.Rule{Table: t, Chain: input, Exprs: append(ifPrefix(expr.MetaKeyIIFNAME, n.prefix+"-", true), goTo(s.refuse.Name))})
 
 	forward := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	c.AddRule(&nftables.Rule{Table: t, Chain: forward, Exprs: vmap(expr.MetaKeyIIFNAME, s.out)})
 	c.AddRule(&nftables.Rule{Table: t, Chain: forward, Exprs: vmap(expr.MetaKeyOIFNAME, s.back)})
-	c.AddRule(&nftables.Rule{Table: t, Chain: forward, Exprs: append(ifPrefix(expr.MetaKeyIIFNAME, n.prefix+"-", true), drop())})
-	c.AddRule(&nftables.Rule{Table: t, Chain: forward, Exprs: append(ifPrefix(expr.MetaKeyOIFNAME, n.prefix+"-", true), drop())})
+	c.AddRule(&nftables.Rule{Table: t, Chain: forward, Exprs: append(ifPrefix(expr.MetaKeyIIFNAME, n.prefix+"-", true), goTo(s.refuse.Name))})
+	c.AddRule(&nftables.Rule{Table: t, Chain: forward, Exprs: append(ifPrefix(expr.MetaKeyOIFNAME, n.prefix+"-", true), goTo(s.refuse.Name))})
 
 	post := c.AddChain(&nftables.Chain{Name: "post", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
