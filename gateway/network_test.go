@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/netip"
 	"strconv"
@@ -280,5 +281,85 @@ func TestEgressCutAtOnce(t *testing.T) {
 	}
 	if ev.Exit == nil || *ev.Exit == 0 {
 		t.Errorf("a job whose connection was cut: %+v", ev)
+	}
+}
+
+// uploadRate accepts one connection on l and returns the rate it received
+// at, from its first byte to its end.
+func uploadRate(l net.Listener) (float64, int64, error) {
+	c, err := l.Accept()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	buf := make([]byte, 64<<10)
+	k, err := c.Read(buf)
+	if err != nil {
+		return 0, 0, err
+	}
+	start, got := time.Now(), int64(k)
+	for {
+		k, err := c.Read(buf)
+		got += int64(k)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, got, err
+		}
+	}
+	return float64(got) / time.Since(start).Seconds(), got, nil
+}
+
+// TestEgressRateRebind: a bind with a new egressBytesPerSecond changes
+// the rate of the thread's running jail (a job runs across it), and the
+// jail's uploads follow each rate.
+func TestEgressRateRebind(t *testing.T) {
+	w := netenv.NewWorld(t)
+	l := w.Listen(t, "tcp", w.Addr.String()+":0")
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	e := startEnv(t, Config{EgressDNS: []netip.AddrPort{upstreamDNS(t, nil)}})
+	ctx := context.Background()
+	job := ""
+	for i, rate := range []int64{128 << 10, 512 << 10} {
+		if _, err := e.c.BindWith(ctx, "acme", "rate", meta.Settings{Network: "egress", EgressBytesPerSecond: rate}); err != nil {
+			t.Fatalf("bind at %d bytes/s: %v", rate, err)
+		}
+		if i == 0 {
+			j, err := e.c.Spawn(ctx, "acme", "rate", api.SpawnRequest{Command: "sleep 120"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			job = j.ID
+		}
+		// Four seconds' worth.
+		type result struct {
+			rate float64
+			n    int64
+			err  error
+		}
+		done := make(chan result, 1)
+		go func() { r, n, err := uploadRate(l); done <- result{r, n, err} }()
+		if code, out := e.run(t, "rate", "head -c "+strconv.FormatInt(4*rate, 10)+" /dev/zero >/dev/tcp/"+w.Addr.String()+"/"+port); code != 0 {
+			t.Fatalf("upload: exit %d: %s", code, out)
+		}
+		r := <-done
+		if r.err != nil || r.n != 4*rate {
+			t.Fatalf("upload at %d bytes/s: %d bytes, %v", rate, r.n, r.err)
+		}
+		t.Logf("bound %d KiB/s: uploaded at %.0f KiB/s", rate>>10, r.rate/1024)
+		if r.rate < 0.75*float64(rate) || r.rate > 1.25*float64(rate) {
+			t.Errorf("bound %d bytes/s: uploaded at %.0f bytes/s, want within 25 %%", rate, r.rate)
+		}
+	}
+	jobs, err := e.c.Jobs(ctx, "acme", "rate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if j.ID == job && !j.Running {
+			t.Errorf("the jail restarted for a new rate: job %s ended", job)
+		}
 	}
 }

@@ -30,10 +30,16 @@ func TestLinksOnlyTheClient(t *testing.T) {
 		// needs internal/diskimage's decision, which with
 		// internal/diskquota is the standard library and x/sys/unix. The
 		// progress bar of the long calls on a terminal is mpb, with what
-		// it draws with (progressbar would link net/http).
+		// it draws with (progressbar would link net/http). The doctor's
+		// egress firewall row reads nftables through google/nftables,
+		// over mdlayher's netlink.
 		{"warren/cmd/warren", append([]string{"warren/client", "warren/internal/cli", "warren/internal/doctor", "warren/internal/diskimage", "warren/internal/diskquota", "warren/internal/mountinfo", "warren/internal/version", "golang.org/x/sys/unix",
 			"github.com/vbauerster/mpb/v8", "github.com/vbauerster/mpb/v8/decor", "github.com/vbauerster/mpb/v8/internal", "github.com/vbauerster/cupwriter",
-			"github.com/VividCortex/ewma", "github.com/acarl005/stripansi", "github.com/mattn/go-runewidth", "github.com/clipperhouse/uax29/v2/graphemes"}, wire...)},
+			"github.com/VividCortex/ewma", "github.com/acarl005/stripansi", "github.com/mattn/go-runewidth", "github.com/clipperhouse/uax29/v2/graphemes",
+			"github.com/google/nftables", "github.com/google/nftables/binaryutil", "github.com/google/nftables/internal/parseexprfunc", "github.com/google/nftables/alignedbuff",
+			"github.com/google/nftables/xt", "github.com/google/nftables/expr", "github.com/google/nftables/userdata",
+			"github.com/mdlayher/netlink", "github.com/mdlayher/netlink/nlenc", "github.com/mdlayher/netlink/nltest", "github.com/mdlayher/socket",
+			"golang.org/x/net/bpf", "golang.org/x/sync/errgroup"}, wire...)},
 	} {
 		out, err := exec.CommandContext(t.Context(), goTool, "list", "-deps",
 			"-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", c.pkg).Output()

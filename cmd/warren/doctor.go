@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,13 +18,15 @@ import (
 // doctorCmd checks this host before warren serve starts on it.
 func doctorCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var o doctor.Options
-	var socket string
-	fs := cli.NewFlags(e, "warren doctor", "[--data DIR] [--workspaces DIR] [--disk-image auto|on|off] [--socket-group GROUP] [--socket PATH]")
+	var socket, networks, subnet string
+	fs := cli.NewFlags(e, "warren doctor", "[--data DIR] [--workspaces DIR] [--disk-image auto|on|off] [--socket-group GROUP] [--allow-networks LIST] [--egress-subnet CIDR] [--socket PATH]")
 	fs.StringVar(&o.DataDir, "data", cli.DefaultDataDir(e.Getenv), "the data folder warren serve will use")
 	fs.StringVar(&o.DiskImage.Workspaces, "workspaces", "", "the --workspaces folder warren serve will use (default DATA/workspaces)")
 	fs.StringVar(&o.DiskImage.Mode, "disk-image", diskimage.ModeAuto, "the --disk-image warren serve will use")
 	o.DiskImage.LoopControl = e.Getenv(diskimage.LoopControlEnv)
 	fs.StringVar(&o.SocketGroup, "socket-group", "", "the group warren serve --socket-group will give the socket")
+	fs.StringVar(&networks, "allow-networks", "none,egress,host", "the --allow-networks warren serve will use (without egress, the egress checks have nothing to check)")
+	fs.StringVar(&subnet, "egress-subnet", "", "the --egress-subnet warren serve will use, for the fixes to name (default: the running daemon's)")
 	clientFlags(e, fs, &socket)
 	rest, err := cli.Parse(fs, args)
 	if err != nil {
@@ -30,6 +34,12 @@ func doctorCmd(ctx context.Context, e *cli.Env, args []string) error {
 	}
 	if len(rest) > 0 {
 		return cli.Usagef("unexpected arguments %q", rest)
+	}
+	o.Networks = strings.Split(networks, ",")
+	if subnet != "" {
+		if o.EgressSubnet, err = netip.ParsePrefix(subnet); err != nil {
+			return cli.Usagef("--egress-subnet is a CIDR, not %q", subnet)
+		}
 	}
 	h := doctor.System()
 	// The headroom row: what the daemon serving here, if one does, has

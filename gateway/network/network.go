@@ -2,8 +2,6 @@ package network
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -113,9 +111,8 @@ func Start(ctx context.Context, cfg Config) (*Network, error) {
 	for _, u := range append(hostUps, ups...) {
 		avoid = append(avoid, u.Addr())
 	}
-	sum := sha256.Sum256([]byte(cfg.DataDir))
 	eg, err := egress.Open(ctx, egress.Config{
-		ID: hex.EncodeToString(sum[:])[:egress.IDLen], Subnet: cfg.Subnet, AllowPrivate: cfg.AllowPrivate,
+		ID: egress.IDOf(cfg.DataDir), Subnet: cfg.Subnet, AllowPrivate: cfg.AllowPrivate,
 		Avoid: avoid, Log: n.log,
 	})
 	if err != nil {

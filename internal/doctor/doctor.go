@@ -1,7 +1,9 @@
 // Package doctor checks a host before `warren serve` starts on it and
 // says, for each thing it lacks, what to fix: the kernel features the
 // mounts and jails use, the cgroup controllers, the descriptor limit, the
-// free disk space and the socket's group. `warren doctor` prints its
+// free disk space, the socket's group, and what would drop the egress
+// jails' traffic (IPv4 forwarding off, another table's chain that drops
+// by default). `warren doctor` prints its
 // results.
 //
 // It reads the host through a Host, whose fields are the files and calls
@@ -13,6 +15,7 @@ package doctor
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -72,6 +75,12 @@ type Host struct {
 	// socket, or nobody listening) is no failure: the doctor runs before
 	// warren serve starts too.
 	Ready func() (api.Readiness, error)
+	// Chains returns the base chains of the host's nftables (Chains, the
+	// function); nil skips the egress firewall check.
+	Chains func() ([]Chain, error)
+	// EgressSubnet, if set, finds the subnet of the daemon of a data
+	// folder, if it runs, for the fixes to name.
+	EgressSubnet func(dataDir string) (netip.Prefix, bool)
 }
 
 // System is the machine the program runs on.
@@ -97,6 +106,8 @@ func System() Host {
 			}
 			return st.Bavail * uint64(st.Bsize), nil
 		},
+		Chains:       func() ([]Chain, error) { return Chains() },
+		EgressSubnet: claimedSubnet,
 	}
 }
 
@@ -118,6 +129,13 @@ type Options struct {
 	// whether the threads' disk is bounded, or "disk unprotected" and
 	// why. A LoopControl of "" is the host's /dev/loop-control.
 	DiskImage diskimage.Options
+	// Networks are the jail networks warren serve will allow
+	// (--allow-networks); nil means all. Without egress, the egress
+	// checks have nothing to check.
+	Networks []string
+	// EgressSubnet is warren serve's --egress-subnet, for the fixes to
+	// name; the zero value is the running daemon's, if one runs.
+	EgressSubnet netip.Prefix
 }
 
 // Defaults for Options.
@@ -147,6 +165,8 @@ func Run(h Host, o Options) []Result {
 		h.disk(o.DataDir, o.MinFreeBytes),
 		h.diskImage(o),
 		h.socketGroup(o.SocketGroup),
+		h.forwarding(o),
+		h.firewall(o),
 	}
 	if h.Ready != nil {
 		rs = append(rs, h.headroom())

@@ -28,6 +28,7 @@ func fakeHost(t *testing.T) Host {
 		"etc/group":                               "root:x:0:\nwarren:x:998:alice,bob\n",
 		"sys/module/fuse/parameters/enable_uring": "Y",
 		"dev/loop-control":                        "",
+		"proc/sys/net/ipv4/ip_forward":            "1",
 	}
 	for p, content := range files {
 		full := filepath.Join(root, p)
@@ -52,6 +53,9 @@ func fakeHost(t *testing.T) Host {
 		LandlockABI: func() (int, error) { return 7, nil },
 		NoFile:      func() (uint64, uint64, error) { return 1 << 20, 1 << 20, nil },
 		FreeBytes:   func(string) (uint64, error) { return 100 << 30, nil },
+		Chains: func() ([]Chain, error) {
+			return []Chain{{Family: "inet", Table: "warren-0a1b2c", Name: "forward", Hook: "forward"}}, nil
+		},
 	}
 }
 
@@ -124,6 +128,15 @@ func TestMissing(t *testing.T) {
 		{"disk image", Warn, Options{}, func(t *testing.T, h *Host) { remove(t, h, "dev/loop-control") }},
 		{"disk image", Warn, Options{DiskImage: diskimage.Options{Workspaces: "/srv/shared"}}, func(t *testing.T, h *Host) {}},
 		{"disk image", Fail, Options{DiskImage: diskimage.Options{Mode: "maybe"}}, func(t *testing.T, h *Host) {}},
+		{"ip forwarding", Warn, Options{}, func(t *testing.T, h *Host) { write(t, h, "proc/sys/net/ipv4/ip_forward", "0") }},
+		{"egress firewall", Warn, Options{}, func(t *testing.T, h *Host) {
+			h.Chains = func() ([]Chain, error) {
+				return []Chain{{Family: "ip", Table: "filter", Name: "FORWARD", Hook: "forward", Drop: true}}, nil
+			}
+		}},
+		{"egress firewall", Warn, Options{}, func(t *testing.T, h *Host) {
+			h.Chains = func() ([]Chain, error) { return nil, unix.EPERM }
+		}},
 	} {
 		t.Run(c.check, func(t *testing.T) {
 			h := fakeHost(t)

@@ -2,6 +2,8 @@ package egress
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -44,6 +46,13 @@ type Config struct {
 // IDLen is the length of Config.ID: with "w", "-" and a jail's number it
 // keeps a link's name within the kernel's 15 bytes.
 const IDLen = 6
+
+// IDOf is the Config.ID of the daemon whose data folder is dataDir (its
+// real path): a hash of it.
+func IDOf(dataDir string) string {
+	sum := sha256.Sum256([]byte(dataDir))
+	return hex.EncodeToString(sum[:])[:IDLen]
+}
 
 // Network is a daemon's egress network: its nftables table, its subnet, the
 // dummy link that holds the resolver's address and claims the subnet on

@@ -19,6 +19,7 @@ export {
   WORKSPACE,
   parseSnapshotId,
   snapshotId,
+  networkSettings,
   toWorkspacePath,
   warrenCapabilities,
   warrenSandbox,

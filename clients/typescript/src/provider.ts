@@ -35,6 +35,7 @@ import type {
   SandboxFs,
   SandboxGit,
   SandboxHandle,
+  SandboxPolicy,
   SandboxProcess,
   SandboxProvider,
   SandboxRestoreInput,
@@ -43,7 +44,7 @@ import type {
   SpawnHandle,
   WorkspaceDefinition,
 } from '@tanstack/ai-sandbox'
-import type { EndReason, JobInfo, Settings, ThreadInfo } from './api.js'
+import type { Egress, EndReason, JobInfo, Settings, ThreadInfo } from './api.js'
 import { WarrenClient } from './client.js'
 import { isWarrenError, WarrenError, WarrenNotFoundError } from './errors.js'
 import { watchFiles } from './watch.js'
@@ -68,6 +69,14 @@ export interface WarrenSandboxOptions {
   settings?: Settings
   /** How long a command of process.exec may run, in seconds (default: the daemon's, 10 minutes). */
   execTimeoutSeconds?: number
+  /**
+   * The egress rules of a sandbox whose network is `egress`: `default`
+   * (`allow` unless given), `allow` and `deny`, each a list of CIDRs, host
+   * names and wildcards (`*.npmjs.org`); deny wins. A policy's
+   * `capabilities.network: 'allow'` gives the sandbox network `egress`
+   * with these rules (see {@link networkSettings}).
+   */
+  egress?: Egress
 }
 
 /** What a warren sandbox can do: the 0.2.4 contract's capabilities and the newer `killableProcesses`. */
@@ -82,7 +91,7 @@ export const warrenCapabilities: WarrenCapabilities = {
   backgroundProcesses: true,
   writableStdin: true,
   snapshots: true,
-  networkPolicy: false,
+  networkPolicy: true,
   durableFilesystem: true,
   fork: true,
   killableProcesses: true,
@@ -194,7 +203,7 @@ export function warrenSandbox(opts: WarrenSandboxOptions = {}): WarrenSandboxPro
       input.signal?.throwIfAborted()
       const thread = input.id ?? `sbx-${randomBytes(6).toString('hex')}`
       const before = await infoOf(thread, input.signal)
-      const settings = mergeSettings(before?.settings, opts.settings, input.env)
+      const settings = mergeSettings(before?.settings, withNetwork(opts, input.policy), input.env)
       const b = await client.bind(tenant, thread, settings, { signal: input.signal })
       const h = handleOf(thread, b.mountPath)
       if (before === undefined && input.workspace?.source.type === 'local') {
@@ -231,7 +240,7 @@ export function warrenSandbox(opts: WarrenSandboxOptions = {}): WarrenSandboxPro
       const { thread, checkpoint } = parseSnapshotId(input.snapshotId)
       const from = await infoOf(thread, input.signal)
       const f = await client.fork(tenant, thread, { checkpoint }, { signal: input.signal })
-      const settings = mergeSettings(from?.settings, opts.settings, input.env) ?? from?.settings
+      const settings = mergeSettings(from?.settings, withNetwork(opts, input.policy), input.env) ?? from?.settings
       return forked(client, tenant, f.binding.thread, f.mountPath, settings, handleOf)
     },
 
@@ -249,6 +258,39 @@ export function warrenSandbox(opts: WarrenSandboxOptions = {}): WarrenSandboxPro
     },
   }
   return provider
+}
+
+/**
+ * The network settings a harness's policy asks for, by
+ * `policy.capabilities.network` (which defaults, as the contract says, to
+ * the policy's `default`): `allow` is network `egress` under the
+ * provider's `egress` rules (default allow); `deny` is network `none`
+ * (loopback only); `ask`, or no policy, leaves the network to the
+ * provider's settings, else the server's default (`serve
+ * --jail-network`), with the provider's `egress` rules if it has any.
+ */
+export function networkSettings(policy: SandboxPolicy | undefined, egress: Egress | undefined): Settings {
+  const decision = policy === undefined ? undefined : (policy.capabilities?.network ?? policy.default)
+  const rules = (): Egress => {
+    const e: Egress = { default: egress?.default || 'allow' }
+    if (egress?.allow !== undefined) e.allow = [...egress.allow]
+    if (egress?.deny !== undefined) e.deny = [...egress.deny]
+    return e
+  }
+  switch (decision) {
+    case 'allow':
+      return { network: 'egress', egress: rules() }
+    case 'deny':
+      return { network: 'none' }
+  }
+  return egress === undefined ? {} : { egress: rules() }
+}
+
+/** The provider's settings with the network a policy asks for over them; undefined when neither sets anything. */
+function withNetwork(opts: WarrenSandboxOptions, policy: SandboxPolicy | undefined): Settings | undefined {
+  const net = networkSettings(policy, opts.egress)
+  if (opts.settings === undefined && Object.keys(net).length === 0) return undefined
+  return { ...opts.settings, ...net }
 }
 
 /**

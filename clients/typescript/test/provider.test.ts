@@ -54,7 +54,7 @@ test('warrenSandbox: the contract on a real daemon', { timeout: 240_000 }, async
       backgroundProcesses: true,
       writableStdin: true,
       snapshots: true,
-      networkPolicy: false,
+      networkPolicy: true,
       durableFilesystem: true,
       fork: true,
       killableProcesses: true,
