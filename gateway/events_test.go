@@ -1,10 +1,7 @@
 package gateway
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -20,6 +17,7 @@ import (
 	"warren/api"
 	"warren/client"
 	"warren/gateway/events"
+	"warren/internal/testenv"
 )
 
 // testEvent is a kind of event that only tests emit.
@@ -219,29 +217,6 @@ func openStream(t *testing.T, env *testEnv, query string) *http.Response {
 	return resp
 }
 
-// readLines decodes the NDJSON lines of r into a channel, strictly: every
-// line one event, no field the Event type does not have.
-func readLines(t *testing.T, r *http.Response) <-chan api.Event {
-	t.Helper()
-	ch := make(chan api.Event, 1<<16)
-	go func() {
-		defer close(ch)
-		sc := bufio.NewScanner(r.Body)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
-			dec.DisallowUnknownFields()
-			var ev api.Event
-			if err := dec.Decode(&ev); err != nil {
-				t.Errorf("line %q is not an event: %v", sc.Bytes(), err)
-				return
-			}
-			ch <- ev
-		}
-	}()
-	return ch
-}
-
 // TestEventsEndOnClose: Close ends every stream, one that reads (Events
 // returns ErrClosed) and one whose client stopped reading, and does not
 // wait its shutdown grace for them.
@@ -318,7 +293,7 @@ func TestEventsThreadLifecycle(t *testing.T) {
 		{api.EventThreadClosed, "closed"},
 		{api.EventThreadDeleted, ""},
 	}
-	lines := readLines(t, raw)
+	lines := testenv.EventLines(t, raw.Body)
 	var lastSeq uint64
 	for i, w := range want {
 		ev := t1.next(t)

@@ -13,6 +13,7 @@ import (
 	"warren/api"
 	"warren/fs"
 	"warren/gateway/metrics"
+	"warren/internal/testenv"
 	"warren/meta"
 )
 
@@ -163,7 +164,7 @@ func TestBusLogAcrossRestart(t *testing.T) {
 	}
 	defer again.Close()
 	resp := openStream(t, serveEvents(t, again), "since=1")
-	lines := readLines(t, resp)
+	lines := testenv.EventLines(t, resp.Body)
 	again.Emit(api.Event{Type: testEvent, Thread: "t1", Message: "new"})
 	for _, want := range []uint64{2, 3, 4} {
 		select {

@@ -1,10 +1,7 @@
 package events
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -18,6 +15,7 @@ import (
 
 	"warren/api"
 	"warren/gateway/call"
+	"warren/internal/testenv"
 )
 
 // newTestBus is a Bus as the daemon makes it, with its log in a
@@ -100,29 +98,6 @@ func openStream(t *testing.T, sock, query string) *http.Response {
 	return resp
 }
 
-// readLines decodes the NDJSON lines of r into a channel, strictly: every
-// line one event, no field the Event type does not have.
-func readLines(t *testing.T, r *http.Response) <-chan api.Event {
-	t.Helper()
-	ch := make(chan api.Event, 1<<16)
-	go func() {
-		defer close(ch)
-		sc := bufio.NewScanner(r.Body)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
-			dec.DisallowUnknownFields()
-			var ev api.Event
-			if err := dec.Decode(&ev); err != nil {
-				t.Errorf("line %q is not an event: %v", sc.Bytes(), err)
-				return
-			}
-			ch <- ev
-		}
-	}()
-	return ch
-}
-
 // TestEventsStalledStream stops reading a stream while many events are
 // emitted: emit must not wait for it, and once it reads again it gets one
 // missed event whose count is exactly the gap in seq it stands for.
@@ -161,7 +136,7 @@ func TestEventsStalledStream(t *testing.T) {
 	// out of its full queue: only this test emits and only publish fills
 	// the queue, so the marker finds room and is the first delivery after
 	// the loss, which carries the count.
-	lines := readLines(t, resp)
+	lines := testenv.EventLines(t, resp.Body)
 	var got []api.Event
 	deadline := time.After(60 * time.Second)
 	for len(sub.ch) == cap(sub.ch) {
@@ -273,7 +248,7 @@ func TestStreamResumeHeaders(t *testing.T) {
 	}
 	bus.Emit(api.Event{Type: api.EventThreadClosed, Tenant: "acme", Thread: "t1"})
 	again := openStream(t, sock, "thread=t1&tenant=acme&since="+first.Header.Get(api.HeaderEventSeq))
-	if ev := <-readLines(t, again); ev.Seq != 4 || ev.Type != api.EventThreadClosed {
+	if ev := <-testenv.EventLines(t, again.Body); ev.Seq != 4 || ev.Type != api.EventThreadClosed {
 		t.Errorf("resumed after 3: got %+v, want the event 4", ev)
 	}
 	run := first.Header.Get(api.HeaderEventRun)
