@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/internal/testenv"
+	"warren/network/egress"
 )
 
 // NS is a network namespace a test made.
@@ -271,7 +272,7 @@ func OpenWorld(p netip.Prefix) (w *World, err error) {
 // routed says whether a route of the host's main table, other than a
 // default route, covers a, and which.
 func routed(a netip.Addr) (string, bool) {
-	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	routes, err := egress.Dump(func() ([]netlink.Route, error) { return netlink.RouteList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return "", false
 	}

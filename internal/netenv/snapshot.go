@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"warren/network/egress"
+
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -19,7 +21,7 @@ type Snapshot map[string]bool
 func Take(t testing.TB) Snapshot {
 	t.Helper()
 	s := make(Snapshot)
-	links, err := netlink.LinkList()
+	links, err := egress.Dump(netlink.LinkList)
 	if err != nil {
 		t.Fatalf("list links: %v", err)
 	}
@@ -29,14 +31,16 @@ func Take(t testing.TB) Snapshot {
 		names[a.Index] = a.Name
 		s["link "+a.Name] = true
 	}
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	addrs, err := egress.Dump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_ALL) })
 	if err != nil {
 		t.Fatalf("list addresses: %v", err)
 	}
 	for _, a := range addrs {
 		s[fmt.Sprintf("addr %s dev %s", a.IPNet, names[a.LinkIndex])] = true
 	}
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	routes, err := egress.Dump(func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	})
 	if err != nil {
 		t.Fatalf("list routes: %v", err)
 	}

@@ -38,7 +38,7 @@ func (l *Link) Cut(ns int) (int, error) {
 		return 0, fmt.Errorf("egress: sock_diag in the jail's namespace of %s: %w", l.name, err)
 	}
 	defer h.Close()
-	socks, err := h.SocketDiagTCP(unix.AF_INET)
+	socks, err := Dump(func() ([]*netlink.Socket, error) { return h.SocketDiagTCP(unix.AF_INET) })
 	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
 		return 0, fmt.Errorf("egress: list the TCP sockets of %s: %w", l.name, err)
 	}

@@ -220,7 +220,7 @@ func (n *Network) clean() error {
 			}
 		}
 	}
-	links, err := netlink.LinkList()
+	links, err := Dump(netlink.LinkList)
 	if err != nil {
 		return fmt.Errorf("egress: list links: %w", err)
 	}
@@ -317,7 +317,9 @@ func overlaps(p netip.Prefix, used []netip.Prefix) (string, bool) {
 // (default routes aside: they overlap everything) and every address of
 // the host, and the addresses of avoid.
 func hostPrefixes(avoid []netip.Addr) ([]netip.Prefix, error) {
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	routes, err := Dump(func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("egress: list routes: %w", err)
 	}
@@ -335,7 +337,7 @@ func hostPrefixes(avoid []netip.Addr) ([]netip.Prefix, error) {
 			out = append(out, p)
 		}
 	}
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := Dump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return nil, fmt.Errorf("egress: list addresses: %w", err)
 	}
