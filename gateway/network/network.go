@@ -176,14 +176,6 @@ func (n *Network) Nameserver(mode string) string {
 	return ""
 }
 
-// Subnet is the egress network's range (the zero value without one).
-func (n *Network) Subnet() netip.Prefix {
-	if n.egress == nil {
-		return netip.Prefix{}
-	}
-	return n.egress.Subnet()
-}
-
 // jailNet is one running jail's network.
 type jailNet struct {
 	key   meta.ThreadKey
