@@ -101,9 +101,6 @@ func medianRate(t *testing.T, ns *netenv.NS, l net.Listener, down bool) (float64
 // quarter of that rate each way (the median of three runs), and a new
 // rate applies to the running jail.
 func TestRateLimit(t *testing.T) {
-	if testing.Short() {
-		t.Skip("measures for 30 s")
-	}
 	w := netenv.NewWorld(t)
 	l := w.Listen(t, "tcp", w.Addr.String()+":0")
 	n := openNetwork(t, egress.Config{})
