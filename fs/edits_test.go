@@ -338,24 +338,29 @@ func TestReusedPid(t *testing.T) {
 	}
 	must(t, os.WriteFile(f, []byte("three"), 0o666))
 
-	// Now a new process with the same pid writes without reading.
-	for attempt := 0; ; attempt++ {
-		if attempt == 200 {
-			t.Fatalf("could not get pid %d again in 200 tries (another process took it each time)", pid)
-		}
-		must(t, os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0))
-		w := exec.Command("/bin/sh", "-c", `printf reused > "$1"`, "sh", f)
-		w.Dir = "/"
-		must(t, w.Start())
-		same := w.Process.Pid == pid
-		err := w.Wait()
-		if !same {
-			continue
-		}
-		if err != nil {
-			t.Fatalf("a new process with pid %d inherited the old one's read: %v", pid, err)
-		}
-		break
+	// Now a new process with the same pid writes without reading. A
+	// shell takes the pid: it sets the next pid and forks at once, with no
+	// thread of its own that could take the pid between the two (this test
+	// process's threads, made at any time, would), trying again while
+	// another process of the host takes it first.
+	w := exec.Command("/bin/sh", "-c", `f=$1 p=$2 i=0
+while [ $i -lt 2000 ]; do
+	i=$((i + 1))
+	echo $((p - 1)) > /proc/sys/kernel/ns_last_pid
+	sh -c '[ "$$" = "$2" ] || exit 99; printf reused > "$1"' sh "$f" "$p"
+	rc=$?
+	[ $rc = 99 ] && continue
+	exit $rc
+done
+exit 98`, "sh", f, strconv.Itoa(pid))
+	w.Dir = "/"
+	out2, err := w.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee) && ee.ExitCode() == 98:
+		t.Fatalf("could not get pid %d again in 2000 tries (another process took it each time)", pid)
+	case err != nil:
+		t.Fatalf("a new process with pid %d inherited the old one's read: %v: %s", pid, err, out2)
 	}
 	if got := readString(t, f); got != "reused" {
 		t.Fatalf("file holds %q", got)
