@@ -204,6 +204,9 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	nd := n.root.newNode(pfd, st.Ino, gen)
 	out.SetAttrTimeout(nd.attrValidity())
 	ch := n.NewInode(ctx, nd, n.root.stable(st.Mode, st.Ino, gen))
+	if winner, ok := ch.Operations().(*node); ok {
+		winner.inKernel.Store(true)
+	}
 	fh, fopen := nd.openHandle(ofd, flags, nil, 0)
 	return ch, fh, fopen, 0
 }

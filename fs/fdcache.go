@@ -469,7 +469,9 @@ func (c *fdCache) leastUsed() []*node {
 		}
 		e := c.nodes.Back()
 		c.nodes.MoveToFront(e)
-		if n := e.Value.(*pathFd).node.Value(); n != nil {
+		// A node NewInode has not made the kernel's yet is not one the
+		// kernel could forget.
+		if n := e.Value.(*pathFd).node.Value(); n != nil && n.inKernel.Load() {
 			ns = append(ns, n)
 		}
 	}

@@ -38,6 +38,10 @@ type node struct {
 	// the file API, or behind the filesystem's back), so the kernel's
 	// cached size and pages may be stale (guard.go).
 	synced atomic.Uint64
+	// inKernel is set once NewInode made the node the kernel's: the
+	// evictor (fdcache.go) reads its inode's fields only then, never while
+	// NewInode is still writing them.
+	inKernel atomic.Bool
 }
 
 // Compile-time checks: every operation the filesystem serves.
@@ -137,6 +141,7 @@ func (n *node) addChild(ctx context.Context, fd int, name string, out *fuse.Entr
 	out.SetAttrTimeout(nd.attrValidity())
 	ch := n.NewInode(ctx, nd, n.root.stable(st.Mode, st.Ino, gen))
 	if winner, ok := ch.Operations().(*node); ok {
+		winner.inKernel.Store(true)
 		if winner != nd {
 			// The kernel knows this inode already: the new descriptor
 			// is not needed (nor counted) a moment longer.
