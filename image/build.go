@@ -166,13 +166,13 @@ func (s *Store) build(ctx context.Context, work string, sp spec, report func(Pro
 	frame := Progress{Phase: "unpack", Total: total, Layers: len(sp.layers)}
 	report(frame, true)
 	for i, l := range sp.layers {
-		err := unpackLayer(ctx, u, i, len(sp.layers), l, func(n int64) {
+		err := unpackLayer(ctx, u, sp.ref, i, len(sp.layers), l, func(n int64) {
 			done += n
 			frame.Done = done
 			report(frame, false)
 		})
 		if err != nil {
-			return Image{}, fmt.Errorf("%s: %w", sp.ref, err)
+			return Image{}, err
 		}
 		frame.LayersDone = i + 1
 		report(frame, i+1 == len(sp.layers))
@@ -181,7 +181,7 @@ func (s *Store) build(ctx context.Context, work string, sp spec, report func(Pro
 		report(frame, true)
 	}
 	if err := u.mountPoints(s.cfg.MountPoints); err != nil {
-		return Image{}, err
+		return Image{}, fmt.Errorf("%w (%s)", err, sp.ref)
 	}
 	if err := unix.Syncfs(u.root); err != nil {
 		return Image{}, fmt.Errorf("image: syncing the unpacked %s: %w", sp.ref, err)

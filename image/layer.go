@@ -47,12 +47,12 @@ var configMediaTypes = map[types.MediaType]bool{
 // takes: 128 MiB is zstd's --long=27, more than any builder uses.
 const zstdMaxWindow = 128 << 20
 
-// unpackLayer applies layer i of n to u. The bytes are checked against the
+// unpackLayer applies layer i of n of the image what to u. The bytes are checked against the
 // layer's digest and size (the compressed bytes) and its diff ID (the
 // tar): a layer is refused if either does not match, and the partial tree
 // goes with the image. count gets the compressed bytes as they are read.
-func unpackLayer(ctx context.Context, u *unpacker, i, n int, l layerSource, count func(int64)) error {
-	label := fmt.Sprintf("layer %d of %d (%s)", i+1, n, l.desc.Digest)
+func unpackLayer(ctx context.Context, u *unpacker, what string, i, n int, l layerSource, count func(int64)) error {
+	label := fmt.Sprintf("%s, layer %d of %d (%s)", what, i+1, n, l.desc.Digest)
 	rc, err := l.open()
 	if err != nil {
 		return fmt.Errorf("image: opening %s: %w", label, err)

@@ -251,8 +251,8 @@ func (s *Store) fetch(ctx context.Context, r Ref, res resolved, report func(Prog
 		return Image{}, fmt.Errorf("image: making a work folder: %w", err)
 	}
 	cfgPath := filepath.Join(blobs, "config")
-	if err := s.fetchBlob(ctx, p, repo, m.Config, cfgPath, nil); err != nil {
-		return Image{}, fmt.Errorf("%s: the config: %w", what, err)
+	if err := s.fetchBlob(ctx, p, repo, m.Config, cfgPath, what+", config", nil); err != nil {
+		return Image{}, err
 	}
 	raw, err := os.ReadFile(cfgPath)
 	if err != nil {
@@ -265,9 +265,9 @@ func (s *Store) fetch(ctx context.Context, r Ref, res resolved, report func(Prog
 	if err := s.checkRoom(what, &m); err != nil {
 		return Image{}, err
 	}
-	paths, err := s.download(ctx, p, repo, m.Layers, blobs, report)
+	paths, err := s.download(ctx, p, repo, what, m.Layers, blobs, report)
 	if err != nil {
-		return Image{}, fmt.Errorf("%s: %w", what, err)
+		return Image{}, err
 	}
 	sp := spec{digest: res.digest, manifest: &m, config: cfg, ref: what}
 	for i, l := range m.Layers {
@@ -282,7 +282,7 @@ func (s *Store) fetch(ctx context.Context, r Ref, res resolved, report func(Prog
 
 // download fetches the layers into dir, each blob once, a few at a time,
 // and returns the file of each digest.
-func (s *Store) download(ctx context.Context, p *remote.Puller, repo name.Repository, layers []v1.Descriptor, dir string, report func(Progress, bool)) (map[string]string, error) {
+func (s *Store) download(ctx context.Context, p *remote.Puller, repo name.Repository, what string, layers []v1.Descriptor, dir string, report func(Progress, bool)) (map[string]string, error) {
 	paths := map[string]string{}
 	var uniq []v1.Descriptor
 	var total int64
@@ -308,12 +308,12 @@ func (s *Store) download(ctx context.Context, p *remote.Puller, repo name.Reposi
 	g.SetLimit(downloadJobs)
 	for i, l := range uniq {
 		g.Go(func() error {
-			err := s.fetchBlob(gctx, p, repo, l, paths[l.Digest.String()], func(n int64) {
+			err := s.fetchBlob(gctx, p, repo, l, paths[l.Digest.String()], fmt.Sprintf("%s, layer %d", what, i+1), func(n int64) {
 				done.Add(n)
 				frame(false)
 			})
 			if err != nil {
-				return fmt.Errorf("layer %d (%s): %w", i+1, l.Digest, err)
+				return err
 			}
 			mu.Lock()
 			layersDone++
@@ -329,24 +329,26 @@ func (s *Store) download(ctx context.Context, p *remote.Puller, repo name.Reposi
 	return paths, nil
 }
 
-// fetchBlob downloads the blob d into path, checking its size and digest.
-// count (may be nil) gets the bytes as they come.
-func (s *Store) fetchBlob(ctx context.Context, p *remote.Puller, repo name.Repository, d v1.Descriptor, path string, count func(int64)) error {
+// fetchBlob downloads the blob d (what, for messages: "REF, layer 2")
+// into path, checking its size and digest. count (may be nil) gets the
+// bytes as they come.
+func (s *Store) fetchBlob(ctx context.Context, p *remote.Puller, repo name.Repository, d v1.Descriptor, path, what string, count func(int64)) error {
+	what = fmt.Sprintf("%s (%s)", what, d.Digest)
 	if d.Digest.Algorithm != "sha256" {
-		return fmt.Errorf("%w: a %s digest; only sha256 digests are taken", ErrRefused, d.Digest.Algorithm)
+		return fmt.Errorf("%w: %s: only sha256 digests are taken", ErrRefused, what)
 	}
 	l, err := p.Layer(ctx, repo.Digest(d.Digest.String()))
 	if err != nil {
-		return s.remoteErr("fetching "+d.Digest.String(), err)
+		return s.remoteErr("fetching "+what, err)
 	}
 	rc, err := l.Compressed()
 	if err != nil {
-		return s.remoteErr("fetching "+d.Digest.String(), err)
+		return s.remoteErr("fetching "+what, err)
 	}
 	defer rc.Close()
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return fmt.Errorf("image: writing a download: %w", err)
+		return fmt.Errorf("image: writing the download of %s: %w", what, err)
 	}
 	defer f.Close()
 	h := sha256.New()
@@ -355,18 +357,18 @@ func (s *Store) fetchBlob(ctx context.Context, p *remote.Puller, repo name.Repos
 	got := "sha256:" + hex.EncodeToString(h.Sum(nil))
 	switch {
 	case n > d.Size:
-		return fmt.Errorf("%w: %s: more bytes than the %d the manifest says", ErrRefused, d.Digest, d.Size)
+		return fmt.Errorf("%w: %s: more bytes than the %d the manifest says", ErrRefused, what, d.Size)
 	case n == d.Size && got != d.Digest.String():
 		// go-containerregistry's check fails at the end of the body too;
 		// either way the bytes are not the digest's.
-		return fmt.Errorf("%w: %s: its %d bytes have digest %s: not the blob the manifest names", ErrRefused, d.Digest, n, got)
+		return fmt.Errorf("%w: %s: its %d bytes have digest %s: not the blob the manifest names", ErrRefused, what, n, got)
 	case err != nil:
-		return s.remoteErr("fetching "+d.Digest.String(), err)
+		return s.remoteErr("fetching "+what, err)
 	case n < d.Size:
-		return fmt.Errorf("%w: %s: %d bytes where the manifest says %d", ErrRefused, d.Digest, n, d.Size)
+		return fmt.Errorf("%w: %s: %d bytes where the manifest says %d", ErrRefused, what, n, d.Size)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("image: writing a download: %w", err)
+		return fmt.Errorf("image: writing the download of %s: %w", what, err)
 	}
 	return nil
 }

@@ -135,7 +135,15 @@ func (u *unpacker) close() { unix.Close(u.root) }
 
 // refuse is the error for an entry of the layer being applied.
 func (u *unpacker) refuse(name, format string, args ...any) error {
-	return fmt.Errorf("%w: %s: entry %q: %s", ErrRefused, u.label, name, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s: entry %s: %s", ErrRefused, u.label, short(name), fmt.Sprintf(format, args...))
+}
+
+// short quotes a name for a message, its middle cut when it is long.
+func short(name string) string {
+	if len(name) > 160 {
+		name = fmt.Sprintf("%s...(%d bytes)...%s", name[:80], len(name)-140, name[len(name)-60:])
+	}
+	return fmt.Sprintf("%q", name)
 }
 
 // apply applies one layer's tar.
@@ -174,7 +182,7 @@ func (u *unpacker) charge(name string, n int64) error {
 	}
 	u.written += n
 	if err := u.reserve(n); err != nil {
-		return fmt.Errorf("%s: entry %q: %w", u.label, name, err)
+		return fmt.Errorf("%w (%s: entry %s)", err, u.label, short(name))
 	}
 	return nil
 }
@@ -252,7 +260,7 @@ func (u *unpacker) failed(name, doing string, err error) error {
 	case errors.Is(err, unix.ENAMETOOLONG):
 		return u.refuse(name, "%s: name too long", doing)
 	}
-	return fmt.Errorf("image: %s: entry %q: %s: %w", u.label, name, doing, err)
+	return fmt.Errorf("image: %s: entry %s: %s: %w", u.label, short(name), doing, err)
 }
 
 // cleanName is a tar name relative to the rootfs ("" for the rootfs
@@ -365,6 +373,9 @@ func (u *unpacker) openDir(name, rel string, create bool) (int, error) {
 	if err == nil {
 		return fd, nil
 	}
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		return -1, u.refuse(name, "its folder %s %s", rel, whyNotDir(u.root, rel))
+	}
 	if !errors.Is(err, unix.ENOENT) || !create {
 		return -1, u.failed(name, "opening its folder "+rel, err)
 	}
@@ -393,6 +404,41 @@ func (u *unpacker) openDir(name, rel string, create bool) (int, error) {
 		cur = fd
 	}
 	return cur, nil
+}
+
+// whyNotDir says why rel, below root, is no folder openBeneath opens:
+// which of its names is a link, or no folder.
+func whyNotDir(root int, rel string) string {
+	cur, err := unix.Openat(root, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err.Error()
+	}
+	done := ""
+	for _, c := range strings.Split(rel, "/") {
+		done = joinRel(done, c)
+		var st unix.Stat_t
+		if err := unix.Fstatat(cur, c, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			unix.Close(cur)
+			return fmt.Sprintf("cannot be opened (%s: %v)", done, err)
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFLNK:
+			unix.Close(cur)
+			return fmt.Sprintf("passes through a symbolic link (%s; names are never followed through links)", done)
+		case unix.S_IFDIR:
+		default:
+			unix.Close(cur)
+			return fmt.Sprintf("is not a folder (%s is not)", done)
+		}
+		fd, err := openBeneath(cur, c)
+		unix.Close(cur)
+		if err != nil {
+			return fmt.Sprintf("cannot be opened (%s: %v)", done, err)
+		}
+		cur = fd
+	}
+	unix.Close(cur)
+	return "changed while it was opened"
 }
 
 // openBeneath opens the folder rel below dirfd, beneath it and through no
@@ -524,7 +570,7 @@ func (u *unpacker) file(hdr *tar.Header, r io.Reader, rel, dir, base string) err
 	n, err := io.CopyBuffer(onlyWriter{f}, io.LimitReader(r, hdr.Size), u.buf)
 	u.live += n
 	if err == nil && n != hdr.Size {
-		err = fmt.Errorf("%w: %s: entry %q: the tar ends after %d of its %d bytes", ErrRefused, u.label, hdr.Name, n, hdr.Size)
+		err = u.refuse(hdr.Name, "the tar ends after %d of its %d bytes", n, hdr.Size)
 	}
 	if err == nil {
 		err = f.Chown(hdr.Uid, hdr.Gid)
@@ -605,12 +651,10 @@ func (u *unpacker) hardlink(hdr *tar.Header, rel, dir, base string) error {
 	switch {
 	case errors.Is(err, unix.ENOENT):
 		return u.refuse(hdr.Name, "a hard link to %q, which does not exist", hdr.Linkname)
-	case errors.Is(err, unix.ELOOP):
-		return u.refuse(hdr.Name, "a hard link to %q, which passes through a symbolic link", hdr.Linkname)
+	case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR):
+		return u.refuse(hdr.Name, "a hard link to %q, whose folder %s %s", hdr.Linkname, tdir, whyNotDir(u.root, tdir))
 	case errors.Is(err, unix.EXDEV):
 		return u.refuse(hdr.Name, "a hard link to %q, which leads out of the rootfs", hdr.Linkname)
-	case errors.Is(err, unix.ENOTDIR):
-		return u.refuse(hdr.Name, "a hard link to %q, a part of whose path is not a folder", hdr.Linkname)
 	case err != nil:
 		return u.failed(hdr.Name, "opening the hard link's folder", err)
 	}
