@@ -400,3 +400,5 @@ func ctxT(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+func testenvRoot(t testing.TB) { testenv.RequireRoot(t) }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -82,6 +83,14 @@ func unpackLayer(ctx context.Context, u *unpacker, what string, i, n int, l laye
 	uh := sha256.New()
 	tee := io.TeeReader(ur, uh)
 	if err := u.apply(ctx, label, tar.NewReader(tee)); err != nil {
+		if errors.Is(err, ErrRefused) {
+			// A layer whose bytes are not its digest's says that first
+			// (what made the tar unreadable): the rest is read to know.
+			io.Copy(io.Discard, br)
+			if got := digestOf(ch); cr.n != l.desc.Size || got != l.desc.Digest.String() {
+				return fmt.Errorf("%w: %s: its bytes (%d, digest %s) are not the ones the manifest names (%d bytes)", ErrRefused, label, cr.n, got, l.desc.Size)
+			}
+		}
 		return err
 	}
 	// The rest of the tar (its end blocks, padding) is read for the diff
@@ -98,10 +107,10 @@ func unpackLayer(ctx context.Context, u *unpacker, what string, i, n int, l laye
 		return fmt.Errorf("%w: %s: reading past the compressed stream's end: %v", ErrRefused, label, err)
 	}
 	if cr.n != l.desc.Size {
-		return fmt.Errorf("%w: %s: %d bytes where the manifest says %d", ErrRefused, label, cr.n, l.desc.Size)
+		return fmt.Errorf("%w: %s: its bytes (%d) are not the ones the manifest names (%d bytes)", ErrRefused, label, cr.n, l.desc.Size)
 	}
 	if got := digestOf(ch); got != l.desc.Digest.String() {
-		return fmt.Errorf("%w: %s: its bytes have digest %s, not the one the manifest names", ErrRefused, label, got)
+		return fmt.Errorf("%w: %s: its bytes (digest %s) are not the ones the manifest names", ErrRefused, label, got)
 	}
 	if l.diffID.Hex != "" {
 		if got := digestOf(uh); got != l.diffID.String() {

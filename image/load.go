@@ -32,7 +32,10 @@ import (
 //     the same.
 //
 // A name given to Load wins over the archive's. No name at all is an
-// error. Every blob is checked against its digest as it is read.
+// error. Every blob is checked against its digest as it is read: a layer
+// is unpacked while it is read (the archive is local, and the unpacker
+// takes hostile tars), and the image refused whole when the layer's
+// bytes turn out not to be its digest's.
 
 const (
 	annotRefName        = "org.opencontainers.image.ref.name"

@@ -305,3 +305,30 @@ func TestConcurrentPulls(t *testing.T) {
 		t.Errorf("List() = %v", l)
 	}
 }
+
+func TestPullWithCredentials(t *testing.T) {
+	reg := newRegistry(t)
+	reg.push(t, "private:1", simpleImage(t, file("f", "secret")))
+	reg.setHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if u, p, ok := r.BasicAuth(); ok && u == "me" && p == "pw" {
+			return false
+		}
+		w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+		http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"who are you"}]}`, http.StatusUnauthorized)
+		return true
+	})
+	anon := openStore(t, nil, reg, nil)
+	if _, err := anon.Pull(ctxT(t), reg.ref("private:1"), nil); !errors.Is(err, ErrNotFound) {
+		t.Errorf("anonymous Pull = %v, want ErrNotFound (access refused)", err)
+	}
+	auth := filepath.Join(t.TempDir(), "config.json")
+	must(t, os.WriteFile(auth, []byte(`{"auths":{"`+reg.host+`":{"username":"me","password":"pw"}}}`), 0o600))
+	s := openStore(t, nil, reg, func(c *Config) { c.AuthFile = auth })
+	got, err := s.Pull(ctxT(t), reg.ref("private:1"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if readFile(t, filepath.Join(got.Root, "f")) != "secret" {
+		t.Error("f differs")
+	}
+}
