@@ -104,16 +104,7 @@ func (s *Store) Load(ctx context.Context, tarPath, name string, progress func(Pr
 	if err != nil {
 		return Image{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rec := s.images[img.Digest]
-	if rec == nil {
-		return Image{}, fmt.Errorf("%w: %s was removed while being loaded", ErrNotFound, ref)
-	}
-	if err := s.addRefLocked(rec, ref.String(), false); err != nil {
-		return Image{}, err
-	}
-	return s.imageLocked(rec), nil
+	return s.addRef(ref, img.Digest, false)
 }
 
 // archive is a tar file indexed: where each member's bytes are.

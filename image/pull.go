@@ -57,6 +57,10 @@ func (s *Store) Pull(ctx context.Context, ref string, progress func(Progress)) (
 	if progress != nil {
 		progress(Progress{Phase: "resolve"})
 	}
+	if _, ok := s.finished(r.Digest()); ok {
+		// A digest the store has names that image: no network.
+		return s.addRef(r, r.Digest(), true)
+	}
 	res, err := s.resolves.do(ctx, s, r.String(), nil, func(ctx context.Context, _ func(Progress, bool)) (resolved, error) {
 		return s.resolve(ctx, r)
 	})
@@ -72,13 +76,18 @@ func (s *Store) Pull(ctx context.Context, ref string, progress func(Progress)) (
 	if err != nil {
 		return Image{}, err
 	}
+	return s.addRef(r, img.Digest, true)
+}
+
+// addRef names the finished image digest r, and returns it.
+func (s *Store) addRef(r Ref, digest string, pulled bool) (Image, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rec := s.images[img.Digest]
+	rec := s.images[digest]
 	if rec == nil {
-		return Image{}, fmt.Errorf("%w: %s was removed while being pulled", ErrNotFound, r)
+		return Image{}, fmt.Errorf("%w: %s was removed meanwhile", ErrNotFound, r)
 	}
-	if err := s.addRefLocked(rec, r.String(), true); err != nil {
+	if err := s.addRefLocked(rec, r.String(), pulled); err != nil {
 		return Image{}, err
 	}
 	return s.imageLocked(rec), nil

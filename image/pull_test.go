@@ -92,14 +92,19 @@ func TestPullByTagAndDigest(t *testing.T) {
 		t.Errorf("last frame %+v, want unpack done, 2 of 2 layers", last)
 	}
 
-	// By digest: the image is there, so only the reference is added.
+	// By digest: the image is there, so only the reference is added,
+	// without a request.
 	before := reg.allGets()
+	requests := reg.requests.Load()
 	byDigest, err := s.Pull(ctxT(t), reg.ref("team/app@"+digest), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if byDigest.Digest != digest || byDigest.Root != got.Root {
 		t.Errorf("by digest: %s at %s, want %s at %s", byDigest.Digest, byDigest.Root, digest, got.Root)
+	}
+	if n := reg.requests.Load() - requests; n != 0 {
+		t.Errorf("%d requests for a pull by a digest the store has", n)
 	}
 	if after := reg.allGets(); len(after) != len(before) {
 		t.Errorf("blob GETs %v after a pull of a finished image, were %v", after, before)

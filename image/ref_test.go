@@ -53,7 +53,7 @@ func TestRefusedAddresses(t *testing.T) {
 	}{
 		{"127.0.0.1", "loopback"}, {"127.5.5.5", "loopback"}, {"::1", "loopback"},
 		{"0.0.0.0", "this-network (0/8)"}, {"::", "unspecified"},
-		{"169.254.169.254", "link-local (and metadata)"}, {"fe80::1", "link-local"},
+		{"169.254.169.254", "link-local (and metadata)"}, {"fe80::1", "link-local"}, {"fe80::1%eth0", "link-local"},
 		{"10.1.2.3", "private"}, {"172.16.0.1", "private"}, {"172.31.255.255", "private"}, {"192.168.1.1", "private"},
 		{"100.64.0.1", "shared (carrier NAT)"}, {"fd00::1", "private"},
 		{"224.0.0.1", "multicast"}, {"ff02::1", "multicast"}, {"255.255.255.255", "reserved"},

@@ -401,7 +401,7 @@ func (s *Store) Touch(digest string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.images[digest]
-	if r == nil {
+	if r == nil || s.closed {
 		return
 	}
 	now := time.Now()
@@ -421,6 +421,10 @@ func (s *Store) Touch(digest string) {
 // checks first that no thread uses it.
 func (s *Store) Remove(ctx context.Context, refOrDigest string) error {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
 	r := s.findLocked(refOrDigest)
 	if r == nil {
 		s.mu.Unlock()
@@ -464,6 +468,10 @@ func (s *Store) Collect(ctx context.Context, olderThan time.Time, inUse func(dig
 			continue
 		}
 		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return out, errClosed
+		}
 		r := s.images[d]
 		if r == nil || !r.lastUse().Before(olderThan) {
 			// Removed, or used, meanwhile.
@@ -537,10 +545,9 @@ func (s *Store) imageLocked(r *record) Image {
 // its rootfs: a thread may run on it; Collect takes it once unused), and
 // writes the records. s.mu is held.
 func (s *Store) addRefLocked(r *record, ref string, pulled bool) error {
-	changed := false
-	if _, ok := r.RefTimes[ref]; !ok || s.refs[ref] != r.Digest {
-		changed = true
-	}
+	// Written when the reference is new to r, or not its latest yet
+	// (Image.Ref is the latest).
+	changed := s.refs[ref] != r.Digest || s.imageLocked(r).Ref != ref
 	if pulled && !r.Pulled {
 		r.Pulled, changed = true, true
 	}

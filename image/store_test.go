@@ -4,8 +4,10 @@ import (
 	"archive/tar"
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -190,4 +192,91 @@ func must(t testing.TB, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestTouch(t *testing.T) {
+	reg := newRegistry(t)
+	d := reg.push(t, "t:1", simpleImage(t, file("f", "x")))
+	s := openStore(t, nil, reg, nil)
+	if _, err := s.Pull(ctxT(t), reg.ref("t:1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	rec := filepath.Join(s.roots, strings.TrimPrefix(d, "sha256:")+".json")
+	s.Touch(d)
+	first := readFile(t, rec)
+	if !strings.Contains(first, `"usedAt"`) {
+		t.Fatalf("the first use is not in the record:\n%s", first)
+	}
+	// Within the minute: in memory, not written again.
+	s.Touch(d)
+	if readFile(t, rec) != first {
+		t.Error("a second Touch within the minute wrote the record")
+	}
+	img, _ := s.Lookup(d)
+	dir := s.dir
+	s.Close()
+	s2 := openStore(t, &sandbox{dir: dir}, reg, nil)
+	again, _ := s2.Lookup(d)
+	if again.UsedAt.IsZero() || again.UsedAt.After(img.UsedAt) {
+		t.Errorf("after a reopen UsedAt = %v, in memory it was %v", again.UsedAt, img.UsedAt)
+	}
+	s2.Touch("sha256:nothing") // no such image: nothing happens
+}
+
+// TestPullEnds: a pull whose caller gives up, or whose store closes,
+// ends, and its work goes.
+func TestPullEnds(t *testing.T) {
+	reg := newRegistry(t)
+	img := simpleImage(t, file("f", strings.Repeat("x", 100000)))
+	reg.push(t, "slow:1", img)
+	m, _ := img.Manifest()
+	layer := m.Layers[0].Digest.String()
+	halfway := make(chan struct{}, 1)
+	reg.setHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if d, ok := blobOf(r); !ok || d != layer || r.Method != http.MethodGet {
+			return false
+		}
+		w.Header().Set("Content-Length", strconv.FormatInt(m.Layers[0].Size, 10))
+		w.Write(make([]byte, m.Layers[0].Size/2))
+		w.(http.Flusher).Flush()
+		halfway <- struct{}{}
+		<-r.Context().Done()
+		return true
+	})
+	sb := newSandbox(t)
+
+	t.Run("caller-gone", func(t *testing.T) {
+		s := openStore(t, sb, reg, nil)
+		ctx, cancel := context.WithCancel(ctxT(t))
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Pull(ctx, reg.ref("slow:1"), nil)
+			done <- err
+		}()
+		<-halfway
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Pull = %v, want context.Canceled", err)
+		}
+		s.Close() // waits for the work, which its cancel ended
+		checkEmpty(t, s)
+	})
+	t.Run("store-closed", func(t *testing.T) {
+		s := openStore(t, sb, reg, nil)
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Pull(ctxT(t), reg.ref("slow:1"), nil)
+			done <- err
+		}()
+		<-halfway
+		s.Close()
+		if err := <-done; err == nil {
+			t.Error("Pull ended without error by Close")
+		}
+		checkEmpty(t, s)
+		if _, err := s.Pull(ctxT(t), reg.ref("slow:1"), nil); err == nil {
+			t.Error("Pull after Close succeeded")
+		}
+	})
+	sb.checkCanary(t)
 }

@@ -55,7 +55,8 @@ var nat64 = netip.MustParsePrefix("64:ff9b::/96")
 
 // refusedKind says why the store does not dial a, or "" when it may.
 func refusedKind(a netip.Addr) string {
-	a = a.Unmap()
+	// A zone would make every prefix miss (netip.Prefix.Contains).
+	a = a.Unmap().WithZone("")
 	if nat64.Contains(a) {
 		b := a.As16()
 		a = netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
@@ -140,7 +141,7 @@ func (g *guard) isNamed(ctx context.Context, ap netip.AddrPort) bool {
 			cancel()
 		}
 		for _, a := range addrs {
-			if a.Unmap() == ap.Addr().Unmap() {
+			if a.Unmap().WithZone("") == ap.Addr().Unmap().WithZone("") {
 				return true
 			}
 		}
