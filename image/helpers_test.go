@@ -29,6 +29,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 
 	"warren/internal/testenv"
 )
@@ -402,3 +403,36 @@ func ctxT(t testing.TB) context.Context {
 }
 
 func testenvRoot(t testing.TB) { testenv.RequireRoot(t) }
+
+// treeBytes is what Image.Bytes should be for the tree at root: each
+// inode's size once, 4 KiB a folder, a link's target length.
+func treeBytes(t testing.TB, root string) int64 {
+	t.Helper()
+	var n int64
+	seen := map[uint64]bool{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			n += dirBytes
+		case unix.S_IFLNK:
+			n += st.Size
+		case unix.S_IFREG:
+			if !seen[st.Ino] {
+				seen[st.Ino] = true
+				n += st.Size
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -224,6 +224,8 @@ type schemeGuard struct {
 	next http.RoundTripper
 }
 
+var _ http.RoundTripper = (*schemeGuard)(nil)
+
 func (s *schemeGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme != "https" && !(req.URL.Scheme == "http" && s.g.insecureOK(req.URL.Host)) {
 		if req.Body != nil {

@@ -252,8 +252,8 @@ func TestUnpackNeutralises(t *testing.T) {
 	if got.User != "agent" {
 		t.Errorf("User = %q", got.User)
 	}
-	if got.Bytes < int64(len("su")+len("TZif-test")) || got.Bytes != s.Bytes() {
-		t.Errorf("Bytes = %d, store's %d", got.Bytes, s.Bytes())
+	if want := treeBytes(t, root); got.Bytes != want || got.Bytes != s.Bytes() {
+		t.Errorf("Bytes = %d, store's %d, the tree holds %d", got.Bytes, s.Bytes(), want)
 	}
 	sb.checkCanary(t)
 }
@@ -321,6 +321,9 @@ func TestWhiteouts(t *testing.T) {
 	}
 	if b := readFile(t, filepath.Join(got.Root, "d")); b != "now a file" {
 		t.Errorf("d = %q", b)
+	}
+	if want := treeBytes(t, got.Root); got.Bytes != want {
+		t.Errorf("Bytes = %d, the tree holds %d", got.Bytes, want)
 	}
 }
 
