@@ -337,3 +337,35 @@ func TestPullWithCredentials(t *testing.T) {
 		t.Error("f differs")
 	}
 }
+
+// TestRedirectRefused: a registry's redirect of a blob to an address the
+// store does not dial, or to plain HTTP, fails the pull: the checks are on
+// every connection, not on the registry's name alone.
+func TestRedirectRefused(t *testing.T) {
+	reg := newRegistry(t)
+	img := simpleImage(t, file("f", "x"))
+	reg.push(t, "redirect:1", img)
+	m, _ := img.Manifest()
+	layer := m.Layers[0].Digest.String()
+	s := openStore(t, nil, reg, nil)
+	for _, c := range []struct{ name, to, want string }{
+		// localhost resolves to the registry's address, not its port.
+		{"dialer", "https://localhost:1/blob", "no registry named in the allowed registries resolves to"},
+		{"plain-http", "http://localhost:1/blob", "plain HTTP is only for registries on loopback named"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reg.setHook(func(w http.ResponseWriter, r *http.Request) bool {
+				if d, ok := blobOf(r); ok && d == layer {
+					http.Redirect(w, r, c.to, http.StatusTemporaryRedirect)
+					return true
+				}
+				return false
+			})
+			_, err := s.Pull(ctxT(t), reg.ref("redirect:1"), nil)
+			if !errors.Is(err, ErrNotAllowed) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("Pull = %v, want ErrNotAllowed saying %q", err, c.want)
+			}
+			checkEmpty(t, s)
+		})
+	}
+}
