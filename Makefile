@@ -32,7 +32,7 @@ RACE_PKGS := ./meta/... ./gateway/... ./fs/... ./snapshot/...
 RACE_RE   := ^warren/(meta|gateway|fs|snapshot)(/|$$)
 
 # The jail's suite runs a second time with every jail forked from a base
-# namespace (jail.Base), as the daemon starts them. About 10 s more.
+# namespace (jail.Base), as the daemon starts them. About 15 s more.
 
 # The filesystem's suite (posixtest, the boundary, the no-lost-edits
 # torture test...) runs a second time with every mount served over FUSE
@@ -50,8 +50,9 @@ URING_INT_RE := Kill9|CutShort|StaleMount
 # command on PATH or an absolute path: gcc and the libc headers for -race
 # (it needs cgo), git for the git-facing tests,
 # btrfs-progs for the disk quota tests' loop-mounted btrfs, nodejs and npm
-# for the TypeScript client's tests.
-DEPS := gcc:gcc libc6-dev:/usr/include/stdio.h git:git btrfs-progs:mkfs.btrfs nodejs:node npm:npm
+# for the TypeScript client's tests, busybox-static for the jail's test
+# images (one static program makes a whole userland).
+DEPS := gcc:gcc libc6-dev:/usr/include/stdio.h git:git btrfs-progs:mkfs.btrfs nodejs:node npm:npm busybox-static:/usr/bin/busybox
 
 # The TypeScript client and sandbox provider (clients/typescript): its
 # tests run against real daemons, the binaries make build makes.

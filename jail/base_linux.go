@@ -31,7 +31,8 @@ import (
 // whatever the daemon serves. Start forks the init from a thread that
 // entered the base (startIn), and hands it the workspace as a detached
 // mount (open_tree) made in the daemon's own namespace, where the thread's
-// mount is: the base has none.
+// mount is: the base has none. So it does an image's root and a home
+// (image_linux.go), which live in the data folder the base hides.
 //
 // What the base promises:
 //
@@ -149,6 +150,9 @@ func (b *Base) Close() error {
 // fits says why cfg's jail cannot start from the base, or nil.
 func (b *Base) fits(cfg Config) error {
 	for _, dir := range cfg.ReadOnly {
+		if cfg.Image != nil {
+			break // an image's jail binds none of them
+		}
 		if !slices.Contains(b.readOnly, dir) {
 			return fmt.Errorf("jail: %s is not among the base namespace's read-only folders", dir)
 		}

@@ -1,17 +1,21 @@
 // Package jail is the per-thread sandbox in which warren runs an agent's
 // commands: new mount, pid, ipc and uts namespaces, an unprivileged uid,
 // no capabilities, seccomp, Landlock and limits, with the thread's mount
-// as the only writable tree at /workspace.
+// at /workspace and its home at /home/agent as the only writable trees
+// that outlive the jail. Its root is the host's system folders, read-only,
+// or an image's root filesystem, read-only (Config.Image).
 //
 // Where each part lives:
 //
 //   - jail.go, init_linux.go, protocol.go: Start re-executes the binary
 //     (which calls RunInit when IsInit) in new mount, pid, ipc, uts and (by
 //     default) network namespaces. The init builds a root of its own
-//     (read-only binds of DefaultReadOnly, the thread's mount at
-//     /workspace, bound without the host mount's nosymfollow so links are
-//     followed inside, a private /tmp, a minimal /dev with its own devpts, a
-//     /proc of the jail's pid namespace), pivots into it, sets
+//     (read-only binds of DefaultReadOnly on a tmpfs, or an image's root;
+//     the thread's mount at /workspace, bound without the host mount's
+//     nosymfollow so links are followed inside, a private /tmp, the home
+//     at /home/agent (Config.Home, or a tmpfs), a minimal /dev with its own
+//     devpts, a /proc of the jail's pid namespace), pivots into it, finds
+//     its shell (/bin/bash, else /bin/sh) and says which, sets
 //     no_new_privs, empties the capability bounding set, applies Landlock
 //     and the seccomp filter, and then starts each command it is sent over
 //     a SOCK_SEQPACKET socket pair (stdin, stdout and stderr come as
@@ -22,12 +26,22 @@
 //     daemon serves; the workspace then goes to the init as a detached
 //     bind (open_tree), attached with move_mount. Config.Base nil forks
 //     from the daemon's own namespace.
-//   - env.go: the whole environment a command gets.
-//   - script.go: a command line of plain words is started the way bash -c
-//     would start it, without starting bash first.
+//   - image.go, image_linux.go: a root that is an image's filesystem. Its
+//     folder, like the home's, goes to the init as a detached bind made in
+//     the daemon's namespace, from a Base or not (the base hides the data
+//     folder they live in): read-only, private, attached in a staging
+//     tmpfs, its mount points checked, the jail's /etc/passwd, group,
+//     hosts and resolv.conf bound over the image's, then pivot_root(".",
+//     ".").
+//   - env.go: the whole environment a command gets (an image's variables
+//     below warren's).
+//   - script.go: the shell of command lines, and a command line of plain
+//     words started the way bash -c would start it, without starting bash
+//     first.
 //   - limits_linux.go: memory, process and CPU limits, a cgroup per jail
 //     (v2 or v1), rlimits through prlimit(1) where there is no cgroup (no
-//     CPU bound there: a jail asked for one refuses to start).
+//     CPU bound there: a jail asked for one refuses to start, and so does
+//     a jail on an image).
 //   - tree_linux.go: each command's processes in a cgroup of their own,
 //     entered at the fork, so a command's whole tree is signalled and
 //     ended as one, daemons that left its session too. The init itself

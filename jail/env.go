@@ -10,9 +10,13 @@ import (
 // Paths inside the jail that the environment points at.
 const (
 	Workspace = "/workspace"
-	Home      = "/workspace"
-	Tmp       = "/tmp"
-	Path      = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+	// Home is HOME in every jail: the thread's own folder (Config.Home)
+	// or a private tmpfs, outside the workspace, so that what tools keep
+	// there (caches, histories, credentials helpers' files) never lands
+	// among the thread's files.
+	Home = "/home/agent"
+	Tmp  = "/tmp"
+	Path = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 )
 
 // gitConfig turns off what a project's git configuration could run behind
@@ -27,25 +31,34 @@ var gitConfig = [][2]string{
 // ErrEnv marks an extra variable that may not be set.
 var ErrEnv = errors.New("jail: variable not allowed")
 
-// Env returns the whole environment of a command: the few variables a
-// command needs (with values fit for the jail, never the server's), AGENT=1,
-// the git settings above, and the extra variables configured for the
-// thread and the call, in that order of precedence (call over thread).
-// Nothing else of the server's environment is ever passed on.
+// Env returns the whole environment of a command in a jail on the host's
+// folders: EnvFor with no image.
+func Env(thread, call map[string]string) ([]string, error) {
+	return EnvFor(nil, thread, call)
+}
+
+// EnvFor returns the whole environment of a command: the image's
+// variables (img may be nil), then the few variables a command needs
+// (with values fit for the jail, never the server's), AGENT=1, the git
+// settings above, and the extra variables configured for the thread and
+// the call, each over the ones before (call over thread over warren's
+// over the image's). Nothing else of the server's environment is ever
+// passed on.
+//
+// Of warren's own, the image's PATH replaces the default PATH, and its
+// locale stands when it sets one (LANG or LC_ALL: warren then sets
+// neither, as its LC_ALL=C.UTF-8 would override the image's LANG; an
+// image that sets none gets C.UTF-8, which musl has built in and glibc
+// as files, as Debian's and Ubuntu's images have them); HOME,
+// AGENT, TMPDIR, TEMP, TMP and the git settings are always warren's. An
+// image variable whose name is not a plain name, whose value holds a NUL
+// byte, or that is one of warren's own is skipped: an image is not the
+// caller's to fix, and a command does not fail on it.
 //
 // An extra variable may not change AGENT or the git settings, and its
 // name must be a plain name; such a variable is refused with ErrEnv.
-func Env(thread, call map[string]string) ([]string, error) {
-	env := map[string]string{
-		"PATH":   Path,
-		"HOME":   Home,
-		"LANG":   "C.UTF-8",
-		"LC_ALL": "C.UTF-8",
-		"TMPDIR": Tmp,
-		"TEMP":   Tmp,
-		"TMP":    Tmp,
-		"AGENT":  "1",
-	}
+func EnvFor(img *Image, thread, call map[string]string) ([]string, error) {
+	env := map[string]string{}
 	fixed := map[string]bool{"AGENT": true, "GIT_CONFIG_COUNT": true}
 	for i, kv := range gitConfig {
 		k, v := fmt.Sprintf("GIT_CONFIG_KEY_%d", i), fmt.Sprintf("GIT_CONFIG_VALUE_%d", i)
@@ -53,6 +66,38 @@ func Env(thread, call map[string]string) ([]string, error) {
 		fixed[k], fixed[v] = true, true
 	}
 	env["GIT_CONFIG_COUNT"] = fmt.Sprint(len(gitConfig))
+	// The variables the jail sets, and whether an image's value of each
+	// stands.
+	ours := []struct {
+		name, value string
+		image       bool
+	}{
+		{"PATH", Path, true},
+		{"HOME", Home, false},
+		{"TMPDIR", Tmp, false},
+		{"TEMP", Tmp, false},
+		{"TMP", Tmp, false},
+		{"AGENT", "1", false},
+	}
+	locale := false
+	if img != nil {
+		for _, kv := range img.Env {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || checkVar(k, v) != nil || fixed[k] || strings.HasPrefix(k, "GIT_CONFIG_") {
+				continue
+			}
+			env[k] = v
+			locale = locale || (k == "LANG" || k == "LC_ALL") && v != ""
+		}
+	}
+	for _, o := range ours {
+		if v := env[o.name]; v == "" || !o.image {
+			env[o.name] = o.value
+		}
+	}
+	if !locale {
+		env["LANG"], env["LC_ALL"] = "C.UTF-8", "C.UTF-8"
+	}
 	for _, extra := range []map[string]string{thread, call} {
 		for k, v := range extra {
 			if err := checkVar(k, v); err != nil {

@@ -29,8 +29,10 @@ func runHelper(t *testing.T, j *Jail, bin, name string, args ...string) (int, st
 // filter (EPERM), not left to the kernel: on a kernel built with x32 it
 // would run, under a number no rule of the filter knows. The plain calls
 // beside them are refused as before, and an ordinary call still runs.
-func TestJailX32Refused(t *testing.T) {
-	j, ws := startJail(t)
+func TestJailX32Refused(t *testing.T) { forRoots(t, withHelpers, testJailX32Refused) }
+
+func testJailX32Refused(t *testing.T, r testRoot) {
+	j, ws := startJailOn(t, r, Config{})
 	bin := installHelper(t, ws)
 	const x32 = 0x40000000
 	for _, c := range []struct {
@@ -59,8 +61,10 @@ func TestJailX32Refused(t *testing.T) {
 // 0:0 character device behind, is refused in the jail, in the workspace
 // and in /tmp: the file stays where it was, and no device node appears.
 // A plain rename still moves.
-func TestJailWhiteoutRefused(t *testing.T) {
-	j, ws := startJail(t)
+func TestJailWhiteoutRefused(t *testing.T) { forRoots(t, withHelpers, testJailWhiteoutRefused) }
+
+func testJailWhiteoutRefused(t *testing.T, r testRoot) {
+	j, ws := startJailOn(t, r, Config{})
 	bin := installHelper(t, ws)
 	for _, dir := range []string{Workspace, Tmp} {
 		code, out := runHelper(t, j, bin, "whiteout", dir)

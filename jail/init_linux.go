@@ -63,27 +63,37 @@ func RunInit() {
 	if err != nil {
 		initFail("read setup: %v", err)
 	}
-	home, wsTree := -1, -1
+	// The descriptors come in this order, each only if the setup says so.
+	home := -1
+	trees := initTrees{ws: -1, image: -1, home: -1}
+	slots := []struct {
+		fd   *int
+		sent bool
+	}{{&home, s.Trees}, {&trees.ws, s.WorkspaceTree}, {&trees.image, s.ImageTree}, {&trees.home, s.HomeTree}}
 	want := 0
-	if s.Trees {
-		want++
-	}
-	if s.WorkspaceTree {
-		want++
+	for _, slot := range slots {
+		if slot.sent {
+			want++
+		}
 	}
 	if len(setupFds) != want {
-		initFail("setup: %d descriptors, want %d (the cgroup's: %v, the workspace's: %v)", len(setupFds), want, s.Trees, s.WorkspaceTree)
+		initFail("setup: %d descriptors, want %d (the cgroup's: %v, the workspace's: %v, the image's: %v, the home's: %v)",
+			len(setupFds), want, s.Trees, s.WorkspaceTree, s.ImageTree, s.HomeTree)
 	}
-	if s.Trees {
-		home, setupFds = setupFds[0], setupFds[1:]
+	for _, slot := range slots {
+		if slot.sent {
+			*slot.fd, setupFds = setupFds[0], setupFds[1:]
+		}
 	}
-	if s.WorkspaceTree {
-		wsTree = setupFds[0]
-	}
-	if err := buildRoot(s, wsTree); err != nil {
+	shell, err := buildRoot(s, trees)
+	if err != nil {
 		initFail("%v", err)
 	}
 	if s.Rlimits != nil {
+		if s.ImageTree {
+			// Never the image's prlimit: anyone may have put a program there.
+			initFail("%v", errImageRlimits)
+		}
 		if _, err := os.Stat(prlimitPath); err != nil {
 			initFail("no cgroup for limits, and no %s to set rlimits: %v", prlimitPath, err)
 		}
@@ -109,11 +119,11 @@ func RunInit() {
 	if err := installFilter(); err != nil {
 		initFail("%v", err)
 	}
-	in := &initState{setup: s, home: home, running: make(map[int]uint64), early: make(map[int]syscall.WaitStatus)}
+	in := &initState{setup: s, home: home, shell: shell, running: make(map[int]uint64), early: make(map[int]syscall.WaitStatus)}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD)
 	go in.reap(sigs)
-	if err := sendReply(initFd, reply{Ready: true}); err != nil {
+	if err := sendReply(initFd, reply{Ready: true, Shell: shell}); err != nil {
 		os.Exit(1)
 	}
 	in.serve(rc)
@@ -212,7 +222,8 @@ func initFail(format string, args ...any) {
 
 type initState struct {
 	setup setup
-	home  int // moves the forking thread back into the jail's cgroup; -1 without trees
+	home  int    // moves the forking thread back into the jail's cgroup; -1 without trees
+	shell string // the root's shell for command lines, "" if none (script.go)
 
 	mu      sync.Mutex
 	running map[int]uint64             // pid → request id; guarded by mu
@@ -293,10 +304,10 @@ func (in *initState) start(req request, fds []int) {
 	if master != nil {
 		attr.Sys.Setctty, attr.Sys.Ctty = true, 0
 	}
-	if req.Script != "" && in.setup.Rlimits != nil {
+	if req.Script != "" && in.setup.Rlimits != nil && in.shell != "" {
 		// prlimit would start the program after the fork, too late to
 		// fall back on bash.
-		req.Argv, req.Script = ShellArgv(req.Script), ""
+		req.Argv, req.Script = shellArgv(in.shell, req.Script), ""
 	}
 	in.mu.Lock()
 	if treeFd >= 0 {
@@ -309,12 +320,13 @@ func (in *initState) start(req request, fds []int) {
 		}
 	}
 	pid, err := in.forkExec(req, attr)
-	if err != nil && req.Script != "" {
+	if err != nil && req.Script != "" && in.shell != "" {
 		// Not a program found, or not one the kernel runs as it is (a
 		// script without a #! line, a file the jail's user may not
 		// execute): bash -c does what bash does with it, and says what
-		// is wrong in its own words.
-		req.Argv, req.Script = ShellArgv(req.Script), ""
+		// is wrong in its own words. (Without a shell, the jail's own
+		// words are all there is.)
+		req.Argv, req.Script = shellArgv(in.shell, req.Script), ""
 		pid, err = in.forkExec(req, attr)
 	}
 	if treeFd >= 0 {
@@ -488,84 +500,159 @@ func lookPath(name string, env []string) (string, error) {
 	return "", fmt.Errorf("%s: %w", name, errNotFound)
 }
 
-// buildRoot makes the jail's filesystem and pivots into it: a tmpfs root
-// holding read-only binds of the system folders, the workspace, a private
-// /tmp, a minimal /dev with its own devpts, and a /proc of the jail's pid
+// initTrees are the detached mounts the setup message carried (see
+// startTrees), -1 for each it did not.
+type initTrees struct{ ws, image, home int }
+
+// buildRoot makes the jail's filesystem and pivots into it, and returns
+// the shell the root has for command lines ("" if none). The root is a
+// tmpfs holding read-only binds of the system folders, or the image's
+// root (image_linux.go); then come the workspace, a private /tmp, the
+// home, a minimal /dev with its own devpts, and a /proc of the jail's pid
 // namespace. Nothing else of the host is reachable afterwards.
 //
-// wsTree, if not -1, is the workspace as a detached mount (a jail forked
-// from a Base, where s.Workspace is not mounted); it is attached, and
-// closed.
-func buildRoot(s setup, wsTree int) error {
+// t.ws, if not -1, is the workspace as a detached mount (a jail forked
+// from a Base, where s.Workspace is not mounted); t.image the image's
+// root, t.home the home's folder. Each is attached, and closed.
+func buildRoot(s setup, t initTrees) (string, error) {
 	// Mounts made here must not propagate back to the host. (From a Base
 	// every mount is private already.)
 	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("make / a slave: %w", err)
+		return "", fmt.Errorf("make / a slave: %w", err)
 	}
-	wsFd := wsTree
-	if wsTree < 0 {
+	wsFd := t.ws
+	if wsFd < 0 {
 		// The workspace is held open before the new root goes over /tmp,
 		// where it may live.
 		var err error
 		wsFd, err = unix.Open(s.Workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("open the workspace %s: %w", s.Workspace, err)
+			return "", fmt.Errorf("open the workspace %s: %w", s.Workspace, err)
 		}
 	}
 	defer unix.Close(wsFd)
-	// The new root: a tmpfs over /tmp of this namespace (a mount point, as
-	// pivot_root wants).
-	root := "/tmp"
-	if err := unix.Mount("jail", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
-		return fmt.Errorf("mount the root tmpfs: %w", err)
-	}
-	for _, dir := range s.ReadOnly {
-		if err := bindReadOnly(root, dir); err != nil {
-			return err
+	for _, fd := range []int{t.image, t.home} {
+		if fd >= 0 {
+			defer unix.Close(fd)
 		}
 	}
-	if s.Nameserver != "" {
-		if err := bindResolvConf(root, s.Nameserver); err != nil {
-			return err
+	// The new root, or the stage it is built on: a tmpfs over /tmp of
+	// this namespace (a mount point, as pivot_root wants).
+	stage, root := "/tmp", "/tmp"
+	var shell string
+	if t.image < 0 {
+		if err := unix.Mount("jail", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
+			return "", fmt.Errorf("mount the root tmpfs: %w", err)
+		}
+		for _, dir := range s.ReadOnly {
+			if err := bindReadOnly(root, dir); err != nil {
+				return "", err
+			}
+		}
+		if s.Nameserver != "" {
+			if err := bindResolvConf(root, s.Nameserver); err != nil {
+				return "", err
+			}
+		}
+		for _, dir := range []string{Workspace, Tmp, Home} {
+			if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+				return "", err
+			}
+		}
+		rootFd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", fmt.Errorf("open the jail's root: %w", err)
+		}
+		shell = findShell(rootFd)
+		unix.Close(rootFd)
+	} else {
+		// The stage holds the image's root and the files made for it:
+		// room for the image's passwd and group and the jail's lines.
+		size := strconv.Itoa(2*maxImageFile + 1<<20)
+		if err := unix.Mount("jail", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0700,size="+size); err != nil {
+			return "", fmt.Errorf("mount the stage tmpfs: %w", err)
+		}
+		root = filepath.Join(stage, "root")
+		var err error
+		if shell, err = stageImage(s, t.image, stage, root); err != nil {
+			return "", err
 		}
 	}
 	ws := filepath.Join(root, Workspace)
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		return err
-	}
-	if wsTree >= 0 {
+	if t.ws >= 0 {
 		// The bind was made by the gateway (cloneWorkspace): it only
 		// needs a place.
-		if err := unix.MoveMount(wsTree, "", unix.AT_FDCWD, ws, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-			return fmt.Errorf("attach the workspace: %w", err)
+		if err := unix.MoveMount(t.ws, "", unix.AT_FDCWD, ws, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return "", fmt.Errorf("attach the workspace: %w", err)
 		}
 	} else if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(wsFd), ws, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind the workspace: %w", err)
+		return "", fmt.Errorf("bind the workspace: %w", err)
 	}
 	// The bind copied the host mount's flags, nosymfollow among them
 	// (fs/hostview.go). This remount sets the flags anew, without it:
 	// links are followed inside the jail (node_modules/.bin, git, build
 	// tools), where above /workspace there is only the jail's own root.
 	if err := unix.Mount("", ws, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return fmt.Errorf("remount the workspace nosuid: %w", err)
+		return "", fmt.Errorf("remount the workspace nosuid: %w", err)
 	}
-	tmp := filepath.Join(root, Tmp)
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return err
+	if err := unix.Mount("tmp", filepath.Join(root, Tmp), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatInt(s.TmpBytes, 10)); err != nil {
+		return "", fmt.Errorf("mount /tmp: %w", err)
 	}
-	if err := unix.Mount("tmp", tmp, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatInt(s.TmpBytes, 10)); err != nil {
-		return fmt.Errorf("mount /tmp: %w", err)
+	if err := mountHome(s, t.home, filepath.Join(root, Home)); err != nil {
+		return "", err
 	}
 	if err := buildDev(filepath.Join(root, "dev")); err != nil {
-		return err
+		return "", err
 	}
 	proc := filepath.Join(root, "proc")
 	if err := os.MkdirAll(proc, 0o555); err != nil {
-		return err
+		return "", err
 	}
 	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mount /proc: %w", err)
+		return "", fmt.Errorf("mount /proc: %w", err)
 	}
+	if t.image >= 0 {
+		// The image's root is read-only already, and has no folder for
+		// the old root.
+		if err := pivotInPlace(root); err != nil {
+			return "", err
+		}
+	} else if err := pivotTmpfs(root); err != nil {
+		return "", err
+	}
+	if s.Hostname != "" {
+		if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
+			return "", fmt.Errorf("set hostname: %w", err)
+		}
+	}
+	return shell, nil
+}
+
+// mountHome mounts the jail's home at dir: the home's folder (tree, a
+// detached mount) with the workspace's flags, or without one a tmpfs of
+// the jail's user, bounded as /tmp is.
+func mountHome(s setup, tree int, dir string) error {
+	if tree < 0 {
+		opts := fmt.Sprintf("mode=0755,uid=%d,gid=%d,size=%d", s.UID, s.GID, s.TmpBytes)
+		if err := unix.Mount("home", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("mount %s: %w", Home, err)
+		}
+		return nil
+	}
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach the home: %w", err)
+	}
+	// As the workspace's: no set-id or device files, and links followed.
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("remount the home nosuid: %w", err)
+	}
+	return nil
+}
+
+// pivotTmpfs makes the tmpfs root the calling process's root, with the
+// host's root detached, and makes it read-only: only the mounts on it
+// are written.
+func pivotTmpfs(root string) error {
 	old := filepath.Join(root, ".old")
 	if err := os.Mkdir(old, 0o700); err != nil {
 		return err
@@ -582,15 +669,8 @@ func buildRoot(s setup, wsTree int) error {
 	if err := os.Remove("/.old"); err != nil {
 		return err
 	}
-	// The root tmpfs is read-only from now on: only /workspace and /tmp
-	// are written.
 	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("remount / read-only: %w", err)
-	}
-	if s.Hostname != "" {
-		if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
-			return fmt.Errorf("set hostname: %w", err)
-		}
 	}
 	return nil
 }
@@ -601,8 +681,7 @@ func buildRoot(s setup, wsTree int) error {
 // will: the file they read is the one covered.
 func bindResolvConf(root, server string) error {
 	src := filepath.Join(root, ".resolv.conf")
-	body := "# warren: the daemon answers this jail's name queries\nnameserver " + server + "\noptions edns0\n"
-	if err := os.WriteFile(src, []byte(body), 0o644); err != nil {
+	if err := os.WriteFile(src, []byte(nameserverResolvConf(server)), 0o644); err != nil {
 		return fmt.Errorf("write the jail's resolv.conf: %w", err)
 	}
 	rootFd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -630,6 +709,11 @@ func bindResolvConf(root, server string) error {
 		return fmt.Errorf("remount the jail's resolv.conf read-only: %w", err)
 	}
 	return nil
+}
+
+// nameserverResolvConf is a resolv.conf naming only server.
+func nameserverResolvConf(server string) string {
+	return "# warren: the daemon answers this jail's name queries\nnameserver " + server + "\noptions edns0\n"
 }
 
 // loopbackUp brings up lo, the only interface of the jail's own network

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,8 +35,18 @@ type Config struct {
 	// thread's mount. Required.
 	Workspace string
 	// ReadOnly are host folders bound read-only at the same paths; nil
-	// means DefaultReadOnly().
+	// means DefaultReadOnly(). A jail with an Image binds none of them.
 	ReadOnly []string
+	// Image, if set, makes the jail's root that image's filesystem,
+	// read-only, in place of the host folders of ReadOnly (image.go).
+	Image *Image
+	// Home is the host folder the jail sees read-write at /home/agent
+	// (jail.Home), the commands' HOME: the thread's own, outside its
+	// workspace, so that tools' caches never land in the workspace.
+	// "" gives the jail a private empty tmpfs there instead (bounded like
+	// /tmp). It belongs to the jail's user (GiveWorkspace gives a folder
+	// to it), and its last element must not be a link.
+	Home string
 	// UID and GID run the commands; 0 means NobodyID. Never the server's.
 	UID, GID uint32
 	// Network is "none" (the default: a network namespace of its own,
@@ -48,7 +59,8 @@ type Config struct {
 	Nameserver string
 	// Hostname is the jail's host name; "" means "warren".
 	Hostname string
-	// TmpBytes bounds the jail's private /tmp; 0 means 512 MiB.
+	// TmpBytes bounds the jail's private /tmp, and its /home/agent when
+	// it has no Home; 0 means 512 MiB.
 	TmpBytes int64
 	// Binary is the program re-executed as the jail's init (it must call
 	// RunInit when IsInit); "" means this very binary.
@@ -69,7 +81,8 @@ type Config struct {
 	// Base, if set, is the mount namespace the jail is forked from
 	// (base_linux.go): its start then costs the same whatever the daemon
 	// has mounted. nil forks it from the daemon's own, which the kernel
-	// copies whole. ReadOnly and Binary must be the base's.
+	// copies whole. ReadOnly (unless the jail has an Image) and Binary
+	// must be the base's.
 	Base *Base
 }
 
@@ -87,6 +100,12 @@ type Jail struct {
 	// memoryBytes and maxProcs are its bounds (MemoryLimit, ProcLimit).
 	memoryBytes int64
 	maxProcs    int
+	// shell runs the command lines that are not plain words (Shell);
+	// noShell is the error of one in a root without a shell.
+	shell   string
+	noShell error
+	// workDir is where a command with no Dir starts (Image.WorkDir).
+	workDir string
 
 	sendMu sync.Mutex
 
@@ -158,6 +177,17 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 			return nil, fmt.Errorf("jail: name server %q is not an address", cfg.Nameserver)
 		}
 	}
+	if cfg.Image != nil {
+		if !filepath.IsAbs(cfg.Image.Root) {
+			return nil, fmt.Errorf("jail: image root %q is not an absolute path", cfg.Image.Root)
+		}
+		if cfg.Rlimits {
+			return nil, errImageRlimits
+		}
+	}
+	if cfg.Home != "" && !filepath.IsAbs(cfg.Home) {
+		return nil, fmt.Errorf("jail: home %q is not an absolute path", cfg.Home)
+	}
 	bin := cfg.Binary
 	if bin == "" {
 		bin = "/proc/self/exe"
@@ -172,17 +202,34 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	}
 	// From a base, the workspace is not there to open by path: it goes to
 	// the init as a detached bind made here, in the daemon's namespace.
-	wsTree := -1
+	// So do the image's root and the home, from a base or not: the base
+	// hides the daemon's data folder, where they live, and one way for
+	// both kinds of start is one way to test.
+	trees := startTrees{ws: -1, image: -1, home: -1}
+	defer trees.close()
 	if cfg.Base != nil {
 		var err error
-		if wsTree, err = cloneWorkspace(cfg.Workspace); err != nil {
+		if trees.ws, err = cloneWorkspace(cfg.Workspace); err != nil {
 			return nil, err
 		}
-		defer func() {
-			if wsTree >= 0 {
-				unix.Close(wsTree)
+	}
+	var resolvConf string
+	if cfg.Image != nil {
+		var err error
+		if trees.image, err = cloneImage(cfg.Image.Root); err != nil {
+			return nil, err
+		}
+		if cfg.Nameserver == "" {
+			if resolvConf, err = hostResolvConf(); err != nil {
+				return nil, err
 			}
-		}()
+		}
+	}
+	if cfg.Home != "" {
+		var err error
+		if trees.home, err = cloneHome(cfg.Home); err != nil {
+			return nil, err
+		}
 	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -271,6 +318,9 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		// rlimits have no rate of CPU time: the jail would run unbounded.
 		return abandon(nil, fmt.Errorf("jail: a CPU bound needs a cgroup: %w", cgErr))
 	}
+	if cgErr != nil && cfg.Image != nil {
+		return abandon(nil, fmt.Errorf("%w: %w", errImageRlimits, cgErr))
+	}
 	if cgErr == nil {
 		if err := cg.add(cmd.Process.Pid); err != nil {
 			return abandon(cg, fmt.Errorf("jail: %w", err))
@@ -296,7 +346,11 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		Workspace: cfg.Workspace, ReadOnly: cfg.ReadOnly,
 		UID: cfg.UID, GID: cfg.GID, Hostname: cfg.Hostname, TmpBytes: cfg.TmpBytes,
 		OwnNet: flags&unix.CLONE_NEWNET != 0, Rlimits: rl, Trees: cg != nil, Nameserver: cfg.Nameserver,
-		WorkspaceTree: wsTree >= 0,
+		WorkspaceTree: trees.ws >= 0, ImageTree: trees.image >= 0, HomeTree: trees.home >= 0,
+		ResolvConf: resolvConf,
+	}
+	if cfg.Image != nil {
+		s.ImageUser = cfg.Image.User
 	}
 	var fds []int
 	var home *os.File
@@ -306,8 +360,10 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 		}
 	}
 	if err == nil {
-		if wsTree >= 0 {
-			fds = append(fds, wsTree)
+		for _, fd := range []int{trees.ws, trees.image, trees.home} {
+			if fd >= 0 {
+				fds = append(fds, fd)
+			}
 		}
 		err = ours.send(s, fds...)
 	}
@@ -331,6 +387,7 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	}
 	j := &Jail{
 		cg: cg, Limits: limits, devNull: devNull, memoryBytes: cfg.MemoryBytes, maxProcs: cfg.MaxProcs,
+		shell: ready.Shell, noShell: noShellError(cfg.Image != nil), workDir: cfg.Image.WorkDir(),
 		init: cmd, conn: ours, waiting: make(map[uint64]chan replyMsg), done: make(chan struct{}),
 		runOfID: make(map[uint64]string), idPid: make(map[uint64]int), pidRun: make(map[int]string),
 		started: make(chan struct{}),
@@ -431,6 +488,11 @@ func (j *Jail) Err() error {
 	return nil
 }
 
+// Shell is the shell that runs the jail's command lines (Cmd.Script):
+// "/bin/bash" where the jail's root has bash, else "/bin/sh", else "",
+// and then a line that is not plain words is refused (ErrNoShell).
+func (j *Jail) Shell() string { return j.shell }
+
 // InitPid is the host's pid of the jail's init: every command is its
 // child.
 func (j *Jail) InitPid() int { return j.init.Process.Pid }
@@ -491,11 +553,11 @@ type Cmd struct {
 	// filesystem (see RunOf); "" means none.
 	Run  string
 	Args []string // argv; Args[0] is looked up in the jail's PATH
-	// Script, when Args is empty, is a command line run as bash -c
-	// Script does (script.go).
+	// Script, when Args is empty, is a command line run as the jail's
+	// shell (Shell) -c Script does (script.go).
 	Script string
-	Env    []string  // the whole environment (see Env)
-	Dir    string    // inside the jail; "" means /workspace
+	Env    []string  // the whole environment (see EnvFor)
+	Dir    string    // inside the jail; "" means the image's WorkDir, or /workspace
 	Stdin  io.Reader // nil means empty
 	Stdout io.Writer // nil means discarded
 	Stderr io.Writer // nil means discarded (a terminal has none); Stdout itself means one stream
@@ -541,14 +603,21 @@ func (j *Jail) RunEnded(ctx context.Context, c Cmd) (end Ended, err error) {
 	end.Exit = -1
 	dir := c.Dir
 	if dir == "" {
-		dir = Workspace
+		dir = j.workDir
 	}
 	req := request{Argv: c.Args, Env: c.Env, Dir: dir, Tty: c.Tty, Rows: c.Size.Rows, Cols: c.Size.Cols}
 	if len(c.Args) == 0 && c.Script != "" {
-		if words, ok := plainWords(c.Script); ok {
+		// The plain words of a line run in bash's place only where bash
+		// is the shell, or where there is none to run them otherwise
+		// (script.go).
+		words, plain := plainWords(c.Script)
+		switch {
+		case plain && j.shell != shShell:
 			req.Argv, req.Script = words, c.Script
-		} else {
-			req.Argv = ShellArgv(c.Script)
+		case j.shell == "":
+			return end, j.noShell
+		default:
+			req.Argv = shellArgv(j.shell, c.Script)
 		}
 	}
 	if len(req.Argv) == 0 {

@@ -14,7 +14,8 @@ import (
 // read-only binds and the seccomp filter already close the rest of the
 // tree; Landlock also closes what those leave writable by design, such as
 // the files of the jail's own /proc, and the host's abstract sockets when
-// the jail shares the host's network.
+// the jail shares the host's network. The rules are the same on an
+// image's root as on the host's folders.
 
 // landlockWritable are the folders commands may change, with what they
 // may do beneath each.
@@ -35,7 +36,7 @@ func landlockWritable(abi int) (handled uint64, rules map[string]uint64) {
 	if abi >= 3 {
 		devices |= unix.LANDLOCK_ACCESS_FS_TRUNCATE
 	}
-	return handled, map[string]uint64{Workspace: tree, Tmp: tree, "/dev/shm": tree, "/dev": devices}
+	return handled, map[string]uint64{Workspace: tree, Tmp: tree, Home: tree, "/dev/shm": tree, "/dev": devices}
 }
 
 // applyLandlock restricts this thread (and what it starts) as above. It

@@ -37,6 +37,19 @@ import (
 // counted over the whole host, so jails that share the uid share the
 // bound). A jail whose root lacks prlimit refuses to start rather than run
 // unbounded. Jail.Limits says which kind a jail got, and why.
+//
+// A jail on an image gets no rlimits: it refuses to start where it would
+// (errImageRlimits). prlimit(1) is a program of the jail's root, which on
+// a host root is the host's own; an image's may be missing or be anything
+// its author made of it. Nor can the init set them some other way: Go's
+// fork and exec has no step between the two where the child could set its
+// own, and limits set on the init would bound it too (a Go process
+// reserves far more address space than a jail's bound; a start of a
+// program of the daemon's between would need its libc in the image).
+
+// errImageRlimits is the refusal of a jail on an image where it would be
+// bounded by rlimits.
+var errImageRlimits = errors.New("jail: a jail on an image needs a cgroup for its limits: rlimits would take the image's prlimit to set them, which cannot be trusted with that")
 
 // Default limits. A jail has no CPU bound unless it is given one.
 const (

@@ -43,6 +43,19 @@ type setup struct {
 	// the init attaches it instead of binding Workspace by its path (a
 	// jail forked from a Base, base_linux.go).
 	WorkspaceTree bool `json:"workspaceTree,omitempty"`
+	// ImageTree says the setup message carries an image's root as a
+	// detached mount, read-only, after the workspace's if any: the jail's
+	// root is it, in place of ReadOnly's binds (image_linux.go).
+	ImageTree bool `json:"imageTree,omitempty"`
+	// ImageUser is the image's User, which names the jail's passwd entry.
+	ImageUser string `json:"imageUser,omitempty"`
+	// ResolvConf is, on an image's root without Nameserver, the host's
+	// /etc/resolv.conf as the gateway read it.
+	ResolvConf string `json:"resolvConf,omitempty"`
+	// HomeTree says the setup message carries the folder to bind at
+	// /home/agent as a detached mount, last; without it /home/agent is a
+	// tmpfs of the jail's own.
+	HomeTree bool `json:"homeTree,omitempty"`
 	// Rlimits, when set, bounds each command with rlimits (no cgroup).
 	Rlimits *rlimits `json:"rlimits,omitempty"`
 }
@@ -68,7 +81,8 @@ type request struct {
 	// command's own cgroup.
 	Tree bool `json:"tree,omitempty"`
 	// Script is the command line Argv are the plain words of: Argv runs
-	// as bash would run it, and bash -c Script runs if Argv cannot start.
+	// as bash would run it, and bash -c Script runs if Argv cannot start
+	// (the jail's shell is bash, or it has none: script.go).
 	Script string `json:"script,omitempty"`
 	// Tty runs the command on a new terminal of the jail's devpts, of
 	// Rows × Cols; its master comes back with the started reply, and the
@@ -91,6 +105,9 @@ type reply struct {
 	// exited (Exit then is its own code, 128 plus a signal or not).
 	Signal int    `json:"signal,omitempty"`
 	Err    string `json:"err,omitempty"`
+	// Shell, in the ready reply, is the shell the jail's root has for
+	// command lines ("/bin/bash", "/bin/sh"), "" if none.
+	Shell string `json:"shell,omitempty"`
 }
 
 // send writes v as one packet on fd, with fds attached.
@@ -215,8 +232,13 @@ type receiver struct {
 	oob []byte
 }
 
+// maxInitFds bounds the descriptors of one message to the init: a
+// command's three and its tree's, or the setup's cgroup, workspace, image
+// and home.
+const maxInitFds = 4
+
 func newReceiver(fd int) *receiver {
-	return &receiver{fd: fd, buf: make([]byte, maxPacket), oob: make([]byte, unix.CmsgSpace(3*4))}
+	return &receiver{fd: fd, buf: make([]byte, maxPacket), oob: make([]byte, unix.CmsgSpace(maxInitFds*4))}
 }
 
 // receive reads one packet into v and returns the descriptors that came

@@ -1,8 +1,18 @@
 package jail
 
-import "strings"
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
 
-// A command line is run with bash -c. Starting bash costs about a
+// A command line is run with the jail's shell -c: bash where the jail's
+// root has /bin/bash, else /bin/sh (an image without bash), and a jail
+// whose root has neither refuses the lines that need one (ErrNoShell).
+// The init finds the shell as it builds the root, and says which in its
+// ready reply (Jail.Shell).
+//
+// With bash, a command line is often not run with bash at all. Starting bash costs about a
 // millisecond, as much as the rest of a command's start together, and for
 // the commonest agent commands (ls -la, git status, cat src/app.ts, go test
 // ./...) bash does nothing but split the line into words and exec the
@@ -13,12 +23,39 @@ import "strings"
 // cannot be found or started as it is (a script without a #! line, a file
 // that is not executable), bash -c runs the line after all, so the answer
 // and the messages are bash's own.
+//
+// With /bin/sh the shortcut is not taken: which sh it is (dash, busybox's
+// ash, mksh...) decides what it adds to a lone command's environment
+// (busybox's sets SHLVL=1, dash's does not), and the jail cannot prove it
+// would do the same as one it does not know. With no shell at all, plain
+// words are the only lines that can run, and run that way; a program that
+// cannot start then fails with the jail's own message (exit 127 or 126).
 
-// shell runs the command lines.
-const shell = "/bin/bash"
+// The shells a jail's root may have, in the order they are looked for.
+const (
+	bashShell = "/bin/bash"
+	shShell   = "/bin/sh"
+)
 
-// ShellArgv is how a command line runs when it is not plain: bash -c.
-func ShellArgv(script string) []string { return []string{shell, "-c", script} }
+// ErrNoShell is the error of a command line that needs a shell in a jail
+// whose root has neither /bin/bash nor /bin/sh.
+var ErrNoShell = errors.New("commands need a shell")
+
+// noShellError is a jail's ErrNoShell, in the words of its root.
+func noShellError(image bool) error {
+	root := "the jail's root"
+	if image {
+		root = "the image"
+	}
+	return fmt.Errorf("jail: %s has neither %s nor %s: %w", root, bashShell, shShell, ErrNoShell)
+}
+
+// ShellArgv is how a command line runs when it is not plain, in a jail
+// whose shell is bash (Jail.Shell): bash -c.
+func ShellArgv(script string) []string { return shellArgv(bashShell, script) }
+
+// shellArgv runs script with shell -c.
+func shellArgv(shell, script string) []string { return []string{shell, "-c", script} }
 
 // plainWords returns the words of script if bash -c script would only exec
 // them as a program, and false otherwise.

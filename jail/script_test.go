@@ -3,6 +3,7 @@ package jail
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -56,8 +57,13 @@ func TestPlainWords(t *testing.T) {
 // TestJailScriptAsBash: a script run through the plain-words path answers
 // exactly as bash -c: output, messages, exit code and environment, also
 // when the program is missing, not executable or a script without #!.
-func TestJailScriptAsBash(t *testing.T) {
-	j, ws := startJail(t)
+func TestJailScriptAsBash(t *testing.T) { forRoots(t, withBash, testJailScriptAsBash) }
+
+func testJailScriptAsBash(t *testing.T, r testRoot) {
+	j, ws := startJailOn(t, r, Config{})
+	if j.Shell() != bashShell {
+		t.Fatalf("the shell of a root with bash: %q", j.Shell())
+	}
 	write := func(name, content string, mode os.FileMode) {
 		p := filepath.Join(ws, name)
 		if err := os.WriteFile(p, []byte(content), mode); err != nil {
@@ -112,8 +118,9 @@ func sortLines(s string) string {
 }
 
 // TestJailScriptWithoutShell proves the plain-words path runs no shell: in
-// a jail whose root has no /bin (so no /bin/bash), plain words still run,
-// while a line that needs bash cannot.
+// a jail whose root has no /bin (so no /bin/bash nor /bin/sh), plain words
+// still run, while a line that needs a shell is refused. (TestImageShells
+// does the same on images.)
 func TestJailScriptWithoutShell(t *testing.T) {
 	j, _ := startJailWith(t, Config{ReadOnly: []string{"/usr", "/lib", "/lib64", "/etc"}})
 	env, _ := Env(nil, nil)
@@ -122,7 +129,11 @@ func TestJailScriptWithoutShell(t *testing.T) {
 	if err != nil || code != 0 || out.String() != "/usr/bin\n" {
 		t.Fatalf("plain words with no shell in the jail: exit %d, %v, %q", code, err, out.String())
 	}
-	if code, _ := j.Run(context.Background(), Cmd{Script: "ls | cat", Env: env}); code == 0 {
-		t.Fatalf("a pipeline ran with no shell in the jail")
+	if j.Shell() != "" {
+		t.Errorf("the shell of a root without /bin: %q", j.Shell())
+	}
+	code, err = j.Run(context.Background(), Cmd{Script: "ls | cat", Env: env})
+	if code == 0 || !errors.Is(err, ErrNoShell) || !strings.Contains(err.Error(), "the jail's root has neither /bin/bash nor /bin/sh") {
+		t.Fatalf("a pipeline with no shell in the jail: exit %d, %v; want ErrNoShell", code, err)
 	}
 }

@@ -10,7 +10,8 @@ import (
 // (NobodyID), unless it is someone's other than root's already: a
 // workspace made by the daemon, and what its file API makes in it before
 // the first command (a new entry takes its folder's owner), are then the
-// commands' to change.
+// commands' to change. A thread's home folder (Config.Home) is given the
+// same way.
 func GiveWorkspace(root string) error {
 	var st syscall.Stat_t
 	if err := syscall.Lstat(root, &st); err != nil {
