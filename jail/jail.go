@@ -33,6 +33,9 @@ type Config struct {
 	// Workspace is the host folder the jail sees at /workspace: the
 	// thread's mount. Required.
 	Workspace string
+	// Home is the host folder the jail sees read-write at /home/agent;
+	// "" gives a private empty tmpfs.
+	Home string
 	// ReadOnly are host folders bound read-only at the same paths; nil
 	// means DefaultReadOnly().
 	ReadOnly []string
