@@ -296,7 +296,7 @@ func TestExecFromBaseNamespace(t *testing.T) {
 	if base == nil {
 		t.Fatal("the gateway has no base namespace for its jails")
 	}
-	if cfg := env.g.jails.JailConfig(meta.Settings{}, "/x"); cfg.Base != base {
+	if cfg := env.g.jails.JailConfig(meta.Settings{}, "/x", ""); cfg.Base != base {
 		t.Fatal("the jails' configuration does not start them from the base")
 	}
 	mounted := len(testenv.MountsUnder(t, env.cfg.DataDir))

@@ -8,16 +8,17 @@ import (
 	"warren/meta"
 )
 
-// JailConfig is the jail a thread with settings s gets on this gateway:
-// its settings, else the daemon's defaults (Config), else the jail's.
-func (js *Jails) JailConfig(s meta.Settings, workspace string) jail.Config {
+// JailConfig is the jail a thread with settings s gets on this gateway,
+// over its workspace (the thread's mount) and its home folder: its
+// settings, else the daemon's defaults (Config), else the jail's.
+func (js *Jails) JailConfig(s meta.Settings, workspace, home string) jail.Config {
 	mode := cmp.Or(s.Network, js.cfg.Network, "none")
 	var nameserver string
 	if js.cfg.Networks != nil {
 		nameserver = js.cfg.Networks.Nameserver(mode)
 	}
 	return jail.Config{
-		Workspace: workspace, Binary: js.cfg.Binary, Rlimits: js.cfg.Rlimits,
+		Workspace: workspace, Home: home, Binary: js.cfg.Binary, Rlimits: js.cfg.Rlimits,
 		Network: mode, Nameserver: nameserver,
 		MemoryBytes: cmp.Or(s.MemoryBytes, js.cfg.MemoryBytes, jail.DefaultMemoryBytes),
 		MaxProcs:    cmp.Or(s.MaxProcs, js.cfg.MaxProcs, jail.DefaultMaxProcs),

@@ -320,8 +320,12 @@ func (t *Threads) BindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 			b.Settings = *settings
 			if t.cfg.Quotas.DiskBytes(b.Settings) != t.cfg.Quotas.DiskBytes(old.Settings) {
 				root, err := t.RootOf(old)
+				var home string
 				if err == nil {
-					err = t.cfg.Quotas.Apply(k, root, b.Settings)
+					home, _, err = makeHomeOf(nil, k, root)
+				}
+				if err == nil {
+					err = t.cfg.Quotas.Apply(k, root, home, b.Settings)
 				}
 				if err != nil {
 					return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
@@ -392,12 +396,18 @@ func (t *Threads) BindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	if err := jail.GiveWorkspace(root); err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
+	// Its home, outside the workspace (home.go): a thread bound before
+	// homes gets one here.
+	home, _, err := makeHomeOf(&undo, k, root)
+	if err != nil {
+		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
+	}
 	// The quota holds before the mount serves a single write.
 	newSettings := old.Settings
 	if settings != nil {
 		newSettings = *settings
 	}
-	if err := t.cfg.Quotas.Apply(k, root, newSettings); err != nil {
+	if err := t.cfg.Quotas.Apply(k, root, home, newSettings); err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
 	// Immutable, with nothing in it: a write while it is not served is
@@ -513,13 +523,16 @@ func (t *Threads) resettle(ctx context.Context, b meta.Binding, s meta.Settings)
 	// filesystem enforces it, not the jail.
 	k, oldSettings := b.ThreadKey, b.Settings
 	quotaChanged := t.cfg.Quotas.DiskBytes(s) != t.cfg.Quotas.DiskBytes(oldSettings)
-	var root string
+	var root, home string
 	if quotaChanged {
 		var err error
 		if root, err = t.RootOf(b); err != nil {
 			return meta.Binding{}, fmt.Errorf("settings of %s: %w", call.KeyName(k), err)
 		}
-		if err := t.cfg.Quotas.Apply(k, root, s); err != nil {
+		if home, _, err = makeHomeOf(nil, k, root); err != nil {
+			return meta.Binding{}, fmt.Errorf("settings of %s: %w", call.KeyName(k), err)
+		}
+		if err := t.cfg.Quotas.Apply(k, root, home, s); err != nil {
 			return meta.Binding{}, fmt.Errorf("settings of %s: %w", call.KeyName(k), err)
 		}
 	}
@@ -527,7 +540,7 @@ func (t *Threads) resettle(ctx context.Context, b meta.Binding, s meta.Settings)
 	b, err = t.store.UpdateBinding(ctx, b)
 	if err != nil {
 		if quotaChanged {
-			if qerr := t.cfg.Quotas.Apply(k, root, oldSettings); qerr != nil {
+			if qerr := t.cfg.Quotas.Apply(k, root, home, oldSettings); qerr != nil {
 				t.log.Warn("restore the former disk quota", "tenant", k.Tenant, "thread", k.Thread, "error", qerr)
 			}
 		}
@@ -825,8 +838,20 @@ func (t *Threads) deleteLocked(ctx context.Context, b meta.Binding) error {
 	if err := t.mounter.DetachStale(mountPath); err != nil {
 		return fmt.Errorf("delete %s: detach stale mount %s: %w", call.KeyName(k), mountPath, err)
 	}
+	// The thread's quota group goes before its subvolumes, which it needs
+	// to be found; then its home, then its workspace, so a delete cut
+	// short and done again still finds the group while there is one.
+	home, err := homeOf(root, k)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
+	}
+	t.cfg.Quotas.Forget(k, root, home)
 	// os.RemoveAll works fd-relative and does not follow links, so a link
-	// planted in the workspace cannot make it remove anything outside.
+	// planted in the workspace or the home cannot make it remove anything
+	// outside.
+	if err := removeHome(home); err != nil {
+		return fmt.Errorf("delete %s: remove home %s: %w", call.KeyName(k), home, err)
+	}
 	if err := removeWorkspace(ctx, root); err != nil {
 		return fmt.Errorf("delete %s: remove workspace %s: %w", call.KeyName(k), root, err)
 	}
