@@ -82,6 +82,9 @@ type Config struct {
 	MemoryBytes int64
 	MaxProcs    int
 	CPUMillis   int
+	// Path is the commands' PATH in a jail on the host's folders (the
+	// daemon's Config.JailPath); "" means jail.Path. See Env.
+	Path string
 	// Idle is the daemon's jail idle time (Config.JailIdle; see IdleOf).
 	Idle time.Duration
 	// Max bounds the jails alive (Config.MaxJails, or the machine's).

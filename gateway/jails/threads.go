@@ -24,7 +24,7 @@ func (js *Jails) Seed(ctx context.Context, b meta.Binding, script string) error 
 		return err
 	}
 	defer js.Unhold(tj) // held while the seed runs: it is no registered command
-	env, err := jail.Env(b.Settings.Env, nil)
+	env, err := js.Env(b.Settings, nil)
 	if err != nil {
 		return err
 	}
