@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -68,15 +69,32 @@ func writeAsJailUser(t *testing.T, dir, name string, n int64) (string, error) {
 // count in the thread's quota (4 MiB: 3 in the workspace, written by a
 // command, leave no room for 3 in the home, written by the jail's user);
 // usage shows them apart; the checkpoints hold nothing of them; the home
-// stays across a restart of the daemon, and goes with the thread's delete.
+// stays across a restart of the daemon, and goes with the thread's
+// delete, as its quota group does (and a failed first bind's).
 func TestHomeOnTheHost(t *testing.T) {
 	mnt := testenv.LoopFS(t, 512*mib, "mkfs.btrfs", []string{"-q"}, "")
 	cfg := Config{DataDir: filepath.Join(mnt, "data"), Store: newStore(t), DiskQuotaBytes: 4 * mib}
 	env := startEnv(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// A first bind that fails leaves no folder, and no thread's quota
+	// group (of level 2).
+	env.m.setFailMount(func(string) error { return errors.New("no mount") })
+	if _, err := env.c.Bind(ctx, "acme", "failed"); err == nil {
+		t.Fatal("a bind whose mount fails succeeded")
+	}
+	env.m.setFailMount(nil)
+	if groups := threadGroups(t, mnt); len(groups) != 0 {
+		t.Errorf("a failed bind left the quota groups %v", groups)
+	}
+	if _, err := os.Lstat(filepath.Join(env.g.wsBase, threads.HomesDir, "acme", "failed")); !os.IsNotExist(err) {
+		t.Errorf("a failed bind left its home: %v", err)
+	}
 	if _, err := env.c.Bind(ctx, "acme", "t"); err != nil {
 		t.Fatal(err)
+	}
+	if groups := threadGroups(t, mnt); len(groups) != 1 {
+		t.Errorf("the quota groups of threads after a bind: %v; want one", groups)
 	}
 	home := filepath.Join(env.g.wsBase, threads.HomesDir, "acme", "t")
 	var st syscall.Stat_t
@@ -154,6 +172,27 @@ func TestHomeOnTheHost(t *testing.T) {
 	if _, err := os.Lstat(home); !os.IsNotExist(err) {
 		t.Errorf("the home of a deleted thread: %v; want it gone", err)
 	}
+	if groups := threadGroups(t, mnt); len(groups) != 0 {
+		t.Errorf("the quota groups of threads after the delete: %v; want none", groups)
+	}
+}
+
+// threadGroups lists the quota groups of level 2, the threads', on the
+// btrfs at mnt, as btrfs-progs shows them.
+func threadGroups(t *testing.T, mnt string) []string {
+	t.Helper()
+	testenv.RequireCommand(t, "btrfs")
+	out, err := exec.Command("btrfs", "qgroup", "show", "--raw", mnt).Output()
+	if err != nil {
+		t.Fatalf("btrfs qgroup show: %v", err)
+	}
+	var groups []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "2/") {
+			groups = append(groups, f[0])
+		}
+	}
+	return groups
 }
 
 // TestHomeOfAnOlderThread: a thread bound before homes (its home removed

@@ -387,7 +387,8 @@ func (t *Threads) BindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 			return meta.Binding{}, hosts.GoneError(old)
 		}
 	}
-	if err := makeWorkspace(&undo, root); err != nil {
+	madeWorkspace, err := makeWorkspace(&undo, root)
+	if err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: create workspace: %w", call.KeyName(k), err)
 	}
 	// The workspace is its jail's user's from the start: what the file
@@ -409,6 +410,14 @@ func (t *Threads) BindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	}
 	if err := t.cfg.Quotas.Apply(k, root, home, newSettings); err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
+	}
+	if madeWorkspace {
+		// Its quota group goes before its folders, as at a delete; kept
+		// with them (keepFolders).
+		undo.pushFolder("forget the quota group of "+root, func() error {
+			t.cfg.Quotas.Forget(k, root, home)
+			return nil
+		})
 	}
 	// Immutable, with nothing in it: a write while it is not served is
 	// refused, and nothing is covered (mountpoint_linux.go).
@@ -889,28 +898,29 @@ func deletingError(k meta.ThreadKey) error {
 }
 
 // makeLeaf creates path (its parent is created as needed and kept) and, if
-// it made it, registers its removal on undo. Only the leaf is undone: a
-// tenant folder may be shared by a concurrent bind of another thread.
-func makeLeaf(undo *undoStack, path string, perm os.FileMode) error {
+// it made it, registers its removal on undo and says so. Only the leaf is
+// undone: a tenant folder may be shared by a concurrent bind of another
+// thread.
+func makeLeaf(undo *undoStack, path string, perm os.FileMode) (made bool, err error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+		return false, fmt.Errorf("create %s: %w", filepath.Dir(path), err)
 	}
-	err := os.Mkdir(path, perm)
+	err = os.Mkdir(path, perm)
 	if errors.Is(err, os.ErrExist) {
 		fi, statErr := os.Lstat(path)
 		if statErr != nil {
-			return fmt.Errorf("check %s: %w", path, statErr)
+			return false, fmt.Errorf("check %s: %w", path, statErr)
 		}
 		if !fi.IsDir() {
-			return fmt.Errorf("%s exists and is not a folder", path)
+			return false, fmt.Errorf("%s exists and is not a folder", path)
 		}
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
+		return false, fmt.Errorf("create %s: %w", path, err)
 	}
 	undo.pushFolder("remove "+path, func() error { return os.Remove(path) })
-	return nil
+	return true, nil
 }
 
 // undoStack collects the steps that take back a half-done operation. run
