@@ -6,7 +6,7 @@
 // Each thread's workspace folder is a btrfs subvolume, which btrfs counts
 // in a quota group of its own (0/<subvolume id>), and so is its home
 // folder; the thread's quota is the limit of referenced bytes of a group
-// holding both, the thread's group (thread.go). Every workspace and home
+// holding both, the thread's group (thread_linux.go). Every workspace and home
 // subvolume is also a member of one group of level 1, Group, whose limit
 // keeps all of them together below the disk's size less a reserve.
 //
