@@ -131,10 +131,14 @@ type Usage struct {
 	// included.
 	Processes int `json:"processes"`
 	// DiskBytes is the size of the workspace's files, DiskFiles the
-	// entries in it (files, folders, links); DiskQuotaBytes its quota, 0
-	// for none.
+	// entries in it (files, folders, links); HomeBytes and HomeFiles the
+	// same of the thread's home folder (the jail's HOME, outside the
+	// workspace: tools' caches). DiskQuotaBytes is the thread's quota, 0
+	// for none, which bounds the workspace and the home together.
 	DiskBytes      int64 `json:"diskBytes"`
 	DiskFiles      int64 `json:"diskFiles"`
+	HomeBytes      int64 `json:"homeBytes"`
+	HomeFiles      int64 `json:"homeFiles"`
 	DiskQuotaBytes int64 `json:"diskQuotaBytes"`
 	// SnapshotBytes is what the thread's kept checkpoints reference (the
 	// sum of their ownBytes; shared content counts for each thread that

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"warren/gateway/quota"
 	"warren/gateway/threadlimit"
 	"warren/gateway/threads"
+	"warren/jail"
 	"warren/meta"
 	"warren/snapshot"
 )
@@ -129,6 +131,12 @@ type Config struct {
 	// JailRlimits bounds jails with rlimits even where cgroups could
 	// (jail.Config.Rlimits); for tests of hosts without cgroups.
 	JailRlimits bool
+	// JailPath is the PATH of the jails' commands: absolute folders as
+	// the jail sees them, ':'-separated (CheckJailPath). A thread's or a
+	// call's own PATH wins. "" means DefaultJailPath(), found at Start.
+	// It is for jails on the host's folders: a jail on an image will take
+	// the image's PATH instead (jails.Jails.Env).
+	JailPath string
 	// JailIdle stops a jail in which no command or job ran for so long,
 	// and CloseIdle closes a thread nothing used for so long, unless the
 	// thread's settings say otherwise (idle.go). 0 means
@@ -241,6 +249,38 @@ const (
 	UnreachableGone  = threads.UnreachableGone
 	UnreachableFresh = threads.UnreachableFresh
 )
+
+// goBin is where the Go toolchain's programs are on hosts that install
+// it from go.dev's archives; the jails see /usr read-only, so it is
+// there for them too.
+const goBin = "/usr/local/go/bin"
+
+// DefaultJailPath is Config.JailPath's default: jail.Path, and goBin
+// after it if the host has that folder now.
+func DefaultJailPath() string {
+	if fi, err := os.Stat(goBin); err == nil && fi.IsDir() {
+		return jail.Path + ":" + goBin
+	}
+	return jail.Path
+}
+
+// CheckJailPath refuses a PATH for the jails that is not ':'-separated
+// absolute folders: an empty part (which a shell takes for the current
+// folder, the workspace), a relative one, or a NUL byte.
+func CheckJailPath(p string) error {
+	if strings.IndexByte(p, 0) >= 0 {
+		return fmt.Errorf("jail PATH %q holds a NUL byte", p)
+	}
+	for _, part := range strings.Split(p, ":") {
+		if part == "" {
+			return fmt.Errorf("jail PATH %q has an empty part (the current folder to a shell): give absolute folders, ':'-separated", p)
+		}
+		if !filepath.IsAbs(part) {
+			return fmt.Errorf("jail PATH %q: %q is not an absolute folder", p, part)
+		}
+	}
+	return nil
+}
 
 // MetaDir is where the metadata store of a gateway with dataDir lives.
 func MetaDir(dataDir string) string { return filepath.Join(dataDir, "meta") }
@@ -360,6 +400,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.SocketPath == "" {
 		c.SocketPath = api.DefaultSocket(c.DataDir)
+	}
+	if c.JailPath == "" {
+		c.JailPath = DefaultJailPath()
+	} else if err := CheckJailPath(c.JailPath); err != nil {
+		return c, fmt.Errorf("config: %w", err)
 	}
 	if c.WorkspacesDir == "" {
 		c.WorkspacesDir = filepath.Join(c.DataDir, "workspaces")

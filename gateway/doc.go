@@ -109,7 +109,10 @@
 //	meta/                          the metadata store (Badger), opened by the caller (or etcd)
 //	workspaces/<tenant>/<thread>   backing folders, unless Config.WorkspacesDir (mode 0700 above them: only
 //	                               the daemon reaches them, agents use the mount); on btrfs each is a
-//	                               subvolume, whose quota group bounds it (package quota)
+//	                               subvolume, whose thread's quota group bounds it (package quota)
+//	workspaces/.homes/<t>/<th>     the threads' home folders, their jails' HOME (package threads,
+//	                               home.go): the jail's user's, mode 0700; on btrfs subvolumes in
+//	                               their thread's quota group with the workspace
 //	mnt/<tenant>/<thread>          FUSE mount points of bound threads (mode 0750
 //	                               above them: root and the daemon's group), each
 //	                               immutable from creation to delete, so an unserved

@@ -213,7 +213,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	g.jails = jails.New(jails.Config{
 		Binary: cfg.JailBinary, Rlimits: cfg.JailRlimits, Network: cfg.JailNetwork, MemoryBytes: cfg.JailMemoryBytes,
-		MaxProcs: cfg.JailMaxProcs, CPUMillis: cfg.JailCPUMillis, Idle: cfg.JailIdle, Max: maxJails, CheckRun: files.ValidRun,
+		MaxProcs: cfg.JailMaxProcs, CPUMillis: cfg.JailCPUMillis, Path: cfg.JailPath, Idle: cfg.JailIdle, Max: maxJails, CheckRun: files.ValidRun,
 		Hub: g.hub, Threads: g.threads, Hosts: g.hosts, Networks: g.network, Events: g.events, Metrics: m, Logger: cfg.Logger,
 	})
 	g.jobs = jobs.New(jobs.Config{

@@ -248,6 +248,20 @@ func checkMountsAndFolders(t *testing.T, d *daemon, c *client.Client, r int) {
 	for _, base := range []string{filepath.Join(d.data, "mnt"), filepath.Join(d.data, "workspaces")} {
 		tenants, _ := os.ReadDir(base)
 		for _, tn := range tenants {
+			if tn.Name() == ".homes" && base == filepath.Join(d.data, "workspaces") {
+				// The threads' homes: each one a recorded thread's.
+				homes := filepath.Join(base, ".homes")
+				hts, _ := os.ReadDir(homes)
+				for _, ht := range hts {
+					ths, _ := os.ReadDir(filepath.Join(homes, ht.Name()))
+					for _, th := range ths {
+						if !recorded[filepath.Join(base, ht.Name(), th.Name())] {
+							t.Errorf("round %d: home %s has no record", r, filepath.Join(homes, ht.Name(), th.Name()))
+						}
+					}
+				}
+				continue
+			}
 			ths, _ := os.ReadDir(filepath.Join(base, tn.Name()))
 			for _, th := range ths {
 				p := filepath.Join(base, tn.Name(), th.Name())

@@ -47,7 +47,7 @@ func usageCmd(ctx context.Context, e *cli.Env, args []string) error {
 // printUsageHeader and printUsageRow print usage columns, for usage and
 // ls --usage alike.
 func printUsageHeader(w io.Writer) {
-	fmt.Fprintln(w, "TENANT\tTHREAD\tCPU\tMEMORY\tPEAK\tPROCS\tDISK\tFILES\tQUOTA\tSNAPSHOTS\tSNAP QUOTA\tJOBS\tFUSE OPS")
+	fmt.Fprintln(w, "TENANT\tTHREAD\tCPU\tMEMORY\tPEAK\tPROCS\tDISK\tFILES\tHOME\tQUOTA\tSNAPSHOTS\tSNAP QUOTA\tJOBS\tFUSE OPS")
 }
 
 func printUsageRow(w io.Writer, u api.Usage) {
@@ -65,8 +65,8 @@ func printUsageRow(w io.Writer, u api.Usage) {
 	if u.SnapshotQuotaBytes > 0 {
 		snapQuota = showBytes(u.SnapshotQuotaBytes)
 	}
-	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d/%d\t%d\n", showID(u.Tenant), showID(u.Thread), cpu, mem, peak, procs,
-		showBytes(u.DiskBytes), u.DiskFiles, quota, showBytes(u.SnapshotBytes), snapQuota, u.JobsRunning, u.Jobs, u.FUSERequests)
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d/%d\t%d\n", showID(u.Tenant), showID(u.Thread), cpu, mem, peak, procs,
+		showBytes(u.DiskBytes), u.DiskFiles, showBytes(u.HomeBytes), quota, showBytes(u.SnapshotBytes), snapQuota, u.JobsRunning, u.Jobs, u.FUSERequests)
 }
 
 // showBytes prints a size in the largest binary unit it fills.

@@ -61,6 +61,7 @@ type serveOptions struct {
 	jailMemory  int64
 	jailProcs   int
 	jailCPU     cli.CPU
+	jailPath    string // "": gateway.DefaultJailPath at start
 	// The metadata store, and this host's lease in it.
 	store         string
 	etcdEndpoints string
@@ -190,6 +191,7 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.Int64Var(&o.jailMemory, "jail-memory", 0, "memory of each thread's jail, in bytes (default 2 GiB)")
 	fs.IntVar(&o.jailProcs, "jail-procs", 0, "processes of each thread's jail (default 1024)")
 	fs.Var(&o.jailCPU, "jail-cpu", "CPU time of each thread's jail: CPUs (0.5, 2) or thousandths of a CPU (500m) (default no bound)")
+	fs.StringVar(&o.jailPath, "jail-path", "", "PATH of the commands in the jails: absolute folders, ':'-separated; a thread's or a call's own PATH wins (default "+jail.Path+", and /usr/local/go/bin after it if the host has that folder at start)")
 	fs.StringVar(&o.store, "store", "badger", "metadata store: badger (embedded, one server) or etcd (several servers)")
 	fs.StringVar(&o.etcdEndpoints, "etcd-endpoints", "", "etcd client URLs, comma-separated (with --store etcd)")
 	fs.StringVar(&o.etcdPrefix, "etcd-prefix", "warren/", "prefix of warren's keys in etcd")
@@ -263,6 +265,11 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	if m := int(o.jailCPU); m != 0 && (m < jail.MinCPUMillis || m > gateway.MaxCPUMillis) {
 		bad = append(bad, fmt.Errorf("--jail-cpu is between %s and %s CPUs, not %s", cli.CPU(jail.MinCPUMillis), cli.CPU(gateway.MaxCPUMillis), o.jailCPU))
 	}
+	if o.jailPath != "" {
+		if err := gateway.CheckJailPath(o.jailPath); err != nil {
+			bad = append(bad, fmt.Errorf("--jail-path: %v", err))
+		}
+	}
 	if _, err := storeFlags(o); err != nil {
 		bad = append(bad, err)
 	}
@@ -301,6 +308,7 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 		JailMemoryBytes:    o.jailMemory,
 		JailMaxProcs:       o.jailProcs,
 		JailCPUMillis:      int(o.jailCPU),
+		JailPath:           o.jailPath,
 		RenewEvery:         o.renewEvery,
 		BodyTimeout:        o.bodyTimeout,
 		ExpiresAfter:       o.expiresAfter,

@@ -200,7 +200,7 @@ func TestServeSaysEveryBadFlag(t *testing.T) {
 		"--jail-memory", "lots", "--jail-network", "wifi", "--no-such-flag",
 		"--log-level", "loud", "--jail-procs", "3", "--store", "zookeeper", "--jail-cpu", "half",
 		"--allow-networks", "none,wifi", "--egress-subnet", "8.8.0.0/16", "--egress-allow-private", "mirror",
-		"--egress-dns", "dns.example")
+		"--egress-dns", "dns.example", "--jail-path", "/usr/bin::bin")
 	if code != 2 {
 		t.Errorf("exit %d, want 2", code)
 	}
@@ -216,6 +216,7 @@ func TestServeSaysEveryBadFlag(t *testing.T) {
 		"--egress-subnet is a private IPv4 range of /16 to /24, not \"8.8.0.0/16\"",
 		"--egress-allow-private is a CIDR, not \"mirror\"",
 		"--egress-dns is an IP or IP:port, not \"dns.example\"",
+		"--jail-path: jail PATH \"/usr/bin::bin\" has an empty part",
 		"mistakes in the flags",
 	} {
 		if !strings.Contains(errOut, want) {

@@ -38,6 +38,7 @@ type Threads interface {
 	RestoreLeft() int
 	Requests(k meta.ThreadKey) (uint64, bool)
 	RootOf(b meta.Binding) (string, error)
+	HomeOf(b meta.Binding) (string, error)
 }
 
 // Jails is what it reads of the jails (package jails).

@@ -40,6 +40,7 @@ func (f *fakeThreads) Headroom() threadlimit.Headroom         { return f.headroo
 func (f *fakeThreads) RestoreLeft() int                       { return f.restore }
 func (f *fakeThreads) Requests(meta.ThreadKey) (uint64, bool) { return f.requests, true }
 func (f *fakeThreads) RootOf(b meta.Binding) (string, error)  { return b.Root, nil }
+func (f *fakeThreads) HomeOf(b meta.Binding) (string, error)  { return b.Root + ".home", nil }
 
 type fakeJails struct{}
 
@@ -220,8 +221,8 @@ func TestRestoringIsReady(t *testing.T) {
 }
 
 // TestUsageOfAThread: a thread with no binding is 404 not_found; one
-// with a binding gets its figures: its folder on disk, its quotas, its
-// checkpoints, its jobs, its mount's requests.
+// with a binding gets its figures: its folder and its home on disk, its
+// quotas, its checkpoints, its jobs, its mount's requests.
 func TestUsageOfAThread(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -247,6 +248,13 @@ func TestUsageOfAThread(t *testing.T) {
 	if err := os.Symlink("/etc/passwd", filepath.Join(root, "link")); err != nil {
 		t.Fatal(err)
 	}
+	// Its home, apart.
+	if err := os.MkdirAll(filepath.Join(root+".home", ".cache"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root+".home", ".cache", "x"), []byte("1234567"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.store.CreateBinding(ctx, meta.Binding{ThreadKey: k, Root: root, State: meta.StateBound,
 		Settings: meta.Settings{DiskBytes: 64 << 20}, BoundAt: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
@@ -268,7 +276,7 @@ func TestUsageOfAThread(t *testing.T) {
 		t.Fatalf("usage: %v", err)
 	}
 	want := api.Usage{Tenant: "acme", Thread: "t",
-		DiskBytes: 8, DiskFiles: 4, DiskQuotaBytes: 64 << 20,
+		DiskBytes: 8, DiskFiles: 4, HomeBytes: 7, HomeFiles: 2, DiskQuotaBytes: 64 << 20,
 		SnapshotBytes: 300, SnapshotQuotaBytes: 7 << 20, Checkpoints: 2,
 		JobsRunning: 1, Jobs: 2, FUSERequests: 42}
 	if u != want {

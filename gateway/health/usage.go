@@ -27,7 +27,7 @@ func (h *Handlers) Usage(r *http.Request, p call.Params) (any, error) {
 }
 
 // Usage gathers what thread uses here: its jail's cgroup, its workspace
-// on disk, its jobs and its mount's requests. A thread another live host
+// and home on disk, its jobs and its mount's requests. A thread another live host
 // serves is refused (pinned): its figures are that host's.
 func (h *Health) Usage(ctx context.Context, tenant, thread string) (api.Usage, error) {
 	k, err := call.ThreadKey(tenant, thread)
@@ -78,6 +78,16 @@ func (h *Health) Usage(ctx context.Context, tenant, thread string) (api.Usage, e
 	}
 	if u.DiskBytes, u.DiskFiles, err = diskUsage(ctx, root); err != nil {
 		return api.Usage{}, fmt.Errorf("disk usage of %s: %w", call.KeyName(k), err)
+	}
+	// Its home apart: the workspace's figures stay what the file API
+	// shows. A thread not mounted since homes came has none yet.
+	home, err := h.cfg.Threads.HomeOf(b)
+	if err != nil {
+		return api.Usage{}, err
+	}
+	u.HomeBytes, u.HomeFiles, err = diskUsage(ctx, home)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return api.Usage{}, fmt.Errorf("disk usage of the home of %s: %w", call.KeyName(k), err)
 	}
 	return u, nil
 }

@@ -48,7 +48,7 @@ func (js *Jails) CommandIn(ctx context.Context, tenant, thread, command, run, cw
 	if err != nil {
 		return nil, settings, k, jail.Cmd{}, nil, err
 	}
-	env, err := jail.Env(settings.Env, callEnv)
+	env, err := js.Env(settings, callEnv)
 	if err != nil {
 		release()
 		return nil, settings, k, jail.Cmd{}, nil, fmt.Errorf("%w: %v", api.ErrInvalid, err)

@@ -82,6 +82,9 @@ type Config struct {
 	MemoryBytes int64
 	MaxProcs    int
 	CPUMillis   int
+	// Path is the commands' PATH in a jail on the host's folders (the
+	// daemon's Config.JailPath); "" means jail.Path. See Env.
+	Path string
 	// Idle is the daemon's jail idle time (Config.JailIdle; see IdleOf).
 	Idle time.Duration
 	// Max bounds the jails alive (Config.MaxJails, or the machine's).
@@ -117,6 +120,9 @@ type Threads interface {
 	BindLocked(ctx context.Context, k meta.ThreadKey, s *meta.Settings) (meta.Binding, error)
 	Paths(k meta.ThreadKey) (root, mountPath string, err error)
 	RootOf(b meta.Binding) (string, error)
+	// Home is the thread's home folder, made if it is missing; the
+	// thread lock of k is held.
+	Home(k meta.ThreadKey, b meta.Binding) (string, error)
 }
 
 // Hosts is what the jails call of the hosts: a warm jail's thread is
@@ -471,7 +477,11 @@ func (js *Jails) For(ctx context.Context, k meta.ThreadKey, b meta.Binding) (*Th
 	if err := jail.GiveWorkspace(root); err != nil {
 		return nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)
 	}
-	cfg := js.JailConfig(s, mountPath)
+	home, err := js.threads.Home(k, b)
+	if err != nil {
+		return nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)
+	}
+	cfg := js.JailConfig(s, mountPath, home)
 	if err := js.reserve(k); err != nil {
 		return nil, err
 	}

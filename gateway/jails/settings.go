@@ -3,27 +3,61 @@ package jails
 import (
 	"cmp"
 	"fmt"
+	"strings"
 
 	"warren/jail"
 	"warren/meta"
 )
 
-// JailConfig is the jail a thread with settings s gets on this gateway:
-// its settings, else the daemon's defaults (Config), else the jail's.
-func (js *Jails) JailConfig(s meta.Settings, workspace string) jail.Config {
+// JailConfig is the jail a thread with settings s gets on this gateway,
+// over its workspace (the thread's mount) and its home folder: its
+// settings, else the daemon's defaults (Config), else the jail's.
+func (js *Jails) JailConfig(s meta.Settings, workspace, home string) jail.Config {
 	mode := cmp.Or(s.Network, js.cfg.Network, "none")
 	var nameserver string
 	if js.cfg.Networks != nil {
 		nameserver = js.cfg.Networks.Nameserver(mode)
 	}
 	return jail.Config{
-		Workspace: workspace, Binary: js.cfg.Binary, Rlimits: js.cfg.Rlimits,
+		Workspace: workspace, Home: home, Binary: js.cfg.Binary, Rlimits: js.cfg.Rlimits,
 		Network: mode, Nameserver: nameserver,
 		MemoryBytes: cmp.Or(s.MemoryBytes, js.cfg.MemoryBytes, jail.DefaultMemoryBytes),
 		MaxProcs:    cmp.Or(s.MaxProcs, js.cfg.MaxProcs, jail.DefaultMaxProcs),
 		CPUMillis:   cmp.Or(s.CPUMillis, js.cfg.CPUMillis),
 		Base:        js.base,
 	}
+}
+
+// Env is the whole environment of a command of a thread with settings
+// s: jail.Env of the thread's variables and the call's, whose PATH, unless
+// one of them sets it, is pathFor's.
+func (js *Jails) Env(s meta.Settings, call map[string]string) ([]string, error) {
+	env, err := jail.Env(s.Env, call)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := s.Env["PATH"]; ok {
+		return env, nil
+	}
+	if _, ok := call["PATH"]; ok {
+		return env, nil
+	}
+	path := js.pathFor(s)
+	for i, kv := range env {
+		if strings.HasPrefix(kv, "PATH=") {
+			env[i] = "PATH=" + path
+		}
+	}
+	return env, nil
+}
+
+// pathFor is the PATH of the commands of a thread with settings s that
+// set none: Config.Path, which names folders of the host's that the jail
+// binds. Every jail is on the host's folders yet; a jail on an image
+// (whose root has other folders) is to take the image's PATH here
+// instead, and Config.Path only when it has no image.
+func (js *Jails) pathFor(meta.Settings) string {
+	return cmp.Or(js.cfg.Path, jail.Path)
 }
 
 // StartBase makes the mount namespace the jails are forked from

@@ -24,7 +24,7 @@ func (js *Jails) Seed(ctx context.Context, b meta.Binding, script string) error 
 		return err
 	}
 	defer js.Unhold(tj) // held while the seed runs: it is no registered command
-	env, err := jail.Env(b.Settings.Env, nil)
+	env, err := js.Env(b.Settings, nil)
 	if err != nil {
 		return err
 	}
@@ -47,7 +47,7 @@ func (js *Jails) Resettle(k meta.ThreadKey, s meta.Settings) (apply func(), err 
 	if tj == nil {
 		return func() {}, nil
 	}
-	now, next := js.JailConfig(running, ""), js.JailConfig(s, "")
+	now, next := js.JailConfig(running, "", ""), js.JailConfig(s, "", "")
 	if !SameJail(now, next) {
 		return nil, fmt.Errorf("%w: the jail of thread %s runs with network %s, %d bytes of memory, %d processes and %s; "+
 			"close the thread before you change its network or limits", api.ErrConflict, call.KeyName(k), now.Network, now.MemoryBytes, now.MaxProcs, CPUBound(now.CPUMillis))

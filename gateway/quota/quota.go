@@ -21,21 +21,24 @@ import (
 // Package quota is the room of the workspaces' disk quotas
 // (docs/operations.md, "Disk quotas and the reserve"). The
 // kernel enforces them, with btrfs quota groups (package diskquota): a
-// thread's workspace folder is a subvolume with a limit, so every write
-// into it past the limit gets EDQUOT, the daemon's and the passthrough
-// writes the kernel makes for a jail alike; and all workspaces together
-// are limited so that Config.ReserveBytes of the disk stay free for
-// the metadata store and everything else.
+// thread's workspace folder and its home folder are subvolumes whose
+// thread's group has a limit, so every write into either past the limit
+// gets EDQUOT, the daemon's and the passthrough writes the kernel makes
+// for a jail alike; and all workspaces and homes together are limited so
+// that Config.ReserveBytes of the disk stay free for the metadata store
+// and everything else.
 //
-// On btrfs every new workspace folder is a subvolume, quota or not, so
-// that a quota can be given later. A quota or reserve the workspaces'
-// filesystem cannot enforce is an error (at start for the daemon's
-// defaults, at bind for a thread's setting), never a silent no-op.
+// On btrfs every new workspace and home folder is a subvolume, quota or
+// not, so that a quota can be given later. A quota or reserve the
+// workspaces' filesystem cannot enforce is an error (at start for the
+// daemon's defaults, at bind for a thread's setting), never a silent
+// no-op.
 //
 // It owns its hold on the quota groups (Quotas) and its lock, a leaf
 // held across opening the filesystem's quotas once; it calls no other
-// room. Threads apply a thread's quota at its bind (Apply), checkpoints
-// make their repositories through it (MakeRepoFolder, Checkpointed).
+// room. Threads apply a thread's quota at its bind (Apply) and drop its
+// group at its delete (Forget), checkpoints make their repositories
+// through it (MakeRepoFolder, Checkpointed).
 
 // MinDiskBytes is the smallest quota a thread may get: below it a jail
 // cannot even write a shell's history.
@@ -194,12 +197,20 @@ func (q *Quotas) DiskBytes(s meta.Settings) int64 {
 	return cmp.Or(s.DiskBytes, q.cfg.QuotaBytes)
 }
 
-// Apply gives the workspace folder root of thread k its quota
-// from settings s, and counts it in the reserve. A thread with no quota
-// on a gateway with no reserve needs nothing, unless its workspace is a
-// subvolume and quotas are on: a limit of an earlier run or setting is
-// then lifted. What cannot be enforced is an error.
-func (q *Quotas) Apply(k meta.ThreadKey, root string, s meta.Settings) error {
+// Apply gives thread k its quota from settings s, over its workspace
+// folder root and its home folder home together, and counts both in the
+// reserve (diskquota.LimitThread). A thread with no quota on a gateway
+// with no reserve needs nothing, unless its workspace is a subvolume and
+// quotas are on: a limit of an earlier run or setting is then lifted.
+// What cannot be enforced is an error.
+//
+// A thread bound before threads had homes has its limit on its
+// workspace's own quota group; its home is made at its next mount, and
+// this call then moves the limit onto the thread's group, which holds
+// both. Its workspace has data when it joins that group: the kernel adds
+// its bytes at once if they are all its own, else a rescan counts them
+// again in the background.
+func (q *Quotas) Apply(k meta.ThreadKey, root, home string, s meta.Settings) error {
 	bytes, reserve := q.DiskBytes(s), q.cfg.ReserveBytes
 	sub, err := diskquota.IsSubvolume(root)
 	if err != nil {
@@ -213,16 +224,44 @@ func (q *Quotas) Apply(k meta.ThreadKey, root string, s meta.Settings) error {
 		return fmt.Errorf("%w: disk quota of %d bytes for thread %s: workspaces folder %s cannot enforce it: %w",
 			api.ErrInvalid, bytes, call.KeyName(k), q.cfg.WorkspacesDir, err)
 	}
-	if !sub {
-		// Something is asked (a plain folder with nothing asked returned
-		// above), and a plain folder cannot have it.
-		return fmt.Errorf("%w: disk quota of %d bytes and reserve of %d for thread %s: its workspace %s was made as a plain folder, before quotas; the filesystem cannot bound it",
-			api.ErrInvalid, bytes, reserve, call.KeyName(k), root)
+	// Something is asked (a plain folder with nothing asked returned
+	// above), and a plain folder cannot have it.
+	for _, f := range []struct{ what, path string }{{"workspace", root}, {"home", home}} {
+		if f.path == "" {
+			continue
+		}
+		sub, err := diskquota.IsSubvolume(f.path)
+		if err != nil {
+			return fmt.Errorf("disk quota of thread %s: %w", call.KeyName(k), err)
+		}
+		if !sub {
+			return fmt.Errorf("%w: disk quota of %d bytes and reserve of %d for thread %s: its %s %s was made as a plain folder, before quotas; the filesystem cannot bound it",
+				api.ErrInvalid, bytes, reserve, call.KeyName(k), f.what, f.path)
+		}
 	}
-	if err := fs.Limit(root, bytes); err != nil {
+	if err := fs.LimitThread(root, home, bytes); err != nil {
 		return fmt.Errorf("disk quota of thread %s: %w", call.KeyName(k), err)
 	}
 	// The disk may have changed since the last bind (files of other
 	// programs): the reserve is set again from its state now.
 	return q.setReserve()
+}
+
+// Forget removes thread k's quota group, before its delete removes its
+// workspace folder root and its home folder home (diskquota.ForgetThread
+// says why it must be before). A group it cannot remove is left, with a
+// warning: it holds no bytes once the folders are gone, and a later
+// thread whose workspace gets the same subvolume id takes it over with
+// its own limit.
+func (q *Quotas) Forget(k meta.ThreadKey, root, home string) {
+	if !diskquota.Enabled(root) {
+		return
+	}
+	fs, err := q.quotaFS()
+	if err == nil {
+		err = fs.ForgetThread(root, home)
+	}
+	if err != nil {
+		q.log.Warn("delete: the thread's quota group is left", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+	}
 }

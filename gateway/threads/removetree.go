@@ -3,6 +3,7 @@ package threads
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -22,7 +23,35 @@ const PhaseRemove = "remove"
 // nothing outside (root itself is the daemon's own path). A missing root
 // is not an error.
 func removeWorkspace(ctx context.Context, root string) error {
-	report := progress.Of(ctx)
+	return removeTree(root, progress.Of(ctx))
+}
+
+// removeHome removes the home folder home like a workspace, telling
+// no one (a delete's progress is its workspace's). The folders above it
+// (HomesDir and the tenant's) are the daemon's, made without following
+// links (makeHome); one that is a link now is refused, not followed. A
+// link in the home's place is removed itself.
+func removeHome(home string) error {
+	for _, p := range []string{filepath.Dir(filepath.Dir(home)), filepath.Dir(home)} {
+		fi, err := os.Lstat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is a link or not a folder: refused", p)
+		}
+	}
+	return removeTree(home, func(progress.Frame) {})
+}
+
+// removeTree is removeWorkspace, telling report.
+func removeTree(root string, report progress.Func) error {
+	if fi, err := os.Lstat(root); err == nil && !fi.IsDir() {
+		return os.Remove(root) // a link goes itself, never what it names
+	}
 	f, err := os.Open(root)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil

@@ -205,8 +205,13 @@ func (t *Threads) restoreThread(ctx context.Context, b meta.Binding) error {
 	if fi, err := os.Lstat(root); err != nil || !fi.IsDir() {
 		return fmt.Errorf("workspace %s is missing or not a folder (%v)", root, err)
 	}
+	// A thread bound before homes gets its home here (home.go).
+	home, _, err := makeHomeOf(nil, k, root)
+	if err != nil {
+		return err
+	}
 	// The daemon's default quota may have changed since the last run.
-	if err := t.cfg.Quotas.Apply(k, root, b.Settings); err != nil {
+	if err := t.cfg.Quotas.Apply(k, root, home, b.Settings); err != nil {
 		return err
 	}
 	if err := t.prepareMountPoint(k, mountPath, nil); err != nil {
@@ -274,19 +279,26 @@ func (t *Threads) finishDeletes(ctx context.Context, bs []meta.Binding) []meta.B
 // still be someone's work (a bind whose record write timed out keeps its
 // folder on purpose; a store restored from an older copy), which no check
 // can tell from garbage, while left in place it would be adopted as the
-// workspace of the next bind of those ids. Workspace folders are
+// workspace of the next bind of those ids. A home folder (home.go) with
+// no record goes the same way. Workspace folders are
 // reconciled only when they are this daemon's own (the default folder in
 // DataDir): a workspaces folder shared with other servers holds the folders
 // of their binds in flight.
 func (t *Threads) reconcileFolders(bs []meta.Binding) {
 	mounts := make(map[string]bool)
-	roots := make(map[string]bool)
+	roots := make(map[string]bool) // workspace and home folders
 	for _, b := range bs {
 		if root, mountPath, err := t.Paths(b.ThreadKey); err == nil {
 			roots[root], mounts[mountPath] = true, true
+			if home, err := homeOf(root, b.ThreadKey); err == nil {
+				roots[home] = true
+			}
 		}
 		if b.Root != "" {
 			roots[filepath.Clean(b.Root)] = true
+		}
+		if home, err := t.HomeOf(b); err == nil {
+			roots[home] = true
 		}
 	}
 	for _, dir := range leafFolders(t.mntBase) {
@@ -311,12 +323,14 @@ func (t *Threads) reconcileFolders(bs []meta.Binding) {
 		return
 	}
 	stamp := time.Now().UTC().Format("20060102T150405.000000000Z")
-	for _, dir := range leafFolders(t.wsBase) {
+	// A home with no record goes like a workspace: it may hold the only
+	// copy of something too (a tool's credentials, say).
+	for _, dir := range append(leafFolders(t.wsBase), leafFolders(filepath.Join(t.wsBase, HomesDir))...) {
 		if roots[dir] {
 			continue
 		}
 		if err := os.Remove(dir); err == nil {
-			t.log.Info("restore: removed an empty workspace folder with no record", "path", dir)
+			t.log.Info("restore: removed an empty workspace or home folder with no record", "path", dir)
 			continue
 		}
 		rel, err := filepath.Rel(t.wsBase, dir)
@@ -328,20 +342,20 @@ func (t *Threads) reconcileFolders(bs []meta.Binding) {
 			err = os.Rename(dir, aside)
 		}
 		if err != nil {
-			t.log.Error("restore: move aside a workspace folder with no record", "path", dir, "error", err)
+			t.log.Error("restore: move aside a workspace or home folder with no record", "path", dir, "error", err)
 			continue
 		}
-		t.log.Warn("restore: moved aside a workspace folder with no record", "path", dir, "to", aside)
+		t.log.Warn("restore: moved aside a workspace or home folder with no record", "path", dir, "to", aside)
 	}
 }
 
 // leafFolders lists the folders two levels below base (base/tenant/thread),
-// without following links.
+// without following links. HomesDir is no tenant's folder.
 func leafFolders(base string) []string {
 	var out []string
 	tenants, _ := os.ReadDir(base)
 	for _, t := range tenants {
-		if !t.IsDir() {
+		if !t.IsDir() || t.Name() == HomesDir {
 			continue
 		}
 		threads, _ := os.ReadDir(filepath.Join(base, t.Name()))

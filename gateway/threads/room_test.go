@@ -337,14 +337,15 @@ func exists(path string) bool {
 	return err == nil
 }
 
-// leaves lists the folders two levels below base (base/TENANT/THREAD).
+// leaves lists the folders two levels below base (base/TENANT/THREAD),
+// but not the homes (HomesDir) in a workspaces folder.
 func leaves(t *testing.T, base string) []string {
 	t.Helper()
 	ps, err := filepath.Glob(filepath.Join(base, "*", "*"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ps
+	return slices.DeleteFunc(ps, func(p string) bool { return filepath.Base(filepath.Dir(p)) == HomesDir })
 }
 
 func eventTypes(evs []api.Event) []string {
@@ -432,6 +433,7 @@ func TestFailedBindLeavesNothing(t *testing.T) {
 	ctx := context.Background()
 	k := meta.ThreadKey{Tenant: "acme", Thread: "t"}
 	root, mnt := e.paths(t, k)
+	home := filepath.Join(e.ws, HomesDir, "acme", "t")
 	boom := errors.New("boom")
 
 	check := func(what string) {
@@ -442,7 +444,7 @@ func TestFailedBindLeavesNothing(t *testing.T) {
 		if ms := testenv.MountsUnder(t, e.data); len(ms) != 0 {
 			t.Errorf("%s: mounts left: %v", what, ms)
 		}
-		for _, p := range []string{root, mnt} {
+		for _, p := range []string{root, home, mnt} {
 			if exists(p) {
 				t.Errorf("%s: folder %s left", what, p)
 			}
@@ -614,17 +616,21 @@ func TestCloseWhileJobsRun(t *testing.T) {
 // TestDeleteRemovesEverything: a delete records "deleting" before it
 // takes anything down, then takes down the inspection mounts, tells the
 // jobs, ends the jail and the jobs, unmounts, removes the folder, the
-// mount point and the records (inspection mounts, jobs, history,
-// binding), and tells thread.deleted.
+// home, the mount point and the records (inspection mounts, jobs,
+// history, binding), and tells thread.deleted.
 func TestDeleteRemovesEverything(t *testing.T) {
 	e := newRoom(t)
 	ctx := context.Background()
 	k := meta.ThreadKey{Tenant: "acme", Thread: "t"}
 	root, mnt := e.paths(t, k)
+	home := filepath.Join(e.ws, HomesDir, "acme", "t")
 	if _, err := e.th.Bind(ctx, "acme", "t"); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(mnt, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(home, ".cache"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	insp := filepath.Join(t.TempDir(), "look")
@@ -653,7 +659,7 @@ func TestDeleteRemovesEverything(t *testing.T) {
 	if ms := testenv.MountsUnder(t, e.data); len(ms) != 0 {
 		t.Errorf("mounts left: %v", ms)
 	}
-	for _, p := range []string{root, mnt} {
+	for _, p := range []string{root, home, mnt} {
 		if exists(p) {
 			t.Errorf("%s left after delete", p)
 		}
@@ -782,6 +788,9 @@ func TestOddIDsGetFoldersOfTheirOwn(t *testing.T) {
 	}
 	if got := leaves(t, e.ws); len(got) != len(keys) {
 		t.Errorf("workspace folders: %d (%v), want %d", len(got), got, len(keys))
+	}
+	if got := leaves(t, filepath.Join(e.ws, HomesDir)); len(got) != len(keys) {
+		t.Errorf("home folders: %d (%v), want %d", len(got), got, len(keys))
 	}
 	if got := leaves(t, e.mnt); len(got) != len(keys) {
 		t.Errorf("mount points: %d (%v), want %d", len(got), got, len(keys))

@@ -320,8 +320,12 @@ func (t *Threads) BindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 			b.Settings = *settings
 			if t.cfg.Quotas.DiskBytes(b.Settings) != t.cfg.Quotas.DiskBytes(old.Settings) {
 				root, err := t.RootOf(old)
+				var home string
 				if err == nil {
-					err = t.cfg.Quotas.Apply(k, root, b.Settings)
+					home, _, err = makeHomeOf(nil, k, root)
+				}
+				if err == nil {
+					err = t.cfg.Quotas.Apply(k, root, home, b.Settings)
 				}
 				if err != nil {
 					return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
@@ -383,7 +387,8 @@ func (t *Threads) BindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 			return meta.Binding{}, hosts.GoneError(old)
 		}
 	}
-	if err := makeWorkspace(&undo, root); err != nil {
+	madeWorkspace, err := makeWorkspace(&undo, root)
+	if err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: create workspace: %w", call.KeyName(k), err)
 	}
 	// The workspace is its jail's user's from the start: what the file
@@ -392,13 +397,27 @@ func (t *Threads) BindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	if err := jail.GiveWorkspace(root); err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
 	}
+	// Its home, outside the workspace (home.go): a thread bound before
+	// homes gets one here.
+	home, _, err := makeHomeOf(&undo, k, root)
+	if err != nil {
+		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
+	}
 	// The quota holds before the mount serves a single write.
 	newSettings := old.Settings
 	if settings != nil {
 		newSettings = *settings
 	}
-	if err := t.cfg.Quotas.Apply(k, root, newSettings); err != nil {
+	if err := t.cfg.Quotas.Apply(k, root, home, newSettings); err != nil {
 		return meta.Binding{}, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
+	}
+	if madeWorkspace {
+		// Its quota group goes before its folders, as at a delete; kept
+		// with them (keepFolders).
+		undo.pushFolder("forget the quota group of "+root, func() error {
+			t.cfg.Quotas.Forget(k, root, home)
+			return nil
+		})
 	}
 	// Immutable, with nothing in it: a write while it is not served is
 	// refused, and nothing is covered (mountpoint_linux.go).
@@ -513,13 +532,16 @@ func (t *Threads) resettle(ctx context.Context, b meta.Binding, s meta.Settings)
 	// filesystem enforces it, not the jail.
 	k, oldSettings := b.ThreadKey, b.Settings
 	quotaChanged := t.cfg.Quotas.DiskBytes(s) != t.cfg.Quotas.DiskBytes(oldSettings)
-	var root string
+	var root, home string
 	if quotaChanged {
 		var err error
 		if root, err = t.RootOf(b); err != nil {
 			return meta.Binding{}, fmt.Errorf("settings of %s: %w", call.KeyName(k), err)
 		}
-		if err := t.cfg.Quotas.Apply(k, root, s); err != nil {
+		if home, _, err = makeHomeOf(nil, k, root); err != nil {
+			return meta.Binding{}, fmt.Errorf("settings of %s: %w", call.KeyName(k), err)
+		}
+		if err := t.cfg.Quotas.Apply(k, root, home, s); err != nil {
 			return meta.Binding{}, fmt.Errorf("settings of %s: %w", call.KeyName(k), err)
 		}
 	}
@@ -527,7 +549,7 @@ func (t *Threads) resettle(ctx context.Context, b meta.Binding, s meta.Settings)
 	b, err = t.store.UpdateBinding(ctx, b)
 	if err != nil {
 		if quotaChanged {
-			if qerr := t.cfg.Quotas.Apply(k, root, oldSettings); qerr != nil {
+			if qerr := t.cfg.Quotas.Apply(k, root, home, oldSettings); qerr != nil {
 				t.log.Warn("restore the former disk quota", "tenant", k.Tenant, "thread", k.Thread, "error", qerr)
 			}
 		}
@@ -825,8 +847,20 @@ func (t *Threads) deleteLocked(ctx context.Context, b meta.Binding) error {
 	if err := t.mounter.DetachStale(mountPath); err != nil {
 		return fmt.Errorf("delete %s: detach stale mount %s: %w", call.KeyName(k), mountPath, err)
 	}
+	// The thread's quota group goes before its subvolumes, which it needs
+	// to be found; then its home, then its workspace, so a delete cut
+	// short and done again still finds the group while there is one.
+	home, err := homeOf(root, k)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", call.KeyName(k), err)
+	}
+	t.cfg.Quotas.Forget(k, root, home)
 	// os.RemoveAll works fd-relative and does not follow links, so a link
-	// planted in the workspace cannot make it remove anything outside.
+	// planted in the workspace or the home cannot make it remove anything
+	// outside.
+	if err := removeHome(home); err != nil {
+		return fmt.Errorf("delete %s: remove home %s: %w", call.KeyName(k), home, err)
+	}
 	if err := removeWorkspace(ctx, root); err != nil {
 		return fmt.Errorf("delete %s: remove workspace %s: %w", call.KeyName(k), root, err)
 	}
@@ -864,28 +898,29 @@ func deletingError(k meta.ThreadKey) error {
 }
 
 // makeLeaf creates path (its parent is created as needed and kept) and, if
-// it made it, registers its removal on undo. Only the leaf is undone: a
-// tenant folder may be shared by a concurrent bind of another thread.
-func makeLeaf(undo *undoStack, path string, perm os.FileMode) error {
+// it made it, registers its removal on undo and says so. Only the leaf is
+// undone: a tenant folder may be shared by a concurrent bind of another
+// thread.
+func makeLeaf(undo *undoStack, path string, perm os.FileMode) (made bool, err error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+		return false, fmt.Errorf("create %s: %w", filepath.Dir(path), err)
 	}
-	err := os.Mkdir(path, perm)
+	err = os.Mkdir(path, perm)
 	if errors.Is(err, os.ErrExist) {
 		fi, statErr := os.Lstat(path)
 		if statErr != nil {
-			return fmt.Errorf("check %s: %w", path, statErr)
+			return false, fmt.Errorf("check %s: %w", path, statErr)
 		}
 		if !fi.IsDir() {
-			return fmt.Errorf("%s exists and is not a folder", path)
+			return false, fmt.Errorf("%s exists and is not a folder", path)
 		}
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
+		return false, fmt.Errorf("create %s: %w", path, err)
 	}
 	undo.pushFolder("remove "+path, func() error { return os.Remove(path) })
-	return nil
+	return true, nil
 }
 
 // undoStack collects the steps that take back a half-done operation. run

@@ -4,10 +4,11 @@
 // kernel makes to the backing file on behalf of a jail, alike.
 //
 // Each thread's workspace folder is a btrfs subvolume, which btrfs counts
-// in a quota group of its own (0/<subvolume id>); the thread's quota is
-// that group's limit of referenced bytes. Every workspace subvolume is
-// also a member of one group of level 1, Group, whose limit keeps all
-// workspaces together below the disk's size less a reserve.
+// in a quota group of its own (0/<subvolume id>), and so is its home
+// folder; the thread's quota is the limit of referenced bytes of a group
+// holding both, the thread's group (thread_linux.go). Every workspace and home
+// subvolume is also a member of one group of level 1, Group, whose limit
+// keeps all of them together below the disk's size less a reserve.
 //
 // Why btrfs: ext4 and XFS project quotas need the kernel's quota formats
 // (CONFIG_QFMT_V2, CONFIG_XFS_QUOTA), which many kernels, this project's
@@ -137,13 +138,24 @@ func MakeSubvolume(path string) error {
 		return fmt.Errorf("diskquota: create subvolume %s: %w", path, err)
 	}
 	defer parent.Close()
-	name := filepath.Base(path)
+	return MakeSubvolumeAt(parent, filepath.Base(path))
+}
+
+// MakeSubvolumeAt creates the btrfs subvolume name (one path component)
+// in the open folder parent, like MakeSubvolume: the kernel makes it
+// right there, so no link on the way to parent is followed after it was
+// opened. It fails with EEXIST if name exists.
+func MakeSubvolumeAt(parent *os.File, name string) error {
+	path := filepath.Join(parent.Name(), name)
 	var args struct {
 		fd   int64
 		name [4088]byte
 	}
 	if len(name) >= len(args.name) {
 		return fmt.Errorf("diskquota: create subvolume %s: %w", path, unix.ENAMETOOLONG)
+	}
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
+		return fmt.Errorf("diskquota: create subvolume %s: %q is not a file name: %w", path, name, unix.EINVAL)
 	}
 	copy(args.name[:], name)
 	if err := ioctl(parent, iocSubvolCreate, unsafe.Pointer(&args)); err != nil {
@@ -195,10 +207,15 @@ func (q *FS) Limit(path string, bytes int64) error {
 	if bytes > 0 {
 		max = uint64(bytes)
 	}
-	if err := setLimit(f, id, max); err != nil {
+	top, err := q.top()
+	if err != nil {
+		return fmt.Errorf("diskquota: limit %s: %w", path, err)
+	}
+	defer top.Close()
+	if err := setLimit(top, id, max); err != nil {
 		return fmt.Errorf("diskquota: limit %s to %d bytes: %w", path, bytes, err)
 	}
-	return join(f, id, path)
+	return join(top, id, path)
 }
 
 // Join makes the subvolume at path a member of Group, so that the
@@ -213,24 +230,47 @@ func (q *FS) Join(path string) error {
 	if err != nil {
 		return err
 	}
-	return join(f, id, path)
-}
-
-// join makes subvolume id, open as f, a member of Group.
-func join(f *os.File, id uint64, path string) error {
-	// A member already is EEXIST. A positive answer says the group's
-	// numbers could not be updated at once (a subvolume with data that
-	// joins it): they are counted again by a rescan, which runs in the
-	// background and may be running already.
-	assign := [3]uint64{1, id, Group}
-	r, err := ioctlRet(f, iocQgroupAssign, unsafe.Pointer(&assign))
-	if err != nil && !errors.Is(err, unix.EEXIST) {
+	top, err := q.top()
+	if err != nil {
 		return fmt.Errorf("diskquota: add %s to quota group %s: %w", path, groupName(Group), err)
 	}
-	if err == nil && r > 0 {
+	defer top.Close()
+	return join(top, id, path)
+}
+
+// join makes subvolume id a member of Group; f is a folder of q's (top).
+func join(f *os.File, id uint64, path string) error {
+	if err := relate(f, id, Group, true); err != nil {
+		return fmt.Errorf("diskquota: add %s to quota group %s: %w", path, groupName(Group), err)
+	}
+	return nil
+}
+
+// relate makes quota group src a member of dst (add), or no longer one,
+// on the filesystem of the open f. A member already (add), or no member
+// (remove), is no error.
+func relate(f *os.File, src, dst uint64, add bool) error {
+	var assign uint64
+	if add {
+		assign = 1
+	}
+	args := [3]uint64{assign, src, dst}
+	r, err := ioctlRet(f, iocQgroupAssign, unsafe.Pointer(&args))
+	if add && errors.Is(err, unix.EEXIST) || !add && errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// A positive answer says dst's numbers could not be updated at once
+	// (the kernel can add or take away a member's bytes only if they are
+	// all its own, not shared with another subvolume): they are counted
+	// again by a rescan, which runs in the background and may be running
+	// already.
+	if r > 0 {
 		var rescan [8]uint64
 		if err := ioctl(f, iocQuotaRescan, unsafe.Pointer(&rescan)); err != nil && !errors.Is(err, unix.EINPROGRESS) {
-			return fmt.Errorf("diskquota: rescan quota groups after adding %s: %w", path, err)
+			return fmt.Errorf("rescan quota groups: %w", err)
 		}
 	}
 	return nil

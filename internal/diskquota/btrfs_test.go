@@ -2,8 +2,13 @@ package diskquota_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -146,4 +151,134 @@ func TestJoinAndLift(t *testing.T) {
 	if n, err := testenv.WriteUntil(filepath.Join(repo, "more"), 128<<20); err != nil {
 		t.Fatalf("a write of 128 MiB once the limit is lifted: %d bytes, %v", n, err)
 	}
+}
+
+// TestThreadGroup: a thread's workspace and home, two subvolumes, share
+// one limit through the thread's group while both stay in Group (two
+// parents each, which the kernel takes); an empty home joins with the
+// numbers consistent (a rescan finds what the group counted); a
+// workspace limited the way it was before homes (its own group's limit)
+// loses that limit to the thread's group; and ForgetThread removes the
+// group.
+func TestThreadGroup(t *testing.T) {
+	testenv.RequireCommand(t, "btrfs")
+	mnt := testenv.LoopFS(t, 384<<20, "mkfs.btrfs", []string{"-q"}, "")
+	q, err := diskquota.Open(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, home := filepath.Join(mnt, "ws"), filepath.Join(mnt, "home")
+	for _, p := range []string{ws, home} {
+		if err := diskquota.MakeSubvolume(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A thread from before homes: 1 MiB in a workspace limited to 2 MiB
+	// in its own group.
+	if err := q.Limit(ws, 2<<20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testenv.WriteUntil(filepath.Join(ws, "old"), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	unix.Sync()
+
+	const limit = 8 << 20
+	if err := q.LimitThread(ws, home, limit); err != nil {
+		t.Fatalf("LimitThread: %v", err)
+	}
+	if err := q.LimitThread(ws, home, limit); err != nil {
+		t.Fatalf("LimitThread again: %v", err)
+	}
+	unix.Sync()
+	got, used, err := q.ThreadLimit(ws)
+	if err != nil || got != limit {
+		t.Fatalf("ThreadLimit = %d, %v; want %d", got, err, limit)
+	}
+	if used < 1<<20 || used > 1<<20+256<<10 {
+		t.Errorf("the thread's group counts %d bytes after the empty home joined; want the workspace's 1 MiB", used)
+	}
+	wsID, homeID := rootID(t, ws), rootID(t, home)
+	group := fmt.Sprintf("2/%d", wsID)
+	parents := qgroupParents(t, mnt)
+	for _, id := range []uint64{wsID, homeID} {
+		if p := parents[fmt.Sprintf("0/%d", id)]; !slices.Contains(p, "1/30561") || !slices.Contains(p, group) {
+			t.Errorf("the parents of 0/%d are %q; want 1/30561 and %s", id, p, group)
+		}
+	}
+	// The numbers are consistent: a full rescan counts what the group did.
+	if out, err := exec.Command("btrfs", "quota", "rescan", "-w", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("btrfs quota rescan: %v\n%s", err, out)
+	}
+	if _, again, err := q.ThreadLimit(ws); err != nil || again != used {
+		t.Errorf("after a rescan the thread's group counts %d bytes (%v); before it, %d", again, err, used)
+	}
+
+	// The workspace's old limit of 2 MiB is gone: it grows to 5 MiB.
+	if n, err := testenv.WriteUntil(filepath.Join(ws, "more"), 4<<20); err != nil {
+		t.Fatalf("the workspace wrote %d of 4 MiB more: %v; its old limit still holds", n, err)
+	}
+	// The home writes the rest of the 8 MiB, and no more.
+	n, err := testenv.WriteUntil(filepath.Join(home, "cache"), 16<<20)
+	if !errors.Is(err, unix.EDQUOT) || n > 4<<20 {
+		t.Fatalf("the home wrote %d bytes beside 5 MiB in the workspace under a thread's limit of 8 MiB: %v; want EDQUOT by 3 MiB", n, err)
+	}
+
+	// Lifted: the home writes on.
+	if err := q.LimitThread(ws, home, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testenv.WriteUntil(filepath.Join(home, "cache2"), 16<<20); err != nil {
+		t.Fatalf("the home wrote %d bytes once the limit was lifted: %v", n, err)
+	}
+
+	if err := q.ForgetThread(ws, home); err != nil {
+		t.Fatalf("ForgetThread: %v", err)
+	}
+	if err := q.ForgetThread(ws, home); err != nil {
+		t.Fatalf("ForgetThread again: %v", err)
+	}
+	if _, ok := qgroupParents(t, mnt)[group]; ok {
+		t.Errorf("quota group %s is still there after ForgetThread", group)
+	}
+	if err := q.ForgetThread(filepath.Join(mnt, "missing"), ""); err != nil {
+		t.Errorf("ForgetThread of a missing workspace: %v", err)
+	}
+}
+
+// rootID is the id of the subvolume at path.
+func rootID(t testing.TB, path string) uint64 {
+	t.Helper()
+	out, err := exec.Command("btrfs", "inspect-internal", "rootid", path).Output()
+	if err != nil {
+		t.Fatalf("btrfs inspect-internal rootid %s: %v", path, err)
+	}
+	id, err := strconv.ParseUint(strings.TrimSpace(string(out)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// qgroupParents maps each quota group of the filesystem at mnt to its
+// parents, as btrfs-progs shows them.
+func qgroupParents(t testing.TB, mnt string) map[string][]string {
+	t.Helper()
+	out, err := exec.Command("btrfs", "qgroup", "show", "-p", "--raw", mnt).Output()
+	if err != nil {
+		t.Fatalf("btrfs qgroup show: %v", err)
+	}
+	groups := make(map[string][]string)
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || !strings.Contains(f[0], "/") || strings.HasPrefix(f[0], "-") {
+			continue
+		}
+		var parents []string
+		if f[3] != "-" {
+			parents = strings.Split(f[3], ",")
+		}
+		groups[f[0]] = parents
+	}
+	return groups
 }

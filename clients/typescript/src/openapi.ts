@@ -1329,7 +1329,17 @@ export interface components {
             diskFiles: number;
             /**
              * Format: int64
-             * @description The workspace's quota; 0 for none.
+             * @description Size of the files of the thread's home folder, the jail's HOME, outside the workspace.
+             */
+            homeBytes: number;
+            /**
+             * Format: int64
+             * @description Entries in the thread's home folder.
+             */
+            homeFiles: number;
+            /**
+             * Format: int64
+             * @description The thread's quota, over the workspace and the home together; 0 for none.
              */
             diskQuotaBytes: number;
             /**
