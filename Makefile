@@ -22,14 +22,15 @@ ARGS ?=
 # The concurrent parts run under the race detector: the metadata store, the
 # daemon and the filesystem (its hub, ledger, descriptor cache and the
 # go-fuse server's goroutines; the daemon's tests reach only part of it),
-# and the snapshot repository (builds, collections and their lock, about
-# 15 s).
+# the snapshot repository (builds, collections and their lock, about
+# 15 s), and the image store (pulls joined by many callers, their
+# progress and cancellation; a few seconds).
 # -race makes fs's suite two to three times slower (110 to 150 s against
 # 60 s on 2 busy cores), well within the timeout. The rest runs without
 # it: the integration suite pushes many kernel round trips through whole
 # daemons, which -race makes several times slower.
-RACE_PKGS := ./meta/... ./gateway/... ./fs/... ./snapshot/...
-RACE_RE   := ^warren/(meta|gateway|fs|snapshot)(/|$$)
+RACE_PKGS := ./meta/... ./gateway/... ./fs/... ./snapshot/... ./image/...
+RACE_RE   := ^warren/(meta|gateway|fs|snapshot|image)(/|$$)
 
 # The jail's suite runs a second time with every jail forked from a base
 # namespace (jail.Base), as the daemon starts them. About 15 s more.

@@ -39,6 +39,11 @@ type flight[T any] struct {
 	subs map[int]func(Progress)
 	next int
 	thr  throttle
+	// pending is the newest frame the throttle held back, sent when its
+	// interval is up (timer) unless a newer frame went first: a pull
+	// that stalls still shows where it stalled.
+	pending *Progress
+	timer   *time.Timer
 }
 
 // throttle lets through one progress frame per interval, and every
@@ -77,6 +82,11 @@ func (g *flights[T]) do(ctx context.Context, s *Store, key string, progress func
 			g.m = map[string]*flight[T]{}
 		}
 		g.m[key] = f
+		// The caller that starts the work hears from its first frame:
+		// subscribed before the work can report anything.
+		id := f.subscribe(progress)
+		defer f.unsubscribe(id)
+		progress = nil
 		go func() {
 			defer s.wg.Done()
 			defer cancel()
@@ -140,8 +150,29 @@ func (f *flight[T]) report(p Progress, last bool) {
 	f.pmu.Lock()
 	defer f.pmu.Unlock()
 	if !f.thr.pass(last) {
+		f.pending = &p
+		if f.timer == nil {
+			f.timer = time.AfterFunc(progressInterval, f.flush)
+		}
 		return
 	}
+	f.pending = nil
+	for _, fn := range f.subs {
+		fn(p)
+	}
+}
+
+// flush sends the frame the throttle held back, if no newer one went.
+func (f *flight[T]) flush() {
+	f.pmu.Lock()
+	defer f.pmu.Unlock()
+	f.timer = nil
+	if f.pending == nil {
+		return
+	}
+	p := *f.pending
+	f.pending = nil
+	f.thr.last = time.Now()
 	for _, fn := range f.subs {
 		fn(p)
 	}

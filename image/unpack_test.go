@@ -216,8 +216,12 @@ func TestUnpackNeutralises(t *testing.T) {
 			t.Errorf("opening %s in the root: %v", p, err)
 			continue
 		}
-		b, _ := io.ReadAll(os.NewFile(uintptr(fd), p))
-		unix.Close(fd)
+		// The *os.File owns fd from here: closing fd besides would
+		// close a number its finalizer closes again, later, whatever it
+		// then is.
+		f := os.NewFile(uintptr(fd), p)
+		b, _ := io.ReadAll(f)
+		f.Close()
 		if string(b) != "TZif-test" {
 			t.Errorf("%s in the root reads %q, want TZif-test", p, b)
 		}
