@@ -154,6 +154,14 @@ type Usage struct {
 	// FUSERequests counts the requests its mount answered since it was
 	// mounted (0 while it is not).
 	FUSERequests uint64 `json:"fuseRequests"`
+	// Image is the image the thread's jail runs on ("" for the host's
+	// folders) and ImageDigest its pin; ImageBytes its unpacked size, on
+	// disk once for every thread that uses it; ImageStoreBytes the size
+	// of the server's whole image store.
+	Image           string `json:"image,omitempty"`
+	ImageDigest     string `json:"imageDigest,omitempty"`
+	ImageBytes      int64  `json:"imageBytes,omitempty"`
+	ImageStoreBytes int64  `json:"imageStoreBytes"`
 }
 
 // UsageResponse answers GET .../usage.

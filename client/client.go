@@ -36,14 +36,14 @@ func (c *Client) CloseIdleConnections() { c.tr.closeIdle() }
 // Bind binds a thread (or returns its binding if it is bound).
 func (c *Client) Bind(ctx context.Context, tenant, thread string) (api.BindResponse, error) {
 	var out api.BindResponse
-	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/bind", nil, nil, &out)
+	err := c.doLong(ctx, methodPost, threadPath(tenant, thread)+"/bind", nil, &out)
 	return out, err
 }
 
 // BindWith binds a thread and gives it settings (see api.BindRequest).
 func (c *Client) BindWith(ctx context.Context, tenant, thread string, s meta.Settings) (api.BindResponse, error) {
 	var out api.BindResponse
-	err := c.do(ctx, methodPost, threadPath(tenant, thread)+"/bind", nil, api.BindRequest{Settings: &s}, &out)
+	err := c.doLong(ctx, methodPost, threadPath(tenant, thread)+"/bind", api.BindRequest{Settings: &s}, &out)
 	return out, err
 }
 

@@ -18,6 +18,7 @@ import (
 	"warren/gateway/files"
 	"warren/gateway/health"
 	"warren/gateway/hosts"
+	"warren/gateway/images"
 	"warren/gateway/inspect"
 	"warren/gateway/jails"
 	"warren/gateway/jobs"
@@ -53,6 +54,7 @@ type handlers struct {
 	jobs        *jobs.Handlers
 	network     *network.Handlers
 	ports       *ports.Handlers
+	images      *images.Handlers
 }
 
 // routes is the API: the one place every call is listed.
@@ -106,6 +108,10 @@ func routes(h handlers) []route {
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/fork", h.checkpoints.Fork},
 		{http.MethodPost, "/v1/tenants/{tenant}/threads/{thread}/ports/{port}", h.ports.OpenPort}, // an upgrade answers a call.Streamer
 		{http.MethodDelete, "/v1/tenants/{tenant}/threads/{thread}/ports/{port}", h.ports.ClosePort},
+		{http.MethodGet, "/v1/images", h.images.List},
+		{http.MethodPost, "/v1/images/pull", h.images.Pull},
+		{http.MethodPost, "/v1/images/load", h.images.Load},
+		{http.MethodDelete, "/v1/images", h.images.Remove},
 	}, opsRoutes(h)...)
 }
 
@@ -185,6 +191,7 @@ func (g *Gateway) handlers() handlers {
 		metrics:     metrics.NewHandlers(g.metrics),
 		jobs:        jobs.NewHandlers(g.jobs),
 		network:     network.NewHandlers(g.threads),
+		images:      images.NewHandlers(g.images),
 		ports:       ports.NewHandlers(g.ports),
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"warren/fs"
 	"warren/gateway/admit"
 	"warren/gateway/events"
+	"warren/gateway/images"
 	"warren/gateway/lease"
 	"warren/gateway/network"
 	"warren/gateway/quota"
@@ -124,6 +125,23 @@ type Config struct {
 	EgressSubnet       netip.Prefix
 	EgressAllowPrivate []netip.Prefix
 	EgressDNS          []netip.AddrPort
+	// JailImage is the image of a thread whose settings name none
+	// (package images); "" leaves them on the host-folder root.
+	// ImageStoreBytes bounds the unpacked images together (a pull past
+	// it is refused with 507; 0: none), ImageMaxBytes and
+	// ImageMaxEntries one image's unpacked bytes and entries (0: the
+	// store's defaults). Registries are the registries images may come
+	// from (nil: any at a public address), RegistryAuth a Docker-style
+	// config file with their credentials. ImageKeep is how long an image
+	// no bound thread names is kept after its last use (0:
+	// images.DefaultKeep).
+	JailImage       string
+	ImageStoreBytes int64
+	ImageMaxBytes   int64
+	ImageMaxEntries int
+	Registries      []string
+	RegistryAuth    string
+	ImageKeep       time.Duration
 	// JailCPUMillis bounds every thread's jail to so many thousandths of
 	// a CPU (jail.Config.CPUMillis) unless its settings say otherwise; 0
 	// means no bound.
@@ -320,6 +338,21 @@ func (c Config) CheckLimits() error {
 	if c.DiskQuotaBytes < 0 || c.DiskReserveBytes < 0 {
 		return fmt.Errorf("disk quota %d and reserve %d must not be negative", c.DiskQuotaBytes, c.DiskReserveBytes)
 	}
+	if c.ImageStoreBytes < 0 || c.ImageMaxBytes < 0 || c.ImageMaxEntries < 0 || c.ImageKeep < 0 {
+		return fmt.Errorf("image store bytes %d, image max bytes %d, image max entries %d and image keep %s must not be negative",
+			c.ImageStoreBytes, c.ImageMaxBytes, c.ImageMaxEntries, c.ImageKeep)
+	}
+	if c.DiskReserveBytes > 0 && c.ImageStoreBytes >= c.DiskReserveBytes {
+		// The images live beside the metadata store, in the space the
+		// workspaces leave free: a store as big as the reserve would
+		// take all of it.
+		return fmt.Errorf("image store bytes %d must be below the disk reserve of %d: the images live in it", c.ImageStoreBytes, c.DiskReserveBytes)
+	}
+	if c.JailImage != "" {
+		if _, err := images.Normalise(c.JailImage); err != nil {
+			return fmt.Errorf("jail image: %w", err)
+		}
+	}
 	if c.DiskQuotaBytes != 0 && c.DiskQuotaBytes < quota.MinDiskBytes {
 		return fmt.Errorf("disk quota %d is below %d", c.DiskQuotaBytes, quota.MinDiskBytes)
 	}
@@ -461,4 +494,21 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("config: on-unreachable %q is neither gone nor fresh", c.OnUnreachable)
 	}
 	return c, nil
+}
+
+// imageStoreBytes is the bound of the image store: the configured one,
+// else half the disk reserve (the images live in the space the
+// workspaces leave free), else a quarter of the data folder's disk.
+func imageStoreBytes(c Config) int64 {
+	switch {
+	case c.ImageStoreBytes > 0:
+		return c.ImageStoreBytes
+	case c.DiskReserveBytes > 0:
+		return c.DiskReserveBytes / 2
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(c.DataDir, &st); err != nil {
+		return 0 // the store then has no bound; the disk's own fullness refuses
+	}
+	return int64(st.Blocks) * st.Bsize / 4
 }

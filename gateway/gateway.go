@@ -25,6 +25,7 @@ import (
 	"warren/gateway/health"
 	"warren/gateway/hosts"
 	"warren/gateway/idle"
+	"warren/gateway/images"
 	"warren/gateway/inspect"
 	"warren/gateway/jails"
 	"warren/gateway/jobs"
@@ -34,6 +35,7 @@ import (
 	"warren/gateway/quota"
 	"warren/gateway/threadlimit"
 	"warren/gateway/threads"
+	"warren/image"
 	"warren/jail"
 	"warren/meta"
 )
@@ -82,6 +84,7 @@ type Gateway struct {
 	hosts       *hosts.Hosts             // the host's lease and the threads' pins
 	jails       *jails.Jails             // the jails and the commands in them
 	network     *network.Network         // the jails' networks
+	images      *images.Images           // the jails' images
 	jobs        *jobs.Jobs               // the background jobs and the exec streams
 	ports       *ports.Ports             // the channels into the jails' ports
 	idle        *idle.Reclaimer          // the idle reclaim's goroutine
@@ -182,12 +185,27 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.events.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
 	}
+	// The image store, its leftovers of a pull cut short removed.
+	if g.images, err = images.Start(ctx, images.Config{
+		Store: image.Config{
+			Dir: filepath.Join(cfg.DataDir, "images"), StoreBytes: imageStoreBytes(cfg),
+			MaxImageBytes: cfg.ImageMaxBytes, MaxEntries: cfg.ImageMaxEntries,
+			Registries: cfg.Registries, AuthFile: cfg.RegistryAuth,
+		},
+		Default: cfg.JailImage, Keep: cfg.ImageKeep, Bindings: g.store, Logger: g.log,
+	}); err != nil {
+		g.network.Close()
+		closeFS(g.hub, g.pool, g.log)
+		g.events.Close()
+		return nil, fmt.Errorf("start gateway: %w", err)
+	}
 	g.threads = threads.New(threads.Config{
 		AllowNetworks: g.network.Modes(),
 		Store:         g.store, Logger: g.log, HostID: cfg.HostID, OnUnreachable: cfg.OnUnreachable, SeedCommand: cfg.SeedCommand,
 		DataDir: cfg.DataDir, WorkspacesDir: g.wsBase, MountsDir: g.mntBase,
 		Mounter: mounter, Hub: g.hub, Transport: cfg.FUSETransport, Admit: threadAdmit,
 		Quotas: g.quotas, Events: g.events, Metrics: m, MaxCheckpoints: checkpoints.Max, RemountGate: cfg.remountGate,
+		Images: g.images,
 	})
 	if g.inspections, err = inspect.New(inspect.Config{
 		Store: g.store, Logger: g.log, Threads: g.threads,
@@ -214,7 +232,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	g.jails = jails.New(jails.Config{
 		Binary: cfg.JailBinary, Rlimits: cfg.JailRlimits, Network: cfg.JailNetwork, MemoryBytes: cfg.JailMemoryBytes,
 		MaxProcs: cfg.JailMaxProcs, CPUMillis: cfg.JailCPUMillis, Path: cfg.JailPath, Idle: cfg.JailIdle, Max: maxJails, CheckRun: files.ValidRun,
-		Hub: g.hub, Threads: g.threads, Hosts: g.hosts, Networks: g.network, Events: g.events, Metrics: m, Logger: cfg.Logger,
+		Hub: g.hub, Threads: g.threads, Hosts: g.hosts, Networks: g.network, Images: g.images, Events: g.events, Metrics: m, Logger: cfg.Logger,
 	})
 	g.jobs = jobs.New(jobs.Config{
 		HostID: cfg.HostID, Machine: hosts.MachineID(), MaxJobs: cfg.MaxJobs, Store: g.store, Jails: g.jails,
@@ -228,6 +246,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	g.health = health.New(health.Config{
 		Store: g.store, HostID: cfg.HostID, DataDir: cfg.DataDir, WorkspacesDir: g.wsBase,
 		Threads: g.threads, Jails: g.jails, Jobs: g.jobs, Hosts: g.hosts, Quotas: g.quotas, Checkpoints: g.checkpoints,
+		Images: g.images,
 	})
 
 	// A gateway killed with SIGKILL leaves its jails' cgroups behind.
@@ -259,6 +278,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.checkpoints.Close()
 		g.unmountAll()
 		g.network.Close()
+		g.images.Close()
 		closeFS(g.hub, g.pool, g.log)
 		g.events.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
@@ -273,6 +293,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.checkpoints.Close()
 		g.unmountAll()
 		g.network.Close()
+		g.images.Close()
 		closeFS(g.hub, g.pool, g.log)
 		g.events.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
@@ -360,6 +381,9 @@ func (g *Gateway) Close() error {
 		// daemon's table and resolver.
 		if err := g.network.Close(); err != nil {
 			g.log.Warn("take the jails' network away", "error", err)
+		}
+		if err := g.images.Close(); err != nil {
+			g.log.Warn("close the image store", "error", err)
 		}
 		g.events.Close()
 		if err := g.events.LogError(); err != nil {

@@ -78,5 +78,6 @@ func metricsFigures(g *Gateway) metrics.Figures {
 		Descriptors: func() fs.DescriptorStats { return g.hub.Descriptors() },
 		LockWaits:   func() int { return g.hub.LockWaits() },
 		RestoreLeft: func() int { return g.threads.RestoreLeft() },
+		ImageBytes:  func() int64 { return g.images.Bytes() },
 	}
 }

@@ -64,30 +64,7 @@ func TestJailEscapes(t *testing.T) {
 		t.Errorf("env in the jail: %v\nwant %s", names, want)
 	}
 
-	port := testenv.HostListener(t, "host listener\n")
-
-	for _, c := range []struct{ name, line string }{
-		{"read the server's .env", "cat " + dotEnv},
-		{"read the daemon's environ", fmt.Sprintf("cat /proc/%d/environ", pid)},
-		{"see the daemon's process", fmt.Sprintf("test -e /proc/%d/cmdline && grep -q serve /proc/%d/cmdline", pid, pid)},
-		{"signal the daemon", fmt.Sprintf("kill -9 %d", pid)},
-		{"list the other thread's mount", "ls " + other},
-		{"read the other thread's folder", "cat " + filepath.Join(d.data, "workspaces", "default", "t2", "theirs.txt")},
-		{"reach the daemon's socket", "test -S " + d.socket},
-		{"write a system folder", "touch /usr/bin/warren-escape"},
-		{"mount", "mount -t tmpfs x /tmp"},
-		{"a user namespace", "unshare -r id"},
-		{"a device node", "mknod /tmp/sda b 8 0"},
-		{"a setuid binary", "su root -c true </dev/null"},
-		{"the host's loopback", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && cat <&3", port)},
-		{"ptrace pid 1 (the jail's init)", `perl -e 'syscall(101, 16, 1, 0, 0) == -1 and die "refused: $!\n"'`},
-		{"ptrace a process of its own", `sleep 5 & perl -e 'syscall(101, 16, $ARGV[0], 0, 0) == -1 and die "refused: $!\n"' $!`},
-	} {
-		code, out := d.execIn("t1", c.line)
-		if code == 0 || strings.Contains(out, "secret") || strings.Contains(out, "host listener") || strings.Contains(out, "other thread's file") {
-			t.Errorf("%s: %q: exit %d, %q", c.name, c.line, code, out)
-		}
-	}
+	tryEscapes(t, d, "t1", dotEnv, other)
 	if err := syscall.Kill(pid, 0); err != nil {
 		t.Fatalf("the daemon is gone: %v", err)
 	}
@@ -136,6 +113,38 @@ test ! -e /workspace/HOOK_RAN && echo no-hook`)
 	}
 	if _, err := d.warren("ls"); err != nil {
 		t.Fatalf("the daemon after the fork bomb: %v", err)
+	}
+}
+
+// tryEscapes tries, from a command in thread's jail, every way out the
+// issue names: each must fail and change nothing. dotEnv is a secret file
+// beside the data folder, other another thread's mount.
+func tryEscapes(t *testing.T, d *daemon, thread, dotEnv, other string) {
+	t.Helper()
+	pid := d.cmd.Process.Pid
+	port := testenv.HostListener(t, "host listener\n")
+
+	for _, c := range []struct{ name, line string }{
+		{"read the server's .env", "cat " + dotEnv},
+		{"read the daemon's environ", fmt.Sprintf("cat /proc/%d/environ", pid)},
+		{"see the daemon's process", fmt.Sprintf("test -e /proc/%d/cmdline && grep -q serve /proc/%d/cmdline", pid, pid)},
+		{"signal the daemon", fmt.Sprintf("kill -9 %d", pid)},
+		{"list the other thread's mount", "ls " + other},
+		{"read the other thread's folder", "cat " + filepath.Join(d.data, "workspaces", "default", "t2", "theirs.txt")},
+		{"reach the daemon's socket", "test -S " + d.socket},
+		{"write a system folder", "touch /usr/bin/warren-escape"},
+		{"mount", "mount -t tmpfs x /tmp"},
+		{"a user namespace", "unshare -r id"},
+		{"a device node", "mknod /tmp/sda b 8 0"},
+		{"a setuid binary", "su root -c true </dev/null"},
+		{"the host's loopback", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && cat <&3", port)},
+		{"ptrace pid 1 (the jail's init)", `perl -e 'syscall(101, 16, 1, 0, 0) == -1 and die "refused: $!\n"'`},
+		{"ptrace a process of its own", `sleep 5 & perl -e 'syscall(101, 16, $ARGV[0], 0, 0) == -1 and die "refused: $!\n"' $!`},
+	} {
+		code, out := d.execIn(thread, c.line)
+		if code == 0 || strings.Contains(out, "secret") || strings.Contains(out, "host listener") || strings.Contains(out, "other thread's file") {
+			t.Errorf("%s: %q: exit %d, %q", c.name, c.line, code, out)
+		}
 	}
 }
 

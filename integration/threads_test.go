@@ -85,7 +85,7 @@ func TestHostileIDsGetTheirOwnFolders(t *testing.T) {
 	must(t, err)
 	for _, e := range entries {
 		switch e.Name() {
-		case "meta", "workspaces", "mnt", "snapshots", "warren.sock", "events.log":
+		case "meta", "workspaces", "mnt", "snapshots", "images", "warren.sock", "events.log":
 		default:
 			t.Errorf("unexpected entry %q in the data folder", e.Name())
 		}

@@ -106,6 +106,8 @@ type Jail struct {
 	noShell error
 	// workDir is where a command with no Dir starts (Image.WorkDir).
 	workDir string
+	// image is the image the jail runs on, nil for the host's folders.
+	image *Image
 
 	sendMu sync.Mutex
 
@@ -387,7 +389,7 @@ func Start(ctx context.Context, cfg Config) (*Jail, error) {
 	}
 	j := &Jail{
 		cg: cg, Limits: limits, devNull: devNull, memoryBytes: cfg.MemoryBytes, maxProcs: cfg.MaxProcs,
-		shell: ready.Shell, noShell: noShellError(cfg.Image != nil), workDir: cfg.Image.WorkDir(),
+		shell: ready.Shell, noShell: noShellError(cfg.Image != nil), workDir: cfg.Image.WorkDir(), image: cfg.Image,
 		init: cmd, conn: ours, waiting: make(map[uint64]chan replyMsg), done: make(chan struct{}),
 		runOfID: make(map[uint64]string), idPid: make(map[uint64]int), pidRun: make(map[int]string),
 		started: make(chan struct{}),
@@ -492,6 +494,10 @@ func (j *Jail) Err() error {
 // "/bin/bash" where the jail's root has bash, else "/bin/sh", else "",
 // and then a line that is not plain words is refused (ErrNoShell).
 func (j *Jail) Shell() string { return j.shell }
+
+// Image is the image the jail runs on, nil for the host's folders: its
+// variables join every command's (EnvFor). Not to be changed.
+func (j *Jail) Image() *Image { return j.image }
 
 // InitPid is the host's pid of the jail's init: every command is its
 // child.

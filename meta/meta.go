@@ -135,6 +135,14 @@ type Settings struct {
 	// MaxConnections bounds an egress jail's open connections; zero
 	// means the gateway's default (1,024).
 	MaxConnections int `json:"maxConnections,omitempty"`
+	// Image is the OCI image whose filesystem is the jail's root, as a
+	// normalised reference ("docker.io/library/node:22"); zero means the
+	// gateway's default image, or the host-folder root without one.
+	// ImageDigest pins it: the digest of its manifest, which the gateway
+	// sets at the bind that names the image, so that the thread runs on
+	// that very image here and on any server that takes it over.
+	Image       string `json:"image,omitempty"`
+	ImageDigest string `json:"imageDigest,omitempty"`
 	// MemoryBytes and MaxProcs bound the jail's processes together.
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
 	MaxProcs    int   `json:"maxProcs,omitempty"`

@@ -14,10 +14,11 @@ import (
 
 func bindCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var tf threadFlags
-	fs := cli.NewFlags(e, "warren bind", "--thread ID [--tenant T] [--network none|egress|host] [--allow RULE]... [--deny RULE]... [--egress-default allow|deny] [--egress-rate BYTES] [--max-connections N] [--memory BYTES] [--procs N] [--cpu CPUS] [--max-jobs N] [--disk BYTES] [--snapshot-quota BYTES] [--checkpoints N] [--env K=V]... [--json]")
+	fs := cli.NewFlags(e, "warren bind", "--thread ID [--tenant T] [--image REF] [--network none|egress|host] [--allow RULE]... [--deny RULE]... [--egress-default allow|deny] [--egress-rate BYTES] [--max-connections N] [--memory BYTES] [--procs N] [--cpu CPUS] [--max-jobs N] [--disk BYTES] [--snapshot-quota BYTES] [--checkpoints N] [--env K=V]... [--json]")
 	addThreadFlags(e, fs, &tf)
 	asJSON := fs.Bool("json", false, "print the binding record as JSON")
 	s := meta.Settings{Env: map[string]string{}}
+	fs.StringVar(&s.Image, "image", "", "the OCI image whose filesystem is the jail's root (node:22, registry:5000/team/py:3.12, name@sha256:...); pulled at the bind if the server lacks it")
 	fs.StringVar(&s.Network, "network", "", "the jail's network: none (its own loopback only), egress (NATed out under the thread's rules) or host")
 	var eg meta.Egress
 	addEgressFlags(fs, &eg)
@@ -39,7 +40,7 @@ func bindCmd(ctx context.Context, e *cli.Env, args []string) error {
 	var settings *meta.Settings
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "network", "memory", "procs", "cpu", "max-jobs", "env", "disk", "checkpoints", "snapshot-quota",
+		case "image", "network", "memory", "procs", "cpu", "max-jobs", "env", "disk", "checkpoints", "snapshot-quota",
 			"allow", "deny", "egress-default", "egress-rate", "max-connections":
 			settings = &s
 		}
@@ -47,6 +48,8 @@ func bindCmd(ctx context.Context, e *cli.Env, args []string) error {
 	if eg.Default != "" || eg.Allow != nil || eg.Deny != nil {
 		s.Egress = &eg
 	}
+	ctx, end := withProgressBar(ctx, e)
+	defer end()
 	return bind(ctx, e, client.New(tf.socket), tf, settings, *asJSON)
 }
 

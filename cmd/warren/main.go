@@ -48,6 +48,7 @@ func verbs() map[string]verb {
 		"kill":    {"stop a job's whole process tree (SIGTERM, then SIGKILL), or send it one signal", killCmd},
 		"hosts":   {"list the servers that share the metadata store, and whether they are alive", hostsCmd},
 		"unpin":   {"move a thread whose host died to this server now", unpinCmd},
+		"image":   {"manage the server's images: pull REF, ls, rm REF, load FILE (the jails' roots, by bind --image)", imageCmd},
 		"port":    {"open a channel to a port of a thread's jail and print its URL (--json: with its token; --close PORT)", portCmd},
 
 		"checkpoint":  {"take a checkpoint of a thread's workspace", checkpointCmd},

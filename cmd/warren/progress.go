@@ -20,6 +20,10 @@ var phaseNames = map[string]string{
 	"read":   "reading the workspace",
 	"write":  "writing the workspace",
 	"remove": "removing the files",
+	// An image's pull (warren image pull, bind --image).
+	"resolve":  "resolving the image",
+	"download": "downloading the layers (bytes)",
+	"unpack":   "unpacking the layers",
 }
 
 // withProgressBar returns ctx that shows the progress of the long calls

@@ -41,7 +41,14 @@ func usageCmd(ctx context.Context, e *cli.Env, args []string) error {
 	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 	printUsageHeader(tw)
 	printUsageRow(tw, u)
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if u.Image != "" {
+		fmt.Fprintf(e.Stdout, "image %s (%s, on disk once for every thread on it)\n", u.Image, showBytes(u.ImageBytes))
+	}
+	_, err = fmt.Fprintf(e.Stdout, "image store: %s\n", showBytes(u.ImageStoreBytes))
+	return err
 }
 
 // printUsageHeader and printUsageRow print usage columns, for usage and

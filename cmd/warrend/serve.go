@@ -21,6 +21,7 @@ import (
 	"warren/fs"
 	"warren/gateway"
 	"warren/gateway/admit"
+	"warren/image"
 	"warren/internal/cli"
 	"warren/internal/diskimage"
 	"warren/jail"
@@ -104,6 +105,11 @@ type serveOptions struct {
 	fdReserve, osThreadReserve      int
 	memoryCap                       int64
 	maxJails                        int
+	// The images (--jail-image, --registries...).
+	jailImage, registries, registryAuth string
+	imageStoreBytes, imageMaxBytes      int64
+	imageMaxEntries                     int
+	imageKeep                           time.Duration
 }
 
 // maxOSThreads is the limit of OS threads the daemon's Go runtime runs
@@ -188,6 +194,13 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.StringVar(&o.egressSubnet, "egress-subnet", "", "IPv4 range of the egress jails' addresses, /16 to /24 (default: a free private /16)")
 	fs.Var(&o.egressPrivate, "egress-allow-private", "a private range (CIDR) egress jails may reach, such as a package mirror (repeatable)")
 	fs.Var(&o.egressDNS, "egress-dns", "a name server (IP or IP:port) the jails' resolver asks (repeatable; default: those of /etc/resolv.conf)")
+	fs.StringVar(&o.jailImage, "jail-image", "", "the OCI image whose filesystem is the root of a jail whose thread names none (node:22, registry:5000/team/py:3.12); default: the host's folders, read-only")
+	fs.StringVar(&o.registries, "registries", "", "the registries images may come from, host[:port], comma-separated; only these, and a loopback or private address only when named here (default: any registry at a public address)")
+	fs.StringVar(&o.registryAuth, "registry-auth", "", "a Docker-style config.json with the registries' credentials (default: anonymous)")
+	fs.Int64Var(&o.imageStoreBytes, "image-store-bytes", 0, "bytes the unpacked images may take together; a pull past it gets 507 (default: half the --disk-reserve, else a quarter of the data folder's disk)")
+	fs.Int64Var(&o.imageMaxBytes, "image-max-bytes", 0, "unpacked bytes of one image; a larger one is refused (default 8 GiB)")
+	fs.IntVar(&o.imageMaxEntries, "image-max-entries", 0, "files, folders and links of one image; one with more is refused (default 1,000,000)")
+	fs.DurationVar(&o.imageKeep, "image-keep", 7*24*time.Hour, "how long an image no bound thread names is kept after its last use")
 	fs.Int64Var(&o.jailMemory, "jail-memory", 0, "memory of each thread's jail, in bytes (default 2 GiB)")
 	fs.IntVar(&o.jailProcs, "jail-procs", 0, "processes of each thread's jail (default 1024)")
 	fs.Var(&o.jailCPU, "jail-cpu", "CPU time of each thread's jail: CPUs (0.5, 2) or thousandths of a CPU (500m) (default no bound)")
@@ -276,6 +289,24 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	if m := o.diskImage; m != "" && m != diskimage.ModeAuto && m != diskimage.ModeOn && m != diskimage.ModeOff {
 		bad = append(bad, fmt.Errorf("--disk-image is auto, on or off, not %q", m))
 	}
+	if o.registryAuth != "" {
+		if _, err := os.Stat(o.registryAuth); err != nil {
+			bad = append(bad, fmt.Errorf("--registry-auth: %v", err))
+		}
+	}
+	if o.jailImage != "" {
+		if _, err := image.ParseRef(o.jailImage); err != nil {
+			bad = append(bad, fmt.Errorf("--jail-image: %v", err))
+		}
+	}
+	for _, r := range splitList(o.registries) {
+		if strings.ContainsAny(r, "/ @") {
+			bad = append(bad, fmt.Errorf("--registries names registries as host or host:port, not %q", r))
+		}
+	}
+	if o.imageKeep < 0 {
+		bad = append(bad, fmt.Errorf("--image-keep is a positive duration, not %s", o.imageKeep))
+	}
 	if o.diskImageSize < 0 {
 		bad = append(bad, fmt.Errorf("--disk-image-size is not negative, not %d", o.diskImageSize))
 	}
@@ -314,6 +345,13 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 		ExpiresAfter:       o.expiresAfter,
 		OnUnreachable:      o.onUnreachable,
 		SeedCommand:        o.seedCommand,
+		JailImage:          o.jailImage,
+		Registries:         splitList(o.registries),
+		RegistryAuth:       o.registryAuth,
+		ImageStoreBytes:    o.imageStoreBytes,
+		ImageMaxBytes:      o.imageMaxBytes,
+		ImageMaxEntries:    o.imageMaxEntries,
+		ImageKeep:          o.imageKeep,
 
 		DiskQuotaBytes:           o.diskQuota,
 		DiskReserveBytes:         o.diskReserve,
@@ -604,4 +642,16 @@ func networkFlags(o serveOptions) (networks, []error) {
 		n.dns = append(n.dns, ap)
 	}
 	return n, bad
+}
+
+// splitList splits a comma-separated flag, dropping empty parts; "" is
+// nil.
+func splitList(v string) []string {
+	var out []string
+	for p := range strings.SplitSeq(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

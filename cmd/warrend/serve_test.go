@@ -200,7 +200,8 @@ func TestServeSaysEveryBadFlag(t *testing.T) {
 		"--jail-memory", "lots", "--jail-network", "wifi", "--no-such-flag",
 		"--log-level", "loud", "--jail-procs", "3", "--store", "zookeeper", "--jail-cpu", "half",
 		"--allow-networks", "none,wifi", "--egress-subnet", "8.8.0.0/16", "--egress-allow-private", "mirror",
-		"--egress-dns", "dns.example", "--jail-path", "/usr/bin::bin")
+		"--egress-dns", "dns.example", "--jail-path", "/usr/bin::bin",
+		"--jail-image", "Bad Ref!", "--registries", "team/x", "--registry-auth", "/nonexistent/auth.json", "--image-keep", "-1h")
 	if code != 2 {
 		t.Errorf("exit %d, want 2", code)
 	}
@@ -217,6 +218,10 @@ func TestServeSaysEveryBadFlag(t *testing.T) {
 		"--egress-allow-private is a CIDR, not \"mirror\"",
 		"--egress-dns is an IP or IP:port, not \"dns.example\"",
 		"--jail-path: jail PATH \"/usr/bin::bin\" has an empty part",
+		"--jail-image: ",
+		"--registries names registries as host or host:port, not \"team/x\"",
+		"--registry-auth: stat /nonexistent/auth.json",
+		"--image-keep is a positive duration, not -1h0m0s",
 		"mistakes in the flags",
 	} {
 		if !strings.Contains(errOut, want) {

@@ -29,6 +29,16 @@ type Config struct {
 	Hosts                  *hosts.Hosts
 	Quotas                 *quota.Quotas
 	Checkpoints            Checkpoints
+	// Images gives the images' sizes; nil shows none.
+	Images Images
+}
+
+// Images is what it reads of the images (package images).
+type Images interface {
+	// Size is the unpacked size of the image of digest, if the store
+	// holds it; Bytes the whole store's.
+	Size(digest string) (int64, bool)
+	Bytes() int64
 }
 
 // Threads is what the health room reads of the threads (package threads).

@@ -71,6 +71,13 @@ func (h *Health) Usage(ctx context.Context, tenant, thread string) (api.Usage, e
 	u.Jobs = len(jobs)
 
 	u.FUSERequests, _ = h.cfg.Threads.Requests(k)
+	if h.cfg.Images != nil {
+		u.Image, u.ImageDigest = b.Settings.Image, b.Settings.ImageDigest
+		if b.Settings.ImageDigest != "" {
+			u.ImageBytes, _ = h.cfg.Images.Size(b.Settings.ImageDigest)
+		}
+		u.ImageStoreBytes = h.cfg.Images.Bytes()
+	}
 
 	root, err := h.cfg.Threads.RootOf(b)
 	if err != nil {

@@ -48,7 +48,7 @@ func (js *Jails) CommandIn(ctx context.Context, tenant, thread, command, run, cw
 	if err != nil {
 		return nil, settings, k, jail.Cmd{}, nil, err
 	}
-	env, err := js.Env(settings, callEnv)
+	env, err := js.Env(j.Image(), settings, callEnv)
 	if err != nil {
 		release()
 		return nil, settings, k, jail.Cmd{}, nil, fmt.Errorf("%w: %v", api.ErrInvalid, err)
@@ -92,7 +92,9 @@ func WithTerm(env []string, term string) []string {
 // workspace, or refuses it.
 func execCwd(cwd string) (string, error) {
 	if cwd == "" {
-		return jail.Workspace, nil
+		// The jail's own start folder: the workspace, or the image's
+		// WorkingDir inside it (jail.Image.WorkDir).
+		return "", nil
 	}
 	p := cwd
 	if !path.IsAbs(p) {

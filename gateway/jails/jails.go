@@ -99,9 +99,12 @@ type Config struct {
 	// Networks gives each jail the network its settings ask for; nil
 	// gives none but the jail's own (tests of this room alone).
 	Networks Networks
-	Events   Events
-	Metrics  Metrics
-	Logger   hclog.Logger
+	// Images gives the root of a jail whose thread names an image;
+	// nil refuses such a jail (tests of this room alone).
+	Images  Images
+	Events  Events
+	Metrics Metrics
+	Logger  hclog.Logger
 }
 
 // Networks is what the jails call of the network room (package
@@ -111,6 +114,13 @@ type Networks interface {
 	Nameserver(mode string) string
 	Attach(ctx context.Context, k meta.ThreadKey, j *jail.Jail, s meta.Settings, mode string) error
 	Apply(k meta.ThreadKey, j *jail.Jail, old, s meta.Settings) error
+}
+
+// Images is what the jails call of the images room (package
+// gateway/images): the root of the image a thread is pinned to, pulled
+// again by digest if this server's store lacks it.
+type Images interface {
+	JailImage(ctx context.Context, ref, digest string) (*jail.Image, error)
 }
 
 // Threads is what the jails call of the threads: the thread lock, a bind
@@ -482,6 +492,14 @@ func (js *Jails) For(ctx context.Context, k meta.ThreadKey, b meta.Binding) (*Th
 		return nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)
 	}
 	cfg := js.JailConfig(s, mountPath, home)
+	if s.Image != "" {
+		if js.cfg.Images == nil {
+			return nil, fmt.Errorf("jail for %s: %w: this server has no image store for the image %s", call.KeyName(k), api.ErrInvalid, s.Image)
+		}
+		if cfg.Image, err = js.cfg.Images.JailImage(ctx, s.Image, s.ImageDigest); err != nil {
+			return nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)
+		}
+	}
 	if err := js.reserve(k); err != nil {
 		return nil, err
 	}
@@ -509,7 +527,7 @@ func (js *Jails) For(ctx context.Context, k meta.ThreadKey, b meta.Binding) (*Th
 			return nil, fmt.Errorf("jail for %s: %w", call.KeyName(k), err)
 		}
 	}
-	tj = &ThreadJail{jail: j, unregister: unregister, settings: threads.CloneSettings(s)}
+	tj = &ThreadJail{jail: j, unregister: unregister, settings: threads.CloneSettings(s), image: cfg.Image}
 	if err := js.add(k, tj); err != nil {
 		// Close ended every jail already: this one would outlive it.
 		js.end(k, tj)
@@ -540,6 +558,9 @@ type ThreadJail struct {
 	// settings are the thread's, as its jail was started with them or
 	// last changed (SetSettings); guarded by Jails.mu.
 	settings meta.Settings
+	// image is the image the jail runs on, nil for the host-folder root:
+	// its variables join every command's.
+	image *jail.Image
 	// used is when a command last found the jail or ended in it (idle.go);
 	// guarded by Jails.mu.
 	used time.Time

@@ -28,13 +28,18 @@ func (js *Jails) JailConfig(s meta.Settings, workspace, home string) jail.Config
 	}
 }
 
-// Env is the whole environment of a command of a thread with settings
-// s: jail.Env of the thread's variables and the call's, whose PATH, unless
-// one of them sets it, is pathFor's.
-func (js *Jails) Env(s meta.Settings, call map[string]string) ([]string, error) {
-	env, err := jail.Env(s.Env, call)
+// Env is the whole environment of a command of a thread with settings s
+// in a jail on img (nil: the host's folders): jail.EnvFor's, with the
+// PATH of Config.Path on the host's folders unless the thread or the call
+// set one. A jail on an image has the image's PATH: Config.Path names
+// folders of the host's, which the image's root has not.
+func (js *Jails) Env(img *jail.Image, s meta.Settings, call map[string]string) ([]string, error) {
+	env, err := jail.EnvFor(img, s.Env, call)
 	if err != nil {
 		return nil, err
+	}
+	if img != nil {
+		return env, nil
 	}
 	if _, ok := s.Env["PATH"]; ok {
 		return env, nil
@@ -42,22 +47,13 @@ func (js *Jails) Env(s meta.Settings, call map[string]string) ([]string, error) 
 	if _, ok := call["PATH"]; ok {
 		return env, nil
 	}
-	path := js.pathFor(s)
+	path := cmp.Or(js.cfg.Path, jail.Path)
 	for i, kv := range env {
 		if strings.HasPrefix(kv, "PATH=") {
 			env[i] = "PATH=" + path
 		}
 	}
 	return env, nil
-}
-
-// pathFor is the PATH of the commands of a thread with settings s that
-// set none: Config.Path, which names folders of the host's that the jail
-// binds. Every jail is on the host's folders yet; a jail on an image
-// (whose root has other folders) is to take the image's PATH here
-// instead, and Config.Path only when it has no image.
-func (js *Jails) pathFor(meta.Settings) string {
-	return cmp.Or(js.cfg.Path, jail.Path)
 }
 
 // StartBase makes the mount namespace the jails are forked from

@@ -24,7 +24,7 @@ func (js *Jails) Seed(ctx context.Context, b meta.Binding, script string) error 
 		return err
 	}
 	defer js.Unhold(tj) // held while the seed runs: it is no registered command
-	env, err := js.Env(b.Settings, nil)
+	env, err := js.Env(tj.jail.Image(), b.Settings, nil)
 	if err != nil {
 		return err
 	}
@@ -46,6 +46,14 @@ func (js *Jails) Resettle(k meta.ThreadKey, s meta.Settings) (apply func(), err 
 	tj, running := js.Get(k)
 	if tj == nil {
 		return func() {}, nil
+	}
+	if running.Image != s.Image || running.ImageDigest != s.ImageDigest {
+		was := running.Image
+		if was == "" {
+			was = "the host's folders"
+		}
+		return nil, fmt.Errorf("%w: the jail of thread %s runs on %s; close the thread before you change its image (the next jail starts on the new one)",
+			api.ErrConflict, call.KeyName(k), was)
 	}
 	now, next := js.JailConfig(running, "", ""), js.JailConfig(s, "", "")
 	if !SameJail(now, next) {

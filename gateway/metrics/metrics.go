@@ -253,6 +253,8 @@ type Figures struct {
 	// RestoreLeft counts the threads the start's background restore has
 	// still to serve again.
 	RestoreLeft func() int
+	// ImageBytes is the size of the image store's unpacked images.
+	ImageBytes func() int64
 }
 
 // Watch registers the figures read from fig at each scrape. Call it once.
@@ -321,6 +323,7 @@ func (m *Metrics) Watch(fig Figures) {
 		gauge("warren_fs_nodes", "Files and folders the kernel knows through the mounts.", func() float64 { return float64(fig.Descriptors().Nodes) }),
 		gauge("warren_fs_open_files", "Files the mounts' users hold open.", func() float64 { return float64(fig.Descriptors().Files) }),
 		gauge("warren_restore_threads_left", "Threads of the former run the start's background restore has still to serve again.", func() float64 { return float64(fig.RestoreLeft()) }),
+		gauge("warren_image_store_bytes", "Bytes of the image store's unpacked images, each on disk once.", func() float64 { return float64(fig.ImageBytes()) }),
 		gauge("warren_fs_lock_waits", "Lock requests (F_SETLKW, flock) waiting on the mounts; each is a parked goroutine, never an OS thread.", func() float64 { return float64(fig.LockWaits()) }),
 	)
 }

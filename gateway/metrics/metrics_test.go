@@ -38,6 +38,7 @@ func figures() Figures {
 		Descriptors: func() fs.DescriptorStats { return fs.DescriptorStats{Open: 13, Budget: 14, Nodes: 15, Files: 16} },
 		LockWaits:   func() int { return 17 },
 		RestoreLeft: func() int { return 18 },
+		ImageBytes:  func() int64 { return 1 << 20 },
 	}
 }
 

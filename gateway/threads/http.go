@@ -16,15 +16,19 @@ type Handlers struct{ t *Threads }
 func NewHandlers(t *Threads) *Handlers { return &Handlers{t: t} }
 
 func (h *Handlers) Bind(r *http.Request, p call.Params) (any, error) {
-	var req api.BindRequest
-	if err := call.DecodeBody(r, &req, true); err != nil {
-		return nil, err
-	}
-	ti, err := h.t.BindWith(r.Context(), p.Tenant, p.Thread, req.Settings)
-	if err != nil {
-		return nil, err
-	}
-	return api.BindResponse{Binding: ti, MountPath: ti.MountPath}, nil
+	// A bind that names an image not in the store pulls it first: the
+	// pull's progress is the call's (call.WithProgress).
+	return call.WithProgress(r, func(ctx context.Context) (any, error) {
+		var req api.BindRequest
+		if err := call.DecodeBody(r, &req, true); err != nil {
+			return nil, err
+		}
+		ti, err := h.t.BindWith(ctx, p.Tenant, p.Thread, req.Settings)
+		if err != nil {
+			return nil, err
+		}
+		return api.BindResponse{Binding: ti, MountPath: ti.MountPath}, nil
+	})
 }
 
 func (h *Handlers) Show(r *http.Request, p call.Params) (any, error) {

@@ -58,9 +58,19 @@ type Config struct {
 	// MaxCheckpoints bounds a thread's checkpoints setting (package
 	// checkpoints keeps them).
 	MaxCheckpoints int
+	// Images pins the image a thread's settings name (package images);
+	// nil refuses every image.
+	Images Images
 	// RemountGate, if not nil, holds the background restore until it is
 	// closed: a seam for the daemon's tests.
 	RemountGate <-chan struct{}
+}
+
+// Images pins a thread's image at its bind: the reference normalised,
+// the digest set, the image in the store (package images). old are the
+// settings the thread had, nil for a new thread.
+type Images interface {
+	Pin(ctx context.Context, s meta.Settings, old *meta.Settings) (meta.Settings, error)
 }
 
 // Events is where the threads' events go, and what their mounts call

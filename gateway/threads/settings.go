@@ -9,6 +9,7 @@ import (
 	"warren/api"
 	"warren/gateway/call"
 	"warren/gateway/quota"
+	"warren/image"
 	"warren/jail"
 	"warren/meta"
 	"warren/network/policy"
@@ -49,6 +50,14 @@ func (t *Threads) checkSettings(s meta.Settings) error {
 	}
 	if s.Network != "" && t.cfg.AllowNetworks != nil && !slices.Contains(t.cfg.AllowNetworks, s.Network) {
 		return fmt.Errorf("%w: settings: network %s is not allowed on this server (it allows %s)", api.ErrInvalid, s.Network, strings.Join(t.cfg.AllowNetworks, ", "))
+	}
+	if s.Image != "" {
+		if _, err := image.ParseRef(s.Image); err != nil {
+			return fmt.Errorf("%w: settings: image %s: %v", api.ErrInvalid, call.Quote(s.Image), err)
+		}
+	}
+	if s.ImageDigest != "" && !isDigest(s.ImageDigest) {
+		return fmt.Errorf("%w: settings: imageDigest %s is not sha256: and 64 hexadecimal digits", api.ErrInvalid, call.Quote(s.ImageDigest))
 	}
 	if s.Egress != nil {
 		if _, err := policy.Parse(policy.Egress(*s.Egress)); err != nil {
@@ -119,4 +128,18 @@ func CloneSettings(s meta.Settings) meta.Settings {
 		s.Egress = &e
 	}
 	return s
+}
+
+// isDigest says whether d is a sha256 digest as a manifest's is written.
+func isDigest(d string) bool {
+	hex, ok := strings.CutPrefix(d, "sha256:")
+	if !ok || len(hex) != 64 {
+		return false
+	}
+	for _, c := range hex {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -302,6 +302,9 @@ func (t *Threads) BindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	if found {
 		oldp = &old
 	}
+	if settings, err = t.pinImage(ctx, k, settings, oldp); err != nil {
+		return meta.Binding{}, err
+	}
 	if err := t.deps.Hosts.Claim(ctx, k, oldp); err != nil {
 		return meta.Binding{}, err
 	}
@@ -481,6 +484,40 @@ func (t *Threads) BindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 		t.deps.History.FinishMoved(ctx, b)
 	}
 	return b, nil
+}
+
+// pinImage pins the image settings name (or the server's default, for
+// a new thread that names none) to its digest, pulling it if this
+// server lacks it: a thread's image is part of its binding, by digest.
+// Settings that keep the thread's image keep its pin. It returns the
+// settings to bind with: nil stays nil unless a new thread gets the
+// default image.
+func (t *Threads) pinImage(ctx context.Context, k meta.ThreadKey, settings *meta.Settings, old *meta.Binding) (*meta.Settings, error) {
+	if t.cfg.Images == nil {
+		if settings != nil && (settings.Image != "" || settings.ImageDigest != "") {
+			return nil, fmt.Errorf("%w: settings: this server has no image store", api.ErrInvalid)
+		}
+		return settings, nil
+	}
+	var oldSettings *meta.Settings
+	if old != nil {
+		oldSettings = &old.Settings
+	}
+	s := meta.Settings{}
+	switch {
+	case settings != nil:
+		s = *settings
+	case old != nil:
+		return nil, nil // bound again as it was: its pin stays
+	}
+	pinned, err := t.cfg.Images.Pin(ctx, s, oldSettings)
+	if err != nil {
+		return nil, fmt.Errorf("bind %s: %w", call.KeyName(k), err)
+	}
+	if settings == nil && pinned.Image == "" {
+		return nil, nil
+	}
+	return &pinned, nil
 }
 
 // admitThread takes a slot for k, which is about to be mounted, or

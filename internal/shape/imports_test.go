@@ -30,6 +30,9 @@ var rooms = map[string][]string{
 	// The jails' networks: below the jails, which call them through an
 	// interface; the network call changes settings through one too.
 	"network": {"call"},
+	// The jails' images: below the threads and the jails, which pin and
+	// mount them through interfaces of their own.
+	"images": {"call"},
 	// The threads and their mounts: every room that works in a thread
 	// is above them.
 	"threads": {"call", "keyed", "hosts", "lease", "quota", "events", "metrics", "remount", "threadlimit"},

@@ -477,6 +477,34 @@ export class WarrenClient {
     return this.t.call('DELETE', `${this.thread(tenant, thread)}/ports/${portSegment(port)}`, { signal: o.signal })
   }
 
+  // Images.
+
+  /** The server's image store: each image, the bound threads pinned to it, and the store's size. */
+  listImages(o: CallOptions = {}): Promise<api.ImagesResponse> {
+    return this.t.call('GET', '/v1/images', { signal: o.signal })
+  }
+
+  /** Pulls an image into the store (nothing is fetched if it holds it). */
+  async pullImage(ref: string, o: CallOptions = {}): Promise<api.Image> {
+    const r = await this.t.call<api.ImageResponse>('POST', '/v1/images/pull', { json: { ref }, signal: o.signal })
+    return r.image
+  }
+
+  /**
+   * Loads the image of an archive on the server's disk (an OCI image
+   * layout in a tar, or a docker save tarball), named name or as the
+   * archive names it.
+   */
+  async loadImage(path: string, name?: string, o: CallOptions = {}): Promise<api.Image> {
+    const r = await this.t.call<api.ImageResponse>('POST', '/v1/images/load', { json: { path, name }, signal: o.signal })
+    return r.image
+  }
+
+  /** Removes an image (by reference or digest); refused while a bound thread is pinned to it. */
+  async removeImage(ref: string, o: CallOptions = {}): Promise<void> {
+    await this.t.call('DELETE', '/v1/images?ref=' + encodeURIComponent(ref), { signal: o.signal })
+  }
+
   // Checkpoints.
 
   checkpoint(

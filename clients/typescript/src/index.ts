@@ -31,6 +31,7 @@ export type {
   WarrenProcess,
   WarrenSandboxHandle,
   WarrenSandboxOptions,
+  WarrenCreateInput,
   WarrenSandboxProvider,
   WarrenStat,
 } from './provider.js'

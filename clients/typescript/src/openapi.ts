@@ -20,7 +20,7 @@ export interface paths {
         put?: never;
         /**
          * Bind a thread
-         * @description Gives the thread its workspace and answers where it is mounted. Lazy and idempotent; a body with settings replaces the thread's settings.
+         * @description Gives the thread its workspace and answers where it is mounted. Lazy and idempotent; a body with settings replaces the thread's settings. Settings that name an image the server lacks pull it first (its progress is the call's, on request) and pin the thread to its digest; a thread whose jail runs cannot change its image (409: close it first).
          */
         post: operations["bind"];
         delete?: never;
@@ -192,6 +192,70 @@ export interface paths {
         get: operations["listHosts"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/images": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the images
+         * @description The server's image store: each image with its normalised reference first, its digest (the manifest's, for this server's platform), its unpacked size (on disk once, whatever the number of threads using it) and the bound threads pinned to it; and the store's size and bound.
+         */
+        get: operations["listImages"];
+        put?: never;
+        post?: never;
+        /**
+         * Remove an image
+         * @description Takes the image `ref` names (a reference, or a digest) out of the store; its files go once no reference names it. Refused (409) while a bound thread is pinned to it.
+         */
+        delete: operations["removeImage"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/images/pull": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pull an image
+         * @description Fetches an image into the store, once however many calls ask for it at the same time: each layer verified by digest and unpacked into one read-only tree. Only from the registries the server allows (--registries; 403 otherwise), never from a loopback, link-local or private address unless --registries names it. Hostile layers (paths or links leading out, hard links to outside), bombs past --image-max-bytes or --image-max-entries, a digest that does not match and a manifest for another platform are refused (400) and leave nothing. Past --image-store-bytes: 507. Progress frames, on request: phase `download` (bytes of the layers), then `unpack` (layers).
+         */
+        post: operations["pullImage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/images/load": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Load an image from an archive
+         * @description Adds the image of an archive on the server's disk (an OCI image layout in a tar, or a `docker save` tarball), for servers without a registry. It is named by the layout's `org.opencontainers.image.ref.name` annotation or the archive's tag, normalised, or by `name`. Its layers are checked as a pull's. An image loaded so is in no registry: another server that takes a thread pinned to it refuses it until it is loaded there too.
+         */
+        post: operations["loadImage"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1165,6 +1229,10 @@ export interface components {
         };
         /** @description A thread's settings; a field left out means the daemon's default. Bounds are checked by the daemon (docs/api.md, Bind a thread). */
         Settings: {
+            /** @description The OCI image whose filesystem is the jail's root, read-only (`node:22`, `registry.example:5000/team/py:3.12`, `name@sha256:...`); normalised as Docker does. Left out: the server's default image (--jail-image), or the host's folders. */
+            image?: string;
+            /** @description The digest the image is pinned to, set by the daemon at the bind that names the image; a client may give it to pin a reference to a digest of its choice. */
+            imageDigest?: string;
             /**
              * @description `none` (loopback only), `egress` (NATed out under the thread's egress rules) or `host`; the server may allow fewer (--allow-networks).
              * @enum {string}
@@ -1369,6 +1437,74 @@ export interface components {
              * @description Requests its mount answered since it was mounted.
              */
             fuseRequests: number;
+            /** @description The image the thread's jail runs on; left out for the host's folders. */
+            image?: string;
+            /** @description The digest the thread is pinned to. */
+            imageDigest?: string;
+            /**
+             * Format: int64
+             * @description The image's unpacked size, on disk once for every thread that uses it.
+             */
+            imageBytes?: number;
+            /**
+             * Format: int64
+             * @description The size of the server's whole image store.
+             */
+            imageStoreBytes: number;
+        };
+        ImagesResponse: {
+            images: components["schemas"]["Image"][];
+            /**
+             * Format: int64
+             * @description The store's size on disk.
+             */
+            storeBytes: number;
+            /**
+             * Format: int64
+             * @description Its bound (--image-store-bytes); left out for none.
+             */
+            limitBytes?: number;
+        };
+        Image: {
+            /** @description The normalised reference it was pulled or loaded as. */
+            ref: string;
+            /** @description Every reference naming it, when there are several. */
+            refs?: string[];
+            /** @description The digest of its manifest for this server's platform. */
+            digest: string;
+            /**
+             * Format: int64
+             * @description Its unpacked size.
+             */
+            bytes: number;
+            /** @description It came from an archive (load), not a registry. */
+            loaded?: boolean;
+            /** @description The bound threads pinned to it, as tenant/thread. */
+            threads?: string[];
+            /** Format: date-time */
+            pulledAt: string;
+            /**
+             * Format: date-time
+             * @description When a jail last started on it.
+             */
+            usedAt?: string;
+        };
+        ImageResponse: {
+            image: components["schemas"]["Image"];
+        };
+        RemoveImageResponse: {
+            /** @description The reference (or digest) removed, as the store names it. */
+            removed: string;
+        };
+        PullRequest: {
+            /** @description The image's reference (`node:22`, `host:5000/team/py:3.12`, `name@sha256:...`). */
+            ref: string;
+        };
+        LoadRequest: {
+            /** @description The archive's absolute path on the server, read with the daemon's rights. */
+            path: string;
+            /** @description The image's name, over the archive's own. */
+            name?: string;
         };
         UsageResponse: {
             usage: components["schemas"]["Usage"];
@@ -2080,7 +2216,10 @@ export type $defs = Record<string, never>;
 export interface operations {
     bind: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description `1` (or `true`): answer the long call as a progress stream, NDJSON `ProgressFrame` lines: `{done,total,phase}` frames at most about ten times a second while it works, then its answer (`result`) or its error (`error`). The header `Accept: application/x-ndjson` asks the same. A call refused before its work starts answers as without it. */
+                progress?: components["parameters"]["progress"];
+            };
             header?: never;
             path: {
                 /** @description The tenant id: any UTF-8 text of at most 1024 bytes, sent as exactly one path segment with every byte that is not a letter, a digit, `-`, `_` or `~` escaped as %XX (so `.` is `%2E`, `..` is `%2E%2E`, `/` is `%2F`). The daemon unescapes each segment on its own and never cleans the path. An empty segment is the tenant `default`. */
@@ -2096,13 +2235,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The binding. */
+            /** @description The binding. With progress asked, an NDJSON stream of ProgressFrame lines instead. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["BindResponse"];
+                    "application/x-ndjson": components["schemas"]["ProgressFrame"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -2383,6 +2523,131 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+        };
+    };
+    listImages: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The images. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImagesResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    removeImage: {
+        parameters: {
+            query: {
+                /** @description The image's reference (normalised as Docker does) or digest. */
+                ref: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RemoveImageResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    pullImage: {
+        parameters: {
+            query?: {
+                /** @description `1` (or `true`): answer the long call as a progress stream, NDJSON `ProgressFrame` lines: `{done,total,phase}` frames at most about ten times a second while it works, then its answer (`result`) or its error (`error`). The header `Accept: application/x-ndjson` asks the same. A call refused before its work starts answers as without it. */
+                progress?: components["parameters"]["progress"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PullRequest"];
+            };
+        };
+        responses: {
+            /** @description The image. With progress asked, an NDJSON stream of ProgressFrame lines instead. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImageResponse"];
+                    "application/x-ndjson": components["schemas"]["ProgressFrame"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["TooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            507: components["responses"]["NoSpace"];
+        };
+    };
+    loadImage: {
+        parameters: {
+            query?: {
+                /** @description `1` (or `true`): answer the long call as a progress stream, NDJSON `ProgressFrame` lines: `{done,total,phase}` frames at most about ten times a second while it works, then its answer (`result`) or its error (`error`). The header `Accept: application/x-ndjson` asks the same. A call refused before its work starts answers as without it. */
+                progress?: components["parameters"]["progress"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LoadRequest"];
+            };
+        };
+        responses: {
+            /** @description The image. With progress asked, an NDJSON stream of ProgressFrame lines instead. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImageResponse"];
+                    "application/x-ndjson": components["schemas"]["ProgressFrame"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["TooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            507: components["responses"]["NoSpace"];
         };
     };
     version: {

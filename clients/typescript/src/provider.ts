@@ -77,7 +77,23 @@ export interface WarrenSandboxOptions {
    * with these rules (see {@link networkSettings}).
    */
   egress?: Egress
+  /**
+   * The OCI image whose filesystem is the root of every sandbox it
+   * creates, as `dockerSandbox({ image })` takes it (`node:22`,
+   * `registry.example:5000/team/py:3.12`, `name@sha256:...`); the daemon
+   * pulls it once and pins each thread to its digest. Left out: the
+   * server's default image (`serve --jail-image`), else the host's
+   * folders. `create({ image })` overrides it for one sandbox.
+   */
+  image?: string
 }
+
+/**
+ * warren's own create input: the contract's, and the image of this one
+ * sandbox over the provider's `image` (the contract's create input has no
+ * image field).
+ */
+export type WarrenCreateInput = SandboxCreateInput & { image?: string }
 
 /** What a warren sandbox can do: the 0.2.4 contract's capabilities and the newer `killableProcesses`. */
 export type WarrenCapabilities = SandboxCapabilities & { killableProcesses: boolean }
@@ -158,7 +174,7 @@ export interface WarrenSandboxProvider extends SandboxProvider {
   readonly client: WarrenClient
   readonly tenant: string
   capabilities: () => WarrenCapabilities
-  create: (input: SandboxCreateInput) => Promise<WarrenSandboxHandle>
+  create: (input: WarrenCreateInput) => Promise<WarrenSandboxHandle>
   resume: (input: SandboxResumeInput) => Promise<WarrenSandboxHandle | null>
   restoreSnapshot: (input: SandboxRestoreInput) => Promise<WarrenSandboxHandle>
   /** Closes the client's idle connections. */
@@ -199,11 +215,11 @@ export function warrenSandbox(opts: WarrenSandboxOptions = {}): WarrenSandboxPro
     // same id gets the same workspace, as it is; a localSource is copied
     // in only when the thread is new. env and the provider's settings join
     // the thread's settings (a bind with settings replaces them all).
-    async create(input: SandboxCreateInput): Promise<WarrenSandboxHandle> {
+    async create(input: WarrenCreateInput): Promise<WarrenSandboxHandle> {
       input.signal?.throwIfAborted()
       const thread = input.id ?? `sbx-${randomBytes(6).toString('hex')}`
       const before = await infoOf(thread, input.signal)
-      const settings = mergeSettings(before?.settings, withNetwork(opts, input.policy), input.env)
+      const settings = mergeSettings(before?.settings, withImage(withNetwork(opts, input.policy), input.image ?? opts.image), input.env)
       const b = await client.bind(tenant, thread, settings, { signal: input.signal })
       const h = handleOf(thread, b.mountPath)
       if (before === undefined && input.workspace?.source.type === 'local') {
@@ -291,6 +307,12 @@ function withNetwork(opts: WarrenSandboxOptions, policy: SandboxPolicy | undefin
   const net = networkSettings(policy, opts.egress)
   if (opts.settings === undefined && Object.keys(net).length === 0) return undefined
   return { ...opts.settings, ...net }
+}
+
+/** settings with image over theirs; undefined stays so without an image. */
+function withImage(settings: Settings | undefined, image: string | undefined): Settings | undefined {
+  if (image === undefined || image === '') return settings
+  return { ...settings, image }
 }
 
 /**

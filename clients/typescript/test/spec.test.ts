@@ -81,6 +81,10 @@ const methodOf: Record<keyof operations, keyof WarrenClient> = {
   openPort: 'openPort',
   closePort: 'closePort',
   setNetwork: 'setNetwork',
+  listImages: 'listImages',
+  pullImage: 'pullImage',
+  loadImage: 'loadImage',
+  removeImage: 'removeImage',
 }
 
 test('every operation of the spec has a method of the client', () => {
