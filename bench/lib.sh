@@ -5,13 +5,23 @@
 #                     /var/tmp) and sets the traps: on exit the daemon
 #                     ($warren_pid, if set) is stopped by its pid, every
 #                     mount under $work is detached and $work removed,
-#                     whether the run succeeded or not
+#                     whether the run succeeded or not; so is every pid
+#                     in $bench_pids (other children: a registry...),
+#                     before the daemon
+#   bench_loopfs      (after bench_work) makes $work a new ext4 of its own,
+#                     in a sparse image file beside it on the same disk
+#                     (BENCH_LOOPFS_GIB, default 8; loop device, direct
+#                     I/O), as root and unless BENCH_LOOPFS=0; unmounted
+#                     and removed on exit. Why: bench/README.md, and
+#                     bench/fs.sh, which does the same
 #   wait_socket SOCK  waits up to 15 s for the daemon to make its socket
 #   say ...           prints a line of progress on stderr
 
 GO=${GO:-go}
 base=${BENCH_DIR:-/var/tmp}
 warren_pid=
+bench_pids=()
+loopdev=
 
 say() { echo "bench: $*" >&2; }
 
@@ -26,19 +36,28 @@ is_child() {
 bench_cleanup() {
 	local status=$?
 	set +e
-	if [[ -n $warren_pid ]] && is_child "$warren_pid"; then
-		kill -TERM "$warren_pid"
-		for _ in $(seq 300); do is_child "$warren_pid" || break; sleep 0.1; done
-		is_child "$warren_pid" && kill -KILL "$warren_pid"
-		wait "$warren_pid" 2>/dev/null
-	fi
+	for pid in "${bench_pids[@]}" $warren_pid; do
+		is_child "$pid" || continue
+		kill -TERM "$pid"
+		for _ in $(seq 300); do is_child "$pid" || break; sleep 0.1; done
+		is_child "$pid" && kill -KILL "$pid"
+		wait "$pid" 2>/dev/null
+	done
 	for m in $(awk -v d="$work" 'index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r); do
 		say "detaching leftover mount $m"
 		umount -l "$m"
 	done
 	# The daemon's mount points are immutable (chattr +i).
 	chattr -i "$work"/data/mnt/*/* 2>/dev/null
-	rm -rf "$work"
+	if [[ -n $loopdev ]]; then
+		# The ext4 goes whole: no removal of its files on the disk.
+		umount "$work" || umount -l "$work"
+		losetup -d "$loopdev"
+		rmdir "$work"
+	else
+		rm -rf "$work"
+	fi
+	rm -f "$work.img"
 	exit "$status"
 }
 
@@ -47,6 +66,26 @@ bench_work() {
 	trap bench_cleanup EXIT
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
+}
+
+# An ext4 without a journal (this VM's root) skips, when it allocates an
+# inode, every inode freed in the last minute, one lookup each
+# (recently_deleted): what the rest of the machine deletes (a test suite
+# running meanwhile) slows every create measured here, by more than the
+# measure itself. A new ext4 has a journal and no past.
+bench_loopfs() {
+	[[ ${BENCH_LOOPFS:-1} != 0 ]] || return 0
+	if [[ $(id -u) != 0 ]] || ! command -v losetup >/dev/null || ! command -v mkfs.ext4 >/dev/null; then
+		say "note: not root, or no losetup/mkfs.ext4: the work folder is on the disk's own filesystem (BENCH_LOOPFS=0)"
+		return 0
+	fi
+	truncate -s "${BENCH_LOOPFS_GIB:-8}G" "$work.img"
+	# Every inode table and the journal written now, not by a kernel
+	# thread during the runs.
+	mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$work.img"
+	loopdev=$(losetup --find --show --direct-io=on "$work.img")
+	mount "$loopdev" "$work"
+	say "work folder is a new ext4 on $loopdev (the sparse image $work.img)"
 }
 
 wait_socket() {
