@@ -75,8 +75,12 @@ rootless=()
 [[ $(id -u) == 0 ]] || rootless=(-rootless)
 mkdir -p bench/out "$work/native"
 report=bench/out/image-$(date +%Y%m%d-%H%M%S).txt
+# In the background, waited for: a signal then stops it at once (bash runs
+# a trap only once the foreground command is done), first of the pids.
 bin/imagebench -registry-addr "$registry" -socket "$sock" -data "$work/data" -warren "$warren" -work "$work/native" \
 	-runs "${BENCH_IMAGE_RUNS:-5}" -mib "${BENCH_IMAGE_MIB:-100}" -firsts "${BENCH_IMAGE_FIRSTS:-20}" \
 	-execs "${BENCH_IMAGE_EXECS:-200}" -many "${BENCH_IMAGE_MANY:-100}" ${native_off:+-native-unavailable "$native_off"} \
-	"${rootless[@]}" | tee "$report"
+	"${rootless[@]}" > >(tee "$report") &
+bench_pids=("$!" "${bench_pids[@]}")
+wait "${bench_pids[0]}"
 say "report written to $report"
