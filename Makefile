@@ -9,7 +9,10 @@
 #               and the TypeScript provider's exec('true') and 4 KiB fs.read beside them;
 #               then checkpoints: 10 of 100,000 files changed, and an untar, against git add -A && commit;
 #               then 10,000 threads bound in one daemon (bench/threads.sh);
-#               then requests per second through a port's channel against straight to the jail's port (bench/ports.sh)
+#               then requests per second through a port's channel against straight to the jail's port (bench/ports.sh);
+#               then the egress network: a jail's TCP stream and connects against the host's (bench/net.sh);
+#               then images: a pull against skopeo copy + umoci unpack, a thread on an image against on the host's folders,
+#               one image's disk for 100 threads (bench/image.sh)
 #
 # `make test` installs the Debian packages the tests need when they are
 # missing (as root), so it works on a fresh Debian machine with Go.
@@ -136,6 +139,7 @@ bench:
 	bench/threads.sh
 	bench/ports.sh
 	bench/net.sh
+	bench/image.sh
 
 fmt:
 	$(GO) fmt ./...
