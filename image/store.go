@@ -252,9 +252,16 @@ func (s *Store) load(ctx context.Context) error {
 		case strings.HasSuffix(n, ".json") && isHex64(strings.TrimSuffix(n, ".json")):
 			r, err := readRecord(filepath.Join(s.roots, n))
 			if err != nil {
-				// A record is written whole (rename) or not at all; one
-				// that does not parse was not written by this store.
-				return err
+				// A record is written whole (rename) or not at all: one
+				// that does not parse was damaged on the disk. Its image
+				// is dropped (its tree goes below, as one without a
+				// record), and pulled again when a thread needs it,
+				// rather than keep the daemon from starting.
+				s.log.Error("dropping an image record that does not parse; the image will be pulled again", "record", n, "error", err)
+				if err := os.Remove(filepath.Join(s.roots, n)); err != nil {
+					return fmt.Errorf("image: removing a damaged record: %w", err)
+				}
+				continue
 			}
 			recs = append(recs, r)
 		default:

@@ -172,12 +172,20 @@ func TestOpenCleansUp(t *testing.T) {
 	must(t, os.MkdirAll(filepath.Join(s.tmp, "work-1", "rootfs", "usr"), 0o755))
 	must(t, os.MkdirAll(filepath.Join(s.roots, hexA, "etc"), 0o755))
 	must(t, os.WriteFile(filepath.Join(s.roots, hexB+".json"), []byte(`{"version":1,"digest":"sha256:`+hexB+`","refs":{}}`), 0o600))
+	// And what a damaged disk leaves: a record that does not parse, with
+	// its tree.
+	hexC := strings.Repeat("c", 64)
+	must(t, os.MkdirAll(filepath.Join(s.roots, hexC, "bin"), 0o755))
+	must(t, os.WriteFile(filepath.Join(s.roots, hexC+".json"), []byte(`{"version":1,"dig`), 0o600))
 	s2, err := Open(context.Background(), Config{Dir: sb.dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s2.Close()
 	checkEmpty(t, s2)
+	if left, _ := os.ReadDir(s.roots); len(left) != 0 {
+		t.Errorf("the roots folder after Open holds %d entries, want none", len(left))
+	}
 	// One process a store.
 	if _, err := Open(context.Background(), Config{Dir: sb.dir}); err == nil || !strings.Contains(err.Error(), "in use by another process") {
 		t.Errorf("a second Open = %v, want refused", err)
