@@ -34,7 +34,10 @@ type tool struct {
 }
 
 // The tools that tests build.
-var etcdTool = &tool{name: "etcd", dir: etcdToolDir}
+var (
+	etcdTool = &tool{name: "etcd", dir: etcdToolDir}
+	s3Tool   = &tool{name: "s3", dir: s3ToolDir}
+)
 
 // binary returns the path of the tool's binary, building it if needed.
 // The binary is kept in the repository's bin/ (ignored by git) under a
