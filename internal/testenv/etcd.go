@@ -3,9 +3,7 @@ package testenv
 import (
 	"bytes"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,11 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -63,7 +58,7 @@ func EtcdCluster(t testing.TB, members int) *Etcd {
 	if members < 1 {
 		t.Fatalf("EtcdCluster: %d members, want at least 1", members)
 	}
-	bin, err := etcdBinary(t)
+	bin, err := etcdTool.binary(t)
 	if err != nil {
 		CannotRun(t, "this test needs an etcd server built from %s: %v", etcdToolDir, err)
 	}
@@ -335,139 +330,4 @@ func tail(path string, n int) string {
 	}
 	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// etcdBuild holds this process's one build of the etcd server: every test
-// of a test binary shares it, and a failed build is not tried again.
-var etcdBuild struct {
-	sync.Mutex
-	done bool
-	path string
-	err  error
-}
-
-// etcdBinary returns the path of the etcd server built from tools/etcd,
-// building it if needed. The binary is kept in the repository's bin/
-// (ignored by git) under a name that hashes tools/etcd's files and the Go
-// version, so a change to either builds a new one and an unchanged tree
-// builds once. Test binaries of several packages run at once, so the
-// build holds a lock file: the first builds, the others wait and find it.
-func etcdBinary(t testing.TB) (string, error) {
-	etcdBuild.Lock()
-	defer etcdBuild.Unlock()
-	if !etcdBuild.done {
-		etcdBuild.path, etcdBuild.err = buildEtcd(t)
-		etcdBuild.done = true
-	}
-	return etcdBuild.path, etcdBuild.err
-}
-
-func buildEtcd(t testing.TB) (string, error) {
-	root, err := repoRoot()
-	if err != nil {
-		return "", err
-	}
-	src := filepath.Join(root, etcdToolDir)
-	key, err := etcdKey(src)
-	if err != nil {
-		return "", err
-	}
-	binDir := filepath.Join(root, "bin")
-	bin := filepath.Join(binDir, "etcd-"+key)
-	if isExecutable(bin) {
-		return bin, nil
-	}
-	if err := os.MkdirAll(binDir, 0o755); err != nil {
-		return "", err
-	}
-	lock, err := os.OpenFile(filepath.Join(binDir, ".etcd.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close() // closing the file releases the lock
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
-	}
-	if isExecutable(bin) {
-		return bin, nil // another test binary built it while we waited
-	}
-
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid())
-	defer os.Remove(tmp)
-	start := time.Now()
-	cmd := exec.Command(goTool, "build", "-C", src, "-o", tmp, "-ldflags=-s -w", ".")
-	// A workspace or cgo setting of the caller's must not change what
-	// is built; etcd needs no cgo, so it is a static binary.
-	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		return "", err
-	}
-	t.Logf("built etcd from %s in %v", etcdToolDir, time.Since(start).Round(100*time.Millisecond))
-	// Binaries of earlier versions of tools/etcd are of no further use.
-	old, _ := filepath.Glob(filepath.Join(binDir, "etcd-*"))
-	for _, p := range old {
-		if p != bin {
-			os.Remove(p)
-		}
-	}
-	return bin, nil
-}
-
-// repoRoot finds the repository root: the nearest folder at or above the
-// working directory (a test runs in its package's folder) that holds
-// tools/etcd.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, etcdToolDir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no " + etcdToolDir + "/go.mod at or above the working directory")
-		}
-		dir = parent
-	}
-}
-
-// etcdKey hashes the files of the etcd module and the Go version, OS and
-// architecture that build it.
-func etcdKey(src string) (string, error) {
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		return "", err
-	}
-	h := sha256.New()
-	fmt.Fprintf(h, "%s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	names := make([]string, 0, len(entries))
-	for _, e := range entries {
-		if e.Type().IsRegular() {
-			names = append(names, e.Name())
-		}
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		data, err := os.ReadFile(filepath.Join(src, name))
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(h, "%s %d\n", name, len(data))
-		h.Write(data)
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16], nil
-}
-
-func isExecutable(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }

@@ -1,6 +1,7 @@
 // Package testenv holds what warren's tests share: capability checks that
 // fail under CI and skip elsewhere, a reader of the mount table, a
-// goroutine-safe buffer, and real etcd clusters (EtcdCluster).
+// goroutine-safe buffer, real etcd clusters (EtcdCluster) and a real
+// S3-compatible server (S3Server), built from the modules under tools/.
 package testenv
 
 import (
