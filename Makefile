@@ -26,8 +26,9 @@ ARGS ?=
 # daemon and the filesystem (its hub, ledger, descriptor cache and the
 # go-fuse server's goroutines; the daemon's tests reach only part of it),
 # the snapshot repository (builds, collections and their lock, about
-# 15 s), and the image store (pulls joined by many callers, their
-# progress and cancellation; a few seconds).
+# 15 s) and its copies to a store (snapshot/replica: parallel senders
+# and readers of packs, about 20 s), and the image store (pulls joined
+# by many callers, their progress and cancellation; a few seconds).
 # -race makes fs's suite two to three times slower (110 to 150 s against
 # 60 s on 2 busy cores), well within the timeout. The rest runs without
 # it: the integration suite pushes many kernel round trips through whole

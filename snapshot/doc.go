@@ -64,6 +64,18 @@
 //     it through a Target (the daemon's filesystem, under its locks) in an
 //     order that converges when run again after a crash.
 //
+// # Copying objects elsewhere
+//
+// raw.go gives what a copy to another store needs (package
+// snapshot/replica builds on it): Objects lists every object a tree
+// reaches, each once, a folder's tree before its entries; ReadRaw and
+// OpenRaw read an object in its stored form (its file's bytes: format
+// byte and payload), checked against its hash as every read is, so that
+// an upload needs no recompression; PutRaw and PutRawStream write objects
+// fetched from elsewhere, each checked against its hash before anything
+// of it is kept, to one log fsync'ed once, as a Build writes (below).
+// Has tells whether an object is in place as dedup sees it.
+//
 // # Layout
 //
 //	DIR/objects/<2 hex>/<62 hex>   the loose objects; the 256 folders are made by Open
