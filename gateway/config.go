@@ -174,6 +174,12 @@ type Config struct {
 	// DataDir/snapshots. Several servers may share one (a shared disk):
 	// a thread's checkpoints then work on whichever serves it.
 	SnapshotsDir string
+	// SnapshotStore, if set, names the store (s3://BUCKET[/PREFIX]?endpoint=
+	// HOST:PORT[&region=R][&insecure=1], see replica.NewS3) that every
+	// checkpoint is copied to once taken (package gateway/replicas); the
+	// repositories in SnapshotsDir stay where checkpoints are taken and
+	// restored from. Start fails when the store cannot be opened.
+	SnapshotStore string
 	// Checkpoints is how many checkpoints a thread keeps unless its
 	// settings say otherwise; 0 means DefaultCheckpoints.
 	Checkpoints int

@@ -33,6 +33,7 @@ import (
 	"warren/gateway/network"
 	"warren/gateway/ports"
 	"warren/gateway/quota"
+	"warren/gateway/replicas"
 	"warren/gateway/threadlimit"
 	"warren/gateway/threads"
 	"warren/image"
@@ -89,6 +90,7 @@ type Gateway struct {
 	ports       *ports.Ports             // the channels into the jails' ports
 	idle        *idle.Reclaimer          // the idle reclaim's goroutine
 	health      *health.Health           // readiness and usage
+	replicas    *replicas.Replicas       // the checkpoints' copies in the snapshot store; nil without one
 
 	// requests counts the API's requests being answered (Close waits).
 	requests requestSet
@@ -157,6 +159,14 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err := g.makeLayout(); err != nil {
 		closeFS(g.hub, g.pool, g.log)
 		return nil, fmt.Errorf("start gateway: %w", err)
+	}
+	// The snapshot store first: a daemon told to replicate its
+	// checkpoints refuses to start without it, before it makes anything.
+	if cfg.SnapshotStore != "" {
+		if g.replicas, err = newReplicas(ctx, g); err != nil {
+			closeFS(g.hub, g.pool, g.log)
+			return nil, fmt.Errorf("start gateway: %w", err)
+		}
 	}
 
 	// The rooms, each made over those it calls (package doc, Rooms).
@@ -275,6 +285,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.jails.CloseBase()
 		g.threads.EndRestore()
 		g.hosts.Close()
+		g.replicas.Close() // before the repositories it reads close
 		g.checkpoints.Close()
 		g.unmountAll()
 		g.network.Close()
@@ -290,6 +301,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.jails.CloseBase()
 		g.threads.EndRestore()
 		g.hosts.Close()
+		g.replicas.Close() // before the repositories it reads close
 		g.checkpoints.Close()
 		g.unmountAll()
 		g.network.Close()
@@ -418,7 +430,8 @@ func (g *Gateway) Close() error {
 		if rmErr := os.Remove(g.cfg.SocketPath); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
 			g.log.Warn("remove socket", "socket", g.cfg.SocketPath, "error", rmErr)
 		}
-		g.hosts.Close() // no fence behind unmountAll, nor on a closed store
+		g.hosts.Close()    // no fence behind unmountAll, nor on a closed store
+		g.replicas.Close() // before the repositories it reads close
 		g.checkpoints.Close()
 		g.closeErr = errors.Join(g.serveErr, err, g.unmountAll())
 		closeFS(g.hub, g.pool, g.log)

@@ -5,6 +5,7 @@ package gateway
 // and the figures the metrics read at each scrape.
 
 import (
+	"context"
 	"path/filepath"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"warren/gateway/checkpoints"
 	"warren/gateway/files"
 	"warren/gateway/metrics"
+	"warren/gateway/replicas"
 	"warren/gateway/threadlimit"
 	"warren/gateway/threads"
 	"warren/meta"
@@ -40,6 +42,12 @@ func newCheckpoints(g *Gateway) *checkpoints.Checkpoints {
 		HostID:      g.cfg.HostID,
 		CollectHook: g.cfg.collectHook, Hold: g.cfg.checkpointHold,
 	})
+}
+
+// newReplicas opens the snapshot store that g's checkpoints are copied
+// to (Config.SnapshotStore).
+func newReplicas(ctx context.Context, g *Gateway) (*replicas.Replicas, error) {
+	return replicas.Start(ctx, replicas.Config{URL: g.cfg.SnapshotStore, Logger: g.log.Named("replicas")})
 }
 
 // checkpointsCommands is what a restore calls of the jails and the jobs.

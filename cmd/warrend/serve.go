@@ -217,7 +217,7 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.Int64Var(&o.diskReserve, "disk-reserve", 0, "bytes of the workspaces' disk that their writes leave free (default none; needs workspaces on btrfs)")
 	fs.StringVar(&o.diskImage, "disk-image", diskimage.ModeAuto, "put the workspaces and snapshots on a btrfs filesystem of their own, in the preallocated image DATA/disk.img, so that their quotas and reserve hold where the data folder's filesystem cannot enforce quotas: auto (where it cannot, and the workspaces are the data folder's own; else the log and warren doctor say \"disk unprotected\" and why), on (refuse to start without it) or off")
 	fs.Int64Var(&o.diskImageSize, "disk-image-size", 0, "bytes of the disk image (default: what leaves a tenth of the host's filesystem, at least 256 MiB, free when it is made); a larger size grows it at start")
-	fs.StringVar(&o.snapshots, "snapshots", "", "folder of the tenants' snapshot repositories, the checkpoints' content (default DATA/snapshots); servers may share one")
+	fs.StringVar(&o.snapshots, "snapshots", "", "folder of the tenants' snapshot repositories, the checkpoints' content (default DATA/snapshots); servers may share one. Or a store every checkpoint is copied to once taken, s3://BUCKET[/PREFIX]?endpoint=HOST:PORT[&region=R][&insecure=1] (credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or the shared credentials file); the repositories then stay in DATA/snapshots")
 	fs.Int64Var(&o.snapshotQuota, "snapshot-quota", 0, "bytes each thread's kept checkpoints may reference, unless its settings say otherwise (default its disk quota, or none)")
 	fs.Int64Var(&o.tenantSnapshotQuota, "tenant-snapshot-quota", 0, "bytes the kept checkpoints of all a tenant's threads may reference together (default none)")
 	fs.IntVar(&o.checkpoints, "checkpoints", gateway.DefaultCheckpoints, "how many checkpoints a thread keeps unless its settings say otherwise")
@@ -400,8 +400,14 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 			return fmt.Errorf("workspaces folder: %w", err)
 		}
 	}
-	if o.snapshots != "" {
-		if cfg.SnapshotsDir, err = filepath.Abs(o.snapshots); err != nil {
+	// A store URL leaves the repositories in their default folder, which
+	// then holds what this server took and fetched.
+	snapshotsDir := o.snapshots
+	if strings.HasPrefix(o.snapshots, "s3://") {
+		cfg.SnapshotStore, snapshotsDir = o.snapshots, ""
+	}
+	if snapshotsDir != "" {
+		if cfg.SnapshotsDir, err = filepath.Abs(snapshotsDir); err != nil {
 			return fmt.Errorf("snapshots folder: %w", err)
 		}
 	}
@@ -425,7 +431,7 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	}
 	// The disk image goes under the workspaces and snapshots before
 	// anything uses them.
-	image, err := startDiskImage(log, diskImageOptions(dataDir, o.diskImage, o.diskImageSize, workspaces, o.snapshots, o.loopControl), &cfg)
+	image, err := startDiskImage(log, diskImageOptions(dataDir, o.diskImage, o.diskImageSize, workspaces, snapshotsDir, o.loopControl), &cfg)
 	if err != nil {
 		return err
 	}

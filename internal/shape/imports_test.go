@@ -47,6 +47,10 @@ var rooms = map[string][]string{
 	// Above the commands: what stops them or waits for them.
 	"checkpoints": {"call", "keyed", "threads", "jails", "jobs", "quota", "events", "metrics"},
 	"idle":        {"threads", "jails", "jobs", "events"},
+	// The checkpoints' copies in the snapshot store: the checkpoints call
+	// it through an interface of their own (checkpoints.Replicas), and it
+	// reads their repositories through one (replicas.Repos).
+	"replicas": {"call", "threads"},
 	"health":      {"call", "threads", "jails", "jobs", "hosts", "quota", "checkpoints", "metrics", "events", "admit", "remount", "threadlimit"},
 }
 
