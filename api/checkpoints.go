@@ -77,6 +77,10 @@ type (
 		// FailedRestore is the last restore of the thread that could
 		// not finish and was put back, if any.
 		FailedRestore *FailedRestore `json:"failedRestore,omitempty"`
+		// Replicating says the server copies checkpoints to a snapshot
+		// store, so that a checkpoint's Replicated false means "not yet"
+		// rather than "never".
+		Replicating bool `json:"replicating,omitempty"`
 	}
 	// FailedRestore is a restore that could not finish: the workspace
 	// was put back as it was before it.

@@ -278,6 +278,11 @@ type Checkpoint struct {
 	OwnBytes int64  `json:"ownBytes"`
 	OwnBase  string `json:"ownBase,omitempty"`
 	Counted  bool   `json:"counted,omitempty"`
+	// Replicated says the tree is in the snapshot store other servers
+	// read (its manifest written: every object of it there); false while
+	// its objects are only in the local repository, and always on a
+	// server without a store.
+	Replicated bool `json:"replicated"`
 }
 
 // Restore is the journal of a restore under way: written before the

@@ -64,7 +64,7 @@ func checkpointsCmd(ctx context.Context, e *cli.Env, args []string) error {
 		redo[id] = true
 	}
 	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CHECKPOINT\tAT\tFILES\tBYTES\tOWN\tCREATED\tLABEL")
+	fmt.Fprintln(tw, "CHECKPOINT\tAT\tFILES\tBYTES\tOWN\tREPLICATED\tCREATED\tLABEL")
 	for _, c := range out.Checkpoints {
 		at := ""
 		switch {
@@ -81,7 +81,16 @@ func checkpointsCmd(ctx context.Context, e *cli.Env, args []string) error {
 		if c.Counted {
 			own = fmt.Sprint(c.OwnBytes)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", c.ID, orDash(at), c.Files, c.Bytes, own,
+		// The server says whether it has a store (replicating): without
+		// one, "no" would read as "not yet".
+		replicated := "-"
+		switch {
+		case c.Replicated:
+			replicated = "yes"
+		case out.Replicating:
+			replicated = "no"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", c.ID, orDash(at), c.Files, c.Bytes, own, replicated,
 			c.CreatedAt.Local().Format(time.DateTime), showID(label))
 	}
 	if err := tw.Flush(); err != nil {

@@ -73,6 +73,9 @@ type Config struct {
 	Threads  Threads
 	Commands Commands
 	Events   Events
+	// Replicas, if not nil, is told of every checkpoint recorded, to copy
+	// it to the snapshot store.
+	Replicas Replicas
 	// Stale reports a refused stale write of thread k (fs.Hub.Files).
 	Stale func(k meta.ThreadKey) func(fs.Stale)
 	// CheckRun refuses a run id that could not be told apart in logs.
@@ -526,6 +529,18 @@ func (c *Checkpoints) record(ctx context.Context, h *history, b built, req api.C
 		c.collect(h.k.Tenant)
 	}
 	c.cfg.Quotas.Checkpointed(h.k)
+	if r := c.cfg.Replicas; r != nil {
+		// The parent's tree is what the store most likely holds already
+		// (the upload sends only what it lacks); the parent may have
+		// been dropped just now, so it is looked for in prev.
+		base := ""
+		for _, p := range prev.Checkpoints {
+			if p.ID == cp.Parent {
+				base = p.Tree
+			}
+		}
+		r.Replicate(h.k, cp, base)
+	}
 	return cp, nil
 }
 
@@ -679,13 +694,16 @@ func (c *Checkpoints) listCheckpoints(ctx context.Context, tenant, thread string
 		return api.CheckpointsResponse{}, err
 	}
 	h, err := c.store.GetHistory(ctx, k)
+	replicating := c.cfg.Replicas != nil
 	if errors.Is(err, meta.ErrNotFound) {
-		return api.CheckpointsResponse{Checkpoints: []api.CheckpointInfo{}}, nil
+		return api.CheckpointsResponse{Checkpoints: []api.CheckpointInfo{}, Replicating: replicating}, nil
 	}
 	if err != nil {
 		return api.CheckpointsResponse{}, fmt.Errorf("checkpoints of %s: read the history: %w", call.KeyName(k), err)
 	}
-	out := api.CheckpointsResponse{Checkpoints: make([]api.CheckpointInfo, 0, len(h.Checkpoints)), Head: h.Head, Redo: h.Redo}
+	out := api.CheckpointsResponse{
+		Checkpoints: make([]api.CheckpointInfo, 0, len(h.Checkpoints)), Head: h.Head, Redo: h.Redo, Replicating: replicating,
+	}
 	if f := h.FailedRestore; f != nil {
 		out.FailedRestore = &api.FailedRestore{Op: f.Op, To: f.To, Reason: f.Failed, StartedAt: f.StartedAt, EndedAt: f.EndedAt}
 	}

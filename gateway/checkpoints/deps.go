@@ -51,3 +51,13 @@ type Events interface {
 	// paths cost a diff is made only then.
 	Wants(k meta.ThreadKey) bool
 }
+
+// Replicas copies checkpoints to the snapshot store other servers read
+// (package gateway/replicas); Config.Replicas is nil without a store.
+type Replicas interface {
+	// Replicate queues the upload of checkpoint cp of k, recorded in its
+	// history; base is the tree of the checkpoint it was taken after (its
+	// parent), "" for none: what the store holds already. It returns at
+	// once: the upload runs in the background and marks cp Replicated.
+	Replicate(k meta.ThreadKey, cp meta.Checkpoint, base string)
+}

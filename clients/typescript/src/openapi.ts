@@ -1978,6 +1978,8 @@ export interface components {
             ownBase?: string;
             /** @description Whether ownBytes is known; false for a record made before snapshot quotas, which counts its whole tree (bytes) until the thread's next checkpoint counts it. */
             counted?: boolean;
+            /** @description Whether the checkpoint's tree is in the snapshot store other servers read (serve --snapshots s3://...); false while its objects are only on the server that took it, and always on a server without a store (see replicating). */
+            replicated: boolean;
         };
         CheckpointInfo: {
             head?: boolean;
@@ -2002,6 +2004,8 @@ export interface components {
             head?: string;
             redo?: string[];
             failedRestore?: components["schemas"]["FailedRestore"];
+            /** @description Whether the server copies its checkpoints to a snapshot store (their replicated then says whether each is in it yet). */
+            replicating?: boolean;
         };
         /** @description The thread's last restore that could not finish; the workspace was put back as it was before it. */
         FailedRestore: {
