@@ -256,7 +256,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	g.health = health.New(health.Config{
 		Store: g.store, HostID: cfg.HostID, DataDir: cfg.DataDir, WorkspacesDir: g.wsBase,
 		Threads: g.threads, Jails: g.jails, Jobs: g.jobs, Hosts: g.hosts, Quotas: g.quotas, Checkpoints: g.checkpoints,
-		Images: g.images,
+		Images: g.images, Replicas: healthReplicas(g),
 	})
 
 	// A gateway killed with SIGKILL leaves its jails' cgroups behind.
@@ -309,6 +309,11 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		closeFS(g.hub, g.pool, g.log)
 		g.events.Close()
 		return nil, fmt.Errorf("start gateway: %w", err)
+	}
+	// The checkpoints left to copy to the snapshot store, and its
+	// uploader, once the threads and checkpoints are there.
+	if g.replicas != nil {
+		g.replicas.Run(ctx)
 	}
 	g.srv = &http.Server{
 		Handler:           g.tracked(g.handler()),

@@ -12,11 +12,13 @@ import (
 	"warren/fs"
 	"warren/gateway/checkpoints"
 	"warren/gateway/files"
+	"warren/gateway/health"
 	"warren/gateway/metrics"
 	"warren/gateway/replicas"
 	"warren/gateway/threadlimit"
 	"warren/gateway/threads"
 	"warren/meta"
+	"warren/snapshot"
 )
 
 // DefaultCheckpoints is how many checkpoints a thread keeps unless its
@@ -31,8 +33,14 @@ const maxCheckpoints = checkpoints.Max
 // it, are reached through checkpointsCommands when a restore runs (never
 // before the API serves).
 func newCheckpoints(g *Gateway) *checkpoints.Checkpoints {
+	// No typed nil: the checkpoints tell a store by a Replicas not nil.
+	var rep checkpoints.Replicas
+	if g.replicas != nil {
+		rep = g.replicas
+	}
 	return checkpoints.New(checkpoints.Config{
-		Store: g.store, Logger: g.log, Hub: g.hub, Quotas: g.quotas,
+		Replicas: rep,
+		Store:    g.store, Logger: g.log, Hub: g.hub, Quotas: g.quotas,
 		Threads: g.threads, Commands: checkpointsCommands{g}, Events: g.events,
 		Stale: g.events.OnStale, CheckRun: files.ValidRun,
 		RepoDir: func(tenant string) string { return filepath.Join(g.cfg.SnapshotsDir, threads.EncodeID(tenant)) },
@@ -47,7 +55,24 @@ func newCheckpoints(g *Gateway) *checkpoints.Checkpoints {
 // newReplicas opens the snapshot store that g's checkpoints are copied
 // to (Config.SnapshotStore).
 func newReplicas(ctx context.Context, g *Gateway) (*replicas.Replicas, error) {
-	return replicas.Start(ctx, replicas.Config{URL: g.cfg.SnapshotStore, Logger: g.log.Named("replicas")})
+	return replicas.Start(ctx, replicas.Config{
+		URL: g.cfg.SnapshotStore, Store: g.store, Repos: replicasRepos{g}, HostID: g.cfg.HostID, Logger: g.log.Named("replicas"),
+		CacheDir: func(tenant string) string {
+			return filepath.Join(g.cfg.DataDir, "replica-cache", threads.EncodeID(tenant))
+		},
+	})
+}
+
+// replicasRepos is what the replicas call of the checkpoints and the
+// threads, made after them (Run starts once they are).
+type replicasRepos struct{ g *Gateway }
+
+func (r replicasRepos) Repo(tenant string) (*snapshot.Repo, error) {
+	return r.g.checkpoints.Repo(tenant)
+}
+
+func (r replicasRepos) LockTurn(ctx context.Context, k meta.ThreadKey) (func(), error) {
+	return r.g.threads.LockTurn(ctx, k)
 }
 
 // checkpointsCommands is what a restore calls of the jails and the jobs.
@@ -75,7 +100,7 @@ func (c checkpointsCommands) WaitThreadJobs(k meta.ThreadKey) { c.g.jobs.WaitThr
 // Each reads g's field when called: Start fills some (the events, the
 // background restore) after it registers them.
 func metricsFigures(g *Gateway) metrics.Figures {
-	return metrics.Figures{
+	fig := metrics.Figures{
 		Threads:     func() (int, int) { return g.threads.Counts() },
 		Admission:   func() threadlimit.Headroom { return g.threads.Headroom() },
 		Jails:       func() int { return g.jails.Count() },
@@ -88,4 +113,20 @@ func metricsFigures(g *Gateway) metrics.Figures {
 		RestoreLeft: func() int { return g.threads.RestoreLeft() },
 		ImageBytes:  func() int64 { return g.images.Bytes() },
 	}
+	if g.cfg.SnapshotStore != "" {
+		fig.SnapshotUploads = func() (int, bool) {
+			n, up, _ := g.replicas.Stats()
+			return n, up
+		}
+	}
+	return fig
+}
+
+// healthReplicas is what the health room reads of the replicas: nil
+// without a store (no typed nil).
+func healthReplicas(g *Gateway) health.Replicas {
+	if g.replicas == nil {
+		return nil
+	}
+	return g.replicas
 }

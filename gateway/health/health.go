@@ -31,6 +31,15 @@ type Config struct {
 	Checkpoints            Checkpoints
 	// Images gives the images' sizes; nil shows none.
 	Images Images
+	// Replicas, nil without a snapshot store, says whether uploads to it
+	// succeed.
+	Replicas Replicas
+}
+
+// Replicas is what it reads of the snapshot store's uploads (package
+// replicas).
+type Replicas interface {
+	Stats() (backlog int, up bool, why error)
 }
 
 // Images is what it reads of the images (package images).

@@ -57,6 +57,9 @@ func (h *Health) Readiness(ctx context.Context) api.Readiness {
 		h.checkAdmission(),
 		h.checkRestore(),
 	}
+	if h.cfg.Replicas != nil {
+		checks = append(checks, h.checkSnapshotStore())
+	}
 	rd := api.Readiness{Ready: true, Checks: checks, Restoring: h.cfg.Threads.RestoreLeft()}
 	for _, c := range checks {
 		rd.Ready = rd.Ready && c.OK
@@ -97,6 +100,17 @@ func (h *Health) checkRestore() api.ReadyCheck {
 		return api.ReadyCheck{Name: "restore", OK: true, Detail: fmt.Sprintf("restoring: %d threads of the former run still to mount again in the background; a call for one mounts it at once", n)}
 	}
 	return api.ReadyCheck{Name: "restore", OK: true, Detail: "every thread of the former run is served again"}
+}
+
+// checkSnapshotStore says whether the checkpoints' uploads to the snapshot
+// store succeed. A server whose uploads fail still takes checkpoints, but
+// they stay on its disk alone: a balancer should prefer another.
+func (h *Health) checkSnapshotStore() api.ReadyCheck {
+	n, up, why := h.cfg.Replicas.Stats()
+	if !up {
+		return api.ReadyCheck{Name: "snapshot_store", Detail: fmt.Sprintf("the snapshot store is unreachable: %d checkpoints wait to be copied to it: %v", n, why)}
+	}
+	return api.ReadyCheck{Name: "snapshot_store", OK: true, Detail: fmt.Sprintf("%d checkpoints wait to be copied to the snapshot store", n)}
 }
 
 func (h *Health) checkStore(ctx context.Context) api.ReadyCheck {

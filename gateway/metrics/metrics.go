@@ -255,6 +255,9 @@ type Figures struct {
 	RestoreLeft func() int
 	// ImageBytes is the size of the image store's unpacked images.
 	ImageBytes func() int64
+	// SnapshotUploads, nil without a snapshot store, are the checkpoints
+	// waiting to be copied to it and whether it answered last.
+	SnapshotUploads func() (backlog int, up bool)
 }
 
 // Watch registers the figures read from fig at each scrape. Call it once.
@@ -326,6 +329,22 @@ func (m *Metrics) Watch(fig Figures) {
 		gauge("warren_image_store_bytes", "Bytes of the image store's unpacked images, each on disk once.", func() float64 { return float64(fig.ImageBytes()) }),
 		gauge("warren_fs_lock_waits", "Lock requests (F_SETLKW, flock) waiting on the mounts; each is a parked goroutine, never an OS thread.", func() float64 { return float64(fig.LockWaits()) }),
 	)
+	// Only with a store: a server without one has nothing to report, and
+	// a 0 would read as a store down.
+	if fig.SnapshotUploads != nil {
+		m.reg.MustRegister(
+			gauge("warren_snapshot_upload_backlog", "Checkpoints waiting to be copied to the snapshot store (--snapshots s3://...), the one being sent included.", func() float64 {
+				n, _ := fig.SnapshotUploads()
+				return float64(n)
+			}),
+			gauge("warren_snapshot_store_up", "1 while the last upload to the snapshot store succeeded, 0 while uploads fail (retried with backoff).", func() float64 {
+				if _, up := fig.SnapshotUploads(); up {
+					return 1
+				}
+				return 0
+			}),
+		)
+	}
 }
 
 // Handler serves the metrics in Prometheus' text format.

@@ -1,27 +1,81 @@
 package replicas
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"warren/gateway/call"
+	"warren/meta"
+	"warren/snapshot"
 	"warren/snapshot/replica"
 )
 
-// Config is what the room needs of the daemon.
+// The retries of a failed upload: the pause doubles from retryMin up to
+// retryMax, each drawn in [d/2, d) so that servers that lost the store
+// together do not come back to it together.
+const (
+	retryMin = time.Second
+	retryMax = time.Minute
+)
+
+// Config is what the room needs of the daemon. Every field is required.
 type Config struct {
 	// URL names the store (replica.NewS3's form).
-	URL    string
-	Logger hclog.Logger
+	URL string
+	// CacheDir is the folder of the heads of the packs sent for tenant's
+	// checkpoints (replica.UploadOptions.Cache).
+	CacheDir func(tenant string) string
+	Store    meta.Store
+	Repos    Repos
+	HostID   string
+	Logger   hclog.Logger
 }
 
-// Replicas is the room. Start makes one; call Close when the daemon
-// stops.
+// Repos is what the room calls of the checkpoints.
+type Repos interface {
+	// Repo is tenant's snapshot repository.
+	Repo(tenant string) (*snapshot.Repo, error)
+	// LockTurn takes k's checkpoint lock: the history is marked under it,
+	// so that a checkpoint's own write of the history never meets a
+	// conflict made by this room.
+	LockTurn(ctx context.Context, k meta.ThreadKey) (unlock func(), err error)
+}
+
+// job is a checkpoint to upload: its tree, and its parent's ("" none).
+type job struct {
+	k          meta.ThreadKey
+	id         string
+	tree, base string
+}
+
+func (j job) key() string { return j.k.Tenant + "\x00" + j.k.Thread + "\x00" + j.id }
+
+// Replicas is the room. Start opens the store, Run starts the uploader;
+// call Close when the daemon stops.
 type Replicas struct {
 	cfg   Config // never changed
 	log   hclog.Logger
 	store replica.Store // never changed
+
+	ctx    context.Context // ends with Close; never changed
+	cancel context.CancelFunc
+	wake   chan struct{} // a job was queued (capacity 1)
+	done   chan struct{} // closed when the uploader returned (Run)
+
+	mu      sync.Mutex
+	running bool            // Run started the uploader
+	queue   []job           // in order; queue[0] is being uploaded
+	queued  map[string]bool // the keys of queue's jobs
+	up      bool            // the last request to the store answered
+	lastErr error           // why the last upload failed, while !up
 }
 
 // Start opens the store: a server out of reach, a missing bucket or
@@ -32,12 +86,260 @@ func Start(ctx context.Context, cfg Config) (*Replicas, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the snapshot store: %w", err)
 	}
-	return &Replicas{cfg: cfg, log: cfg.Logger, store: s}, nil
+	rctx, cancel := context.WithCancel(context.Background())
+	return &Replicas{
+		cfg: cfg, log: cfg.Logger, store: s, ctx: rctx, cancel: cancel,
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		queued: make(map[string]bool), up: true,
+	}, nil
 }
 
-// Close stops the room; nil (no store) is fine.
+// Run queues every checkpoint of the threads this host serves that is not
+// in the store yet, oldest first (what a former run left: the queue is
+// not kept), then starts the uploader. A failure to list them is logged:
+// the checkpoints taken from now on are uploaded all the same, and the
+// next start lists them again.
+func (r *Replicas) Run(ctx context.Context) {
+	if err := r.queueBacklog(ctx); err != nil {
+		r.log.Error("list the checkpoints not yet in the snapshot store; they wait for the next start", "error", err)
+	}
+	r.mu.Lock()
+	r.running = true
+	r.mu.Unlock()
+	go r.upload()
+}
+
+// queueBacklog queues the checkpoints of this host's threads that are
+// not marked replicated.
+func (r *Replicas) queueBacklog(ctx context.Context) error {
+	served := make(map[meta.ThreadKey]bool)
+	tenants := make(map[string]bool)
+	var after *meta.ThreadKey
+	for {
+		page, more, err := r.cfg.Store.ListBindingsPage(ctx, nil, after, 500)
+		if err != nil {
+			return fmt.Errorf("list the bindings: %w", err)
+		}
+		for _, b := range page {
+			if b.HostID == r.cfg.HostID {
+				served[b.ThreadKey] = true
+				tenants[b.Tenant] = true
+			}
+		}
+		if !more || len(page) == 0 {
+			break
+		}
+		last := page[len(page)-1].ThreadKey
+		after = &last
+	}
+	var jobs []job
+	var at []meta.Checkpoint // jobs[i]'s checkpoint, to sort by
+	for t := range tenants {
+		hs, err := r.cfg.Store.ListHistories(ctx, t)
+		if err != nil {
+			return fmt.Errorf("list the histories of tenant %s: %w", call.Quote(t), err)
+		}
+		for _, h := range hs {
+			if !served[h.ThreadKey] {
+				continue
+			}
+			trees := make(map[string]string, len(h.Checkpoints))
+			for _, c := range h.Checkpoints {
+				trees[c.ID] = c.Tree
+			}
+			for _, c := range h.Checkpoints {
+				if !c.Replicated {
+					jobs = append(jobs, job{k: h.ThreadKey, id: c.ID, tree: c.Tree, base: trees[c.Parent]})
+					at = append(at, c)
+				}
+			}
+		}
+	}
+	// Oldest first, as they were taken: a base goes before what is based
+	// on it, so that its packs are reused.
+	order := make([]int, len(jobs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Or(at[a].CreatedAt.Compare(at[b].CreatedAt), cmp.Compare(at[a].Seq, at[b].Seq))
+	})
+	for _, i := range order {
+		r.push(jobs[i])
+	}
+	if len(jobs) > 0 {
+		r.log.Info("checkpoints of a former run to copy to the snapshot store", "checkpoints", len(jobs))
+	}
+	return nil
+}
+
+// Replicate queues the upload of checkpoint cp of k, taken after the
+// tree base ("" none); see checkpoints.Replicas.
+func (r *Replicas) Replicate(k meta.ThreadKey, cp meta.Checkpoint, base string) {
+	r.push(job{k: k, id: cp.ID, tree: cp.Tree, base: base})
+}
+
+func (r *Replicas) push(j job) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.queued[j.key()] {
+		return
+	}
+	r.queued[j.key()] = true
+	r.queue = append(r.queue, j)
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// upload is the uploader: the queue's jobs one at a time, in order, each
+// until it is in the store (or gone from its history).
+func (r *Replicas) upload() {
+	defer close(r.done)
+	for {
+		r.mu.Lock()
+		var j job
+		ok := len(r.queue) > 0
+		if ok {
+			j = r.queue[0]
+		}
+		r.mu.Unlock()
+		if !ok {
+			select {
+			case <-r.wake:
+				continue
+			case <-r.ctx.Done():
+				return
+			}
+		}
+		pause := retryMin
+		for {
+			err := r.replicate(r.ctx, j)
+			if r.ctx.Err() != nil {
+				return
+			}
+			r.mu.Lock()
+			r.up, r.lastErr = err == nil, err
+			if err == nil {
+				r.queue = r.queue[1:]
+				delete(r.queued, j.key())
+			}
+			r.mu.Unlock()
+			if err == nil {
+				break
+			}
+			wait := pause/2 + rand.N(pause/2)
+			r.log.Warn("copy a checkpoint to the snapshot store; trying again", "tenant", j.k.Tenant, "thread", j.k.Thread,
+				"checkpoint", j.id, "in", wait.Round(time.Millisecond), "error", err)
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-r.ctx.Done():
+				t.Stop()
+				return
+			}
+			pause = min(2*pause, retryMax)
+		}
+	}
+}
+
+// replicate uploads j's tree, then marks its checkpoint replicated. A
+// checkpoint gone from its history (dropped, the thread deleted) is done.
+func (r *Replicas) replicate(ctx context.Context, j job) error {
+	if live, err := r.mark(ctx, j, false); err != nil || !live {
+		return err
+	}
+	tree, err := snapshot.ParseHash(j.tree)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s of %s: %w", j.id, call.KeyName(j.k), err)
+	}
+	opts := replica.UploadOptions{Cache: r.cfg.CacheDir(j.k.Tenant)}
+	if j.base != "" {
+		if b, err := snapshot.ParseHash(j.base); err == nil {
+			opts.Bases = []snapshot.Hash{b}
+		}
+	}
+	repo, err := r.cfg.Repos.Repo(j.k.Tenant)
+	if err != nil {
+		return err
+	}
+	// The shared lock keeps a collection from sweeping the tree's objects
+	// away while they are read: the checkpoint is in its history now,
+	// but may be dropped while it uploads.
+	unlock, err := repo.Shared(ctx)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s of %s: %w", j.id, call.KeyName(j.k), err)
+	}
+	st, err := replica.Upload(ctx, repo, r.store, tree, opts)
+	unlock()
+	if err != nil {
+		return fmt.Errorf("checkpoint %s of %s: %w", j.id, call.KeyName(j.k), err)
+	}
+	r.log.Debug("copied a checkpoint to the snapshot store", "tenant", j.k.Tenant, "thread", j.k.Thread, "checkpoint", j.id, "stats", fmt.Sprintf("%+v", st))
+	_, err = r.mark(ctx, j, true)
+	return err
+}
+
+// mark finds j's checkpoint in its history and, with set, marks it
+// replicated. It says whether the checkpoint is there and not yet
+// replicated (without set).
+func (r *Replicas) mark(ctx context.Context, j job, set bool) (live bool, err error) {
+	unlock, err := r.cfg.Repos.LockTurn(ctx, j.k)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	for {
+		h, err := r.cfg.Store.GetHistory(ctx, j.k)
+		if errors.Is(err, meta.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("checkpoints of %s: read the history: %w", call.KeyName(j.k), err)
+		}
+		i := slices.IndexFunc(h.Checkpoints, func(c meta.Checkpoint) bool { return c.ID == j.id && c.Tree == j.tree })
+		if i < 0 || h.Checkpoints[i].Replicated {
+			return false, nil
+		}
+		if !set {
+			return true, nil
+		}
+		h.Checkpoints = slices.Clone(h.Checkpoints)
+		h.Checkpoints[i].Replicated = true
+		_, err = r.cfg.Store.PutHistory(ctx, h)
+		if errors.Is(err, meta.ErrConflict) {
+			continue // written meanwhile (not under the lock: a fork's, a delete's)
+		}
+		if err != nil {
+			return false, fmt.Errorf("checkpoints of %s: write the history: %w", call.KeyName(j.k), err)
+		}
+		return false, nil
+	}
+}
+
+// Stats are the checkpoints waiting for the store (the one being sent
+// included) and whether the last request to it answered, with why not.
+func (r *Replicas) Stats() (backlog int, up bool, why error) {
+	if r == nil {
+		return 0, true, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.queue), r.up, r.lastErr
+}
+
+// Close stops the uploader and waits for it; an upload cut short is
+// finished by the next start. nil (no store) is fine.
 func (r *Replicas) Close() {
 	if r == nil {
 		return
+	}
+	r.cancel()
+	r.mu.Lock()
+	running := r.running
+	r.mu.Unlock()
+	if running {
+		<-r.done
 	}
 }
