@@ -45,6 +45,15 @@ type RawObject struct {
 	Data []byte
 }
 
+// Raw is a repository's objects in their stored form, for copies of them
+// elsewhere (package replica): the walk of what a tree reaches, and
+// objects read and written as their files hold them. A view of Repo's,
+// apart from its everyday calls.
+type Raw struct{ r *Repo }
+
+// Raw returns r's objects in their stored form.
+func (r *Repo) Raw() Raw { return Raw{r} }
+
 // Objects calls visit with every object reachable from the tree: the
 // trees, the blobs, and the extent maps of sparse files with the blobs of
 // their extents, each once, depth first: a folder's tree before its
@@ -57,7 +66,8 @@ type RawObject struct {
 // or on a tree that stays recorded meanwhile.
 //
 // It keeps the set of the objects visited: about 100 bytes an object.
-func (r *Repo) Objects(ctx context.Context, tree Hash, visit func(h Hash, kind ObjectKind) error) error {
+func (x Raw) Objects(ctx context.Context, tree Hash, visit func(h Hash, kind ObjectKind) error) error {
+	r := x.r
 	w := objectWalk{r: r, ctx: ctx, visit: visit, empty: emptyTreeHash(), seen: make(map[Hash]struct{})}
 	return w.tree(tree, "")
 }
@@ -137,7 +147,8 @@ func (w *objectWalk) tree(h Hash, rel string) error {
 // not counted: a Fetch writes it again, as a Build would.) A failure to
 // look is reported as false: the caller then writes the object again,
 // which is harmless.
-func (r *Repo) Has(h Hash) bool {
+func (x Raw) Has(h Hash) bool {
+	r := x.r
 	ok, err := r.present(&writeSet{}, h)
 	return err == nil && ok
 }
@@ -146,7 +157,8 @@ func (r *Repo) Has(h Hash) bool {
 // its hash: a missing object is an error matching ErrNotFound, one that
 // fails its check an error matching ErrCorrupt. It holds the object in
 // memory: for one that may be large, use OpenRaw.
-func (r *Repo) ReadRaw(h Hash) (RawObject, error) {
+func (x Raw) ReadRaw(h Hash) (RawObject, error) {
+	r := x.r
 	src, err := r.openObject(h)
 	if err != nil {
 		return RawObject{}, err
@@ -172,7 +184,8 @@ func (r *Repo) ReadRaw(h Hash) (RawObject, error) {
 // end, a bigger one read a second time then: a read does not start
 // goroutines.) Missing objects are an error matching ErrNotFound. Close
 // the reader when done.
-func (r *Repo) OpenRaw(h Hash) (io.ReadCloser, int64, error) {
+func (x Raw) OpenRaw(h Hash) (io.ReadCloser, int64, error) {
+	r := x.r
 	src, err := r.openObject(h)
 	if err != nil {
 		return nil, 0, err
@@ -286,7 +299,8 @@ func (rr *rawReader) Close() error {
 // new objects to one log, fsync'ed once with its folder, readable at once
 // and spread later. Call it holding Shared until the tree they belong to
 // is recorded, as for a Build: until then a collection may remove them.
-func (r *Repo) PutRaw(ctx context.Context, objs []RawObject) error {
+func (x Raw) PutRaw(ctx context.Context, objs []RawObject) error {
+	r := x.r
 	var ws writeSet
 	fail := func(err error) error {
 		if ws.log != nil {
@@ -348,7 +362,8 @@ func (r *Repo) commitPut(ws *writeSet, fail func(error) error) error {
 // kept either. Durable on return, as PutRaw's objects are, and under the
 // same lock rule. If the repository holds h already (Has), data is not
 // read.
-func (r *Repo) PutRawStream(ctx context.Context, h Hash, data io.Reader) error {
+func (x Raw) PutRawStream(ctx context.Context, h Hash, data io.Reader) error {
+	r := x.r
 	if h.IsZero() {
 		return errors.New("snapshot: put object: the zero hash")
 	}

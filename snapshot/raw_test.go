@@ -92,7 +92,7 @@ func TestObjects(t *testing.T) {
 
 	var order []Hash
 	kinds := make(map[Hash]ObjectKind)
-	err := r.Objects(context.Background(), root, func(h Hash, kind ObjectKind) error {
+	err := r.Raw().Objects(context.Background(), root, func(h Hash, kind ObjectKind) error {
 		if _, ok := kinds[h]; ok {
 			t.Errorf("%s visited twice", h)
 		}
@@ -151,7 +151,7 @@ func TestObjects(t *testing.T) {
 	t.Run("visit error", func(t *testing.T) {
 		stop := errors.New("stop here")
 		n := 0
-		err := r.Objects(context.Background(), root, func(Hash, ObjectKind) error {
+		err := r.Raw().Objects(context.Background(), root, func(Hash, ObjectKind) error {
 			if n++; n == 3 {
 				return stop
 			}
@@ -164,14 +164,14 @@ func TestObjects(t *testing.T) {
 	t.Run("canceled", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		err := r.Objects(ctx, root, func(Hash, ObjectKind) error { return nil })
+		err := r.Raw().Objects(ctx, root, func(Hash, ObjectKind) error { return nil })
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("got %v, want context.Canceled", err)
 		}
 	})
 	t.Run("empty", func(t *testing.T) {
 		for _, h := range []Hash{{}, EmptyTree()} {
-			err := r.Objects(context.Background(), h, func(h Hash, _ ObjectKind) error {
+			err := r.Raw().Objects(context.Background(), h, func(h Hash, _ ObjectKind) error {
 				t.Errorf("visited %s", h)
 				return nil
 			})
@@ -182,7 +182,7 @@ func TestObjects(t *testing.T) {
 	})
 	t.Run("missing tree", func(t *testing.T) {
 		other := openRepo(t)
-		err := other.Objects(context.Background(), root, func(Hash, ObjectKind) error { return nil })
+		err := other.Raw().Objects(context.Background(), root, func(Hash, ObjectKind) error { return nil })
 		if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), root.String()) {
 			t.Errorf("got %v, want ErrNotFound naming %s", err, root)
 		}
@@ -196,12 +196,12 @@ func copyRaw(t testing.TB, src, dst *Repo, h Hash) {
 	t.Helper()
 	ctx := context.Background()
 	var batch []RawObject
-	err := src.Objects(ctx, h, func(h Hash, _ ObjectKind) error {
-		obj, err := src.ReadRaw(h)
+	err := src.Raw().Objects(ctx, h, func(h Hash, _ ObjectKind) error {
+		obj, err := src.Raw().ReadRaw(h)
 		if err != nil {
 			return err
 		}
-		rc, size, err := src.OpenRaw(h)
+		rc, size, err := src.Raw().OpenRaw(h)
 		if err != nil {
 			return err
 		}
@@ -210,7 +210,7 @@ func copyRaw(t testing.TB, src, dst *Repo, h Hash) {
 			t.Errorf("object %s: OpenRaw's size %d, ReadRaw's %d", h, size, len(obj.Data))
 		}
 		if size > smallMax {
-			return dst.PutRawStream(ctx, h, rc)
+			return dst.Raw().PutRawStream(ctx, h, rc)
 		}
 		data, err := io.ReadAll(rc)
 		if err != nil {
@@ -225,7 +225,7 @@ func copyRaw(t testing.TB, src, dst *Repo, h Hash) {
 	if err != nil {
 		t.Fatalf("copy: %v", err)
 	}
-	if err := dst.PutRaw(ctx, batch); err != nil {
+	if err := dst.Raw().PutRaw(ctx, batch); err != nil {
 		t.Fatalf("PutRaw: %v", err)
 	}
 }
@@ -240,11 +240,11 @@ func TestRawCopy(t *testing.T) {
 	copyRaw(t, src, dst, root)
 
 	formats := make(map[byte]int)
-	err := dst.Objects(context.Background(), root, func(h Hash, _ ObjectKind) error {
-		if !dst.Has(h) {
+	err := dst.Raw().Objects(context.Background(), root, func(h Hash, _ ObjectKind) error {
+		if !dst.Raw().Has(h) {
 			t.Errorf("%s: not held after PutRaw", h)
 		}
-		obj, err := dst.ReadRaw(h)
+		obj, err := dst.Raw().ReadRaw(h)
 		formats[obj.Data[0]]++
 		return err
 	})
@@ -276,18 +276,18 @@ func TestPutRawRefuses(t *testing.T) {
 	write(t, filepath.Join(dir, "raw"), "a small raw blob", 0o644)
 	write(t, filepath.Join(dir, "zstd"), strings.Repeat("a compressible line\n", 50), 0o644)
 	root, _ := build(t, src, dir, Hash{}, nil, true)
-	rawObj, err := src.ReadRaw(sum([]byte("a small raw blob")))
+	rawObj, err := src.Raw().ReadRaw(sum([]byte("a small raw blob")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	zstdObj, err := src.ReadRaw(sum([]byte(strings.Repeat("a compressible line\n", 50))))
+	zstdObj, err := src.Raw().ReadRaw(sum([]byte(strings.Repeat("a compressible line\n", 50))))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if zstdObj.Data[0] != formatZstd {
 		t.Fatalf("the compressible blob is stored in format %d", zstdObj.Data[0])
 	}
-	tree, err := src.ReadRaw(root)
+	tree, err := src.Raw().ReadRaw(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,16 +309,16 @@ func TestPutRawRefuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dst := openRepo(t)
 			// A good object before the bad one: nothing of the call is kept.
-			err := dst.PutRaw(context.Background(), []RawObject{tree, tc.bad})
+			err := dst.Raw().PutRaw(context.Background(), []RawObject{tree, tc.bad})
 			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.bad.Hash.String()) {
 				t.Errorf("PutRaw: got %v, want ErrCorrupt naming %s", err, tc.bad.Hash)
 			}
-			err = dst.PutRawStream(context.Background(), tc.bad.Hash, bytes.NewReader(tc.bad.Data))
+			err = dst.Raw().PutRawStream(context.Background(), tc.bad.Hash, bytes.NewReader(tc.bad.Data))
 			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.bad.Hash.String()) {
 				t.Errorf("PutRawStream: got %v, want ErrCorrupt naming %s", err, tc.bad.Hash)
 			}
 			for _, h := range []Hash{tree.Hash, tc.bad.Hash} {
-				if dst.Has(h) {
+				if dst.Raw().Has(h) {
 					t.Errorf("%s kept", h)
 				}
 			}
@@ -332,11 +332,11 @@ func TestPutRawRefuses(t *testing.T) {
 		dst := openRepo(t)
 		broken := errors.New("the network went away")
 		data := io.MultiReader(bytes.NewReader(zstdObj.Data[:len(zstdObj.Data)/2]), errReader{broken})
-		err := dst.PutRawStream(context.Background(), zstdObj.Hash, data)
+		err := dst.Raw().PutRawStream(context.Background(), zstdObj.Hash, data)
 		if !errors.Is(err, broken) || errors.Is(err, ErrCorrupt) {
 			t.Errorf("got %v, want the read error, not ErrCorrupt", err)
 		}
-		if dst.Has(zstdObj.Hash) {
+		if dst.Raw().Has(zstdObj.Hash) {
 			t.Errorf("kept")
 		}
 		if names, _ := listTmp(dst.tmp); len(names) != 0 {
@@ -358,7 +358,7 @@ func TestReadRawCorrupt(t *testing.T) {
 	small := sum([]byte("a small raw blob"))
 	text := sum([]byte(strings.Repeat("a compressible line\n", 50)))
 	mixed := sum(randomBytes(4<<20, 16))
-	if rc, size, err := r.OpenRaw(mixed); err != nil || size <= smallMax {
+	if rc, size, err := r.Raw().OpenRaw(mixed); err != nil || size <= smallMax {
 		t.Fatalf("the mixed file is stored in %d bytes (%v), want more than %d", size, err, smallMax)
 	} else {
 		rc.Close()
@@ -380,10 +380,10 @@ func TestReadRawCorrupt(t *testing.T) {
 			}
 			defer os.WriteFile(p, good, 0o600)
 			flipByte(t, p, tc.off)
-			if _, err := r.ReadRaw(tc.h); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.h.String()) {
+			if _, err := r.Raw().ReadRaw(tc.h); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.h.String()) {
 				t.Errorf("ReadRaw: got %v, want ErrCorrupt naming %s", err, tc.h)
 			}
-			rc, _, err := r.OpenRaw(tc.h)
+			rc, _, err := r.Raw().OpenRaw(tc.h)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -104,7 +104,7 @@ func (f *fetcher) run(ctx context.Context) error {
 			}
 		}
 		err := f.readPacks(ctx, metas, func(e entry) bool {
-			return e.kind != snapshot.ObjectBlob && !f.repo.Has(e.hash)
+			return e.kind != snapshot.ObjectBlob && !f.repo.Raw().Has(e.hash)
 		})
 		if err != nil {
 			return err
@@ -118,14 +118,14 @@ func (f *fetcher) run(ctx context.Context) error {
 	if len(need) > 0 {
 		err := f.readPacks(ctx, m.packs, func(e entry) bool {
 			_, ok := need[e.hash]
-			return ok && !f.repo.Has(e.hash)
+			return ok && !f.repo.Raw().Has(e.hash)
 		})
 		if err != nil {
 			return err
 		}
 	}
 	for h := range need {
-		if !f.repo.Has(h) {
+		if !f.repo.Raw().Has(h) {
 			return fmt.Errorf("%w: object %s is in none of the packs its manifest names", ErrCorrupt, h)
 		}
 	}
@@ -137,8 +137,8 @@ func (f *fetcher) run(ctx context.Context) error {
 // extent map is missing: what is below it is not known yet).
 func (f *fetcher) missing(ctx context.Context) (map[snapshot.Hash]struct{}, error) {
 	need := make(map[snapshot.Hash]struct{})
-	err := f.repo.Objects(ctx, f.tree, func(h snapshot.Hash, _ snapshot.ObjectKind) error {
-		if !f.repo.Has(h) {
+	err := f.repo.Raw().Objects(ctx, f.tree, func(h snapshot.Hash, _ snapshot.ObjectKind) error {
+		if !f.repo.Raw().Has(h) {
 			need[h] = struct{}{}
 		}
 		return nil
@@ -203,7 +203,7 @@ func (f *fetcher) readPack(ctx context.Context, name snapshot.Hash, want func(en
 		if len(batch) == 0 {
 			return nil
 		}
-		if err := f.repo.PutRaw(ctx, batch); err != nil {
+		if err := f.repo.Raw().PutRaw(ctx, batch); err != nil {
 			return objectErr(key, err)
 		}
 		f.objects.Add(int64(len(batch)))
@@ -219,7 +219,7 @@ func (f *fetcher) readPack(ctx context.Context, name snapshot.Hash, want func(en
 		}
 		if e.size > bigObject {
 			body := &cutReader{r: io.LimitReader(r, e.size), left: e.size}
-			if err := f.repo.PutRawStream(ctx, e.hash, body); err != nil {
+			if err := f.repo.Raw().PutRawStream(ctx, e.hash, body); err != nil {
 				if body.cut {
 					return packReadErr(key, e, io.ErrUnexpectedEOF)
 				}

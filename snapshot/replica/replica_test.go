@@ -317,8 +317,8 @@ func TestUploadFetch(t *testing.T) {
 		t.Errorf("fetch: %d objects from %d packs, %d bytes (the store gave %d); want %d objects from 3 packs",
 			fst.Objects, fst.Packs, fst.Bytes, store.got, st.Objects)
 	}
-	err := b.repo.Objects(context.Background(), tree, func(h snapshot.Hash, _ snapshot.ObjectKind) error {
-		if !b.repo.Has(h) {
+	err := b.repo.Raw().Objects(context.Background(), tree, func(h snapshot.Hash, _ snapshot.ObjectKind) error {
+		if !b.repo.Raw().Has(h) {
 			return fmt.Errorf("object %s missing after the fetch", h)
 		}
 		return nil
@@ -613,12 +613,12 @@ func TestFetchCorrupt(t *testing.T) {
 			t.Logf("%v", err)
 			if tc.pack.head != nil && !tc.notFind {
 				for _, e := range tc.pack.head.entries {
-					if b.repo.Has(e.hash) && e.size <= bigObject {
+					if b.repo.Raw().Has(e.hash) && e.size <= bigObject {
 						t.Errorf("%s of the spoiled pack kept", e.hash)
 					}
 				}
 			}
-			if b.repo.Has(tree) && tc.pack.name == metaPack.name {
+			if b.repo.Raw().Has(tree) && tc.pack.name == metaPack.name {
 				t.Errorf("the root tree kept")
 			}
 

@@ -303,8 +303,8 @@ func TestS3Store(t *testing.T) {
 		if fst.Objects != st.Objects {
 			t.Errorf("fetch over S3: %d objects, want %d", fst.Objects, st.Objects)
 		}
-		if err := b.repo.Objects(context.Background(), tree, func(h snapshot.Hash, _ snapshot.ObjectKind) error {
-			if !b.repo.Has(h) {
+		if err := b.repo.Raw().Objects(context.Background(), tree, func(h snapshot.Hash, _ snapshot.ObjectKind) error {
+			if !b.repo.Raw().Has(h) {
 				return fmt.Errorf("object %s missing after the fetch", h)
 			}
 			return nil

@@ -282,7 +282,7 @@ func (u *uploader) produce(ctx context.Context, out chan<- *outPack) error {
 		}
 	}
 	meta, data := &builder{meta: true}, &builder{}
-	err := u.repo.Objects(ctx, u.tree, func(h snapshot.Hash, kind snapshot.ObjectKind) error {
+	err := u.repo.Raw().Objects(ctx, u.tree, func(h snapshot.Hash, kind snapshot.ObjectKind) error {
 		u.mu.Lock()
 		u.st.Objects++
 		ref, reused := u.known[h]
@@ -300,7 +300,7 @@ func (u *uploader) produce(ctx context.Context, out chan<- *outPack) error {
 		if kind != snapshot.ObjectBlob {
 			b = meta
 		}
-		rc, size, err := u.repo.OpenRaw(h)
+		rc, size, err := u.repo.Raw().OpenRaw(h)
 		if err != nil {
 			return err
 		}
