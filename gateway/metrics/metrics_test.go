@@ -39,6 +39,9 @@ func figures() Figures {
 		LockWaits:   func() int { return 17 },
 		RestoreLeft: func() int { return 18 },
 		ImageBytes:  func() int64 { return 1 << 20 },
+		// A server with a snapshot store (--snapshots s3://...): two
+		// checkpoints waiting, the store up.
+		SnapshotUploads: func() (int, bool) { return 2, true },
 	}
 }
 
