@@ -51,7 +51,7 @@ var rooms = map[string][]string{
 	// it through an interface of their own (checkpoints.Replicas), and it
 	// reads their repositories through one (replicas.Repos).
 	"replicas": {"call"},
-	"health":      {"call", "threads", "jails", "jobs", "hosts", "quota", "checkpoints", "metrics", "events", "admit", "remount", "threadlimit"},
+	"health":   {"call", "threads", "jails", "jobs", "hosts", "quota", "checkpoints", "metrics", "events", "admit", "remount", "threadlimit"},
 }
 
 // TestRoomImports holds the import graph of the rooms under gateway/ to
