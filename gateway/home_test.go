@@ -20,19 +20,8 @@ import (
 	"warren/jail"
 )
 
-// The threads' homes (gateway/threads/home.go). The tests that look from
-// inside a jail need package jail to mount jail.Config.Home at jail.Home
-// (/home/agent); until it does (HOME is still the workspace) they skip
-// (needJailHome). The tests on the host side run everywhere.
-
-// needJailHome skips a test of what a command sees of its home while
-// package jail gives commands no home of their own.
-func needJailHome(t *testing.T) {
-	t.Helper()
-	if jail.Home == jail.Workspace {
-		t.Skip("package jail does not mount Config.Home yet (jail.Home is the workspace)")
-	}
-}
+// The threads' homes (gateway/threads/home.go): what a command sees of
+// its home from inside its jail, and the folders on the host.
 
 // execIn runs command in thread acme/thread and returns its exit code and
 // its output, stdout and stderr together.
@@ -250,7 +239,6 @@ func TestHomeOfAnOlderThread(t *testing.T) {
 // thread closed) and after a restart of the daemon, and goes with the
 // thread's delete.
 func TestHomeInTheJail(t *testing.T) {
-	needJailHome(t)
 	cfg := Config{Store: newStore(t)}
 	env := startEnv(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -300,7 +288,6 @@ func TestHomeInTheJail(t *testing.T) {
 // quota of 4 MiB writes 3 in its workspace, then cannot write 3 in its
 // home.
 func TestHomeQuotaInTheJail(t *testing.T) {
-	needJailHome(t)
 	mnt := testenv.LoopFS(t, 512*mib, "mkfs.btrfs", []string{"-q"}, "")
 	env := startEnv(t, Config{DataDir: filepath.Join(mnt, "data"), DiskQuotaBytes: 4 * mib})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
