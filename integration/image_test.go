@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -50,20 +49,7 @@ func TestImageJailEscapes(t *testing.T) {
 		t.Fatalf("the image's bash and perl: exit %d, %q", code, out)
 	}
 	// The environment: warren's names and the image's, no secret.
-	code, out := d.execIn("t1", "env")
-	if code != 0 {
-		t.Fatalf("env: %d %s", code, out)
-	}
-	var names []string
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		name, _, _ := strings.Cut(line, "=")
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	want := "AGENT GIT_CONFIG_COUNT GIT_CONFIG_KEY_0 GIT_CONFIG_KEY_1 GIT_CONFIG_VALUE_0 GIT_CONFIG_VALUE_1 HOME IMAGE_NAME LANG LC_ALL PATH PWD SHLVL TEMP TMP TMPDIR _"
-	if strings.Join(names, " ") != want || strings.Contains(out, "secret") {
-		t.Errorf("env in the jail: %v\nwant %s", names, want)
-	}
+	checkEnvNames(t, d, "t1", "AGENT GIT_CONFIG_COUNT GIT_CONFIG_KEY_0 GIT_CONFIG_KEY_1 GIT_CONFIG_VALUE_0 GIT_CONFIG_VALUE_1 HOME IMAGE_NAME LANG LC_ALL PATH PWD SHLVL TEMP TMP TMPDIR _")
 
 	tryEscapes(t, d, "t1", dotEnv, other)
 

@@ -49,20 +49,7 @@ func TestJailEscapes(t *testing.T) {
 	pid := d.cmd.Process.Pid
 
 	// The environment: exactly the allowed names, no secret.
-	code, out := d.execIn("t1", "env")
-	if code != 0 {
-		t.Fatalf("env: %d %s", code, out)
-	}
-	var names []string
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		name, _, _ := strings.Cut(line, "=")
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	want := "AGENT GIT_CONFIG_COUNT GIT_CONFIG_KEY_0 GIT_CONFIG_KEY_1 GIT_CONFIG_VALUE_0 GIT_CONFIG_VALUE_1 HOME LANG LC_ALL PATH PWD SHLVL TEMP TMP TMPDIR _"
-	if strings.Join(names, " ") != want || strings.Contains(out, "secret") {
-		t.Errorf("env in the jail: %v\nwant %s", names, want)
-	}
+	checkEnvNames(t, d, "t1", "AGENT GIT_CONFIG_COUNT GIT_CONFIG_KEY_0 GIT_CONFIG_KEY_1 GIT_CONFIG_VALUE_0 GIT_CONFIG_VALUE_1 HOME LANG LC_ALL PATH PWD SHLVL TEMP TMP TMPDIR _")
 
 	tryEscapes(t, d, "t1", dotEnv, other)
 	if err := syscall.Kill(pid, 0); err != nil {
@@ -81,7 +68,7 @@ func TestJailEscapes(t *testing.T) {
 
 	// git runs no hook of the project, whether in .git/hooks or in a
 	// committed core.hooksPath.
-	code, out = d.execIn("t1", `set -e
+	code, out := d.execIn("t1", `set -e
 git init -q repo && cd repo
 git config user.email a@example.com && git config user.name agent
 mkdir -p .git/hooks .githooks
@@ -113,6 +100,26 @@ test ! -e /workspace/HOOK_RAN && echo no-hook`)
 	}
 	if _, err := d.warren("ls"); err != nil {
 		t.Fatalf("the daemon after the fork bomb: %v", err)
+	}
+}
+
+// checkEnvNames checks that a command in thread's jail sees exactly the
+// variables named in want (sorted, space-separated), and no secret of the
+// server's.
+func checkEnvNames(t *testing.T, d *daemon, thread, want string) {
+	t.Helper()
+	code, out := d.execIn(thread, "env")
+	if code != 0 {
+		t.Fatalf("env: %d %s", code, out)
+	}
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		name, _, _ := strings.Cut(line, "=")
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	if strings.Join(names, " ") != want || strings.Contains(out, "secret") {
+		t.Errorf("env in the jail: %v\nwant %s", names, want)
 	}
 }
 
