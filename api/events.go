@@ -19,6 +19,11 @@ const (
 	// EventThreadStranded: a gateway took the thread over from a host that
 	// died and could not reach its folder: every call fails now.
 	EventThreadStranded EventType = "thread.stranded"
+	// EventThreadMoved: a gateway took the thread over from a host that
+	// died, and restored the newest checkpoint that host copied to the
+	// snapshot store (serve --on-unreachable restore); Checkpoint names it
+	// and Message is the note the model gets.
+	EventThreadMoved EventType = "thread.moved"
 	// EventEscapeRefused: a mount of the thread refused an operation that
 	// would have left the workspace (a link out of it, a device node...).
 	EventEscapeRefused EventType = "escape.refused"

@@ -76,6 +76,10 @@ type ExecFrame struct {
 	// the answer ends there, and the job has the rest of its output.
 	Background string `json:"background,omitempty"`
 	Error      string `json:"error,omitempty"`
+	// Notice, on the first frame, is a note on the thread's workspace
+	// for the model, given once: the first command after the thread moved
+	// to this server with its last copied checkpoint carries it.
+	Notice string `json:"notice,omitempty"`
 }
 
 // SpawnRequest starts a background job.

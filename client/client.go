@@ -292,7 +292,10 @@ func (c *Client) ExecStream(ctx context.Context, tenant, thread string, req api.
 
 // ExecEnd is ExecStream that returns the answer's last frame, with the
 // exit code and, when the gateway or the kernel ended the command, its
-// Reason and Note. A frame without Exit comes with an error.
+// Reason and Note. A frame without Exit comes with an error. A notice
+// on the thread's workspace (api.ExecFrame.Notice: the thread moved to
+// this server) goes to stderr first, on a line of its own after
+// "warren: ".
 func (c *Client) ExecEnd(ctx context.Context, tenant, thread string, req api.ExecRequest, onID func(string), stdout, stderr io.Writer) (api.ExecFrame, error) {
 	path := threadPath(tenant, thread) + "/exec"
 	resp, err := c.send(ctx, methodPost, path, nil, req)
@@ -308,6 +311,9 @@ func (c *Client) ExecEnd(ctx context.Context, tenant, thread string, req api.Exe
 				return api.ExecFrame{}, ctx.Err()
 			}
 			return api.ExecFrame{}, fmt.Errorf("POST %s: the answer ended before the command did: %w", path, err)
+		}
+		if f.Notice != "" && stderr != nil {
+			io.WriteString(stderr, "warren: "+f.Notice+"\n")
 		}
 		switch {
 		case f.Background != "":

@@ -59,7 +59,10 @@ type Config struct {
 	// OnUnreachable says what a gateway does with a thread it takes over
 	// whose folder it cannot reach: UnreachableGone (the default) marks it
 	// gone, UnreachableFresh starts a fresh workspace, and runs
-	// SeedCommand in it if that is set (a clone, say).
+	// SeedCommand in it if that is set (a clone, say);
+	// UnreachableRestore (with a SnapshotStore) restores in a new
+	// workspace the newest checkpoint the former host copied to the
+	// store, and is UnreachableFresh for a thread with none.
 	OnUnreachable string
 	SeedCommand   string
 	// BodyTimeout bounds how long a request's body may take to arrive,
@@ -270,8 +273,9 @@ const (
 // What a gateway does with a thread it takes over whose folder it cannot
 // reach (Config.OnUnreachable).
 const (
-	UnreachableGone  = threads.UnreachableGone
-	UnreachableFresh = threads.UnreachableFresh
+	UnreachableGone    = threads.UnreachableGone
+	UnreachableFresh   = threads.UnreachableFresh
+	UnreachableRestore = threads.UnreachableRestore
 )
 
 // goBin is where the Go toolchain's programs are on hosts that install
@@ -496,8 +500,12 @@ func (c Config) withDefaults() (Config, error) {
 	case "":
 		c.OnUnreachable = UnreachableGone
 	case UnreachableGone, UnreachableFresh:
+	case UnreachableRestore:
+		if c.SnapshotStore == "" {
+			return c, fmt.Errorf("config: on-unreachable restore needs a snapshot store (--snapshots s3://…): a thread moves with the checkpoints its former host copied there")
+		}
 	default:
-		return c, fmt.Errorf("config: on-unreachable %q is neither gone nor fresh", c.OnUnreachable)
+		return c, fmt.Errorf("config: on-unreachable %q is not gone, fresh or restore", c.OnUnreachable)
 	}
 	return c, nil
 }

@@ -285,6 +285,16 @@ func (c *Checkpoints) collectOnce(ctx context.Context, tenant string) {
 				}
 			}
 		}
+		if c.cfg.Replicas != nil {
+			// The repository is a cache of the store: the trees of
+			// checkpoints taken elsewhere are not here until a call
+			// needs them, and one not here whole has nothing to keep:
+			// what a fetch cut short left goes. (A fetch under way is
+			// never swept over: it holds the shared lock, and its tree
+			// is whole once it ends.)
+			rep := c.cfg.Replicas
+			roots = slices.DeleteFunc(roots, func(t snapshot.Hash) bool { return !rep.Whole(tenant, r, t) })
+		}
 		return roots, nil
 	})
 	if err != nil {
@@ -432,6 +442,16 @@ type built struct {
 // gives it back.
 func (c *Checkpoints) buildNow(ctx context.Context, h *history) (built, error) {
 	start := time.Now()
+	// The head is the base; and a new checkpoint's bytes may be counted
+	// against any other (settle).
+	if head := h.find(h.Head); head != nil {
+		if err := c.need(ctx, h, *head); err != nil {
+			return built{}, err
+		}
+	}
+	if err := c.needAll(ctx, h); err != nil {
+		return built{}, err
+	}
 	thaw := h.files.Freeze()
 	set := h.files.TakeChanges()
 	var base snapshot.Hash
@@ -820,6 +840,10 @@ func (c *Checkpoints) saveState(ctx context.Context, h *history, label string) (
 // to holds, and leaves to as the head and redo as the redo stack. Running
 // commands and jobs refuse it, or are stopped first with force.
 func (c *Checkpoints) restoreTo(ctx context.Context, h *history, op string, now snapshot.Hash, to meta.Checkpoint, redo []string, force bool) (api.RestoreResponse, error) {
+	// The target is here before anything changes.
+	if err := c.need(ctx, h, to); err != nil {
+		return api.RestoreResponse{}, err
+	}
 	ctx, done := c.restoreContext(ctx)
 	defer done()
 	stopped, err := c.quiesce(ctx, h.k, op, to.ID, force)
@@ -856,6 +880,15 @@ func (c *Checkpoints) applyRestore(ctx context.Context, h *history, now snapshot
 	to, err := snapshot.ParseHash(rs.Tree)
 	if err != nil {
 		return nil, c.failRestore(ctx, h, now, nil, nil, fmt.Errorf("the journal's tree: %w", err))
+	}
+	// A journal a former host left (or one of a fork) may name a tree
+	// this server has yet to bring: put back, nothing changed, if it
+	// cannot.
+	if err := c.needTree(ctx, h, rs.To, rs.HostID, true, to); err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, c.failRestore(ctx, h, now, nil, nil, err)
 	}
 	rec := snapshot.Record(h.files.Restorer())
 	deltas, err := h.repo.Diff(ctx, now, to)
@@ -1006,11 +1039,14 @@ func (c *Checkpoints) diff(ctx context.Context, tenant, thread, from, to string,
 				}
 				return b.tree, nil
 			}
-			c := h.find(id)
-			if c == nil {
+			cp := h.find(id)
+			if cp == nil {
 				return snapshot.Hash{}, call.Refuse(api.ErrNotFound, fmt.Sprintf("This thread has no checkpoint %s.", call.Quote(id)))
 			}
-			return snapshot.ParseHash(c.Tree)
+			if err := c.need(ctx, h, *cp); err != nil {
+				return snapshot.Hash{}, err
+			}
+			return snapshot.ParseHash(cp.Tree)
 		}
 		a, err := tree(from)
 		if err != nil {
@@ -1125,15 +1161,15 @@ func (c *Checkpoints) fork(ctx context.Context, tenant, thread string, req api.F
 		if id == "" {
 			id = h.Head
 		}
-		c := h.find(id)
-		if c == nil {
+		cp := h.find(id)
+		if cp == nil {
 			if id == "" {
 				return call.Refuse(api.ErrConflict, "This thread has no checkpoint to fork from.")
 			}
 			return call.Refuse(api.ErrNotFound, fmt.Sprintf("This thread has no checkpoint %s.", call.Quote(id)))
 		}
-		src = *c
-		return nil
+		src = *cp
+		return c.need(ctx, h, src)
 	})
 	if err != nil {
 		return api.ForkResponse{}, err

@@ -5,6 +5,8 @@ import (
 
 	"warren/api"
 	"warren/meta"
+	"warren/snapshot"
+	"warren/snapshot/replica"
 )
 
 // Threads is what the checkpoints call of the threads.
@@ -60,4 +62,14 @@ type Replicas interface {
 	// parent), "" for none: what the store holds already. It returns at
 	// once: the upload runs in the background and marks cp Replicated.
 	Replicate(k meta.ThreadKey, cp meta.Checkpoint, base string)
+	// Whole reports, without reading it, whether repo holds the whole of
+	// tree: a thread that moved here finds the trees of its checkpoints
+	// in the store only.
+	Whole(tenant string, repo *snapshot.Repo, tree snapshot.Hash) bool
+	// Fetch brings what repo lacks of tree from the store, checked; the
+	// caller holds repo's shared lock. A tree the store lacks is an error
+	// matching replica.ErrNotFound, a copy that fails its checks one
+	// matching replica.ErrCorrupt; any other error means the store could
+	// not be read.
+	Fetch(ctx context.Context, tenant string, repo *snapshot.Repo, tree snapshot.Hash) (replica.FetchStats, error)
 }

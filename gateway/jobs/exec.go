@@ -192,7 +192,7 @@ func (s *execStream) ServeStream(w http.ResponseWriter, r *http.Request) {
 	// wake-up per command, or goes alone after execIDDelay, for a
 	// command that runs on without a word (to signal it, or move it).
 	now := s.run.stdin != nil || s.run.resize != nil
-	out.writeFlush(api.ExecFrame{ID: id}, now)
+	out.writeFlush(api.ExecFrame{ID: id, Notice: s.js.takeNotice(s.run.key)}, now)
 	if !now {
 		defer out.flushLater(execIDDelay)()
 	}

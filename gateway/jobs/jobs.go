@@ -109,6 +109,10 @@ type Jobs struct {
 	closed bool
 	// threads holds each thread's jobs.
 	threads map[meta.ThreadKey]*threadJobs
+	// notices are the notes on threads' workspaces that their next
+	// command's answer carries (NoteWorkspace); kept past a close, since
+	// the model has not had them yet.
+	notices map[meta.ThreadKey]string
 	// wg counts the job slots taken (spawns and moves under way, running
 	// jobs), each until its job's end is recorded, and the closeIdle calls
 	// those ends start. A slot is taken only under mu while closed is not
@@ -171,6 +175,7 @@ func New(cfg Config) *Jobs {
 		cfg: cfg, log: cfg.Logger, store: cfg.Store, jails: cfg.Jails, threadRoom: cfg.Threads,
 		events: cfg.Events, metrics: cfg.Metrics, instance: newInstance(),
 		threads: make(map[meta.ThreadKey]*threadJobs),
+		notices: make(map[meta.ThreadKey]string),
 	}
 }
 
@@ -976,6 +981,27 @@ func (js *Jobs) EndThread(k meta.ThreadKey) {
 		jb.kill()
 		<-jb.done
 	}
+}
+
+// NoteWorkspace keeps note on k's workspace for the model: the first
+// frame of k's next command carries it (ExecFrame.Notice), once. A second
+// note before that command joins the first.
+func (js *Jobs) NoteWorkspace(k meta.ThreadKey, note string) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if old := js.notices[k]; old != "" {
+		note = old + " " + note
+	}
+	js.notices[k] = note
+}
+
+// takeNotice returns k's note for the model, if any, and forgets it.
+func (js *Jobs) takeNotice(k meta.ThreadKey) string {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	n := js.notices[k]
+	delete(js.notices, k)
+	return n
 }
 
 // Running counts the jobs k runs on this gateway (and those being

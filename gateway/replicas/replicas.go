@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"warren/gateway/call"
+	"warren/gateway/keyed"
 	"warren/meta"
 	"warren/snapshot"
 	"warren/snapshot/replica"
@@ -69,6 +70,8 @@ type Replicas struct {
 	cancel context.CancelFunc
 	wake   chan struct{} // a job was queued (capacity 1)
 	done   chan struct{} // closed when the uploader returned (Run)
+
+	fetches keyed.Locks[string] // one fetch per tenant and tree (Fetch)
 
 	mu      sync.Mutex
 	running bool            // Run started the uploader

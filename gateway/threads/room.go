@@ -22,6 +22,10 @@ import (
 const (
 	UnreachableGone  = "gone"
 	UnreachableFresh = "fresh"
+	// UnreachableRestore restores the newest checkpoint of the thread
+	// that its former host copied to the snapshot store; a thread with
+	// none starts afresh.
+	UnreachableRestore = "restore"
 )
 
 // Config is what the threads need of the daemon.
@@ -123,6 +127,9 @@ type Jobs interface {
 	// host's former run, left running.
 	NoteMoved(ctx context.Context, k meta.ThreadKey)
 	NoteRestarted(ctx context.Context, bs []meta.Binding)
+	// NoteWorkspace keeps a note on k's workspace for the model: the
+	// next command's answer carries it, once.
+	NoteWorkspace(k meta.ThreadKey, note string)
 }
 
 // Inspections is what the threads call of the inspection mounts
@@ -143,6 +150,11 @@ type History interface {
 	FinishRestore(ctx context.Context, k meta.ThreadKey, b meta.Binding) error
 	// FinishMoved restores a thread taken over from another host.
 	FinishMoved(ctx context.Context, b meta.Binding)
+	// RestoreMoved restores into b's workspace the newest checkpoint of
+	// a thread taken over from host from that is in the snapshot store
+	// (UnreachableRestore), and returns it with the note for the model;
+	// "" if there is none.
+	RestoreMoved(ctx context.Context, b meta.Binding, from string) (checkpoint, note string, err error)
 	// DropHistory removes k's history, for its delete.
 	DropHistory(ctx context.Context, k meta.ThreadKey) error
 }

@@ -95,6 +95,9 @@ func (f *fakeJobs) NoteMoved(ctx context.Context, k meta.ThreadKey) {
 	f.log.note("NoteMoved %s", k.Thread)
 }
 func (f *fakeJobs) NoteRestarted(ctx context.Context, bs []meta.Binding) { f.log.note("NoteRestarted") }
+func (f *fakeJobs) NoteWorkspace(k meta.ThreadKey, note string) {
+	f.log.note("NoteWorkspace %s: %s", k.Thread, note)
+}
 
 // fakeInspections notes the state the thread's record had when its
 // inspection mounts were taken down, and returns paths as theirs.
@@ -147,6 +150,10 @@ func (f *fakeHistory) FinishRestore(ctx context.Context, k meta.ThreadKey, b met
 }
 func (f *fakeHistory) FinishMoved(ctx context.Context, b meta.Binding) {
 	f.log.note("FinishMoved %s", b.Thread)
+}
+func (f *fakeHistory) RestoreMoved(ctx context.Context, b meta.Binding, from string) (string, string, error) {
+	f.log.note("RestoreMoved %s from %s", b.Thread, from)
+	return "", "", nil
 }
 func (f *fakeHistory) DropHistory(ctx context.Context, k meta.ThreadKey) error {
 	f.mu.Lock()

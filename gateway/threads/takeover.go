@@ -88,9 +88,16 @@ func (t *Threads) takeOver(ctx context.Context, old meta.Binding) (root string, 
 			return r, false, nil
 		}
 	}
-	if t.cfg.OnUnreachable == UnreachableFresh {
+	switch t.cfg.OnUnreachable {
+	case UnreachableFresh:
 		root, _, err := t.Paths(k)
 		t.log.Warn("workspace not reachable: starting a fresh one", "tenant", k.Tenant, "thread", k.Thread, "old_root", old.Root, "old_host", old.HostID, "root", root)
+		return root, true, err
+	case UnreachableRestore:
+		// A new workspace here, which the bind fills with the thread's
+		// last copied checkpoint once it is mounted (or leaves fresh).
+		root, _, err := t.Paths(k)
+		t.log.Warn("workspace not reachable: restoring its last copied checkpoint", "tenant", k.Tenant, "thread", k.Thread, "old_root", old.Root, "old_host", old.HostID, "root", root)
 		return root, true, err
 	}
 	gone := old

@@ -451,6 +451,16 @@ func (t *Threads) BindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	case found:
 		b.Settings = old.Settings
 	}
+	// A thread that moves with its checkpoints gets the last its former
+	// host copied, before its binding says it is here: a move that fails
+	// is tried again by the next call.
+	var movedTo, movedNote string
+	if moved && fresh && t.cfg.OnUnreachable == UnreachableRestore {
+		if movedTo, movedNote, err = t.deps.History.RestoreMoved(ctx, b, old.HostID); err != nil {
+			return meta.Binding{}, fmt.Errorf("bind %s: restore the last copied checkpoint: %w", call.KeyName(k), err)
+		}
+		fresh = movedTo == ""
+	}
 	if found {
 		b.Revision = old.Revision
 		b, err = t.store.UpdateBinding(ctx, b)
@@ -477,6 +487,10 @@ func (t *Threads) BindLocked(ctx context.Context, k meta.ThreadKey, settings *me
 	t.log.Info("thread bound", "tenant", k.Tenant, "thread", k.Thread, "path", mountPath, "root", root)
 	t.cfg.Events.Emit(api.Event{Type: api.EventThreadBound, Tenant: k.Tenant, Thread: k.Thread, Actor: call.Actor(ctx),
 		Message: "mounted at " + mountPath})
+	if movedNote != "" {
+		t.deps.Jobs.NoteWorkspace(k, movedNote)
+		t.cfg.Events.Emit(api.Event{Type: api.EventThreadMoved, Tenant: k.Tenant, Thread: k.Thread, Checkpoint: movedTo, Message: movedNote})
+	}
 	if fresh && t.cfg.SeedCommand != "" {
 		t.seed(ctx, b)
 	}

@@ -26,6 +26,8 @@ export interface ExecResult {
   note?: string
   /** Set when the command moved to the background: the job it became. */
   background?: string
+  /** A note on the thread's workspace, given once (the thread moved to this server with its last copied checkpoint). */
+  notice?: string
 }
 
 /** A client of one daemon. Call close() when finished. */
@@ -340,6 +342,7 @@ export class WarrenClient {
     for await (const f of this.execFrames(tenant, thread, req, o)) {
       o.onFrame?.(f)
       if (f.id) out.id = f.id
+      if (f.notice) out.notice = f.notice
       if (f.data !== undefined) {
         if (f.stream === 'stderr') out.stderr += f.data
         else out.stdout += f.data

@@ -1587,7 +1587,7 @@ export interface components {
             inUse?: boolean;
         };
         /** @enum {string} */
-        EventType: "thread.bound" | "thread.closed" | "thread.deleted" | "thread.stranded" | "escape.refused" | "write.stale" | "job.started" | "job.output" | "job.ended" | "jail.replaced" | "network.refused" | "file.created" | "file.changed" | "file.removed" | "file.renamed" | "jail.reclaimed" | "thread.fenced" | "missed" | "checkpoint.created" | "thread.restored" | "thread.restore_failed";
+        EventType: "thread.bound" | "thread.closed" | "thread.deleted" | "thread.stranded" | "thread.moved" | "escape.refused" | "write.stale" | "job.started" | "job.output" | "job.ended" | "jail.replaced" | "network.refused" | "file.created" | "file.changed" | "file.removed" | "file.renamed" | "jail.reclaimed" | "thread.fenced" | "missed" | "checkpoint.created" | "thread.restored" | "thread.restore_failed";
         /** @description One line of the event stream. */
         Event: {
             /**
@@ -1838,6 +1838,8 @@ export interface components {
             /** @description The job the command became; the answer ends there. */
             background?: string;
             error?: string;
+            /** @description On the first frame: a note on the thread's workspace for the model, given once (the thread moved to this server with the last checkpoint its former host copied to the snapshot store). */
+            notice?: string;
         };
         /** @description A name as kill -l lists it, with or without SIG, in any case (SIGINT, int, RTMIN+2), or a number from 1 to 64, as a string or a JSON number. */
         Signal: string | number;

@@ -515,10 +515,13 @@ function makeHandle(ctx: Ctx, run: string): WarrenSandboxHandle {
       },
       { signal: o.signal },
     )
-    if (!r.note) return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode }
+    // A notice on the workspace (it moved to this server) comes first,
+    // on a line of its own: the model reads it before the output.
+    const before = r.notice ? `warren: ${r.notice}\n` : ''
+    if (!r.note) return { stdout: r.stdout, stderr: before + r.stderr, exitCode: r.exitCode }
     // The note goes on a line of its own after the command's output.
     const sep = r.stderr === '' || r.stderr.endsWith('\n') ? '' : '\n'
-    const stderr = `${r.stderr}${sep}warren: ${r.note}\n`
+    const stderr = `${before}${r.stderr}${sep}warren: ${r.note}\n`
     return r.reason ? { stdout: r.stdout, stderr, exitCode: r.exitCode, reason: r.reason } : { stdout: r.stdout, stderr, exitCode: r.exitCode }
   }
 
