@@ -76,6 +76,32 @@ func TestSnapshotStore(t *testing.T) {
 		waitReady(t, env, func(rd api.Readiness) bool { return readyCheck(rd, "snapshot_store").OK })
 	})
 
+	t.Run("Refused", func(t *testing.T) {
+		// A daemon told to replicate does not start without its store:
+		// wrong credentials, a missing bucket, and restore without any
+		// store are each a clear error at start.
+		for _, c := range []struct {
+			name, url, secret, want string
+			onUnreachable           string
+		}{
+			{name: "credentials", url: storeURL("refused"), secret: "not-the-secret", want: "open the snapshot store"},
+			{name: "bucket", url: fmt.Sprintf("s3://no-such-bucket/p?endpoint=%s&region=%s&insecure=1", srv.Host, srv.Region), secret: srv.SecretKey, want: "open the snapshot store"},
+			{name: "restore without a store", onUnreachable: UnreachableRestore, secret: srv.SecretKey, want: "on-unreachable restore needs a snapshot store"},
+		} {
+			t.Setenv("AWS_SECRET_ACCESS_KEY", c.secret)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			g, err := Start(ctx, Config{SnapshotStore: c.url, OnUnreachable: c.onUnreachable, DataDir: filepath.Join(t.TempDir(), "data"), Store: newStore(t)})
+			cancel()
+			if err == nil {
+				g.Close()
+				t.Errorf("%s: the daemon started", c.name)
+			} else if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: %v; want an error saying %q", c.name, err, c.want)
+			}
+		}
+		t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	})
+
 	t.Run("FinishedAtNextStart", func(t *testing.T) {
 		cfg := Config{SnapshotStore: storeURL("restart"), DataDir: filepath.Join(t.TempDir(), "data"), Store: newStore(t)}
 		env := startEnv(t, cfg)
