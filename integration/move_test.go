@@ -121,6 +121,9 @@ func TestHostsMoveWithCheckpoint(t *testing.T) {
 	c.s3.Pause(t)
 	a.mustWarren("exec", "--thread", "t1", "--", "echo three > f")
 	a.mustWarren("checkpoint", "--thread", "t1", "--label", "three")
+	if list, err := a.client().History().Checkpoints(context.Background(), "", "t1"); err != nil || len(list.Checkpoints) != 3 || list.Checkpoints[2].Replicated {
+		t.Fatalf("checkpoints on A while the store hangs: %+v, %v; want cp-3 taken, not replicated", list, err)
+	}
 	a.mustWarren("exec", "--thread", "t1", "--", "echo four > f")
 	rootA := a.threadInfo("t1").Root
 	loseDisk(t, a)
@@ -249,3 +252,61 @@ func TestHostsMoveBadDays(t *testing.T) {
 	}
 	wantTree(t, "the workspace B restored", b.threadInfo("spoiled").MountPath, s1)
 }
+
+// TestHostsUploadKill9: a server killed -9 in the middle of an upload (some
+// of the checkpoint's packs in the store, not its manifest) finishes it
+// at its next start.
+func TestHostsUploadKill9(t *testing.T) {
+	c := newMoveCluster(t)
+	d := c.mover("host-c", "kill")
+	d.bind("default", "big")
+	mc := c.bucket(t)
+	ctx := context.Background()
+	count := func(prefix string) int {
+		n := 0
+		for obj := range mc.ListObjects(ctx, "warren", minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+			must(t, obj.Err)
+			n++
+		}
+		return n
+	}
+	var tree string
+	for try := 1; ; try++ {
+		// Big enough to take several packs, each a PUT of its own.
+		d.mustWarren("exec", "--thread", "big", "--", fmt.Sprintf("head -c 40000000 /dev/urandom > big%d && for i in $(seq 200); do echo $i.%d > small$i; done", try, try))
+		packs := count("kill/packs/")
+		cp, err := d.client().History().Checkpoint(ctx, "", "big", api.CheckpointRequest{})
+		must(t, err)
+		tree = cp.Checkpoint.Tree
+		mid := false
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if count("kill/trees/"+tree) > 0 {
+				break // done before the kill: again, with new content
+			}
+			if count("kill/packs/") > packs {
+				d.kill9()
+				mid = count("kill/trees/"+tree) == 0
+				break
+			}
+		}
+		if mid {
+			t.Logf("killed with %d of the checkpoint's packs in the store, on try %d", count("kill/packs/")-packs, try)
+			break
+		}
+		if try == 5 {
+			t.Fatal("the upload always ended before the kill")
+		}
+		if d.pid() == 0 {
+			d.start()
+		}
+	}
+	d.start()
+	cps := waitCopied(t, d, "big")
+	if last := cps[len(cps)-1]; last.Tree != tree {
+		t.Errorf("the last checkpoint's tree is %s, want %s", last.Tree, tree)
+	}
+	if count("kill/trees/"+tree) != 1 {
+		t.Errorf("the store lacks the manifest of the checkpoint cut short")
+	}
+}
+
