@@ -94,6 +94,7 @@ type changeLog struct {
 	paths map[string]bool // changed paths: true if the whole tree below; guarded by mu
 	lost  string          // why the set is not complete, "" if it is; guarded by mu
 	base  string          // what the set is relative to (commit); guarded by mu
+	gen   uint64          // counts the set's changes (PendingChanges); guarded by mu
 }
 
 // changeLogOf returns the change log of the folder id, made if need be
@@ -141,8 +142,9 @@ func (c *changeLog) mark(path string, tree bool) {
 	if c.paths == nil {
 		return // lost: nothing to add to
 	}
-	if tree || !c.paths[path] {
-		c.paths[path] = tree || c.paths[path]
+	if old, seen := c.paths[path]; !seen || tree && !old {
+		c.paths[path] = tree || old
+		c.gen++
 	}
 	if len(c.paths) > maxChanges {
 		c.loseLocked("more paths changed than the filesystem keeps")
@@ -160,6 +162,7 @@ func (c *changeLog) lose(why string) {
 func (c *changeLog) loseLocked(why string) {
 	if c.lost == "" {
 		c.lost = why
+		c.gen++
 	}
 	c.paths = nil
 }
@@ -176,6 +179,7 @@ func (c *changeLog) take() ChangeSet {
 	}
 	slices.SortFunc(cs.Changes, func(a, b Change) int { return strings.Compare(a.Path, b.Path) })
 	c.paths, c.lost = make(map[string]bool), ""
+	c.gen++
 	return cs
 }
 
@@ -194,6 +198,7 @@ func (c *changeLog) giveBack(cs ChangeSet) {
 	for _, ch := range cs.Changes {
 		c.paths[ch.Path] = ch.Tree || c.paths[ch.Path]
 	}
+	c.gen++
 	if len(c.paths) > maxChanges {
 		c.loseLocked("more paths changed than the filesystem keeps")
 	}
@@ -204,6 +209,7 @@ func (c *changeLog) commit(base string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.base = base
+	c.gen++
 }
 
 // pathOf returns n's path inside its mount's root ("" for the root), or
@@ -275,6 +281,37 @@ func (r *root) trackInode(n *node) {
 		}
 	}
 	r.track(dir, name, false)
+}
+
+// PendingChanges returns what changed in the workspace folder root since
+// its last checkpoint, as TakeChanges would, without taking it: for a
+// server that tells others what it would lose (gateway/replicas). gen
+// counts the set's changes: with since equal to the set's count it
+// returns ok false, copying nothing; so does a folder that no mount nor
+// Files of this hub serves (nobody tracks its changes). Not for a
+// checkpoint: a set taken meanwhile is not in the answer.
+func (h *Hub) PendingChanges(root string, since uint64) (cs ChangeSet, gen uint64, ok bool) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(root, &st); err != nil {
+		return ChangeSet{}, 0, false
+	}
+	h.mu.Lock()
+	c := h.changes[rootID{st.Dev, st.Ino}]
+	h.mu.Unlock()
+	if c == nil {
+		return ChangeSet{}, 0, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen == since {
+		return ChangeSet{}, c.gen, false
+	}
+	cs = ChangeSet{Complete: c.lost == "", Base: c.base, Why: c.lost}
+	for p, tree := range c.paths {
+		cs.Changes = append(cs.Changes, Change{Path: p, Tree: tree})
+	}
+	slices.SortFunc(cs.Changes, func(a, b Change) int { return strings.Compare(a.Path, b.Path) })
+	return cs, c.gen, true
 }
 
 // TakeChanges returns what changed in the workspace since the last

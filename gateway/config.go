@@ -183,6 +183,10 @@ type Config struct {
 	// repositories in SnapshotsDir stay where checkpoints are taken and
 	// restored from. Start fails when the store cannot be opened.
 	SnapshotStore string
+	// SnapshotPendingEvery is how often, with a SnapshotStore, the paths
+	// each thread changed since its last checkpoint go to the store, for
+	// the note of a move (0: replicas.DefaultPendingEvery).
+	SnapshotPendingEvery time.Duration
 	// Checkpoints is how many checkpoints a thread keeps unless its
 	// settings say otherwise; 0 means DefaultCheckpoints.
 	Checkpoints int

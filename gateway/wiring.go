@@ -60,6 +60,17 @@ func newReplicas(ctx context.Context, g *Gateway) (*replicas.Replicas, error) {
 		CacheDir: func(tenant string) string {
 			return filepath.Join(g.cfg.DataDir, "replica-cache", threads.EncodeID(tenant))
 		},
+		Served: func() []replicas.Served {
+			uses := g.threads.Uses()
+			out := make([]replicas.Served, 0, len(uses))
+			for _, u := range uses {
+				if root, _, err := g.threads.Paths(u.Key); err == nil {
+					out = append(out, replicas.Served{Key: u.Key, Root: root})
+				}
+			}
+			return out
+		},
+		Pending: g.hub.PendingChanges, PendingEvery: g.cfg.SnapshotPendingEvery,
 	})
 }
 

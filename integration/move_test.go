@@ -17,6 +17,7 @@ import (
 
 	"warren/api"
 	"warren/internal/testenv"
+	"warren/snapshot/replica"
 )
 
 // The move tests: two servers on one etcd cluster and one S3 store, each
@@ -51,7 +52,7 @@ func (c *moveCluster) storeURL(prefix string) string {
 // prefix and restores a moved thread from there.
 func (c *moveCluster) mover(id, prefix string, extra ...string) *daemon {
 	c.t.Helper()
-	return c.host(id, append([]string{"--snapshots", c.storeURL(prefix), "--on-unreachable", "restore"}, extra...)...)
+	return c.host(id, append([]string{"--snapshots", c.storeURL(prefix), "--on-unreachable", "restore", "--snapshot-pending-every", "100ms"}, extra...)...)
 }
 
 // bucket is a client of the test's bucket, for looking at and spoiling
@@ -117,6 +118,15 @@ func TestHostsMoveWithCheckpoint(t *testing.T) {
 	if out := a.mustWarren("checkpoints", "--thread", "t1"); !strings.Contains(out, "REPLICATED") {
 		t.Errorf("warren checkpoints has no REPLICATED column:\n%s", out)
 	}
+	// t2: checkpointed and copied, then changed; A tells the store what
+	// changed since.
+	a.bind("default", "t2")
+	a.mustWarren("exec", "--thread", "t2", "--", "echo kept > k")
+	a.mustWarren("checkpoint", "--thread", "t2")
+	waitCopied(t, a, "t2")
+	a.mustWarren("exec", "--thread", "t2", "--", "echo lost > x && mkdir -p y && echo lost > y/z && echo changed > k")
+	waitPending(t, c.storeURL("move"), "t2", []string{"k", "x", "y", "y/z"})
+	root2 := a.threadInfo("t2").Root
 	// The store hangs: cp-3 is taken, acknowledged, and not copied.
 	c.s3.Pause(t)
 	a.mustWarren("exec", "--thread", "t1", "--", "echo three > f")
@@ -169,6 +179,12 @@ func TestHostsMoveWithCheckpoint(t *testing.T) {
 	b.mustWarren("checkpoint", "--thread", "t1", "--label", "five")
 	if cps := waitCopied(t, b, "t1"); len(cps) != 3 || cps[2].HostID != "host-b" {
 		t.Errorf("checkpoints on B after its own: %+v", cps)
+	}
+
+	r, _ = waitPastPinned(t, b, "t2", "cat k", root2, "host-a")
+	if !strings.HasPrefix(r.stderr, "warren: The workspace moved from host host-a to host host-b at checkpoint cp-1; changes made after it on host-a are not here. Paths changed there after it, as of ") ||
+		!strings.HasSuffix(r.stderr, ": k, x, y, y/z.\n") || r.stdout != "kept\n" {
+		t.Errorf("t2's first command on B: %v; want the note with the paths changed after cp-1", r)
 	}
 
 	// A comes back with its disk: the thread is B's.
@@ -308,5 +324,23 @@ func TestHostsUploadKill9(t *testing.T) {
 	if count("kill/trees/"+tree) != 1 {
 		t.Errorf("the store lacks the manifest of the checkpoint cut short")
 	}
+}
+
+// waitPending waits until the store holds, for thread (default tenant),
+// the paths changed since its last checkpoint that want lists.
+func waitPending(t *testing.T, url, thread string, want []string) {
+	t.Helper()
+	ctx := context.Background()
+	store, err := replica.NewS3(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p replica.Pending
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if p, err = replica.GetPending(ctx, store, "default\x00"+thread); err == nil && slices.Equal(p.Paths, want) {
+			return
+		}
+	}
+	t.Fatalf("the store's pending changes of %s: %+v, %v; want the paths %v", thread, p, err, want)
 }
 

@@ -84,8 +84,11 @@ type serveOptions struct {
 	diskImageSize int64
 	loopControl   string // $WARREN_LOOP_CONTROL: tests name a missing one
 	// Checkpoints: where their content lives, and how many a thread keeps.
-	snapshots   string
-	checkpoints int
+	snapshots string
+	// snapshotPendingEvery times the reports of changes since the last
+	// checkpoint to the store.
+	snapshotPendingEvery time.Duration
+	checkpoints          int
 	// cpLimits bound what one checkpoint reads.
 	cpLimits snapshot.Limits
 	// metricsAddr is the TCP address of the operational endpoints.
@@ -217,6 +220,7 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.Int64Var(&o.diskReserve, "disk-reserve", 0, "bytes of the workspaces' disk that their writes leave free (default none; needs workspaces on btrfs)")
 	fs.StringVar(&o.diskImage, "disk-image", diskimage.ModeAuto, "put the workspaces and snapshots on a btrfs filesystem of their own, in the preallocated image DATA/disk.img, so that their quotas and reserve hold where the data folder's filesystem cannot enforce quotas: auto (where it cannot, and the workspaces are the data folder's own; else the log and warren doctor say \"disk unprotected\" and why), on (refuse to start without it) or off")
 	fs.Int64Var(&o.diskImageSize, "disk-image-size", 0, "bytes of the disk image (default: what leaves a tenth of the host's filesystem, at least 256 MiB, free when it is made); a larger size grows it at start")
+	fs.DurationVar(&o.snapshotPendingEvery, "snapshot-pending-every", 0, "with --snapshots s3://…: how often the paths each thread changed since its last checkpoint go to the store, so that a thread that moves (--on-unreachable restore) tells the model what was lost (default 10s)")
 	fs.StringVar(&o.snapshots, "snapshots", "", "folder of the tenants' snapshot repositories, the checkpoints' content (default DATA/snapshots); servers may share one. Or a store every checkpoint is copied to once taken, s3://BUCKET[/PREFIX]?endpoint=HOST:PORT[&region=R][&insecure=1] (credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or the shared credentials file); the repositories then stay in DATA/snapshots")
 	fs.Int64Var(&o.snapshotQuota, "snapshot-quota", 0, "bytes each thread's kept checkpoints may reference, unless its settings say otherwise (default its disk quota, or none)")
 	fs.Int64Var(&o.tenantSnapshotQuota, "tenant-snapshot-quota", 0, "bytes the kept checkpoints of all a tenant's threads may reference together (default none)")
@@ -405,6 +409,7 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 	snapshotsDir := o.snapshots
 	if strings.HasPrefix(o.snapshots, "s3://") {
 		cfg.SnapshotStore, snapshotsDir = o.snapshots, ""
+		cfg.SnapshotPendingEvery = o.snapshotPendingEvery
 	}
 	if snapshotsDir != "" {
 		if cfg.SnapshotsDir, err = filepath.Abs(snapshotsDir); err != nil {

@@ -72,4 +72,8 @@ type Replicas interface {
 	// matching replica.ErrCorrupt; any other error means the store could
 	// not be read.
 	Fetch(ctx context.Context, tenant string, repo *snapshot.Repo, tree snapshot.Hash) (replica.FetchStats, error)
+	// Pending returns the paths k's host last said it changed since the
+	// thread's last checkpoint (an error matching replica.ErrNotFound if
+	// it said nothing).
+	Pending(ctx context.Context, k meta.ThreadKey) (replica.Pending, error)
 }

@@ -12,6 +12,7 @@ import (
 	"warren/gateway/call"
 	"warren/meta"
 	"warren/snapshot"
+	"warren/snapshot/replica"
 )
 
 // A thread that moves with its last checkpoint (serve --on-unreachable
@@ -116,10 +117,44 @@ func (c *Checkpoints) restoreMoved(ctx context.Context, b meta.Binding, from str
 		from, here, out.Checkpoint, from)
 	if len(out.Dropped) > 0 {
 		out.Note += fmt.Sprintf(" Checkpoints %s were not copied before the move, and are gone.", strings.Join(out.Dropped, ", "))
+	} else if lost := c.lostPaths(ctx, k, target, from); lost != "" {
+		out.Note += " " + lost
 	}
 	c.log.Warn("thread moved with its last copied checkpoint", "tenant", k.Tenant, "thread", k.Thread, "from", from,
 		"checkpoint", out.Checkpoint, "dropped", out.Dropped, "changed", len(out.Changed))
 	return out, nil
+}
+
+// lostPaths says which paths the former host changed after checkpoint
+// to, when it put them in the store after to was taken (replicas: every
+// few seconds), "" when it did not. A record of before to (of the thread
+// as it was when the host last looked, or of a thread of the same name
+// since deleted) says nothing of what came after.
+func (c *Checkpoints) lostPaths(ctx context.Context, k meta.ThreadKey, to meta.Checkpoint, from string) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	p, err := c.cfg.Replicas.Pending(ctx, k)
+	if err != nil {
+		if !errors.Is(err, replica.ErrNotFound) {
+			c.log.Warn("read what the former host changed after the checkpoint", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+		}
+		return ""
+	}
+	if p.Base != to.ID || p.Host != from || p.At.Before(to.CreatedAt) {
+		return ""
+	}
+	at := p.At.UTC().Format(time.RFC3339)
+	switch {
+	case !p.Complete:
+		return fmt.Sprintf("%s lost track of which paths changed after it.", from)
+	case len(p.Paths) == 0:
+		return fmt.Sprintf("%s had changed nothing after it as of %s.", from, at)
+	}
+	more := ""
+	if p.More > 0 {
+		more = fmt.Sprintf(" and %d more", p.More)
+	}
+	return fmt.Sprintf("Paths changed there after it, as of %s: %s%s.", at, strings.Join(p.Paths, ", "), more)
 }
 
 // dropUncopied drops from h the checkpoints its former host never copied

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"warren/fs"
 	"warren/gateway/call"
 	"warren/gateway/keyed"
 	"warren/meta"
@@ -38,6 +39,13 @@ type Config struct {
 	Repos    Repos
 	HostID   string
 	Logger   hclog.Logger
+	// Served lists the threads this host serves, and Pending reads what
+	// changed in a workspace folder since its last checkpoint
+	// (fs.Hub.PendingChanges): both go to the store every PendingEvery
+	// (0: DefaultPendingEvery), for a move's note (pending.go).
+	Served       func() []Served
+	Pending      func(root string, since uint64) (fs.ChangeSet, uint64, bool)
+	PendingEvery time.Duration
 }
 
 // Repos is what the room calls of the checkpoints.
@@ -70,6 +78,9 @@ type Replicas struct {
 	cancel context.CancelFunc
 	wake   chan struct{} // a job was queued (capacity 1)
 	done   chan struct{} // closed when the uploader returned (Run)
+	// reported is closed when the reporter of pending changes returned
+	// (Run).
+	reported chan struct{}
 
 	fetches keyed.Locks[string] // one fetch per tenant and tree (Fetch)
 
@@ -92,7 +103,7 @@ func Start(ctx context.Context, cfg Config) (*Replicas, error) {
 	rctx, cancel := context.WithCancel(context.Background())
 	return &Replicas{
 		cfg: cfg, log: cfg.Logger, store: s, ctx: rctx, cancel: cancel,
-		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		wake: make(chan struct{}, 1), done: make(chan struct{}), reported: make(chan struct{}),
 		queued: make(map[string]bool), up: true,
 	}, nil
 }
@@ -110,6 +121,7 @@ func (r *Replicas) Run(ctx context.Context) {
 	r.running = true
 	r.mu.Unlock()
 	go r.upload()
+	go r.reportPending()
 }
 
 // queueBacklog queues the checkpoints of this host's threads that are
@@ -344,5 +356,6 @@ func (r *Replicas) Close() {
 	r.mu.Unlock()
 	if running {
 		<-r.done
+		<-r.reported
 	}
 }

@@ -50,7 +50,7 @@ var rooms = map[string][]string{
 	// The checkpoints' copies in the snapshot store: the checkpoints call
 	// it through an interface of their own (checkpoints.Replicas), and it
 	// reads their repositories through one (replicas.Repos).
-	"replicas": {"call"},
+	"replicas": {"call", "keyed"},
 	"health":   {"call", "threads", "jails", "jobs", "hosts", "quota", "checkpoints", "metrics", "events", "admit", "remount", "threadlimit"},
 }
 
