@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"warren/internal/imagetest"
 	"warren/internal/testenv"
 )
 
@@ -38,22 +39,22 @@ func TestMain(m *testing.M) {
 // TestKill9MidPull: a process killed with -9 while a blob is half
 // downloaded leaves nothing a new Open keeps, and a new pull finishes.
 func TestKill9MidPull(t *testing.T) {
-	reg := newRegistry(t)
+	reg := imagetest.StartRegistry(t)
 	big := make([]byte, 1<<20)
 	rand.Read(big)
-	img := imageOf(t, nil,
-		layerOf(t, layerTar(t, file("small", "s"))),
-		layerOf(t, layerTar(t, file("big", string(big)))),
+	img := imagetest.ImageWith(t, nil,
+		imagetest.Layer(t, file("small", "s")),
+		imagetest.Layer(t, file("big", string(big))),
 	)
-	reg.push(t, "kill:1", img)
+	reg.Push(t, "kill:1", img)
 	m, _ := img.Manifest()
 	bigLayer := m.Layers[1].Digest.String()
 
 	halfway := make(chan struct{})
 	release := make(chan struct{})
 	var once sync.Once
-	reg.setHook(func(w http.ResponseWriter, r *http.Request) bool {
-		if d, ok := blobOf(r); !ok || d != bigLayer || r.Method != http.MethodGet {
+	reg.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
+		if d, ok := imagetest.BlobDigest(r); !ok || d != bigLayer || r.Method != http.MethodGet {
 			return false
 		}
 		w.Header().Set("Content-Length", strconv.FormatInt(m.Layers[1].Size, 10))
@@ -79,7 +80,7 @@ func TestKill9MidPull(t *testing.T) {
 	testenv.RequireRoot(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperVar+"=pull", "WARREN_IMAGE_DIR="+sb.dir,
-		"WARREN_IMAGE_REGISTRY="+reg.host, "WARREN_IMAGE_REF="+reg.ref("kill:1"))
+		"WARREN_IMAGE_REGISTRY="+reg.Host, "WARREN_IMAGE_REF="+reg.Ref("kill:1"))
 	out := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := testenv.StartTied(cmd); err != nil {
@@ -101,7 +102,7 @@ func TestKill9MidPull(t *testing.T) {
 	}
 	<-exited
 	close(release)
-	reg.setHook(nil)
+	reg.Intercept(nil)
 
 	s := &Store{tmp: sb.dir + "/tmp"}
 	if names := dirNames(t, s.tmp); len(names) == 0 {
@@ -109,7 +110,7 @@ func TestKill9MidPull(t *testing.T) {
 	}
 	st := openStore(t, sb, reg, nil)
 	checkEmpty(t, st)
-	got, err := st.Pull(ctxT(t), reg.ref("kill:1"), nil)
+	got, err := st.Pull(ctxT(t), reg.Ref("kill:1"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"warren/internal/imagetest"
 )
 
 // layoutTar writes img as an OCI image layout whose manifest has the
@@ -21,17 +19,7 @@ import (
 func layoutTar(t testing.TB, img v1.Image, refName string, spoil func(dir string)) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "layout")
-	p, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var opts []layout.Option
-	if refName != "" {
-		opts = append(opts, layout.WithAnnotations(map[string]string{annotRefName: refName}))
-	}
-	if err := p.AppendImage(img, opts...); err != nil {
-		t.Fatal(err)
-	}
+	imagetest.WriteLayoutDir(t, dir, img, refName)
 	if spoil != nil {
 		spoil(dir)
 	}
@@ -52,10 +40,10 @@ func layoutTar(t testing.TB, img v1.Image, refName string, spoil func(dir string
 }
 
 func TestLoadOCILayout(t *testing.T) {
-	reg := newRegistry(t)
-	img := imageOf(t, func(c *v1.ConfigFile) { c.Config.Env = []string{"A=1"} },
-		layerOf(t, layerTar(t, file("one", "1"))),
-		layerOf(t, layerTar(t, file("two", "2"), symlink("abs", "/one"))))
+	reg := imagetest.StartRegistry(t)
+	img := imagetest.ImageWith(t, func(c *v1.ConfigFile) { c.Config.Env = []string{"A=1"} },
+		imagetest.Layer(t, file("one", "1")),
+		imagetest.Layer(t, file("two", "2"), symlink("abs", "/one")))
 	digest, _ := img.Digest()
 	s := openStore(t, nil, reg, nil)
 	var frames []Progress
@@ -76,8 +64,8 @@ func TestLoadOCILayout(t *testing.T) {
 		t.Errorf("last frame %+v", last)
 	}
 	// The same image pulled: one tree, and no longer only loaded.
-	reg.push(t, "app:1.0", img)
-	pulled, err := s.Pull(ctxT(t), reg.ref("app:1.0"), nil)
+	reg.Push(t, "app:1.0", img)
+	pulled, err := s.Pull(ctxT(t), reg.Ref("app:1.0"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,16 +97,10 @@ func TestLoadBareTag(t *testing.T) {
 }
 
 func TestLoadDockerSave(t *testing.T) {
-	img := imageOf(t, func(c *v1.ConfigFile) { c.Config.WorkingDir = "/w" },
-		layerOf(t, layerTar(t, dir("w"), file("w/f", "saved"))))
-	tag, err := name.NewTag("example.test/saved:2")
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := imagetest.ImageWith(t, func(c *v1.ConfigFile) { c.Config.WorkingDir = "/w" },
+		imagetest.Layer(t, dir("w"), file("w/f", "saved")))
 	path := filepath.Join(t.TempDir(), "saved.tar")
-	if err := tarball.WriteToFile(path, tag, img); err != nil {
-		t.Fatal(err)
-	}
+	imagetest.WriteDockerSave(t, path, img, "example.test/saved:2")
 	s := openStore(t, nil, nil, nil)
 	got, err := s.Load(ctxT(t), path, "", nil)
 	if err != nil {
@@ -148,9 +130,9 @@ func TestLoadRefused(t *testing.T) {
 	s := openStore(t, sb, nil, nil)
 	hostile := simpleImage(t, symlink("esc", sb.canary), file("esc/keep", "pwned"))
 	l, _ := simpleImage(t, file("f", strings.Repeat("x", 1000))).Layers()
-	tampered := imageOf(t, nil, l[0])
+	tampered := imagetest.ImageWith(t, nil, l[0])
 	ld, _ := l[0].Digest()
-	other := imageOf(t, func(c *v1.ConfigFile) { c.Architecture = otherArch() }, layerOf(t, layerTar(t, file("f", "x"))))
+	other := imagetest.ImageWith(t, func(c *v1.ConfigFile) { c.Architecture = otherArch() }, imagetest.Layer(t, file("f", "x")))
 	notTar := filepath.Join(t.TempDir(), "not.tar")
 	must(t, os.WriteFile(notTar, []byte("not a tar at all, not even close to one: just some text here"), 0o644))
 	empty := filepath.Join(t.TempDir(), "empty.tar")

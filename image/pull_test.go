@@ -18,6 +18,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"warren/internal/imagetest"
 )
 
 // otherArch is an architecture this machine is not.
@@ -29,21 +31,21 @@ func otherArch() string {
 }
 
 func TestPullByTagAndDigest(t *testing.T) {
-	reg := newRegistry(t)
-	img := imageOf(t, func(c *v1.ConfigFile) {
+	reg := imagetest.StartRegistry(t)
+	img := imagetest.ImageWith(t, func(c *v1.ConfigFile) {
 		c.Config.Env = []string{"PATH=/usr/bin", "LANG=C.UTF-8"}
 		c.Config.WorkingDir = "/srv"
 		c.Config.User = "1000:1000"
 	},
-		layerOf(t, layerTar(t, dir("srv"), file("srv/app", "v1"), file("srv/gone", "x"))),
-		layerOf(t, layerTar(t, file("srv/app", "v2"), file("srv/.wh.gone", ""))),
+		imagetest.Layer(t, dir("srv"), file("srv/app", "v1"), file("srv/gone", "x")),
+		imagetest.Layer(t, file("srv/app", "v2"), file("srv/.wh.gone", "")),
 	)
-	digest := reg.push(t, "team/app:1", img)
+	_, digest := reg.Push(t, "team/app:1", img)
 	s := openStore(t, nil, reg, nil)
 
 	var mu sync.Mutex
 	var frames []Progress
-	got, err := s.Pull(ctxT(t), reg.ref("team/app:1"), func(p Progress) {
+	got, err := s.Pull(ctxT(t), reg.Ref("team/app:1"), func(p Progress) {
 		mu.Lock()
 		frames = append(frames, p)
 		mu.Unlock()
@@ -51,7 +53,7 @@ func TestPullByTagAndDigest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := reg.ref("team/app:1"); got.Ref != want || len(got.Refs) != 1 {
+	if want := reg.Ref("team/app:1"); got.Ref != want || len(got.Refs) != 1 {
 		t.Errorf("Ref, Refs = %q, %v, want %q", got.Ref, got.Refs, want)
 	}
 	if got.Digest != digest {
@@ -72,7 +74,7 @@ func TestPullByTagAndDigest(t *testing.T) {
 	if got.Bytes <= 0 || s.Bytes() != got.Bytes {
 		t.Errorf("Bytes = %d, store's %d", got.Bytes, s.Bytes())
 	}
-	if l, ok := s.Lookup("127.0.0.1:" + strings.Split(reg.host, ":")[1] + "/team/app:1"); !ok || l.Digest != digest {
+	if l, ok := s.Lookup("127.0.0.1:" + strings.Split(reg.Host, ":")[1] + "/team/app:1"); !ok || l.Digest != digest {
 		t.Errorf("Lookup by ref = %v, %v", l, ok)
 	}
 	if l, ok := s.Lookup(digest); !ok || l.Root != got.Root {
@@ -94,27 +96,27 @@ func TestPullByTagAndDigest(t *testing.T) {
 
 	// By digest: the image is there, so only the reference is added,
 	// without a request.
-	before := reg.allGets()
-	requests := reg.requests.Load()
-	byDigest, err := s.Pull(ctxT(t), reg.ref("team/app@"+digest), nil)
+	before := reg.BlobGetsByDigest()
+	requests := reg.Requests()
+	byDigest, err := s.Pull(ctxT(t), reg.Ref("team/app@"+digest), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if byDigest.Digest != digest || byDigest.Root != got.Root {
 		t.Errorf("by digest: %s at %s, want %s at %s", byDigest.Digest, byDigest.Root, digest, got.Root)
 	}
-	if n := reg.requests.Load() - requests; n != 0 {
+	if n := reg.Requests() - requests; n != 0 {
 		t.Errorf("%d requests for a pull by a digest the store has", n)
 	}
-	if after := reg.allGets(); len(after) != len(before) {
+	if after := reg.BlobGetsByDigest(); len(after) != len(before) {
 		t.Errorf("blob GETs %v after a pull of a finished image, were %v", after, before)
 	}
-	for d, n := range reg.allGets() {
+	for d, n := range reg.BlobGetsByDigest() {
 		if before[d] != n {
 			t.Errorf("blob %s fetched again", d)
 		}
 	}
-	if len(byDigest.Refs) != 2 || byDigest.Ref != reg.ref("team/app@"+digest) {
+	if len(byDigest.Refs) != 2 || byDigest.Ref != reg.Ref("team/app@"+digest) {
 		t.Errorf("Refs = %v, Ref %s", byDigest.Refs, byDigest.Ref)
 	}
 	if len(dirNames(t, s.roots)) != 2 {
@@ -130,11 +132,11 @@ func TestPullByTagAndDigest(t *testing.T) {
 }
 
 func TestPullZstdLayer(t *testing.T) {
-	reg := newRegistry(t)
-	img := imageOf(t, nil, layerOf(t, layerTar(t, file("z", "zstd")), tarball.WithCompression(compression.ZStd)))
-	reg.push(t, "z:1", img)
+	reg := imagetest.StartRegistry(t)
+	img := imagetest.ImageWith(t, nil, imagetest.LayerWith(t, []tarball.LayerOption{tarball.WithCompression(compression.ZStd)}, file("z", "zstd")))
+	reg.Push(t, "z:1", img)
 	s := openStore(t, nil, reg, nil)
-	got, err := s.Pull(ctxT(t), reg.ref("z:1"), nil)
+	got, err := s.Pull(ctxT(t), reg.Ref("z:1"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,16 +146,16 @@ func TestPullZstdLayer(t *testing.T) {
 }
 
 func TestPullIndexPicksPlatform(t *testing.T) {
-	reg := newRegistry(t)
+	reg := imagetest.StartRegistry(t)
 	mine := simpleImage(t, file("arch", "mine"))
-	other := imageOf(t, func(c *v1.ConfigFile) { c.Architecture = otherArch() }, layerOf(t, layerTar(t, file("arch", "other"))))
+	other := imagetest.ImageWith(t, func(c *v1.ConfigFile) { c.Architecture = otherArch() }, imagetest.Layer(t, file("arch", "other")))
 	idx := mutate.AppendManifests(empty.Index,
 		mutate.IndexAddendum{Add: other, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: otherArch()}}},
 		mutate.IndexAddendum{Add: mine, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: runtime.GOARCH}}},
 	)
-	reg.pushIndex(t, "multi:1", idx)
+	reg.PushIndex(t, "multi:1", idx)
 	s := openStore(t, nil, reg, nil)
-	got, err := s.Pull(ctxT(t), reg.ref("multi:1"), nil)
+	got, err := s.Pull(ctxT(t), reg.Ref("multi:1"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,23 +168,23 @@ func TestPullIndexPicksPlatform(t *testing.T) {
 	}
 	ol, _ := other.Layers()
 	od, _ := ol[0].Digest()
-	if n := reg.gets(od.String()); n != 0 {
+	if n := reg.BlobGetsByDigest()[od.String()]; n != 0 {
 		t.Errorf("the other platform's layer fetched %d times", n)
 	}
 }
 
 func TestPullOtherPlatformRefused(t *testing.T) {
-	reg := newRegistry(t)
-	other := imageOf(t, func(c *v1.ConfigFile) { c.Architecture = otherArch() }, layerOf(t, layerTar(t, file("arch", "other"))))
-	reg.push(t, "other:1", other)
-	reg.pushIndex(t, "otheridx:1", mutate.AppendManifests(empty.Index,
+	reg := imagetest.StartRegistry(t)
+	other := imagetest.ImageWith(t, func(c *v1.ConfigFile) { c.Architecture = otherArch() }, imagetest.Layer(t, file("arch", "other")))
+	reg.Push(t, "other:1", other)
+	reg.PushIndex(t, "otheridx:1", mutate.AppendManifests(empty.Index,
 		mutate.IndexAddendum{Add: other, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: otherArch()}}}))
 	s := openStore(t, nil, reg, nil)
 	for _, c := range []struct{ ref, want string }{
 		{"other:1", "the image is for linux/" + otherArch()},
 		{"otheridx:1", "no manifest for linux/" + runtime.GOARCH},
 	} {
-		_, err := s.Pull(ctxT(t), reg.ref(c.ref), nil)
+		_, err := s.Pull(ctxT(t), reg.Ref(c.ref), nil)
 		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Pull(%s) = %v, want ErrRefused saying %q", c.ref, err, c.want)
 		}
@@ -191,32 +193,32 @@ func TestPullOtherPlatformRefused(t *testing.T) {
 }
 
 func TestPullNotFound(t *testing.T) {
-	reg := newRegistry(t)
+	reg := imagetest.StartRegistry(t)
 	s := openStore(t, nil, reg, nil)
-	if _, err := s.Pull(ctxT(t), reg.ref("nothing:1"), nil); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Pull(ctxT(t), reg.Ref("nothing:1"), nil); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Pull of a missing image = %v, want ErrNotFound", err)
 	}
-	if _, ok := s.Lookup(reg.ref("nothing:1")); ok {
+	if _, ok := s.Lookup(reg.Ref("nothing:1")); ok {
 		t.Error("Lookup found a missing image")
 	}
-	if err := s.Remove(ctxT(t), reg.ref("nothing:1")); !errors.Is(err, ErrNotFound) {
+	if err := s.Remove(ctxT(t), reg.Ref("nothing:1")); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Remove of a missing image = %v, want ErrNotFound", err)
 	}
 	checkEmpty(t, s)
 }
 
 func TestPullTamperedBlob(t *testing.T) {
-	reg := newRegistry(t)
-	l := layerOf(t, layerTar(t, file("f", strings.Repeat("data", 1000))))
-	img := imageOf(t, nil, l)
-	reg.push(t, "tampered:1", img)
+	reg := imagetest.StartRegistry(t)
+	l := imagetest.Layer(t, file("f", strings.Repeat("data", 1000)))
+	img := imagetest.ImageWith(t, nil, l)
+	reg.Push(t, "tampered:1", img)
 	ld, _ := l.Digest()
 	rc, _ := l.Compressed()
 	blob, _ := io.ReadAll(rc)
 	bad := bytes.Clone(blob)
 	bad[len(bad)/2] ^= 0xff
-	reg.setHook(func(w http.ResponseWriter, r *http.Request) bool {
-		if d, ok := blobOf(r); !ok || d != ld.String() || r.Method != http.MethodGet {
+	reg.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
+		if d, ok := imagetest.BlobDigest(r); !ok || d != ld.String() || r.Method != http.MethodGet {
 			return false
 		}
 		w.Header().Set("Content-Length", strconv.Itoa(len(bad)))
@@ -225,7 +227,7 @@ func TestPullTamperedBlob(t *testing.T) {
 	})
 	sb := newSandbox(t)
 	s := openStore(t, sb, reg, nil)
-	_, err := s.Pull(ctxT(t), reg.ref("tampered:1"), nil)
+	_, err := s.Pull(ctxT(t), reg.Ref("tampered:1"), nil)
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "not the blob the manifest names") {
 		t.Errorf("Pull of a tampered blob = %v, want ErrRefused, bytes not the digest's", err)
 	}
@@ -234,45 +236,45 @@ func TestPullTamperedBlob(t *testing.T) {
 }
 
 func TestRegistryNotAllowed(t *testing.T) {
-	reg := newRegistry(t)
-	reg.push(t, "app:1", simpleImage(t, file("f", "x")))
+	reg := imagetest.StartRegistry(t)
+	reg.Push(t, "app:1", simpleImage(t, file("f", "x")))
 	s := openStore(t, nil, nil, func(c *Config) { c.Registries = []string{"registry.example:5000", "docker.io"} })
-	before := reg.requests.Load()
-	_, err := s.Pull(ctxT(t), reg.ref("app:1"), nil)
+	before := reg.Requests()
+	_, err := s.Pull(ctxT(t), reg.Ref("app:1"), nil)
 	if !errors.Is(err, ErrNotAllowed) || !strings.Contains(err.Error(), "not one of the allowed registries") {
 		t.Errorf("Pull from a registry not named = %v, want ErrNotAllowed", err)
 	}
-	if n := reg.requests.Load() - before; n != 0 {
+	if n := reg.Requests() - before; n != 0 {
 		t.Errorf("%d requests reached the registry, want none", n)
 	}
 	checkEmpty(t, s)
 }
 
 func TestLoopbackRefusedByDialer(t *testing.T) {
-	reg := newRegistry(t)
-	reg.push(t, "app:1", simpleImage(t, file("f", "x")))
+	reg := imagetest.StartRegistry(t)
+	reg.Push(t, "app:1", simpleImage(t, file("f", "x")))
 	// No Registries: any registry at a public address, and 127.0.0.1 is
 	// not one.
 	s := openStore(t, nil, nil, nil)
-	before := reg.requests.Load()
-	_, err := s.Pull(ctxT(t), reg.ref("app:1"), nil)
+	before := reg.Requests()
+	_, err := s.Pull(ctxT(t), reg.Ref("app:1"), nil)
 	if !errors.Is(err, ErrNotAllowed) || !strings.Contains(err.Error(), "a loopback address") {
 		t.Errorf("Pull from loopback, not named = %v, want ErrNotAllowed from the dialer", err)
 	}
-	if n := reg.requests.Load() - before; n != 0 {
+	if n := reg.Requests() - before; n != 0 {
 		t.Errorf("%d requests reached the registry, want none", n)
 	}
 	checkEmpty(t, s)
 }
 
 func TestConcurrentPulls(t *testing.T) {
-	reg := newRegistry(t)
-	img := imageOf(t, nil,
-		layerOf(t, layerTar(t, file("a", strings.Repeat("a", 100000)))),
-		layerOf(t, layerTar(t, file("b", strings.Repeat("b", 100000)))),
+	reg := imagetest.StartRegistry(t)
+	img := imagetest.ImageWith(t, nil,
+		imagetest.Layer(t, file("a", strings.Repeat("a", 100000))),
+		imagetest.Layer(t, file("b", strings.Repeat("b", 100000))),
 	)
-	digest := reg.push(t, "busy:1", img)
-	before := reg.allGets()
+	_, digest := reg.Push(t, "busy:1", img)
+	before := reg.BlobGetsByDigest()
 	s := openStore(t, nil, reg, nil)
 	const n = 50
 	var wg sync.WaitGroup
@@ -280,7 +282,7 @@ func TestConcurrentPulls(t *testing.T) {
 	roots := make([]string, n)
 	for i := range n {
 		wg.Go(func() {
-			img, err := s.Pull(ctxT(t), reg.ref("busy:1"), nil)
+			img, err := s.Pull(ctxT(t), reg.Ref("busy:1"), nil)
 			errs[i], roots[i] = err, img.Root
 		})
 	}
@@ -299,7 +301,7 @@ func TestConcurrentPulls(t *testing.T) {
 		blobs = append(blobs, l.Digest)
 	}
 	for _, b := range blobs {
-		if got := reg.gets(b.String()) - before[b.String()]; got != 1 {
+		if got := reg.BlobGetsByDigest()[b.String()] - before[b.String()]; got != 1 {
 			t.Errorf("blob %s fetched %d times, want once", b, got)
 		}
 	}
@@ -312,9 +314,9 @@ func TestConcurrentPulls(t *testing.T) {
 }
 
 func TestPullWithCredentials(t *testing.T) {
-	reg := newRegistry(t)
-	reg.push(t, "private:1", simpleImage(t, file("f", "secret")))
-	reg.setHook(func(w http.ResponseWriter, r *http.Request) bool {
+	reg := imagetest.StartRegistry(t)
+	reg.Push(t, "private:1", simpleImage(t, file("f", "secret")))
+	reg.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
 		if u, p, ok := r.BasicAuth(); ok && u == "me" && p == "pw" {
 			return false
 		}
@@ -323,13 +325,13 @@ func TestPullWithCredentials(t *testing.T) {
 		return true
 	})
 	anon := openStore(t, nil, reg, nil)
-	if _, err := anon.Pull(ctxT(t), reg.ref("private:1"), nil); !errors.Is(err, ErrNotFound) {
+	if _, err := anon.Pull(ctxT(t), reg.Ref("private:1"), nil); !errors.Is(err, ErrNotFound) {
 		t.Errorf("anonymous Pull = %v, want ErrNotFound (access refused)", err)
 	}
 	auth := filepath.Join(t.TempDir(), "config.json")
-	must(t, os.WriteFile(auth, []byte(`{"auths":{"`+reg.host+`":{"username":"me","password":"pw"}}}`), 0o600))
+	must(t, os.WriteFile(auth, []byte(`{"auths":{"`+reg.Host+`":{"username":"me","password":"pw"}}}`), 0o600))
 	s := openStore(t, nil, reg, func(c *Config) { c.AuthFile = auth })
-	got, err := s.Pull(ctxT(t), reg.ref("private:1"), nil)
+	got, err := s.Pull(ctxT(t), reg.Ref("private:1"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,9 +344,9 @@ func TestPullWithCredentials(t *testing.T) {
 // store does not dial, or to plain HTTP, fails the pull: the checks are on
 // every connection, not on the registry's name alone.
 func TestRedirectRefused(t *testing.T) {
-	reg := newRegistry(t)
+	reg := imagetest.StartRegistry(t)
 	img := simpleImage(t, file("f", "x"))
-	reg.push(t, "redirect:1", img)
+	reg.Push(t, "redirect:1", img)
 	m, _ := img.Manifest()
 	layer := m.Layers[0].Digest.String()
 	s := openStore(t, nil, reg, nil)
@@ -354,14 +356,14 @@ func TestRedirectRefused(t *testing.T) {
 		{"plain-http", "http://localhost:1/blob", "plain HTTP is only for registries on loopback named"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			reg.setHook(func(w http.ResponseWriter, r *http.Request) bool {
-				if d, ok := blobOf(r); ok && d == layer {
+			reg.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
+				if d, ok := imagetest.BlobDigest(r); ok && d == layer {
 					http.Redirect(w, r, c.to, http.StatusTemporaryRedirect)
 					return true
 				}
 				return false
 			})
-			_, err := s.Pull(ctxT(t), reg.ref("redirect:1"), nil)
+			_, err := s.Pull(ctxT(t), reg.Ref("redirect:1"), nil)
 			if !errors.Is(err, ErrNotAllowed) || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("Pull = %v, want ErrNotAllowed saying %q", err, c.want)
 			}

@@ -11,23 +11,25 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"warren/internal/imagetest"
 )
 
 func TestStoreFull(t *testing.T) {
-	reg := newRegistry(t)
+	reg := imagetest.StartRegistry(t)
 	// 1 MiB of zeros: a few KiB compressed, past the bound unpacked.
-	img := simpleImage(t, ent{name: "zeros", typ: tar.TypeReg, size: 1 << 20, mode: 0o644})
-	reg.push(t, "big:1", img)
+	img := simpleImage(t, imagetest.File{Path: "zeros", Type: tar.TypeReg, Size: 1 << 20, Mode: 0o644})
+	reg.Push(t, "big:1", img)
 	m, _ := img.Manifest()
 	sb := newSandbox(t)
 
 	t.Run("estimate", func(t *testing.T) {
 		s := openStore(t, sb, reg, func(c *Config) { c.StoreBytes = 100 })
-		_, err := s.Pull(ctxT(t), reg.ref("big:1"), nil)
+		_, err := s.Pull(ctxT(t), reg.Ref("big:1"), nil)
 		if !errors.Is(err, ErrStoreFull) || !strings.Contains(err.Error(), "compressed") {
 			t.Errorf("Pull = %v, want ErrStoreFull from the compressed sizes", err)
 		}
-		if n := reg.gets(m.Layers[0].Digest.String()); n != 0 {
+		if n := reg.BlobGetsByDigest()[m.Layers[0].Digest.String()]; n != 0 {
 			t.Errorf("the layer was fetched %d times, want none", n)
 		}
 		checkEmpty(t, s)
@@ -35,7 +37,7 @@ func TestStoreFull(t *testing.T) {
 	})
 	t.Run("unpacking", func(t *testing.T) {
 		s := openStore(t, sb, reg, func(c *Config) { c.StoreBytes = 256 << 10 })
-		_, err := s.Pull(ctxT(t), reg.ref("big:1"), nil)
+		_, err := s.Pull(ctxT(t), reg.Ref("big:1"), nil)
 		if !errors.Is(err, ErrStoreFull) || !strings.Contains(err.Error(), "being unpacked") || !strings.Contains(err.Error(), `entry "zeros"`) {
 			t.Errorf("Pull = %v, want ErrStoreFull while unpacking zeros", err)
 		}
@@ -44,7 +46,7 @@ func TestStoreFull(t *testing.T) {
 	})
 	t.Run("room", func(t *testing.T) {
 		s := openStore(t, sb, reg, func(c *Config) { c.StoreBytes = 2 << 20 })
-		got, err := s.Pull(ctxT(t), reg.ref("big:1"), nil)
+		got, err := s.Pull(ctxT(t), reg.Ref("big:1"), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,8 +54,8 @@ func TestStoreFull(t *testing.T) {
 			t.Errorf("Bytes = %d, store's %d, want past 1 MiB", got.Bytes, s.Bytes())
 		}
 		// A second image does not fit beside the first.
-		reg.push(t, "big2:1", simpleImage(t, ent{name: "more", typ: tar.TypeReg, size: 1 << 20, mode: 0o644}))
-		if _, err := s.Pull(ctxT(t), reg.ref("big2:1"), nil); !errors.Is(err, ErrStoreFull) {
+		reg.Push(t, "big2:1", simpleImage(t, imagetest.File{Path: "more", Type: tar.TypeReg, Size: 1 << 20, Mode: 0o644}))
+		if _, err := s.Pull(ctxT(t), reg.Ref("big2:1"), nil); !errors.Is(err, ErrStoreFull) {
 			t.Errorf("second Pull = %v, want ErrStoreFull", err)
 		}
 		if l := s.List(); len(l) != 1 || len(dirNames(t, s.tmp)) != 0 {
@@ -64,15 +66,15 @@ func TestStoreFull(t *testing.T) {
 }
 
 func TestRemoveAndCollect(t *testing.T) {
-	reg := newRegistry(t)
-	a := reg.push(t, "a:1", simpleImage(t, file("a", "a")))
-	reg.push(t, "a:latest", simpleImage(t, file("a", "a")))
-	b := reg.push(t, "b:1", simpleImage(t, file("b", "b")))
-	c := reg.push(t, "c:1", simpleImage(t, file("c", "c")))
+	reg := imagetest.StartRegistry(t)
+	_, a := reg.Push(t, "a:1", simpleImage(t, file("a", "a")))
+	reg.Push(t, "a:latest", simpleImage(t, file("a", "a")))
+	_, b := reg.Push(t, "b:1", simpleImage(t, file("b", "b")))
+	_, c := reg.Push(t, "c:1", simpleImage(t, file("c", "c")))
 	s := openStore(t, nil, reg, nil)
 	ctx := ctxT(t)
 	for _, r := range []string{"a:1", "a:latest", "b:1", "c:1"} {
-		if _, err := s.Pull(ctx, reg.ref(r), nil); err != nil {
+		if _, err := s.Pull(ctx, reg.Ref(r), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -82,17 +84,17 @@ func TestRemoveAndCollect(t *testing.T) {
 	rootA, _ := s.Lookup(a)
 
 	// One of a's two references: the tree stays.
-	if err := s.Remove(ctx, reg.ref("a:latest")); err != nil {
+	if err := s.Remove(ctx, reg.Ref("a:latest")); err != nil {
 		t.Fatal(err)
 	}
-	if img, ok := s.Lookup(a); !ok || len(img.Refs) != 1 || img.Ref != reg.ref("a:1") {
+	if img, ok := s.Lookup(a); !ok || len(img.Refs) != 1 || img.Ref != reg.Ref("a:1") {
 		t.Errorf("after removing a:latest, Lookup(a) = %+v, %v", img, ok)
 	}
-	if _, ok := s.Lookup(reg.ref("a:latest")); ok {
+	if _, ok := s.Lookup(reg.Ref("a:latest")); ok {
 		t.Error("a:latest still found")
 	}
 	// The last: the tree goes.
-	if err := s.Remove(ctx, reg.ref("a:1")); err != nil {
+	if err := s.Remove(ctx, reg.Ref("a:1")); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := s.Lookup(a); ok {
@@ -130,14 +132,14 @@ func TestRemoveAndCollect(t *testing.T) {
 // TestTagMoves: a tag pulled again after it moved names the new image; the
 // old one stays, without reference, until collected.
 func TestTagMoves(t *testing.T) {
-	reg := newRegistry(t)
-	old := reg.push(t, "app:1", simpleImage(t, file("v", "1")))
+	reg := imagetest.StartRegistry(t)
+	_, old := reg.Push(t, "app:1", simpleImage(t, file("v", "1")))
 	s := openStore(t, nil, reg, nil)
-	if _, err := s.Pull(ctxT(t), reg.ref("app:1"), nil); err != nil {
+	if _, err := s.Pull(ctxT(t), reg.Ref("app:1"), nil); err != nil {
 		t.Fatal(err)
 	}
-	now := reg.push(t, "app:1", simpleImage(t, file("v", "2")))
-	got, err := s.Pull(ctxT(t), reg.ref("app:1"), nil)
+	_, now := reg.Push(t, "app:1", simpleImage(t, file("v", "2")))
+	got, err := s.Pull(ctxT(t), reg.Ref("app:1"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +154,7 @@ func TestTagMoves(t *testing.T) {
 	dir := s.dir
 	s.Close()
 	s2 := openStore(t, &sandbox{dir: dir}, reg, nil)
-	if img, _ := s2.Lookup(reg.ref("app:1")); img.Digest != now {
+	if img, _ := s2.Lookup(reg.Ref("app:1")); img.Digest != now {
 		t.Errorf("after a reopen app:1 is %s, want %s", img.Digest, now)
 	}
 	if got, err := s2.Collect(ctxT(t), time.Now().Add(time.Hour), func(d string) bool { return d == now }); err != nil || len(got) != 1 || got[0].Digest != old {
@@ -203,10 +205,10 @@ func must(t testing.TB, err error) {
 }
 
 func TestTouch(t *testing.T) {
-	reg := newRegistry(t)
-	d := reg.push(t, "t:1", simpleImage(t, file("f", "x")))
+	reg := imagetest.StartRegistry(t)
+	_, d := reg.Push(t, "t:1", simpleImage(t, file("f", "x")))
 	s := openStore(t, nil, reg, nil)
-	if _, err := s.Pull(ctxT(t), reg.ref("t:1"), nil); err != nil {
+	if _, err := s.Pull(ctxT(t), reg.Ref("t:1"), nil); err != nil {
 		t.Fatal(err)
 	}
 	rec := filepath.Join(s.roots, strings.TrimPrefix(d, "sha256:")+".json")
@@ -234,14 +236,14 @@ func TestTouch(t *testing.T) {
 // TestPullEnds: a pull whose caller gives up, or whose store closes,
 // ends, and its work goes.
 func TestPullEnds(t *testing.T) {
-	reg := newRegistry(t)
+	reg := imagetest.StartRegistry(t)
 	img := simpleImage(t, file("f", strings.Repeat("x", 100000)))
-	reg.push(t, "slow:1", img)
+	reg.Push(t, "slow:1", img)
 	m, _ := img.Manifest()
 	layer := m.Layers[0].Digest.String()
 	halfway := make(chan struct{}, 1)
-	reg.setHook(func(w http.ResponseWriter, r *http.Request) bool {
-		if d, ok := blobOf(r); !ok || d != layer || r.Method != http.MethodGet {
+	reg.Intercept(func(w http.ResponseWriter, r *http.Request) bool {
+		if d, ok := imagetest.BlobDigest(r); !ok || d != layer || r.Method != http.MethodGet {
 			return false
 		}
 		w.Header().Set("Content-Length", strconv.FormatInt(m.Layers[0].Size, 10))
@@ -258,7 +260,7 @@ func TestPullEnds(t *testing.T) {
 		ctx, cancel := context.WithCancel(ctxT(t))
 		done := make(chan error, 1)
 		go func() {
-			_, err := s.Pull(ctx, reg.ref("slow:1"), nil)
+			_, err := s.Pull(ctx, reg.Ref("slow:1"), nil)
 			done <- err
 		}()
 		<-halfway
@@ -273,7 +275,7 @@ func TestPullEnds(t *testing.T) {
 		s := openStore(t, sb, reg, nil)
 		done := make(chan error, 1)
 		go func() {
-			_, err := s.Pull(ctxT(t), reg.ref("slow:1"), nil)
+			_, err := s.Pull(ctxT(t), reg.Ref("slow:1"), nil)
 			done <- err
 		}()
 		<-halfway
@@ -282,7 +284,7 @@ func TestPullEnds(t *testing.T) {
 			t.Error("Pull ended without error by Close")
 		}
 		checkEmpty(t, s)
-		if _, err := s.Pull(ctxT(t), reg.ref("slow:1"), nil); err == nil {
+		if _, err := s.Pull(ctxT(t), reg.Ref("slow:1"), nil); err == nil {
 			t.Error("Pull after Close succeeded")
 		}
 	})

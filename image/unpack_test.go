@@ -12,13 +12,15 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
+
+	"warren/internal/imagetest"
 )
 
 // TestHostileLayers pulls images whose layers try to lead out of the
 // rootfs: each is refused, naming what it did, and nothing outside the
 // store changes.
 func TestHostileLayers(t *testing.T) {
-	reg := newRegistry(t)
+	reg := imagetest.StartRegistry(t)
 	sb := newSandbox(t)
 	s := openStore(t, sb, reg, nil)
 	// The rootfs is Dir/tmp/work-*/rootfs: four folders below the
@@ -28,38 +30,38 @@ func TestHostileLayers(t *testing.T) {
 	deep := strings.Repeat("d/", maxDepth+1) + "f"
 	cases := []struct {
 		name string
-		ents []ent
+		ents []imagetest.File
 		want string
 	}{
-		{"dotdot", []ent{file(up+"/evil", "x")}, `a ".." component`},
-		{"dotdot-inner", []ent{dir("a"), file("a/../"+up+"/evil", "x")}, `a ".." component`},
-		{"dot-slash-dotdot", []ent{file("./"+up+"/evil", "x")}, `a ".." component`},
-		{"absolute", []ent{file(sb.canary+"/evil", "x")}, "an absolute name"},
-		{"absolute-dir", []ent{dir(sb.canary + "/sub")}, "an absolute name"},
-		{"through-symlink", []ent{symlink("esc", sb.canary), file("esc/evil", "x")}, "passes through a symbolic link"},
-		{"through-relative-symlink", []ent{symlink("here", "."), file("here/evil", "x")}, "passes through a symbolic link"},
-		{"dir-through-symlink", []ent{symlink("esc", sb.canary), dir("esc/newdir")}, "passes through a symbolic link"},
-		{"overwrite-through-symlink", []ent{symlink("esc", sb.canary), file("esc/keep", "pwned")}, "passes through a symbolic link"},
-		{"symlink-climbs", []ent{symlink("a", "../../../../etc/shadow")}, "climbs above the rootfs"},
-		{"symlink-climbs-nested", []ent{dir("d"), dir("d/e"), symlink("d/e/l", "../../../canary")}, "climbs above the rootfs"},
-		{"symlink-climbs-after-descending", []ent{symlink("l", "a/b/../../../x")}, "climbs above the rootfs"},
-		{"hardlink-absolute", []ent{hardlink("h", "/etc/passwd")}, "an absolute name"},
-		{"hardlink-dotdot", []ent{hardlink("h", up+"/keep")}, `a ".." component`},
-		{"hardlink-missing", []ent{hardlink("h", "nope")}, "does not exist"},
-		{"hardlink-dir", []ent{dir("d"), hardlink("h", "d")}, "a folder"},
-		{"hardlink-through-symlink", []ent{dir("d"), file("d/f", "x"), symlink("l", "d"), hardlink("h", "l/f")}, "passes through a symbolic link"},
-		{"hardlink-through-escaping-symlink", []ent{symlink("l", sb.canary), hardlink("h", "l/keep")}, "passes through a symbolic link"},
-		{"whiteout-through-symlink", []ent{symlink("l", sb.canary), file("l/.wh.keep", "")}, "passes through a symbolic link"},
-		{"opaque-through-symlink", []ent{symlink("l", sb.canary), file("l/.wh..wh..opq", "")}, "passes through a symbolic link"},
-		{"whiteout-dotdot", []ent{file(up+"/.wh.keep", "")}, `a ".." component`},
-		{"name-past-PATH_MAX", []ent{file(long, "x")}, "PATH_MAX"},
-		{"too-deep", []ent{file(deep, "x")}, "folders deep"},
-		{"file-as-parent", []ent{file("f", "x"), file("f/g", "x")}, "its folder f is not a folder"},
+		{"dotdot", []imagetest.File{file(up+"/evil", "x")}, `a ".." component`},
+		{"dotdot-inner", []imagetest.File{dir("a"), file("a/../"+up+"/evil", "x")}, `a ".." component`},
+		{"dot-slash-dotdot", []imagetest.File{file("./"+up+"/evil", "x")}, `a ".." component`},
+		{"absolute", []imagetest.File{file(sb.canary+"/evil", "x")}, "an absolute name"},
+		{"absolute-dir", []imagetest.File{dir(sb.canary + "/sub")}, "an absolute name"},
+		{"through-symlink", []imagetest.File{symlink("esc", sb.canary), file("esc/evil", "x")}, "passes through a symbolic link"},
+		{"through-relative-symlink", []imagetest.File{symlink("here", "."), file("here/evil", "x")}, "passes through a symbolic link"},
+		{"dir-through-symlink", []imagetest.File{symlink("esc", sb.canary), dir("esc/newdir")}, "passes through a symbolic link"},
+		{"overwrite-through-symlink", []imagetest.File{symlink("esc", sb.canary), file("esc/keep", "pwned")}, "passes through a symbolic link"},
+		{"symlink-climbs", []imagetest.File{symlink("a", "../../../../etc/shadow")}, "climbs above the rootfs"},
+		{"symlink-climbs-nested", []imagetest.File{dir("d"), dir("d/e"), symlink("d/e/l", "../../../canary")}, "climbs above the rootfs"},
+		{"symlink-climbs-after-descending", []imagetest.File{symlink("l", "a/b/../../../x")}, "climbs above the rootfs"},
+		{"hardlink-absolute", []imagetest.File{hardlink("h", "/etc/passwd")}, "an absolute name"},
+		{"hardlink-dotdot", []imagetest.File{hardlink("h", up+"/keep")}, `a ".." component`},
+		{"hardlink-missing", []imagetest.File{hardlink("h", "nope")}, "does not exist"},
+		{"hardlink-dir", []imagetest.File{dir("d"), hardlink("h", "d")}, "a folder"},
+		{"hardlink-through-symlink", []imagetest.File{dir("d"), file("d/f", "x"), symlink("l", "d"), hardlink("h", "l/f")}, "passes through a symbolic link"},
+		{"hardlink-through-escaping-symlink", []imagetest.File{symlink("l", sb.canary), hardlink("h", "l/keep")}, "passes through a symbolic link"},
+		{"whiteout-through-symlink", []imagetest.File{symlink("l", sb.canary), file("l/.wh.keep", "")}, "passes through a symbolic link"},
+		{"opaque-through-symlink", []imagetest.File{symlink("l", sb.canary), file("l/.wh..wh..opq", "")}, "passes through a symbolic link"},
+		{"whiteout-dotdot", []imagetest.File{file(up+"/.wh.keep", "")}, `a ".." component`},
+		{"name-past-PATH_MAX", []imagetest.File{file(long, "x")}, "PATH_MAX"},
+		{"too-deep", []imagetest.File{file(deep, "x")}, "folders deep"},
+		{"file-as-parent", []imagetest.File{file("f", "x"), file("f/g", "x")}, "its folder f is not a folder"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ref := reg.ref("hostile/" + strings.ToLower(c.name) + ":1")
-			reg.push(t, "hostile/"+strings.ToLower(c.name)+":1", simpleImage(t, c.ents...))
+			ref := reg.Ref("hostile/" + strings.ToLower(c.name) + ":1")
+			reg.Push(t, "hostile/"+strings.ToLower(c.name)+":1", simpleImage(t, c.ents...))
 			_, err := s.Pull(ctxT(t), ref, nil)
 			if !errors.Is(err, ErrRefused) {
 				t.Fatalf("Pull = %v, want ErrRefused", err)
@@ -77,16 +79,16 @@ func TestHostileLayers(t *testing.T) {
 // TestHostileLaterLayer: a second layer turns a folder of the first into a
 // link out, then writes through it.
 func TestHostileLaterLayer(t *testing.T) {
-	reg := newRegistry(t)
+	reg := imagetest.StartRegistry(t)
 	sb := newSandbox(t)
 	s := openStore(t, sb, reg, nil)
-	img := imageOf(t, nil,
-		layerOf(t, layerTar(t, dir("etc"), file("etc/conf", "x"))),
-		layerOf(t, layerTar(t, symlink("etc", sb.canary))),
-		layerOf(t, layerTar(t, file("etc/keep", "pwned"))),
+	img := imagetest.ImageWith(t, nil,
+		imagetest.Layer(t, dir("etc"), file("etc/conf", "x")),
+		imagetest.Layer(t, symlink("etc", sb.canary)),
+		imagetest.Layer(t, file("etc/keep", "pwned")),
 	)
-	reg.push(t, "later:1", img)
-	_, err := s.Pull(ctxT(t), reg.ref("later:1"), nil)
+	reg.Push(t, "later:1", img)
+	_, err := s.Pull(ctxT(t), reg.Ref("later:1"), nil)
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "layer 3 of 3") || !strings.Contains(err.Error(), "passes through a symbolic link") {
 		t.Errorf("Pull = %v, want ErrRefused in layer 3, through a link", err)
 	}
@@ -95,20 +97,20 @@ func TestHostileLaterLayer(t *testing.T) {
 }
 
 func TestBombs(t *testing.T) {
-	reg := newRegistry(t)
-	reg.push(t, "bytes:1", simpleImage(t, ent{name: "big", typ: tar.TypeReg, size: 2 << 20, mode: 0o644}))
-	var many []ent
+	reg := imagetest.StartRegistry(t)
+	reg.Push(t, "bytes:1", simpleImage(t, imagetest.File{Path: "big", Type: tar.TypeReg, Size: 2 << 20, Mode: 0o644}))
+	var many []imagetest.File
 	for i := range 100 {
 		many = append(many, file("f"+itoa(i), ""))
 	}
-	reg.push(t, "entries:1", simpleImage(t, many...))
+	reg.Push(t, "entries:1", simpleImage(t, many...))
 	sb := newSandbox(t)
 	s := openStore(t, sb, reg, func(c *Config) { c.MaxImageBytes = 1 << 20; c.MaxEntries = 50 })
 	for _, c := range []struct{ ref, want string }{
 		{"bytes:1", "more than 1048576 bytes (the bound of one image, MaxImageBytes)"},
 		{"entries:1", "more than 50 entries (the bound of one image, MaxEntries)"},
 	} {
-		_, err := s.Pull(ctxT(t), reg.ref(c.ref), nil)
+		_, err := s.Pull(ctxT(t), reg.Ref(c.ref), nil)
 		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Pull(%s) = %v, want ErrRefused saying %q", c.ref, err, c.want)
 		}
@@ -130,20 +132,20 @@ func itoa(n int) string {
 
 // TestUnpackNeutralises: what an image may hold but not keep.
 func TestUnpackNeutralises(t *testing.T) {
-	reg := newRegistry(t)
-	img := imageOf(t, func(c *v1.ConfigFile) { c.Config.User = "agent" }, layerOf(t, layerTar(t,
+	reg := imagetest.StartRegistry(t)
+	img := imagetest.ImageWith(t, func(c *v1.ConfigFile) { c.Config.User = "agent" }, imagetest.Layer(t,
 		dir("usr"), dir("usr/bin"),
-		ent{name: "usr/bin/su", typ: tar.TypeReg, body: "su", mode: 0o4755},
-		ent{name: "usr/bin/sg", typ: tar.TypeReg, body: "sg", mode: 0o2755},
-		ent{name: "sticky", typ: tar.TypeReg, body: "s", mode: 0o1644},
-		ent{name: "tmp", typ: tar.TypeDir, mode: 0o1777},
-		ent{name: "shared", typ: tar.TypeDir, mode: 0o2775},
+		imagetest.File{Path: "usr/bin/su", Type: tar.TypeReg, Body: "su", Mode: 0o4755},
+		imagetest.File{Path: "usr/bin/sg", Type: tar.TypeReg, Body: "sg", Mode: 0o2755},
+		imagetest.File{Path: "sticky", Type: tar.TypeReg, Body: "s", Mode: 0o1644},
+		imagetest.File{Path: "tmp", Type: tar.TypeDir, Mode: 0o1777},
+		imagetest.File{Path: "shared", Type: tar.TypeDir, Mode: 0o2775},
 		dir("dev"),
-		ent{name: "dev/null", typ: tar.TypeChar, mode: 0o666},
-		ent{name: "dev/sda", typ: tar.TypeBlock, mode: 0o660},
-		ent{name: "dev/linked", typ: tar.TypeLink, link: "dev/sda"},
-		ent{name: "run/fifo", typ: tar.TypeFifo, mode: 0o640},
-		ent{name: "usr/bin/ping", typ: tar.TypeReg, body: "ping", mode: 0o755, pax: map[string]string{
+		imagetest.File{Path: "dev/null", Type: tar.TypeChar, Mode: 0o666},
+		imagetest.File{Path: "dev/sda", Type: tar.TypeBlock, Mode: 0o660},
+		imagetest.File{Path: "dev/linked", Type: tar.TypeLink, Link: "dev/sda"},
+		imagetest.File{Path: "run/fifo", Type: tar.TypeFifo, Mode: 0o640},
+		imagetest.File{Path: "usr/bin/ping", Type: tar.TypeReg, Body: "ping", Mode: 0o755, PAX: map[string]string{
 			"SCHILY.xattr.security.capability": "\x01\x00\x00\x02\x00\x20\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00",
 			"SCHILY.xattr.user.note":           "hello",
 		}},
@@ -155,14 +157,14 @@ func TestUnpackNeutralises(t *testing.T) {
 		symlink("etc/clamped", "/../../../usr/share/zoneinfo/Etc/UTC"),
 		symlink("etc/resolv.conf", "/run/systemd/resolve/stub-resolv.conf"),
 		symlink("relative", "usr/share/zoneinfo/Etc/UTC"),
-		ent{name: "home/user/f", typ: tar.TypeReg, body: "mine", mode: 0o600, uid: 1000, gid: 1001},
+		imagetest.File{Path: "home/user/f", Type: tar.TypeReg, Body: "mine", Mode: 0o600, UID: 1000, GID: 1001},
 		hardlink("usr/bin/su2", "usr/bin/su"),
-		ent{name: "proc", typ: tar.TypeReg, body: "in the way", mode: 0o644},
-	)))
-	reg.push(t, "neutral:1", img)
+		imagetest.File{Path: "proc", Type: tar.TypeReg, Body: "in the way", Mode: 0o644},
+	))
+	reg.Push(t, "neutral:1", img)
 	sb := newSandbox(t)
 	s := openStore(t, sb, reg, nil)
-	got, err := s.Pull(ctxT(t), reg.ref("neutral:1"), nil)
+	got, err := s.Pull(ctxT(t), reg.Ref("neutral:1"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,17 +267,17 @@ func TestUnpackNeutralises(t *testing.T) {
 // TestWhiteouts: whiteouts and opaque folders hide the lower layers'
 // entries and keep the layer's own, whatever their order in the tar.
 func TestWhiteouts(t *testing.T) {
-	reg := newRegistry(t)
-	img := imageOf(t, nil,
-		layerOf(t, layerTar(t,
+	reg := imagetest.StartRegistry(t)
+	img := imagetest.ImageWith(t, nil,
+		imagetest.Layer(t,
 			dir("a"), file("a/f1", "1"), file("a/f2", "2"),
 			dir("b"), file("b/g", "g"),
 			dir("c"), file("c/x", "x"), dir("c/sub"), file("c/sub/y", "y"), dir("c/keep"), file("c/keep/old", "old"),
 			dir("d"), file("d/old", "old"),
 			file("e", "file"),
 			file("shared", "original"), hardlink("alias", "shared"),
-		)),
-		layerOf(t, layerTar(t,
+		),
+		imagetest.Layer(t,
 			file("a/.wh.f1", ""),
 			file(".wh.b", ""),
 			file("c/new", "new"),
@@ -288,11 +290,11 @@ func TestWhiteouts(t *testing.T) {
 			file(".wh.nothing-there", ""),
 			file("gone/.wh.x", ""),
 			file(".wh..wh.plnk", ""),
-		)),
+		),
 	)
-	reg.push(t, "wh:1", img)
+	reg.Push(t, "wh:1", img)
 	s := openStore(t, nil, reg, nil)
-	got, err := s.Pull(ctxT(t), reg.ref("wh:1"), nil)
+	got, err := s.Pull(ctxT(t), reg.Ref("wh:1"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,30 +42,64 @@ type Registry struct {
 	// Host is its host:port ("127.0.0.1:PORT"), as references name it.
 	Host string
 	srv  *httptest.Server
-	// blobGets counts the GETs of blobs it answered.
-	blobGets atomic.Int64
+	// requests counts every request it was sent.
+	requests atomic.Int64
 	// hold, when set, is closed to let blob answers finish (HoldBlobs).
 	hold atomic.Pointer[chan struct{}]
+
+	mu sync.Mutex
+	// blobGets counts the GETs of blobs it was sent, by digest.
+	blobGets map[string]int
+	// intercept, when set, answers the requests it returns true for.
+	intercept func(w http.ResponseWriter, req *http.Request) bool
 }
 
 // StartRegistry starts a registry, closed at the test's end.
 func StartRegistry(t testing.TB) *Registry {
 	t.Helper()
-	r := &Registry{}
+	r := &Registry{blobGets: map[string]int{}}
 	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/blobs/") {
-			r.blobGets.Add(1)
-			if hold := r.hold.Load(); hold != nil {
-				inner.ServeHTTP(&heldWriter{ResponseWriter: w, hold: *hold}, req)
-				return
-			}
+		r.requests.Add(1)
+		d, blob := BlobDigest(req)
+		blob = blob && req.Method == http.MethodGet
+		r.mu.Lock()
+		if blob {
+			r.blobGets[d]++
+		}
+		intercept := r.intercept
+		r.mu.Unlock()
+		if intercept != nil && intercept(w, req) {
+			return
+		}
+		if hold := r.hold.Load(); blob && hold != nil {
+			inner.ServeHTTP(&heldWriter{ResponseWriter: w, hold: *hold}, req)
+			return
 		}
 		inner.ServeHTTP(w, req)
 	}))
 	t.Cleanup(r.srv.Close)
 	r.Host = strings.TrimPrefix(r.srv.URL, "http://")
 	return r
+}
+
+// BlobDigest is the digest a request for a blob (/v2/NAME/blobs/DIGEST)
+// is for; false for any other request.
+func BlobDigest(req *http.Request) (string, bool) {
+	dir, d := path.Split(req.URL.Path)
+	if !strings.HasSuffix(dir, "/blobs/") || !strings.HasPrefix(d, "sha256:") {
+		return "", false
+	}
+	return d, true
+}
+
+// Intercept makes h see every request first (counted all the same): those it
+// returns true for it has answered, the others the registry answers.
+// nil ends it.
+func (r *Registry) Intercept(h func(w http.ResponseWriter, req *http.Request) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.intercept = h
 }
 
 // HoldBlobs makes every blob answered from now on stop after its first
@@ -114,36 +148,91 @@ func (w *heldWriter) Write(p []byte) (int, error) {
 }
 
 // BlobGets is how many blobs were fetched from it so far.
-func (r *Registry) BlobGets() int64 { return r.blobGets.Load() }
+func (r *Registry) BlobGets() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var n int64
+	for _, c := range r.blobGets {
+		n += int64(c)
+	}
+	return n
+}
+
+// BlobGetsByDigest is how many times each blob was fetched from it so
+// far, by digest: a copy.
+func (r *Registry) BlobGetsByDigest() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int, len(r.blobGets))
+	for d, n := range r.blobGets {
+		out[d] = n
+	}
+	return out
+}
+
+// Requests is how many requests it was sent so far, of any kind.
+func (r *Registry) Requests() int64 { return r.requests.Load() }
+
+// Ref is the full reference of repo:tag or repo@digest in it.
+func (r *Registry) Ref(repo string) string { return r.Host + "/" + repo }
 
 // Push pushes img as repo:tag ("team/py:3.12") and returns the full
 // reference and the manifest's digest.
 func (r *Registry) Push(t testing.TB, repoTag string, img v1.Image) (ref, digest string) {
 	t.Helper()
-	ref = r.Host + "/" + repoTag
+	return r.push(t, repoTag, img)
+}
+
+// PushIndex is Push for an image index.
+func (r *Registry) PushIndex(t testing.TB, repoTag string, idx v1.ImageIndex) (ref, digest string) {
+	t.Helper()
+	return r.push(t, repoTag, idx)
+}
+
+// pushable is what Push and PushIndex push: an image or an index.
+type pushable interface {
+	remote.Taggable
+	Digest() (v1.Hash, error)
+}
+
+func (r *Registry) push(t testing.TB, repoTag string, x pushable) (ref, digest string) {
+	t.Helper()
+	ref = r.Ref(repoTag)
 	tag, err := name.NewTag(ref, name.Insecure)
 	if err != nil {
 		t.Fatalf("imagetest: tag %s: %v", ref, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := remote.Write(tag, img, remote.WithContext(ctx)); err != nil {
+	if err := remote.Push(tag, x, remote.WithContext(ctx)); err != nil {
 		t.Fatalf("imagetest: push %s: %v", ref, err)
 	}
-	d, err := img.Digest()
+	d, err := x.Digest()
 	if err != nil {
 		t.Fatalf("imagetest: digest of %s: %v", ref, err)
 	}
 	return ref, d.String()
 }
 
-// File is one entry of a layer.
+// File is one entry of a layer. Its Path is written as given: a test
+// of hostile layers may name what no image should ("../x", "/etc/x").
 type File struct {
 	Path string // inside the image, without a leading slash
 	Body string // a regular file's content
-	Mode int64  // permission bits; 0 means 0644 (0755 for folders)
+	Size int64  // a regular file's size, of zero bytes, when Body is ""
+	// Mode is the permission bits: 0 means 0644 for a regular file, 0755
+	// for a folder; a symbolic link is always 0777; any other Type is
+	// written with Mode as it is.
+	Mode int64
 	Dir  bool
-	Link string // a symbolic link's target
+	Link string // a symbolic link's target, or a hard link's (Type tar.TypeLink)
+	// Type is the tar type flag (tar.TypeLink, TypeChar, TypeBlock,
+	// TypeFifo...) where Dir and Link do not say it: 0 is a folder for
+	// Dir, a symbolic link for Link, a regular file otherwise. A device
+	// is 1,3.
+	Type     byte
+	UID, GID int
+	PAX      map[string]string // PAX records, such as SCHILY.xattr.NAME
 }
 
 // Layer is a layer holding files, in that order.
@@ -156,42 +245,94 @@ func Layer(t testing.TB, files ...File) v1.Layer {
 	return l
 }
 
+// LayerWith is Layer made with opts, such as
+// tarball.WithCompression(compression.ZStd).
+func LayerWith(t testing.TB, opts []tarball.LayerOption, files ...File) v1.Layer {
+	t.Helper()
+	l, err := makeLayer(opts, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // MakeLayer is Layer for a program.
-func MakeLayer(files ...File) (v1.Layer, error) {
+func MakeLayer(files ...File) (v1.Layer, error) { return makeLayer(nil, files) }
+
+func makeLayer(opts []tarball.LayerOption, files []File) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, f := range files {
-		h := &tar.Header{Name: f.Path, Mode: f.Mode, ModTime: time.Unix(1700000000, 0), Format: tar.FormatPAX}
-		switch {
-		case f.Dir:
-			h.Typeflag = tar.TypeDir
-			if h.Mode == 0 {
-				h.Mode = 0o755
-			}
-		case f.Link != "":
-			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, f.Link, 0o777
-		default:
-			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.Body))
-			if h.Mode == 0 {
-				h.Mode = 0o644
-			}
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return nil, fmt.Errorf("imagetest: layer: %w", err)
-		}
-		if _, err := io.WriteString(tw, f.Body); err != nil {
-			return nil, fmt.Errorf("imagetest: layer: %w", err)
+		if err := writeEntry(tw, f); err != nil {
+			return nil, fmt.Errorf("imagetest: layer: %q: %w", f.Path, err)
 		}
 	}
 	if err := tw.Close(); err != nil {
 		return nil, fmt.Errorf("imagetest: layer: %w", err)
 	}
 	data := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("imagetest: layer: %w", err)
 	}
 	return l, nil
+}
+
+// writeEntry writes f's header and content.
+func writeEntry(tw *tar.Writer, f File) error {
+	h := &tar.Header{
+		Name: f.Path, Typeflag: f.Type, Linkname: f.Link, Mode: f.Mode, Uid: f.UID, Gid: f.GID,
+		ModTime: time.Unix(1700000000, 0), PAXRecords: f.PAX, Format: tar.FormatPAX,
+	}
+	if h.Typeflag == 0 {
+		switch {
+		case f.Dir:
+			h.Typeflag = tar.TypeDir
+		case f.Link != "":
+			h.Typeflag = tar.TypeSymlink
+		default:
+			h.Typeflag = tar.TypeReg
+		}
+	}
+	switch h.Typeflag {
+	case tar.TypeDir:
+		if h.Mode == 0 {
+			h.Mode = 0o755
+		}
+	case tar.TypeSymlink:
+		h.Mode = 0o777
+	case tar.TypeReg:
+		if h.Mode == 0 {
+			h.Mode = 0o644
+		}
+		h.Size = int64(len(f.Body))
+		if f.Body == "" {
+			h.Size = f.Size
+		}
+	case tar.TypeChar, tar.TypeBlock:
+		h.Devmajor, h.Devminor = 1, 3
+	}
+	if err := tw.WriteHeader(h); err != nil {
+		return err
+	}
+	if h.Typeflag != tar.TypeReg {
+		return nil
+	}
+	var err error
+	if f.Body != "" {
+		_, err = io.WriteString(tw, f.Body)
+	} else {
+		_, err = io.CopyN(tw, zeros{}, f.Size)
+	}
+	return err
+}
+
+// zeros reads as zero bytes without end.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 // Image is an image of layers, for linux on this machine's architecture,
@@ -207,6 +348,22 @@ func Image(t testing.TB, env []string, workdir string, layers ...v1.Layer) v1.Im
 
 // MakeImage is Image for a program.
 func MakeImage(env []string, workdir string, layers ...v1.Layer) (v1.Image, error) {
+	return makeImage(func(cf *v1.ConfigFile) { cf.Config.Env, cf.Config.WorkingDir = env, workdir }, layers)
+}
+
+// ImageWith is an image of layers, for linux on this machine's
+// architecture, after mod (may be nil) changed its config: its User, or
+// its Architecture to another one.
+func ImageWith(t testing.TB, mod func(*v1.ConfigFile), layers ...v1.Layer) v1.Image {
+	t.Helper()
+	img, err := makeImage(mod, layers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+func makeImage(mod func(*v1.ConfigFile), layers []v1.Layer) (v1.Image, error) {
 	img, err := mutate.AppendLayers(empty.Image, layers...)
 	if err != nil {
 		return nil, fmt.Errorf("imagetest: image: %w", err)
@@ -217,7 +374,9 @@ func MakeImage(env []string, workdir string, layers ...v1.Layer) (v1.Image, erro
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config.Env, cf.Config.WorkingDir = env, workdir
+	if mod != nil {
+		mod(cf)
+	}
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return nil, fmt.Errorf("imagetest: image config: %w", err)
 	}
@@ -300,9 +459,29 @@ func WriteLayout(t testing.TB, file string, img v1.Image, refName string) {
 	}
 }
 
+// WriteLayoutDir writes img as an OCI image layout in the folder dir
+// (made if missing), untarred, annotated as WriteLayout does: for a
+// test that changes the layout before it tars it.
+func WriteLayoutDir(t testing.TB, dir string, img v1.Image, refName string) {
+	t.Helper()
+	if err := saveLayoutDir(dir, img, refName); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // SaveLayout is WriteLayout for a program, which names the empty
 // folder the layout is written in before it is tarred.
 func SaveLayout(file, dir string, img v1.Image, refName string) error {
+	if err := saveLayoutDir(dir, img, refName); err != nil {
+		return err
+	}
+	if out, err := exec.Command("tar", "-C", dir, "-cf", file, ".").CombinedOutput(); err != nil {
+		return fmt.Errorf("imagetest: tar the layout: %w: %s", err, out)
+	}
+	return nil
+}
+
+func saveLayoutDir(dir string, img v1.Image, refName string) error {
 	p, err := layout.Write(dir, empty.Index)
 	if err != nil {
 		return fmt.Errorf("imagetest: layout: %w", err)
@@ -313,9 +492,6 @@ func SaveLayout(file, dir string, img v1.Image, refName string) error {
 	}
 	if err := p.AppendImage(img, opts...); err != nil {
 		return fmt.Errorf("imagetest: layout: %w", err)
-	}
-	if out, err := exec.Command("tar", "-C", dir, "-cf", file, ".").CombinedOutput(); err != nil {
-		return fmt.Errorf("imagetest: tar the layout: %w: %s", err, out)
 	}
 	return nil
 }
