@@ -60,4 +60,8 @@ type Replicas interface {
 	// parent), "" for none: what the store holds already. It returns at
 	// once: the upload runs in the background and marks cp Replicated.
 	Replicate(k meta.ThreadKey, cp meta.Checkpoint, base string)
+	// Dropped says that a thread of tenant was deleted, its history gone:
+	// the store's objects that no other checkpoint references go at a
+	// collection begun soon. It returns at once.
+	Dropped(tenant string)
 }
