@@ -27,6 +27,7 @@ import (
 	"warren/jail"
 	"warren/meta"
 	"warren/snapshot"
+	"warren/snapshot/replica"
 )
 
 // Config configures a gateway. DataDir and Store are required; every other
@@ -266,6 +267,11 @@ type Config struct {
 	// its collections: snapshot's ("wait", "sweep"; see
 	// snapshot.WithCollectHook), then "done". A seam for tests.
 	collectHook func(tenant, step string)
+	// storeCollectEvery and storeGrace, if positive, replace the snapshot
+	// store's collection's period and grace (replicas.Config), and
+	// storeCollectHook is told of each collection; for tests.
+	storeCollectEvery, storeGrace time.Duration
+	storeCollectHook              func(replica.SweepStats, error)
 }
 
 // Defaults of the lease (package hosts).

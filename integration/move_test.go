@@ -343,4 +343,3 @@ func waitPending(t *testing.T, url, thread string, want []string) {
 	}
 	t.Fatalf("the store's pending changes of %s: %+v, %v; want the paths %v", thread, p, err, want)
 }
-

@@ -364,6 +364,26 @@ type Pin struct {
 	Lease  LeaseID `json:"lease"`
 }
 
+// Claim is a record that hosts take in turn, for work one server of
+// several should do at a time (the collection of the snapshot store):
+// Holder holds it until Until, by the hosts' clocks. Hosts read it and
+// replace it with compare-and-set on Revision, so two never both take
+// it from the same state; the work must stay safe if clocks disagree and
+// two do it at once (a claim orders work, it does not fence it).
+type Claim struct {
+	Name   string    `json:"name"`
+	Holder string    `json:"holder,omitempty"`
+	Until  time.Time `json:"until"`
+	// Done is when the work was last done to its end, by its holder's
+	// clock: what a host asks before it takes the claim for work due
+	// every so often.
+	Done time.Time `json:"done,omitzero"`
+
+	// Revision is set by the store on every read and write, as
+	// Binding.Revision is.
+	Revision uint64 `json:"revision"`
+}
+
 // Store is the metadata store. Implementations are safe for concurrent use.
 type Store interface {
 	// CreateBinding stores b if no binding exists for its key; otherwise it
@@ -449,6 +469,14 @@ type Store interface {
 	// ListHistories returns the histories of every thread of tenant, ordered
 	// by thread (for the repository's garbage collection).
 	ListHistories(ctx context.Context, tenant string) ([]History, error)
+
+	// GetClaim returns the claim named name, or ErrNotFound.
+	GetClaim(ctx context.Context, name string) (Claim, error)
+	// PutClaim stores c: it creates it when c.Revision is zero (ErrExists
+	// if there is one), else replaces it if the stored revision equals
+	// c.Revision (ErrConflict if it changed). It returns c with its new
+	// Revision.
+	PutClaim(ctx context.Context, c Claim) (Claim, error)
 
 	// Close releases the store. Calls after Close return ErrClosed.
 	Close() error

@@ -206,3 +206,17 @@ func (o *observed) ListHistories(ctx context.Context, tenant string) ([]History,
 	o.done("ListHistories", start, err)
 	return v, err
 }
+
+func (o *observed) GetClaim(ctx context.Context, name string) (Claim, error) {
+	start := time.Now()
+	v, err := o.s.GetClaim(ctx, name)
+	o.done("GetClaim", start, err)
+	return v, err
+}
+
+func (o *observed) PutClaim(ctx context.Context, c Claim) (Claim, error) {
+	start := time.Now()
+	v, err := o.s.PutClaim(ctx, c)
+	o.done("PutClaim", start, err)
+	return v, err
+}

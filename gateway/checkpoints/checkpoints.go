@@ -1229,13 +1229,17 @@ func (c *Checkpoints) fork(ctx context.Context, tenant, thread string, req api.F
 }
 
 // DropHistory forgets a deleted thread's checkpoints, and collects their
-// objects that no other thread uses. The thread's checkpoint lock
+// objects that no other thread uses, in the repository and in the
+// snapshot store (Replicas.Dropped). The thread's checkpoint lock
 // (Threads.LockTurn) is held.
 func (c *Checkpoints) DropHistory(ctx context.Context, k meta.ThreadKey) error {
 	if err := c.store.DeleteHistory(ctx, k); err != nil {
 		return fmt.Errorf("delete the history of %s: %w", call.KeyName(k), err)
 	}
 	c.collect(k.Tenant)
+	if r := c.cfg.Replicas; r != nil {
+		r.Dropped(k.Tenant)
+	}
 	return nil
 }
 

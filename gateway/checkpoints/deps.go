@@ -76,4 +76,8 @@ type Replicas interface {
 	// thread's last checkpoint (an error matching replica.ErrNotFound if
 	// it said nothing).
 	Pending(ctx context.Context, k meta.ThreadKey) (replica.Pending, error)
+	// Dropped says that a thread of tenant was deleted, its history gone:
+	// the store's objects that no other checkpoint references go at a
+	// collection begun soon. It returns at once.
+	Dropped(tenant string)
 }

@@ -14,7 +14,14 @@
 // an upload cut short by a stop or kill -9 is finished by the next start
 // (replica.Upload resumes: it sends only the packs the store lacks).
 //
+// The room also collects the store (collect.go): a collector goroutine
+// sweeps it (replica.Sweep) every CollectEvery across the servers, and
+// soon after a thread's delete (Dropped), with the trees of every
+// history in the metadata store as the live set. The servers take turns
+// through a claim in the metadata store (meta.Claim); the sweep's
+// safety does not rest on it (two at once are safe), only its cost.
+// Uploads are bounded so that the sweep's grace covers them.
+//
 // Not here yet: fetching trees on another server, a bound on the cache,
-// deleting from the store (a collection across servers), and a restore
-// from the store of a thread whose folder is unreachable.
+// and a restore from the store of a thread whose folder is unreachable.
 package replicas

@@ -28,7 +28,8 @@ const (
 	retryMax = time.Minute
 )
 
-// Config is what the room needs of the daemon. Every field is required.
+// Config is what the room needs of the daemon. Every field is required
+// but the collection's, which have defaults.
 type Config struct {
 	// URL names the store (replica.NewS3's form).
 	URL string
@@ -46,6 +47,14 @@ type Config struct {
 	Served       func() []Served
 	Pending      func(root string, since uint64) (fs.ChangeSet, uint64, bool)
 	PendingEvery time.Duration
+
+	// CollectEvery is the time between collections of the store, across
+	// the servers that share it (0: an hour); Grace is theirs
+	// (replica.SweepOptions.Grace; 0: a day), which also bounds this
+	// server's uploads (see uploadBounds). CollectHook, if not nil, is
+	// told of each collection this server ran, with its error; for tests.
+	CollectEvery, Grace time.Duration
+	CollectHook         func(replica.SweepStats, error)
 }
 
 // Repos is what the room calls of the checkpoints.
@@ -84,6 +93,9 @@ type Replicas struct {
 
 	fetches keyed.Locks[string] // one fetch per tenant and tree (Fetch)
 
+	collectNow chan struct{} // a collection is asked for (capacity 1; Dropped)
+	collected  chan struct{} // closed when the collector returned (Run)
+
 	mu      sync.Mutex
 	running bool            // Run started the uploader
 	queue   []job           // in order; queue[0] is being uploaded
@@ -104,13 +116,14 @@ func Start(ctx context.Context, cfg Config) (*Replicas, error) {
 	return &Replicas{
 		cfg: cfg, log: cfg.Logger, store: s, ctx: rctx, cancel: cancel,
 		wake: make(chan struct{}, 1), done: make(chan struct{}), reported: make(chan struct{}),
+		collectNow: make(chan struct{}, 1), collected: make(chan struct{}),
 		queued: make(map[string]bool), up: true,
 	}, nil
 }
 
 // Run queues every checkpoint of the threads this host serves that is not
 // in the store yet, oldest first (what a former run left: the queue is
-// not kept), then starts the uploader. A failure to list them is logged:
+// not kept), then starts the uploader and the collector. A failure to list them is logged:
 // the checkpoints taken from now on are uploaded all the same, and the
 // next start lists them again.
 func (r *Replicas) Run(ctx context.Context) {
@@ -122,6 +135,7 @@ func (r *Replicas) Run(ctx context.Context) {
 	r.mu.Unlock()
 	go r.upload()
 	go r.reportPending()
+	go r.collector()
 }
 
 // queueBacklog queues the checkpoints of this host's threads that are
@@ -269,7 +283,15 @@ func (r *Replicas) replicate(ctx context.Context, j job) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint %s of %s: %w", j.id, call.KeyName(j.k), err)
 	}
-	opts := replica.UploadOptions{Cache: r.cfg.CacheDir(j.k.Tenant)}
+	// Bounded, so that a collection's grace covers the upload: one that
+	// takes longer fails, and starts over.
+	refresh, limit := r.uploadBounds()
+	if limit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
+	}
+	opts := replica.UploadOptions{Cache: r.cfg.CacheDir(j.k.Tenant), Refresh: refresh}
 	if j.base != "" {
 		if b, err := snapshot.ParseHash(j.base); err == nil {
 			opts.Bases = []snapshot.Hash{b}
@@ -344,8 +366,9 @@ func (r *Replicas) Stats() (backlog int, up bool, why error) {
 	return len(r.queue), r.up, r.lastErr
 }
 
-// Close stops the uploader and waits for it; an upload cut short is
-// finished by the next start. nil (no store) is fine.
+// Close stops the uploader and the collector and waits for them; an
+// upload cut short is finished by the next start, a collection cut short
+// is safe (replica.Sweep). nil (no store) is fine.
 func (r *Replicas) Close() {
 	if r == nil {
 		return
@@ -357,5 +380,6 @@ func (r *Replicas) Close() {
 	if running {
 		<-r.done
 		<-r.reported
+		<-r.collected
 	}
 }

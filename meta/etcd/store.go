@@ -595,6 +595,8 @@ func decode(kv *mvccpb.KeyValue, v any) error {
 		r.Revision = rev
 	case *meta.History:
 		r.Revision = rev
+	case *meta.Claim:
+		r.Revision = rev
 	}
 	return nil
 }

@@ -71,6 +71,7 @@ func Run(t *testing.T, open func(t *testing.T) meta.Store) {
 		{"HistoryTooLarge", testHistoryTooLarge},
 		{"HistoryRefusesTextJSONWouldRewrite", testHistoryRefusesTextJSONWouldRewrite},
 		{"ConcurrentHistory", testConcurrentHistory},
+		{"Claims", testClaims},
 		{"Closed", testClosed},
 	}
 	for _, tt := range tests {

@@ -37,6 +37,7 @@
 //
 //	packs/<64 hex>   a pack, named by the SHA-256 of its head (pack.go)
 //	trees/<64 hex>   a tree's manifest: the packs that hold its objects (manifest.go)
+//	holds/<time>-<r> manifests a collection deleted, kept a grace (sweep.go)
 //
 // A pack is a head (the hash, kind and size of each object it holds),
 // then the objects in their stored form (snapshot.RawObject: the format
@@ -79,20 +80,34 @@
 //  3. Read the packs that hold them (a pack whose cached head shows it
 //     holds none is not read), keeping only those.
 //
-// # Collection (for a later layer)
+// # Collection
 //
-// The layout allows a mark and sweep over the store, in the daemon that
-// knows which trees are live: mark the packs that the manifests of the
-// live trees name; delete the manifests of dead trees, then the packs no
-// manifest names. Two rules keep it safe beside uploads. A pack is written
-// before the manifest that names it, so a pack no manifest names may
-// belong to an upload under way (or cut short, to be resumed): sweep only
-// packs older than a grace period longer than any upload. And an upload
-// reuses the packs of its bases' manifests, read at its start: a sweep
-// must mark again, after that grace period, before it deletes packs whose
-// manifests it deleted (a manifest written meanwhile names the ones still
-// in use). Packs partly live stay whole; repacking their live objects
-// into new packs (and writing new manifests) is for that layer too.
+// Sweep is a mark and sweep over the store, for the daemon that knows
+// which trees are live (every server's checkpoints): it deletes the
+// manifests of dead trees, then the packs no manifest names. Three rules
+// keep it safe beside uploads, on any server, and beside another sweep:
+//
+//   - A pack is written before the manifest that names it, so a pack no
+//     manifest names may belong to an upload under way (or cut short, to
+//     be resumed): only packs older than a grace period longer than any
+//     upload go. An upload that finds a pack there already puts it again
+//     when it is older than UploadOptions.Refresh, so that every pack it
+//     names is young until its manifest is written (Refresh plus the
+//     longest upload must stay under the grace).
+//   - An upload reuses the packs of its bases' manifests, read at its
+//     start: a manifest deleted is first written, whole, into a hold
+//     record (holds/…), which keeps its packs a grace past the delete.
+//   - A tree dead when the sweep listed the live ones may be live again
+//     when it deletes its manifest (a checkpoint of the same content,
+//     whose upload found the manifest there): the sweep lists the live
+//     trees again after its deletes and puts such manifests back from
+//     its hold record, as does the next sweep after a crash.
+//
+// Sweep's doc has the steps and the argument. Any error listing or
+// reading stops it before it deletes more: it fails closed. It also
+// removes what Puts cut short left (S3 multipart uploads, a folder's
+// temporary files) once older than the grace. Packs partly live stay
+// whole; repacking their live objects is not done.
 //
 // # Errors
 //

@@ -165,24 +165,25 @@ func (s *FolderStore) Get(ctx context.Context, key string) (io.ReadCloser, error
 	return f, nil
 }
 
-func (s *FolderStore) Stat(ctx context.Context, key string) (int64, error) {
+func (s *FolderStore) Stat(ctx context.Context, key string) (Info, error) {
 	if err := checkKey(key); err != nil {
-		return 0, fmt.Errorf("replica: stat: %w", err)
+		return Info{}, fmt.Errorf("replica: stat: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("replica: stat %s: %w", key, err)
+		return Info{}, fmt.Errorf("replica: stat %s: %w", key, err)
 	}
 	info, err := os.Lstat(s.path(key))
 	if errors.Is(err, fs.ErrNotExist) || err == nil && !info.Mode().IsRegular() {
-		return 0, fmt.Errorf("replica: stat %s: %w", key, ErrNotFound)
+		return Info{}, fmt.Errorf("replica: stat %s: %w", key, ErrNotFound)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("replica: stat %s: %w", key, err)
+		return Info{}, fmt.Errorf("replica: stat %s: %w", key, err)
 	}
-	return info.Size(), nil
+	// A Put renames a new file into place: its mtime is the Put's.
+	return Info{Key: key, Size: info.Size(), ModTime: info.ModTime()}, nil
 }
 
-func (s *FolderStore) List(ctx context.Context, prefix string, fn func(key string) error) error {
+func (s *FolderStore) List(ctx context.Context, prefix string, fn func(Info) error) error {
 	if err := checkPrefix(prefix); err != nil {
 		return fmt.Errorf("replica: list: %w", err)
 	}
@@ -223,7 +224,14 @@ func (s *FolderStore) List(ctx context.Context, prefix string, fn func(key strin
 		if !strings.HasPrefix(key, prefix) || !validKey(key, false) {
 			return nil
 		}
-		if fnErr = fn(key); fnErr != nil {
+		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // deleted since the folder was read
+		}
+		if err != nil {
+			return err
+		}
+		if fnErr = fn(Info{Key: key, Size: info.Size(), ModTime: info.ModTime()}); fnErr != nil {
 			return fs.SkipAll
 		}
 		return nil
@@ -277,4 +285,31 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+// removeAborted removes the temporary files of .tmp/ last written before
+// the time given: Puts that a crash cut short (a Put under way writes its
+// file all along).
+func (s *FolderStore) removeAborted(ctx context.Context, before time.Time) (int, error) {
+	ents, err := os.ReadDir(s.tmp)
+	if err != nil {
+		return 0, fmt.Errorf("replica: list %s: %w", s.tmp, err)
+	}
+	n := 0
+	for _, e := range ents {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		info, err := e.Info()
+		if err != nil || !info.ModTime().Before(before) {
+			continue // gone meanwhile, or young
+		}
+		err = os.Remove(filepath.Join(s.tmp, e.Name()))
+		if err == nil {
+			n++
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return n, fmt.Errorf("replica: remove %s: %w", e.Name(), err)
+		}
+	}
+	return n, nil
 }

@@ -269,7 +269,7 @@ func (m *meteredStore) reset(failAfter int) {
 func keys(t testing.TB, store Store) []string {
 	t.Helper()
 	var out []string
-	if err := store.List(context.Background(), "", func(k string) error { out = append(out, k); return nil }); err != nil {
+	if err := store.List(context.Background(), "", func(i Info) error { out = append(out, i.Key); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(out)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -164,18 +165,18 @@ func (s *S3Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	return rc, nil
 }
 
-func (s *S3Store) Stat(ctx context.Context, key string) (int64, error) {
+func (s *S3Store) Stat(ctx context.Context, key string) (Info, error) {
 	if err := checkKey(key); err != nil {
-		return 0, fmt.Errorf("replica: stat: %w", err)
+		return Info{}, fmt.Errorf("replica: stat: %w", err)
 	}
 	info, err := s.client.StatObject(ctx, s.bucket, s.prefix+key, minio.StatObjectOptions{})
 	if err != nil {
-		return 0, fmt.Errorf("replica: stat %s: %w", key, mapErr(err))
+		return Info{}, fmt.Errorf("replica: stat %s: %w", key, mapErr(err))
 	}
-	return info.Size, nil
+	return Info{Key: key, Size: info.Size, ModTime: info.LastModified}, nil
 }
 
-func (s *S3Store) List(ctx context.Context, prefix string, fn func(key string) error) error {
+func (s *S3Store) List(ctx context.Context, prefix string, fn func(Info) error) error {
 	if err := checkPrefix(prefix); err != nil {
 		return fmt.Errorf("replica: list: %w", err)
 	}
@@ -188,7 +189,7 @@ func (s *S3Store) List(ctx context.Context, prefix string, fn func(key string) e
 		if !ok || !validKey(key, false) {
 			continue // not one this store would have written
 		}
-		if err := fn(key); err != nil {
+		if err := fn(Info{Key: key, Size: obj.Size, ModTime: obj.LastModified}); err != nil {
 			return err
 		}
 	}
@@ -204,4 +205,37 @@ func (s *S3Store) Delete(ctx context.Context, key string) error {
 		return fmt.Errorf("replica: delete %s: %w", key, err)
 	}
 	return nil
+}
+
+// removeAborted aborts the multipart uploads below the store's prefix
+// begun before the time given: those of Puts cut short (a kill -9, a
+// network lost), whose parts the server keeps, unseen by List, until
+// they are aborted. Each is aborted by its upload id, so that a Put of
+// the same key under way keeps its own.
+func (s *S3Store) removeAborted(ctx context.Context, before time.Time) (int, error) {
+	var old []minio.ObjectMultipartInfo
+	var listErr error
+	// Read to the end: the client's goroutine ends with the channel.
+	for u := range s.client.ListIncompleteUploads(ctx, s.bucket, s.prefix, true) {
+		switch {
+		case u.Err != nil:
+			listErr = u.Err
+		case u.Initiated.Before(before) && strings.HasPrefix(u.Key, s.prefix):
+			old = append(old, u)
+		}
+	}
+	if listErr != nil {
+		return 0, fmt.Errorf("replica: list the uploads cut short: %w", listErr)
+	}
+	n := 0
+	for _, u := range old {
+		err := s.core.AbortMultipartUpload(ctx, s.bucket, u.Key, u.UploadID)
+		if err != nil && minio.ToErrorResponse(err).Code != "NoSuchUpload" {
+			return n, fmt.Errorf("replica: abort the upload of %s: %w", u.Key, err)
+		}
+		if err == nil {
+			n++
+		}
+	}
+	return n, nil
 }

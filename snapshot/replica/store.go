@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // ErrNotFound is matched (errors.Is) by the error for a key the store
@@ -30,14 +31,26 @@ type Store interface {
 	// Get opens what key holds. A missing key is an error matching
 	// ErrNotFound. Close the reader when done.
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
-	// Stat returns the size of what key holds; a missing key is an error
-	// matching ErrNotFound.
-	Stat(ctx context.Context, key string) (int64, error)
-	// List calls fn with every key that begins with prefix, in no
-	// particular order; an error fn returns stops it and is returned.
-	List(ctx context.Context, prefix string, fn func(key string) error) error
+	// Stat says what key holds: its size and when it was put; a missing
+	// key is an error matching ErrNotFound.
+	Stat(ctx context.Context, key string) (Info, error)
+	// List calls fn with every key that begins with prefix (and what it
+	// holds, as Stat says), in no particular order; an error fn returns
+	// stops it and is returned.
+	List(ctx context.Context, prefix string, fn func(Info) error) error
 	// Delete removes key; a missing key is not an error.
 	Delete(ctx context.Context, key string) error
+}
+
+// Info is what a store says of a key.
+type Info struct {
+	Key  string
+	Size int64
+	// ModTime is when the key was last put, by the store's clock (the S3
+	// server's, the file system's): a collection (Sweep) tells by it the
+	// packs an upload may be writing, and an upload the packs it must put
+	// again rather than reuse (UploadOptions.Refresh).
+	ModTime time.Time
 }
 
 // maxKey bounds a key's length: S3's own bound.

@@ -34,7 +34,8 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 	// "", unless key is missing).
 	holds := func(t *testing.T, s Store, key, want string) {
 		t.Helper()
-		size, serr := s.Stat(ctx, key)
+		info, serr := s.Stat(ctx, key)
+		size := info.Size
 		rc, gerr := s.Get(ctx, key)
 		if want == "" {
 			if !errors.Is(serr, ErrNotFound) || !errors.Is(gerr, ErrNotFound) {
@@ -45,8 +46,12 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 			}
 			return
 		}
-		if serr != nil || size != int64(len(want)) {
-			t.Errorf("Stat(%q): got %d, %v; want %d", key, size, serr, len(want))
+		if serr != nil || size != int64(len(want)) || info.Key != key {
+			t.Errorf("Stat(%q): got %+v, %v; want %d bytes", key, info, serr, len(want))
+		}
+		// Put within the test: a store's clock may be a little off ours.
+		if age := time.Since(info.ModTime); serr == nil && (age < -time.Minute || age > time.Hour) {
+			t.Errorf("Stat(%q): modified %v, %v ago", key, info.ModTime, age)
 		}
 		if gerr != nil {
 			t.Fatalf("Get(%q): %v", key, gerr)
@@ -60,7 +65,14 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 	list := func(t *testing.T, s Store, prefix string) []string {
 		t.Helper()
 		var keys []string
-		if err := s.List(ctx, prefix, func(k string) error { keys = append(keys, k); return nil }); err != nil {
+		err := s.List(ctx, prefix, func(i Info) error {
+			keys = append(keys, i.Key)
+			if st, err := s.Stat(ctx, i.Key); err != nil || st.Size != i.Size || !st.ModTime.Equal(i.ModTime) && st.ModTime.Sub(i.ModTime).Abs() > time.Second {
+				t.Errorf("List(%q): %+v, but Stat: %+v, %v", prefix, i, st, err)
+			}
+			return nil
+		})
+		if err != nil {
 			t.Fatalf("List(%q): %v", prefix, err)
 		}
 		slices.Sort(keys)
@@ -74,8 +86,8 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 		put(t, s, "packs/one", "second, longer")
 		holds(t, s, "packs/one", "second, longer")
 		put(t, s, "empty", "")
-		if size, err := s.Stat(ctx, "empty"); err != nil || size != 0 {
-			t.Errorf("Stat(empty): got %d, %v", size, err)
+		if info, err := s.Stat(ctx, "empty"); err != nil || info.Size != 0 {
+			t.Errorf("Stat(empty): got %+v, %v", info, err)
 		}
 		big := make([]byte, 3<<20+17)
 		rand.Read(big)
@@ -142,7 +154,7 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 		}
 		stop := errors.New("enough")
 		n := 0
-		err := s.List(ctx, "packs/", func(string) error { n++; return stop })
+		err := s.List(ctx, "packs/", func(Info) error { n++; return stop })
 		if !errors.Is(err, stop) || n != 1 {
 			t.Errorf("List stopped by fn: got %v after %d calls, want fn's error after 1", err, n)
 		}
@@ -172,7 +184,7 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 			}
 		}
 		for _, prefix := range []string{"..", "../", "a/../", "/", ".tmp/", "a//"} {
-			if err := s.List(ctx, prefix, func(string) error { return nil }); !errors.Is(err, errBadKey) {
+			if err := s.List(ctx, prefix, func(Info) error { return nil }); !errors.Is(err, errBadKey) {
 				t.Errorf("List(%q): got %v, want errBadKey", prefix, err)
 			}
 		}
@@ -270,7 +282,7 @@ func newS3Store(t *testing.T, srv *testenv.S3, bucket string) *S3Store {
 	}
 	t.Cleanup(func() {
 		var keys []string
-		s.List(ctx, "", func(k string) error { keys = append(keys, k); return nil })
+		s.List(ctx, "", func(i Info) error { keys = append(keys, i.Key); return nil })
 		for _, k := range keys {
 			s.Delete(ctx, k)
 		}
@@ -311,6 +323,12 @@ func TestS3Store(t *testing.T) {
 		}); err != nil {
 			t.Error(err)
 		}
+	})
+	t.Run("sweep", func(t *testing.T) {
+		testSweep(t, func(t *testing.T) Store { return newS3Store(t, srv, "warren") }, nil)
+	})
+	t.Run("sweep aborted uploads", func(t *testing.T) {
+		testSweepAborted(t, newS3Store(t, srv, "warren"))
 	})
 	t.Run("refused credentials", func(t *testing.T) {
 		t.Setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"warren/snapshot"
 )
@@ -29,6 +30,16 @@ type UploadOptions struct {
 	// Parallel is how many packs are sent at once (default 2). Each holds
 	// up to PackSize bytes in memory while it is sent.
 	Parallel int
+	// Refresh, if positive, is the age (ModTime against this host's
+	// clock) past which a pack that the store holds already is put again
+	// rather than taken as it is. A collection (Sweep) deletes a pack no
+	// manifest names once it is older than its grace: a pack this upload
+	// found there, old, and will name only in its manifest at its end,
+	// could go meanwhile. Put again, it is as young as one this upload
+	// sent, so a grace longer than Refresh plus the longest upload keeps
+	// it (see the package doc, Collection). 0 never puts a pack again:
+	// for a store that no Sweep collects.
+	Refresh time.Duration
 }
 
 // Defaults of UploadOptions and FetchOptions.
@@ -357,12 +368,14 @@ func readExact(r io.Reader, size int64) ([]byte, error) {
 }
 
 // send puts the pack p in the store, unless the store holds its name
-// already (an earlier upload cut short sent it), and notes it for the
-// manifest.
+// already (an earlier upload cut short sent it) and that copy is younger
+// than Refresh, and notes it for the manifest.
 func (u *uploader) send(ctx context.Context, p *outPack) error {
 	key := packKey(p.name)
 	sent := false
-	if _, err := u.store.Stat(ctx, key); errors.Is(err, ErrNotFound) {
+	info, err := u.store.Stat(ctx, key)
+	stale := err == nil && u.opts.Refresh > 0 && time.Since(info.ModTime) > u.opts.Refresh
+	if errors.Is(err, ErrNotFound) || stale {
 		body := []io.Reader{bytes.NewReader(p.head)}
 		for _, o := range p.objects {
 			body = append(body, bytes.NewReader(o))

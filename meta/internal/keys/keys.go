@@ -16,6 +16,7 @@
 //	host/<id>                                         a Host's lease record, as JSON
 //	pin/<component(tenant)><component(thread)>        a thread's Pin, as JSON
 //	history/<component(tenant)><component(thread)>    a thread's History, as JSON
+//	claim/<name>                                      a Claim, as JSON
 //	sys/rev                                           Badger only: the revision counter, uint64
 //	                                                  big-endian (etcd has revisions of its own)
 //
@@ -61,6 +62,7 @@ const (
 	HostPrefix    = "host/"
 	PinPrefix     = "pin/"
 	HistoryPrefix = "history/"
+	ClaimPrefix   = "claim/"
 	Rev           = "sys/rev"
 )
 
@@ -216,6 +218,9 @@ func JobSeq(k meta.ThreadKey) []byte {
 
 // Host returns the store key of host id's record.
 func Host(id string) []byte { return append([]byte(HostPrefix), id...) }
+
+// Claim returns the store key of the claim named name.
+func Claim(name string) []byte { return append([]byte(ClaimPrefix), name...) }
 
 // Pin returns the store key of thread k's pin.
 func Pin(k meta.ThreadKey) []byte { return AppendThreadKey([]byte(PinPrefix), k) }
