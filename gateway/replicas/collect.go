@@ -148,6 +148,9 @@ func (r *Replicas) collectOnce(ctx context.Context, asked bool) (busy bool) {
 	if _, perr := r.cfg.Store.PutClaim(ctx, c); perr != nil && !errors.Is(perr, meta.ErrConflict) {
 		r.log.Warn("let go of the claim of the snapshot store's collection; it runs out", "error", perr)
 	}
+	if err == nil {
+		err = r.sweepPending(ctx, now)
+	}
 	if err != nil {
 		r.collectFailed(err)
 		return false
@@ -167,6 +170,33 @@ func (r *Replicas) collectFailed(err error) {
 	if hook := r.cfg.CollectHook; hook != nil {
 		hook(replica.SweepStats{}, err)
 	}
+}
+
+// sweepPending deletes the pending changes (pending.go) of the threads
+// deleted: those no binding names, put a grace before start (one put
+// since may be of a thread bound since the bindings were listed).
+func (r *Replicas) sweepPending(ctx context.Context, start time.Time) error {
+	var names []string
+	var after *meta.ThreadKey
+	for {
+		page, more, err := r.cfg.Store.ListBindingsPage(ctx, nil, after, bindingsPage)
+		if err != nil {
+			return fmt.Errorf("list the bindings: %w", err)
+		}
+		for _, b := range page {
+			names = append(names, PendingName(b.ThreadKey))
+		}
+		if !more || len(page) == 0 {
+			break
+		}
+		last := page[len(page)-1].ThreadKey
+		after = &last
+	}
+	n, err := replica.SweepPending(ctx, r.store, names, start.Add(-r.grace()))
+	if n > 0 {
+		r.log.Info("deleted the pending changes of deleted threads from the snapshot store", "threads", n)
+	}
+	return err
 }
 
 // liveTrees lists the trees every server's checkpoints reference: those

@@ -88,3 +88,30 @@ func DeletePending(ctx context.Context, store Store, name string) error {
 	}
 	return nil
 }
+
+// SweepPending deletes the Pending of every name that live does not
+// list, put before olderThan (a thread deleted; a Pending put after may
+// be of a thread made since the names were listed). It returns how many
+// it deleted.
+func SweepPending(ctx context.Context, store Store, live []string, olderThan time.Time) (int, error) {
+	keep := make(map[string]bool, len(live))
+	for _, n := range live {
+		keep[pendingKey(n)] = true
+	}
+	var gone []string
+	err := store.List(ctx, "pending/", func(in Info) error {
+		if !keep[in.Key] && in.ModTime.Before(olderThan) {
+			gone = append(gone, in.Key)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("replica: list the pending changes: %w", err)
+	}
+	for i, key := range gone {
+		if err := store.Delete(ctx, key); err != nil {
+			return i, fmt.Errorf("replica: delete the pending changes %s: %w", key, err)
+		}
+	}
+	return len(gone), nil
+}
