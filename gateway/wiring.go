@@ -57,6 +57,7 @@ func newCheckpoints(g *Gateway) *checkpoints.Checkpoints {
 func newReplicas(ctx context.Context, g *Gateway) (*replicas.Replicas, error) {
 	return replicas.Start(ctx, replicas.Config{
 		URL: g.cfg.SnapshotStore, Store: g.store, Repos: replicasRepos{g}, HostID: g.cfg.HostID, Logger: g.log.Named("replicas"),
+		CacheBytes: snapshotCacheBytes(g.cfg),
 		CacheDir: func(tenant string) string {
 			return filepath.Join(g.cfg.DataDir, "replica-cache", threads.EncodeID(tenant))
 		},

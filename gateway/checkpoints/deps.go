@@ -60,4 +60,10 @@ type Replicas interface {
 	// parent), "" for none: what the store holds already. It returns at
 	// once: the upload runs in the background and marks cp Replicated.
 	Replicate(k meta.ThreadKey, cp meta.Checkpoint, base string)
+	// Admit says whether a checkpoint whose own bytes (SnapshotBytes)
+	// are own may be recorded: an error, beginning "the snapshot store
+	// is unreachable", says why not (the checkpoints waiting for the
+	// store would pass the server's bound). It is asked before anything
+	// of the checkpoint is recorded.
+	Admit(ctx context.Context, own int64) error
 }
