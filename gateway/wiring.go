@@ -115,9 +115,10 @@ func metricsFigures(g *Gateway) metrics.Figures {
 		ImageBytes:  func() int64 { return g.images.Bytes() },
 	}
 	if g.cfg.SnapshotStore != "" {
-		fig.SnapshotUploads = func() (int, bool) {
-			n, up, _ := g.replicas.Stats()
-			return n, up
+		fig.SnapshotUploads = func() (int, int64, bool) {
+			_, up, _ := g.replicas.Stats()
+			n, bytes, _ := g.replicas.Backlog()
+			return n, bytes, up
 		}
 	}
 	return fig
