@@ -188,6 +188,14 @@ type Config struct {
 	// each thread changed since its last checkpoint go to the store, for
 	// the note of a move (0: replicas.DefaultPendingEvery).
 	SnapshotPendingEvery time.Duration
+	// SnapshotCacheBytes bounds, with a SnapshotStore, the backlog: the
+	// own bytes (what the snapshot quotas count) of the checkpoints not
+	// yet copied to the store. A checkpoint that would take it past the
+	// bound is refused with 507 "the snapshot store is unreachable" (see
+	// replicas.Replicas.Admit). 0 means a quarter of the snapshots
+	// folder's disk (snapshotCacheBytes); it may not be set without a
+	// store.
+	SnapshotCacheBytes int64
 	// Checkpoints is how many checkpoints a thread keeps unless its
 	// settings say otherwise; 0 means DefaultCheckpoints.
 	Checkpoints int
@@ -379,6 +387,14 @@ func (c Config) CheckLimits() error {
 	if c.SnapshotQuotaBytes < 0 || c.TenantSnapshotQuotaBytes < 0 {
 		return fmt.Errorf("snapshot quota %d and tenant snapshot quota %d must not be negative", c.SnapshotQuotaBytes, c.TenantSnapshotQuotaBytes)
 	}
+	if c.SnapshotCacheBytes < 0 {
+		return fmt.Errorf("snapshot cache bytes %d must not be negative", c.SnapshotCacheBytes)
+	}
+	if c.SnapshotCacheBytes > 0 && c.SnapshotStore == "" {
+		// Without a store nothing waits to be copied: a bound there
+		// would bound nothing, and says the operator meant a store.
+		return fmt.Errorf("snapshot cache bytes %d needs a snapshot store (--snapshots s3://...)", c.SnapshotCacheBytes)
+	}
 	if c.MaxThreads < 0 || c.MaxThreadsPerTenant < 0 || c.MaxJails < 0 {
 		return fmt.Errorf("max threads %d, per tenant %d and max jails %d must not be negative", c.MaxThreads, c.MaxThreadsPerTenant, c.MaxJails)
 	}
@@ -518,6 +534,38 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("config: on-unreachable %q is not gone, fresh or restore", c.OnUnreachable)
 	}
 	return c, nil
+}
+
+// snapshotCacheBytes is the bound of the checkpoints waiting for the
+// snapshot store: the configured one, else a quarter of the disk of the
+// snapshots folder (its nearest folder that exists), where their objects
+// are; 0 (no bound) if that cannot be read.
+//
+// Why a bound by default, and that one: the backlog is what this server
+// holds that no other can reach (what a thread moved to another server
+// would lose, and objects a local cache could not evict), so an outage
+// of the store must not let it grow without end; but the agents'
+// checkpoints should go on through an outage of the store, which is not
+// theirs to fix. A quarter of the disk, the images' default share, lets
+// the backlog grow large before it refuses anything while it cannot
+// take the disk from the workspaces.
+func snapshotCacheBytes(c Config) int64 {
+	if c.SnapshotCacheBytes > 0 {
+		return c.SnapshotCacheBytes
+	}
+	dir := c.SnapshotsDir
+	var st unix.Statfs_t
+	for {
+		err := unix.Statfs(dir, &st)
+		if err == nil {
+			return int64(st.Blocks) * st.Bsize / 4
+		}
+		up := filepath.Dir(dir)
+		if !errors.Is(err, unix.ENOENT) || up == dir {
+			return 0
+		}
+		dir = up
+	}
 }
 
 // imageStoreBytes is the bound of the image store: the configured one,

@@ -1,11 +1,14 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,8 +22,10 @@ import (
 // S3 server (testenv.S3Server, one for the subtests: it takes seconds to
 // start): a checkpoint is acknowledged at once and becomes replicated,
 // one taken while the server is down stays unreplicated and makes the
-// server unready until the server is back, and a daemon stopped with
-// checkpoints left to copy copies them at its next start.
+// server unready until the server is back, a checkpoint that would take
+// the backlog past --snapshot-cache-bytes is refused (507) and loses
+// nothing, and a daemon stopped with checkpoints left to copy copies them
+// at its next start.
 func TestSnapshotStore(t *testing.T) {
 	testenv.RequireRootFUSE(t)
 	srv := testenv.S3Server(t)
@@ -100,6 +105,97 @@ func TestSnapshotStore(t *testing.T) {
 			}
 		}
 		t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	})
+
+	t.Run("CacheBound", func(t *testing.T) {
+		ctx := t.Context()
+		// Each checkpoint adds a file of size bytes: the bound holds
+		// two of them waiting, not three.
+		const size, bound = 4000, 10000
+		env := startEnv(t, Config{SnapshotStore: storeURL("bound"), SnapshotCacheBytes: bound})
+		br, err := env.c.Bind(ctx, "acme", "four")
+		if err != nil {
+			t.Fatal(err)
+		}
+		write := func(name string) {
+			t.Helper()
+			if err := os.WriteFile(filepath.Join(br.MountPath, name), bytes.Repeat([]byte(name), size/len(name)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		srv.Kill(t)
+		restarted := false
+		t.Cleanup(func() {
+			if !restarted {
+				srv.Restart(t)
+			}
+		})
+		var kept []api.CheckpointInfo
+		for _, name := range []string{"f1", "f2"} {
+			write(name)
+			cp, err := env.c.History().Checkpoint(ctx, "acme", "four", api.CheckpointRequest{Label: name})
+			if err != nil {
+				t.Fatalf("checkpoint %s within the bound: %v", name, err)
+			}
+			if cp.Checkpoint.OwnBytes != size || cp.Checkpoint.Replicated {
+				t.Fatalf("checkpoint %s: own bytes %d, replicated %v; want %d, false", name, cp.Checkpoint.OwnBytes, cp.Checkpoint.Replicated, size)
+			}
+			kept = append(kept, cp.Checkpoint)
+		}
+		// Until an upload failed the server takes the store for slow,
+		// not down (its message says so); wait for the failure.
+		waitReady(t, env, func(rd api.Readiness) bool {
+			return strings.HasPrefix(readyCheck(rd, "snapshot_store").Detail, "the snapshot store is unreachable")
+		})
+
+		// The third would take the backlog to 12000: refused, nothing
+		// recorded, the file as written.
+		write("f3")
+		_, err = env.c.History().Checkpoint(ctx, "acme", "four", api.CheckpointRequest{Label: "f3"})
+		wantAPIError(t, "a checkpoint past the cache bound", err, http.StatusInsufficientStorage, api.CodeNoSpace,
+			"the snapshot store is unreachable: 2 checkpoints of this server (8000 bytes) wait to be copied to it, and this checkpoint's 4000 bytes would take them past the server's --snapshot-cache-bytes of 10000 (the last upload failed: ")
+		wantAPIError(t, "a checkpoint past the cache bound", err, http.StatusInsufficientStorage, api.CodeNoSpace, "The checkpoint was not taken")
+		var ae *api.APIError
+		if errors.As(err, &ae) && !strings.HasPrefix(ae.Message, "the snapshot store is unreachable") {
+			t.Errorf("refusal %q: want it to begin with the snapshot store", ae.Message)
+		}
+		// An undo keeps f3 in an automatic checkpoint first: refused
+		// the same way, nothing restored.
+		_, err = env.c.History().Undo(ctx, "acme", "four", false)
+		wantAPIError(t, "an undo whose automatic checkpoint is past the cache bound", err, http.StatusInsufficientStorage, api.CodeNoSpace,
+			`The automatic checkpoint "before undo" that keeps the workspace's state was not taken, so nothing was restored or changed`)
+		list, err := env.c.History().Checkpoints(ctx, "acme", "four")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Checkpoints) != 2 || list.Head != kept[1].ID {
+			t.Fatalf("history after the refusals: %+v; want %s and %s, head %s", list, kept[0].ID, kept[1].ID, kept[1].ID)
+		}
+		if got, err := os.ReadFile(filepath.Join(br.MountPath, "f3")); err != nil || !bytes.Equal(got, bytes.Repeat([]byte("f3"), size/2)) {
+			t.Fatalf("f3 after the refusals: %d bytes, %v; want it as written", len(got), err)
+		}
+		rd, err := env.c.Ready(ctx)
+		if c := readyCheck(rd, "snapshot_store"); err != nil || c.OK || !strings.Contains(c.Detail, "2 checkpoints (8000 bytes of the --snapshot-cache-bytes bound of 10000)") {
+			t.Errorf("readyz with the backlog full: %+v, %v", c, err)
+		}
+
+		// Once the store is back the backlog drains, and the next
+		// checkpoint takes f3: its change was given back, not lost.
+		srv.Restart(t)
+		restarted = true
+		waitReady(t, env, func(rd api.Readiness) bool {
+			c := readyCheck(rd, "snapshot_store")
+			return c.OK && strings.HasPrefix(c.Detail, "0 checkpoints (0 bytes")
+		})
+		cp, err := env.c.History().Checkpoint(ctx, "acme", "four", api.CheckpointRequest{Label: "f3"})
+		if err != nil {
+			t.Fatalf("checkpoint once the backlog drained: %v", err)
+		}
+		d, err := env.c.History().Diff(ctx, "acme", "four", kept[1].ID, cp.Checkpoint.ID, false)
+		if err != nil || !slices.Equal(d.Added, []string{"f3"}) || len(d.Removed)+len(d.Modified) != 0 {
+			t.Fatalf("diff of the checkpoint taken after the refusals: %+v, %v; want f3 added", d, err)
+		}
+		waitReplicated(t, env, "four", cp.Checkpoint.ID, true)
 	})
 
 	t.Run("FinishedAtNextStart", func(t *testing.T) {

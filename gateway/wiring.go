@@ -58,6 +58,7 @@ func newReplicas(ctx context.Context, g *Gateway) (*replicas.Replicas, error) {
 	return replicas.Start(ctx, replicas.Config{
 		URL: g.cfg.SnapshotStore, Store: g.store, Repos: replicasRepos{g}, HostID: g.cfg.HostID, Logger: g.log.Named("replicas"),
 		CollectEvery: g.cfg.storeCollectEvery, Grace: g.cfg.storeGrace, CollectHook: g.cfg.storeCollectHook,
+		CacheBytes: snapshotCacheBytes(g.cfg),
 		CacheDir: func(tenant string) string {
 			return filepath.Join(g.cfg.DataDir, "replica-cache", threads.EncodeID(tenant))
 		},
@@ -126,9 +127,10 @@ func metricsFigures(g *Gateway) metrics.Figures {
 		ImageBytes:  func() int64 { return g.images.Bytes() },
 	}
 	if g.cfg.SnapshotStore != "" {
-		fig.SnapshotUploads = func() (int, bool) {
-			n, up, _ := g.replicas.Stats()
-			return n, up
+		fig.SnapshotUploads = func() (int, int64, bool) {
+			_, up, _ := g.replicas.Stats()
+			n, bytes, _ := g.replicas.Backlog()
+			return n, bytes, up
 		}
 	}
 	return fig

@@ -84,11 +84,13 @@ type serveOptions struct {
 	diskImageSize int64
 	loopControl   string // $WARREN_LOOP_CONTROL: tests name a missing one
 	// Checkpoints: where their content lives, and how many a thread keeps.
-	snapshots string
+	snapshots   string
+	checkpoints int
+	// snapshotCache bounds the checkpoints waiting for an s3 store.
+	snapshotCache int64
 	// snapshotPendingEvery times the reports of changes since the last
 	// checkpoint to the store.
 	snapshotPendingEvery time.Duration
-	checkpoints          int
 	// cpLimits bound what one checkpoint reads.
 	cpLimits snapshot.Limits
 	// metricsAddr is the TCP address of the operational endpoints.
@@ -222,6 +224,7 @@ func serveCmd(ctx context.Context, e *cli.Env, name string, args []string) error
 	fs.Int64Var(&o.diskImageSize, "disk-image-size", 0, "bytes of the disk image (default: what leaves a tenth of the host's filesystem, at least 256 MiB, free when it is made); a larger size grows it at start")
 	fs.DurationVar(&o.snapshotPendingEvery, "snapshot-pending-every", 0, "with --snapshots s3://…: how often the paths each thread changed since its last checkpoint go to the store, so that a thread that moves (--on-unreachable restore) tells the model what was lost (default 10s)")
 	fs.StringVar(&o.snapshots, "snapshots", "", "folder of the tenants' snapshot repositories, the checkpoints' content (default DATA/snapshots); servers may share one. Or a store every checkpoint is copied to once taken, s3://BUCKET[/PREFIX]?endpoint=HOST:PORT[&region=R][&insecure=1] (credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or the shared credentials file); the repositories then stay in DATA/snapshots")
+	fs.Int64Var(&o.snapshotCache, "snapshot-cache-bytes", 0, "with --snapshots s3://...: bytes of checkpoints not yet copied to the store that this server keeps waiting (what the snapshot quotas count of them); past it a checkpoint is refused with 507 (default a quarter of the snapshots folder's disk)")
 	fs.Int64Var(&o.snapshotQuota, "snapshot-quota", 0, "bytes each thread's kept checkpoints may reference, unless its settings say otherwise (default its disk quota, or none)")
 	fs.Int64Var(&o.tenantSnapshotQuota, "tenant-snapshot-quota", 0, "bytes the kept checkpoints of all a tenant's threads may reference together (default none)")
 	fs.IntVar(&o.checkpoints, "checkpoints", gateway.DefaultCheckpoints, "how many checkpoints a thread keeps unless its settings say otherwise")
@@ -363,6 +366,7 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 		CheckpointLimits:         o.cpLimits,
 		SnapshotQuotaBytes:       o.snapshotQuota,
 		TenantSnapshotQuotaBytes: o.tenantSnapshotQuota,
+		SnapshotCacheBytes:       o.snapshotCache,
 		Admission:                o.admission,
 
 		MaxThreads:          o.maxThreads,
@@ -372,6 +376,11 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 		OSThreadReserve:     o.osThreadReserve,
 		OSThreadLimit:       maxOSThreads,
 		MaxJails:            o.maxJails,
+	}
+	// A store URL leaves the repositories in their default folder, which
+	// then holds what this server took and fetched.
+	if strings.HasPrefix(o.snapshots, "s3://") {
+		cfg.SnapshotStore = o.snapshots
 	}
 	if o.socketGroup != "" {
 		gid, err := lookupGroup(o.socketGroup)
@@ -404,11 +413,9 @@ func serve(ctx context.Context, log hclog.Logger, o serveOptions) error {
 			return fmt.Errorf("workspaces folder: %w", err)
 		}
 	}
-	// A store URL leaves the repositories in their default folder, which
-	// then holds what this server took and fetched.
 	snapshotsDir := o.snapshots
-	if strings.HasPrefix(o.snapshots, "s3://") {
-		cfg.SnapshotStore, snapshotsDir = o.snapshots, ""
+	if cfg.SnapshotStore != "" {
+		snapshotsDir = ""
 		cfg.SnapshotPendingEvery = o.snapshotPendingEvery
 	}
 	if snapshotsDir != "" {

@@ -126,6 +126,8 @@ func TestServeBadFlags(t *testing.T) {
 		{[]string{"--checkpoint-max-entries", "-1"}, "checkpoint limits: entries -1"},
 		{[]string{"--checkpoint-max-bytes", "-1"}, "bytes -1 must not be negative"},
 		{[]string{"--checkpoint-max-depth", "600"}, "depth 600 must be between 1 and 512"},
+		{[]string{"--snapshot-cache-bytes", "1000"}, "snapshot cache bytes 1000 needs a snapshot store"},
+		{[]string{"--snapshots", "s3://b?endpoint=127.0.0.1:1", "--snapshot-cache-bytes", "-1"}, "snapshot cache bytes -1 must not be negative"},
 		{[]string{"--renew-every", "-1s"}, "renew-every -1s"},
 		{[]string{"--renew-every", "1ns"}, "renew-every 1ns"},
 		{[]string{"--expires-after", "-1s"}, "expires-after -1s"},

@@ -496,8 +496,9 @@ func (c *Checkpoints) buildNow(ctx context.Context, h *history) (built, error) {
 // redo stack, drops what the thread keeps no more (past its count, then
 // the oldest that may go while the checkpoints pass the thread's or the
 // tenant's snapshot quota, snapquota.go), and stores h. The change set is
-// then relative to it. A checkpoint that does not fit the quota even so
-// is refused (a quota error) and h stays as it was.
+// then relative to it. A checkpoint that does not fit the quota even so,
+// or that the snapshot store's backlog has no room for (admitUpload), is
+// refused and h stays as it was.
 func (c *Checkpoints) record(ctx context.Context, h *history, b built, req api.CheckpointRequest, auto bool) (meta.Checkpoint, error) {
 	cp := meta.Checkpoint{
 		ID: fmt.Sprintf("cp-%d", h.NextSeq), Seq: h.NextSeq,
@@ -527,6 +528,9 @@ func (c *Checkpoints) record(ctx context.Context, h *history, b built, req api.C
 	h.Head, h.Redo = cp.ID, nil
 	dropped := c.retain(h)
 	more, err := c.fitSnapshotQuota(ctx, h, cp, prev.Checkpoints, others)
+	if err == nil {
+		err = c.admitUpload(ctx, h, cp)
+	}
 	if err != nil {
 		h.History = prev
 		h.files.ReturnChanges(b.set)

@@ -80,4 +80,10 @@ type Replicas interface {
 	// the store's objects that no other checkpoint references go at a
 	// collection begun soon. It returns at once.
 	Dropped(tenant string)
+	// Admit says whether a checkpoint whose own bytes (SnapshotBytes)
+	// are own may be recorded: an error, beginning "the snapshot store
+	// is unreachable", says why not (the checkpoints waiting for the
+	// store would pass the server's bound). It is asked before anything
+	// of the checkpoint is recorded.
+	Admit(ctx context.Context, own int64) error
 }

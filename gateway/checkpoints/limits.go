@@ -1,6 +1,7 @@
 package checkpoints
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -30,4 +31,30 @@ func checkpointLimitError(k meta.ThreadKey, err error) error {
 			"make the workspace smaller, or raise the server's limit.",
 		call.KeyName(k), le, checkpointFlag(le.Limit)))
 
+}
+
+// admitUpload refuses checkpoint cp, counted in h (fitSnapshotQuota),
+// when the snapshot store's backlog has no room for its own bytes
+// (Replicas.Admit): 507 no_space, saying what was not done. It runs
+// before h is stored, so the caller puts h back and gives the change set
+// back as for a quota refusal: nothing is lost, the next checkpoint reads
+// the same changes.
+func (c *Checkpoints) admitUpload(ctx context.Context, h *history, cp meta.Checkpoint) error {
+	r := c.cfg.Replicas
+	if r == nil {
+		return nil
+	}
+	if counted := h.find(cp.ID); counted != nil {
+		cp = *counted
+	}
+	err := r.Admit(ctx, SnapshotBytes([]meta.Checkpoint{cp}))
+	if err == nil {
+		return nil
+	}
+	what := "The checkpoint was not taken: nothing was recorded, and the workspace and its changes are as they were (the next checkpoint takes them)"
+	if cp.Auto {
+		what = fmt.Sprintf("The automatic checkpoint %s that keeps the workspace's state was not taken, so nothing was restored or changed", call.Quote(cp.Label))
+	}
+	return call.Refuse(api.ErrNoSpace, fmt.Sprintf("%v. %s. Checkpoints are taken again once the store answers and the waiting ones are copied; meanwhile keep working. The server's operator can bring the store back or raise --snapshot-cache-bytes.",
+		err, what))
 }

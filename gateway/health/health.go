@@ -40,6 +40,9 @@ type Config struct {
 // replicas).
 type Replicas interface {
 	Stats() (backlog int, up bool, why error)
+	// Backlog is the checkpoints waiting, their bytes and the bound on
+	// those (0: none).
+	Backlog() (checkpoints int, bytes, bound int64)
 }
 
 // Images is what it reads of the images (package images).

@@ -104,13 +104,25 @@ func (h *Health) checkRestore() api.ReadyCheck {
 
 // checkSnapshotStore says whether the checkpoints' uploads to the snapshot
 // store succeed. A server whose uploads fail still takes checkpoints, but
-// they stay on its disk alone: a balancer should prefer another.
+// they stay on its disk alone: a balancer should prefer another. Once the
+// waiting checkpoints' bytes reach their bound
+// (--snapshot-cache-bytes) the server refuses new checkpoints: it is not
+// ready either, even while the store answers (slowly).
 func (h *Health) checkSnapshotStore() api.ReadyCheck {
-	n, up, why := h.cfg.Replicas.Stats()
-	if !up {
-		return api.ReadyCheck{Name: "snapshot_store", Detail: fmt.Sprintf("the snapshot store is unreachable: %d checkpoints wait to be copied to it: %v", n, why)}
+	_, up, why := h.cfg.Replicas.Stats()
+	n, bytes, bound := h.cfg.Replicas.Backlog()
+	waiting := fmt.Sprintf("%d checkpoints (%d bytes", n, bytes)
+	if bound > 0 {
+		waiting += fmt.Sprintf(" of the --snapshot-cache-bytes bound of %d", bound)
 	}
-	return api.ReadyCheck{Name: "snapshot_store", OK: true, Detail: fmt.Sprintf("%d checkpoints wait to be copied to the snapshot store", n)}
+	waiting += ")"
+	switch {
+	case !up:
+		return api.ReadyCheck{Name: "snapshot_store", Detail: fmt.Sprintf("the snapshot store is unreachable: %s wait to be copied to it: %v", waiting, why)}
+	case bound > 0 && bytes >= bound:
+		return api.ReadyCheck{Name: "snapshot_store", Detail: fmt.Sprintf("the snapshot store is too slow: %s wait to be copied to it; new checkpoints are refused", waiting)}
+	}
+	return api.ReadyCheck{Name: "snapshot_store", OK: true, Detail: fmt.Sprintf("%s wait to be copied to the snapshot store", waiting)}
 }
 
 func (h *Health) checkStore(ctx context.Context) api.ReadyCheck {

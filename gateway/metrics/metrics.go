@@ -256,8 +256,10 @@ type Figures struct {
 	// ImageBytes is the size of the image store's unpacked images.
 	ImageBytes func() int64
 	// SnapshotUploads, nil without a snapshot store, are the checkpoints
-	// waiting to be copied to it and whether it answered last.
-	SnapshotUploads func() (backlog int, up bool)
+	// waiting to be copied to it, their bytes (what the snapshot quotas
+	// count of them, bounded by --snapshot-cache-bytes) and whether it
+	// answered last.
+	SnapshotUploads func() (backlog int, bytes int64, up bool)
 }
 
 // Watch registers the figures read from fig at each scrape. Call it once.
@@ -334,11 +336,15 @@ func (m *Metrics) Watch(fig Figures) {
 	if fig.SnapshotUploads != nil {
 		m.reg.MustRegister(
 			gauge("warren_snapshot_upload_backlog", "Checkpoints waiting to be copied to the snapshot store (--snapshots s3://...), the one being sent included.", func() float64 {
-				n, _ := fig.SnapshotUploads()
+				n, _, _ := fig.SnapshotUploads()
 				return float64(n)
 			}),
+			gauge("warren_snapshot_upload_backlog_bytes", "Bytes of the checkpoints waiting to be copied to the snapshot store (their own bytes, as the snapshot quotas count them); past --snapshot-cache-bytes checkpoints are refused.", func() float64 {
+				_, b, _ := fig.SnapshotUploads()
+				return float64(b)
+			}),
 			gauge("warren_snapshot_store_up", "1 while the last upload to the snapshot store succeeded, 0 while uploads fail (retried with backoff).", func() float64 {
-				if _, up := fig.SnapshotUploads(); up {
+				if _, _, up := fig.SnapshotUploads(); up {
 					return 1
 				}
 				return 0

@@ -40,8 +40,8 @@ func figures() Figures {
 		RestoreLeft: func() int { return 18 },
 		ImageBytes:  func() int64 { return 1 << 20 },
 		// A server with a snapshot store (--snapshots s3://...): two
-		// checkpoints waiting, the store up.
-		SnapshotUploads: func() (int, bool) { return 2, true },
+		// checkpoints of 19 bytes waiting, the store up.
+		SnapshotUploads: func() (int, int64, bool) { return 2, 19, true },
 	}
 }
 
@@ -108,6 +108,9 @@ func TestMetricsFigures(t *testing.T) {
 		`warren_fs_open_files`:                                   16,
 		`warren_fs_lock_waits`:                                   17,
 		`warren_restore_threads_left`:                            18,
+		`warren_snapshot_upload_backlog`:                         2,
+		`warren_snapshot_upload_backlog_bytes`:                   19,
+		`warren_snapshot_store_up`:                               1,
 		`warren_refusals_total{kind="escape"}`:                   0,
 		`warren_refusals_total{kind="stale"}`:                    0,
 		`warren_refusals_total{kind="quota"}`:                    0,

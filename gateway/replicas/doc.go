@@ -7,8 +7,9 @@
 //
 // The local repository stays the checkpoints' truth and a checkpoint is
 // acknowledged before it is uploaded: the store is where another server
-// would fetch it from (not in this room yet), so an unreachable store
-// delays replication, never a checkpoint. The queue is not durable: the
+// would fetch it from, so an unreachable store
+// delays replication, not a checkpoint, until the backlog reaches its
+// bound (below). The queue is not durable: the
 // histories are. At Start every checkpoint of the threads this host
 // serves that is not marked replicated is queued again, oldest first, so
 // an upload cut short by a stop or kill -9 is finished by the next start
@@ -22,6 +23,21 @@
 // safety does not rest on it (two at once are safe), only its cost.
 // Uploads are bounded so that the sweep's grace covers them.
 //
-// Not here yet: fetching trees on another server, a bound on the cache,
-// and a restore from the store of a thread whose folder is unreachable.
+// The backlog is bounded (Config.CacheBytes, serve
+// --snapshot-cache-bytes): its bytes are the own bytes of the
+// checkpoints waiting, what the snapshot quotas count of them, kept with
+// the queue as jobs come and go, and counted again from the histories
+// while the store fails (Admit, recount). The checkpoints ask Admit
+// before they record one, and a checkpoint past the bound is refused: a
+// kept checkpoint's objects are never deleted before they are in the
+// store (they stay in the local repository, the truth), so the bound is
+// what keeps an outage of the store from growing the backlog without
+// end.
+//
+// For a thread that moves here (serve --on-unreachable restore), the
+// room fetches trees from the store (fetch.go: Fetch, checked object by
+// object, one fetch per tree at a time, a mark on disk until it is
+// whole), and reads what the former host last put of the paths changed
+// since the thread's last checkpoint; it puts this host's own every
+// PendingEvery (pending.go).
 package replicas

@@ -29,7 +29,8 @@ const (
 )
 
 // Config is what the room needs of the daemon. Every field is required
-// but the collection's, which have defaults.
+// but CacheBytes, the pending changes' and the collection's, which have
+// defaults.
 type Config struct {
 	// URL names the store (replica.NewS3's form).
 	URL string
@@ -55,6 +56,8 @@ type Config struct {
 	// told of each collection this server ran, with its error; for tests.
 	CollectEvery, Grace time.Duration
 	CollectHook         func(replica.SweepStats, error)
+	// CacheBytes bounds the backlog's bytes (Admit); 0 is no bound.
+	CacheBytes int64
 }
 
 // Repos is what the room calls of the checkpoints.
@@ -72,6 +75,22 @@ type job struct {
 	k          meta.ThreadKey
 	id         string
 	tree, base string
+	bytes      int64 // what it counts in the backlog (ownBytes)
+}
+
+// ownBytes is what checkpoint c counts in the backlog: what it counts in
+// its thread's snapshot quota (checkpoints.SnapshotBytes), its own bytes,
+// the bytes of its tree its base does not hold; its whole tree's apparent
+// size for a record from before the quotas. It is not what the upload
+// sends (the store may hold some of it, from another thread, and packs
+// are compressed) but it is recorded, so that the backlog costs nothing
+// to count, and it is the measure the operator already bounds the
+// checkpoints' disk by.
+func ownBytes(c meta.Checkpoint) int64 {
+	if c.Counted {
+		return c.OwnBytes
+	}
+	return c.Bytes
 }
 
 func (j job) key() string { return j.k.Tenant + "\x00" + j.k.Thread + "\x00" + j.id }
@@ -100,8 +119,14 @@ type Replicas struct {
 	running bool            // Run started the uploader
 	queue   []job           // in order; queue[0] is being uploaded
 	queued  map[string]bool // the keys of queue's jobs
-	up      bool            // the last request to the store answered
-	lastErr error           // why the last upload failed, while !up
+	bytes   int64           // the sum of queue's jobs' bytes
+	// pushes counts the jobs ever queued; counted is what it was when
+	// the last recount began: a refusal recounts only when jobs were
+	// queued since (Admit), since a checkpoint drops others only when
+	// one is recorded (a deleted thread's: the uploader's recount).
+	pushes, counted uint64
+	up              bool  // the last request to the store answered
+	lastErr         error // why the last upload failed, while !up
 }
 
 // Start opens the store: a server out of reach, a missing bucket or
@@ -178,7 +203,7 @@ func (r *Replicas) queueBacklog(ctx context.Context) error {
 			}
 			for _, c := range h.Checkpoints {
 				if !c.Replicated {
-					jobs = append(jobs, job{k: h.ThreadKey, id: c.ID, tree: c.Tree, base: trees[c.Parent]})
+					jobs = append(jobs, job{k: h.ThreadKey, id: c.ID, tree: c.Tree, base: trees[c.Parent], bytes: ownBytes(c)})
 					at = append(at, c)
 				}
 			}
@@ -205,7 +230,7 @@ func (r *Replicas) queueBacklog(ctx context.Context) error {
 // Replicate queues the upload of checkpoint cp of k, taken after the
 // tree base ("" none); see checkpoints.Replicas.
 func (r *Replicas) Replicate(k meta.ThreadKey, cp meta.Checkpoint, base string) {
-	r.push(job{k: k, id: cp.ID, tree: cp.Tree, base: base})
+	r.push(job{k: k, id: cp.ID, tree: cp.Tree, base: base, bytes: ownBytes(cp)})
 }
 
 func (r *Replicas) push(j job) {
@@ -216,6 +241,8 @@ func (r *Replicas) push(j job) {
 	}
 	r.queued[j.key()] = true
 	r.queue = append(r.queue, j)
+	r.bytes += j.bytes
+	r.pushes++
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -253,11 +280,16 @@ func (r *Replicas) upload() {
 			if err == nil {
 				r.queue = r.queue[1:]
 				delete(r.queued, j.key())
+				r.bytes -= j.bytes
 			}
 			r.mu.Unlock()
 			if err == nil {
 				break
 			}
+			// The store may be down for long: the checkpoints that
+			// wait and were dropped meanwhile must not keep counting
+			// in the backlog until it comes back.
+			r.recount(r.ctx)
 			wait := pause/2 + rand.N(pause/2)
 			r.log.Warn("copy a checkpoint to the snapshot store; trying again", "tenant", j.k.Tenant, "thread", j.k.Thread,
 				"checkpoint", j.id, "in", wait.Round(time.Millisecond), "error", err)
@@ -353,6 +385,124 @@ func (r *Replicas) mark(ctx context.Context, j job, set bool) (live bool, err er
 		}
 		return false, nil
 	}
+}
+
+// Admit says whether a checkpoint whose own bytes (ownBytes) are own may
+// be taken: not when checkpoints wait for the store and their bytes with
+// own would pass Config.CacheBytes. The error then says so, beginning
+// "the snapshot store is unreachable", for the caller to tell what was
+// not done; see checkpoints.Replicas.
+//
+// A checkpoint is never refused when none waits: one larger than the
+// bound alone would otherwise keep its thread from ever checkpointing,
+// the store up or not; the backlog is then past the bound by it until it
+// is sent. Admit holds nothing for the checkpoint until Replicate queues
+// it, so checkpoints of several threads admitted at once may pass the
+// bound by what they add together: it bounds the backlog's growth, not
+// its every byte.
+//
+// Before it refuses, it counts the backlog again from the histories
+// (recount), if checkpoints were queued since the last count: one
+// dropped while it waited (by its thread's count or snapshot quota, when
+// a later one was recorded) leaves the queue only when the uploader
+// reaches it, which it does not while the store is down. The uploader
+// counts again between its attempts too, which sees the checkpoints of
+// deleted threads.
+func (r *Replicas) Admit(ctx context.Context, own int64) error {
+	if r.cfg.CacheBytes == 0 {
+		return nil
+	}
+	over := func() bool { return len(r.queue) > 0 && r.bytes+own > r.cfg.CacheBytes }
+	r.mu.Lock()
+	again := over() && r.pushes != r.counted
+	r.mu.Unlock()
+	if again {
+		r.recount(ctx)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !over() {
+		return nil
+	}
+	state := "it answers, but the uploads fall behind"
+	if !r.up {
+		state = fmt.Sprintf("the last upload failed: %v", r.lastErr)
+	}
+	what := "unreachable"
+	if r.up {
+		what = "unreachable or too slow"
+	}
+	return fmt.Errorf("the snapshot store is %s: %d checkpoints of this server (%d bytes) wait to be copied to it, and this checkpoint's %d bytes would take them past the server's --snapshot-cache-bytes of %d (%s)",
+		what, len(r.queue), r.bytes, own, r.cfg.CacheBytes, state)
+}
+
+// recount counts the backlog again from the histories: the jobs whose
+// checkpoint is gone from its history (or marked replicated) leave the
+// queue, the others count their checkpoint's own bytes as they are now
+// (a drop counts a checkpoint based on the dropped one again). The job
+// being uploaded, queue[0], stays whatever its state: the uploader alone
+// takes it off the queue, by its place. A history that cannot be read
+// leaves its jobs as they are. It costs a read of the history of each
+// thread with checkpoints waiting.
+func (r *Replicas) recount(ctx context.Context) {
+	r.mu.Lock()
+	gen := r.pushes
+	var threads []meta.ThreadKey
+	read := make(map[meta.ThreadKey]bool)
+	for _, j := range r.queue[min(1, len(r.queue)):] {
+		if _, ok := read[j.k]; !ok {
+			read[j.k] = false // not read yet
+			threads = append(threads, j.k)
+		}
+	}
+	r.mu.Unlock()
+	// The kept checkpoints not yet replicated of the threads read, by
+	// their jobs' keys.
+	live := make(map[string]meta.Checkpoint)
+	for _, k := range threads {
+		h, err := r.cfg.Store.GetHistory(ctx, k)
+		if err != nil && !errors.Is(err, meta.ErrNotFound) {
+			if ctx.Err() == nil {
+				r.log.Warn("count the checkpoints waiting for the snapshot store", "tenant", k.Tenant, "thread", k.Thread, "error", err)
+			}
+			continue
+		}
+		read[k] = true // not found: deleted, with its checkpoints
+		for _, c := range h.Checkpoints {
+			if !c.Replicated {
+				live[job{k: k, id: c.ID}.key()] = c
+			}
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.queue[:0:0]
+	var total int64
+	for i, j := range r.queue {
+		if i > 0 && read[j.k] {
+			c, ok := live[j.key()]
+			if !ok || c.Tree != j.tree {
+				delete(r.queued, j.key())
+				continue
+			}
+			j.bytes = ownBytes(c)
+		}
+		q = append(q, j)
+		total += j.bytes
+	}
+	r.queue, r.bytes, r.counted = q, total, gen
+}
+
+// Backlog is the checkpoints waiting for the store (the one being sent
+// included), their bytes (as Admit counts them), and the bound on those
+// (Config.CacheBytes; 0 none).
+func (r *Replicas) Backlog() (checkpoints int, bytes, bound int64) {
+	if r == nil {
+		return 0, 0, 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.queue), r.bytes, r.cfg.CacheBytes
 }
 
 // Stats are the checkpoints waiting for the store (the one being sent

@@ -2186,7 +2186,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
-        /** @description `no_space`: a disk is (nearly) full, the metadata store's or the workspace's; `quota`: the thread's disk quota is full, or (for a checkpoint, and an undo or revert whose automatic checkpoint) the thread's or the tenant's snapshot quota, or the disk reserve: the message says what the thread holds, its limit and what to free. Nothing was written, and nothing kept was dropped. */
+        /** @description `no_space`: a disk is (nearly) full, the metadata store's or the workspace's; `quota`: the thread's disk quota is full, or (for a checkpoint, and an undo or revert whose automatic checkpoint) the thread's or the tenant's snapshot quota, or the disk reserve: the message says what the thread holds, its limit and what to free. Also `no_space`, on a server with a snapshot store, for a checkpoint (or an undo or revert whose automatic checkpoint) while the checkpoints waiting to be copied to the store would pass the server's --snapshot-cache-bytes: the message begins "the snapshot store is unreachable". Nothing was written, and nothing kept was dropped. */
         NoSpace: {
             headers: {
                 [name: string]: unknown;
