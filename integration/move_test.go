@@ -225,6 +225,14 @@ func TestHostsMoveBadDays(t *testing.T) {
 		t.Errorf("a moved thread without a copied checkpoint: %v; want a fresh, seeded workspace and no note", r)
 	}
 
+	// The store out of reach: refused, and tried again by the next call.
+	c.s3.Kill(t)
+	r, _ = waitPastPinned(t, b, "spoiled", "cat small", rootSpoiled, "host-a")
+	if r.code != 1 || !strings.Contains(r.stderr, "The snapshot store is unreachable") {
+		t.Errorf("a move while the store is out of reach: %v; want a refusal saying so", r)
+	}
+	c.s3.Restart(t)
+
 	ctx := context.Background()
 	mc := c.bucket(t)
 	saved := map[string][]byte{}

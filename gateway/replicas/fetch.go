@@ -74,6 +74,9 @@ func (r *Replicas) Fetch(ctx context.Context, tenant string, repo *snapshot.Repo
 		}
 		return st, err
 	}
+	r.mu.Lock()
+	r.up, r.lastErr = true, nil // the store answered
+	r.mu.Unlock()
 	// The mark goes once the objects are durable (PutRaw makes them so).
 	if err := os.Remove(mark); err != nil {
 		return st, fmt.Errorf("fetch tree %s: %w", tree, err)

@@ -37,6 +37,11 @@ var _ Store = (*S3Store)(nil)
 // client buffers one part of a bigger one in memory at a time.
 const s3PartSize = 32 << 20
 
+// responseHeaderTimeout bounds the wait for a response's headers once a
+// request is sent: a 16 MiB pack's PUT is answered in well under it on
+// any link fit for a store.
+const responseHeaderTimeout = 20 * time.Second
+
 // NewS3 opens the store a URL names:
 //
 //	s3://BUCKET[/PREFIX]?endpoint=HOST[:PORT][&region=REGION][&insecure=1]
@@ -61,6 +66,15 @@ func NewS3(ctx context.Context, rawURL string) (*S3Store, error) {
 		&credentials.FileAWSCredentials{},
 	})
 	opts.MaxRetries = 1
+	// A server that accepts the connection and then says nothing (hung,
+	// stopped) fails a request after this, not after minio's minute: an
+	// upload retries sooner, and a move's first call is not held long.
+	tr, err := minio.DefaultTransport(opts.Secure)
+	if err != nil {
+		return nil, fmt.Errorf("replica: open %s: %w", s.where, err)
+	}
+	tr.ResponseHeaderTimeout = responseHeaderTimeout
+	opts.Transport = tr
 	client, err := minio.New(endpoint, opts)
 	if err != nil {
 		return nil, fmt.Errorf("replica: open %s: %w", s.where, err)
