@@ -4,7 +4,9 @@
 package cpkit
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"log"
 	"os"
 	"path/filepath"
@@ -58,7 +60,8 @@ func AppendTo(path, s string) {
 // loose and made durable) by the daemon's background spreader. A timed
 // checkpoint then pays for its own work only, not for the writeback of
 // the one before (which, on the same disk, every fsync would wait for).
-// It returns how long it waited; with repo "", it does not wait.
+// It returns how long it waited; with repo "", or before the
+// repository's first checkpoint, it does not wait.
 func WaitSpread(repo string) time.Duration {
 	if repo == "" {
 		return 0
@@ -66,6 +69,9 @@ func WaitSpread(repo string) time.Duration {
 	start := time.Now()
 	for {
 		names, err := os.ReadDir(filepath.Join(repo, "tmp"))
+		if errors.Is(err, fs.ErrNotExist) {
+			return time.Since(start) // no checkpoint yet: nothing to spread
+		}
 		if err != nil {
 			log.Fatalf("wait for the spreader: %v", err)
 		}
