@@ -50,7 +50,7 @@ for _ in $(seq 12000); do
 done
 [[ -s $work/s3.addr ]] || { say "no S3 server within 20 minutes"; exit 1; }
 mapfile -t s3 <"$work/s3.addr"
-bench_files+=("${s3[@]:3}")
+bench_files+=("${s3[@]:4}")
 say "S3 server at ${s3[0]}"
 
 local_sock=$work/local/warren.sock
@@ -69,6 +69,6 @@ wait_socket "$store_sock" "${bench_pids[0]}" "$work/warren-store.log"
 mkdir -p bench/out
 report=bench/out/snapstore-$(date +%Y%m%d-%H%M%S).txt
 bin/snapbench -local "$local_sock" -local-repo "$work/local/snapshots/bench" \
-	-store "$store_sock" -store-repo "$work/store/snapshots/bench" \
+	-store "$store_sock" -store-repo "$work/store/snapshots/bench" -s3-pid "${s3[3]}" \
 	-runs "${BENCH_SNAP_RUNS:-9}" -first-runs "${BENCH_SNAP_FIRST_RUNS:-3}" -files "${BENCH_SNAP_FILES:-100000}" | tee "$report"
 say "report written to $report"

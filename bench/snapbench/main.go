@@ -22,13 +22,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"log"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -76,6 +79,7 @@ type bench struct {
 	firstRuns  int // first checkpoints of a big workspace
 	poll       time.Duration
 	lagTimeout time.Duration
+	s3Pid      int // the S3 server's process, to wait until it is idle; 0 not to wait
 
 	samples []series // every series measured, for the listing at the end
 }
@@ -102,6 +106,7 @@ func main() {
 	firstRuns := flag.Int("first-runs", 3, "first checkpoints of a big workspace, each of a tree of its own, on each daemon")
 	poll := flag.Duration("poll", 5*time.Millisecond, "interval of the polls of GET .../checkpoints for replicated: true")
 	lagTimeout := flag.Duration("lag-timeout", 5*time.Minute, "how long a checkpoint may take to be replicated")
+	s3Pid := flag.Int("s3-pid", 0, "the S3 server's pid: each timed checkpoint waits until it is idle; 0 not to wait")
 	only := flag.String("cases", "", "comma-separated cases to run (default all): "+caseNames())
 	flag.Parse()
 
@@ -132,7 +137,7 @@ func main() {
 		local: &daemon{name: "local folder", c: client.New(*local), repo: *localRepo},
 		store: &daemon{name: "s3 store", c: client.New(*store), repo: *storeRepo},
 		files: *files, changed: *changed, runs: *runs, firstRuns: *firstRuns,
-		poll: *poll, lagTimeout: *lagTimeout,
+		poll: *poll, lagTimeout: *lagTimeout, s3Pid: *s3Pid,
 	}
 	defer b.local.c.CloseIdleConnections()
 	defer b.store.c.CloseIdleConnections()
@@ -262,11 +267,12 @@ func (b *bench) turns(round int, f func(d *daemon)) {
 
 // checkpoint takes a checkpoint of thread on d and returns the time to
 // its answer and, on the store's daemon, the time from the answer to
-// replicated: true. It starts once d's background work is done and the
-// disk has nothing dirty (cpkit.WaitSpread): it pays for its own work
-// only.
+// replicated: true. It starts once d's background work is done, the S3
+// server is idle and the disk has nothing dirty (cpkit.WaitSpread,
+// waitIdle): it pays for its own work only.
 func (b *bench) checkpoint(d *daemon, thread, label string) (took, lag time.Duration) {
 	cpkit.WaitSpread(d.repo)
+	b.waitIdle()
 	syscall.Sync()
 	start := time.Now()
 	cp, err := d.c.History().Checkpoint(b.ctx, tenant, thread, api.CheckpointRequest{Label: label})
@@ -284,6 +290,55 @@ func (b *bench) checkpoint(d *daemon, thread, label string) (took, lag time.Dura
 	log.Printf("%s: checkpoint %s of %s (%s, %d files read) answered in %v, replicated %v later",
 		d.name, cp.Checkpoint.ID, thread, label, cp.Cost.Read, took.Round(time.Microsecond), lag.Round(time.Millisecond))
 	return took, lag
+}
+
+// waitIdle waits until the S3 server has used no CPU for idleFor, at most
+// idleMax. A store's write goes on in the server after its answer (its
+// filer's and volume's own bookkeeping): without the wait, that falls on
+// the checkpoint timed next, the local folder's more often than not,
+// since it follows a replication in every other round.
+func (b *bench) waitIdle() {
+	const (
+		idleFor = 100 * time.Millisecond
+		idleMax = 10 * time.Second
+		every   = 10 * time.Millisecond
+	)
+	if b.s3Pid == 0 {
+		return
+	}
+	start := time.Now()
+	last, quiet := cpuTicks(b.s3Pid), time.Now()
+	for time.Since(quiet) < idleFor {
+		if time.Since(start) > idleMax {
+			log.Printf("the S3 server still busy after %v; going on", idleMax)
+			return
+		}
+		time.Sleep(every)
+		if t := cpuTicks(b.s3Pid); t != last {
+			last, quiet = t, time.Now()
+		}
+	}
+}
+
+// cpuTicks is the user and system time of process pid so far, in clock
+// ticks (/proc/PID/stat).
+func cpuTicks(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		log.Fatalf("the S3 server (pid %d): %v", pid, err)
+	}
+	// The command name, in parentheses, may hold spaces: the fields
+	// after the last ')' are state (3), ..., utime (14) and stime (15).
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	if len(f) < 13 {
+		log.Fatalf("/proc/%d/stat: %q", pid, data)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		log.Fatalf("/proc/%d/stat: %q", pid, data)
+	}
+	return utime + stime
 }
 
 // waitReplicated polls d's checkpoints of thread every b.poll until id

@@ -13,8 +13,8 @@ import (
 // serveS3 runs the S3-compatible server of the tests (toolserver.StartS3:
 // SeaweedFS built from tools/s3 into bin/, the first time only) with its
 // data under dir, makes bucket, and writes to addrFile, once it serves,
-// the server's host:port, its access key and its secret key, a line each,
-// then the Unix sockets it makes in /tmp, for the script to remove should
+// the server's host:port, its access key, its secret key and its pid, a
+// line each, then the Unix sockets it makes in /tmp, for the script to remove should
 // this program be killed (the server is tied to it, but leaves them). It
 // runs until SIGTERM or SIGINT, then kills the server by its pid and
 // removes the sockets it made in /tmp; it fails if the server exits
@@ -41,7 +41,7 @@ func serveS3(dir, bucket, addrFile string) {
 		srv.Stop()
 		log.Fatal(err)
 	}
-	addr := fmt.Sprintf("%s\n%s\n%s\n", srv.Host, srv.AccessKey, srv.SecretKey)
+	addr := fmt.Sprintf("%s\n%s\n%s\n%d\n", srv.Host, srv.AccessKey, srv.SecretKey, srv.Pid())
 	for _, p := range srv.Sockets() {
 		addr += p + "\n"
 	}
