@@ -14,12 +14,11 @@ import (
 // SeaweedFS built from tools/s3 into bin/, the first time only) with its
 // data under dir, makes bucket, and writes to addrFile, once it serves,
 // the server's host:port, its access key, its secret key and its pid, a
-// line each, then the Unix sockets it makes in /tmp, for the script to remove should
-// this program be killed (the server is tied to it, but leaves them). It
-// runs until SIGTERM or SIGINT, then kills the server by its pid and
-// removes the sockets it made in /tmp; it fails if the server exits
-// first. The server is tied to this process:
-// killed with it, whatever kills it.
+// line each, then the Unix sockets it makes in /tmp. It runs until
+// SIGTERM or SIGINT, then kills the server by its pid and removes those
+// sockets; it fails if the server exits first. The server is tied to
+// this process, killed with it whatever kills it, but then leaves its
+// sockets: the script removes them on exit.
 func serveS3(dir, bucket, addrFile string) {
 	bin, err := toolserver.S3.Binary(log.Printf)
 	if err != nil {
