@@ -8,6 +8,8 @@
 #               then commands: plain fork+exec, warren's warm jail, bwrap, a new thread's first command,
 #               and the TypeScript provider's exec('true') and 4 KiB fs.read beside them;
 #               then checkpoints: 10 of 100,000 files changed, and an untar, against git add -A && commit;
+#               then the snapshot store: those checkpoints with serve --snapshots s3://... against the local folder,
+#               and their replication lag (bench/snapstore.sh);
 #               then 10,000 threads bound in one daemon (bench/threads.sh);
 #               then requests per second through a port's channel against straight to the jail's port (bench/ports.sh);
 #               then the egress network: a jail's TCP stream and connects against the host's (bench/net.sh);
@@ -147,6 +149,7 @@ bench:
 	bench/fs.sh
 	bench/exec.sh
 	bench/checkpoint.sh
+	bench/snapstore.sh
 	bench/threads.sh
 	bench/ports.sh
 	bench/net.sh

@@ -7,20 +7,25 @@
 #                     mount under $work is detached and $work removed,
 #                     whether the run succeeded or not; so is every pid
 #                     in $bench_pids (other children: a registry...),
-#                     before the daemon
+#                     before the daemon; then every path in $bench_files
+#                     (what a child leaves outside $work: sockets in
+#                     /tmp...)
 #   bench_loopfs      (after bench_work) makes $work a new ext4 of its own,
 #                     in a sparse image file beside it on the same disk
 #                     (BENCH_LOOPFS_GIB, default 8; loop device, direct
 #                     I/O), as root and unless BENCH_LOOPFS=0; unmounted
 #                     and removed on exit. Why: bench/README.md, and
 #                     bench/fs.sh, which does the same
-#   wait_socket SOCK  waits up to 15 s for the daemon to make its socket
+#   wait_socket SOCK [PID LOG]
+#                     waits up to 15 s for the daemon ($warren_pid, or PID
+#                     whose output is LOG) to make its socket
 #   say ...           prints a line of progress on stderr
 
 GO=${GO:-go}
 base=${BENCH_DIR:-/var/tmp}
 warren_pid=
 bench_pids=()
+bench_files=()
 loopdev=
 
 say() { echo "bench: $*" >&2; }
@@ -42,6 +47,9 @@ bench_cleanup() {
 		for _ in $(seq 300); do is_child "$pid" || break; sleep 0.1; done
 		is_child "$pid" && kill -KILL "$pid"
 		wait "$pid" 2>/dev/null
+	done
+	for f in "${bench_files[@]}"; do
+		rm -f "$f"
 	done
 	for m in $(awk -v d="$work" 'index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r); do
 		say "detaching leftover mount $m"
@@ -89,9 +97,10 @@ bench_loopfs() {
 }
 
 wait_socket() {
+	local pid=${2:-$warren_pid} log=${3:-$work/warren.log}
 	for _ in $(seq 150); do
 		[[ -S $1 ]] && return 0
-		kill -0 "$warren_pid" 2>/dev/null || { say "daemon exited: $(tail -n 1 "$work/warren.log")"; exit 1; }
+		kill -0 "$pid" 2>/dev/null || { say "daemon exited: $(tail -n 1 "$log")"; exit 1; }
 		sleep 0.1
 	done
 	say "no socket at $1 within 15 s"

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"warren/api"
+	"warren/bench/internal/cpkit"
 	"warren/client"
 )
 
@@ -70,8 +71,8 @@ func main() {
 	mnt := bound.MountPath
 	gitDir := filepath.Join(*work, "git-big")
 	log.Printf("making %d files in the workspace and in %s", *files, gitDir)
-	paths := makeTree(mnt, *files)
-	makeTree(gitDir, *files)
+	paths := cpkit.MakeTree(mnt, *files, "")
+	cpkit.MakeTree(gitDir, *files, "")
 	git(gitDir, "init", "-q")
 	git(gitDir, "add", "-A")
 	git(gitDir, "commit", "-q", "-m", "base")
@@ -83,7 +84,7 @@ func main() {
 	}
 	firstTook := time.Since(first)
 	log.Printf("first checkpoint %s: %v, read %d files (whole: %v)", cp.Checkpoint.ID, firstTook, cp.Cost.Read, cp.Cost.Full)
-	spreadTook := waitSpread(*repo)
+	spreadTook := cpkit.WaitSpread(*repo)
 	log.Printf("its objects spread in the background in %v more", spreadTook.Round(time.Millisecond))
 
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -94,8 +95,8 @@ func main() {
 		for range *changed {
 			p := paths[rng.IntN(len(paths))]
 			line := fmt.Sprintf("change %d\n", r)
-			appendTo(filepath.Join(mnt, p), line)
-			appendTo(filepath.Join(gitDir, p), line)
+			cpkit.AppendTo(filepath.Join(mnt, p), line)
+			cpkit.AppendTo(filepath.Join(gitDir, p), line)
 		}
 		// Take turns at going first. Each starts with nothing of the
 		// other's dirty data left to write back: on ext4 an fsync waits
@@ -104,7 +105,7 @@ func main() {
 		// index pays for git's writes (and git for the spreader's).
 		do := []func(){
 			func() {
-				waitSpread(*repo)
+				cpkit.WaitSpread(*repo)
 				syscall.Sync()
 				start := time.Now()
 				cp, err := c.History().Checkpoint(ctx, "bench", "big", api.CheckpointRequest{Label: fmt.Sprint("run ", r)})
@@ -150,7 +151,7 @@ func main() {
 			run("sync")
 			do := []func(){
 				func() {
-					waitSpread(*repo)
+					cpkit.WaitSpread(*repo)
 					syscall.Sync()
 					start := time.Now()
 					if _, err := c.History().Checkpoint(ctx, "bench", thread, api.CheckpointRequest{Label: "untarred"}); err != nil {
@@ -184,7 +185,7 @@ func main() {
 
 	fmt.Printf("%-44s %12s %12s %12s   (%d runs)\n", "checkpoint", "median", "p10", "p90", *runs)
 	row := func(name string, ds []time.Duration) time.Duration {
-		m, p10, p90 := stats(ds)
+		m, p10, p90 := cpkit.Stats(ds)
 		fmt.Printf("%-44s %12v %12v %12v\n", name, m, p10, p90)
 		return m
 	}
@@ -204,51 +205,17 @@ func main() {
 	}
 	sort.Slice(reads, func(i, j int) bool { return reads[i] < reads[j] })
 	fmt.Println()
-	fmt.Printf("warren checkpoint, %d changed: %v (target <= 20ms): %s\n", *changed, wm, verdict(wm <= 20*time.Millisecond))
-	fmt.Printf("warren / git, %d changed:     %.3fx (target <= 0.050x): %s\n", *changed, ratio(wm, gm), verdict(ratio(wm, gm) <= 0.05))
+	fmt.Printf("warren checkpoint, %d changed: %v (target <= 20ms): %s\n", *changed, wm, cpkit.Verdict(wm <= 20*time.Millisecond))
+	fmt.Printf("warren / git, %d changed:     %.3fx (target <= 0.050x): %s\n", *changed, cpkit.Ratio(wm, gm), cpkit.Verdict(cpkit.Ratio(wm, gm) <= 0.05))
 	fmt.Printf("files read per checkpoint:    %d to %d (of %d)\n", reads[0], reads[len(reads)-1], *files)
 	if len(wTar) > 0 {
-		fmt.Printf("warren / git, untar:          %.3fx\n", ratio(wt, gt))
+		fmt.Printf("warren / git, untar:          %.3fx\n", cpkit.Ratio(wt, gt))
 	}
 	if *sparseRuns > 0 {
 		printSparse(sparseCp, sparseRestore, sparseNative, *sparseRuns)
 	}
 	if *rewrites > 0 {
 		quotaMeasure(ctx, c, *rewrites, *rewriteMiB, *quotaMiB)
-	}
-}
-
-// makeTree makes n small files in dir, 100 to a folder, two levels deep,
-// and returns their paths.
-func makeTree(dir string, n int) []string {
-	var paths []string
-	for i := range n {
-		p := fmt.Sprintf("d%03d/e%02d/f%05d.txt", i/1000, i/100%10, i)
-		full := filepath.Join(dir, p)
-		if i%100 == 0 {
-			if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-				log.Fatal(err)
-			}
-		}
-		body := strings.Repeat(fmt.Sprintf("line of file %d\n", i), 1+i%40)
-		if err := os.WriteFile(full, []byte(body), 0o644); err != nil {
-			log.Fatal(err)
-		}
-		paths = append(paths, p)
-	}
-	return paths
-}
-
-func appendTo(path, s string) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if _, err := f.WriteString(s); err != nil {
-		log.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		log.Fatal(err)
 	}
 }
 
@@ -279,55 +246,5 @@ func gitEnv() []string {
 func run(name string, args ...string) {
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		log.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
-	}
-}
-
-// stats returns the median, 10th and 90th percentiles.
-func stats(ds []time.Duration) (median, p10, p90 time.Duration) {
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	at := func(q float64) time.Duration { return s[int(q*float64(len(s)-1)+0.5)].Round(time.Microsecond) }
-	return at(0.5), at(0.1), at(0.9)
-}
-
-func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
-
-func verdict(ok bool) string {
-	if ok {
-		return "MET"
-	}
-	return "MISSED"
-}
-
-// waitSpread waits until the repository at repo has no build log left
-// in tmp/: the objects of the checkpoints taken so far are spread (placed
-// loose and made durable) by the daemon's background spreader. A timed
-// checkpoint then pays for its own work only, not for the writeback of
-// the one before (which, on the same disk, every fsync would wait for).
-// It returns how long it waited.
-func waitSpread(repo string) time.Duration {
-	if repo == "" {
-		return 0
-	}
-	start := time.Now()
-	for {
-		names, err := os.ReadDir(filepath.Join(repo, "tmp"))
-		if err != nil {
-			log.Fatalf("wait for the spreader: %v", err)
-		}
-		busy := false
-		for _, n := range names {
-			if strings.HasPrefix(n.Name(), "log-") {
-				busy = true
-				break
-			}
-		}
-		if !busy {
-			return time.Since(start)
-		}
-		if time.Since(start) > 10*time.Minute {
-			log.Fatalf("wait for the spreader: logs still in %s/tmp after 10 minutes", repo)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 
 	"warren/api"
+	"warren/bench/internal/cpkit"
 	"warren/client"
 	"warren/meta"
 )
@@ -52,7 +53,7 @@ func quotaMeasure(ctx context.Context, c *client.Client, rewrites, sizeMiB, quot
 	}
 	fmt.Println()
 	fmt.Printf("snapshot bytes after %d rewrites of %d MiB: %.1f MiB in %d checkpoints, quota %d MiB (most held %.1f MiB, %d refused): %s\n",
-		rewrites, sizeMiB, float64(u.SnapshotBytes)/mib, u.Checkpoints, quotaMiB, float64(most)/mib, refused, verdict(most <= quota))
+		rewrites, sizeMiB, float64(u.SnapshotBytes)/mib, u.Checkpoints, quotaMiB, float64(most)/mib, refused, cpkit.Verdict(most <= quota))
 	if err := c.DeleteThread(ctx, tenant, thread); err != nil {
 		log.Fatalf("delete: %v", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warren/api"
+	"warren/bench/internal/cpkit"
 	"warren/client"
 )
 
@@ -148,7 +149,7 @@ func sparseMeasure(ctx context.Context, c *client.Client, work, repo string, dae
 	for r := range runs {
 		makeSparseFile(inMount, r)
 		makeSparseFile(src, r)
-		waitSpread(repo)
+		cpkit.WaitSpread(repo)
 		syscall.Sync()
 		var id string
 		took, read := counted(func() {
@@ -162,7 +163,7 @@ func sparseMeasure(ctx context.Context, c *client.Client, work, repo string, dae
 		if err := os.Remove(inMount); err != nil {
 			log.Fatal(err)
 		}
-		waitSpread(repo)
+		cpkit.WaitSpread(repo)
 		syscall.Sync()
 		took, read = counted(func() {
 			if _, err := c.History().Revert(ctx, "bench", "sparse", id, false); err != nil {
@@ -192,7 +193,7 @@ func printSparse(cp, restore, native sparseResult, runs int) {
 	fmt.Println()
 	fmt.Printf("%-44s %12s %12s %12s   (%d runs)\n", "a 20 GiB sparse file with 1 MiB of data", "median", "read", "on disk", runs)
 	row := func(name string, s sparseResult) time.Duration {
-		m, _, _ := stats(s.took)
+		m, _, _ := cpkit.Stats(s.took)
 		disk := "-"
 		if len(s.disk) > 0 {
 			disk = mib(medianInt(s.disk))
@@ -207,8 +208,8 @@ func printSparse(cp, restore, native sparseResult, runs int) {
 	wc := row("warren, checkpoint", cp)
 	wr := row("warren, restore (revert, the file removed)", restore)
 	row("native, cp --sparse=always", native)
-	fmt.Printf("warren sparse checkpoint: %v (target < 1s): %s\n", wc, verdict(wc < time.Second))
-	fmt.Printf("warren sparse restore:    %v (target < 1s): %s; on disk %s (data 1.00 MiB)\n", wr, verdict(wr < time.Second), mib(medianInt(restore.disk)))
+	fmt.Printf("warren sparse checkpoint: %v (target < 1s): %s\n", wc, cpkit.Verdict(wc < time.Second))
+	fmt.Printf("warren sparse restore:    %v (target < 1s): %s; on disk %s (data 1.00 MiB)\n", wr, cpkit.Verdict(wr < time.Second), mib(medianInt(restore.disk)))
 }
 
 func mib(n int64) string {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"warren/internal/toolserver"
 )
 
 // DocCommand is one command line of the docs' examples: the command a
@@ -39,7 +41,7 @@ var (
 // version line) are not commands: their second word is no verb.
 func DocCommands(t testing.TB, program string) []DocCommand {
 	t.Helper()
-	root, err := repoRoot()
+	root, err := toolserver.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

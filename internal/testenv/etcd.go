@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,12 +14,9 @@ import (
 	"sync"
 	"testing"
 	"time"
-)
 
-// etcdToolDir is where the etcd server's module lives, from the repository
-// root: a module of its own, so the server's dependencies stay out of
-// warren's go.mod.
-const etcdToolDir = "tools/etcd"
+	"warren/internal/toolserver"
+)
 
 // etcdStartTimeout bounds how long a cluster, or a restarted member, may
 // take to answer; it is far above the second or two it takes, for a
@@ -50,7 +46,7 @@ type etcdMember struct {
 
 // EtcdCluster starts an etcd cluster of members servers, waits until
 // every one answers, and stops them when the test ends. It builds the
-// server from tools/etcd the first time (see etcdBinary). If etcd cannot
+// server from tools/etcd the first time (toolserver.Tool.Binary). If etcd cannot
 // be built or started, the test stops as CannotRun says: a failure when
 // CI=true, a skip elsewhere.
 func EtcdCluster(t testing.TB, members int) *Etcd {
@@ -58,9 +54,9 @@ func EtcdCluster(t testing.TB, members int) *Etcd {
 	if members < 1 {
 		t.Fatalf("EtcdCluster: %d members, want at least 1", members)
 	}
-	bin, err := etcdTool.binary(t)
+	bin, err := toolserver.Etcd.Binary(t.Logf)
 	if err != nil {
-		CannotRun(t, "this test needs an etcd server built from %s: %v", etcdToolDir, err)
+		CannotRun(t, "this test needs an etcd server built from %s: %v", toolserver.EtcdDir, err)
 	}
 	// The ports are found free and then handed to etcd, so another
 	// process may take one in between; a start that fails on a taken
@@ -82,7 +78,7 @@ func EtcdCluster(t testing.TB, members int) *Etcd {
 // stopped every process it started.
 func startEtcd(t testing.TB, bin string, n int) (*Etcd, error) {
 	dir := t.TempDir()
-	ports, err := freePorts(2 * n)
+	ports, err := toolserver.FreePorts(2 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -206,11 +202,11 @@ func (e *Etcd) waitHealthy() error {
 			}
 			select {
 			case <-done:
-				return fmt.Errorf("etcd member %s exited while starting:\n%s", m.name, tail(m.logPath, 20))
+				return fmt.Errorf("etcd member %s exited while starting:\n%s", m.name, toolserver.Tail(m.logPath, 20))
 			default:
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("etcd member %s not healthy after %v: %v\n%s", m.name, etcdStartTimeout, err, tail(m.logPath, 20))
+				return fmt.Errorf("etcd member %s not healthy after %v: %v\n%s", m.name, etcdStartTimeout, err, toolserver.Tail(m.logPath, 20))
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -243,7 +239,7 @@ func (e *Etcd) stop() {
 	}
 	if e.t.Failed() {
 		for _, m := range e.members {
-			e.t.Logf("etcd member %s, end of its log:\n%s", m.name, tail(m.logPath, 15))
+			e.t.Logf("etcd member %s, end of its log:\n%s", m.name, toolserver.Tail(m.logPath, 15))
 		}
 	}
 }
@@ -299,35 +295,4 @@ func (m *etcdMember) exited() <-chan struct{} {
 		return nil
 	}
 	return m.done
-}
-
-// freePorts returns n loopback TCP ports that were free a moment ago. All
-// n are held open together, so they differ.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// tail returns the last n lines of the file at path, or why it can't.
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

@@ -187,7 +187,7 @@ func TestS3ServerKillRestart(t *testing.T) {
 	data := randomBytes(1<<20, 3)
 	putObject(t, c, "kept", "before", data)
 
-	pid := s.cmd.Process.Pid
+	pid := s.srv.Pid()
 	s.Kill(t)
 	_, err := c.ListBuckets(t.Context())
 	if !errors.Is(err, syscall.ECONNREFUSED) {
@@ -195,7 +195,7 @@ func TestS3ServerKillRestart(t *testing.T) {
 	}
 
 	s.Restart(t)
-	if s.cmd.Process.Pid == pid {
+	if s.srv.Pid() == pid {
 		t.Errorf("restarted server has the killed one's pid %d", pid)
 	}
 	if got := getObject(t, c, "kept", "before"); !bytes.Equal(got, data) {

@@ -1,7 +1,8 @@
 // Package testenv holds what warren's tests share: capability checks that
 // fail under CI and skip elsewhere, a reader of the mount table, a
 // goroutine-safe buffer, real etcd clusters (EtcdCluster) and a real
-// S3-compatible server (S3Server), built from the modules under tools/.
+// S3-compatible server (S3Server), built from the modules under tools/ by
+// package toolserver.
 package testenv
 
 import (

@@ -1,4 +1,4 @@
-package testenv
+package toolserver
 
 import (
 	"bytes"
@@ -14,49 +14,61 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
 
-// A tool is a server that tests run, built from a Go module of its own
-// under tools/ (its main is the server's), so the server's dependencies
-// stay out of warren's go.mod.
-type tool struct {
+// The modules of the servers, from the repository root.
+const (
+	// EtcdDir builds etcd.
+	EtcdDir = "tools/etcd"
+	// S3Dir builds SeaweedFS's weed command; see tools/s3/main.go for
+	// why SeaweedFS, and what else was tried.
+	S3Dir = "tools/s3"
+)
+
+// A Tool is a server built from a Go module of its own under tools/ (its
+// main is the server's).
+type Tool struct {
 	name string // the binary's name in bin/, before its key
 	dir  string // its module, from the repository root
 
-	// This process's one build: every test of a test binary shares it,
-	// and a failed build is not tried again.
+	// This process's one build: every caller shares it (every test of a
+	// test binary), and a failed build is not tried again.
 	mu   sync.Mutex
 	done bool
 	path string
 	err  error
 }
 
-// The tools that tests build.
+// The tools.
 var (
-	etcdTool = &tool{name: "etcd", dir: etcdToolDir}
-	s3Tool   = &tool{name: "s3", dir: s3ToolDir}
+	Etcd = &Tool{name: "etcd", dir: EtcdDir}
+	S3   = &Tool{name: "s3", dir: S3Dir}
 )
 
-// binary returns the path of the tool's binary, building it if needed.
-// The binary is kept in the repository's bin/ (ignored by git) under a
-// name that hashes the module's files and the Go version, so a change to
-// either builds a new one and an unchanged tree builds once. Test binaries
-// of several packages run at once, so the build holds a lock file: the
-// first builds, the others wait and find it.
-func (b *tool) binary(t testing.TB) (string, error) {
+// Dir is the tool's module, from the repository root.
+func (b *Tool) Dir() string { return b.dir }
+
+// Binary returns the path of the tool's binary, building it if needed;
+// logf, if not nil, is told of a build. The binary is kept in the
+// repository's bin/ (ignored by git) under a name that hashes the
+// module's files and the Go version, so a change to either builds a new
+// one and an unchanged tree builds once. Test binaries of several
+// packages run at once, so the build holds a lock file: the first
+// builds, the others wait and find it. A build from an empty build
+// cache takes minutes (S3: about 7.5 on 2 cores).
+func (b *Tool) Binary(logf func(format string, args ...any)) (string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.done {
-		b.path, b.err = b.build(t)
+		b.path, b.err = b.build(logf)
 		b.done = true
 	}
 	return b.path, b.err
 }
 
-func (b *tool) build(t testing.TB) (string, error) {
-	root, err := repoRoot()
+func (b *Tool) build(logf func(format string, args ...any)) (string, error) {
+	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -99,7 +111,8 @@ func (b *tool) build(t testing.TB) (string, error) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// Tied: a build takes minutes the first time, and must not go on
-	// after a test binary that timed out or was interrupted.
+	// after a test binary (or a benchmark) that timed out or was
+	// interrupted.
 	if err := StartTied(cmd); err != nil {
 		return "", fmt.Errorf("%s: %w", strings.Join(cmd.Args, " "), err)
 	}
@@ -109,7 +122,9 @@ func (b *tool) build(t testing.TB) (string, error) {
 	if err := os.Rename(tmp, bin); err != nil {
 		return "", err
 	}
-	t.Logf("built %s from %s in %v", b.name, b.dir, time.Since(start).Round(100*time.Millisecond))
+	if logf != nil {
+		logf("built %s from %s in %v", b.name, b.dir, time.Since(start).Round(100*time.Millisecond))
+	}
 	// Binaries of earlier versions of the tool are of no further use.
 	old, _ := filepath.Glob(filepath.Join(binDir, b.name+"-*"))
 	for _, p := range old {
@@ -120,21 +135,21 @@ func (b *tool) build(t testing.TB) (string, error) {
 	return bin, nil
 }
 
-// repoRoot finds the repository root: the nearest folder at or above the
-// working directory (a test runs in its package's folder) that holds
-// tools/etcd.
-func repoRoot() (string, error) {
+// RepoRoot finds the repository root: the nearest folder at or above the
+// working directory (a test runs in its package's folder, a benchmark at
+// the top) that holds tools/etcd.
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, etcdToolDir, "go.mod")); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, EtcdDir, "go.mod")); err == nil {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("no " + etcdToolDir + "/go.mod at or above the working directory")
+			return "", errors.New("no " + EtcdDir + "/go.mod at or above the working directory")
 		}
 		dir = parent
 	}
