@@ -10,6 +10,7 @@
 #               then checkpoints: 10 of 100,000 files changed, and an untar, against git add -A && commit;
 #               then the snapshot store: those checkpoints with serve --snapshots s3://... against the local folder,
 #               and their replication lag (bench/snapstore.sh);
+#               then a thread moving to another server with its last checkpoint, against a git clone (bench/move.sh);
 #               then 10,000 threads bound in one daemon (bench/threads.sh);
 #               then requests per second through a port's channel against straight to the jail's port (bench/ports.sh);
 #               then the egress network: a jail's TCP stream and connects against the host's (bench/net.sh);
@@ -150,6 +151,7 @@ bench:
 	bench/exec.sh
 	bench/checkpoint.sh
 	bench/snapstore.sh
+	bench/move.sh
 	bench/threads.sh
 	bench/ports.sh
 	bench/net.sh

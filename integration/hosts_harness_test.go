@@ -36,11 +36,11 @@ const (
 // hostCluster is a 3-member etcd cluster that several warren servers
 // share, each with a host id and a data folder of its own.
 type hostCluster struct {
-	t    *testing.T
+	t    testing.TB
 	etcd *testenv.Etcd
 }
 
-func newHostCluster(t *testing.T) *hostCluster {
+func newHostCluster(t testing.TB) *hostCluster {
 	t.Helper()
 	testenv.RequireRootFUSE(t)
 	// Registered before any daemon, so its cleanup (stopping etcd) runs

@@ -33,7 +33,7 @@ type moveCluster struct {
 	s3 *testenv.S3
 }
 
-func newMoveCluster(t *testing.T) *moveCluster {
+func newMoveCluster(t testing.TB) *moveCluster {
 	t.Helper()
 	// The store first: its cleanup runs after the daemons'.
 	srv := testenv.S3Server(t)
@@ -67,7 +67,7 @@ func (c *moveCluster) bucket(t *testing.T) *minio.Client {
 }
 
 // waitCopied waits until every checkpoint of thread on d is in the store.
-func waitCopied(t *testing.T, d *daemon, thread string) []api.CheckpointInfo {
+func waitCopied(t testing.TB, d *daemon, thread string) []api.CheckpointInfo {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
 		list, err := d.client().History().Checkpoints(context.Background(), "", thread)
@@ -86,7 +86,7 @@ func waitCopied(t *testing.T, d *daemon, thread string) []api.CheckpointInfo {
 // loseDisk kills d and takes its workspaces out of reach, as a host that
 // died for good: another server on this machine could otherwise reach
 // them, which a shared disk would give, not the case here.
-func loseDisk(t *testing.T, d *daemon) {
+func loseDisk(t testing.TB, d *daemon) {
 	t.Helper()
 	d.kill9()
 	ws := filepath.Join(d.data, "workspaces")
