@@ -373,6 +373,17 @@ func (c *Checkpoints) withHistory(ctx context.Context, op, tenant, thread string
 // withHistoryLocked is withHistory for a bound thread whose checkpoint
 // lock is held.
 func (c *Checkpoints) withHistoryLocked(ctx context.Context, k meta.ThreadKey, b meta.Binding, fn func(h *history) error) error {
+	return c.withShared(ctx, k, func(repo *snapshot.Repo) error {
+		if hold := c.cfg.Hold; hold != nil {
+			hold(k)
+		}
+		return c.withHistoryShared(ctx, k, b, repo, fn)
+	})
+}
+
+// withShared runs fn with k's tenant's repository, holding its shared
+// lock.
+func (c *Checkpoints) withShared(ctx context.Context, k meta.ThreadKey, fn func(repo *snapshot.Repo) error) error {
 	repo, err := c.Repo(k.Tenant)
 	if err != nil {
 		return err
@@ -382,21 +393,24 @@ func (c *Checkpoints) withHistoryLocked(ctx context.Context, k meta.ThreadKey, b
 		return fmt.Errorf("checkpoints of %s: wait for the repository: %w", call.KeyName(k), err)
 	}
 	defer release()
-	if hold := c.cfg.Hold; hold != nil {
-		hold(k)
+	return fn(repo)
+}
+
+// openFiles opens the files of b's workspace (fs.Hub.Files); close them
+// when done.
+func (c *Checkpoints) openFiles(k meta.ThreadKey, b meta.Binding) (*fs.Files, error) {
+	root, err := c.threads.RootOf(b)
+	if err != nil {
+		return nil, err
 	}
-	return c.withHistoryShared(ctx, k, b, repo, fn)
+	return c.cfg.Hub.Files(root, k.Tenant+"/"+k.Thread, c.cfg.Stale(k))
 }
 
 // withHistoryShared is withHistoryLocked for a caller that holds repo's
 // shared lock already (it is not taken twice: Shared is not reentrant,
 // and a collection's sweep may take the lock between the two).
 func (c *Checkpoints) withHistoryShared(ctx context.Context, k meta.ThreadKey, b meta.Binding, repo *snapshot.Repo, fn func(h *history) error) error {
-	root, err := c.threads.RootOf(b)
-	if err != nil {
-		return err
-	}
-	files, err := c.cfg.Hub.Files(root, k.Tenant+"/"+k.Thread, c.cfg.Stale(k))
+	files, err := c.openFiles(k, b)
 	if err != nil {
 		return err
 	}

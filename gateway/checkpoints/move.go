@@ -199,23 +199,12 @@ func (c *Checkpoints) dropUncopied(ctx context.Context, h *history, out *moved) 
 // (b's root) open, as withHistoryLocked does, but with an empty history
 // for fn to fill: nothing of a journal is finished first.
 func (c *Checkpoints) withRepo(ctx context.Context, k meta.ThreadKey, b meta.Binding, fn func(h *history) error) error {
-	repo, err := c.Repo(k.Tenant)
-	if err != nil {
-		return err
-	}
-	release, err := repo.Shared(ctx)
-	if err != nil {
-		return fmt.Errorf("move %s: wait for the repository: %w", call.KeyName(k), err)
-	}
-	defer release()
-	root, err := c.threads.RootOf(b)
-	if err != nil {
-		return err
-	}
-	files, err := c.cfg.Hub.Files(root, k.Tenant+"/"+k.Thread, c.cfg.Stale(k))
-	if err != nil {
-		return err
-	}
-	defer files.Close()
-	return fn(&history{k: k, b: b, repo: repo, files: files})
+	return c.withShared(ctx, k, func(repo *snapshot.Repo) error {
+		files, err := c.openFiles(k, b)
+		if err != nil {
+			return err
+		}
+		defer files.Close()
+		return fn(&history{k: k, b: b, repo: repo, files: files})
+	})
 }
