@@ -69,6 +69,21 @@ func startCloner() (*cloner, error) {
 	return c, nil
 }
 
+// apart runs fn while no clone is under way: for an invalidation of an
+// entry of a top folder, which the kernel makes holding that folder's
+// lock, exclusive, while a clone's LOOKUP holds it shared until the
+// daemon answers. Killed with both under way, the daemon would never
+// die: the invalidating thread, waiting for the lock in the kernel (not
+// killable), keeps /dev/fuse open, so the connection is not aborted, so
+// the LOOKUP is never answered, so the lock is never let go. One at a
+// time, whichever is under way at the kill ends: a LOOKUP fails once
+// the connection is aborted, an invalidation finds the lock free.
+func (c *cloner) apart(fn func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fn()
+}
+
 // clone returns a detached bind mount of the entry name of the mount
 // mntFd's root folder.
 func (c *cloner) clone(mntFd int, name string) (int, error) {

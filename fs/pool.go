@@ -341,7 +341,8 @@ func (c *conn) unslot(s *slot) {
 	c.mu.Unlock()
 	// The kernel drops the entry (and, unused, the root's whole tree,
 	// which it then forgets); a bind still in use keeps what it uses.
-	_ = c.top.NotifyEntry(s.name)
+	// Never beside a clone (cloner.apart).
+	c.pool.clone.apart(func() { _ = c.top.NotifyEntry(s.name) })
 }
 
 // retire lets the connection go once its last root is released: new
