@@ -36,6 +36,10 @@ type Hub struct {
 	ledger    *ledger       // versions, locks and read records (ledger.go)
 	actors    *actors       // who makes a request (actors.go)
 	temps     tempFiles     // the file API's temporary files (atomic_linux.go)
+	// copyBufs are the restores' copy buffers (Restorer.WriteFile): a
+	// restore of thousands of small files would otherwise allocate, and
+	// clear, one of restoreCopyBuf bytes per file.
+	copyBufs sync.Pool
 	observe   OpObserver    // HubConfig.ObserveOp; nil tells no one
 	writing   openWriters   // open handles that may write, by inode and mount (writers.go)
 	lockWaits lockWaits     // lock waits in progress on every mount of the hub (lockwait.go)

@@ -29,6 +29,10 @@ import (
 // end, and the caller's journal covers a crash before that (a restore is
 // run again until it finished).
 
+// restoreCopyBuf is the size of a restore's copy buffer: big files are
+// copied in few writes.
+const restoreCopyBuf = 256 << 10
+
 // Restorer changes a workspace's entries for a restore. Get one from
 // Files.Restorer; it is valid while its Files is.
 type Restorer struct {
@@ -375,8 +379,17 @@ func (r *Restorer) WriteFile(ctx context.Context, p string, mode uint32, content
 			if err := sc.WriteSparse(ctx, fdWriterAt(tmp.fd)); err != nil {
 				return fmt.Errorf("write %s: %w", t.rel, err)
 			}
-		} else if _, err := io.CopyBuffer(fdWriter(tmp.fd), &ctxReader{ctx: ctx, r: content}, make([]byte, 256<<10)); err != nil {
-			return fmt.Errorf("write %s: %w", t.rel, err)
+		} else {
+			buf, _ := r.f.hub.copyBufs.Get().(*[]byte)
+			if buf == nil {
+				b := make([]byte, restoreCopyBuf)
+				buf = &b
+			}
+			_, err := io.CopyBuffer(fdWriter(tmp.fd), &ctxReader{ctx: ctx, r: content}, *buf)
+			r.f.hub.copyBufs.Put(buf)
+			if err != nil {
+				return fmt.Errorf("write %s: %w", t.rel, err)
+			}
 		}
 		g, unlock, err := r.f.lockTarget(t)
 		if err != nil {
