@@ -24,25 +24,25 @@ import (
 //
 // A zero Hub is not usable; call NewHub, and Close when finished.
 type Hub struct {
-	log       hclog.Logger
-	queue     chan notice
-	done      chan struct{}
-	stop      chan struct{} // closed by Close: ends the sweeper and the evictor
-	swept     chan struct{} // closed when the sweeper ended
-	evicted   chan struct{} // closed when the node evictor ended
-	ended     chan struct{} // closed when the first Close is done: nothing of the hub runs
-	onSweep   func()        // if set, runs on the sweeper before each sweep (tests); set before start
-	fds       *fdCache      // the node descriptors of every mount of the hub
-	ledger    *ledger       // versions, locks and read records (ledger.go)
-	actors    *actors       // who makes a request (actors.go)
-	temps     tempFiles     // the file API's temporary files (atomic_linux.go)
+	log     hclog.Logger
+	queue   chan notice
+	done    chan struct{}
+	stop    chan struct{} // closed by Close: ends the sweeper and the evictor
+	swept   chan struct{} // closed when the sweeper ended
+	evicted chan struct{} // closed when the node evictor ended
+	ended   chan struct{} // closed when the first Close is done: nothing of the hub runs
+	onSweep func()        // if set, runs on the sweeper before each sweep (tests); set before start
+	fds     *fdCache      // the node descriptors of every mount of the hub
+	ledger  *ledger       // versions, locks and read records (ledger.go)
+	actors  *actors       // who makes a request (actors.go)
+	temps   tempFiles     // the file API's temporary files (atomic_linux.go)
 	// copyBufs are the restores' copy buffers (Restorer.WriteFile): a
 	// restore of thousands of small files would otherwise allocate, and
 	// clear, one of restoreCopyBuf bytes per file.
-	copyBufs sync.Pool
-	observe   OpObserver    // HubConfig.ObserveOp; nil tells no one
-	writing   openWriters   // open handles that may write, by inode and mount (writers.go)
-	lockWaits lockWaits     // lock waits in progress on every mount of the hub (lockwait.go)
+	copyBufs  sync.Pool
+	observe   OpObserver  // HubConfig.ObserveOp; nil tells no one
+	writing   openWriters // open handles that may write, by inode and mount (writers.go)
+	lockWaits lockWaits   // lock waits in progress on every mount of the hub (lockwait.go)
 
 	// sendMu is held shared by a sender that waits for room in the
 	// queue (postWait), exclusive by Close to close the queue.
