@@ -172,11 +172,9 @@ func (r *Replicas) collectFailed(err error) {
 	}
 }
 
-// sweepPending deletes the pending changes (pending.go) of the threads
-// deleted: those no binding names, put a grace before start (one put
-// since may be of a thread bound since the bindings were listed).
-func (r *Replicas) sweepPending(ctx context.Context, start time.Time) error {
-	var names []string
+// eachBinding calls fn with every binding of the metadata store, a page
+// at a time.
+func (r *Replicas) eachBinding(ctx context.Context, fn func(meta.Binding)) error {
 	var after *meta.ThreadKey
 	for {
 		page, more, err := r.cfg.Store.ListBindingsPage(ctx, nil, after, bindingsPage)
@@ -184,13 +182,24 @@ func (r *Replicas) sweepPending(ctx context.Context, start time.Time) error {
 			return fmt.Errorf("list the bindings: %w", err)
 		}
 		for _, b := range page {
-			names = append(names, PendingName(b.ThreadKey))
+			fn(b)
 		}
 		if !more || len(page) == 0 {
-			break
+			return nil
 		}
 		last := page[len(page)-1].ThreadKey
 		after = &last
+	}
+}
+
+// sweepPending deletes the pending changes (pending.go) of the threads
+// deleted: those no binding names, put a grace before start (one put
+// since may be of a thread bound since the bindings were listed).
+func (r *Replicas) sweepPending(ctx context.Context, start time.Time) error {
+	var names []string
+	err := r.eachBinding(ctx, func(b meta.Binding) { names = append(names, PendingName(b.ThreadKey)) })
+	if err != nil {
+		return err
 	}
 	n, err := replica.SweepPending(ctx, r.store, names, start.Add(-r.grace()))
 	if n > 0 {
@@ -207,20 +216,9 @@ func (r *Replicas) sweepPending(ctx context.Context, start time.Time) error {
 // history has one.
 func (r *Replicas) liveTrees(ctx context.Context) ([]snapshot.Hash, error) {
 	tenants := make(map[string]bool)
-	var after *meta.ThreadKey
-	for {
-		page, more, err := r.cfg.Store.ListBindingsPage(ctx, nil, after, bindingsPage)
-		if err != nil {
-			return nil, fmt.Errorf("list the bindings: %w", err)
-		}
-		for _, b := range page {
-			tenants[b.Tenant] = true
-		}
-		if !more || len(page) == 0 {
-			break
-		}
-		last := page[len(page)-1].ThreadKey
-		after = &last
+	err := r.eachBinding(ctx, func(b meta.Binding) { tenants[b.Tenant] = true })
+	if err != nil {
+		return nil, err
 	}
 	var trees []snapshot.Hash
 	add := func(h meta.History, what, tree string) error {

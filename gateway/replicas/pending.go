@@ -36,10 +36,7 @@ func PendingName(k meta.ThreadKey) string { return k.Tenant + "\x00" + k.Thread 
 // PendingEvery until the room closes.
 func (r *Replicas) reportPending() {
 	defer close(r.reported)
-	every := r.cfg.PendingEvery
-	if every == 0 {
-		every = DefaultPendingEvery
-	}
+	every := cmp0(r.cfg.PendingEvery, DefaultPendingEvery)
 	seen := make(map[meta.ThreadKey]uint64) // the count of each set put
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -84,17 +81,9 @@ func (r *Replicas) putPending(ctx context.Context, k meta.ThreadKey, cs fs.Chang
 			p.Paths = append(p.Paths, c.Path)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, every(r.cfg.PendingEvery))
+	ctx, cancel := context.WithTimeout(ctx, cmp0(r.cfg.PendingEvery, DefaultPendingEvery))
 	defer cancel()
 	return replica.PutPending(ctx, r.store, p)
-}
-
-// every is the reporting period.
-func every(d time.Duration) time.Duration {
-	if d == 0 {
-		return DefaultPendingEvery
-	}
-	return d
 }
 
 // Pending returns what k's former host put of the changes it had since

@@ -168,23 +168,14 @@ func (r *Replicas) Run(ctx context.Context) {
 func (r *Replicas) queueBacklog(ctx context.Context) error {
 	served := make(map[meta.ThreadKey]bool)
 	tenants := make(map[string]bool)
-	var after *meta.ThreadKey
-	for {
-		page, more, err := r.cfg.Store.ListBindingsPage(ctx, nil, after, 500)
-		if err != nil {
-			return fmt.Errorf("list the bindings: %w", err)
+	err := r.eachBinding(ctx, func(b meta.Binding) {
+		if b.HostID == r.cfg.HostID {
+			served[b.ThreadKey] = true
+			tenants[b.Tenant] = true
 		}
-		for _, b := range page {
-			if b.HostID == r.cfg.HostID {
-				served[b.ThreadKey] = true
-				tenants[b.Tenant] = true
-			}
-		}
-		if !more || len(page) == 0 {
-			break
-		}
-		last := page[len(page)-1].ThreadKey
-		after = &last
+	})
+	if err != nil {
+		return err
 	}
 	var jobs []job
 	var at []meta.Checkpoint // jobs[i]'s checkpoint, to sort by
