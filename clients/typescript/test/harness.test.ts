@@ -158,7 +158,11 @@ test('withSandbox: a workspace bootstrapped from a local git source, set up in t
   // (with the run's signal, which fired: the teardown goes on all the same)
   await drain(chat({ adapter: aborts, threadId: 'abandoned', abortController: ac, messages: [{ role: 'user', content: 'x' }], middleware: [withSandbox(sandbox)] }))
   const abandoned = sandbox.key({ threadId: 'abandoned', runId: '' })
-  assert.equal(await warren.resume({ id: abandoned }), null)
+  // The run's stream may end before its abort hook's teardown does (the
+  // hook runs as the chat unwinds): wait for the state, not the stream.
+  await eventually('the aborted run\'s sandbox destroyed', 30_000, async () =>
+    (await warren.resume({ id: abandoned })) === null ? true : undefined,
+  )
   assert.ok(await warren.resume({ id: key }), 'the other thread stays')
 })
 
