@@ -48,8 +48,8 @@ func (c *Checkpoints) RestoreMoved(ctx context.Context, b meta.Binding, from str
 }
 
 // restoreMoved restores into b's workspace the newest checkpoint of b's
-// thread that is in the snapshot store; b is the binding the thread is about to have here, from is the
-// host it was on. The thread's lock is held (the takeover's bind): no
+// thread that is in the snapshot store; b is the binding the thread is
+// about to have here, from is the host it was on. The thread's lock is held (the takeover's bind): no
 // checkpoint call of the thread runs meanwhile, since each binds first,
 // and no command, since none runs before the bind. Without a store, or
 // without a replicated checkpoint, it changes nothing and says so
