@@ -28,6 +28,29 @@ func syncFS(t *testing.T, dir string) {
 	must(t, unix.Syncfs(fd))
 }
 
+// waitNoneOpenDeleted waits until no process holds a descriptor of a
+// removed file under dir: its blocks are not free until then.
+func waitNoneOpenDeleted(t *testing.T, dir string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		held := ""
+		fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+		for _, fd := range fds {
+			target, err := os.Readlink(fd)
+			if err == nil && strings.HasPrefix(target, dir+"/") && strings.HasSuffix(target, " (deleted)") {
+				held = fd + " -> " + target
+				break
+			}
+		}
+		if held == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still open 30 s after its removal", held)
+		}
+	}
+}
+
 // The restores that cannot finish: over the thread's disk quota, on a
 // full disk, with an object of the repository missing or corrupt. Each
 // must end cleanly: the call answers the reason, the workspace is as it
@@ -190,9 +213,12 @@ func TestRestoreFullDisk(t *testing.T) {
 	ws := testenv.LoopFS(t, 96<<20, "mkfs.ext4", []string{"-q"}, "")
 	d := newDaemon(t, "--workspaces", filepath.Join(ws, "workspaces"))
 	s := newFailScene(t, d, "full", 16<<20)
-	// The blocks of the removed big.bin are free once the journal
-	// committed their freeing: synced before the disk is filled, and
-	// after it is emptied by 4 MiB.
+	// The blocks of the removed big.bin are free once nothing holds the
+	// file open (the daemon lets go of its descriptor when the kernel
+	// forgets the file, a moment after the rm) and the journal committed
+	// their freeing: synced before the disk is filled, and after it is
+	// emptied by 4 MiB.
+	waitNoneOpenDeleted(t, ws)
 	syncFS(t, ws)
 	filler := testenv.FillDisk(t, ws)
 	st, err := os.Stat(filler)
