@@ -122,6 +122,11 @@ func TestSnapshotStoreCollected(t *testing.T) {
 		}
 	}
 	fetchFresh(t, store, b.Checkpoint.Tree)
+
+	// The metrics' figures: four collections, none failed, bytes freed.
+	if ok, failed, freed := env.g.replicas.Collections(); ok < 4 || failed != 0 || freed <= 0 {
+		t.Errorf("collections: %d ok, %d failed, %d bytes freed; want 4 or more ok, none failed, some bytes", ok, failed, freed)
+	}
 }
 
 // manifestPacks are the keys of the packs tree's manifest names.

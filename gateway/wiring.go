@@ -132,6 +132,8 @@ func metricsFigures(g *Gateway) metrics.Figures {
 			n, bytes, _ := g.replicas.Backlog()
 			return n, bytes, up
 		}
+		// Read at each scrape: the room is made after the figures.
+		fig.SnapshotCollections = func() (int64, int64, int64) { return g.replicas.Collections() }
 	}
 	return fig
 }

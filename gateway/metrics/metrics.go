@@ -260,6 +260,10 @@ type Figures struct {
 	// count of them, bounded by --snapshot-cache-bytes) and whether it
 	// answered last.
 	SnapshotUploads func() (backlog int, bytes int64, up bool)
+	// SnapshotCollections, nil without a snapshot store, count the
+	// collections of the store this server ran, those that failed, and
+	// the bytes they deleted.
+	SnapshotCollections func() (ok, failed, freed int64)
 }
 
 // Watch registers the figures read from fig at each scrape. Call it once.
@@ -349,6 +353,23 @@ func (m *Metrics) Watch(fig Figures) {
 				}
 				return 0
 			}),
+		)
+	}
+	if fig.SnapshotCollections != nil {
+		collections := func(result string, f func(ok, failed int64) int64) prometheus.Collector {
+			return prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name:        "warren_snapshot_store_collections_total",
+				Help:        "Collections of the snapshot store this server ran (the servers take turns), by result.",
+				ConstLabels: prometheus.Labels{"result": result},
+			}, func() float64 { ok, failed, _ := fig.SnapshotCollections(); return float64(f(ok, failed)) })
+		}
+		m.reg.MustRegister(
+			collections("ok", func(ok, _ int64) int64 { return ok }),
+			collections("failed", func(_, failed int64) int64 { return failed }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "warren_snapshot_store_freed_bytes_total",
+				Help: "Bytes of manifests and packs this server's collections deleted from the snapshot store.",
+			}, func() float64 { _, _, freed := fig.SnapshotCollections(); return float64(freed) }),
 		)
 	}
 }

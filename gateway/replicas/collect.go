@@ -159,13 +159,25 @@ func (r *Replicas) collectOnce(ctx context.Context, asked bool) (busy bool) {
 		"packs_deleted", st.Packs, "freed_bytes", st.Freed, "uploads_aborted", st.Aborted,
 		"manifests_kept", st.KeptManifests, "packs_kept", st.KeptPacks, "packs_young", st.Young, "packs_held", st.Held,
 		"took", time.Since(now).Round(time.Millisecond))
+	r.swept.Add(1)
+	r.freed.Add(st.Freed)
 	if hook := r.cfg.CollectHook; hook != nil {
 		hook(st, nil)
 	}
 	return false
 }
 
+// Collections counts the collections of the store this server ran, those
+// that failed, and the bytes they deleted. nil (no store yet) has none.
+func (r *Replicas) Collections() (ok, failed, freed int64) {
+	if r == nil {
+		return 0, 0, 0
+	}
+	return r.swept.Load(), r.sweepsFailed.Load(), r.freed.Load()
+}
+
 func (r *Replicas) collectFailed(err error) {
+	r.sweepsFailed.Add(1)
 	r.log.Warn("collect the snapshot store; tried again at the next collection", "error", err)
 	if hook := r.cfg.CollectHook; hook != nil {
 		hook(replica.SweepStats{}, err)

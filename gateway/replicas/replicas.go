@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -114,6 +115,9 @@ type Replicas struct {
 
 	collectNow chan struct{} // a collection is asked for (capacity 1; Dropped)
 	collected  chan struct{} // closed when the collector returned (Run)
+	// swept and sweepsFailed count this server's collections of the
+	// store, freed the bytes they deleted (Collections).
+	swept, sweepsFailed, freed atomic.Int64
 
 	mu      sync.Mutex
 	running bool            // Run started the uploader
