@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -29,11 +28,10 @@ import (
 func TestSnapshotStore(t *testing.T) {
 	testenv.RequireRootFUSE(t)
 	srv := testenv.S3Server(t)
-	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	srv.UseCredentials(t)
 	srv.MakeBucket(t, "warren")
 	storeURL := func(prefix string) string {
-		return fmt.Sprintf("s3://warren/%s?endpoint=%s&region=%s&insecure=1", prefix, srv.Host, srv.Region)
+		return srv.URL("warren", prefix)
 	}
 
 	t.Run("Replicated", func(t *testing.T) {
@@ -90,7 +88,7 @@ func TestSnapshotStore(t *testing.T) {
 			onUnreachable           string
 		}{
 			{name: "credentials", url: storeURL("refused"), secret: "not-the-secret", want: "open the snapshot store"},
-			{name: "bucket", url: fmt.Sprintf("s3://no-such-bucket/p?endpoint=%s&region=%s&insecure=1", srv.Host, srv.Region), secret: srv.SecretKey, want: "open the snapshot store"},
+			{name: "bucket", url: srv.URL("no-such-bucket", "p"), secret: srv.SecretKey, want: "open the snapshot store"},
 			{name: "restore without a store", onUnreachable: UnreachableRestore, secret: srv.SecretKey, want: "on-unreachable restore needs a snapshot store"},
 		} {
 			t.Setenv("AWS_SECRET_ACCESS_KEY", c.secret)

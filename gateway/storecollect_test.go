@@ -25,10 +25,9 @@ import (
 func TestSnapshotStoreCollected(t *testing.T) {
 	testenv.RequireRootFUSE(t)
 	srv := testenv.S3Server(t)
-	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	srv.UseCredentials(t)
 	srv.MakeBucket(t, "warren")
-	url := fmt.Sprintf("s3://warren/collected?endpoint=%s&region=%s&insecure=1", srv.Host, srv.Region)
+	url := srv.URL("warren", "collected")
 	ctx := t.Context()
 	store, err := replica.NewS3(ctx, url)
 	if err != nil {

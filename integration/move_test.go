@@ -37,15 +37,14 @@ func newMoveCluster(t testing.TB) *moveCluster {
 	t.Helper()
 	// The store first: its cleanup runs after the daemons'.
 	srv := testenv.S3Server(t)
-	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	srv.UseCredentials(t)
 	srv.MakeBucket(t, "warren")
 	return &moveCluster{hostCluster: newHostCluster(t), s3: srv}
 }
 
 // storeURL is the --snapshots value of prefix.
 func (c *moveCluster) storeURL(prefix string) string {
-	return fmt.Sprintf("s3://warren/%s?endpoint=%s&region=%s&insecure=1", prefix, c.s3.Host, c.s3.Region)
+	return c.s3.URL("warren", prefix)
 }
 
 // mover starts a server with host id id that copies its checkpoints to

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"testing"
 
 	"warren/internal/toolserver"
@@ -48,6 +49,20 @@ func S3Server(t testing.TB) *S3 {
 		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Region: srv.Region,
 		srv: srv,
 	}
+}
+
+// URL is the store URL (warren serve --snapshots, replica.NewS3) of
+// prefix in bucket on this server, in plain HTTP.
+func (s *S3) URL(bucket, prefix string) string {
+	return fmt.Sprintf("s3://%s/%s?endpoint=%s&region=%s&insecure=1", bucket, prefix, s.Host, s.Region)
+}
+
+// UseCredentials sets, for the rest of the test, the AWS variables that
+// the store's clients read (daemons the test starts inherit them): this
+// server's keys.
+func (s *S3) UseCredentials(t testing.TB) {
+	t.Setenv("AWS_ACCESS_KEY_ID", s.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", s.SecretKey)
 }
 
 // MakeBucket creates the bucket name.

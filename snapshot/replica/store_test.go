@@ -274,7 +274,7 @@ func newS3Store(t *testing.T, srv *testenv.S3, bucket string) *S3Store {
 	t.Helper()
 	var rnd [6]byte
 	rand.Read(rnd[:])
-	u := fmt.Sprintf("s3://%s/replica-test-%s?endpoint=%s&region=%s&insecure=1", bucket, hex.EncodeToString(rnd[:]), srv.Host, srv.Region)
+	u := srv.URL(bucket, "replica-test-"+hex.EncodeToString(rnd[:]))
 	ctx := context.Background()
 	s, err := NewS3(ctx, u)
 	if err != nil {
@@ -296,8 +296,7 @@ func newS3Store(t *testing.T, srv *testenv.S3, bucket string) *S3Store {
 func TestS3Store(t *testing.T) {
 	srv := testenv.S3Server(t)
 	srv.MakeBucket(t, "warren")
-	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	srv.UseCredentials(t)
 	t.Run("suite", func(t *testing.T) {
 		testStore(t, func(t *testing.T) Store { return newS3Store(t, srv, "warren") })
 	})
